@@ -1,0 +1,49 @@
+# mcsched: `make demo` runs the local demo, `make test` the whole test suite.
+
+SHELL := /bin/bash
+BUILD := .build
+CONTROLPLANE := $(BUILD)/controlplane
+CONTROLPLANE_SRC := $(wildcard tests/controlplane/*.go) tests/controlplane/go.mod tests/controlplane/go.sum Makefile
+# The Kubernetes release the control plane is built from, stamped into its version so
+# `kubectl version` and the components' compatibility checks see a real one.
+K8S_VERSION := $(shell awk '$$1=="k8s.io/kubernetes" {print $$2; exit}' tests/controlplane/go.mod)
+K8S_MINOR := $(word 2,$(subst ., ,$(K8S_VERSION)))
+VERSION_PKGS := k8s.io/component-base/version k8s.io/client-go/pkg/version
+LDFLAGS := -s -w $(foreach p,$(VERSION_PKGS),-X $(p).gitVersion=$(K8S_VERSION) -X $(p).gitMajor=1 -X $(p).gitMinor=$(K8S_MINOR) -X $(p).gitTreeState=clean)
+
+.PHONY: all build controlplane demo test lint fmt clean
+
+all: build
+
+## controlplane: etcd + kube-apiserver (+ controller-manager, scheduler, kubelet simulator)
+## from Go modules; rebuilt only when its sources change.
+controlplane: $(CONTROLPLANE)
+
+$(CONTROLPLANE): $(CONTROLPLANE_SRC)
+	@mkdir -p $(BUILD)
+	cd tests/controlplane && go build -trimpath -ldflags '$(LDFLAGS)' -o ../../$(CONTROLPLANE) .
+
+## build: the control plane and every Rust binary.
+build: $(CONTROLPLANE)
+	cargo build --workspace --bins
+
+## demo: a local host cluster, the agent, pods bound by mcsched; everything stopped after.
+demo: build
+	bash scripts/demo.sh
+
+## test: formatting, lints, go vet, unit tests and end-to-end tests, each stage timed.
+test:
+	bash scripts/test.sh
+
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+	cd tests/controlplane && go vet ./...
+
+fmt:
+	cargo fmt --all
+	gofmt -w tests/controlplane
+
+clean:
+	rm -rf $(BUILD)
+	cargo clean

@@ -1,0 +1,44 @@
+use std::path::Path;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot read kubeconfig {path}: {source}")]
+    Kubeconfig {
+        path: String,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    #[error("no kubeconfig given and not running in a cluster: {0}")]
+    InCluster(#[source] kube::config::InClusterError),
+    #[error("cannot build a Kubernetes client: {0}")]
+    Build(#[source] kube::Error),
+}
+
+/// A client from the kubeconfig file when one is given, else from the in-cluster
+/// ServiceAccount.
+pub async fn connect(
+    kubeconfig: Option<&Path>,
+    context: Option<&str>,
+) -> Result<Client, ClientError> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kubeconfig_error = |source| ClientError::Kubeconfig {
+                path: path.display().to_string(),
+                source,
+            };
+            let kc = Kubeconfig::read_from(path).map_err(kubeconfig_error)?;
+            let options = KubeConfigOptions {
+                context: context.map(String::from),
+                ..Default::default()
+            };
+            Config::from_custom_kubeconfig(kc, &options)
+                .await
+                .map_err(kubeconfig_error)?
+        }
+        None => Config::incluster().map_err(ClientError::InCluster)?,
+    };
+    Client::try_from(config).map_err(ClientError::Build)
+}

@@ -1,0 +1,11 @@
+use tracing_subscriber::EnvFilter;
+
+/// Logs go to stderr; RUST_LOG, when set, wins over the `--log` flag.
+pub fn init(default_filter: &str) {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

@@ -1,0 +1,212 @@
+//! Resource amounts in the units kube-scheduler compares them in: millicores for CPU,
+//! whole units for everything else.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
+
+use crate::quantity::{Quantity, QuantityError};
+
+pub const CPU: &str = "cpu";
+pub const MEMORY: &str = "memory";
+pub const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
+pub const PODS: &str = "pods";
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Resources {
+    pub milli_cpu: i64,
+    pub memory: i64,
+    pub ephemeral_storage: i64,
+    pub allowed_pods: i64,
+    /// Extended resources (`nvidia.com/gpu`, hugepages, ...), in whole units.
+    pub scalar: BTreeMap<String, i64>,
+}
+
+impl Resources {
+    /// Reads a `requests`/`allocatable` map; a quantity that does not parse names its resource.
+    pub fn from_map(map: &BTreeMap<String, ApiQuantity>) -> Result<Self, ResourceError> {
+        let mut r = Resources::default();
+        for (name, quantity) in map {
+            let q = Quantity::parse(&quantity.0).map_err(|source| ResourceError {
+                resource: name.clone(),
+                source,
+            })?;
+            match name.as_str() {
+                CPU => r.milli_cpu = q.milli_value(),
+                MEMORY => r.memory = q.value(),
+                EPHEMERAL_STORAGE => r.ephemeral_storage = q.value(),
+                PODS => r.allowed_pods = q.value(),
+                other => {
+                    r.scalar.insert(other.to_string(), q.value());
+                }
+            }
+        }
+        Ok(r)
+    }
+
+    pub fn add(&mut self, other: &Resources) {
+        self.milli_cpu += other.milli_cpu;
+        self.memory += other.memory;
+        self.ephemeral_storage += other.ephemeral_storage;
+        self.allowed_pods += other.allowed_pods;
+        for (k, v) in &other.scalar {
+            *self.scalar.entry(k.clone()).or_default() += v;
+        }
+    }
+
+    /// Element-wise maximum, as an init container's needs are compared with the pod's.
+    pub fn max_with(&mut self, other: &Resources) {
+        self.milli_cpu = self.milli_cpu.max(other.milli_cpu);
+        self.memory = self.memory.max(other.memory);
+        self.ephemeral_storage = self.ephemeral_storage.max(other.ephemeral_storage);
+        self.allowed_pods = self.allowed_pods.max(other.allowed_pods);
+        for (k, v) in &other.scalar {
+            let e = self.scalar.entry(k.clone()).or_default();
+            *e = (*e).max(*v);
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("resource {resource:?}: {source}")]
+pub struct ResourceError {
+    pub resource: String,
+    #[source]
+    pub source: QuantityError,
+}
+
+fn container_requests(c: &Container) -> Result<Resources, ResourceError> {
+    match c.resources.as_ref().and_then(|r| r.requests.as_ref()) {
+        Some(req) => Resources::from_map(req),
+        None => Ok(Resources::default()),
+    }
+}
+
+/// What a pod asks of a node, as kube-scheduler's `PodRequests` computes it: the app
+/// containers' sum (plus sidecars, which keep running), at least the largest init step
+/// (an init container plus the sidecars started before it), plus the pod overhead.
+pub fn pod_requests(pod: &Pod) -> Result<Resources, ResourceError> {
+    let Some(spec) = pod.spec.as_ref() else {
+        return Ok(Resources::default());
+    };
+    let mut reqs = Resources::default();
+    for c in &spec.containers {
+        reqs.add(&container_requests(c)?);
+    }
+    let mut sidecars = Resources::default();
+    let mut init_peak = Resources::default();
+    for ic in spec.init_containers.iter().flatten() {
+        let mut step = container_requests(ic)?;
+        if ic.restart_policy.as_deref() == Some("Always") {
+            reqs.add(&step);
+            sidecars.add(&step);
+            step = sidecars.clone();
+        } else {
+            step.add(&sidecars);
+        }
+        init_peak.max_with(&step);
+    }
+    reqs.max_with(&init_peak);
+    if let Some(overhead) = spec.overhead.as_ref() {
+        reqs.add(&Resources::from_map(overhead)?);
+    }
+    Ok(reqs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodSpec, ResourceRequirements};
+
+    fn container(name: &str, cpu: &str, mem: &str, restart: Option<&str>) -> Container {
+        Container {
+            name: name.into(),
+            restart_policy: restart.map(String::from),
+            resources: Some(ResourceRequirements {
+                requests: Some(BTreeMap::from([
+                    (CPU.to_string(), ApiQuantity(cpu.into())),
+                    (MEMORY.to_string(), ApiQuantity(mem.into())),
+                ])),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn pod(
+        containers: Vec<Container>,
+        init: Vec<Container>,
+        overhead: Option<(&str, &str)>,
+    ) -> Pod {
+        Pod {
+            spec: Some(PodSpec {
+                containers,
+                init_containers: Some(init),
+                overhead: overhead.map(|(c, m)| {
+                    BTreeMap::from([
+                        (CPU.to_string(), ApiQuantity(c.into())),
+                        (MEMORY.to_string(), ApiQuantity(m.into())),
+                    ])
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn sums_containers_and_adds_overhead() {
+        let p = pod(
+            vec![
+                container("a", "100m", "64Mi", None),
+                container("b", "250m", "64Mi", None),
+            ],
+            vec![],
+            Some(("10m", "1Mi")),
+        );
+        let r = pod_requests(&p).unwrap();
+        assert_eq!(r.milli_cpu, 360);
+        assert_eq!(r.memory, 129 << 20);
+    }
+
+    #[test]
+    fn init_containers_count_by_their_peak() {
+        let p = pod(
+            vec![container("app", "100m", "1Mi", None)],
+            vec![
+                container("init-big", "2", "1Mi", None),
+                container("init-small", "500m", "8Mi", None),
+            ],
+            None,
+        );
+        let r = pod_requests(&p).unwrap();
+        assert_eq!(r.milli_cpu, 2000);
+        assert_eq!(r.memory, 8 << 20);
+    }
+
+    #[test]
+    fn sidecars_add_to_the_app_and_to_later_init_steps() {
+        // kube-scheduler: sidecar 200m runs beside the app (100m) = 300m; the init step
+        // after it needs 1 + 0.2 = 1.2 cores, which is the peak.
+        let p = pod(
+            vec![container("app", "100m", "1Mi", None)],
+            vec![
+                container("sidecar", "200m", "1Mi", Some("Always")),
+                container("init", "1", "1Mi", None),
+            ],
+            None,
+        );
+        let r = pod_requests(&p).unwrap();
+        assert_eq!(r.milli_cpu, 1200);
+        assert_eq!(r.memory, 2 << 20);
+    }
+
+    #[test]
+    fn a_bad_quantity_names_its_resource() {
+        let p = pod(vec![container("app", "lots", "1Mi", None)], vec![], None);
+        let err = pod_requests(&p).unwrap_err();
+        assert_eq!(err.resource, "cpu");
+        assert!(err.to_string().contains("\"lots\""), "{err}");
+    }
+}

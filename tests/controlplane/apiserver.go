@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	"github.com/spf13/pflag"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/rest"
+	"k8s.io/kubernetes/cmd/kube-apiserver/app"
+	"k8s.io/kubernetes/cmd/kube-apiserver/app/options"
+)
+
+// runAPIServer runs kube-apiserver until ctx ends. TLS, client certificates and the RBAC
+// authorizer are on, so RBAC rules under test are really enforced.
+func runAPIServer(ctx context.Context, dataDir string, port int, etcdURL string, p *pki) error {
+	args := []string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", port),
+		"--cert-dir=" + filepath.Join(dataDir, "apiserver-certs"),
+		"--tls-cert-file=" + p.servingCert,
+		"--tls-private-key-file=" + p.servingKey,
+		"--client-ca-file=" + p.caCert,
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + p.saPub,
+		"--service-account-signing-key-file=" + p.saKey,
+		"--service-cluster-ip-range=10.0.0.0/16",
+		"--authorization-mode=Node,RBAC",
+		"--allow-privileged=true",
+		"--endpoint-reconciler-type=none",
+		"--profiling=false",
+		// There is no kubelet: TaintNodesByCondition would taint every hand-made Node
+		// not-ready forever, and ServiceAccount admission would refuse pods until a
+		// controller-manager creates the default ServiceAccount in each namespace.
+		"--disable-admission-plugins=TaintNodesByCondition,ServiceAccount",
+		// Benchmarks create thousands of objects a second through one loopback server.
+		"--max-requests-inflight=2000",
+		"--max-mutating-requests-inflight=1000",
+		"--watch-cache=true",
+	}
+	s := options.NewServerRunOptions()
+	fs := pflag.NewFlagSet("kube-apiserver", pflag.ContinueOnError)
+	for _, f := range s.Flags().FlagSets {
+		fs.AddFlagSet(f)
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := s.GenericServerRunOptions.ComponentGlobalsRegistry.Set(); err != nil {
+		return err
+	}
+	rest.SetDefaultWarningHandler(rest.NoWarnings{})
+	completed, err := s.Complete(ctx)
+	if err != nil {
+		return err
+	}
+	if errs := completed.Validate(); len(errs) != 0 {
+		return utilerrors.NewAggregate(errs)
+	}
+	return app.Run(ctx, completed)
+}

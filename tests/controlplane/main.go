@@ -1,0 +1,164 @@
+// Command controlplane runs one real Kubernetes control plane in a single process:
+// embedded etcd and kube-apiserver, optionally kube-controller-manager, kube-scheduler
+// and a kubelet simulator. mcsched's end-to-end tests and benchmarks start one per cluster.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+type config struct {
+	name                  string
+	dataDir               string
+	kubeconfig            string
+	port                  int
+	withControllerManager bool
+	withScheduler         bool
+	simulateKubelets      bool
+	clientQPS             float64
+	clientBurst           int
+	verbosity             int
+}
+
+func parseFlags(args []string) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("controlplane", flag.ContinueOnError)
+	fs.StringVar(&c.name, "name", "", "name of this cluster (used in the kubeconfig)")
+	fs.StringVar(&c.dataDir, "data-dir", "", "directory for etcd data and certificates")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "where to write the admin kubeconfig")
+	fs.IntVar(&c.port, "port", 0, "kube-apiserver secure port on 127.0.0.1 (0 picks a free one)")
+	fs.BoolVar(&c.withControllerManager, "with-controller-manager", false, "run kube-controller-manager in-process")
+	fs.BoolVar(&c.withScheduler, "with-scheduler", false, "run kube-scheduler (profile default-scheduler) in-process")
+	fs.BoolVar(&c.simulateKubelets, "simulate-kubelets", false, "renew node Leases and mark pods on non-virtual nodes Running")
+	fs.Float64Var(&c.clientQPS, "client-qps", 5000, "QPS of the in-process components' clients (scheduler_perf lifts the limits too)")
+	fs.IntVar(&c.clientBurst, "client-burst", 5000, "burst of the in-process components' clients")
+	fs.IntVar(&c.verbosity, "v", 0, "klog verbosity of the in-process components")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if c.name == "" {
+		return c, fmt.Errorf("--name is required")
+	}
+	if c.dataDir == "" {
+		return c, fmt.Errorf("--data-dir is required")
+	}
+	if c.kubeconfig == "" {
+		return c, fmt.Errorf("--kubeconfig is required")
+	}
+	if c.port < 0 || c.port > 65535 {
+		return c, fmt.Errorf("--port %d is out of range", c.port)
+	}
+	return c, nil
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "controlplane: %v\n", err)
+		os.Exit(2)
+	}
+	if err := run(cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "controlplane %s: %v\n", cfg.name, err)
+		os.Exit(1)
+	}
+}
+
+func run(cfg config) error {
+	initKlog(cfg.verbosity)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	if err := os.MkdirAll(cfg.dataDir, 0o700); err != nil {
+		return err
+	}
+	dataDir, err := filepath.Abs(cfg.dataDir)
+	if err != nil {
+		return err
+	}
+	pki, err := generatePKI(filepath.Join(dataDir, "pki"))
+	if err != nil {
+		return fmt.Errorf("certificates: %w", err)
+	}
+
+	etcd, err := startEtcd(filepath.Join(dataDir, "etcd"))
+	if err != nil {
+		return fmt.Errorf("etcd: %w", err)
+	}
+	defer etcd.close()
+
+	port := cfg.port
+	if port == 0 {
+		if port, err = freePort(); err != nil {
+			return err
+		}
+	}
+	url := fmt.Sprintf("https://127.0.0.1:%d", port)
+	if err := writeKubeconfig(cfg.kubeconfig, cfg.name, url, pki); err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+
+	apiErr := make(chan error, 1)
+	go func() { apiErr <- runAPIServer(ctx, dataDir, port, etcd.clientURL, pki) }()
+
+	admin, err := adminClient(cfg.kubeconfig, cfg.clientQPS, cfg.clientBurst)
+	if err != nil {
+		return err
+	}
+	if err := waitReady(ctx, admin, apiErr); err != nil {
+		return err
+	}
+
+	components := make(chan error, 3)
+	if cfg.withControllerManager {
+		go func() { components <- wrap("kube-controller-manager", runControllerManager(ctx, cfg, pki)) }()
+	}
+	if cfg.withScheduler {
+		go func() { components <- wrap("kube-scheduler", runScheduler(ctx, cfg, dataDir)) }()
+	}
+	if cfg.simulateKubelets {
+		go func() { components <- wrap("kubelet simulator", runKubeletSimulator(ctx, admin)) }()
+	}
+
+	fmt.Printf("READY %s %s\n", cfg.name, url)
+
+	select {
+	case <-ctx.Done():
+	case err := <-apiErr:
+		return fmt.Errorf("kube-apiserver stopped: %w", err)
+	case err := <-components:
+		if err != nil && ctx.Err() == nil {
+			return err
+		}
+	}
+	stop()
+	// Give kube-apiserver a moment to close its listeners and etcd watches before etcd goes.
+	select {
+	case <-apiErr:
+	case <-time.After(5 * time.Second):
+	}
+	klog.Flush()
+	return nil
+}
+
+func wrap(component string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", component, err)
+}
+
+func initKlog(v int) {
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	_ = fs.Set("v", fmt.Sprint(v))
+	_ = fs.Set("logtostderr", "true")
+}

@@ -1,0 +1,56 @@
+//! `mcsched-agent` as a child process, the way an operator runs it out of cluster.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+
+use crate::process::Guarded;
+
+pub struct Agent {
+    process: Guarded,
+    pub log: PathBuf,
+}
+
+/// `$MCSCHED_AGENT`, else the debug build in the workspace's target directory.
+pub fn binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("MCSCHED_AGENT") {
+        return PathBuf::from(p);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate::repo_root().join("target"));
+    target.join("debug/mcsched-agent")
+}
+
+impl Agent {
+    pub fn start(kubeconfig: &Path, scheduler_name: &str, log_dir: &Path) -> anyhow::Result<Self> {
+        let bin = binary();
+        if !bin.exists() {
+            bail!(
+                "{} does not exist: build it with `cargo build --bins`",
+                bin.display()
+            );
+        }
+        let log = log_dir.join(format!("agent-{scheduler_name}.log"));
+        let mut cmd = Command::new(&bin);
+        cmd.arg("--kubeconfig")
+            .arg(kubeconfig)
+            .arg("--scheduler-name")
+            .arg(scheduler_name)
+            .env("RUST_LOG", "info,mcsched_agent=debug");
+        let process = Guarded::spawn(cmd, "mcsched-agent", &log)
+            .with_context(|| format!("cannot start {}", bin.display()))?;
+        Ok(Agent { process, log })
+    }
+
+    /// Sends SIGTERM and returns the exit status.
+    pub fn stop(&mut self) -> Option<ExitStatus> {
+        self.process.stop(Duration::from_secs(20))
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}

@@ -1,0 +1,170 @@
+//! Real Kubernetes control planes, one `controlplane` process per cluster.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use tempfile::TempDir;
+
+use crate::process::Guarded;
+
+const START_TIMEOUT: Duration = Duration::from_secs(180);
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ControlPlaneOptions {
+    pub with_controller_manager: bool,
+    pub with_scheduler: bool,
+    pub simulate_kubelets: bool,
+}
+
+impl ControlPlaneOptions {
+    /// kube-controller-manager, kube-scheduler and the kubelet simulator: a whole cluster.
+    pub fn full() -> Self {
+        ControlPlaneOptions {
+            with_controller_manager: true,
+            with_scheduler: true,
+            simulate_kubelets: true,
+        }
+    }
+}
+
+pub struct ControlPlane {
+    pub name: String,
+    pub url: String,
+    pub kubeconfig: PathBuf,
+    pub client: Client,
+    // Dropped before `dir`, so the process stops before its data directory goes.
+    process: Guarded,
+    dir: TempDir,
+}
+
+/// The `controlplane` binary: `$MCSCHED_CONTROLPLANE`, else what `make controlplane` built.
+pub fn binary() -> PathBuf {
+    std::env::var_os("MCSCHED_CONTROLPLANE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate::repo_root().join(".build/controlplane"))
+}
+
+impl ControlPlane {
+    pub async fn start(name: &str, options: ControlPlaneOptions) -> anyhow::Result<Self> {
+        let mut all = Self::start_many(&[name], options).await?;
+        all.pop().context("no control plane started")
+    }
+
+    /// Starts one control plane per name, all at once; any that started are stopped
+    /// again if one fails.
+    pub async fn start_many(
+        names: &[&str],
+        options: ControlPlaneOptions,
+    ) -> anyhow::Result<Vec<Self>> {
+        let starts = names.iter().map(|name| Self::spawn(name, options));
+        futures::future::join_all(starts)
+            .await
+            .into_iter()
+            .collect()
+    }
+
+    async fn spawn(name: &str, options: ControlPlaneOptions) -> anyhow::Result<Self> {
+        let bin = binary();
+        if !bin.exists() {
+            bail!(
+                "{} does not exist: build it with `make controlplane`",
+                bin.display()
+            );
+        }
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("mcsched-{name}-"))
+            .tempdir()?;
+        let kubeconfig = dir.path().join("kubeconfig");
+        let log = dir.path().join("controlplane.log");
+        let mut cmd = Command::new(&bin);
+        cmd.arg("--name")
+            .arg(name)
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .arg("--kubeconfig")
+            .arg(&kubeconfig);
+        if options.with_controller_manager {
+            cmd.arg("--with-controller-manager");
+        }
+        if options.with_scheduler {
+            cmd.arg("--with-scheduler");
+        }
+        if options.simulate_kubelets {
+            cmd.arg("--simulate-kubelets");
+        }
+        let mut process = Guarded::spawn(cmd, &format!("control plane {name}"), &log)
+            .with_context(|| format!("cannot start {}", bin.display()))?;
+        let stdout = process
+            .child_mut()
+            .and_then(|c| c.stdout.take())
+            .context("control plane stdout not captured")?;
+
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        std::thread::spawn(move || {
+            let mut ready_tx = Some(ready_tx);
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Some(rest) = line.strip_prefix("READY ")
+                    && let Some(tx) = ready_tx.take()
+                {
+                    let url = rest
+                        .split_whitespace()
+                        .nth(1)
+                        .unwrap_or_default()
+                        .to_string();
+                    let _ = tx.send(url);
+                }
+            }
+        });
+        let url = match tokio::time::timeout(START_TIMEOUT, ready_rx).await {
+            Ok(Ok(url)) => url,
+            Ok(Err(_)) => {
+                let status = process.stop(Duration::from_secs(1));
+                bail!(
+                    "control plane {name} exited ({status:?}) before it was ready:\n{}",
+                    tail(&log)
+                );
+            }
+            Err(_) => bail!(
+                "control plane {name} not ready after {START_TIMEOUT:?}:\n{}",
+                tail(&log)
+            ),
+        };
+        let client = client_for(&kubeconfig).await?;
+        Ok(ControlPlane {
+            name: name.to_string(),
+            url,
+            kubeconfig,
+            client,
+            process,
+            dir,
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.process.pid()
+    }
+}
+
+/// A client from a kubeconfig file, with its current context.
+pub async fn client_for(kubeconfig: &Path) -> anyhow::Result<Client> {
+    let kc = Kubeconfig::read_from(kubeconfig)?;
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+    Ok(Client::try_from(config)?)
+}
+
+/// The last lines of a log, to show why a process failed.
+pub fn tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
+}
