@@ -4,7 +4,10 @@
 pub mod args;
 pub mod binder;
 pub mod client;
+pub mod framework;
 pub mod placement;
+pub mod plugins;
 pub mod queue;
 pub mod scheduler;
+pub mod snapshot;
 pub mod telemetry;

@@ -1,7 +1,9 @@
 //! Pure data and rules shared by the agent and the CLI: no tokio, no network.
 
+pub mod explain;
 pub mod keys;
 pub mod node;
 pub mod quantity;
 pub mod resources;
+pub mod selectors;
 pub mod taints;

@@ -55,6 +55,16 @@ impl Resources {
         }
     }
 
+    pub fn sub(&mut self, other: &Resources) {
+        self.milli_cpu -= other.milli_cpu;
+        self.memory -= other.memory;
+        self.ephemeral_storage -= other.ephemeral_storage;
+        self.allowed_pods -= other.allowed_pods;
+        for (k, v) in &other.scalar {
+            *self.scalar.entry(k.clone()).or_default() -= v;
+        }
+    }
+
     /// Element-wise maximum, as an init container's needs are compared with the pod's.
     pub fn max_with(&mut self, other: &Resources) {
         self.milli_cpu = self.milli_cpu.max(other.milli_cpu);

@@ -1,0 +1,101 @@
+//! Data plugins keep between the extension points of one scheduling cycle.
+
+use std::any::Any;
+use std::collections::HashMap;
+
+/// Cloneable so preemption can try removing victims on a copy.
+pub trait StateData: Any + Send + Sync {
+    fn clone_data(&self) -> Box<dyn StateData>;
+    fn as_any(&self) -> &dyn Any;
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+impl<T: Any + Clone + Send + Sync> StateData for T {
+    fn clone_data(&self) -> Box<dyn StateData> {
+        Box::new(self.clone())
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+#[derive(Default)]
+pub struct CycleState {
+    data: HashMap<&'static str, Box<dyn StateData>>,
+    /// Nodes whose Filter must be skipped by a plugin whose PreFilter returned Skip.
+    skip_filter: Vec<&'static str>,
+    skip_score: Vec<&'static str>,
+}
+
+impl Clone for CycleState {
+    fn clone(&self) -> Self {
+        CycleState {
+            data: self
+                .data
+                .iter()
+                .map(|(k, v)| (*k, v.as_ref().clone_data()))
+                .collect(),
+            skip_filter: self.skip_filter.clone(),
+            skip_score: self.skip_score.clone(),
+        }
+    }
+}
+
+impl CycleState {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn write<T: Any + Clone + Send + Sync>(&mut self, key: &'static str, value: T) {
+        self.data.insert(key, Box::new(value));
+    }
+
+    pub fn read<T: Any>(&self, key: &'static str) -> Option<&T> {
+        self.data
+            .get(key)
+            .and_then(|d| d.as_ref().as_any().downcast_ref())
+    }
+
+    pub fn read_mut<T: Any>(&mut self, key: &'static str) -> Option<&mut T> {
+        self.data
+            .get_mut(key)
+            .and_then(|d| d.as_mut().as_any_mut().downcast_mut())
+    }
+
+    pub fn skip_filter(&mut self, plugin: &'static str) {
+        self.skip_filter.push(plugin);
+    }
+
+    pub fn skips_filter(&self, plugin: &str) -> bool {
+        self.skip_filter.contains(&plugin)
+    }
+
+    pub fn skip_score(&mut self, plugin: &'static str) {
+        self.skip_score.push(plugin);
+    }
+
+    pub fn skips_score(&self, plugin: &str) -> bool {
+        self.skip_score.contains(&plugin)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typed_data_round_trips_and_clones_deeply() {
+        let mut s = CycleState::new();
+        s.write("a", vec![1, 2]);
+        let mut copy = s.clone();
+        if let Some(v) = copy.read_mut::<Vec<i32>>("a") {
+            v.push(3);
+        }
+        assert_eq!(s.read::<Vec<i32>>("a"), Some(&vec![1, 2]));
+        assert_eq!(copy.read::<Vec<i32>>("a"), Some(&vec![1, 2, 3]));
+        assert!(s.read::<String>("a").is_none());
+    }
+}

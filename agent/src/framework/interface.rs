@@ -1,0 +1,212 @@
+//! The extension points, after kube-scheduler's `framework/interface.go`. Plugins are pure
+//! over the snapshot and the pod, except PreBind and Bind, which talk to the API server.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::Pod;
+
+use super::{CycleState, Framework, Status};
+use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
+
+/// What the API-facing extension points may use.
+#[derive(Clone)]
+pub struct BindContext {
+    pub client: kube::Client,
+}
+
+/// A pod waiting in the scheduling queue.
+#[derive(Debug, Clone)]
+pub struct QueuedPodInfo {
+    pub pod: Arc<PodInfo>,
+    /// When the pod was (re)added to the queue.
+    pub timestamp: Instant,
+    pub initial_attempt: Option<Instant>,
+    pub attempts: u32,
+}
+
+/// The kinds of cluster change that may make an unschedulable pod schedulable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ClusterEvent {
+    NodeAdd,
+    NodeUpdate,
+    PodAdd,
+    PodUpdate,
+    PodDelete,
+    PvcChange,
+    PvChange,
+    StorageClassChange,
+    CsiNodeChange,
+    NamespaceChange,
+}
+
+pub trait Plugin: Send + Sync {
+    fn name(&self) -> &'static str;
+
+    /// Cluster changes after which pods this plugin rejected are worth retrying.
+    fn events_to_register(&self) -> Vec<ClusterEvent> {
+        Vec::new()
+    }
+
+    fn as_pre_enqueue(&self) -> Option<&dyn PreEnqueuePlugin> {
+        None
+    }
+    fn as_queue_sort(&self) -> Option<&dyn QueueSortPlugin> {
+        None
+    }
+    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        None
+    }
+    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
+        None
+    }
+    fn as_post_filter(&self) -> Option<&dyn PostFilterPlugin> {
+        None
+    }
+    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
+        None
+    }
+    fn as_score(&self) -> Option<&dyn ScorePlugin> {
+        None
+    }
+    fn as_reserve(&self) -> Option<&dyn ReservePlugin> {
+        None
+    }
+    fn as_permit(&self) -> Option<&dyn PermitPlugin> {
+        None
+    }
+    fn as_pre_bind(&self) -> Option<&dyn PreBindPlugin> {
+        None
+    }
+    fn as_bind(&self) -> Option<&dyn BindPlugin> {
+        None
+    }
+    fn as_post_bind(&self) -> Option<&dyn PostBindPlugin> {
+        None
+    }
+}
+
+pub trait PreEnqueuePlugin: Plugin {
+    fn pre_enqueue(&self, pod: &Pod) -> Status;
+}
+
+pub trait QueueSortPlugin: Plugin {
+    fn less(&self, a: &QueuedPodInfo, b: &QueuedPodInfo) -> bool;
+}
+
+/// The nodes a PreFilter restricts the cycle to; `None` means all.
+pub type PreFilterResult = Option<HashSet<String>>;
+
+pub trait PreFilterPlugin: Plugin {
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> (PreFilterResult, Status);
+
+    /// Preemption: account for `added` joining `node` in the state PreFilter wrote.
+    fn add_pod(
+        &self,
+        _state: &mut CycleState,
+        _pod: &PodInfo,
+        _added: &PodInfo,
+        _node: &NodeInfo,
+    ) -> Status {
+        Status::success()
+    }
+
+    /// Preemption: account for `removed` leaving `node`.
+    fn remove_pod(
+        &self,
+        _state: &mut CycleState,
+        _pod: &PodInfo,
+        _removed: &PodInfo,
+        _node: &NodeInfo,
+    ) -> Status {
+        Status::success()
+    }
+}
+
+pub trait FilterPlugin: Plugin {
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status;
+}
+
+/// Every node's Filter status of a failed cycle.
+pub type NodeStatuses = std::collections::HashMap<String, Status>;
+
+/// A PostFilter's answer: the node to nominate and the pods to evict for it.
+#[derive(Debug, Clone, Default)]
+pub struct PostFilterResult {
+    pub nominated_node: Option<String>,
+    pub victims: Vec<Arc<PodInfo>>,
+}
+
+pub trait PostFilterPlugin: Plugin {
+    fn post_filter(
+        &self,
+        framework: &Framework,
+        state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        statuses: &NodeStatuses,
+    ) -> (PostFilterResult, Status);
+}
+
+pub trait PreScorePlugin: Plugin {
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+        snapshot: &Snapshot,
+    ) -> Status;
+}
+
+pub const MAX_NODE_SCORE: i64 = 100;
+pub const MIN_NODE_SCORE: i64 = 0;
+
+pub trait ScorePlugin: Plugin {
+    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status>;
+
+    /// Scales this plugin's raw scores into 0..=100, in place, in node order.
+    fn normalize(&self, _state: &CycleState, _pod: &PodInfo, _scores: &mut [i64]) -> Status {
+        Status::success()
+    }
+}
+
+pub trait ReservePlugin: Plugin {
+    fn reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status;
+    fn unreserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str);
+}
+
+pub trait PermitPlugin: Plugin {
+    fn permit(&self, state: &CycleState, pod: &PodInfo, node: &str) -> (Status, Duration);
+}
+
+pub trait PreBindPlugin: Plugin {
+    fn pre_bind<'a>(
+        &'a self,
+        ctx: &'a BindContext,
+        state: &'a CycleState,
+        pod: &'a PodInfo,
+        node: &'a str,
+    ) -> BoxFuture<'a, Status>;
+}
+
+pub trait BindPlugin: Plugin {
+    /// Returns Skip to let the next Bind plugin do it.
+    fn bind<'a>(
+        &'a self,
+        ctx: &'a BindContext,
+        state: &'a CycleState,
+        pod: &'a PodInfo,
+        node: &'a str,
+    ) -> BoxFuture<'a, Status>;
+}
+
+pub trait PostBindPlugin: Plugin {
+    fn post_bind(&self, state: &CycleState, pod: &PodInfo, node: &str);
+}

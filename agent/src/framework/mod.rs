@@ -1,0 +1,16 @@
+//! The scheduling framework: extension points, statuses, cycle state, and the runtime
+//! that runs a profile's plugins over a snapshot and records what each one said.
+
+mod cycle_state;
+mod fit_error;
+mod interface;
+mod runtime;
+mod status;
+
+pub use cycle_state::{CycleState, StateData};
+pub use fit_error::{Diagnosis, FitError};
+pub use interface::*;
+pub use runtime::{
+    Framework, FrameworkError, ProfileSpec, ScheduleResult, num_feasible_nodes_to_find,
+};
+pub use status::{Code, Status};

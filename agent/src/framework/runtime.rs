@@ -1,0 +1,730 @@
+//! A profile's plugins, in order, and the runner of one scheduling cycle. Filter and
+//! Score run in parallel over nodes; the runner records each plugin's verdict and score so
+//! that an explanation falls out of scheduling itself.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use mcsched_shared::explain::{NodeExplanation, PhaseDuration, PluginScore, PluginVerdict};
+use rand::RngExt;
+use rayon::prelude::*;
+
+use super::{
+    BindContext, Code, CycleState, Diagnosis, FitError, NodeStatuses, Plugin, PostFilterResult,
+    QueuedPodInfo, Status,
+};
+use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
+
+const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
+const MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND: usize = 5;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FrameworkError {
+    #[error("profile {profile:?}: plugin {plugin:?} is not registered")]
+    UnknownPlugin { profile: String, plugin: String },
+    #[error(
+        "profile {profile:?}: plugin {plugin:?} does not implement the {point} extension point"
+    )]
+    NotImplemented {
+        profile: String,
+        plugin: String,
+        point: &'static str,
+    },
+    #[error("profile {profile:?}: exactly one queueSort plugin is needed, found {found}")]
+    QueueSort { profile: String, found: usize },
+    #[error("profile {profile:?}: at least one bind plugin is needed")]
+    NoBinder { profile: String },
+    #[error("cannot start the scheduling thread pool: {0}")]
+    ThreadPool(String),
+}
+
+/// The plugins of one profile per extension point, in order; score plugins with weights.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProfileSpec {
+    pub scheduler_name: String,
+    pub pre_enqueue: Vec<String>,
+    pub queue_sort: Vec<String>,
+    pub pre_filter: Vec<String>,
+    pub filter: Vec<String>,
+    pub post_filter: Vec<String>,
+    pub pre_score: Vec<String>,
+    pub score: Vec<(String, i64)>,
+    pub reserve: Vec<String>,
+    pub permit: Vec<String>,
+    pub pre_bind: Vec<String>,
+    pub bind: Vec<String>,
+    pub post_bind: Vec<String>,
+    pub percentage_of_nodes_to_score: Option<u32>,
+}
+
+type P = Arc<dyn Plugin>;
+
+pub struct Framework {
+    pub scheduler_name: String,
+    pre_enqueue: Vec<P>,
+    queue_sort: P,
+    pre_filter: Vec<P>,
+    filter: Vec<P>,
+    post_filter: Vec<P>,
+    pre_score: Vec<P>,
+    score: Vec<(P, i64)>,
+    reserve: Vec<P>,
+    permit: Vec<P>,
+    pre_bind: Vec<P>,
+    bind: Vec<P>,
+    post_bind: Vec<P>,
+    percentage_of_nodes_to_score: Option<u32>,
+    pool: Arc<rayon::ThreadPool>,
+    /// Where the next cycle starts looking, so nodes share the work of being checked.
+    next_start: AtomicUsize,
+}
+
+/// One successful cycle.
+#[derive(Debug, Clone)]
+pub struct ScheduleResult {
+    pub node: String,
+    pub evaluated_nodes: usize,
+    pub feasible_nodes: usize,
+}
+
+/// What one cycle found out, for the explanation.
+#[derive(Debug, Default, Clone)]
+pub struct CycleRecord {
+    pub pre_filter: Vec<PluginVerdict>,
+    pub nodes: Vec<NodeExplanation>,
+    pub durations: Vec<PhaseDuration>,
+    pub num_evaluated: usize,
+    pub num_feasible: usize,
+}
+
+impl CycleRecord {
+    fn timed(&mut self, point: &str, started: Instant) {
+        self.durations.push(PhaseDuration {
+            extension_point: point.to_string(),
+            micros: started.elapsed().as_micros() as u64,
+        });
+    }
+}
+
+impl Framework {
+    pub fn new(
+        spec: &ProfileSpec,
+        plugins: &HashMap<String, P>,
+        parallelism: usize,
+    ) -> Result<Self, FrameworkError> {
+        let profile = &spec.scheduler_name;
+        let lookup = |names: &[String], point: &'static str, has: fn(&dyn Plugin) -> bool| {
+            names
+                .iter()
+                .map(|n| {
+                    let p = plugins
+                        .get(n)
+                        .ok_or_else(|| FrameworkError::UnknownPlugin {
+                            profile: profile.clone(),
+                            plugin: n.clone(),
+                        })?;
+                    if !has(p.as_ref()) {
+                        return Err(FrameworkError::NotImplemented {
+                            profile: profile.clone(),
+                            plugin: n.clone(),
+                            point,
+                        });
+                    }
+                    Ok(p.clone())
+                })
+                .collect::<Result<Vec<P>, FrameworkError>>()
+        };
+        let mut queue_sort = lookup(&spec.queue_sort, "queueSort", |p| {
+            p.as_queue_sort().is_some()
+        })?;
+        if queue_sort.len() != 1 {
+            return Err(FrameworkError::QueueSort {
+                profile: profile.clone(),
+                found: queue_sort.len(),
+            });
+        }
+        let bind = lookup(&spec.bind, "bind", |p| p.as_bind().is_some())?;
+        if bind.is_empty() {
+            return Err(FrameworkError::NoBinder {
+                profile: profile.clone(),
+            });
+        }
+        let score_names: Vec<String> = spec.score.iter().map(|(n, _)| n.clone()).collect();
+        let score = lookup(&score_names, "score", |p| p.as_score().is_some())?
+            .into_iter()
+            .zip(spec.score.iter().map(|(_, w)| *w))
+            .collect();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(parallelism.max(1))
+            .thread_name(|i| format!("mcsched-worker-{i}"))
+            .build()
+            .map_err(|e| FrameworkError::ThreadPool(e.to_string()))?;
+        Ok(Framework {
+            scheduler_name: profile.clone(),
+            pre_enqueue: lookup(&spec.pre_enqueue, "preEnqueue", |p| {
+                p.as_pre_enqueue().is_some()
+            })?,
+            queue_sort: queue_sort.remove(0),
+            pre_filter: lookup(&spec.pre_filter, "preFilter", |p| {
+                p.as_pre_filter().is_some()
+            })?,
+            filter: lookup(&spec.filter, "filter", |p| p.as_filter().is_some())?,
+            post_filter: lookup(&spec.post_filter, "postFilter", |p| {
+                p.as_post_filter().is_some()
+            })?,
+            pre_score: lookup(&spec.pre_score, "preScore", |p| p.as_pre_score().is_some())?,
+            score,
+            reserve: lookup(&spec.reserve, "reserve", |p| p.as_reserve().is_some())?,
+            permit: lookup(&spec.permit, "permit", |p| p.as_permit().is_some())?,
+            pre_bind: lookup(&spec.pre_bind, "preBind", |p| p.as_pre_bind().is_some())?,
+            bind,
+            post_bind: lookup(&spec.post_bind, "postBind", |p| p.as_post_bind().is_some())?,
+            percentage_of_nodes_to_score: spec.percentage_of_nodes_to_score,
+            pool: Arc::new(pool),
+            next_start: AtomicUsize::new(0),
+        })
+    }
+
+    /// Every plugin of the profile, once, in extension-point order.
+    pub fn plugins(&self) -> Vec<P> {
+        let mut seen = HashSet::new();
+        let all = self
+            .pre_enqueue
+            .iter()
+            .chain(std::iter::once(&self.queue_sort))
+            .chain(&self.pre_filter)
+            .chain(&self.filter)
+            .chain(&self.post_filter)
+            .chain(&self.pre_score)
+            .chain(self.score.iter().map(|(p, _)| p))
+            .chain(&self.reserve)
+            .chain(&self.permit)
+            .chain(&self.pre_bind)
+            .chain(&self.bind)
+            .chain(&self.post_bind);
+        all.filter(|p| seen.insert(p.name())).cloned().collect()
+    }
+
+    pub fn less(&self, a: &QueuedPodInfo, b: &QueuedPodInfo) -> bool {
+        self.queue_sort
+            .as_queue_sort()
+            .is_some_and(|q| q.less(a, b))
+    }
+
+    pub fn run_pre_enqueue(&self, pod: &k8s_openapi::api::core::v1::Pod) -> Status {
+        for p in &self.pre_enqueue {
+            if let Some(pe) = p.as_pre_enqueue() {
+                let s = pe.pre_enqueue(pod);
+                if !s.is_success() {
+                    return s.with_plugin(p.name());
+                }
+            }
+        }
+        Status::success()
+    }
+
+    /// Filters, scores and picks a node. `record_all` runs every filter on every node
+    /// (for explanations) instead of stopping at the first rejection and at
+    /// percentageOfNodesToScore.
+    pub fn schedule(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        record: &mut CycleRecord,
+        record_all: bool,
+    ) -> Result<ScheduleResult, Box<FitError>> {
+        let num_all_nodes = snapshot.len();
+        let mut diagnosis = Diagnosis::default();
+        if let Some(msg) = &pod.invalid {
+            diagnosis.pre_filter_msg = Some(msg.clone());
+            return Err(Box::new(FitError {
+                num_all_nodes,
+                diagnosis,
+            }));
+        }
+        if num_all_nodes == 0 {
+            return Err(Box::new(FitError {
+                num_all_nodes,
+                diagnosis,
+            }));
+        }
+
+        let started = Instant::now();
+        let allowed = match self.run_pre_filter(state, pod, snapshot, record) {
+            Ok(allowed) => allowed,
+            Err(status) => {
+                if status.is_rejected() {
+                    diagnosis.unschedulable_plugins.insert(status.plugin);
+                }
+                diagnosis.pre_filter_msg = Some(status.message());
+                record.timed("PreFilter", started);
+                return Err(Box::new(FitError {
+                    num_all_nodes,
+                    diagnosis,
+                }));
+            }
+        };
+        record.timed("PreFilter", started);
+
+        let started = Instant::now();
+        let (feasible, statuses) =
+            self.find_feasible(state, pod, snapshot, allowed.as_ref(), record, record_all);
+        record.timed("Filter", started);
+        record.num_feasible = feasible.len();
+        if feasible.is_empty() {
+            for s in statuses.values() {
+                if s.is_rejected() {
+                    diagnosis.unschedulable_plugins.insert(s.plugin);
+                }
+            }
+            diagnosis.node_statuses = statuses;
+            return Err(Box::new(FitError {
+                num_all_nodes,
+                diagnosis,
+            }));
+        }
+
+        let started = Instant::now();
+        let scores = self.prioritize(state, pod, &feasible, snapshot, record);
+        record.timed("Score", started);
+        let node = select_host(&feasible, &scores);
+        Ok(ScheduleResult {
+            node,
+            evaluated_nodes: record.num_evaluated,
+            feasible_nodes: feasible.len(),
+        })
+    }
+
+    fn run_pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        record: &mut CycleRecord,
+    ) -> Result<Option<HashSet<String>>, Status> {
+        let mut allowed: Option<HashSet<String>> = None;
+        for p in &self.pre_filter {
+            let Some(pf) = p.as_pre_filter() else {
+                continue;
+            };
+            let (result, status) = pf.pre_filter(state, pod, snapshot);
+            record.pre_filter.push(verdict(p.name(), &status));
+            if status.is_skip() {
+                state.skip_filter(p.name());
+                continue;
+            }
+            if !status.is_success() {
+                return Err(status.with_plugin(p.name()));
+            }
+            if let Some(nodes) = result {
+                allowed = Some(match allowed {
+                    Some(prev) => prev.intersection(&nodes).cloned().collect(),
+                    None => nodes,
+                });
+                if allowed.as_ref().is_some_and(|a| a.is_empty()) {
+                    return Err(Status::unresolvable(
+                        "node(s) didn't satisfy plugin(s) [".to_string() + p.name() + "]",
+                    )
+                    .with_plugin(p.name()));
+                }
+            }
+        }
+        Ok(allowed)
+    }
+
+    /// Runs the filters on one node: the first rejection, or Success; with `record_all`,
+    /// every filter runs and each verdict is returned.
+    pub fn run_filters(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        record_all: bool,
+    ) -> (Status, Vec<PluginVerdict>) {
+        let mut verdicts = Vec::new();
+        let mut first_failure: Option<Status> = None;
+        for p in &self.filter {
+            if state.skips_filter(p.name()) {
+                continue;
+            }
+            let Some(f) = p.as_filter() else { continue };
+            let s = f.filter(state, pod, node).with_plugin(p.name());
+            verdicts.push(verdict(p.name(), &s));
+            if !s.is_success() && first_failure.is_none() {
+                first_failure = Some(s);
+                if !record_all {
+                    break;
+                }
+            }
+        }
+        (first_failure.unwrap_or_else(Status::success), verdicts)
+    }
+
+    fn find_feasible(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        allowed: Option<&HashSet<String>>,
+        record: &mut CycleRecord,
+        record_all: bool,
+    ) -> (Vec<Arc<NodeInfo>>, NodeStatuses) {
+        let nodes: Vec<&Arc<NodeInfo>> = match allowed {
+            Some(names) => snapshot
+                .nodes
+                .iter()
+                .filter(|n| names.contains(&n.name))
+                .collect(),
+            None => snapshot.nodes.iter().collect(),
+        };
+        let total = nodes.len();
+        let want = if record_all {
+            total
+        } else {
+            num_feasible_nodes_to_find(self.percentage_of_nodes_to_score, total)
+        };
+        let start = if total == 0 {
+            0
+        } else {
+            self.next_start.load(Ordering::Relaxed) % total
+        };
+        let found = AtomicUsize::new(0);
+        // Check nodes in a rotating order, in parallel, until enough are feasible.
+        let results: Vec<Option<(usize, Status, Vec<PluginVerdict>)>> = self.pool.install(|| {
+            (0..total)
+                .into_par_iter()
+                .with_min_len(32)
+                .map(|i| {
+                    if found.load(Ordering::Relaxed) >= want {
+                        return None;
+                    }
+                    let idx = (start + i) % total;
+                    let (status, verdicts) = self.run_filters(state, pod, nodes[idx], record_all);
+                    if status.is_success() {
+                        found.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Some((idx, status, verdicts))
+                })
+                .collect()
+        });
+        let mut feasible = Vec::new();
+        let mut statuses = NodeStatuses::new();
+        let mut processed = 0;
+        for (idx, status, verdicts) in results.into_iter().flatten() {
+            processed += 1;
+            let node = nodes[idx];
+            let ok = status.is_success() && feasible.len() < want;
+            if ok {
+                feasible.push(node.clone());
+            } else if !status.is_success() {
+                statuses.insert(node.name.clone(), status);
+            }
+            record.nodes.push(NodeExplanation {
+                node: node.name.clone(),
+                feasible: ok,
+                filters: verdicts,
+                scores: Vec::new(),
+                total_score: None,
+                leaf_node: None,
+            });
+        }
+        if total > 0 {
+            self.next_start
+                .store((start + processed) % total, Ordering::Relaxed);
+        }
+        record.num_evaluated = processed;
+        (feasible, statuses)
+    }
+
+    /// Runs PreScore and Score, normalises and weights; returns total scores in node order.
+    fn prioritize(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+        snapshot: &Snapshot,
+        record: &mut CycleRecord,
+    ) -> Vec<i64> {
+        if nodes.len() == 1 || self.score.is_empty() {
+            return vec![0; nodes.len()];
+        }
+        for p in &self.pre_score {
+            let Some(ps) = p.as_pre_score() else { continue };
+            let s = ps.pre_score(state, pod, nodes, snapshot);
+            if s.is_skip() {
+                state.skip_score(p.name());
+            }
+        }
+        let state: &CycleState = state;
+        let active: Vec<&(P, i64)> = self
+            .score
+            .iter()
+            .filter(|(p, _)| !state.skips_score(p.name()))
+            .collect();
+        // raw[plugin][node]
+        let mut raw: Vec<Vec<i64>> = self.pool.install(|| {
+            active
+                .par_iter()
+                .map(|(p, _)| {
+                    let Some(sp) = p.as_score() else {
+                        return vec![0; nodes.len()];
+                    };
+                    nodes
+                        .iter()
+                        .map(|n| sp.score(state, pod, n).unwrap_or(0))
+                        .collect()
+                })
+                .collect()
+        });
+        let normalized: Vec<Vec<i64>> = active
+            .iter()
+            .zip(raw.iter_mut())
+            .map(|((p, _), scores)| {
+                let mut n = scores.clone();
+                if let Some(sp) = p.as_score() {
+                    sp.normalize(state, pod, &mut n);
+                }
+                n
+            })
+            .collect();
+        let mut totals = vec![0i64; nodes.len()];
+        let by_name: HashMap<String, usize> = record
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.node.clone(), i))
+            .collect();
+        for (j, node) in nodes.iter().enumerate() {
+            let mut entries = Vec::with_capacity(active.len());
+            for (i, (p, weight)) in active.iter().enumerate() {
+                let weighted = normalized[i][j] * weight;
+                totals[j] += weighted;
+                entries.push(PluginScore {
+                    plugin: p.name().to_string(),
+                    raw: raw[i][j],
+                    normalized: normalized[i][j],
+                    weight: *weight,
+                    weighted,
+                });
+            }
+            if let Some(&i) = by_name.get(&node.name) {
+                record.nodes[i].scores = entries;
+                record.nodes[i].total_score = Some(totals[j]);
+            }
+        }
+        totals
+    }
+
+    pub fn has_post_filter(&self) -> bool {
+        !self.post_filter.is_empty()
+    }
+
+    pub fn run_post_filter(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        statuses: &NodeStatuses,
+    ) -> (PostFilterResult, Status) {
+        let mut last = Status::unschedulable("no PostFilter plugin");
+        for p in &self.post_filter {
+            let Some(pf) = p.as_post_filter() else {
+                continue;
+            };
+            let (result, s) = pf.post_filter(self, state, pod, snapshot, statuses);
+            if s.is_success() {
+                return (result, s.with_plugin(p.name()));
+            }
+            last = s.with_plugin(p.name());
+            if last.code == Code::UnschedulableAndUnresolvable {
+                break;
+            }
+        }
+        (PostFilterResult::default(), last)
+    }
+
+    /// Runs PreFilter extensions as if `other` joined (`add`) or left a node: preemption's
+    /// what-if.
+    pub fn run_pre_filter_extension(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        other: &PodInfo,
+        node: &NodeInfo,
+        add: bool,
+    ) -> Status {
+        for p in &self.pre_filter {
+            if state.skips_filter(p.name()) {
+                continue;
+            }
+            let Some(pf) = p.as_pre_filter() else {
+                continue;
+            };
+            let s = if add {
+                pf.add_pod(state, pod, other, node)
+            } else {
+                pf.remove_pod(state, pod, other, node)
+            };
+            if !s.is_success() {
+                return s.with_plugin(p.name());
+            }
+        }
+        Status::success()
+    }
+
+    pub fn run_reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
+        for p in &self.reserve {
+            let Some(r) = p.as_reserve() else { continue };
+            let s = r.reserve(state, pod, node);
+            if !s.is_success() {
+                return s.with_plugin(p.name());
+            }
+        }
+        Status::success()
+    }
+
+    /// Unreserve runs on every Reserve plugin, in reverse order.
+    pub fn run_unreserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) {
+        for p in self.reserve.iter().rev() {
+            if let Some(r) = p.as_reserve() {
+                r.unreserve(state, pod, node);
+            }
+        }
+    }
+
+    pub fn run_permit(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &str,
+    ) -> (Status, std::time::Duration) {
+        let mut wait = std::time::Duration::ZERO;
+        let mut waiting = false;
+        for p in &self.permit {
+            let Some(pm) = p.as_permit() else { continue };
+            let (s, timeout) = pm.permit(state, pod, node);
+            match s.code {
+                Code::Success | Code::Skip => {}
+                Code::Wait => {
+                    waiting = true;
+                    wait = wait.max(timeout);
+                }
+                _ => return (s.with_plugin(p.name()), wait),
+            }
+        }
+        if waiting {
+            (Status::new(Code::Wait, Vec::new()), wait)
+        } else {
+            (Status::success(), wait)
+        }
+    }
+
+    pub async fn run_pre_bind(
+        &self,
+        ctx: &BindContext,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &str,
+    ) -> Status {
+        for p in &self.pre_bind {
+            let Some(pb) = p.as_pre_bind() else { continue };
+            let s = pb.pre_bind(ctx, state, pod, node).await;
+            if !s.is_success() && !s.is_skip() {
+                return s.with_plugin(p.name());
+            }
+        }
+        Status::success()
+    }
+
+    pub async fn run_bind(
+        &self,
+        ctx: &BindContext,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &str,
+    ) -> Status {
+        for p in &self.bind {
+            let Some(b) = p.as_bind() else { continue };
+            let s = b.bind(ctx, state, pod, node).await;
+            if s.is_skip() {
+                continue;
+            }
+            return s.with_plugin(p.name());
+        }
+        Status::error("no bind plugin bound the pod")
+    }
+
+    pub fn run_post_bind(&self, state: &CycleState, pod: &PodInfo, node: &str) {
+        for p in &self.post_bind {
+            if let Some(pb) = p.as_post_bind() {
+                pb.post_bind(state, pod, node);
+            }
+        }
+    }
+}
+
+fn verdict(plugin: &str, s: &Status) -> PluginVerdict {
+    PluginVerdict {
+        plugin: plugin.to_string(),
+        code: s.code.to_string(),
+        reasons: s.reasons.clone(),
+    }
+}
+
+/// kube-scheduler's `numFeasibleNodesToFind`: all nodes below 100; else the percentage
+/// (adaptive when unset: 50 % minus 1 % per 125 nodes, at least 5 %), at least 100.
+pub fn num_feasible_nodes_to_find(percentage: Option<u32>, num_all_nodes: usize) -> usize {
+    if num_all_nodes < MIN_FEASIBLE_NODES_TO_FIND {
+        return num_all_nodes;
+    }
+    let mut pct = percentage.unwrap_or(0) as usize;
+    if pct >= 100 {
+        return num_all_nodes;
+    }
+    if pct == 0 {
+        pct = 50usize
+            .saturating_sub(num_all_nodes / 125)
+            .max(MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND);
+    }
+    (num_all_nodes * pct / 100).max(MIN_FEASIBLE_NODES_TO_FIND)
+}
+
+/// The highest total; ties broken uniformly at random (reservoir sampling, as
+/// kube-scheduler's selectHost).
+fn select_host(nodes: &[Arc<NodeInfo>], scores: &[i64]) -> String {
+    let mut rng = rand::rng();
+    let mut best = 0;
+    let mut ties = 1u32;
+    for i in 1..nodes.len() {
+        if scores[i] > scores[best] {
+            best = i;
+            ties = 1;
+        } else if scores[i] == scores[best] {
+            ties += 1;
+            if rng.random_range(0..ties) == 0 {
+                best = i;
+            }
+        }
+    }
+    nodes[best].name.clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn feasible_nodes_to_find_follows_kube_scheduler() {
+        assert_eq!(num_feasible_nodes_to_find(None, 50), 50);
+        assert_eq!(num_feasible_nodes_to_find(None, 100), 100);
+        assert_eq!(num_feasible_nodes_to_find(None, 1000), 420);
+        assert_eq!(num_feasible_nodes_to_find(None, 5000), 500);
+        assert_eq!(num_feasible_nodes_to_find(None, 6000), 300);
+        assert_eq!(num_feasible_nodes_to_find(Some(100), 5000), 5000);
+        assert_eq!(num_feasible_nodes_to_find(Some(1), 5000), 100);
+        assert_eq!(num_feasible_nodes_to_find(Some(30), 1000), 300);
+    }
+}

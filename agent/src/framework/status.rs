@@ -1,0 +1,94 @@
+//! Plugin results, with kube-scheduler's codes.
+
+use std::fmt;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum Code {
+    Success,
+    Error,
+    /// The pod does not fit now, but preemption might make room.
+    Unschedulable,
+    /// The pod does not fit and preemption cannot help.
+    UnschedulableAndUnresolvable,
+    Wait,
+    Skip,
+    Pending,
+}
+
+impl fmt::Display for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    pub code: Code,
+    pub reasons: Vec<String>,
+    /// The plugin that returned it, filled in by the framework.
+    pub plugin: &'static str,
+}
+
+impl Status {
+    pub fn success() -> Self {
+        Status::new(Code::Success, Vec::new())
+    }
+
+    pub fn new(code: Code, reasons: Vec<String>) -> Self {
+        Status {
+            code,
+            reasons,
+            plugin: "",
+        }
+    }
+
+    pub fn unschedulable(reason: impl Into<String>) -> Self {
+        Status::new(Code::Unschedulable, vec![reason.into()])
+    }
+
+    pub fn unresolvable(reason: impl Into<String>) -> Self {
+        Status::new(Code::UnschedulableAndUnresolvable, vec![reason.into()])
+    }
+
+    pub fn error(reason: impl Into<String>) -> Self {
+        Status::new(Code::Error, vec![reason.into()])
+    }
+
+    pub fn skip() -> Self {
+        Status::new(Code::Skip, Vec::new())
+    }
+
+    pub fn is_success(&self) -> bool {
+        self.code == Code::Success
+    }
+
+    pub fn is_skip(&self) -> bool {
+        self.code == Code::Skip
+    }
+
+    pub fn is_rejected(&self) -> bool {
+        matches!(
+            self.code,
+            Code::Unschedulable | Code::UnschedulableAndUnresolvable | Code::Pending
+        )
+    }
+
+    pub fn with_plugin(mut self, plugin: &'static str) -> Self {
+        self.plugin = plugin;
+        self
+    }
+
+    pub fn message(&self) -> String {
+        self.reasons.join(", ")
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.reasons.is_empty() {
+            write!(f, "{}", self.code)
+        } else {
+            write!(f, "{}", self.message())
+        }
+    }
+}

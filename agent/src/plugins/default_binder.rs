@@ -1,0 +1,78 @@
+//! DefaultBinder: binds through the `pods/binding` subresource.
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
+use kube::api::PostParams;
+
+use crate::framework::{BindContext, BindPlugin, Code, CycleState, Plugin, Status};
+use crate::snapshot::PodInfo;
+
+pub const NAME: &str = "DefaultBinder";
+
+pub struct DefaultBinder;
+
+impl Plugin for DefaultBinder {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    fn as_bind(&self) -> Option<&dyn BindPlugin> {
+        Some(self)
+    }
+}
+
+pub async fn bind_pod(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+    node: &str,
+) -> Result<(), kube::Error> {
+    let binding = Binding {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some(namespace.to_string()),
+            uid: (!uid.is_empty()).then(|| uid.to_string()),
+            ..Default::default()
+        },
+        target: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(node.to_string()),
+            ..Default::default()
+        },
+    };
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    pods.create_subresource::<_, serde_json::Value>(
+        "binding",
+        name,
+        &PostParams::default(),
+        &binding,
+    )
+    .await
+    .map(|_| ())
+}
+
+impl BindPlugin for DefaultBinder {
+    fn bind<'a>(
+        &'a self,
+        ctx: &'a BindContext,
+        _state: &'a CycleState,
+        pod: &'a PodInfo,
+        node: &'a str,
+    ) -> BoxFuture<'a, Status> {
+        async move {
+            match bind_pod(&ctx.client, &pod.namespace, &pod.name, &pod.uid, node).await {
+                Ok(()) => Status::success(),
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Status::new(
+                    Code::Error,
+                    vec![format!("binding rejected: {}", s.message)],
+                ),
+                Err(e) => Status::error(format!("binding failed: {e}")),
+            }
+        }
+        .boxed()
+    }
+}

@@ -1,0 +1,44 @@
+//! Score normalisation shared by plugins (kube-scheduler's `helper.DefaultNormalizeScore`).
+
+use crate::framework::MAX_NODE_SCORE;
+
+/// Scales scores so the highest becomes `max`; with `reverse`, high raw scores become
+/// low. All zeros stay zeros (or all `max` when reversed).
+pub fn default_normalize_score(max: i64, reverse: bool, scores: &mut [i64]) {
+    let highest = scores.iter().copied().max().unwrap_or(0);
+    if highest == 0 {
+        if reverse {
+            scores.iter_mut().for_each(|s| *s = max);
+        }
+        return;
+    }
+    for s in scores.iter_mut() {
+        let mut v = max * *s / highest;
+        if reverse {
+            v = max - v;
+        }
+        *s = v;
+    }
+}
+
+pub fn normalize_to_max(scores: &mut [i64]) {
+    default_normalize_score(MAX_NODE_SCORE, false, scores)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalizes_like_kube_scheduler() {
+        let mut s = [0, 5, 10];
+        default_normalize_score(100, false, &mut s);
+        assert_eq!(s, [0, 50, 100]);
+        let mut s = [0, 5, 10];
+        default_normalize_score(100, true, &mut s);
+        assert_eq!(s, [100, 50, 0]);
+        let mut s = [0, 0];
+        default_normalize_score(100, true, &mut s);
+        assert_eq!(s, [100, 100]);
+    }
+}

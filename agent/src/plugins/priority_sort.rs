@@ -1,0 +1,23 @@
+//! PrioritySort: higher priority first, then the earlier queued.
+
+use crate::framework::{Plugin, QueueSortPlugin, QueuedPodInfo};
+
+pub const NAME: &str = "PrioritySort";
+
+pub struct PrioritySort;
+
+impl Plugin for PrioritySort {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    fn as_queue_sort(&self) -> Option<&dyn QueueSortPlugin> {
+        Some(self)
+    }
+}
+
+impl QueueSortPlugin for PrioritySort {
+    fn less(&self, a: &QueuedPodInfo, b: &QueuedPodInfo) -> bool {
+        let (pa, pb) = (a.pod.priority(), b.pod.priority());
+        pa > pb || (pa == pb && a.timestamp < b.timestamp)
+    }
+}

@@ -1,0 +1,226 @@
+//! TaintToleration: Filter rejects nodes with an untolerated NoSchedule/NoExecute taint;
+//! Score prefers nodes with fewer untolerated PreferNoSchedule taints.
+
+use k8s_openapi::api::core::v1::{Taint, Toleration};
+use mcsched_shared::taints;
+
+use super::helper::default_normalize_score;
+use crate::framework::{
+    ClusterEvent, CycleState, FilterPlugin, MAX_NODE_SCORE, Plugin, PreScorePlugin, ScorePlugin,
+    Status,
+};
+use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
+
+pub const NAME: &str = "TaintToleration";
+
+pub struct TaintToleration;
+
+pub fn tolerations(pod: &PodInfo) -> &[Toleration] {
+    pod.pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.tolerations.as_deref())
+        .unwrap_or_default()
+}
+
+pub fn node_taints(node: &NodeInfo) -> &[Taint] {
+    node.node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or_default()
+}
+
+/// The Filter both TaintToleration and LeafNodeTaintToleration use; `ignore` picks taints
+/// that count as tolerated.
+pub fn filter_taints(pod: &PodInfo, node: &NodeInfo, ignore: impl Fn(&Taint) -> bool) -> Status {
+    let taints: Vec<Taint> = node_taints(node)
+        .iter()
+        .filter(|t| !ignore(t))
+        .cloned()
+        .collect();
+    match taints::first_untolerated(&taints, tolerations(pod)) {
+        None => Status::success(),
+        Some(t) => Status::unresolvable(format!(
+            "node(s) had untolerated taint {{{}: {}}}",
+            t.key,
+            t.value.as_deref().unwrap_or("")
+        )),
+    }
+}
+
+impl Plugin for TaintToleration {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    fn events_to_register(&self) -> Vec<ClusterEvent> {
+        vec![
+            ClusterEvent::NodeAdd,
+            ClusterEvent::NodeUpdate,
+            ClusterEvent::PodUpdate,
+        ]
+    }
+    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
+        Some(self)
+    }
+    fn as_score(&self) -> Option<&dyn ScorePlugin> {
+        Some(self)
+    }
+}
+
+impl FilterPlugin for TaintToleration {
+    fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        filter_taints(pod, node, |_| false)
+    }
+}
+
+#[derive(Clone)]
+struct PreferNoScheduleTolerations(Vec<Toleration>);
+
+impl PreScorePlugin for TaintToleration {
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        _nodes: &[std::sync::Arc<NodeInfo>],
+        _snapshot: &Snapshot,
+    ) -> Status {
+        let tols = tolerations(pod)
+            .iter()
+            .filter(|t| {
+                t.effect
+                    .as_deref()
+                    .is_none_or(|e| e.is_empty() || e == "PreferNoSchedule")
+            })
+            .cloned()
+            .collect();
+        state.write(NAME, PreferNoScheduleTolerations(tols));
+        Status::success()
+    }
+}
+
+impl ScorePlugin for TaintToleration {
+    fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let tols = state
+            .read::<PreferNoScheduleTolerations>(NAME)
+            .map(|t| t.0.as_slice())
+            .unwrap_or_default();
+        let count = node_taints(node)
+            .iter()
+            .filter(|t| t.effect == "PreferNoSchedule")
+            .filter(|t| !tols.iter().any(|tol| taints::tolerates(tol, t)))
+            .count();
+        Ok(count as i64)
+    }
+
+    fn normalize(&self, _state: &CycleState, _pod: &PodInfo, scores: &mut [i64]) -> Status {
+        default_normalize_score(MAX_NODE_SCORE, true, scores);
+        Status::success()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugins::testing::{node_with, pod_with};
+
+    fn taint(key: &str, value: &str, effect: &str) -> Taint {
+        Taint {
+            key: key.into(),
+            value: Some(value.into()),
+            effect: effect.into(),
+            ..Default::default()
+        }
+    }
+
+    fn tol(key: &str, value: &str, effect: &str) -> Toleration {
+        Toleration {
+            key: Some(key.into()),
+            operator: Some("Equal".into()),
+            value: Some(value.into()),
+            effect: Some(effect.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn filter_table() {
+        let cases = [
+            (vec![], vec![], true, ""),
+            (
+                vec![taint("dedicated", "user1", "NoSchedule")],
+                vec![],
+                false,
+                "node(s) had untolerated taint {dedicated: user1}",
+            ),
+            (
+                vec![taint("dedicated", "user1", "NoSchedule")],
+                vec![tol("dedicated", "user1", "NoSchedule")],
+                true,
+                "",
+            ),
+            (
+                vec![taint("dedicated", "user1", "NoSchedule")],
+                vec![tol("dedicated", "user2", "NoSchedule")],
+                false,
+                "node(s) had untolerated taint {dedicated: user1}",
+            ),
+            (
+                vec![taint("soft", "x", "PreferNoSchedule")],
+                vec![],
+                true,
+                "",
+            ),
+            (
+                vec![taint("evict", "x", "NoExecute")],
+                vec![],
+                false,
+                "node(s) had untolerated taint {evict: x}",
+            ),
+        ];
+        for (taints, tols, ok, msg) in cases {
+            let node = node_with("n", |n| {
+                n.spec.get_or_insert_default().taints = Some(taints.clone());
+            });
+            let pod = pod_with(|p| {
+                p.spec.get_or_insert_default().tolerations = Some(tols.clone());
+            });
+            let s = TaintToleration.filter(&CycleState::new(), &pod, &node);
+            assert_eq!(s.is_success(), ok, "{taints:?} {tols:?}");
+            assert_eq!(s.message(), msg);
+            if !ok {
+                assert_eq!(s.code, crate::framework::Code::UnschedulableAndUnresolvable);
+            }
+        }
+    }
+
+    #[test]
+    fn score_prefers_fewer_intolerable_prefer_no_schedule_taints() {
+        let nodes = [
+            node_with("clean", |_| {}),
+            node_with("one", |n| {
+                n.spec.get_or_insert_default().taints =
+                    Some(vec![taint("a", "1", "PreferNoSchedule")]);
+            }),
+            node_with("two", |n| {
+                n.spec.get_or_insert_default().taints = Some(vec![
+                    taint("a", "1", "PreferNoSchedule"),
+                    taint("b", "1", "PreferNoSchedule"),
+                ]);
+            }),
+        ];
+        let pod = pod_with(|_| {});
+        let mut state = CycleState::new();
+        TaintToleration.pre_score(&mut state, &pod, &[], &Snapshot::default());
+        let mut scores: Vec<i64> = nodes
+            .iter()
+            .map(|n| TaintToleration.score(&state, &pod, n).unwrap_or(-1))
+            .collect();
+        assert_eq!(scores, vec![0, 1, 2]);
+        TaintToleration.normalize(&state, &pod, &mut scores);
+        assert_eq!(scores, vec![100, 50, 0]);
+    }
+}

@@ -1,0 +1,297 @@
+//! An immutable, indexed view of the cluster for one scheduling cycle. Node entries are
+//! shared `Arc`s: the cache replaces only the nodes that changed, so taking a snapshot
+//! costs one vector of pointer copies, not a rebuild.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use mcsched_shared::node;
+use mcsched_shared::resources::{Resources, pod_requests};
+
+/// kube-scheduler's defaults for pods that request nothing, used only by scoring so that
+/// zero-request pods still spread (`schedutil.DefaultMilliCPURequest`/`DefaultMemoryRequest`).
+pub const DEFAULT_MILLI_CPU_REQUEST: i64 = 100;
+pub const DEFAULT_MEMORY_REQUEST: i64 = 200 * 1024 * 1024;
+
+/// A host port in use: protocol, host IP (`0.0.0.0` when unset) and port.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct HostPort {
+    pub protocol: String,
+    pub ip: String,
+    pub port: i32,
+}
+
+/// A pod with what every cycle needs of it computed once.
+#[derive(Debug, Clone)]
+pub struct PodInfo {
+    pub pod: Arc<Pod>,
+    pub key: String,
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    pub requests: Resources,
+    /// cpu/memory with kube-scheduler's non-zero defaults, for scoring.
+    pub non_zero_milli_cpu: i64,
+    pub non_zero_memory: i64,
+    pub host_ports: Vec<HostPort>,
+    pub has_affinity: bool,
+    pub has_required_anti_affinity: bool,
+    /// A request that did not parse; the pod is unschedulable with this message.
+    pub invalid: Option<String>,
+}
+
+impl PodInfo {
+    pub fn new(pod: Arc<Pod>) -> Self {
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let (requests, invalid) = match pod_requests(&pod) {
+            Ok(r) => (r, None),
+            Err(e) => (Resources::default(), Some(e.to_string())),
+        };
+        let (non_zero_milli_cpu, non_zero_memory) = non_zero_requests(&pod);
+        let spec = pod.spec.as_ref();
+        let host_ports = spec
+            .map(|s| {
+                s.containers
+                    .iter()
+                    .flat_map(|c| c.ports.iter().flatten())
+                    .filter(|p| p.host_port.unwrap_or(0) > 0)
+                    .map(|p| HostPort {
+                        protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+                        ip: p
+                            .host_ip
+                            .clone()
+                            .filter(|ip| !ip.is_empty())
+                            .unwrap_or_else(|| "0.0.0.0".into()),
+                        port: p.host_port.unwrap_or(0),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let affinity = spec.and_then(|s| s.affinity.as_ref());
+        let has_affinity =
+            affinity.is_some_and(|a| a.pod_affinity.is_some() || a.pod_anti_affinity.is_some());
+        let has_required_anti_affinity = affinity
+            .and_then(|a| a.pod_anti_affinity.as_ref())
+            .and_then(|a| {
+                a.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
+            .is_some_and(|t| !t.is_empty());
+        PodInfo {
+            key: format!("{namespace}/{name}"),
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            namespace,
+            name,
+            requests,
+            non_zero_milli_cpu,
+            non_zero_memory,
+            host_ports,
+            has_affinity,
+            has_required_anti_affinity,
+            invalid,
+            pod,
+        }
+    }
+
+    pub fn labels(&self) -> &BTreeMap<String, String> {
+        static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+        self.pod.metadata.labels.as_ref().unwrap_or(&EMPTY)
+    }
+
+    pub fn node_name(&self) -> Option<&str> {
+        self.pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .filter(|n| !n.is_empty())
+    }
+
+    pub fn priority(&self) -> i32 {
+        self.pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
+    }
+}
+
+/// Per-container requests with 100m / 200Mi standing in for an unset cpu / memory
+/// request, summed like `PodRequests` (init containers by peak) — as kube-scheduler's
+/// `NonZeroRequested`.
+fn non_zero_requests(pod: &Pod) -> (i64, i64) {
+    let Some(spec) = pod.spec.as_ref() else {
+        return (0, 0);
+    };
+    let get = |c: &k8s_openapi::api::core::v1::Container| {
+        let req = c.resources.as_ref().and_then(|r| r.requests.as_ref());
+        let read = |name: &str, milli: bool| {
+            req.and_then(|m| m.get(name))
+                .and_then(|q| mcsched_shared::quantity::Quantity::parse(&q.0).ok())
+                .map(|q| if milli { q.milli_value() } else { q.value() })
+        };
+        (
+            read("cpu", true).unwrap_or(DEFAULT_MILLI_CPU_REQUEST),
+            read("memory", false).unwrap_or(DEFAULT_MEMORY_REQUEST),
+        )
+    };
+    let (mut cpu, mut mem) = (0, 0);
+    for c in &spec.containers {
+        let (c_cpu, c_mem) = get(c);
+        cpu += c_cpu;
+        mem += c_mem;
+    }
+    for ic in spec.init_containers.iter().flatten() {
+        let (c_cpu, c_mem) = get(ic);
+        if ic.restart_policy.as_deref() == Some("Always") {
+            cpu += c_cpu;
+            mem += c_mem;
+        } else {
+            cpu = cpu.max(c_cpu);
+            mem = mem.max(c_mem);
+        }
+    }
+    (cpu, mem)
+}
+
+/// A node and the pods on it, with their sums kept up to date.
+#[derive(Debug, Clone)]
+pub struct NodeInfo {
+    pub node: Arc<Node>,
+    pub name: String,
+    pub allocatable: Resources,
+    pub pods: Vec<Arc<PodInfo>>,
+    pub requested: Resources,
+    pub non_zero_milli_cpu: i64,
+    pub non_zero_memory: i64,
+    pub used_ports: HashSet<HostPort>,
+    /// Container images present on the node: name → size in bytes.
+    pub images: HashMap<String, i64>,
+    /// Bumped on every change, so derived caches can tell stale entries.
+    pub generation: u64,
+}
+
+impl NodeInfo {
+    pub fn new(node: Arc<Node>) -> Self {
+        let mut info = NodeInfo {
+            name: node.metadata.name.clone().unwrap_or_default(),
+            allocatable: Resources::default(),
+            pods: Vec::new(),
+            requested: Resources::default(),
+            non_zero_milli_cpu: 0,
+            non_zero_memory: 0,
+            used_ports: HashSet::new(),
+            images: HashMap::new(),
+            generation: 0,
+            node: node.clone(),
+        };
+        info.set_node(node);
+        info
+    }
+
+    /// Replaces the Node object and what derives from it, keeping the pods.
+    pub fn set_node(&mut self, node: Arc<Node>) {
+        self.allocatable = node::allocatable(&node).unwrap_or_default();
+        self.images = node
+            .status
+            .as_ref()
+            .and_then(|s| s.images.as_ref())
+            .map(|imgs| {
+                imgs.iter()
+                    .flat_map(|i| {
+                        let size = i.size_bytes.unwrap_or(0);
+                        i.names.iter().flatten().map(move |n| (n.clone(), size))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        self.node = node;
+        self.generation += 1;
+    }
+
+    pub fn labels(&self) -> &BTreeMap<String, String> {
+        static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+        self.node.metadata.labels.as_ref().unwrap_or(&EMPTY)
+    }
+
+    pub fn add_pod(&mut self, pod: Arc<PodInfo>) {
+        self.requested.add(&pod.requests);
+        self.non_zero_milli_cpu += pod.non_zero_milli_cpu;
+        self.non_zero_memory += pod.non_zero_memory;
+        for p in &pod.host_ports {
+            self.used_ports.insert(p.clone());
+        }
+        self.pods.push(pod);
+        self.generation += 1;
+    }
+
+    /// Removes the pod with this key; false when it was not here.
+    pub fn remove_pod(&mut self, key: &str) -> bool {
+        let Some(i) = self.pods.iter().position(|p| p.key == key) else {
+            return false;
+        };
+        let pod = self.pods.swap_remove(i);
+        self.requested.sub(&pod.requests);
+        self.non_zero_milli_cpu -= pod.non_zero_milli_cpu;
+        self.non_zero_memory -= pod.non_zero_memory;
+        if !pod.host_ports.is_empty() {
+            self.used_ports = self
+                .pods
+                .iter()
+                .flat_map(|p| p.host_ports.iter().cloned())
+                .collect();
+        }
+        self.generation += 1;
+        true
+    }
+
+    pub fn pods_with_affinity(&self) -> impl Iterator<Item = &Arc<PodInfo>> {
+        self.pods.iter().filter(|p| p.has_affinity)
+    }
+
+    pub fn pods_with_required_anti_affinity(&self) -> impl Iterator<Item = &Arc<PodInfo>> {
+        self.pods.iter().filter(|p| p.has_required_anti_affinity)
+    }
+}
+
+/// The view one scheduling cycle works on. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub nodes: Arc<Vec<Arc<NodeInfo>>>,
+    pub index: Arc<HashMap<String, usize>>,
+    /// Namespace labels, for namespaceSelector in pod (anti-)affinity terms.
+    pub namespaces: Arc<HashMap<String, BTreeMap<String, String>>>,
+    /// How many nodes hold each image, for ImageLocality's spread factor.
+    pub image_nodes: Arc<HashMap<String, usize>>,
+}
+
+impl Snapshot {
+    pub fn from_nodes(nodes: Vec<Arc<NodeInfo>>) -> Self {
+        let index = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.clone(), i))
+            .collect();
+        let mut image_nodes: HashMap<String, usize> = HashMap::new();
+        for n in &nodes {
+            for image in n.images.keys() {
+                *image_nodes.entry(image.clone()).or_default() += 1;
+            }
+        }
+        Snapshot {
+            nodes: Arc::new(nodes),
+            index: Arc::new(index),
+            namespaces: Arc::default(),
+            image_nodes: Arc::new(image_nodes),
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<NodeInfo>> {
+        self.index.get(name).and_then(|&i| self.nodes.get(i))
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+}

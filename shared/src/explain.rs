@@ -1,0 +1,99 @@
+//! The wire types of an explanation: what every plugin said about every node in one
+//! scheduling attempt. The agent produces them; the CLI renders them.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Explanation {
+    /// `namespace/name`.
+    pub pod: String,
+    pub scheduler_name: String,
+    /// RFC 3339 time of the attempt.
+    pub time: String,
+    pub outcome: Outcome,
+    pub num_all_nodes: usize,
+    /// How many nodes Filter looked at (percentageOfNodesToScore may stop it early).
+    pub num_evaluated_nodes: usize,
+    pub num_feasible_nodes: usize,
+    pub nodes: Vec<NodeExplanation>,
+    /// Extension points in the order they ran, with the time spent in each.
+    pub durations: Vec<PhaseDuration>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pre_filter: Vec<PluginVerdict>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extenders: Vec<ExtenderAnswer>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "result")]
+pub enum Outcome {
+    Scheduled {
+        node: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        leaf_node: Option<String>,
+    },
+    Unschedulable {
+        message: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        nominated_node: Option<String>,
+    },
+    Error {
+        message: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeExplanation {
+    pub node: String,
+    pub feasible: bool,
+    pub filters: Vec<PluginVerdict>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scores: Vec<PluginScore>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_score: Option<i64>,
+    /// For a virtual node: the leaf cluster's node that would host the pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leaf_node: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginVerdict {
+    pub plugin: String,
+    /// Success, Unschedulable, UnschedulableAndUnresolvable, Error, Skip.
+    pub code: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginScore {
+    pub plugin: String,
+    pub raw: i64,
+    pub normalized: i64,
+    pub weight: i64,
+    pub weighted: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PhaseDuration {
+    pub extension_point: String,
+    pub micros: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExtenderAnswer {
+    pub extender: String,
+    pub verb: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed_nodes: Vec<(String, String)>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scores: Vec<(String, i64)>,
+}
