@@ -5,7 +5,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use mcsched_shared::node;
 use mcsched_shared::resources::{Resources, pod_requests};
 
@@ -260,6 +262,17 @@ pub struct Snapshot {
     pub namespaces: Arc<HashMap<String, BTreeMap<String, String>>>,
     /// How many nodes hold each image, for ImageLocality's spread factor.
     pub image_nodes: Arc<HashMap<String, usize>>,
+    pub volumes: Arc<VolumeObjects>,
+    pub pdbs: Arc<Vec<Arc<PodDisruptionBudget>>>,
+}
+
+/// The storage objects volume plugins read; claims keyed `namespace/name`, the rest by name.
+#[derive(Debug, Clone, Default)]
+pub struct VolumeObjects {
+    pub claims: HashMap<String, Arc<PersistentVolumeClaim>>,
+    pub volumes: HashMap<String, Arc<PersistentVolume>>,
+    pub storage_classes: HashMap<String, Arc<StorageClass>>,
+    pub csi_nodes: HashMap<String, Arc<CSINode>>,
 }
 
 impl Snapshot {
@@ -280,6 +293,8 @@ impl Snapshot {
             index: Arc::new(index),
             namespaces: Arc::default(),
             image_nodes: Arc::new(image_nodes),
+            volumes: Arc::default(),
+            pdbs: Arc::default(),
         }
     }
 
