@@ -2,11 +2,14 @@
 //! `spec.schedulerName`, on host nodes and on leaf clusters' virtual nodes.
 
 pub mod args;
-pub mod binder;
+pub mod cache;
 pub mod client;
+pub mod events;
+pub mod explain;
 pub mod framework;
-pub mod placement;
 pub mod plugins;
+pub mod preemption;
+pub mod profiles;
 pub mod queue;
 pub mod scheduler;
 pub mod snapshot;

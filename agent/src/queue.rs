@@ -1,86 +1,314 @@
-//! The pods waiting to be scheduled, each at most once, with kube-scheduler's per-pod
-//! backoff (1 s, doubling, at most 10 s) for pods that could not be placed.
+//! The scheduling queue, after kube-scheduler's PriorityQueue: activeQ ordered by
+//! priority then arrival (PrioritySort), backoffQ for pods that failed recently (1 s
+//! doubling to the maximum), unschedulablePods waiting for a cluster event that may help
+//! them (or for the 5-minute flush), and gated pods held back by PreEnqueue.
 
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-pub const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
-pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
+use crate::framework::{ClusterEvent, QueuedPodInfo};
+use crate::snapshot::PodInfo;
+
+pub const DEFAULT_INITIAL_BACKOFF: Duration = Duration::from_secs(1);
+pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// kube-scheduler's podMaxInUnschedulablePodsDuration.
+pub const MAX_IN_UNSCHEDULABLE: Duration = Duration::from_secs(5 * 60);
+
+struct Active {
+    priority: i32,
+    seq: u64,
+    info: QueuedPodInfo,
+}
+
+impl PartialEq for Active {
+    fn eq(&self, o: &Self) -> bool {
+        self.seq == o.seq
+    }
+}
+impl Eq for Active {}
+impl PartialOrd for Active {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Active {
+    /// Max-heap: higher priority first, then the earlier arrival.
+    fn cmp(&self, o: &Self) -> Ordering {
+        self.priority
+            .cmp(&o.priority)
+            .then_with(|| o.seq.cmp(&self.seq))
+    }
+}
+
+struct Unschedulable {
+    info: QueuedPodInfo,
+    plugins: HashSet<&'static str>,
+    since: Instant,
+}
 
 #[derive(Default)]
-struct Inner {
-    active: VecDeque<String>,
-    queued: HashSet<String>,
-    attempts: HashMap<String, u32>,
+struct State {
+    active: BinaryHeap<Active>,
+    /// Keys in `active`, with the seq of their live entry (stale heap entries are skipped).
+    active_seq: HashMap<String, u64>,
+    backoff: HashMap<String, QueuedPodInfo>,
+    unschedulable: HashMap<String, Unschedulable>,
+    gated: HashMap<String, QueuedPodInfo>,
+    /// Popped pods and the move-request cycle current when they were popped.
+    in_flight: HashMap<String, u64>,
+    move_request_cycle: u64,
+    seq: u64,
     closed: bool,
 }
 
-#[derive(Clone, Default)]
+/// How many pods wait where, for `scheduler_pending_pods`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PendingCounts {
+    pub active: usize,
+    pub backoff: usize,
+    pub unschedulable: usize,
+    pub gated: usize,
+}
+
 pub struct SchedulingQueue {
-    inner: Arc<Mutex<Inner>>,
-    ready: Arc<Notify>,
+    state: Mutex<State>,
+    ready: Notify,
+    initial_backoff: Duration,
+    max_backoff: Duration,
+    /// Which cluster events each plugin registered: a pod rejected by plugin P is moved
+    /// on P's events only.
+    plugin_events: HashMap<&'static str, Vec<ClusterEvent>>,
+}
+
+pub fn backoff_duration(attempts: u32, initial: Duration, max: Duration) -> Duration {
+    let mut d = initial;
+    for _ in 1..attempts {
+        if d > max.saturating_sub(d) {
+            return max;
+        }
+        d += d;
+    }
+    d.min(max)
 }
 
 impl SchedulingQueue {
-    pub fn new() -> Self {
-        Self::default()
+    pub fn new(
+        initial_backoff: Duration,
+        max_backoff: Duration,
+        plugin_events: HashMap<&'static str, Vec<ClusterEvent>>,
+    ) -> Arc<Self> {
+        Arc::new(SchedulingQueue {
+            state: Mutex::default(),
+            ready: Notify::new(),
+            initial_backoff,
+            max_backoff,
+            plugin_events,
+        })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        // A panic while holding the lock leaves plain collections behind: still usable.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Adds a pod unless it is already waiting.
-    pub fn add(&self, key: String) {
-        {
-            let mut inner = self.lock();
-            if inner.closed || !inner.queued.insert(key.clone()) {
-                return;
-            }
-            inner.active.push_back(key);
-        }
+    fn push_active(&self, st: &mut State, mut info: QueuedPodInfo) {
+        st.seq += 1;
+        let seq = st.seq;
+        info.timestamp = Instant::now();
+        st.active_seq.insert(info.pod.key.clone(), seq);
+        st.active.push(Active {
+            priority: info.pod.priority(),
+            seq,
+            info,
+        });
         self.ready.notify_one();
     }
 
-    /// Puts a pod back after its backoff; the backoff doubles with each failed attempt.
-    pub fn add_after_backoff(&self, key: String) {
-        let delay = {
-            let mut inner = self.lock();
-            let attempts = inner.attempts.entry(key.clone()).or_default();
-            *attempts += 1;
-            backoff(*attempts)
-        };
-        let queue = self.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
-            queue.add(key);
+    fn backoff_expiry(&self, info: &QueuedPodInfo) -> Instant {
+        info.timestamp + backoff_duration(info.attempts, self.initial_backoff, self.max_backoff)
+    }
+
+    /// A pod to schedule appeared or changed. `gated` when a PreEnqueue plugin held it back.
+    pub fn add(&self, pod: Arc<PodInfo>, gated: bool) {
+        let mut st = self.lock();
+        if st.closed {
+            return;
+        }
+        let key = pod.key.clone();
+        let previous = st
+            .backoff
+            .remove(&key)
+            .or_else(|| st.unschedulable.remove(&key).map(|u| u.info))
+            .or_else(|| st.gated.remove(&key));
+        let mut info = previous.unwrap_or_else(|| QueuedPodInfo {
+            pod: pod.clone(),
+            timestamp: Instant::now(),
+            initial_attempt: None,
+            attempts: 0,
         });
+        info.pod = pod;
+        if gated {
+            st.active_seq.remove(&key);
+            st.gated.insert(key, info);
+            return;
+        }
+        if st.in_flight.contains_key(&key) {
+            // Being scheduled right now; the result decides where it goes.
+            return;
+        }
+        self.push_active(&mut st, info);
     }
 
-    /// The pod was placed or is gone: its next failure starts from the initial backoff.
-    pub fn forget(&self, key: &str) {
-        self.lock().attempts.remove(key);
+    pub fn delete(&self, key: &str) {
+        let mut st = self.lock();
+        st.active_seq.remove(key);
+        st.backoff.remove(key);
+        st.unschedulable.remove(key);
+        st.gated.remove(key);
     }
 
-    /// Waits for the next pod; `None` once the queue is closed.
-    pub async fn pop(&self) -> Option<String> {
+    /// Waits for the next pod; `None` once closed.
+    pub async fn pop(&self) -> Option<QueuedPodInfo> {
         loop {
             let notified = self.ready.notified();
             {
-                let mut inner = self.lock();
-                if inner.closed {
+                let mut st = self.lock();
+                if st.closed {
                     return None;
                 }
-                if let Some(key) = inner.active.pop_front() {
-                    inner.queued.remove(&key);
-                    return Some(key);
+                while let Some(top) = st.active.pop() {
+                    let live = st.active_seq.get(&top.info.pod.key) == Some(&top.seq);
+                    if !live {
+                        continue;
+                    }
+                    let mut info = top.info;
+                    st.active_seq.remove(&info.pod.key);
+                    info.attempts += 1;
+                    info.initial_attempt.get_or_insert_with(Instant::now);
+                    let cycle = st.move_request_cycle;
+                    st.in_flight.insert(info.pod.key.clone(), cycle);
+                    return Some(info);
                 }
             }
             notified.await;
+        }
+    }
+
+    /// The pod was bound (or is gone): it leaves the queue.
+    pub fn done(&self, key: &str) {
+        self.lock().in_flight.remove(key);
+    }
+
+    /// The pod did not fit. If a cluster event came while it was being scheduled it may
+    /// already fit, so it goes to backoff; else it waits for an event one of `plugins`
+    /// registered.
+    pub fn add_unschedulable(&self, mut info: QueuedPodInfo, plugins: HashSet<&'static str>) {
+        let mut st = self.lock();
+        let key = info.pod.key.clone();
+        let popped_at = st.in_flight.remove(&key);
+        if st.closed || st.active_seq.contains_key(&key) {
+            return;
+        }
+        info.timestamp = Instant::now();
+        if popped_at.is_some_and(|c| c < st.move_request_cycle) {
+            st.backoff.insert(key, info);
+        } else {
+            st.unschedulable.insert(
+                key,
+                Unschedulable {
+                    info,
+                    plugins,
+                    since: Instant::now(),
+                },
+            );
+        }
+    }
+
+    /// An error (not a misfit): retry after backoff.
+    pub fn add_backoff(&self, mut info: QueuedPodInfo) {
+        let mut st = self.lock();
+        let key = info.pod.key.clone();
+        st.in_flight.remove(&key);
+        if st.closed || st.active_seq.contains_key(&key) {
+            return;
+        }
+        info.timestamp = Instant::now();
+        st.backoff.insert(key, info);
+    }
+
+    /// A cluster change: pods rejected by a plugin that cares about it move to backoffQ,
+    /// or straight to activeQ when their backoff is over.
+    pub fn on_event(&self, event: ClusterEvent) {
+        let mut st = self.lock();
+        st.move_request_cycle += 1;
+        let now = Instant::now();
+        let keys: Vec<String> = st
+            .unschedulable
+            .iter()
+            .filter(|(_, u)| {
+                u.plugins.is_empty()
+                    || u.plugins.iter().any(|p| {
+                        self.plugin_events
+                            .get(p)
+                            .is_none_or(|evs| evs.contains(&event))
+                    })
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in keys {
+            if let Some(u) = st.unschedulable.remove(&key) {
+                if self.backoff_expiry(&u.info) <= now {
+                    self.push_active(&mut st, u.info);
+                } else {
+                    st.backoff.insert(key, u.info);
+                }
+            }
+        }
+    }
+
+    /// Moves pods whose backoff ended to activeQ, and pods unschedulable for longer than
+    /// MAX_IN_UNSCHEDULABLE back into circulation. Called every second.
+    pub fn flush(&self) {
+        let mut st = self.lock();
+        let now = Instant::now();
+        let done: Vec<String> = st
+            .backoff
+            .iter()
+            .filter(|(_, i)| self.backoff_expiry(i) <= now)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in done {
+            if let Some(info) = st.backoff.remove(&key) {
+                self.push_active(&mut st, info);
+            }
+        }
+        let stale: Vec<String> = st
+            .unschedulable
+            .iter()
+            .filter(|(_, u)| now.duration_since(u.since) >= MAX_IN_UNSCHEDULABLE)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in stale {
+            if let Some(u) = st.unschedulable.remove(&key) {
+                if self.backoff_expiry(&u.info) <= now {
+                    self.push_active(&mut st, u.info);
+                } else {
+                    st.backoff.insert(key, u.info);
+                }
+            }
+        }
+    }
+
+    pub fn pending(&self) -> PendingCounts {
+        let st = self.lock();
+        PendingCounts {
+            active: st.active_seq.len(),
+            backoff: st.backoff.len(),
+            unschedulable: st.unschedulable.len(),
+            gated: st.gated.len(),
         }
     }
 
@@ -88,61 +316,98 @@ impl SchedulingQueue {
         self.lock().closed = true;
         self.ready.notify_waiters();
     }
-
-    pub fn len(&self) -> usize {
-        self.lock().active.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-pub fn backoff(attempts: u32) -> Duration {
-    let doublings = attempts.saturating_sub(1).min(16);
-    INITIAL_BACKOFF
-        .saturating_mul(1 << doublings)
-        .min(MAX_BACKOFF)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::{Pod, PodSpec};
+
+    fn pod(name: &str, priority: i32) -> Arc<PodInfo> {
+        let mut p = Pod::default();
+        p.metadata.name = Some(name.into());
+        p.metadata.namespace = Some("ns".into());
+        p.spec = Some(PodSpec {
+            priority: Some(priority),
+            ..Default::default()
+        });
+        Arc::new(PodInfo::new(Arc::new(p)))
+    }
+
+    fn queue(events: &[(&'static str, Vec<ClusterEvent>)]) -> Arc<SchedulingQueue> {
+        SchedulingQueue::new(
+            DEFAULT_INITIAL_BACKOFF,
+            DEFAULT_MAX_BACKOFF,
+            events.iter().cloned().collect(),
+        )
+    }
 
     #[test]
-    fn backoff_doubles_up_to_ten_seconds() {
-        let secs: Vec<u64> = (1..=6).map(|a| backoff(a).as_secs()).collect();
+    fn backoff_doubles_up_to_the_maximum() {
+        let secs: Vec<u64> = (1..=6)
+            .map(|a| backoff_duration(a, DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF).as_secs())
+            .collect();
         assert_eq!(secs, vec![1, 2, 4, 8, 10, 10]);
     }
 
     #[tokio::test]
-    async fn a_pod_waits_once_and_in_order() {
-        let q = SchedulingQueue::new();
-        q.add("ns/a".into());
-        q.add("ns/b".into());
-        q.add("ns/a".into());
-        assert_eq!(q.len(), 2);
-        assert_eq!(q.pop().await.as_deref(), Some("ns/a"));
-        assert_eq!(q.pop().await.as_deref(), Some("ns/b"));
-        q.add("ns/a".into());
-        assert_eq!(q.pop().await.as_deref(), Some("ns/a"));
-        q.close();
-        assert_eq!(q.pop().await, None);
+    async fn higher_priority_first_then_arrival() {
+        let q = queue(&[]);
+        q.add(pod("low", 0), false);
+        q.add(pod("high", 100), false);
+        q.add(pod("low2", 0), false);
+        q.add(pod("low", 0), false); // an update keeps one entry
+        let order: Vec<String> = [q.pop().await, q.pop().await, q.pop().await]
+            .into_iter()
+            .flatten()
+            .map(|i| i.pod.name.clone())
+            .collect();
+        assert_eq!(order, vec!["high", "low2", "low"]);
+        assert_eq!(q.pending().active, 0);
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn backoff_requeues_later() {
-        let q = SchedulingQueue::new();
-        q.add_after_backoff("ns/a".into());
-        q.add_after_backoff("ns/a".into());
-        tokio::time::sleep(Duration::from_millis(900)).await;
-        assert!(q.is_empty());
-        // The second attempt's backoff (2 s) and the first's (1 s) both land; the pod
-        // is queued once.
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        assert_eq!(q.len(), 1);
-        q.forget("ns/a");
-        q.add_after_backoff("ns/a".into());
-        assert_eq!(q.pop().await.as_deref(), Some("ns/a"));
+    #[tokio::test]
+    async fn unschedulable_pods_move_on_their_plugins_events_only() {
+        let q = queue(&[(
+            "NodeResourcesFit",
+            vec![ClusterEvent::PodDelete, ClusterEvent::NodeAdd],
+        )]);
+        q.add(pod("p", 0), false);
+        let info = q.pop().await.expect("queued");
+        q.add_unschedulable(info, HashSet::from(["NodeResourcesFit"]));
+        assert_eq!(q.pending().unschedulable, 1);
+        q.on_event(ClusterEvent::PvcChange);
+        assert_eq!(q.pending().unschedulable, 1);
+        q.on_event(ClusterEvent::PodDelete);
+        let p = q.pending();
+        assert_eq!((p.unschedulable, p.active + p.backoff), (0, 1));
+    }
+
+    #[tokio::test]
+    async fn an_event_during_the_attempt_sends_the_pod_to_backoff() {
+        let q = queue(&[]);
+        q.add(pod("p", 0), false);
+        let info = q.pop().await.expect("queued");
+        q.on_event(ClusterEvent::NodeAdd);
+        q.add_unschedulable(info, HashSet::from(["X"]));
+        let p = q.pending();
+        assert_eq!((p.unschedulable, p.backoff), (0, 1));
+    }
+
+    #[tokio::test]
+    async fn gated_pods_wait_until_ungated() {
+        let q = queue(&[]);
+        q.add(pod("g", 0), true);
+        assert_eq!(q.pending().gated, 1);
+        q.add(pod("g", 0), false);
+        assert_eq!(
+            q.pending(),
+            PendingCounts {
+                active: 1,
+                ..Default::default()
+            }
+        );
+        q.delete("ns/g");
+        assert_eq!(q.pending().active, 0);
     }
 }

@@ -1,23 +1,29 @@
-//! The scheduling loop: watch → pop → choose a node → assume → bind (concurrently, bounded)
-//! → event.
+//! The scheduling loop: watch → cache → queue → pop → framework (filter, score) →
+//! assume → reserve → bind (concurrently, bounded) → event.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
-use mcsched_shared::resources::{Resources, pod_requests};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client, Resource, ResourceExt};
 use tokio::sync::Semaphore;
 use tracing::{debug, info, warn};
 
-use crate::binder::Binder;
-use crate::placement::{NodeUsage, choose_node};
+use crate::cache::Cache;
+use crate::events::{EventSink, Message};
+use crate::explain::ExplanationStore;
+use crate::framework::runtime::CycleRecord;
+use crate::framework::{BindContext, ClusterEvent, Code, CycleState, QueuedPodInfo};
+use crate::profiles::Profiles;
 use crate::queue::SchedulingQueue;
+use crate::snapshot::PodInfo;
 
 /// Pods that finished hold no resources, so they are not watched at all.
 const NON_TERMINAL_PODS: &str = "status.phase!=Succeeded,status.phase!=Failed";
@@ -25,274 +31,517 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum SchedulerError {
-    #[error("the {0} cache never became ready")]
+    #[error("the {0} watch never delivered its first list")]
     CacheNotReady(&'static str),
 }
 
 #[derive(Debug, Clone)]
 pub struct SchedulerOptions {
-    pub scheduler_name: String,
     pub parallel_bindings: usize,
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
 }
 
-/// A pod in flight: chosen a node, binding not yet visible in the pod cache.
-#[derive(Debug, Clone)]
-struct Assumed {
-    uid: String,
-    node: String,
-    requests: Resources,
+/// Everything the loop and the binding tasks share.
+pub struct Shared {
+    pub profiles: Profiles,
+    pub cache: Mutex<Cache>,
+    pub queue: Arc<SchedulingQueue>,
+    pub events: EventSink,
+    pub explanations: ExplanationStore,
+    pub bind_ctx: BindContext,
 }
 
-struct Scheduler {
-    options: SchedulerOptions,
-    pods: Store<Pod>,
-    nodes: Store<Node>,
-    queue: SchedulingQueue,
-    binder: Arc<Binder>,
-    assumed: Arc<Mutex<HashMap<String, Assumed>>>,
-    bindings: Arc<Semaphore>,
+impl Shared {
+    pub fn cache(&self) -> MutexGuard<'_, Cache> {
+        self.cache.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn is_ours(&self, pod: &Pod) -> bool {
+        let spec = pod.spec.as_ref();
+        let name = spec
+            .and_then(|s| s.scheduler_name.as_deref())
+            .unwrap_or("default-scheduler");
+        self.profiles.get(name).is_some()
+    }
 }
 
-fn pod_key(pod: &Pod) -> String {
-    format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
+fn key_of<K: Resource>(o: &K) -> String {
+    format!(
+        "{}/{}",
+        o.meta().namespace.as_deref().unwrap_or_default(),
+        o.name_any()
+    )
 }
 
-/// Whether this scheduler must place the pod: it names us and is not bound or going.
-pub fn is_ours(pod: &Pod, scheduler_name: &str) -> bool {
-    let spec = pod.spec.as_ref();
-    spec.and_then(|s| s.scheduler_name.as_deref()) == Some(scheduler_name)
-        && spec
-            .and_then(|s| s.node_name.as_deref())
-            .unwrap_or("")
-            .is_empty()
-        && pod.metadata.deletion_timestamp.is_none()
+fn is_unbound(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .unwrap_or("")
+        .is_empty()
 }
 
 /// Runs until `shutdown` completes, then lets bindings in flight finish.
 pub async fn run(
     client: Client,
+    profiles: Profiles,
     options: SchedulerOptions,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), SchedulerError> {
-    let queue = SchedulingQueue::new();
-    let (pods, pod_writer) = reflector::store();
-    let (nodes, node_writer) = reflector::store();
-
-    let pod_api: Api<Pod> = Api::all(client.clone());
-    let name = options.scheduler_name.clone();
-    let pod_queue = queue.clone();
-    let pod_watch = watcher(
-        pod_api,
-        watcher::Config::default().fields(NON_TERMINAL_PODS),
-    )
-    .default_backoff()
-    .reflect(pod_writer)
-    .touched_objects()
-    .for_each(move |res| {
-        match res {
-            Ok(pod) if is_ours(&pod, &name) => pod_queue.add(pod_key(&pod)),
-            Ok(_) => {}
-            Err(e) => warn!(error = %e, "pod watch failed; retrying"),
-        }
-        futures::future::ready(())
-    });
-    let node_api: Api<Node> = Api::all(client.clone());
-    let node_watch = watcher(node_api, watcher::Config::default())
-        .default_backoff()
-        .reflect(node_writer)
-        .for_each(|res| {
-            if let Err(e) = res {
-                warn!(error = %e, "node watch failed; retrying");
-            }
-            futures::future::ready(())
-        });
-    let watches = tokio::spawn(futures::future::join(pod_watch, node_watch));
-
-    let instance = format!("{}-{}", options.scheduler_name, hostname());
-    let scheduler = Scheduler {
-        binder: Arc::new(Binder::new(client, &options.scheduler_name, instance)),
-        bindings: Arc::new(Semaphore::new(options.parallel_bindings)),
-        options,
-        pods,
-        nodes,
+    let queue = SchedulingQueue::new(
+        options.initial_backoff,
+        options.max_backoff,
+        profiles.plugin_events.clone(),
+    );
+    let shared = Arc::new(Shared {
+        profiles,
+        cache: Mutex::new(Cache::new()),
         queue: queue.clone(),
-        assumed: Arc::default(),
+        events: EventSink::start(client.clone(), hostname()),
+        explanations: ExplanationStore::default(),
+        bind_ctx: BindContext {
+            client: client.clone(),
+        },
+    });
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<&'static str>(16);
+    let watches = spawn_watches(&client, &shared, ready_tx);
+    let flusher = {
+        let q = queue.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                q.flush();
+            }
+        })
     };
 
     tokio::pin!(shutdown);
-    let ready = async {
-        scheduler
-            .pods
-            .wait_until_ready()
-            .await
-            .map_err(|_| SchedulerError::CacheNotReady("pod"))?;
-        scheduler
-            .nodes
-            .wait_until_ready()
-            .await
-            .map_err(|_| SchedulerError::CacheNotReady("node"))
-    };
-    tokio::select! {
-        _ = &mut shutdown => { watches.abort(); return Ok(()); }
-        res = ready => res?,
+    // Pods and nodes must be listed before the first decision, or capacity looks free.
+    let mut synced = HashSet::new();
+    while synced.len() < 2 {
+        tokio::select! {
+            _ = &mut shutdown => { abort_all(&watches, &flusher); return Ok(()); }
+            r = ready_rx.recv() => match r {
+                Some(kind) => { synced.insert(kind); }
+                None => return Err(SchedulerError::CacheNotReady("pod or node")),
+            },
+        }
     }
-    info!(scheduler = %scheduler.options.scheduler_name, "caches synced; scheduling");
+    info!(profiles = ?shared.profiles.frameworks.keys().collect::<Vec<_>>(), "caches synced; scheduling");
 
+    let bindings = Arc::new(Semaphore::new(options.parallel_bindings));
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
-            key = queue.pop() => match key {
-                Some(key) => scheduler.schedule_one(key).await,
+            next = queue.pop() => match next {
+                Some(info) => schedule_one(&shared, &bindings, info).await,
                 None => break,
             },
         }
     }
     info!("shutting down; waiting for bindings in flight");
     queue.close();
-    let all = scheduler.options.parallel_bindings as u32;
-    if tokio::time::timeout(SHUTDOWN_GRACE, scheduler.bindings.acquire_many(all))
-        .await
-        .is_err()
+    if tokio::time::timeout(
+        SHUTDOWN_GRACE,
+        bindings.acquire_many(options.parallel_bindings as u32),
+    )
+    .await
+    .is_err()
     {
         warn!("bindings still in flight after {SHUTDOWN_GRACE:?}; leaving them");
     }
-    watches.abort();
+    abort_all(&watches, &flusher);
     Ok(())
 }
 
-impl Scheduler {
-    async fn schedule_one(&self, key: String) {
-        let Some((namespace, name)) = key.split_once('/') else {
-            return;
-        };
-        let Some(pod) = self.pods.get(&ObjectRef::new(name).within(namespace)) else {
-            self.queue.forget(&key);
-            return;
-        };
-        if !is_ours(&pod, &self.options.scheduler_name) || self.lock_assumed().contains_key(&key) {
+fn abort_all(watches: &[tokio::task::JoinHandle<()>], flusher: &tokio::task::JoinHandle<()>) {
+    for w in watches {
+        w.abort();
+    }
+    flusher.abort();
+}
+
+async fn schedule_one(shared: &Arc<Shared>, bindings: &Arc<Semaphore>, info: QueuedPodInfo) {
+    let pod = info.pod.clone();
+    let scheduler_name = pod
+        .pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.scheduler_name.clone())
+        .unwrap_or_else(|| "default-scheduler".into());
+    let Some(fw) = shared.profiles.get(&scheduler_name).cloned() else {
+        shared.queue.done(&pod.key);
+        return;
+    };
+    if shared.cache().is_assumed(&pod.key) {
+        shared.queue.done(&pod.key);
+        return;
+    }
+    let snapshot = shared.cache().snapshot();
+    let mut state = CycleState::new();
+    let mut record = CycleRecord::default();
+    let result = tokio::task::block_in_place(|| {
+        fw.schedule(&mut state, &pod, &snapshot, &mut record, false)
+    });
+    let node = match result {
+        Ok(r) => r.node,
+        Err(fit) => {
+            let mut fit = *fit;
+            let mut nominated = None;
+            if fw.has_post_filter() {
+                let (res, status) = tokio::task::block_in_place(|| {
+                    fw.run_post_filter(&state, &pod, &snapshot, &fit.diagnosis.node_statuses)
+                });
+                if status.is_success() {
+                    nominated = res.nominated_node.clone();
+                    crate::preemption::evict(
+                        &shared.bind_ctx.client,
+                        &shared.events,
+                        &scheduler_name,
+                        &pod,
+                        &res.victims,
+                    );
+                } else if !status.reasons.is_empty() {
+                    fit.diagnosis.post_filter_msg = Some(status.message());
+                }
+            }
+            let message = fit.to_string();
+            debug!(pod = %pod.key, %message, "unschedulable");
+            shared.explanations.record_failure(
+                &scheduler_name,
+                &pod.key,
+                &record,
+                &fit,
+                nominated.clone(),
+            );
+            shared
+                .events
+                .failed_scheduling(&scheduler_name, &pod.pod, message.clone());
+            shared.events.send(Message::Unschedulable {
+                namespace: pod.namespace.clone(),
+                name: pod.name.clone(),
+                reason: "Unschedulable",
+                message,
+                nominated_node: nominated,
+            });
+            shared
+                .queue
+                .add_unschedulable(info, fit.diagnosis.unschedulable_plugins);
             return;
         }
-        let requests = match pod_requests(&pod) {
-            Ok(r) => r,
-            Err(e) => {
-                self.fail(&key, &pod, format!("invalid resource requests: {e}"))
-                    .await;
+    };
+    shared
+        .explanations
+        .record_success(&scheduler_name, &pod.key, &record, &node, snapshot.len());
+
+    shared.cache().assume(pod.clone(), &node);
+    let reserved = fw.run_reserve(&mut state, &pod, &node);
+    let (permit, _) = if reserved.is_success() {
+        fw.run_permit(&state, &pod, &node)
+    } else {
+        (reserved, Duration::ZERO)
+    };
+    if !permit.is_success() {
+        fw.run_unreserve(&mut state, &pod, &node);
+        shared.cache().forget(&pod.key);
+        let message = format!(
+            "running {} plugin {:?}: {}",
+            "Reserve/Permit",
+            permit.plugin,
+            permit.message()
+        );
+        fail_with_error(shared, &scheduler_name, info, message);
+        return;
+    }
+
+    let Ok(permit) = bindings.clone().acquire_owned().await else {
+        return;
+    };
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        let _permit = permit;
+        let ctx = shared.bind_ctx.clone();
+        let mut status = fw.run_pre_bind(&ctx, &state, &pod, &node).await;
+        if status.is_success() {
+            status = fw.run_bind(&ctx, &state, &pod, &node).await;
+        }
+        if status.is_success() {
+            debug!(pod = %pod.key, %node, "bound");
+            shared.events.scheduled(&scheduler_name, &pod.pod, &node);
+            fw.run_post_bind(&state, &pod, &node);
+            shared.queue.done(&pod.key);
+            return;
+        }
+        fw.run_unreserve(&mut state, &pod, &node);
+        shared.cache().forget(&pod.key);
+        let gone = status.code == Code::Error && status.message().contains("binding rejected");
+        warn!(pod = %pod.key, %node, status = %status, "binding failed");
+        if gone {
+            // Deleted or bound elsewhere meanwhile: the watch will tell.
+            shared.queue.done(&pod.key);
+        } else {
+            fail_with_error(
+                &shared,
+                &scheduler_name,
+                info,
+                format!("Binding rejected: {status}"),
+            );
+        }
+    });
+}
+
+fn fail_with_error(shared: &Shared, scheduler_name: &str, info: QueuedPodInfo, message: String) {
+    shared
+        .events
+        .failed_scheduling(scheduler_name, &info.pod.pod, message.clone());
+    shared.events.send(Message::Unschedulable {
+        namespace: info.pod.namespace.clone(),
+        name: info.pod.name.clone(),
+        reason: "SchedulerError",
+        message,
+        nominated_node: None,
+    });
+    shared.queue.add_backoff(info);
+}
+
+/// One task per watched kind; each applies events to the cache and tells the queue.
+fn spawn_watches(
+    client: &Client,
+    shared: &Arc<Shared>,
+    ready: tokio::sync::mpsc::Sender<&'static str>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    let pods: Api<Pod> = Api::all(client.clone());
+    let s = shared.clone();
+    let r = ready.clone();
+    tasks.push(tokio::spawn(watch_kind(
+        pods,
+        watcher::Config::default().fields(NON_TERMINAL_PODS),
+        "pod",
+        r,
+        move |ev| on_pod_event(&s, ev),
+    )));
+    let nodes: Api<Node> = Api::all(client.clone());
+    let s = shared.clone();
+    tasks.push(tokio::spawn(watch_kind(
+        nodes,
+        watcher::Config::default(),
+        "node",
+        ready.clone(),
+        move |ev| match ev {
+            Change::Apply(n, is_new) => {
+                s.cache().apply_node(n);
+                s.queue.on_event(if is_new {
+                    ClusterEvent::NodeAdd
+                } else {
+                    ClusterEvent::NodeUpdate
+                });
+            }
+            Change::Delete(n) => s.cache().delete_node(&n.name_any()),
+        },
+    )));
+    let s = shared.clone();
+    tasks.push(tokio::spawn(watch_kind(
+        Api::<Namespace>::all(client.clone()),
+        watcher::Config::default(),
+        "namespace",
+        ready.clone(),
+        move |ev| {
+            match ev {
+                Change::Apply(ns, _) => s.cache().set_namespace(ns.name_any(), ns.labels().clone()),
+                Change::Delete(ns) => s.cache().delete_namespace(&ns.name_any()),
+            }
+            s.queue.on_event(ClusterEvent::NamespaceChange);
+        },
+    )));
+    macro_rules! storage_watch {
+        ($kind:ty, $label:expr, $field:ident, $event:expr, $key:expr) => {{
+            let s = shared.clone();
+            tasks.push(tokio::spawn(watch_kind(
+                Api::<$kind>::all(client.clone()),
+                watcher::Config::default(),
+                $label,
+                ready.clone(),
+                move |ev| {
+                    {
+                        let mut cache = s.cache();
+                        let map = &mut cache.volumes_mut().$field;
+                        match ev {
+                            Change::Apply(o, _) => {
+                                map.insert($key(&*o), o);
+                            }
+                            Change::Delete(o) => {
+                                map.remove(&$key(&*o));
+                            }
+                        }
+                    }
+                    s.queue.on_event($event);
+                },
+            )));
+        }};
+    }
+    storage_watch!(
+        PersistentVolumeClaim,
+        "persistentvolumeclaim",
+        claims,
+        ClusterEvent::PvcChange,
+        |o: &PersistentVolumeClaim| key_of(o)
+    );
+    storage_watch!(
+        PersistentVolume,
+        "persistentvolume",
+        volumes,
+        ClusterEvent::PvChange,
+        |o: &PersistentVolume| o.name_any()
+    );
+    storage_watch!(
+        StorageClass,
+        "storageclass",
+        storage_classes,
+        ClusterEvent::StorageClassChange,
+        |o: &StorageClass| o.name_any()
+    );
+    storage_watch!(
+        CSINode,
+        "csinode",
+        csi_nodes,
+        ClusterEvent::CsiNodeChange,
+        |o: &CSINode| o.name_any()
+    );
+    let s = shared.clone();
+    let pdbs: Arc<Mutex<std::collections::HashMap<String, Arc<PodDisruptionBudget>>>> =
+        Arc::default();
+    tasks.push(tokio::spawn(watch_kind(
+        Api::<PodDisruptionBudget>::all(client.clone()),
+        watcher::Config::default(),
+        "poddisruptionbudget",
+        ready,
+        move |ev| {
+            let mut all = pdbs.lock().unwrap_or_else(|e| e.into_inner());
+            match ev {
+                Change::Apply(p, _) => {
+                    all.insert(key_of(&*p), p);
+                }
+                Change::Delete(p) => {
+                    all.remove(&key_of(&*p));
+                }
+            }
+            s.cache().set_pdbs(all.values().cloned().collect());
+        },
+    )));
+    tasks
+}
+
+/// A watch event reduced to what the cache needs; `Apply`'s flag tells a new object.
+pub enum Change<K> {
+    Apply(Arc<K>, bool),
+    Delete(Arc<K>),
+}
+
+/// Streams one kind, turning re-lists into applies and deletions of objects that vanished
+/// meanwhile, and reports the first complete list on `ready`.
+async fn watch_kind<K, F>(
+    api: Api<K>,
+    config: watcher::Config,
+    kind: &'static str,
+    ready: tokio::sync::mpsc::Sender<&'static str>,
+    mut apply: F,
+) where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default,
+    F: FnMut(Change<K>) + Send,
+{
+    let mut known: std::collections::HashMap<String, Arc<K>> = std::collections::HashMap::new();
+    let mut relist: Option<std::collections::HashMap<String, Arc<K>>> = None;
+    let mut stream = watcher::watcher(api, config).default_backoff().boxed();
+    let mut reported = false;
+    while let Some(ev) = stream.next().await {
+        match ev {
+            Ok(Event::Init) => relist = Some(std::collections::HashMap::new()),
+            Ok(Event::InitApply(o)) => {
+                let o = Arc::new(o);
+                let key = key_of(&*o);
+                let is_new = !known.contains_key(&key);
+                if let Some(seen) = relist.as_mut() {
+                    seen.insert(key, o.clone());
+                }
+                apply(Change::Apply(o, is_new));
+            }
+            Ok(Event::InitDone) => {
+                if let Some(seen) = relist.take() {
+                    for (key, o) in known.drain() {
+                        if !seen.contains_key(&key) {
+                            apply(Change::Delete(o));
+                        }
+                    }
+                    known = seen;
+                }
+                if !reported {
+                    reported = true;
+                    let _ = ready.send(kind).await;
+                }
+            }
+            Ok(Event::Apply(o)) => {
+                let o = Arc::new(o);
+                let is_new = known.insert(key_of(&*o), o.clone()).is_none();
+                apply(Change::Apply(o, is_new));
+            }
+            Ok(Event::Delete(o)) => {
+                known.remove(&key_of(&o));
+                apply(Change::Delete(Arc::new(o)));
+            }
+            Err(e) => warn!(kind, error = %e, "watch failed; retrying"),
+        }
+    }
+}
+
+fn on_pod_event(shared: &Shared, change: Change<Pod>) {
+    match change {
+        Change::Apply(pod, is_new) => {
+            let key = key_of(&*pod);
+            if !is_unbound(&pod) {
+                shared.cache().apply_pod(pod);
+                shared.queue.delete(&key);
+                shared.queue.on_event(if is_new {
+                    ClusterEvent::PodAdd
+                } else {
+                    ClusterEvent::PodUpdate
+                });
                 return;
             }
-        };
-        let usage = self.usage();
-        let nodes = self.nodes.state();
-        match choose_node(&pod, &requests, nodes.iter().map(|n| n.as_ref()), &usage) {
-            Ok(node) => self.assume_and_bind(key, pod, node, requests).await,
-            Err(fit) => self.fail(&key, &pod, fit.to_string()).await,
-        }
-    }
-
-    async fn fail(&self, key: &str, pod: &Pod, message: String) {
-        info!(pod = %key, %message, "unschedulable");
-        if let Err(e) = self.binder.failed_scheduling(pod, message).await {
-            warn!(pod = %key, error = %e, "could not record FailedScheduling event");
-        }
-        self.queue.add_after_backoff(key.to_string());
-    }
-
-    async fn assume_and_bind(&self, key: String, pod: Arc<Pod>, node: String, requests: Resources) {
-        self.lock_assumed().insert(
-            key.clone(),
-            Assumed {
-                uid: pod.uid().unwrap_or_default(),
-                node: node.clone(),
-                requests,
-            },
-        );
-        let Ok(permit) = self.bindings.clone().acquire_owned().await else {
-            return;
-        };
-        let binder = self.binder.clone();
-        let assumed = self.assumed.clone();
-        let queue = self.queue.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            let namespace = pod.namespace().unwrap_or_default();
-            match binder.bind(&namespace, &pod.name_any(), &node).await {
-                Ok(()) => {
-                    info!(pod = %key, %node, "bound");
-                    queue.forget(&key);
-                    if let Err(e) = binder.scheduled(&pod, &node).await {
-                        warn!(pod = %key, error = %e, "could not record Scheduled event");
-                    }
-                }
-                Err(e) => {
-                    assumed
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .remove(&key);
-                    if is_gone_or_taken(&e) {
-                        debug!(pod = %key, error = %e, "pod deleted or bound elsewhere");
-                        queue.forget(&key);
-                    } else {
-                        warn!(pod = %key, %node, error = %e, "binding failed; retrying");
-                        queue.add_after_backoff(key);
-                    }
-                }
+            if !shared.is_ours(&pod) {
+                return;
             }
-        });
-    }
-
-    fn lock_assumed(&self) -> std::sync::MutexGuard<'_, HashMap<String, Assumed>> {
-        self.assumed.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Requests per node from bound pods plus assumed ones whose binding the cache has not
-    /// shown yet; an assumption is dropped once the cache shows the pod bound or gone.
-    fn usage(&self) -> HashMap<String, NodeUsage> {
-        let mut usage: HashMap<String, NodeUsage> = HashMap::new();
-        for pod in self.pods.state() {
-            let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
-                continue;
-            };
-            if node.is_empty() {
-                continue;
+            if pod.metadata.deletion_timestamp.is_some() {
+                shared.queue.delete(&key);
+                return;
             }
-            let requests = pod_requests(&pod).unwrap_or_default();
-            usage
-                .entry(node.to_string())
-                .or_default()
-                .add_pod(&requests);
+            let scheduler = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.scheduler_name.clone())
+                .unwrap_or_default();
+            let gated = shared
+                .profiles
+                .get(&scheduler)
+                .is_some_and(|fw| !fw.run_pre_enqueue(&pod).is_success());
+            shared.queue.add(Arc::new(PodInfo::new(pod)), gated);
         }
-        self.lock_assumed().retain(|key, a| {
-            let Some((namespace, name)) = key.split_once('/') else {
-                return false;
-            };
-            let cached = self.pods.get(&ObjectRef::new(name).within(namespace));
-            match cached {
-                Some(p) if p.uid().as_deref() == Some(a.uid.as_str()) => {
-                    let bound = p
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.node_name.as_deref())
-                        .is_some_and(|n| !n.is_empty());
-                    if !bound {
-                        usage
-                            .entry(a.node.clone())
-                            .or_default()
-                            .add_pod(&a.requests);
-                    }
-                    !bound
-                }
-                _ => false,
+        Change::Delete(pod) => {
+            let key = key_of(&*pod);
+            let was_bound = !is_unbound(&pod) || shared.cache().is_assumed(&key);
+            shared.cache().remove_pod(&key);
+            shared.queue.delete(&key);
+            if was_bound {
+                shared.queue.on_event(ClusterEvent::PodDelete);
             }
-        });
-        usage
+        }
     }
 }
 
-/// 404 (pod deleted) and 409 (already bound) end the attempt for good.
-fn is_gone_or_taken(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 404 || s.code == 409)
-}
-
-fn hostname() -> String {
+pub fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .ok()

@@ -325,5 +325,20 @@ async fn an_unschedulable_pod_gets_failed_scheduling_in_kube_scheduler_words() -
     .await?;
     assert_eq!(note, "0/2 nodes are available: 2 Insufficient cpu.");
     assert_eq!(node_of(&pods, "huge").await?, None);
+    // kube-scheduler's PodScheduled=False/Unschedulable condition, with the same message.
+    let condition = wait::until(TIMEOUT, "PodScheduled=False on unfit/huge", || async {
+        let p = pods.get("huge").await?;
+        Ok(p.status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.type_ == "PodScheduled" && c.status == "False"))
+    })
+    .await?;
+    assert_eq!(condition.reason.as_deref(), Some("Unschedulable"));
+    assert_eq!(
+        condition.message.as_deref(),
+        Some("0/2 nodes are available: 2 Insufficient cpu.")
+    );
     Ok(())
 }

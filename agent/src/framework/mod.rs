@@ -4,7 +4,7 @@
 mod cycle_state;
 mod fit_error;
 mod interface;
-mod runtime;
+pub mod runtime;
 mod status;
 
 pub use cycle_state::{CycleState, StateData};

@@ -1,0 +1,296 @@
+//! The scheduler's view of the cluster, fed by watches: nodes with the pods bound or
+//! assumed on them, kept incrementally. Taking a snapshot copies pointers only; a node
+//! changed since the last snapshot is copied on write.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+use crate::snapshot::{NodeInfo, PodInfo, Snapshot, VolumeObjects};
+
+#[derive(Debug, Clone)]
+struct PodEntry {
+    node: String,
+    info: Arc<PodInfo>,
+    /// Placed by this scheduler, binding not yet seen in the watch.
+    assumed: bool,
+}
+
+#[derive(Default)]
+pub struct Cache {
+    nodes: Vec<Arc<NodeInfo>>,
+    index: Arc<HashMap<String, usize>>,
+    pods: HashMap<String, PodEntry>,
+    /// Pods whose node the cache has not seen yet, by node name.
+    waiting: HashMap<String, Vec<Arc<PodInfo>>>,
+    namespaces: Arc<HashMap<String, BTreeMap<String, String>>>,
+    pub volumes: Arc<VolumeObjects>,
+    pdbs: Arc<Vec<Arc<k8s_openapi::api::policy::v1::PodDisruptionBudget>>>,
+    snapshot: Option<Snapshot>,
+}
+
+fn bound_node(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())
+}
+
+impl Cache {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn dirty(&mut self) {
+        self.snapshot = None;
+    }
+
+    fn node_mut(&mut self, name: &str) -> Option<&mut NodeInfo> {
+        let &i = self.index.get(name)?;
+        self.nodes.get_mut(i).map(Arc::make_mut)
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn apply_node(&mut self, node: Arc<Node>) {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        if let Some(info) = self.node_mut(&name) {
+            info.set_node(node);
+        } else {
+            let mut info = NodeInfo::new(node);
+            for pod in self.waiting.remove(&name).unwrap_or_default() {
+                info.add_pod(pod);
+            }
+            self.nodes.push(Arc::new(info));
+            self.reindex();
+        }
+        self.dirty();
+    }
+
+    pub fn delete_node(&mut self, name: &str) {
+        let Some(&i) = self.index.get(name) else {
+            return;
+        };
+        let info = self.nodes.remove(i);
+        // Pods stay known until their own deletion arrives; park them under the node name.
+        if !info.pods.is_empty() {
+            self.waiting.insert(name.to_string(), info.pods.clone());
+        }
+        self.reindex();
+        self.dirty();
+    }
+
+    fn reindex(&mut self) {
+        self.index = Arc::new(
+            self.nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.name.clone(), i))
+                .collect(),
+        );
+    }
+
+    /// A pod from the watch. Bound pods are placed on their node (confirming an assumed
+    /// one); unbound pods are dropped from the cache unless assumed.
+    pub fn apply_pod(&mut self, pod: Arc<Pod>) {
+        let key = format!(
+            "{}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+            pod.metadata.name.as_deref().unwrap_or_default()
+        );
+        let Some(node) = bound_node(&pod).map(String::from) else {
+            // Still unbound: an assumed pod keeps its place until the binding shows up.
+            if self.pods.get(&key).is_some_and(|e| !e.assumed) {
+                self.remove_pod(&key);
+            }
+            return;
+        };
+        if let Some(e) = self.pods.get(&key)
+            && e.node == node
+            && e.info.pod.metadata.resource_version == pod.metadata.resource_version
+            && !e.assumed
+        {
+            return;
+        }
+        self.remove_pod(&key);
+        self.add_pod(key, node, Arc::new(PodInfo::new(pod)), false);
+    }
+
+    fn add_pod(&mut self, key: String, node: String, info: Arc<PodInfo>, assumed: bool) {
+        match self.node_mut(&node) {
+            Some(n) => n.add_pod(info.clone()),
+            None => self
+                .waiting
+                .entry(node.clone())
+                .or_default()
+                .push(info.clone()),
+        }
+        self.pods.insert(
+            key,
+            PodEntry {
+                node,
+                info,
+                assumed,
+            },
+        );
+        self.dirty();
+    }
+
+    pub fn remove_pod(&mut self, key: &str) {
+        let Some(entry) = self.pods.remove(key) else {
+            return;
+        };
+        if let Some(n) = self.node_mut(&entry.node) {
+            n.remove_pod(key);
+        } else if let Some(w) = self.waiting.get_mut(&entry.node) {
+            w.retain(|p| p.key != key);
+        }
+        self.dirty();
+    }
+
+    /// Counts a pod on `node` before its binding lands.
+    pub fn assume(&mut self, pod: Arc<PodInfo>, node: &str) {
+        let key = pod.key.clone();
+        self.remove_pod(&key);
+        self.add_pod(key, node.to_string(), pod, true);
+    }
+
+    /// The binding failed: the assumption is dropped.
+    pub fn forget(&mut self, key: &str) {
+        if self.pods.get(key).is_some_and(|e| e.assumed) {
+            self.remove_pod(key);
+        }
+    }
+
+    pub fn is_assumed(&self, key: &str) -> bool {
+        self.pods.get(key).is_some_and(|e| e.assumed)
+    }
+
+    pub fn bound_pod_keys(&self) -> HashSet<String> {
+        self.pods.keys().cloned().collect()
+    }
+
+    pub fn set_namespace(&mut self, name: String, labels: BTreeMap<String, String>) {
+        Arc::make_mut(&mut self.namespaces).insert(name, labels);
+        self.dirty();
+    }
+
+    pub fn delete_namespace(&mut self, name: &str) {
+        Arc::make_mut(&mut self.namespaces).remove(name);
+        self.dirty();
+    }
+
+    pub fn volumes_mut(&mut self) -> &mut VolumeObjects {
+        self.dirty();
+        Arc::make_mut(&mut self.volumes)
+    }
+
+    pub fn set_pdbs(&mut self, pdbs: Vec<Arc<k8s_openapi::api::policy::v1::PodDisruptionBudget>>) {
+        self.pdbs = Arc::new(pdbs);
+        self.dirty();
+    }
+
+    pub fn node_names(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.name.clone()).collect()
+    }
+
+    pub fn snapshot(&mut self) -> Snapshot {
+        if let Some(s) = &self.snapshot {
+            return s.clone();
+        }
+        let mut image_nodes: HashMap<String, usize> = HashMap::new();
+        for n in &self.nodes {
+            for image in n.images.keys() {
+                *image_nodes.entry(image.clone()).or_default() += 1;
+            }
+        }
+        let snap = Snapshot {
+            nodes: Arc::new(self.nodes.clone()),
+            index: self.index.clone(),
+            namespaces: self.namespaces.clone(),
+            image_nodes: Arc::new(image_nodes),
+            volumes: self.volumes.clone(),
+            pdbs: self.pdbs.clone(),
+        };
+        self.snapshot = Some(snap.clone());
+        snap
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::PodSpec;
+
+    fn node(name: &str) -> Arc<Node> {
+        let mut n = Node::default();
+        n.metadata.name = Some(name.into());
+        Arc::new(n)
+    }
+
+    fn pod(name: &str, node: Option<&str>, rv: &str) -> Arc<Pod> {
+        let mut p = Pod::default();
+        p.metadata.name = Some(name.into());
+        p.metadata.namespace = Some("ns".into());
+        p.metadata.resource_version = Some(rv.into());
+        p.spec = Some(PodSpec {
+            node_name: node.map(String::from),
+            ..Default::default()
+        });
+        Arc::new(p)
+    }
+
+    fn pods_on(c: &mut Cache, node: &str) -> Vec<String> {
+        let s = c.snapshot();
+        let mut v: Vec<String> = s
+            .get(node)
+            .map(|n| n.pods.iter().map(|p| p.key.clone()).collect())
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn pods_follow_their_nodes() {
+        let mut c = Cache::new();
+        c.apply_pod(pod("early", Some("n1"), "1"));
+        c.apply_node(node("n1"));
+        c.apply_pod(pod("later", Some("n1"), "1"));
+        c.apply_pod(pod("unbound", None, "1"));
+        assert_eq!(pods_on(&mut c, "n1"), vec!["ns/early", "ns/later"]);
+        c.remove_pod("ns/early");
+        assert_eq!(pods_on(&mut c, "n1"), vec!["ns/later"]);
+    }
+
+    #[test]
+    fn assumed_pods_count_until_confirmed_or_forgotten() {
+        let mut c = Cache::new();
+        c.apply_node(node("n1"));
+        let info = Arc::new(PodInfo::new(pod("p", None, "1")));
+        c.assume(info.clone(), "n1");
+        assert_eq!(pods_on(&mut c, "n1"), vec!["ns/p"]);
+        // The watch still shows it unbound: the assumption holds.
+        c.apply_pod(pod("p", None, "2"));
+        assert!(c.is_assumed("ns/p"));
+        c.forget("ns/p");
+        assert!(pods_on(&mut c, "n1").is_empty());
+        c.assume(info, "n1");
+        c.apply_pod(pod("p", Some("n1"), "3"));
+        assert!(!c.is_assumed("ns/p"));
+        assert_eq!(pods_on(&mut c, "n1"), vec!["ns/p"]);
+    }
+
+    #[test]
+    fn snapshots_are_stable_copies() {
+        let mut c = Cache::new();
+        c.apply_node(node("n1"));
+        let before = c.snapshot();
+        c.apply_pod(pod("p", Some("n1"), "1"));
+        let after = c.snapshot();
+        assert!(before.get("n1").is_some_and(|n| n.pods.is_empty()));
+        assert!(after.get("n1").is_some_and(|n| n.pods.len() == 1));
+    }
+}
