@@ -1,13 +1,16 @@
+use std::net::IpAddr;
 use std::path::PathBuf;
 
 use clap::Parser;
 
-/// mcsched-agent schedules the pods whose spec.schedulerName names it.
+/// mcsched-agent schedules the pods whose spec.schedulerName names one of its profiles,
+/// onto host nodes and leaf clusters' virtual nodes.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "mcsched-agent", version, about, long_about = None)]
 pub struct Args {
     /// Kubeconfig of the cluster to schedule in; without it the in-cluster
-    /// ServiceAccount configuration is used.
+    /// ServiceAccount configuration is used (clientConnection.kubeconfig in --config
+    /// takes its place when set).
     #[arg(long, env = "KUBECONFIG", value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
 
@@ -15,13 +18,29 @@ pub struct Args {
     #[arg(long, value_name = "NAME")]
     pub context: Option<String>,
 
-    /// The spec.schedulerName this agent serves.
+    /// The spec.schedulerName served when no --config is given.
     #[arg(long, default_value = mcsched_shared::keys::DEFAULT_SCHEDULER_NAME, value_name = "NAME")]
     pub scheduler_name: String,
 
     /// How many bindings may be in flight at once.
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
     pub parallel_bindings: u16,
+
+    /// Port of the HTTPS server (health, metrics, explanations); 0 disables it.
+    #[arg(long, default_value_t = 10259)]
+    pub secure_port: u16,
+
+    /// Address the HTTPS server listens on.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub bind_address: IpAddr,
+
+    /// Serving certificate (PEM); a self-signed one is generated when not given.
+    #[arg(long, value_name = "FILE", requires = "tls_private_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// Private key of --tls-cert-file (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert_file")]
+    pub tls_private_key_file: Option<PathBuf>,
 
     /// Log filter in tracing's EnvFilter syntax (RUST_LOG overrides it).
     #[arg(long, default_value = "info", value_name = "FILTER")]

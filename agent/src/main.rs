@@ -1,12 +1,16 @@
+use std::net::SocketAddr;
+use std::sync::Arc;
+
 use anyhow::Context;
 use clap::Parser;
 use mcsched_agent::args::Args;
 use mcsched_agent::plugins::default_registry;
 use mcsched_agent::profiles::{DEFAULT_PLUGINS, Profiles, expand_multi_point};
-use mcsched_agent::scheduler::{self, SchedulerOptions};
+use mcsched_agent::scheduler::{self, SchedulerOptions, Shared};
+use mcsched_agent::server::{self, ServerOptions};
 use mcsched_agent::{client, queue, telemetry};
 use tokio::signal::unix::{SignalKind, signal};
-use tracing::info;
+use tracing::{error, info};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -28,7 +32,26 @@ async fn main() -> anyhow::Result<()> {
         initial_backoff: queue::DEFAULT_INITIAL_BACKOFF,
         max_backoff: queue::DEFAULT_MAX_BACKOFF,
     };
-    scheduler::run(client, profiles, options, shutdown).await?;
+    let shared = Shared::new(client, profiles, &options);
+
+    let handle = axum_server::Handle::new();
+    if args.secure_port != 0 {
+        let opts = ServerOptions {
+            addr: SocketAddr::new(args.bind_address, args.secure_port),
+            cert_file: args.tls_cert_file.clone(),
+            key_file: args.tls_private_key_file.clone(),
+        };
+        let (s, h) = (Arc::clone(&shared), handle.clone());
+        tokio::spawn(async move {
+            if let Err(e) = server::serve(s, opts, h).await {
+                error!(error = %e, "HTTPS server stopped");
+            }
+        });
+    }
+
+    let (_leader_tx, leader) = tokio::sync::watch::channel(true);
+    scheduler::run(shared, options, leader, shutdown).await?;
+    handle.graceful_shutdown(Some(std::time::Duration::from_secs(2)));
     info!("stopped");
     Ok(())
 }

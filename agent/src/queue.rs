@@ -159,6 +159,7 @@ impl SchedulingQueue {
             // Being scheduled right now; the result decides where it goes.
             return;
         }
+        crate::metrics::global().incoming("active", "PodAdd");
         self.push_active(&mut st, info);
     }
 
@@ -214,8 +215,10 @@ impl SchedulingQueue {
         }
         info.timestamp = Instant::now();
         if popped_at.is_some_and(|c| c < st.move_request_cycle) {
+            crate::metrics::global().incoming("backoff", "ScheduleAttemptFailure");
             st.backoff.insert(key, info);
         } else {
+            crate::metrics::global().incoming("unschedulable", "ScheduleAttemptFailure");
             st.unschedulable.insert(
                 key,
                 Unschedulable {
@@ -236,6 +239,7 @@ impl SchedulingQueue {
             return;
         }
         info.timestamp = Instant::now();
+        crate::metrics::global().incoming("backoff", "ScheduleAttemptFailure");
         st.backoff.insert(key, info);
     }
 
@@ -258,11 +262,14 @@ impl SchedulingQueue {
             })
             .map(|(k, _)| k.clone())
             .collect();
+        let event_name = format!("{event:?}");
         for key in keys {
             if let Some(u) = st.unschedulable.remove(&key) {
                 if self.backoff_expiry(&u.info) <= now {
+                    crate::metrics::global().incoming("active", &event_name);
                     self.push_active(&mut st, u.info);
                 } else {
+                    crate::metrics::global().incoming("backoff", &event_name);
                     st.backoff.insert(key, u.info);
                 }
             }

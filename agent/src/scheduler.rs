@@ -42,7 +42,7 @@ pub struct SchedulerOptions {
     pub max_backoff: Duration,
 }
 
-/// Everything the loop and the binding tasks share.
+/// Everything the loop, the binding tasks and the HTTP server share.
 pub struct Shared {
     pub profiles: Profiles,
     pub cache: Mutex<Cache>,
@@ -50,9 +50,28 @@ pub struct Shared {
     pub events: EventSink,
     pub explanations: ExplanationStore,
     pub bind_ctx: BindContext,
+    /// Set once pods and nodes are listed.
+    pub synced: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
+    pub fn new(client: Client, profiles: Profiles, options: &SchedulerOptions) -> Arc<Self> {
+        let queue = SchedulingQueue::new(
+            options.initial_backoff,
+            options.max_backoff,
+            profiles.plugin_events.clone(),
+        );
+        Arc::new(Shared {
+            profiles,
+            cache: Mutex::new(Cache::new()),
+            queue,
+            events: EventSink::start(client.clone(), hostname()),
+            explanations: ExplanationStore::default(),
+            bind_ctx: BindContext { client },
+            synced: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
     pub fn cache(&self) -> MutexGuard<'_, Cache> {
         self.cache.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -83,27 +102,16 @@ fn is_unbound(pod: &Pod) -> bool {
 }
 
 /// Runs until `shutdown` completes, then lets bindings in flight finish.
+/// `leader` says whether this instance may schedule; without leader election it is
+/// always true.
 pub async fn run(
-    client: Client,
-    profiles: Profiles,
+    shared: Arc<Shared>,
     options: SchedulerOptions,
+    mut leader: tokio::sync::watch::Receiver<bool>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), SchedulerError> {
-    let queue = SchedulingQueue::new(
-        options.initial_backoff,
-        options.max_backoff,
-        profiles.plugin_events.clone(),
-    );
-    let shared = Arc::new(Shared {
-        profiles,
-        cache: Mutex::new(Cache::new()),
-        queue: queue.clone(),
-        events: EventSink::start(client.clone(), hostname()),
-        explanations: ExplanationStore::default(),
-        bind_ctx: BindContext {
-            client: client.clone(),
-        },
-    });
+    let client = shared.bind_ctx.client.clone();
+    let queue = shared.queue.clone();
     let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<&'static str>(16);
     let watches = spawn_watches(&client, &shared, ready_tx);
     let flusher = {
@@ -113,6 +121,12 @@ pub async fn run(
             loop {
                 tick.tick().await;
                 q.flush();
+                let p = q.pending();
+                let m = crate::metrics::global();
+                m.set_pending("active", p.active);
+                m.set_pending("backoff", p.backoff);
+                m.set_pending("unschedulable", p.unschedulable);
+                m.set_pending("gated", p.gated);
             }
         })
     };
@@ -129,14 +143,26 @@ pub async fn run(
             },
         }
     }
-    info!(profiles = ?shared.profiles.frameworks.keys().collect::<Vec<_>>(), "caches synced; scheduling");
+    shared
+        .synced
+        .store(true, std::sync::atomic::Ordering::Release);
+    info!(profiles = ?shared.profiles.frameworks.keys().collect::<Vec<_>>(), "caches synced");
 
     let bindings = Arc::new(Semaphore::new(options.parallel_bindings));
     loop {
+        if !*leader.borrow() {
+            info!("standing by: another instance holds the leader lease");
+            tokio::select! {
+                _ = &mut shutdown => break,
+                r = leader.wait_for(|l| *l) => if r.is_err() { break },
+            }
+            info!("leading: scheduling");
+        }
         tokio::select! {
             _ = &mut shutdown => break,
+            _ = leader.changed() => continue,
             next = queue.pop() => match next {
-                Some(info) => schedule_one(&shared, &bindings, info).await,
+                Some(info) => schedule_one(&shared, &bindings, &leader, info).await,
                 None => break,
             },
         }
@@ -163,7 +189,12 @@ fn abort_all(watches: &[tokio::task::JoinHandle<()>], flusher: &tokio::task::Joi
     flusher.abort();
 }
 
-async fn schedule_one(shared: &Arc<Shared>, bindings: &Arc<Semaphore>, info: QueuedPodInfo) {
+async fn schedule_one(
+    shared: &Arc<Shared>,
+    bindings: &Arc<Semaphore>,
+    leader: &tokio::sync::watch::Receiver<bool>,
+    info: QueuedPodInfo,
+) {
     let pod = info.pod.clone();
     let scheduler_name = pod
         .pod
@@ -179,18 +210,34 @@ async fn schedule_one(shared: &Arc<Shared>, bindings: &Arc<Semaphore>, info: Que
         shared.queue.done(&pod.key);
         return;
     }
+    let started = std::time::Instant::now();
     let snapshot = shared.cache().snapshot();
     let mut state = CycleState::new();
     let mut record = CycleRecord::default();
     let result = tokio::task::block_in_place(|| {
         fw.schedule(&mut state, &pod, &snapshot, &mut record, false)
     });
+    let metrics = crate::metrics::global();
+    let outcome = if result.is_ok() {
+        "Success"
+    } else {
+        "Unschedulable"
+    };
+    for d in &record.durations {
+        metrics.extension_point(
+            &d.extension_point,
+            outcome,
+            &scheduler_name,
+            d.micros as f64 / 1e6,
+        );
+    }
     let node = match result {
         Ok(r) => r.node,
         Err(fit) => {
             let mut fit = *fit;
             let mut nominated = None;
             if fw.has_post_filter() {
+                metrics.preemption_attempts.inc();
                 let (res, status) = tokio::task::block_in_place(|| {
                     fw.run_post_filter(&state, &pod, &snapshot, &fit.diagnosis.node_statuses)
                 });
@@ -209,6 +256,11 @@ async fn schedule_one(shared: &Arc<Shared>, bindings: &Arc<Semaphore>, info: Que
             }
             let message = fit.to_string();
             debug!(pod = %pod.key, %message, "unschedulable");
+            metrics.attempt(
+                "unschedulable",
+                &scheduler_name,
+                started.elapsed().as_secs_f64(),
+            );
             shared.explanations.record_failure(
                 &scheduler_name,
                 &pod.key,
@@ -260,15 +312,28 @@ async fn schedule_one(shared: &Arc<Shared>, bindings: &Arc<Semaphore>, info: Que
         return;
     };
     let shared = shared.clone();
+    let leader = leader.clone();
     tokio::spawn(async move {
         let _permit = permit;
         let ctx = shared.bind_ctx.clone();
+        if !*leader.borrow() {
+            // Lost the lease since this pod was placed: the new leader decides.
+            fw.run_unreserve(&mut state, &pod, &node);
+            shared.cache().forget(&pod.key);
+            shared.queue.add_backoff(info);
+            return;
+        }
         let mut status = fw.run_pre_bind(&ctx, &state, &pod, &node).await;
         if status.is_success() {
             status = fw.run_bind(&ctx, &state, &pod, &node).await;
         }
         if status.is_success() {
             debug!(pod = %pod.key, %node, "bound");
+            crate::metrics::global().attempt(
+                "scheduled",
+                &scheduler_name,
+                started.elapsed().as_secs_f64(),
+            );
             shared.events.scheduled(&scheduler_name, &pod.pod, &node);
             fw.run_post_bind(&state, &pod, &node);
             shared.queue.done(&pod.key);
@@ -293,6 +358,7 @@ async fn schedule_one(shared: &Arc<Shared>, bindings: &Arc<Semaphore>, info: Que
 }
 
 fn fail_with_error(shared: &Shared, scheduler_name: &str, info: QueuedPodInfo, message: String) {
+    crate::metrics::global().attempt("error", scheduler_name, 0.0);
     shared
         .events
         .failed_scheduling(scheduler_name, &info.pod.pod, message.clone());

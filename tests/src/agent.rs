@@ -11,6 +11,13 @@ use crate::process::Guarded;
 pub struct Agent {
     process: Guarded,
     pub log: PathBuf,
+    /// The agent's HTTPS endpoint (health, metrics, explanations).
+    pub url: String,
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(l.local_addr()?.port())
 }
 
 /// `$MCSCHED_AGENT`, else the debug build in the workspace's target directory.
@@ -34,15 +41,22 @@ impl Agent {
             );
         }
         let log = log_dir.join(format!("agent-{scheduler_name}.log"));
+        let port = free_port()?;
         let mut cmd = Command::new(&bin);
         cmd.arg("--kubeconfig")
             .arg(kubeconfig)
             .arg("--scheduler-name")
             .arg(scheduler_name)
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--secure-port={port}"))
             .env("RUST_LOG", "info,mcsched_agent=debug");
         let process = Guarded::spawn(cmd, "mcsched-agent", &log)
             .with_context(|| format!("cannot start {}", bin.display()))?;
-        Ok(Agent { process, log })
+        Ok(Agent {
+            process,
+            log,
+            url: format!("https://127.0.0.1:{port}"),
+        })
     }
 
     /// Sends SIGTERM and returns the exit status.

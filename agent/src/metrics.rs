@@ -1,0 +1,181 @@
+//! kube-scheduler's metrics, under kube-scheduler's names, so dashboards and alerts made
+//! for it work unchanged.
+
+use std::sync::OnceLock;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AttemptLabels {
+    pub result: String,
+    pub profile: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabels {
+    pub queue: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct IncomingLabels {
+    pub queue: String,
+    pub event: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ExtensionPointLabels {
+    pub extension_point: String,
+    pub status: String,
+    pub profile: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginLabels {
+    pub plugin: String,
+    pub extension_point: String,
+    pub status: String,
+}
+
+pub struct Metrics {
+    pub schedule_attempts: Family<AttemptLabels, Counter>,
+    pub attempt_duration: Family<AttemptLabels, Histogram>,
+    pub pending_pods: Family<QueueLabels, Gauge>,
+    pub queue_incoming: Family<IncomingLabels, Counter>,
+    pub extension_point_duration: Family<ExtensionPointLabels, Histogram>,
+    pub plugin_duration: Family<PluginLabels, Histogram>,
+    pub preemption_attempts: Counter,
+    registry: Registry,
+}
+
+impl Metrics {
+    fn new() -> Self {
+        let mut registry = Registry::default();
+        let schedule_attempts = Family::<AttemptLabels, Counter>::default();
+        // The names below carry kube-scheduler's "scheduler_" prefix themselves.
+        registry.register(
+            "scheduler_schedule_attempts",
+            "Number of attempts to schedule pods, by the result. 'unschedulable' means a pod could not be scheduled, while 'error' means an internal scheduler problem.",
+            schedule_attempts.clone(),
+        );
+        let attempt_duration = Family::<AttemptLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.001, 2.0, 15))
+        });
+        registry.register(
+            "scheduler_scheduling_attempt_duration_seconds",
+            "Scheduling attempt latency in seconds (scheduling algorithm + binding)",
+            attempt_duration.clone(),
+        );
+        let pending_pods = Family::<QueueLabels, Gauge>::default();
+        registry.register(
+            "scheduler_pending_pods",
+            "Number of pending pods, by the queue type. 'active' means number of pods in activeQ; 'backoff' means number of pods in backoffQ; 'unschedulable' means number of pods in unschedulablePods that the scheduler attempted to schedule and failed; 'gated' is the number of unschedulable pods that the scheduler never attempted to schedule because they are gated.",
+            pending_pods.clone(),
+        );
+        let queue_incoming = Family::<IncomingLabels, Counter>::default();
+        registry.register(
+            "scheduler_queue_incoming_pods",
+            "Number of pods added to scheduling queues by event and queue type.",
+            queue_incoming.clone(),
+        );
+        let extension_point_duration =
+            Family::<ExtensionPointLabels, Histogram>::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.0001, 2.0, 12))
+            });
+        registry.register(
+            "scheduler_framework_extension_point_duration_seconds",
+            "Latency for running all plugins of a specific extension point.",
+            extension_point_duration.clone(),
+        );
+        let plugin_duration = Family::<PluginLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.00001, 1.5, 20))
+        });
+        registry.register(
+            "scheduler_plugin_execution_duration_seconds",
+            "Duration for running a plugin at a specific extension point.",
+            plugin_duration.clone(),
+        );
+        let preemption_attempts = Counter::default();
+        registry.register(
+            "scheduler_preemption_attempts",
+            "Total preemption attempts in the cluster till now",
+            preemption_attempts.clone(),
+        );
+        Metrics {
+            schedule_attempts,
+            attempt_duration,
+            pending_pods,
+            queue_incoming,
+            extension_point_duration,
+            plugin_duration,
+            preemption_attempts,
+            registry,
+        }
+    }
+
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+
+    pub fn attempt(&self, result: &str, profile: &str, seconds: f64) {
+        let labels = AttemptLabels {
+            result: result.into(),
+            profile: profile.into(),
+        };
+        self.schedule_attempts.get_or_create(&labels).inc();
+        self.attempt_duration
+            .get_or_create(&labels)
+            .observe(seconds);
+    }
+
+    pub fn extension_point(&self, point: &str, status: &str, profile: &str, seconds: f64) {
+        self.extension_point_duration
+            .get_or_create(&ExtensionPointLabels {
+                extension_point: point.into(),
+                status: status.into(),
+                profile: profile.into(),
+            })
+            .observe(seconds);
+    }
+
+    pub fn plugin(&self, plugin: &str, point: &str, status: &str, seconds: f64) {
+        self.plugin_duration
+            .get_or_create(&PluginLabels {
+                plugin: plugin.into(),
+                extension_point: point.into(),
+                status: status.into(),
+            })
+            .observe(seconds);
+    }
+
+    pub fn incoming(&self, queue: &str, event: &str) {
+        self.queue_incoming
+            .get_or_create(&IncomingLabels {
+                queue: queue.into(),
+                event: event.into(),
+            })
+            .inc();
+    }
+
+    pub fn set_pending(&self, queue: &str, n: usize) {
+        self.pending_pods
+            .get_or_create(&QueueLabels {
+                queue: queue.into(),
+            })
+            .set(n as i64);
+    }
+}
+
+/// One registry per process, like kube-scheduler's legacy registry.
+pub fn global() -> &'static Metrics {
+    static M: OnceLock<Metrics> = OnceLock::new();
+    M.get_or_init(Metrics::new)
+}

@@ -1,0 +1,217 @@
+//! HTTPS on the secure port (10259, like kube-scheduler): health, metrics, and the
+//! explanations `kubectl mcsched explain` reads.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum_server::tls_rustls::RustlsConfig;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use mcsched_shared::explain::{Explanation, Outcome};
+
+use crate::explain::explanation;
+use crate::framework::CycleState;
+use crate::framework::runtime::CycleRecord;
+use crate::scheduler::Shared;
+use crate::snapshot::PodInfo;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("cannot read TLS certificate or key: {0}")]
+    Tls(#[source] std::io::Error),
+    #[error("cannot generate a self-signed certificate: {0}")]
+    SelfSigned(#[from] rcgen::Error),
+    #[error("HTTPS server on {addr}: {source}")]
+    Serve {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+pub struct ServerOptions {
+    pub addr: SocketAddr,
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
+}
+
+pub fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/healthz", get(ok))
+        .route("/livez", get(ok))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/explain/{namespace}/{name}", get(explain))
+        .route("/simulate", post(simulate))
+        .with_state(shared)
+}
+
+async fn tls_config(opts: &ServerOptions) -> Result<RustlsConfig, ServerError> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    match (&opts.cert_file, &opts.key_file) {
+        (Some(cert), Some(key)) => RustlsConfig::from_pem_file(cert, key)
+            .await
+            .map_err(ServerError::Tls),
+        _ => {
+            let names = vec![
+                "localhost".to_string(),
+                "127.0.0.1".to_string(),
+                crate::scheduler::hostname(),
+            ];
+            let cert = rcgen::generate_simple_self_signed(names)?;
+            RustlsConfig::from_pem(
+                cert.cert.pem().into_bytes(),
+                cert.signing_key.serialize_pem().into_bytes(),
+            )
+            .await
+            .map_err(ServerError::Tls)
+        }
+    }
+}
+
+/// Serves until the handle is shut down.
+pub async fn serve(
+    shared: Arc<Shared>,
+    opts: ServerOptions,
+    handle: axum_server::Handle<SocketAddr>,
+) -> Result<(), ServerError> {
+    let tls = tls_config(&opts).await?;
+    axum_server::bind_rustls(opts.addr, tls)
+        .handle(handle)
+        .serve(router(shared).into_make_service())
+        .await
+        .map_err(|source| ServerError::Serve {
+            addr: opts.addr,
+            source,
+        })
+}
+
+async fn ok() -> &'static str {
+    "ok"
+}
+
+async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
+    if shared.synced.load(Ordering::Acquire) {
+        "ok".into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "caches not synced\n").into_response()
+    }
+}
+
+async fn metrics() -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        crate::metrics::global().encode(),
+    )
+        .into_response()
+}
+
+fn error(code: StatusCode, message: impl Into<String>) -> Response {
+    (
+        code,
+        axum::Json(serde_json::json!({ "error": message.into() })),
+    )
+        .into_response()
+}
+
+/// Runs the whole pipeline up to (not including) Reserve with every filter on every node.
+/// Errs with a message for the client when no profile serves the pod.
+fn dry_run(shared: &Shared, pod: Pod) -> Result<Explanation, String> {
+    let scheduler = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.scheduler_name.clone())
+        .unwrap_or_else(|| "default-scheduler".into());
+    let Some(fw) = shared.profiles.get(&scheduler).cloned() else {
+        return Err(format!(
+            "spec.schedulerName {scheduler:?} is not served by this agent"
+        ));
+    };
+    let info = PodInfo::new(Arc::new(pod));
+    let snapshot = shared.cache().snapshot();
+    let mut state = CycleState::new();
+    let mut record = CycleRecord::default();
+    let outcome = match fw.schedule(&mut state, &info, &snapshot, &mut record, true) {
+        Ok(r) => Outcome::Scheduled {
+            node: r.node,
+            leaf_node: None,
+        },
+        Err(fit) => Outcome::Unschedulable {
+            message: fit.to_string(),
+            nominated_node: None,
+        },
+    };
+    Ok(explanation(
+        &scheduler,
+        &info.key,
+        &record,
+        outcome,
+        snapshot.len(),
+    ))
+}
+
+async fn explain(
+    State(shared): State<Arc<Shared>>,
+    Path((namespace, name)): Path<(String, String)>,
+) -> Response {
+    let key = format!("{namespace}/{name}");
+    let pods: Api<Pod> = Api::namespaced(shared.bind_ctx.client.clone(), &namespace);
+    let pod = match pods.get_opt(&name).await {
+        Ok(Some(p)) => p,
+        Ok(None) => return error(StatusCode::NOT_FOUND, format!("pod {key} not found")),
+        Err(e) => {
+            return error(
+                StatusCode::BAD_GATEWAY,
+                format!("cannot read pod {key}: {e}"),
+            );
+        }
+    };
+    let bound = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    if bound {
+        return match shared.explanations.get(&key) {
+            Some(e) => axum::Json(e).into_response(),
+            None => error(
+                StatusCode::NOT_FOUND,
+                format!("pod {key} is bound, and this agent kept no record of scheduling it"),
+            ),
+        };
+    }
+    // Pending: what would happen now says more than the last attempt.
+    let shared2 = shared.clone();
+    match tokio::task::spawn_blocking(move || dry_run(&shared2, pod)).await {
+        Ok(Ok(e)) => axum::Json(e).into_response(),
+        Ok(Err(msg)) => error(StatusCode::BAD_REQUEST, msg),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+async fn simulate(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> Response {
+    let pod: Pod = match serde_json::from_slice(&body) {
+        Ok(p) => p,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("body is not a Pod in JSON: {e}"),
+            );
+        }
+    };
+    match tokio::task::spawn_blocking(move || dry_run(&shared, pod)).await {
+        Ok(Ok(e)) => axum::Json(e).into_response(),
+        Ok(Err(msg)) => error(StatusCode::BAD_REQUEST, msg),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}

@@ -1,0 +1,153 @@
+//! The engine's HTTPS surface against a real control plane: health, kube-scheduler's
+//! metric names, explanations and simulations.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Api;
+use kube::api::PostParams;
+use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, wait};
+use mcsched_shared::explain::{Explanation, Outcome};
+use serde_json::json;
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+fn https() -> anyhow::Result<reqwest::Client> {
+    // The agent serves a self-signed certificate unless given one.
+    Ok(reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .timeout(Duration::from_secs(10))
+        .build()?)
+}
+
+async fn node(client: &kube::Client, name: &str, cpu: &str, zone: &str) -> anyhow::Result<()> {
+    let n: Node = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "topology.kubernetes.io/zone": zone}},
+        "status": {
+            "capacity": {"cpu": cpu, "memory": "8Gi", "pods": "110"},
+            "allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True"}]
+        }
+    }))?;
+    let api: Api<Node> = Api::all(client.clone());
+    let mut created = api.create(&PostParams::default(), &n).await?;
+    created.status = n.status;
+    api.replace_status(name, &PostParams::default(), &created)
+        .await?;
+    Ok(())
+}
+
+fn pod(name: &str, cpu: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "schedulerName": "mcsched",
+            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu}}}]
+        }
+    })
+}
+
+#[tokio::test]
+async fn health_metrics_explain_and_simulate() -> anyhow::Result<()> {
+    let cp = ControlPlane::start("engine", ControlPlaneOptions::default()).await?;
+    node(&cp.client, "small", "1", "a").await?;
+    node(&cp.client, "big", "8", "b").await?;
+    let agent = Agent::start(&cp.kubeconfig, "mcsched", cp.dir())?;
+    let http = https()?;
+
+    wait::until(TIMEOUT, "/readyz", || async {
+        let r = http.get(format!("{}/readyz", agent.url)).send().await;
+        Ok(r.ok().filter(|r| r.status().is_success()).map(|_| ()))
+    })
+    .await?;
+    assert_eq!(
+        http.get(format!("{}/healthz", agent.url))
+            .send()
+            .await?
+            .text()
+            .await?,
+        "ok"
+    );
+
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(pod("web", "2"))?,
+    )
+    .await?;
+    wait::until(TIMEOUT, "default/web bound", || async {
+        let p = pods.get("web").await?;
+        Ok(p.spec.and_then(|s| s.node_name))
+    })
+    .await?;
+
+    let explained: Explanation = http
+        .get(format!("{}/explain/default/web", agent.url))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    assert_eq!(
+        explained.outcome,
+        Outcome::Scheduled {
+            node: "big".into(),
+            leaf_node: None
+        }
+    );
+    let small = explained
+        .nodes
+        .iter()
+        .find(|n| n.node == "small")
+        .expect("small explained");
+    assert!(!small.feasible);
+    assert!(small.filters.iter().any(
+        |f| f.plugin == "NodeResourcesFit" && f.reasons == vec!["Insufficient cpu".to_string()]
+    ));
+
+    // A what-if: 9 cores fit nowhere; nothing is created.
+    let sim: Explanation = http
+        .post(format!("{}/simulate", agent.url))
+        .json(&pod("what-if", "9"))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    match &sim.outcome {
+        Outcome::Unschedulable { message, .. } => {
+            assert_eq!(message, "0/2 nodes are available: 2 Insufficient cpu.")
+        }
+        other => panic!("unexpected outcome {other:?}"),
+    }
+    assert_eq!(sim.nodes.len(), 2);
+    assert!(pods.get_opt("what-if").await?.is_none());
+    let bad = http
+        .post(format!("{}/simulate", agent.url))
+        .body("not json")
+        .send()
+        .await?;
+    assert_eq!(bad.status(), reqwest::StatusCode::BAD_REQUEST);
+
+    let metrics = http
+        .get(format!("{}/metrics", agent.url))
+        .send()
+        .await?
+        .text()
+        .await?;
+    for name in [
+        "scheduler_schedule_attempts_total{result=\"scheduled\",profile=\"mcsched\"} 1",
+        "scheduler_scheduling_attempt_duration_seconds_bucket",
+        "scheduler_pending_pods{queue=\"active\"}",
+        "scheduler_framework_extension_point_duration_seconds_bucket",
+        "scheduler_queue_incoming_pods_total",
+        "scheduler_preemption_attempts_total",
+    ] {
+        assert!(
+            metrics.contains(name),
+            "{name} missing from /metrics:\n{metrics}"
+        );
+    }
+    Ok(())
+}
