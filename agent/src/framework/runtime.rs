@@ -269,6 +269,27 @@ impl Framework {
         };
         record.timed("PreFilter", started);
 
+        // A pod nominated by an earlier preemption tries its node first (kube's
+        // evaluateNominatedNode), so the room made for it is not lost.
+        if !record_all
+            && let Some(nominated) = pod
+                .pod
+                .status
+                .as_ref()
+                .and_then(|s| s.nominated_node_name.as_deref())
+            && let Some(node) = snapshot.get(nominated)
+            && allowed.as_ref().is_none_or(|a| a.contains(nominated))
+            && self.run_filters(state, pod, node, false).0.is_success()
+        {
+            record.num_evaluated = 1;
+            record.num_feasible = 1;
+            return Ok(ScheduleResult {
+                node: nominated.to_string(),
+                evaluated_nodes: 1,
+                feasible_nodes: 1,
+            });
+        }
+
         let started = Instant::now();
         let (feasible, statuses) =
             self.find_feasible(state, pod, snapshot, allowed.as_ref(), record, record_all);

@@ -1,6 +1,7 @@
 //! In-tree plugins, one file each, named like kube-scheduler's.
 
 pub mod default_binder;
+pub mod default_preemption;
 pub mod helper;
 pub mod image_locality;
 pub mod node_affinity;
@@ -34,6 +35,9 @@ pub fn default_registry() -> HashMap<String, Arc<dyn Plugin>> {
         Arc::new(node_resources_balanced_allocation::BalancedAllocation::default()),
         Arc::new(image_locality::ImageLocality),
         Arc::new(default_binder::DefaultBinder),
+        Arc::new(default_preemption::DefaultPreemption::new(
+            Default::default(),
+        )),
     ];
     plugins
         .into_iter()

@@ -1,0 +1,505 @@
+//! DefaultPreemption: when no node fits, find a node where evicting lower-priority pods
+//! makes room, keeping as many of them as possible (PodDisruptionBudget-protected ones
+//! first), and nominate it. kube-scheduler's `defaultpreemption` and `preemption`
+//! packages, with their candidate ordering.
+
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use mcsched_shared::selectors::label_selector_matches;
+use rand::RngExt;
+
+use crate::framework::{
+    Code, CycleState, Framework, NodeStatuses, Plugin, PostFilterPlugin, PostFilterResult, Status,
+};
+use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
+
+pub const NAME: &str = "DefaultPreemption";
+pub const NOT_HELPFUL: &str = "Preemption is not helpful for scheduling";
+pub const NO_VICTIMS: &str = "No preemption victims found for incoming pod";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PreemptionArgs {
+    pub min_candidate_nodes_percentage: u32,
+    pub min_candidate_nodes_absolute: u32,
+}
+
+impl Default for PreemptionArgs {
+    fn default() -> Self {
+        PreemptionArgs {
+            min_candidate_nodes_percentage: 10,
+            min_candidate_nodes_absolute: 100,
+        }
+    }
+}
+
+pub struct DefaultPreemption {
+    args: PreemptionArgs,
+}
+
+impl DefaultPreemption {
+    pub fn new(args: PreemptionArgs) -> Self {
+        DefaultPreemption { args }
+    }
+}
+
+/// A node where preemption works, and what it costs.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    pub node: String,
+    pub victims: Vec<Arc<PodInfo>>,
+    pub pdb_violations: usize,
+}
+
+fn start_time_secs(p: &PodInfo) -> i64 {
+    p.pod
+        .status
+        .as_ref()
+        .and_then(|s| s.start_time.as_ref())
+        .map(|t| t.0.as_second())
+        .unwrap_or(i64::MAX)
+}
+
+/// kube's `MoreImportantPod`: higher priority, then the one running longer.
+fn more_important(a: &PodInfo, b: &PodInfo) -> Ordering {
+    b.priority()
+        .cmp(&a.priority())
+        .then(start_time_secs(a).cmp(&start_time_secs(b)))
+}
+
+/// Splits victims into those whose eviction would break a PodDisruptionBudget and the rest,
+/// counting each budget's allowed disruptions down as victims use them.
+fn split_by_pdb(
+    victims: &[Arc<PodInfo>],
+    pdbs: &[Arc<PodDisruptionBudget>],
+) -> (Vec<Arc<PodInfo>>, Vec<Arc<PodInfo>>) {
+    let mut allowed: Vec<i32> = pdbs
+        .iter()
+        .map(|p| {
+            p.status
+                .as_ref()
+                .map(|s| s.disruptions_allowed)
+                .unwrap_or(0)
+        })
+        .collect();
+    let (mut violating, mut fine) = (Vec::new(), Vec::new());
+    for v in victims {
+        let mut violates = false;
+        for (i, pdb) in pdbs.iter().enumerate() {
+            if pdb.metadata.namespace.as_deref() != Some(v.namespace.as_str()) {
+                continue;
+            }
+            let selector = pdb.spec.as_ref().and_then(|s| s.selector.as_ref());
+            // An empty selector matches nothing for PDBs.
+            if selector.is_none_or(|s| s.match_labels.is_none() && s.match_expressions.is_none()) {
+                continue;
+            }
+            if !label_selector_matches(selector, v.labels()) {
+                continue;
+            }
+            allowed[i] -= 1;
+            if allowed[i] < 0 {
+                violates = true;
+            }
+        }
+        if violates {
+            violating.push(v.clone());
+        } else {
+            fine.push(v.clone());
+        }
+    }
+    (violating, fine)
+}
+
+impl DefaultPreemption {
+    /// kube's `SelectVictimsOnNode`: remove every lower-priority pod; if the pod then fits,
+    /// add them back one by one (most important first, PDB-protected ones before the rest)
+    /// while it still fits.
+    fn victims_on_node(
+        &self,
+        fw: &Framework,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        pdbs: &[Arc<PodDisruptionBudget>],
+    ) -> Option<Candidate> {
+        let mut state = state.clone();
+        let mut node = node.clone();
+        let mut lower: Vec<Arc<PodInfo>> = node
+            .pods
+            .iter()
+            .filter(|p| p.priority() < pod.priority())
+            .cloned()
+            .collect();
+        if lower.is_empty() {
+            return None;
+        }
+        for v in &lower {
+            node.remove_pod(&v.key);
+            if !fw
+                .run_pre_filter_extension(&mut state, pod, v, &node, false)
+                .is_success()
+            {
+                return None;
+            }
+        }
+        if !fw.run_filters(&state, pod, &node, false).0.is_success() {
+            return None;
+        }
+        lower.sort_by(|a, b| more_important(a, b));
+        let (violating, fine) = split_by_pdb(&lower, pdbs);
+        let mut victims = Vec::new();
+        let mut pdb_violations = 0;
+        let mut reprieve =
+            |p: &Arc<PodInfo>, state: &mut CycleState, node: &mut NodeInfo| -> bool {
+                node.add_pod(p.clone());
+                let _ = fw.run_pre_filter_extension(state, pod, p, node, true);
+                if fw.run_filters(state, pod, node, false).0.is_success() {
+                    return true;
+                }
+                node.remove_pod(&p.key);
+                let _ = fw.run_pre_filter_extension(state, pod, p, node, false);
+                victims.push(p.clone());
+                false
+            };
+        for p in &violating {
+            if !reprieve(p, &mut state, &mut node) {
+                pdb_violations += 1;
+            }
+        }
+        for p in &fine {
+            reprieve(p, &mut state, &mut node);
+        }
+        if victims.is_empty() {
+            return None;
+        }
+        Some(Candidate {
+            node: node.name.clone(),
+            victims,
+            pdb_violations,
+        })
+    }
+
+    fn candidates_to_find(&self, potential: usize) -> usize {
+        let pct = potential * self.args.min_candidate_nodes_percentage as usize / 100;
+        pct.max(self.args.min_candidate_nodes_absolute as usize)
+            .min(potential)
+    }
+}
+
+/// kube's `pickOneNodeForPreemption`: fewest PDB violations, then the lowest highest
+/// victim priority, the smallest sum of priorities, the fewest victims, the latest start
+/// of the highest-priority victims; then the first.
+pub fn pick_one(candidates: &[Candidate]) -> Option<&Candidate> {
+    let key = |c: &Candidate| {
+        let highest = c
+            .victims
+            .iter()
+            .map(|v| v.priority())
+            .max()
+            .unwrap_or(i32::MIN);
+        let sum: i64 = c
+            .victims
+            .iter()
+            .map(|v| i64::from(v.priority()) + i64::from(i32::MAX) + 1)
+            .sum();
+        let latest_start_of_highest = c
+            .victims
+            .iter()
+            .filter(|v| v.priority() == highest)
+            .map(|v| start_time_secs(v))
+            .min()
+            .unwrap_or(i64::MAX);
+        (
+            c.pdb_violations,
+            highest,
+            sum,
+            c.victims.len(),
+            std::cmp::Reverse(latest_start_of_highest),
+        )
+    };
+    candidates.iter().min_by(|a, b| key(a).cmp(&key(b)))
+}
+
+impl Plugin for DefaultPreemption {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    fn as_post_filter(&self) -> Option<&dyn PostFilterPlugin> {
+        Some(self)
+    }
+}
+
+impl PostFilterPlugin for DefaultPreemption {
+    fn post_filter(
+        &self,
+        fw: &Framework,
+        state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        statuses: &NodeStatuses,
+    ) -> (PostFilterResult, Status) {
+        let total = snapshot.len();
+        let policy = pod
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.preemption_policy.as_deref());
+        if policy == Some("Never") {
+            return (
+                PostFilterResult::default(),
+                Status::unresolvable("not eligible due to preemptionPolicy=Never."),
+            );
+        }
+        // Nodes rejected for good (or not evaluated because PreFilter failed) cannot help.
+        let potential: Vec<&Arc<NodeInfo>> = snapshot
+            .nodes
+            .iter()
+            .filter(|n| {
+                statuses
+                    .get(&n.name)
+                    .is_some_and(|s| s.code == Code::Unschedulable)
+            })
+            .collect();
+        if potential.is_empty() {
+            return (
+                PostFilterResult::default(),
+                Status::unschedulable(format!(
+                    "preemption: 0/{total} nodes are available: {total} {NOT_HELPFUL}"
+                )),
+            );
+        }
+        let want = self.candidates_to_find(potential.len());
+        let offset = rand::rng().random_range(0..potential.len());
+        let mut candidates = Vec::new();
+        for i in 0..potential.len() {
+            if candidates.len() >= want {
+                break;
+            }
+            let node = potential[(offset + i) % potential.len()];
+            if let Some(c) = self.victims_on_node(fw, state, pod, node, &snapshot.pdbs) {
+                candidates.push(c);
+            }
+        }
+        let Some(best) = pick_one(&candidates) else {
+            let unhelpful = total - potential.len();
+            let mut parts = vec![format!("{} {NO_VICTIMS}", potential.len())];
+            if unhelpful > 0 {
+                parts.push(format!("{unhelpful} {NOT_HELPFUL}"));
+            }
+            parts.sort();
+            return (
+                PostFilterResult::default(),
+                Status::unschedulable(format!(
+                    "preemption: 0/{total} nodes are available: {}",
+                    parts.join(", ")
+                )),
+            );
+        };
+        (
+            PostFilterResult {
+                nominated_node: Some(best.node.clone()),
+                victims: best.victims.clone(),
+            },
+            Status::success(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugins::default_registry;
+    use crate::plugins::testing::{node_with, pod_requesting};
+    use crate::profiles::{DEFAULT_PLUGINS, expand_multi_point};
+
+    fn with_priority(mut p: PodInfo, prio: i32, node: &str) -> Arc<PodInfo> {
+        let mut pod = (*p.pod).clone();
+        if let Some(s) = pod.spec.as_mut() {
+            s.priority = Some(prio);
+            s.node_name = Some(node.into());
+        }
+        p = PodInfo::new(Arc::new(pod));
+        Arc::new(p)
+    }
+
+    fn framework() -> Framework {
+        let reg = default_registry();
+        let spec = expand_multi_point("s", DEFAULT_PLUGINS, &reg);
+        match Framework::new(&spec, &reg, 2) {
+            Ok(f) => f,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    fn schedule_fails(fw: &Framework, pod: &PodInfo, snap: &Snapshot) -> NodeStatuses {
+        let mut state = CycleState::new();
+        let mut rec = Default::default();
+        match fw.schedule(&mut state, pod, snap, &mut rec, false) {
+            Ok(r) => panic!("expected no fit, got {}", r.node),
+            Err(e) => e.diagnosis.node_statuses,
+        }
+    }
+
+    #[test]
+    fn evicts_the_fewest_lowest_priority_pods() {
+        // n1: two 1-cpu pods of priority 10; n2: one 2-cpu pod of priority 5. The pod (3
+        // cpu, priority 100) needs 3 of 4 cpu: on n1 one victim suffices (priority 10),
+        // on n2 one victim (priority 5) — the lower highest priority wins.
+        let mut n1 = node_with("n1", |_| {});
+        n1.add_pod(with_priority(
+            pod_requesting("a", &[("cpu", "1")]),
+            10,
+            "n1",
+        ));
+        n1.add_pod(with_priority(
+            pod_requesting("b", &[("cpu", "1")]),
+            10,
+            "n1",
+        ));
+        let mut n2 = node_with("n2", |_| {});
+        n2.add_pod(with_priority(pod_requesting("c", &[("cpu", "2")]), 5, "n2"));
+        let snap = Snapshot::from_nodes(vec![Arc::new(n1), Arc::new(n2)]);
+        let pod = with_priority(pod_requesting("p", &[("cpu", "3")]), 100, "");
+        let fw = framework();
+        let statuses = schedule_fails(&fw, &pod, &snap);
+        let (res, s) = DefaultPreemption::new(Default::default()).post_filter(
+            &fw,
+            &CycleState::new(),
+            &pod,
+            &snap,
+            &statuses,
+        );
+        assert!(s.is_success(), "{s}");
+        assert_eq!(res.nominated_node.as_deref(), Some("n2"));
+        assert_eq!(
+            res.victims
+                .iter()
+                .map(|v| v.name.as_str())
+                .collect::<Vec<_>>(),
+            vec!["c"]
+        );
+    }
+
+    #[test]
+    fn equal_or_higher_priority_pods_are_never_victims() {
+        let mut n1 = node_with("n1", |_| {});
+        n1.add_pod(with_priority(
+            pod_requesting("a", &[("cpu", "3")]),
+            100,
+            "n1",
+        ));
+        let snap = Snapshot::from_nodes(vec![Arc::new(n1)]);
+        let pod = with_priority(pod_requesting("p", &[("cpu", "2")]), 100, "");
+        let fw = framework();
+        let statuses = schedule_fails(&fw, &pod, &snap);
+        let (res, s) = DefaultPreemption::new(Default::default()).post_filter(
+            &fw,
+            &CycleState::new(),
+            &pod,
+            &snap,
+            &statuses,
+        );
+        assert!(res.nominated_node.is_none());
+        assert_eq!(
+            s.message(),
+            "preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod"
+        );
+    }
+
+    #[test]
+    fn unresolvable_nodes_are_not_helpful() {
+        let n1 = node_with("n1", |_| {});
+        let snap = Snapshot::from_nodes(vec![Arc::new(n1)]);
+        // More than the node has at all: UnschedulableAndUnresolvable.
+        let pod = with_priority(pod_requesting("p", &[("cpu", "8")]), 100, "");
+        let fw = framework();
+        let statuses = schedule_fails(&fw, &pod, &snap);
+        let (_, s) = DefaultPreemption::new(Default::default()).post_filter(
+            &fw,
+            &CycleState::new(),
+            &pod,
+            &snap,
+            &statuses,
+        );
+        assert_eq!(
+            s.message(),
+            "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling"
+        );
+    }
+
+    #[test]
+    fn preemption_policy_never() {
+        let pod = pod_requesting("p", &[]);
+        let mut raw = (*pod.pod).clone();
+        if let Some(s) = raw.spec.as_mut() {
+            s.preemption_policy = Some("Never".into());
+        }
+        let pod = PodInfo::new(Arc::new(raw));
+        let fw = framework();
+        let (_, s) = DefaultPreemption::new(Default::default()).post_filter(
+            &fw,
+            &CycleState::new(),
+            &pod,
+            &Snapshot::default(),
+            &NodeStatuses::new(),
+        );
+        assert_eq!(s.message(), "not eligible due to preemptionPolicy=Never.");
+    }
+
+    #[test]
+    fn pdb_protected_pods_are_spared_when_possible() {
+        use k8s_openapi::api::policy::v1::{PodDisruptionBudgetSpec, PodDisruptionBudgetStatus};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+        let labelled = |name: &str, app: &str| {
+            let p = pod_requesting(name, &[("cpu", "2")]);
+            let mut raw = (*p.pod).clone();
+            raw.metadata.labels = Some([("app".to_string(), app.to_string())].into());
+            with_priority(PodInfo::new(Arc::new(raw)), 1, "n1")
+        };
+        let mut n1 = node_with("n1", |_| {});
+        n1.add_pod(labelled("protected", "db"));
+        n1.add_pod(labelled("free", "web"));
+        let pdb = PodDisruptionBudget {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some("db".into()),
+                namespace: Some("default".into()),
+                ..Default::default()
+            },
+            spec: Some(PodDisruptionBudgetSpec {
+                selector: Some(LabelSelector {
+                    match_labels: Some([("app".to_string(), "db".to_string())].into()),
+                    match_expressions: None,
+                }),
+                ..Default::default()
+            }),
+            status: Some(PodDisruptionBudgetStatus {
+                disruptions_allowed: 0,
+                ..Default::default()
+            }),
+        };
+        let snap = Snapshot {
+            pdbs: Arc::new(vec![Arc::new(pdb)]),
+            ..Snapshot::from_nodes(vec![Arc::new(n1)])
+        };
+        let pod = with_priority(pod_requesting("p", &[("cpu", "2")]), 100, "");
+        let fw = framework();
+        let statuses = schedule_fails(&fw, &pod, &snap);
+        let (res, s) = DefaultPreemption::new(Default::default()).post_filter(
+            &fw,
+            &CycleState::new(),
+            &pod,
+            &snap,
+            &statuses,
+        );
+        assert!(s.is_success(), "{s}");
+        assert_eq!(
+            res.victims
+                .iter()
+                .map(|v| v.name.as_str())
+                .collect::<Vec<_>>(),
+            vec!["free"]
+        );
+    }
+}
