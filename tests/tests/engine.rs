@@ -151,3 +151,65 @@ async fn health_metrics_explain_and_simulate() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn preemption_evicts_a_lower_priority_pod_and_nominates_its_node() -> anyhow::Result<()> {
+    use k8s_openapi::api::events::v1::Event;
+    use k8s_openapi::api::scheduling::v1::PriorityClass;
+    let cp = ControlPlane::start(
+        "preempt",
+        ControlPlaneOptions {
+            simulate_kubelets: true,
+            ..Default::default()
+        },
+    )
+    .await?;
+    node(&cp.client, "only", "2", "a").await?;
+    let classes: Api<PriorityClass> = Api::all(cp.client.clone());
+    for (name, value) in [("low", 10), ("high", 1000)] {
+        classes
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": name}, "value": value}))?,
+            )
+            .await?;
+    }
+    let _agent = Agent::start(&cp.kubeconfig, "mcsched", cp.dir())?;
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
+    let with_class = |name: &str, class: &str| -> anyhow::Result<Pod> {
+        let mut p = pod(name, "1500m");
+        p["spec"]["priorityClassName"] = json!(class);
+        Ok(serde_json::from_value(p)?)
+    };
+    pods.create(&PostParams::default(), &with_class("victim", "low")?)
+        .await?;
+    wait::until(TIMEOUT, "victim bound", || async {
+        Ok(pods.get("victim").await?.spec.and_then(|s| s.node_name))
+    })
+    .await?;
+
+    pods.create(&PostParams::default(), &with_class("important", "high")?)
+        .await?;
+    let node = wait::until(TIMEOUT, "important bound after preemption", || async {
+        Ok(pods.get("important").await?.spec.and_then(|s| s.node_name))
+    })
+    .await?;
+    assert_eq!(node, "only");
+    assert!(
+        pods.get_opt("victim").await?.is_none(),
+        "victim still exists"
+    );
+    let events: Api<Event> = Api::namespaced(cp.client.clone(), "default");
+    let preempted = events
+        .list(&kube::api::ListParams::default().fields("regarding.name=victim"))
+        .await?
+        .items
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some("Preempted"));
+    let note = preempted.and_then(|e| e.note).unwrap_or_default();
+    assert!(
+        note.starts_with("Preempted by pod ") && note.ends_with(" on node only"),
+        "{note}"
+    );
+    Ok(())
+}
