@@ -3,15 +3,15 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
-use mcsched_shared::explain::{Explanation, NodeExplanation, Outcome};
+use mcsched_shared::explain::{Explanation, NodeExplanation, Outcome, PluginScore, PluginVerdict};
 
 use crate::framework::FitError;
 use crate::framework::runtime::CycleRecord;
 
 /// How many pods' explanations are kept; the oldest goes first.
 pub const CAPACITY: usize = 2000;
-/// Nodes kept per explanation: the best scored first, then the rejected ones.
-pub const MAX_NODES: usize = 200;
+/// Nodes kept per stored explanation: the best scored first, then the rejected ones.
+pub const MAX_NODES: usize = 50;
 
 #[derive(Default)]
 pub struct ExplanationStore {
@@ -22,24 +22,91 @@ fn now() -> String {
     k8s_openapi::jiff::Timestamp::now().to_string()
 }
 
-/// Feasible nodes by score (best first), then the rejected ones, at most MAX_NODES.
-pub fn trimmed(mut nodes: Vec<NodeExplanation>) -> Vec<NodeExplanation> {
-    nodes.sort_by(|a, b| {
-        b.feasible
-            .cmp(&a.feasible)
-            .then(b.total_score.cmp(&a.total_score))
-            .then(a.node.cmp(&b.node))
-    });
-    nodes.truncate(MAX_NODES);
+fn success(plugin: &str) -> PluginVerdict {
+    PluginVerdict {
+        plugin: plugin.to_string(),
+        code: "Success".into(),
+        reasons: Vec::new(),
+    }
+}
+
+/// Per node: every verdict when the cycle recorded them all; else the filters a feasible
+/// node passed, or those a rejected node passed up to its first rejection.
+pub fn node_explanations(record: &CycleRecord, limit: usize) -> Vec<NodeExplanation> {
+    let verdicts_of =
+        |name: &str, status: Option<&crate::framework::Status>| -> Vec<PluginVerdict> {
+            if let Some(v) = record.verdicts.get(name) {
+                return v.clone();
+            }
+            let mut out = Vec::new();
+            for p in &record.filter_plugins {
+                match status {
+                    Some(s) if s.plugin == *p => {
+                        out.push(PluginVerdict {
+                            plugin: p.to_string(),
+                            code: s.code.to_string(),
+                            reasons: s.reasons.clone(),
+                        });
+                        break;
+                    }
+                    _ => out.push(success(p)),
+                }
+            }
+            out
+        };
+    // Pick the nodes before building anything: the best totals, then rejected nodes.
+    let mut order: Vec<usize> = (0..record.feasible.len()).collect();
+    order.sort_by_key(|&j| std::cmp::Reverse(record.totals.get(j).copied().unwrap_or(0)));
+    order.truncate(limit);
+    let mut nodes: Vec<NodeExplanation> = order
+        .into_iter()
+        .map(|j| (j, &record.feasible[j]))
+        .map(|(j, n)| NodeExplanation {
+            node: n.name.clone(),
+            feasible: true,
+            filters: verdicts_of(&n.name, None),
+            scores: record
+                .scores
+                .iter()
+                .map(|c| PluginScore {
+                    plugin: c.plugin.to_string(),
+                    raw: c.raw.get(j).copied().unwrap_or(0),
+                    normalized: c.normalized.get(j).copied().unwrap_or(0),
+                    weight: c.weight,
+                    weighted: c.normalized.get(j).copied().unwrap_or(0) * c.weight,
+                })
+                .collect(),
+            total_score: record.totals.get(j).copied(),
+            leaf_node: None,
+        })
+        .collect();
+    let room = limit.saturating_sub(nodes.len());
+    nodes.extend(
+        record
+            .rejected
+            .iter()
+            .take(room)
+            .map(|(n, s)| NodeExplanation {
+                node: n.name.clone(),
+                feasible: false,
+                filters: verdicts_of(&n.name, Some(s)),
+                scores: Vec::new(),
+                total_score: None,
+                leaf_node: None,
+            }),
+    );
     nodes
 }
 
+/// `limit` bounds the nodes listed (stored explanations keep MAX_NODES; an explanation
+/// computed on request lists every node).
 pub fn explanation(
     scheduler: &str,
     key: &str,
     record: &CycleRecord,
     outcome: Outcome,
     num_all_nodes: usize,
+    limit: usize,
 ) -> Explanation {
     Explanation {
         pod: key.to_string(),
@@ -49,7 +116,7 @@ pub fn explanation(
         num_all_nodes,
         num_evaluated_nodes: record.num_evaluated,
         num_feasible_nodes: record.num_feasible,
-        nodes: trimmed(record.nodes.clone()),
+        nodes: node_explanations(record, limit),
         durations: record.durations.clone(),
         pre_filter: record.pre_filter.clone(),
         extenders: Vec::new(),
@@ -82,7 +149,10 @@ impl ExplanationStore {
             node: node.to_string(),
             leaf_node: None,
         };
-        self.put(key, explanation(scheduler, key, record, outcome, num_all));
+        self.put(
+            key,
+            explanation(scheduler, key, record, outcome, num_all, MAX_NODES),
+        );
     }
 
     pub fn record_failure(
@@ -99,7 +169,14 @@ impl ExplanationStore {
         };
         self.put(
             key,
-            explanation(scheduler, key, record, outcome, fit.num_all_nodes),
+            explanation(
+                scheduler,
+                key,
+                record,
+                outcome,
+                fit.num_all_nodes,
+                MAX_NODES,
+            ),
         );
     }
 

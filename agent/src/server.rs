@@ -157,6 +157,7 @@ fn dry_run(shared: &Shared, pod: Pod) -> Result<Explanation, String> {
         &record,
         outcome,
         snapshot.len(),
+        usize::MAX,
     ))
 }
 

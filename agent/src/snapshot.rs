@@ -310,3 +310,33 @@ impl Snapshot {
         self.nodes.is_empty()
     }
 }
+
+/// Rough memory of a snapshot: struct sizes plus each Node's and Pod's JSON length as a
+/// stand-in for the heap its strings and maps take. For reporting, not accounting.
+pub fn approximate_bytes(s: &Snapshot) -> usize {
+    let json = |v: &dyn erased_len::JsonLen| v.json_len();
+    let mut total =
+        std::mem::size_of::<Snapshot>() + s.nodes.capacity() * std::mem::size_of::<Arc<NodeInfo>>();
+    for n in s.nodes.iter() {
+        total += std::mem::size_of::<NodeInfo>()
+            + json(&*n.node)
+            + n.pods.capacity() * std::mem::size_of::<Arc<PodInfo>>()
+            + n.used_ports.len() * std::mem::size_of::<HostPort>()
+            + n.images.keys().map(|k| k.len() + 16).sum::<usize>();
+        for p in &n.pods {
+            total += std::mem::size_of::<PodInfo>() + json(&*p.pod) + p.key.len() * 3;
+        }
+    }
+    total
+}
+
+mod erased_len {
+    pub trait JsonLen {
+        fn json_len(&self) -> usize;
+    }
+    impl<T: serde::Serialize> JsonLen for T {
+        fn json_len(&self) -> usize {
+            serde_json::to_vec(self).map(|v| v.len()).unwrap_or(0)
+        }
+    }
+}

@@ -1,7 +1,6 @@
 //! Data plugins keep between the extension points of one scheduling cycle.
 
 use std::any::Any;
-use std::collections::HashMap;
 
 /// Cloneable so preemption can try removing victims on a copy.
 pub trait StateData: Any + Send + Sync {
@@ -22,9 +21,10 @@ impl<T: Any + Clone + Send + Sync> StateData for T {
     }
 }
 
+/// A few entries per cycle, read for every node: a vector scanned by key beats hashing.
 #[derive(Default)]
 pub struct CycleState {
-    data: HashMap<&'static str, Box<dyn StateData>>,
+    data: Vec<(&'static str, Box<dyn StateData>)>,
     /// Nodes whose Filter must be skipped by a plugin whose PreFilter returned Skip.
     skip_filter: Vec<&'static str>,
     skip_score: Vec<&'static str>,
@@ -49,20 +49,28 @@ impl CycleState {
         Self::default()
     }
 
+    fn position(&self, key: &str) -> Option<usize> {
+        // Keys are plugin-name constants: pointer equality almost always settles it.
+        self.data.iter().position(|(k, _)| {
+            (std::ptr::eq(k.as_ptr(), key.as_ptr()) && k.len() == key.len()) || *k == key
+        })
+    }
+
     pub fn write<T: Any + Clone + Send + Sync>(&mut self, key: &'static str, value: T) {
-        self.data.insert(key, Box::new(value));
+        match self.position(key) {
+            Some(i) => self.data[i].1 = Box::new(value),
+            None => self.data.push((key, Box::new(value))),
+        }
     }
 
     pub fn read<T: Any>(&self, key: &'static str) -> Option<&T> {
-        self.data
-            .get(key)
-            .and_then(|d| d.as_ref().as_any().downcast_ref())
+        let i = self.position(key)?;
+        self.data[i].1.as_ref().as_any().downcast_ref()
     }
 
     pub fn read_mut<T: Any>(&mut self, key: &'static str) -> Option<&mut T> {
-        self.data
-            .get_mut(key)
-            .and_then(|d| d.as_mut().as_any_mut().downcast_mut())
+        let i = self.position(key)?;
+        self.data[i].1.as_mut().as_any_mut().downcast_mut()
     }
 
     pub fn skip_filter(&mut self, plugin: &'static str) {

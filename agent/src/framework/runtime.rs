@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use mcsched_shared::explain::{NodeExplanation, PhaseDuration, PluginScore, PluginVerdict};
+use mcsched_shared::explain::{PhaseDuration, PluginVerdict};
 use rand::RngExt;
 use rayon::prelude::*;
 
@@ -89,14 +89,32 @@ pub struct ScheduleResult {
     pub feasible_nodes: usize,
 }
 
-/// What one cycle found out, for the explanation.
-#[derive(Debug, Default, Clone)]
+/// What one cycle found out, kept compact (numbers and shared pointers) so recording
+/// costs little; explain.rs turns it into an explanation when one is wanted.
+#[derive(Default, Clone)]
 pub struct CycleRecord {
     pub pre_filter: Vec<PluginVerdict>,
-    pub nodes: Vec<NodeExplanation>,
     pub durations: Vec<PhaseDuration>,
     pub num_evaluated: usize,
     pub num_feasible: usize,
+    /// Filter plugins that ran (not skipped by their PreFilter), in order.
+    pub filter_plugins: Vec<&'static str>,
+    /// Nodes a filter rejected, with the first rejection.
+    pub rejected: Vec<(Arc<NodeInfo>, Status)>,
+    /// With `record_all`: every filter verdict of every node, by node name.
+    pub verdicts: HashMap<String, Vec<PluginVerdict>>,
+    pub feasible: Vec<Arc<NodeInfo>>,
+    /// One column per score plugin, aligned with `feasible`.
+    pub scores: Vec<ScoreColumn>,
+    pub totals: Vec<i64>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ScoreColumn {
+    pub plugin: &'static str,
+    pub weight: i64,
+    pub raw: Vec<i64>,
+    pub normalized: Vec<i64>,
 }
 
 impl CycleRecord {
@@ -309,6 +327,7 @@ impl Framework {
         }
 
         let started = Instant::now();
+        record.feasible = feasible.clone();
         let scores = self.prioritize(state, pod, &feasible, snapshot, record);
         record.timed("Score", started);
         let node = select_host(&feasible, &scores);
@@ -365,17 +384,36 @@ impl Framework {
         node: &NodeInfo,
         record_all: bool,
     ) -> (Status, Vec<PluginVerdict>) {
+        let active = self.active_filters(state);
+        self.run_active_filters(&active, state, pod, node, record_all)
+    }
+
+    /// The filter plugins not skipped by their PreFilter, resolved once per cycle.
+    fn active_filters(&self, state: &CycleState) -> Vec<(&'static str, &dyn super::FilterPlugin)> {
+        self.filter
+            .iter()
+            .filter(|p| !state.skips_filter(p.name()))
+            .filter_map(|p| p.as_filter().map(|f| (p.name(), f)))
+            .collect()
+    }
+
+    fn run_active_filters(
+        &self,
+        active: &[(&'static str, &dyn super::FilterPlugin)],
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        record_all: bool,
+    ) -> (Status, Vec<PluginVerdict>) {
         let mut verdicts = Vec::new();
         let mut first_failure: Option<Status> = None;
-        for p in &self.filter {
-            if state.skips_filter(p.name()) {
-                continue;
+        for &(name, f) in active {
+            let s = f.filter(state, pod, node);
+            if record_all {
+                verdicts.push(verdict(name, &s));
             }
-            let Some(f) = p.as_filter() else { continue };
-            let s = f.filter(state, pod, node).with_plugin(p.name());
-            verdicts.push(verdict(p.name(), &s));
             if !s.is_success() && first_failure.is_none() {
-                first_failure = Some(s);
+                first_failure = Some(s.with_plugin(name));
                 if !record_all {
                     break;
                 }
@@ -413,6 +451,7 @@ impl Framework {
             self.next_start.load(Ordering::Relaxed) % total
         };
         let found = AtomicUsize::new(0);
+        let active = self.active_filters(state);
         // Check nodes in a rotating order, in parallel, until enough are feasible.
         let results: Vec<Option<(usize, Status, Vec<PluginVerdict>)>> = self.pool.install(|| {
             (0..total)
@@ -423,7 +462,8 @@ impl Framework {
                         return None;
                     }
                     let idx = (start + i) % total;
-                    let (status, verdicts) = self.run_filters(state, pod, nodes[idx], record_all);
+                    let (status, verdicts) =
+                        self.run_active_filters(&active, state, pod, nodes[idx], record_all);
                     if status.is_success() {
                         found.fetch_add(1, Ordering::Relaxed);
                     }
@@ -437,26 +477,29 @@ impl Framework {
         for (idx, status, verdicts) in results.into_iter().flatten() {
             processed += 1;
             let node = nodes[idx];
-            let ok = status.is_success() && feasible.len() < want;
-            if ok {
-                feasible.push(node.clone());
-            } else if !status.is_success() {
+            if status.is_success() {
+                if feasible.len() < want {
+                    feasible.push(node.clone());
+                }
+            } else {
+                record.rejected.push((node.clone(), status.clone()));
                 statuses.insert(node.name.clone(), status);
             }
-            record.nodes.push(NodeExplanation {
-                node: node.name.clone(),
-                feasible: ok,
-                filters: verdicts,
-                scores: Vec::new(),
-                total_score: None,
-                leaf_node: None,
-            });
+            if record_all {
+                record.verdicts.insert(node.name.clone(), verdicts);
+            }
         }
         if total > 0 {
             self.next_start
                 .store((start + processed) % total, Ordering::Relaxed);
         }
         record.num_evaluated = processed;
+        record.filter_plugins = self
+            .filter
+            .iter()
+            .map(|p| p.name())
+            .filter(|n| !state.skips_filter(n))
+            .collect();
         (feasible, statuses)
     }
 
@@ -512,30 +555,18 @@ impl Framework {
             })
             .collect();
         let mut totals = vec![0i64; nodes.len()];
-        let by_name: HashMap<String, usize> = record
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.node.clone(), i))
-            .collect();
-        for (j, node) in nodes.iter().enumerate() {
-            let mut entries = Vec::with_capacity(active.len());
-            for (i, (p, weight)) in active.iter().enumerate() {
-                let weighted = normalized[i][j] * weight;
-                totals[j] += weighted;
-                entries.push(PluginScore {
-                    plugin: p.name().to_string(),
-                    raw: raw[i][j],
-                    normalized: normalized[i][j],
-                    weight: *weight,
-                    weighted,
-                });
+        for ((p, weight), (raw, normalized)) in active.iter().zip(raw.into_iter().zip(normalized)) {
+            for (t, n) in totals.iter_mut().zip(&normalized) {
+                *t += n * weight;
             }
-            if let Some(&i) = by_name.get(&node.name) {
-                record.nodes[i].scores = entries;
-                record.nodes[i].total_score = Some(totals[j]);
-            }
+            record.scores.push(ScoreColumn {
+                plugin: p.name(),
+                weight: *weight,
+                raw,
+                normalized,
+            });
         }
+        record.totals = totals.clone();
         totals
     }
 

@@ -18,6 +18,8 @@ pub struct ImageLocality;
 struct Spread {
     total_nodes: usize,
     image_nodes: Arc<HashMap<String, usize>>,
+    /// The pod's images, normalised once per cycle.
+    images: Vec<String>,
 }
 
 /// `nginx` and `nginx:latest` are one image; a digest or tag is kept as given.
@@ -62,7 +64,7 @@ impl PreScorePlugin for ImageLocality {
     fn pre_score(
         &self,
         state: &mut CycleState,
-        _pod: &PodInfo,
+        pod: &PodInfo,
         _nodes: &[Arc<NodeInfo>],
         snapshot: &Snapshot,
     ) -> Status {
@@ -71,6 +73,7 @@ impl PreScorePlugin for ImageLocality {
             Spread {
                 total_nodes: snapshot.len(),
                 image_nodes: snapshot.image_nodes.clone(),
+                images: images(pod),
             },
         );
         Status::success()
@@ -78,11 +81,11 @@ impl PreScorePlugin for ImageLocality {
 }
 
 impl ScorePlugin for ImageLocality {
-    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+    fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         let Some(spread) = state.read::<Spread>(NAME) else {
             return Ok(0);
         };
-        let imgs = images(pod);
+        let imgs = &spread.images;
         if imgs.is_empty() || spread.total_nodes == 0 {
             return Ok(0);
         }

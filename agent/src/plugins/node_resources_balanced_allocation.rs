@@ -71,20 +71,29 @@ impl PreScorePlugin for BalancedAllocation {
 
 impl ScorePlugin for BalancedAllocation {
     fn score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        let fractions: Vec<f64> = self
-            .resources
-            .iter()
-            .filter_map(|r| {
-                let (alloc, req) = allocatable_and_requested(node, pod, r, true);
-                (alloc > 0).then(|| (req as f64 / alloc as f64).min(1.0))
-            })
-            .collect();
-        let std = match fractions.len() {
+        // A stack buffer: this runs for every node of every cycle.
+        let mut buf = [0f64; 16];
+        let mut spill = Vec::new();
+        let mut n = 0;
+        for r in &self.resources {
+            let (alloc, req) = allocatable_and_requested(node, pod, r, true);
+            if alloc > 0 {
+                let f = (req as f64 / alloc as f64).min(1.0);
+                if n < buf.len() {
+                    buf[n] = f;
+                } else {
+                    spill.push(f);
+                }
+                n += 1;
+            }
+        }
+        let fractions = || buf.iter().take(n.min(16)).chain(spill.iter());
+        let std = match n {
             0 | 1 => 0.0,
-            2 => (fractions[0] - fractions[1]).abs() / 2.0,
-            n => {
-                let mean = fractions.iter().sum::<f64>() / n as f64;
-                (fractions.iter().map(|f| (f - mean).powi(2)).sum::<f64>() / n as f64).sqrt()
+            2 => (buf[0] - buf[1]).abs() / 2.0,
+            _ => {
+                let mean = fractions().sum::<f64>() / n as f64;
+                (fractions().map(|f| (f - mean).powi(2)).sum::<f64>() / n as f64).sqrt()
             }
         };
         Ok(((1.0 - std) * MAX_NODE_SCORE as f64) as i64)
