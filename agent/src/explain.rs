@@ -119,7 +119,7 @@ pub fn explanation(
         nodes: node_explanations(record, limit),
         durations: record.durations.clone(),
         pre_filter: record.pre_filter.clone(),
-        extenders: Vec::new(),
+        extenders: record.extenders.clone(),
     }
 }
 

@@ -6,6 +6,7 @@ pub mod cache;
 pub mod client;
 pub mod events;
 pub mod explain;
+pub mod extender;
 pub mod framework;
 pub mod leader;
 pub mod metrics;

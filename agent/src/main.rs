@@ -32,7 +32,7 @@ async fn main() -> anyhow::Result<()> {
         initial_backoff: queue::DEFAULT_INITIAL_BACKOFF,
         max_backoff: queue::DEFAULT_MAX_BACKOFF,
     };
-    let shared = Shared::new(client, profiles, &options);
+    let shared = Shared::new(client, profiles, Vec::new(), &options);
 
     let handle = axum_server::Handle::new();
     if args.secure_port != 0 {

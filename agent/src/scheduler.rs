@@ -19,11 +19,17 @@ use tracing::{debug, info, warn};
 use crate::cache::Cache;
 use crate::events::{EventSink, Message};
 use crate::explain::ExplanationStore;
+use crate::extender::Extender;
+use crate::extender::MAX_EXTENDER_PRIORITY;
 use crate::framework::runtime::CycleRecord;
-use crate::framework::{BindContext, ClusterEvent, Code, CycleState, QueuedPodInfo};
+use crate::framework::{
+    BindContext, ClusterEvent, Code, CycleState, Filtered, FitError, Framework, MAX_NODE_SCORE,
+    QueuedPodInfo, ScheduleResult, Status, fit_error,
+};
 use crate::profiles::Profiles;
 use crate::queue::SchedulingQueue;
 use crate::snapshot::PodInfo;
+use mcsched_shared::explain::ExtenderAnswer;
 
 /// Pods that finished hold no resources, so they are not watched at all.
 const NON_TERMINAL_PODS: &str = "status.phase!=Succeeded,status.phase!=Failed";
@@ -50,12 +56,18 @@ pub struct Shared {
     pub events: EventSink,
     pub explanations: ExplanationStore,
     pub bind_ctx: BindContext,
+    pub extenders: Vec<Arc<Extender>>,
     /// Set once pods and nodes are listed.
     pub synced: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
-    pub fn new(client: Client, profiles: Profiles, options: &SchedulerOptions) -> Arc<Self> {
+    pub fn new(
+        client: Client,
+        profiles: Profiles,
+        extenders: Vec<Arc<Extender>>,
+        options: &SchedulerOptions,
+    ) -> Arc<Self> {
         let queue = SchedulingQueue::new(
             options.initial_backoff,
             options.max_backoff,
@@ -68,6 +80,7 @@ impl Shared {
             events: EventSink::start(client.clone(), hostname()),
             explanations: ExplanationStore::default(),
             bind_ctx: BindContext { client },
+            extenders,
             synced: std::sync::atomic::AtomicBool::new(false),
         })
     }
@@ -214,9 +227,7 @@ async fn schedule_one(
     let snapshot = shared.cache().snapshot();
     let mut state = CycleState::new();
     let mut record = CycleRecord::default();
-    let result = tokio::task::block_in_place(|| {
-        fw.schedule(&mut state, &pod, &snapshot, &mut record, false)
-    });
+    let result = run_cycle(shared, &fw, &mut state, &pod, &snapshot, &mut record).await;
     let metrics = crate::metrics::global();
     let outcome = if result.is_ok() {
         "Success"
@@ -325,7 +336,18 @@ async fn schedule_one(
         }
         let mut status = fw.run_pre_bind(&ctx, &state, &pod, &node).await;
         if status.is_success() {
-            status = fw.run_bind(&ctx, &state, &pod, &node).await;
+            // An interested extender with a bind verb binds instead of the Bind plugins.
+            let binder = shared
+                .extenders
+                .iter()
+                .find(|e| e.is_binder() && e.is_interested(&pod));
+            status = match binder {
+                Some(ext) => match ext.bind(&pod, &node).await {
+                    Ok(()) => crate::framework::Status::success(),
+                    Err(e) => crate::framework::Status::error(e.to_string()),
+                },
+                None => fw.run_bind(&ctx, &state, &pod, &node).await,
+            };
         }
         if status.is_success() {
             debug!(pod = %pod.key, %node, "bound");
@@ -355,6 +377,127 @@ async fn schedule_one(
             );
         }
     });
+}
+
+/// Filter (plugins, then extenders) and score (plugins plus extenders' priorities).
+async fn run_cycle(
+    shared: &Shared,
+    fw: &Framework,
+    state: &mut CycleState,
+    pod: &PodInfo,
+    snapshot: &crate::snapshot::Snapshot,
+    record: &mut CycleRecord,
+) -> Result<ScheduleResult, Box<FitError>> {
+    let filtered =
+        tokio::task::block_in_place(|| fw.filter_phase(state, pod, snapshot, record, false))?;
+    let (mut feasible, mut statuses) = match filtered {
+        Filtered::Nominated(node) => {
+            return Ok(ScheduleResult {
+                node,
+                evaluated_nodes: 1,
+                feasible_nodes: 1,
+            });
+        }
+        Filtered::Feasible(f, s) => (f, s),
+    };
+    let interested: Vec<&Arc<Extender>> = shared
+        .extenders
+        .iter()
+        .filter(|e| e.is_interested(pod))
+        .collect();
+    for ext in &interested {
+        if ext.config.filter_verb.is_none() || feasible.is_empty() {
+            continue;
+        }
+        let nodes: Vec<&Node> = feasible.iter().map(|n| n.node.as_ref()).collect();
+        let mut answer = ExtenderAnswer {
+            extender: ext.name().to_string(),
+            verb: "filter".into(),
+            error: None,
+            failed_nodes: Vec::new(),
+            scores: Vec::new(),
+        };
+        match ext.filter(&pod.pod, &nodes).await {
+            Ok(res) => {
+                let keep: HashSet<&str> = res.nodes.iter().map(String::as_str).collect();
+                feasible.retain(|n| keep.contains(n.name.as_str()));
+                for (node, reason) in &res.failed {
+                    statuses.insert(
+                        node.clone(),
+                        Status::unschedulable(reason.clone()).with_plugin("extender"),
+                    );
+                    answer.failed_nodes.push((node.clone(), reason.clone()));
+                }
+                for (node, reason) in &res.failed_unresolvable {
+                    statuses.insert(
+                        node.clone(),
+                        Status::unresolvable(reason.clone()).with_plugin("extender"),
+                    );
+                    answer.failed_nodes.push((node.clone(), reason.clone()));
+                }
+            }
+            Err(e) if ext.config.ignorable => {
+                warn!(extender = %ext.name(), error = %e, "ignorable extender failed; skipping it");
+                answer.error = Some(e.to_string());
+            }
+            Err(e) => {
+                answer.error = Some(e.to_string());
+                record.extenders.push(answer);
+                let mut fit = fit_error(snapshot.len(), statuses);
+                fit.diagnosis.pre_filter_msg = Some(e.to_string());
+                return Err(Box::new(fit));
+            }
+        }
+        record.extenders.push(answer);
+    }
+    if feasible.is_empty() {
+        return Err(Box::new(fit_error(snapshot.len(), statuses)));
+    }
+    let mut extra: Option<Vec<i64>> = None;
+    if feasible.len() > 1 {
+        let nodes: Vec<&Node> = feasible.iter().map(|n| n.node.as_ref()).collect();
+        for ext in interested
+            .iter()
+            .filter(|e| e.config.prioritize_verb.is_some())
+        {
+            match ext.prioritize(&pod.pod, &nodes).await {
+                Ok(scores) => {
+                    let totals = extra.get_or_insert_with(|| vec![0; feasible.len()]);
+                    for (t, n) in totals.iter_mut().zip(&feasible) {
+                        let s = scores.get(&n.name).copied().unwrap_or(0);
+                        *t += s * ext.config.weight * (MAX_NODE_SCORE / MAX_EXTENDER_PRIORITY);
+                    }
+                    record.extenders.push(ExtenderAnswer {
+                        extender: ext.name().to_string(),
+                        verb: "prioritize".into(),
+                        error: None,
+                        failed_nodes: Vec::new(),
+                        scores: scores.into_iter().collect(),
+                    });
+                }
+                // kube ignores prioritize errors: the extender's scores count as zero.
+                Err(e) => {
+                    warn!(extender = %ext.name(), error = %e, "extender prioritize failed");
+                    record.extenders.push(ExtenderAnswer {
+                        extender: ext.name().to_string(),
+                        verb: "prioritize".into(),
+                        error: Some(e.to_string()),
+                        failed_nodes: Vec::new(),
+                        scores: Vec::new(),
+                    });
+                }
+            }
+        }
+    }
+    let evaluated = record.num_evaluated;
+    let node = tokio::task::block_in_place(|| {
+        fw.score_phase(state, pod, &feasible, snapshot, record, extra.as_deref())
+    });
+    Ok(ScheduleResult {
+        node,
+        evaluated_nodes: evaluated,
+        feasible_nodes: feasible.len(),
+    })
 }
 
 fn fail_with_error(shared: &Shared, scheduler_name: &str, info: QueuedPodInfo, message: String) {

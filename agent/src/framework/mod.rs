@@ -11,6 +11,7 @@ pub use cycle_state::{CycleState, StateData};
 pub use fit_error::{Diagnosis, FitError};
 pub use interface::*;
 pub use runtime::{
-    Framework, FrameworkError, ProfileSpec, ScheduleResult, num_feasible_nodes_to_find,
+    Filtered, Framework, FrameworkError, ProfileSpec, ScheduleResult, fit_error,
+    num_feasible_nodes_to_find,
 };
 pub use status::{Code, Status};

@@ -81,6 +81,27 @@ pub struct Framework {
     next_start: AtomicUsize,
 }
 
+/// What Filter left: the nominated node, or the feasible nodes and the others' statuses.
+pub enum Filtered {
+    Nominated(String),
+    Feasible(Vec<Arc<NodeInfo>>, NodeStatuses),
+}
+
+/// The FitError for statuses where every node was rejected.
+pub fn fit_error(num_all_nodes: usize, statuses: NodeStatuses) -> FitError {
+    let mut diagnosis = Diagnosis::default();
+    for s in statuses.values() {
+        if s.is_rejected() {
+            diagnosis.unschedulable_plugins.insert(s.plugin);
+        }
+    }
+    diagnosis.node_statuses = statuses;
+    FitError {
+        num_all_nodes,
+        diagnosis,
+    }
+}
+
 /// One successful cycle.
 #[derive(Debug, Clone)]
 pub struct ScheduleResult {
@@ -107,6 +128,8 @@ pub struct CycleRecord {
     /// One column per score plugin, aligned with `feasible`.
     pub scores: Vec<ScoreColumn>,
     pub totals: Vec<i64>,
+    /// What each extender answered.
+    pub extenders: Vec<mcsched_shared::explain::ExtenderAnswer>,
 }
 
 #[derive(Debug, Clone)]
@@ -246,6 +269,9 @@ impl Framework {
     /// Filters, scores and picks a node. `record_all` runs every filter on every node
     /// (for explanations) instead of stopping at the first rejection and at
     /// percentageOfNodesToScore.
+    /// Filters, scores and picks a node. `record_all` runs every filter on every node
+    /// (for explanations) instead of stopping at the first rejection and at
+    /// percentageOfNodesToScore.
     pub fn schedule(
         &self,
         state: &mut CycleState,
@@ -254,6 +280,33 @@ impl Framework {
         record: &mut CycleRecord,
         record_all: bool,
     ) -> Result<ScheduleResult, Box<FitError>> {
+        match self.filter_phase(state, pod, snapshot, record, record_all)? {
+            Filtered::Nominated(node) => Ok(ScheduleResult {
+                node,
+                evaluated_nodes: 1,
+                feasible_nodes: 1,
+            }),
+            Filtered::Feasible(feasible, _) => {
+                let node = self.score_phase(state, pod, &feasible, snapshot, record, None);
+                Ok(ScheduleResult {
+                    node,
+                    evaluated_nodes: record.num_evaluated,
+                    feasible_nodes: feasible.len(),
+                })
+            }
+        }
+    }
+
+    /// PreFilter and Filter: the nominated node if it still fits, else the feasible
+    /// nodes (at least one) with every rejected node's status.
+    pub fn filter_phase(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        record: &mut CycleRecord,
+        record_all: bool,
+    ) -> Result<Filtered, Box<FitError>> {
         let num_all_nodes = snapshot.len();
         let mut diagnosis = Diagnosis::default();
         if let Some(msg) = &pod.invalid {
@@ -301,11 +354,7 @@ impl Framework {
         {
             record.num_evaluated = 1;
             record.num_feasible = 1;
-            return Ok(ScheduleResult {
-                node: nominated.to_string(),
-                evaluated_nodes: 1,
-                feasible_nodes: 1,
-            });
+            return Ok(Filtered::Nominated(nominated.to_string()));
         }
 
         let started = Instant::now();
@@ -314,28 +363,34 @@ impl Framework {
         record.timed("Filter", started);
         record.num_feasible = feasible.len();
         if feasible.is_empty() {
-            for s in statuses.values() {
-                if s.is_rejected() {
-                    diagnosis.unschedulable_plugins.insert(s.plugin);
-                }
-            }
-            diagnosis.node_statuses = statuses;
-            return Err(Box::new(FitError {
-                num_all_nodes,
-                diagnosis,
-            }));
+            return Err(Box::new(fit_error(num_all_nodes, statuses)));
         }
+        Ok(Filtered::Feasible(feasible, statuses))
+    }
 
+    /// PreScore, Score and NormalizeScore, plus `extra` totals (extenders'), aligned with
+    /// `feasible`; returns the chosen node.
+    pub fn score_phase(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        feasible: &[Arc<NodeInfo>],
+        snapshot: &Snapshot,
+        record: &mut CycleRecord,
+        extra: Option<&[i64]>,
+    ) -> String {
         let started = Instant::now();
-        record.feasible = feasible.clone();
-        let scores = self.prioritize(state, pod, &feasible, snapshot, record);
+        record.feasible = feasible.to_vec();
+        record.num_feasible = feasible.len();
+        let mut scores = self.prioritize(state, pod, feasible, snapshot, record);
+        if let Some(extra) = extra {
+            for (s, e) in scores.iter_mut().zip(extra) {
+                *s += e;
+            }
+            record.totals = scores.clone();
+        }
         record.timed("Score", started);
-        let node = select_host(&feasible, &scores);
-        Ok(ScheduleResult {
-            node,
-            evaluated_nodes: record.num_evaluated,
-            feasible_nodes: feasible.len(),
-        })
+        select_host(feasible, &scores)
     }
 
     fn run_pre_filter(

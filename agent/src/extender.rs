@@ -1,0 +1,412 @@
+//! The HTTP scheduler-extender protocol (kube-scheduler's `HTTPExtender`): filter,
+//! prioritize, bind and preempt verbs, JSON with Go's PascalCase field names, read back
+//! case-insensitively as Go's decoder does.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use serde_json::{Value, json};
+
+use crate::snapshot::PodInfo;
+
+/// Extender priorities run 0..=10 and are scaled to node scores (0..=100).
+pub const MAX_EXTENDER_PRIORITY: i64 = 10;
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ExtenderTls {
+    pub insecure: bool,
+    pub server_name: Option<String>,
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
+    pub ca_file: Option<PathBuf>,
+    pub cert_data: Option<Vec<u8>>,
+    pub key_data: Option<Vec<u8>>,
+    pub ca_data: Option<Vec<u8>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExtenderConfig {
+    pub url_prefix: String,
+    pub filter_verb: Option<String>,
+    pub prioritize_verb: Option<String>,
+    pub bind_verb: Option<String>,
+    pub preempt_verb: Option<String>,
+    pub weight: i64,
+    pub enable_https: bool,
+    pub tls: Option<ExtenderTls>,
+    pub http_timeout: Duration,
+    pub node_cache_capable: bool,
+    /// Resource names; an empty list means every pod is of interest.
+    pub managed_resources: Vec<String>,
+    pub ignorable: bool,
+}
+
+impl Default for ExtenderConfig {
+    fn default() -> Self {
+        ExtenderConfig {
+            url_prefix: String::new(),
+            filter_verb: None,
+            prioritize_verb: None,
+            bind_verb: None,
+            preempt_verb: None,
+            weight: 1,
+            enable_https: false,
+            tls: None,
+            http_timeout: Duration::from_secs(30),
+            node_cache_capable: false,
+            managed_resources: Vec::new(),
+            ignorable: false,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExtenderError {
+    #[error("extender {url}: {source}")]
+    Http {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("extender {url}: {message}")]
+    Remote { url: String, message: String },
+    #[error("extender {url}: invalid answer: {message}")]
+    Invalid { url: String, message: String },
+    #[error("extender TLS configuration: {0}")]
+    Tls(String),
+}
+
+/// What the filter verb left.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FilterResult {
+    pub nodes: Vec<String>,
+    pub failed: HashMap<String, String>,
+    pub failed_unresolvable: HashMap<String, String>,
+}
+
+pub struct Extender {
+    pub config: ExtenderConfig,
+    client: reqwest::Client,
+}
+
+/// Go's encoding/json matches object keys case-insensitively.
+fn field<'a>(v: &'a Value, name: &str) -> Option<&'a Value> {
+    let obj = v.as_object()?;
+    obj.get(name).or_else(|| {
+        obj.iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v)
+    })
+}
+
+fn string_map(v: Option<&Value>) -> HashMap<String, String> {
+    v.and_then(|m| m.as_object())
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn read_pem(
+    data: &Option<Vec<u8>>,
+    file: &Option<PathBuf>,
+) -> Result<Option<Vec<u8>>, ExtenderError> {
+    if let Some(d) = data {
+        return Ok(Some(d.clone()));
+    }
+    match file {
+        Some(f) => std::fs::read(f)
+            .map(Some)
+            .map_err(|e| ExtenderError::Tls(format!("{}: {e}", f.display()))),
+        None => Ok(None),
+    }
+}
+
+impl Extender {
+    pub fn new(config: ExtenderConfig) -> Result<Self, ExtenderError> {
+        let mut builder = reqwest::Client::builder().timeout(config.http_timeout);
+        if let Some(tls) = &config.tls {
+            if tls.insecure {
+                builder = builder.danger_accept_invalid_certs(true);
+            }
+            if let Some(ca) = read_pem(&tls.ca_data, &tls.ca_file)? {
+                let cert = reqwest::Certificate::from_pem(&ca)
+                    .map_err(|e| ExtenderError::Tls(e.to_string()))?;
+                builder = builder.add_root_certificate(cert);
+            }
+            if let (Some(cert), Some(key)) = (
+                read_pem(&tls.cert_data, &tls.cert_file)?,
+                read_pem(&tls.key_data, &tls.key_file)?,
+            ) {
+                let mut pem = cert;
+                pem.extend_from_slice(&key);
+                let id = reqwest::Identity::from_pem(&pem)
+                    .map_err(|e| ExtenderError::Tls(e.to_string()))?;
+                builder = builder.identity(id);
+            }
+        }
+        let client = builder
+            .build()
+            .map_err(|e| ExtenderError::Tls(e.to_string()))?;
+        Ok(Extender { config, client })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.config.url_prefix
+    }
+
+    /// kube's `IsInterested`: no managed resources, or the pod asks for one of them.
+    pub fn is_interested(&self, pod: &PodInfo) -> bool {
+        if self.config.managed_resources.is_empty() {
+            return true;
+        }
+        let Some(spec) = pod.pod.spec.as_ref() else {
+            return false;
+        };
+        spec.containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+            .filter_map(|c| c.resources.as_ref())
+            .any(|r| {
+                [r.requests.as_ref(), r.limits.as_ref()]
+                    .into_iter()
+                    .flatten()
+                    .any(|m| m.keys().any(|k| self.config.managed_resources.contains(k)))
+            })
+    }
+
+    fn url(&self, verb: &str) -> String {
+        let prefix = self.config.url_prefix.trim_end_matches('/');
+        let prefix = if self.config.enable_https && prefix.starts_with("http://") {
+            prefix.replacen("http://", "https://", 1)
+        } else {
+            prefix.to_string()
+        };
+        format!("{prefix}/{verb}")
+    }
+
+    async fn post(&self, verb: &str, body: &Value) -> Result<Value, ExtenderError> {
+        let url = self.url(verb);
+        let http = |source| ExtenderError::Http {
+            url: url.clone(),
+            source,
+        };
+        let resp = self
+            .client
+            .post(&url)
+            .json(body)
+            .send()
+            .await
+            .map_err(http)?;
+        let status = resp.status();
+        if !status.is_success() {
+            return Err(ExtenderError::Remote {
+                url,
+                message: format!("HTTP {status}"),
+            });
+        }
+        resp.json::<Value>().await.map_err(http)
+    }
+
+    /// The pod and the candidate nodes: whole Node objects, or only names when the
+    /// extender caches nodes itself (nodeCacheCapable).
+    fn args(&self, pod: &Pod, nodes: &[&Node]) -> Value {
+        if self.config.node_cache_capable {
+            let names: Vec<&str> = nodes
+                .iter()
+                .filter_map(|n| n.metadata.name.as_deref())
+                .collect();
+            json!({ "Pod": pod, "Nodes": null, "NodeNames": names })
+        } else {
+            json!({ "Pod": pod, "Nodes": { "items": nodes }, "NodeNames": null })
+        }
+    }
+
+    pub async fn filter(&self, pod: &Pod, nodes: &[&Node]) -> Result<FilterResult, ExtenderError> {
+        let Some(verb) = &self.config.filter_verb else {
+            return Ok(FilterResult {
+                nodes: nodes
+                    .iter()
+                    .filter_map(|n| n.metadata.name.clone())
+                    .collect(),
+                ..Default::default()
+            });
+        };
+        let answer = self.post(verb, &self.args(pod, nodes)).await?;
+        if let Some(e) = field(&answer, "Error")
+            .and_then(|e| e.as_str())
+            .filter(|e| !e.is_empty())
+        {
+            return Err(ExtenderError::Remote {
+                url: self.url(verb),
+                message: e.to_string(),
+            });
+        }
+        let names: Vec<String> = if self.config.node_cache_capable {
+            field(&answer, "NodeNames")
+                .and_then(|v| v.as_array())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|n| n.as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default()
+        } else {
+            field(&answer, "Nodes")
+                .and_then(|v| field(v, "items"))
+                .and_then(|v| v.as_array())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|n| field(n, "metadata").and_then(|m| field(m, "name")))
+                        .filter_map(|n| n.as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        Ok(FilterResult {
+            nodes: names,
+            failed: string_map(field(&answer, "FailedNodes")),
+            failed_unresolvable: string_map(field(&answer, "FailedAndUnresolvableNodes")),
+        })
+    }
+
+    /// Node name → score 0..=10 as the extender gave it.
+    pub async fn prioritize(
+        &self,
+        pod: &Pod,
+        nodes: &[&Node],
+    ) -> Result<HashMap<String, i64>, ExtenderError> {
+        let Some(verb) = &self.config.prioritize_verb else {
+            return Ok(HashMap::new());
+        };
+        let url = self.url(verb);
+        let answer = self.post(verb, &self.args(pod, nodes)).await?;
+        let list = answer.as_array().ok_or_else(|| ExtenderError::Invalid {
+            url: url.clone(),
+            message: "expected a HostPriorityList (a JSON array)".into(),
+        })?;
+        Ok(list
+            .iter()
+            .filter_map(|hp| {
+                let host = field(hp, "Host")?.as_str()?.to_string();
+                let score = field(hp, "Score")?.as_i64()?;
+                Some((host, score))
+            })
+            .collect())
+    }
+
+    pub fn is_binder(&self) -> bool {
+        self.config.bind_verb.is_some()
+    }
+
+    pub async fn bind(&self, pod: &PodInfo, node: &str) -> Result<(), ExtenderError> {
+        let Some(verb) = &self.config.bind_verb else {
+            return Ok(());
+        };
+        let body = json!({
+            "PodName": pod.name,
+            "PodNamespace": pod.namespace,
+            "PodUID": pod.uid,
+            "Node": node,
+        });
+        let answer = self.post(verb, &body).await?;
+        match field(&answer, "Error")
+            .and_then(|e| e.as_str())
+            .filter(|e| !e.is_empty())
+        {
+            Some(e) => Err(ExtenderError::Remote {
+                url: self.url(verb),
+                message: e.to_string(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// The preempt verb: the extender may drop candidate nodes or victims. Returns the
+    /// node names it keeps, each with the names of the victims it agrees to.
+    pub async fn process_preemption(
+        &self,
+        pod: &Pod,
+        victims: &HashMap<String, Vec<Pod>>,
+    ) -> Result<HashMap<String, Vec<String>>, ExtenderError> {
+        let Some(verb) = &self.config.preempt_verb else {
+            return Ok(victims
+                .iter()
+                .map(|(n, v)| {
+                    (
+                        n.clone(),
+                        v.iter().filter_map(|p| p.metadata.name.clone()).collect(),
+                    )
+                })
+                .collect());
+        };
+        let map: serde_json::Map<String, Value> = victims
+            .iter()
+            .map(|(n, v)| (n.clone(), json!({ "Pods": v, "NumPDBViolations": 0 })))
+            .collect();
+        let answer = self
+            .post(verb, &json!({ "Pod": pod, "NodeNameToVictims": map }))
+            .await?;
+        let out = field(&answer, "NodeNameToMetaVictims")
+            .and_then(|m| m.as_object())
+            .map(|m| {
+                m.iter()
+                    .map(|(node, v)| {
+                        let names = field(v, "Pods")
+                            .and_then(|p| p.as_array())
+                            .map(|a| {
+                                a.iter()
+                                    .filter_map(|p| field(p, "UID").and_then(|u| u.as_str()))
+                                    .filter_map(|uid| {
+                                        victims
+                                            .get(node)?
+                                            .iter()
+                                            .find(|p| p.metadata.uid.as_deref() == Some(uid))
+                                    })
+                                    .filter_map(|p| p.metadata.name.clone())
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                        (node.clone(), names)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_match_case_insensitively() {
+        let v = json!({"nodenames": ["a"], "FailedNodes": {"b": "no"}});
+        assert_eq!(field(&v, "NodeNames"), Some(&json!(["a"])));
+        assert_eq!(
+            string_map(field(&v, "failedNodes"))
+                .get("b")
+                .map(String::as_str),
+            Some("no")
+        );
+    }
+
+    #[test]
+    fn https_is_enforced_on_the_prefix() {
+        let e = Extender::new(ExtenderConfig {
+            url_prefix: "http://ext.kube-system.svc:8080/".into(),
+            enable_https: true,
+            ..Default::default()
+        });
+        let e = match e {
+            Ok(e) => e,
+            Err(err) => panic!("{err}"),
+        };
+        assert_eq!(e.url("filter"), "https://ext.kube-system.svc:8080/filter");
+    }
+}
