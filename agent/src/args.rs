@@ -42,6 +42,18 @@ pub struct Args {
     #[arg(long, value_name = "FILE", requires = "tls_cert_file")]
     pub tls_private_key_file: Option<PathBuf>,
 
+    /// Elect a leader on a Lease before scheduling, so replicas can stand by.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub leader_elect: bool,
+
+    /// Name of the leader Lease (the scheduler name when not given).
+    #[arg(long, value_name = "NAME")]
+    pub leader_elect_resource_name: Option<String>,
+
+    /// Namespace of the leader Lease.
+    #[arg(long, default_value = "kube-system", value_name = "NAMESPACE")]
+    pub leader_elect_resource_namespace: String,
+
     /// Log filter in tracing's EnvFilter syntax (RUST_LOG overrides it).
     #[arg(long, default_value = "info", value_name = "FILTER")]
     pub log: String,

@@ -1,9 +1,11 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
 use mcsched_agent::args::Args;
+use mcsched_agent::leader::{ElectionConfig, Elector};
 use mcsched_agent::plugins::default_registry;
 use mcsched_agent::profiles::{DEFAULT_PLUGINS, Profiles, expand_multi_point};
 use mcsched_agent::scheduler::{self, SchedulerOptions, Shared};
@@ -49,8 +51,29 @@ async fn main() -> anyhow::Result<()> {
         });
     }
 
-    let (_leader_tx, leader) = tokio::sync::watch::channel(true);
+    let (leader_tx, leader) = tokio::sync::watch::channel(!args.leader_elect);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let election = args.leader_elect.then(|| {
+        let cfg = ElectionConfig {
+            lease_name: args
+                .leader_elect_resource_name
+                .clone()
+                .unwrap_or_else(|| args.scheduler_name.clone()),
+            lease_namespace: args.leader_elect_resource_namespace.clone(),
+            identity: format!("{}_{:016x}", scheduler::hostname(), rand::random::<u64>()),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        };
+        info!(lease = %cfg.lease_name, namespace = %cfg.lease_namespace, identity = %cfg.identity, "leader election on");
+        tokio::spawn(Elector::new(shared.bind_ctx.client.clone(), cfg).run(leader_tx, stop_rx))
+    });
     scheduler::run(shared, options, leader, shutdown).await?;
+    let _ = stop_tx.send(true);
+    if let Some(e) = election {
+        // Releasing the lease lets a standby take over at once.
+        let _ = tokio::time::timeout(Duration::from_secs(5), e).await;
+    }
     handle.graceful_shutdown(Some(std::time::Duration::from_secs(2)));
     info!("stopped");
     Ok(())

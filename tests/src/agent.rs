@@ -33,6 +33,17 @@ pub fn binary() -> PathBuf {
 
 impl Agent {
     pub fn start(kubeconfig: &Path, scheduler_name: &str, log_dir: &Path) -> anyhow::Result<Self> {
+        Self::start_with(kubeconfig, scheduler_name, log_dir, "agent", &[])
+    }
+
+    /// Starts an agent named `id` (its log is `agent-<id>.log`) with extra arguments.
+    pub fn start_with(
+        kubeconfig: &Path,
+        scheduler_name: &str,
+        log_dir: &Path,
+        id: &str,
+        extra: &[&str],
+    ) -> anyhow::Result<Self> {
         let bin = binary();
         if !bin.exists() {
             bail!(
@@ -40,7 +51,7 @@ impl Agent {
                 bin.display()
             );
         }
-        let log = log_dir.join(format!("agent-{scheduler_name}.log"));
+        let log = log_dir.join(format!("agent-{id}.log"));
         let port = free_port()?;
         let mut cmd = Command::new(&bin);
         cmd.arg("--kubeconfig")
@@ -49,6 +60,7 @@ impl Agent {
             .arg(scheduler_name)
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--secure-port={port}"))
+            .args(extra)
             .env("RUST_LOG", "info,mcsched_agent=debug");
         let process = Guarded::spawn(cmd, "mcsched-agent", &log)
             .with_context(|| format!("cannot start {}", bin.display()))?;

@@ -213,3 +213,62 @@ async fn preemption_evicts_a_lower_priority_pod_and_nominates_its_node() -> anyh
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn only_the_leader_binds_and_a_standby_takes_over() -> anyhow::Result<()> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let cp = ControlPlane::start("leader", ControlPlaneOptions::default()).await?;
+    node(&cp.client, "n1", "8", "a").await?;
+    let leases: Api<Lease> = Api::namespaced(cp.client.clone(), "kube-system");
+    let holder = || async {
+        Ok(leases
+            .get_opt("mcsched")
+            .await?
+            .and_then(|l| l.spec)
+            .and_then(|s| s.holder_identity)
+            .filter(|h| !h.is_empty()))
+    };
+    let mut first = Agent::start_with(&cp.kubeconfig, "mcsched", cp.dir(), "first", &[])?;
+    let first_id = wait::until(TIMEOUT, "a leader", holder).await?;
+    let _second = Agent::start_with(&cp.kubeconfig, "mcsched", cp.dir(), "second", &[])?;
+
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(pod("one", "100m"))?,
+    )
+    .await?;
+    wait::until(TIMEOUT, "default/one bound", || async {
+        Ok(pods.get("one").await?.spec.and_then(|s| s.node_name))
+    })
+    .await?;
+    // The standby watched everything but bound nothing.
+    let second_log = std::fs::read_to_string(cp.dir().join("agent-second.log"))?;
+    assert!(second_log.contains("standing by"), "{second_log}");
+    assert!(
+        !second_log.contains("leading"),
+        "standby scheduled: {second_log}"
+    );
+    assert_eq!(holder().await?, Some(first_id.clone()));
+
+    // The leader stops and releases its lease; the standby takes over.
+    let status = first
+        .stop()
+        .ok_or_else(|| anyhow::anyhow!("first agent already gone"))?;
+    assert!(status.success());
+    let new_holder = wait::until(TIMEOUT, "a new leader", || async {
+        Ok(holder().await?.filter(|h| *h != first_id))
+    })
+    .await?;
+    assert!(!new_holder.is_empty());
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(pod("two", "100m"))?,
+    )
+    .await?;
+    wait::until(TIMEOUT, "default/two bound by the new leader", || async {
+        Ok(pods.get("two").await?.spec.and_then(|s| s.node_name))
+    })
+    .await?;
+    Ok(())
+}
