@@ -511,7 +511,7 @@ impl Framework {
         let results: Vec<Option<(usize, Status, Vec<PluginVerdict>)>> = self.pool.install(|| {
             (0..total)
                 .into_par_iter()
-                .with_min_len(32)
+                .with_min_len(256)
                 .map(|i| {
                     if found.load(Ordering::Relaxed) >= want {
                         return None;

@@ -3,7 +3,7 @@
 
 use mcsched_shared::resources::{CPU, MEMORY};
 
-use super::node_resources_fit::allocatable_and_requested;
+use super::node_resources_fit::{ResourceKind, allocatable_and_requested};
 use crate::framework::{
     ClusterEvent, CycleState, MAX_NODE_SCORE, Plugin, PreScorePlugin, ScorePlugin, Status,
 };
@@ -13,6 +13,7 @@ pub const NAME: &str = "NodeResourcesBalancedAllocation";
 
 pub struct BalancedAllocation {
     resources: Vec<String>,
+    kinds: Vec<ResourceKind>,
 }
 
 impl Default for BalancedAllocation {
@@ -23,7 +24,8 @@ impl Default for BalancedAllocation {
 
 impl BalancedAllocation {
     pub fn new(resources: Vec<String>) -> Self {
-        BalancedAllocation { resources }
+        let kinds = resources.iter().map(|r| ResourceKind::of(r)).collect();
+        BalancedAllocation { resources, kinds }
     }
 }
 
@@ -75,7 +77,7 @@ impl ScorePlugin for BalancedAllocation {
         let mut buf = [0f64; 16];
         let mut spill = Vec::new();
         let mut n = 0;
-        for r in &self.resources {
+        for r in &self.kinds {
             let (alloc, req) = allocatable_and_requested(node, pod, r, true);
             if alloc > 0 {
                 let f = (req as f64 / alloc as f64).min(1.0);

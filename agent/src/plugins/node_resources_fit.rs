@@ -45,11 +45,17 @@ impl Default for FitArgs {
 
 pub struct NodeResourcesFit {
     args: FitArgs,
+    scored: Vec<(ResourceKind, i64)>,
 }
 
 impl NodeResourcesFit {
     pub fn new(args: FitArgs) -> Self {
-        NodeResourcesFit { args }
+        let scored = args
+            .resources
+            .iter()
+            .map(|(n, w)| (ResourceKind::of(n), *w))
+            .collect();
+        NodeResourcesFit { args, scored }
     }
 
     fn ignored(&self, name: &str) -> bool {
@@ -156,40 +162,61 @@ impl FilterPlugin for NodeResourcesFit {
     }
 }
 
+/// A scored resource, resolved from its name once instead of per node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResourceKind {
+    Cpu,
+    Memory,
+    EphemeralStorage,
+    Scalar(String),
+}
+
+impl ResourceKind {
+    pub fn of(name: &str) -> Self {
+        match name {
+            CPU => ResourceKind::Cpu,
+            MEMORY => ResourceKind::Memory,
+            EPHEMERAL_STORAGE => ResourceKind::EphemeralStorage,
+            other => ResourceKind::Scalar(other.to_string()),
+        }
+    }
+}
+
 /// Allocatable and requested-after-placement of one resource, as the scorers see them:
 /// cpu and memory count unset requests as 100m / 200Mi (unless `use_requested`).
 pub fn allocatable_and_requested(
     node: &NodeInfo,
     pod: &PodInfo,
-    resource: &str,
+    resource: &ResourceKind,
     use_requested: bool,
 ) -> (i64, i64) {
     let a = &node.allocatable;
     match resource {
-        CPU if use_requested => (
+        ResourceKind::Cpu if use_requested => (
             a.milli_cpu,
             node.requested.milli_cpu + pod.requests.milli_cpu,
         ),
-        CPU => (
+        ResourceKind::Cpu => (
             a.milli_cpu,
             node.non_zero_milli_cpu + pod.non_zero_milli_cpu,
         ),
-        MEMORY if use_requested => (a.memory, node.requested.memory + pod.requests.memory),
-        MEMORY => (a.memory, node.non_zero_memory + pod.non_zero_memory),
-        EPHEMERAL_STORAGE => (
+        ResourceKind::Memory if use_requested => {
+            (a.memory, node.requested.memory + pod.requests.memory)
+        }
+        ResourceKind::Memory => (a.memory, node.non_zero_memory + pod.non_zero_memory),
+        ResourceKind::EphemeralStorage => (
             a.ephemeral_storage,
             node.requested.ephemeral_storage + pod.requests.ephemeral_storage,
         ),
-        other => {
-            let alloc = a.scalar.get(other).copied().unwrap_or(0);
-            let used = node.requested.scalar.get(other).copied().unwrap_or(0);
-            let want = pod.requests.scalar.get(other).copied().unwrap_or(0);
+        ResourceKind::Scalar(name) => {
+            let want = pod.requests.scalar.get(name).copied().unwrap_or(0);
             // Extended resources count only when the pod asks for them.
             if want == 0 {
-                (0, 0)
-            } else {
-                (alloc, used + want)
+                return (0, 0);
             }
+            let alloc = a.scalar.get(name).copied().unwrap_or(0);
+            let used = node.requested.scalar.get(name).copied().unwrap_or(0);
+            (alloc, used + want)
         }
     }
 }
@@ -233,7 +260,7 @@ impl ScorePlugin for NodeResourcesFit {
     fn score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         let mut total = 0i64;
         let mut weights = 0i64;
-        for (resource, weight) in &self.args.resources {
+        for (resource, weight) in &self.scored {
             let (alloc, req) = allocatable_and_requested(node, pod, resource, false);
             if alloc == 0 {
                 continue;
