@@ -22,6 +22,14 @@ pub struct Args {
     #[arg(long, default_value = mcsched_shared::keys::DEFAULT_SCHEDULER_NAME, value_name = "NAME")]
     pub scheduler_name: String,
 
+    /// Requests per second to the API server (clientConnection.qps); 0 or less lifts the limit.
+    #[arg(long, default_value_t = 50.0, allow_negative_numbers = true)]
+    pub kube_api_qps: f32,
+
+    /// Burst above --kube-api-qps (clientConnection.burst).
+    #[arg(long, default_value_t = 100)]
+    pub kube_api_burst: u32,
+
     /// How many bindings may be in flight at once.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
     pub parallel_bindings: u16,

@@ -18,10 +18,12 @@ pub enum ClientError {
 }
 
 /// A client from the kubeconfig file when one is given, else from the in-cluster
-/// ServiceAccount.
+/// ServiceAccount, limited to `qps` requests a second with `burst` (qps <= 0: no limit).
 pub async fn connect(
     kubeconfig: Option<&Path>,
     context: Option<&str>,
+    qps: f32,
+    burst: u32,
 ) -> Result<Client, ClientError> {
     let config = match kubeconfig {
         Some(path) => {
@@ -40,5 +42,8 @@ pub async fn connect(
         }
         None => Config::incluster().map_err(ClientError::InCluster)?,
     };
-    Client::try_from(config).map_err(ClientError::Build)
+    let builder = kube::client::ClientBuilder::try_from(config).map_err(ClientError::Build)?;
+    Ok(builder
+        .with_layer(&crate::ratelimit::RateLimitLayer::new(qps, burst))
+        .build())
 }

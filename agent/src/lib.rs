@@ -14,6 +14,7 @@ pub mod plugins;
 pub mod preemption;
 pub mod profiles;
 pub mod queue;
+pub mod ratelimit;
 pub mod scheduler;
 pub mod server;
 pub mod snapshot;

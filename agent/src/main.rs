@@ -21,7 +21,13 @@ async fn main() -> anyhow::Result<()> {
     let registry = default_registry();
     let spec = expand_multi_point(&args.scheduler_name, DEFAULT_PLUGINS, &registry);
     let profiles = Profiles::build(&[spec], &registry, 16)?;
-    let client = client::connect(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+    let client = client::connect(
+        args.kubeconfig.as_deref(),
+        args.context.as_deref(),
+        args.kube_api_qps,
+        args.kube_api_burst,
+    )
+    .await?;
     let mut sigterm = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
     let shutdown = async move {
         tokio::select! {

@@ -146,13 +146,14 @@ pub async fn run(
 
     tokio::pin!(shutdown);
     // Pods and nodes must be listed before the first decision, or capacity looks free.
+    // Every kind, storage included: a decision on a half-listed cluster can be wrong.
     let mut synced = HashSet::new();
-    while synced.len() < 2 {
+    while synced.len() < watches.len() {
         tokio::select! {
             _ = &mut shutdown => { abort_all(&watches, &flusher); return Ok(()); }
             r = ready_rx.recv() => match r {
                 Some(kind) => { synced.insert(kind); }
-                None => return Err(SchedulerError::CacheNotReady("pod or node")),
+                None => return Err(SchedulerError::CacheNotReady("pod, node or storage")),
             },
         }
     }
@@ -247,7 +248,7 @@ async fn schedule_one(
         Err(fit) => {
             let mut fit = *fit;
             let mut nominated = None;
-            if fw.has_post_filter() {
+            if fw.has_post_filter() && fit.num_all_nodes > 0 {
                 metrics.preemption_attempts.inc();
                 let (res, status) = tokio::task::block_in_place(|| {
                     fw.run_post_filter(&state, &pod, &snapshot, &fit.diagnosis.node_statuses)

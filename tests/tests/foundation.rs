@@ -323,7 +323,10 @@ async fn an_unschedulable_pod_gets_failed_scheduling_in_kube_scheduler_words() -
             .and_then(|e| e.note))
     })
     .await?;
-    assert_eq!(note, "0/2 nodes are available: 2 Insufficient cpu.");
+    // More than any node has: preemption cannot help either, and says so like kube-scheduler.
+    const MESSAGE: &str = "0/2 nodes are available: 2 Insufficient cpu. \
+        preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.";
+    assert_eq!(note, MESSAGE);
     assert_eq!(node_of(&pods, "huge").await?, None);
     // kube-scheduler's PodScheduled=False/Unschedulable condition, with the same message.
     let condition = wait::until(TIMEOUT, "PodScheduled=False on unfit/huge", || async {
@@ -336,9 +339,6 @@ async fn an_unschedulable_pod_gets_failed_scheduling_in_kube_scheduler_words() -
     })
     .await?;
     assert_eq!(condition.reason.as_deref(), Some("Unschedulable"));
-    assert_eq!(
-        condition.message.as_deref(),
-        Some("0/2 nodes are available: 2 Insufficient cpu.")
-    );
+    assert_eq!(condition.message.as_deref(), Some(MESSAGE));
     Ok(())
 }

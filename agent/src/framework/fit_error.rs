@@ -24,6 +24,10 @@ impl std::fmt::Display for FitError {
     /// `0/N nodes are available: <count> <reason>, ....` with every reason of every node
     /// counted and the "count reason" strings sorted, then the PostFilter's message.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.num_all_nodes == 0 && self.diagnosis.pre_filter_msg.is_none() {
+            // kube-scheduler's ErrNoNodesAvailable.
+            return write!(f, "no nodes available to schedule pods");
+        }
         write!(f, "0/{} nodes are available:", self.num_all_nodes)?;
         if let Some(msg) = &self.diagnosis.pre_filter_msg {
             write!(f, " {msg}.")?;
@@ -81,6 +85,12 @@ mod tests {
             "0/3 nodes are available: 1 Insufficient memory, 1 node(s) didn't match Pod's node affinity/selector, \
              2 Insufficient cpu. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod."
         );
+    }
+
+    #[test]
+    fn no_nodes_at_all() {
+        let e = FitError::default();
+        assert_eq!(e.to_string(), "no nodes available to schedule pods");
     }
 
     #[test]
