@@ -242,9 +242,12 @@ async fn only_the_leader_binds_and_a_standby_takes_over() -> anyhow::Result<()> 
         Ok(pods.get("one").await?.spec.and_then(|s| s.node_name))
     })
     .await?;
-    // The standby watched everything but bound nothing.
-    let second_log = std::fs::read_to_string(cp.dir().join("agent-second.log"))?;
-    assert!(second_log.contains("standing by"), "{second_log}");
+    // The standby synced its caches, then waited, and bound nothing.
+    let second_log = wait::until(TIMEOUT, "the second agent to stand by", || async {
+        let log = std::fs::read_to_string(cp.dir().join("agent-second.log"))?;
+        Ok(log.contains("standing by").then_some(log))
+    })
+    .await?;
     assert!(
         !second_log.contains("leading"),
         "standby scheduled: {second_log}"
