@@ -20,7 +20,7 @@ async fn main() -> anyhow::Result<()> {
     telemetry::init(&args.log);
     let registry = default_registry();
     let spec = expand_multi_point(&args.scheduler_name, DEFAULT_PLUGINS, &registry);
-    let profiles = Profiles::build(&[spec], &registry, 16)?;
+    let profiles = Profiles::build(&[(spec, registry)], 16)?;
     let client = client::connect(
         args.kubeconfig.as_deref(),
         args.context.as_deref(),

@@ -91,14 +91,14 @@ pub struct Profiles {
 }
 
 impl Profiles {
+    /// One framework per profile, each with its own plugin instances (its pluginConfig).
     pub fn build(
-        specs: &[ProfileSpec],
-        registry: &HashMap<String, Arc<dyn Plugin>>,
+        profiles: &[(ProfileSpec, HashMap<String, Arc<dyn Plugin>>)],
         parallelism: usize,
     ) -> Result<Self, FrameworkError> {
         let mut frameworks = HashMap::new();
         let mut plugin_events = HashMap::new();
-        for spec in specs {
+        for (spec, registry) in profiles {
             let fw = Framework::new(spec, registry, parallelism)?;
             for p in fw.plugins() {
                 plugin_events.insert(p.name(), p.events_to_register());
@@ -135,6 +135,6 @@ mod tests {
         ]));
         assert!(spec.score.contains(&("TaintToleration".to_string(), 3)));
         assert!(spec.pre_enqueue.contains(&"SchedulingGates".to_string()));
-        assert!(Profiles::build(&[spec], &reg, 4).is_ok());
+        assert!(Profiles::build(&[(spec, reg)], 4).is_ok());
     }
 }

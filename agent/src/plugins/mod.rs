@@ -21,26 +21,52 @@ use std::sync::Arc;
 
 use crate::framework::Plugin;
 
-/// Every plugin this agent implements, built with default arguments.
-pub fn default_registry() -> HashMap<String, Arc<dyn Plugin>> {
+/// Per-plugin arguments of one profile (pluginConfig), kube-scheduler's defaults when
+/// not given.
+#[derive(Debug, Clone, Default)]
+pub struct PluginArgs {
+    pub fit: node_resources_fit::FitArgs,
+    /// NodeResourcesBalancedAllocation's resources; cpu and memory when not given.
+    pub balanced_resources: Option<Vec<String>>,
+    pub node_affinity_added: Option<k8s_openapi::api::core::v1::NodeAffinity>,
+    pub preemption: default_preemption::PreemptionArgs,
+}
+
+/// Every plugin this agent implements, built with one profile's arguments.
+pub fn registry(args: &PluginArgs) -> HashMap<String, Arc<dyn Plugin>> {
     let plugins: Vec<Arc<dyn Plugin>> = vec![
         Arc::new(scheduling_gates::SchedulingGates),
         Arc::new(priority_sort::PrioritySort),
         Arc::new(node_unschedulable::NodeUnschedulable),
         Arc::new(node_name::NodeName),
         Arc::new(taint_toleration::TaintToleration),
-        Arc::new(node_affinity::NodeAffinity::default()),
+        Arc::new(node_affinity::NodeAffinity::new(
+            args.node_affinity_added.clone(),
+        )),
         Arc::new(node_ports::NodePorts),
-        Arc::new(node_resources_fit::NodeResourcesFit::new(Default::default())),
-        Arc::new(node_resources_balanced_allocation::BalancedAllocation::default()),
+        Arc::new(node_resources_fit::NodeResourcesFit::new(args.fit.clone())),
+        Arc::new(match &args.balanced_resources {
+            Some(r) => node_resources_balanced_allocation::BalancedAllocation::new(r.clone()),
+            None => node_resources_balanced_allocation::BalancedAllocation::default(),
+        }),
         Arc::new(image_locality::ImageLocality),
         Arc::new(default_binder::DefaultBinder),
-        Arc::new(default_preemption::DefaultPreemption::new(
-            Default::default(),
-        )),
+        Arc::new(default_preemption::DefaultPreemption::new(args.preemption)),
     ];
     plugins
         .into_iter()
         .map(|p| (p.name().to_string(), p))
         .collect()
+}
+
+/// Every plugin with kube-scheduler's default arguments.
+pub fn default_registry() -> HashMap<String, Arc<dyn Plugin>> {
+    registry(&PluginArgs::default())
+}
+
+/// The names of every plugin this agent implements, for configuration checks.
+pub fn names() -> Vec<String> {
+    let mut n: Vec<String> = default_registry().into_keys().collect();
+    n.sort();
+    n
 }
