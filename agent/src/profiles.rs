@@ -84,6 +84,9 @@ pub fn expand_multi_point(
     spec
 }
 
+/// Plugin instances by name.
+pub type Registry = HashMap<String, Arc<dyn Plugin>>;
+
 /// The frameworks by scheduler name, and the events each plugin wants for requeueing.
 pub struct Profiles {
     pub frameworks: HashMap<String, Arc<Framework>>,
@@ -93,7 +96,7 @@ pub struct Profiles {
 impl Profiles {
     /// One framework per profile, each with its own plugin instances (its pluginConfig).
     pub fn build(
-        profiles: &[(ProfileSpec, HashMap<String, Arc<dyn Plugin>>)],
+        profiles: &[(ProfileSpec, Registry)],
         parallelism: usize,
     ) -> Result<Self, FrameworkError> {
         let mut frameworks = HashMap::new();
