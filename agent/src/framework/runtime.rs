@@ -405,7 +405,9 @@ impl Framework {
             let Some(pf) = p.as_pre_filter() else {
                 continue;
             };
+            let t = Instant::now();
             let (result, status) = pf.pre_filter(state, pod, snapshot);
+            observe(p.name(), "PreFilter", &status, t);
             record.pre_filter.push(verdict(p.name(), &status));
             if status.is_skip() {
                 state.skip_filter(p.name());
@@ -572,7 +574,9 @@ impl Framework {
         }
         for p in &self.pre_score {
             let Some(ps) = p.as_pre_score() else { continue };
+            let t = Instant::now();
             let s = ps.pre_score(state, pod, nodes, snapshot);
+            observe(p.name(), "PreScore", &s, t);
             if s.is_skip() {
                 state.skip_score(p.name());
             }
@@ -591,10 +595,14 @@ impl Framework {
                     let Some(sp) = p.as_score() else {
                         return vec![0; nodes.len()];
                     };
-                    nodes
+                    // One observation per plugin per cycle: all its nodes' Score calls.
+                    let t = Instant::now();
+                    let column = nodes
                         .iter()
                         .map(|n| sp.score(state, pod, n).unwrap_or(0))
-                        .collect()
+                        .collect();
+                    observe(p.name(), "Score", &Status::success(), t);
+                    column
                 })
                 .collect()
         });
@@ -685,7 +693,9 @@ impl Framework {
     pub fn run_reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
         for p in &self.reserve {
             let Some(r) = p.as_reserve() else { continue };
+            let t = Instant::now();
             let s = r.reserve(state, pod, node);
+            observe(p.name(), "Reserve", &s, t);
             if !s.is_success() {
                 return s.with_plugin(p.name());
             }
@@ -738,7 +748,9 @@ impl Framework {
     ) -> Status {
         for p in &self.pre_bind {
             let Some(pb) = p.as_pre_bind() else { continue };
+            let t = Instant::now();
             let s = pb.pre_bind(ctx, state, pod, node).await;
+            observe(p.name(), "PreBind", &s, t);
             if !s.is_success() && !s.is_skip() {
                 return s.with_plugin(p.name());
             }
@@ -755,7 +767,9 @@ impl Framework {
     ) -> Status {
         for p in &self.bind {
             let Some(b) = p.as_bind() else { continue };
+            let t = Instant::now();
             let s = b.bind(ctx, state, pod, node).await;
+            observe(p.name(), "Bind", &s, t);
             if s.is_skip() {
                 continue;
             }
@@ -771,6 +785,16 @@ impl Framework {
             }
         }
     }
+}
+
+/// scheduler_plugin_execution_duration_seconds for the once-per-cycle extension points.
+fn observe(plugin: &str, point: &str, s: &Status, started: Instant) {
+    crate::metrics::global().plugin(
+        plugin,
+        point,
+        &s.code.to_string(),
+        started.elapsed().as_secs_f64(),
+    );
 }
 
 fn verdict(plugin: &str, s: &Status) -> PluginVerdict {
