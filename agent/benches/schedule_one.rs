@@ -7,10 +7,10 @@ use std::sync::Arc;
 use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::{Container, Node, NodeStatus, Pod, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use mcsched_agent::config_bridge::default_spec;
 use mcsched_agent::framework::runtime::CycleRecord;
 use mcsched_agent::framework::{CycleState, Framework};
 use mcsched_agent::plugins::default_registry;
-use mcsched_agent::profiles::{DEFAULT_PLUGINS, expand_multi_point};
 use mcsched_agent::snapshot::{NodeInfo, PodInfo, Snapshot};
 
 const NODES: usize = 5000;
@@ -77,7 +77,10 @@ fn snapshot() -> Snapshot {
 
 fn bench(c: &mut Criterion) {
     let reg = default_registry();
-    let mut spec = expand_multi_point("bench", DEFAULT_PLUGINS, &reg);
+    let mut spec = match default_spec("bench") {
+        Ok(s) => s,
+        Err(e) => panic!("{e}"),
+    };
     spec.percentage_of_nodes_to_score = Some(100);
     let parallelism = std::thread::available_parallelism()
         .map(|n| n.get())

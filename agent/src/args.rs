@@ -18,15 +18,25 @@ pub struct Args {
     #[arg(long, value_name = "NAME")]
     pub context: Option<String>,
 
+    /// KubeSchedulerConfiguration file (v1, v1beta3, v1beta2 or v1beta1): profiles,
+    /// plugins and their arguments, extenders, leader election, client settings.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Validate the configuration, print the resolved profiles and exit (0 when valid).
+    #[arg(long)]
+    pub check: bool,
+
     /// The spec.schedulerName served when no --config is given.
     #[arg(long, default_value = mcsched_shared::keys::DEFAULT_SCHEDULER_NAME, value_name = "NAME")]
     pub scheduler_name: String,
 
-    /// Requests per second to the API server (clientConnection.qps); 0 or less lifts the limit.
+    /// Requests per second to the API server (without --config; with it,
+    /// clientConnection.qps); 0 or less lifts the limit.
     #[arg(long, default_value_t = 50.0, allow_negative_numbers = true)]
     pub kube_api_qps: f32,
 
-    /// Burst above --kube-api-qps (clientConnection.burst).
+    /// Burst above --kube-api-qps (clientConnection.burst with --config).
     #[arg(long, default_value_t = 100)]
     pub kube_api_burst: u32,
 
@@ -50,7 +60,8 @@ pub struct Args {
     #[arg(long, value_name = "FILE", requires = "tls_cert_file")]
     pub tls_private_key_file: Option<PathBuf>,
 
-    /// Elect a leader on a Lease before scheduling, so replicas can stand by.
+    /// Elect a leader on a Lease before scheduling, so replicas can stand by (without
+    /// --config; with it, leaderElection in the file decides).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub leader_elect: bool,
 

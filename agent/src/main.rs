@@ -1,4 +1,6 @@
 use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -6,26 +8,95 @@ use anyhow::Context;
 use clap::Parser;
 use mcsched_agent::args::Args;
 use mcsched_agent::leader::{ElectionConfig, Elector};
-use mcsched_agent::plugins::default_registry;
-use mcsched_agent::profiles::{DEFAULT_PLUGINS, Profiles, expand_multi_point};
 use mcsched_agent::scheduler::{self, SchedulerOptions, Shared};
 use mcsched_agent::server::{self, ServerOptions};
-use mcsched_agent::{client, queue, telemetry};
+use mcsched_agent::{client, config_bridge, telemetry};
+use mcsched_shared::config::{self, SchedulerConfig};
 use tokio::signal::unix::{SignalKind, signal};
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+/// The configuration to run: the file, or kube-scheduler's v1 defaults with the flags'
+/// scheduler name, leader election and client limits.
+fn configuration(args: &Args) -> Result<SchedulerConfig, config::ConfigErrors> {
+    if let Some(path) = &args.config {
+        return config::load_file(path);
+    }
+    let mut cfg = config::default_config(&args.scheduler_name)?;
+    let le = &mut cfg.leader_election;
+    le.leader_elect = args.leader_elect;
+    le.resource_name = args
+        .leader_elect_resource_name
+        .clone()
+        .unwrap_or_else(|| args.scheduler_name.clone());
+    le.resource_namespace = args.leader_elect_resource_namespace.clone();
+    cfg.client_connection.qps = args.kube_api_qps;
+    cfg.client_connection.burst = args.kube_api_burst;
+    Ok(cfg)
+}
+
+fn main() -> ExitCode {
     let args = Args::parse();
     telemetry::init(&args.log);
-    let registry = default_registry();
-    let spec = expand_multi_point(&args.scheduler_name, DEFAULT_PLUGINS, &registry);
-    let profiles = Profiles::build(&[(spec, registry)], 16)?;
+    let cfg = match configuration(&args) {
+        Ok(c) => c,
+        Err(errs) => {
+            let source = args
+                .config
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| "flags".into());
+            eprintln!("mcsched-agent: invalid configuration ({source}):\n{errs}");
+            return ExitCode::from(1);
+        }
+    };
+    // Building the frameworks checks what the file cannot: that every plugin is ours.
+    let profiles = match config_bridge::profiles(&cfg) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("mcsched-agent: invalid configuration: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    if args.check {
+        print!("{}", config::render_profiles(&cfg));
+        return ExitCode::SUCCESS;
+    }
+    for w in &cfg.warnings {
+        warn!("configuration: {w}");
+    }
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("mcsched-agent: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(args, cfg, profiles)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            error!("{e:#}");
+            eprintln!("mcsched-agent: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(
+    args: Args,
+    cfg: SchedulerConfig,
+    profiles: mcsched_agent::profiles::Profiles,
+) -> anyhow::Result<()> {
+    let extenders = config_bridge::extenders(&cfg)?;
+    let kubeconfig = args
+        .kubeconfig
+        .clone()
+        .or_else(|| cfg.client_connection.kubeconfig.as_ref().map(PathBuf::from));
+    let cc = &cfg.client_connection;
     let client = client::connect(
-        args.kubeconfig.as_deref(),
+        kubeconfig.as_deref(),
         args.context.as_deref(),
-        args.kube_api_qps,
-        args.kube_api_burst,
+        cc.qps,
+        cc.burst,
     )
     .await?;
     let mut sigterm = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
@@ -37,10 +108,10 @@ async fn main() -> anyhow::Result<()> {
     };
     let options = SchedulerOptions {
         parallel_bindings: usize::from(args.parallel_bindings),
-        initial_backoff: queue::DEFAULT_INITIAL_BACKOFF,
-        max_backoff: queue::DEFAULT_MAX_BACKOFF,
+        initial_backoff: Duration::from_secs(cfg.pod_initial_backoff_seconds),
+        max_backoff: Duration::from_secs(cfg.pod_max_backoff_seconds),
     };
-    let shared = Shared::new(client, profiles, Vec::new(), &options);
+    let shared = Shared::new(client, profiles, extenders, &options);
 
     let handle = axum_server::Handle::new();
     if args.secure_port != 0 {
@@ -57,22 +128,20 @@ async fn main() -> anyhow::Result<()> {
         });
     }
 
-    let (leader_tx, leader) = tokio::sync::watch::channel(!args.leader_elect);
+    let le = &cfg.leader_election;
+    let (leader_tx, leader) = tokio::sync::watch::channel(!le.leader_elect);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let election = args.leader_elect.then(|| {
-        let cfg = ElectionConfig {
-            lease_name: args
-                .leader_elect_resource_name
-                .clone()
-                .unwrap_or_else(|| args.scheduler_name.clone()),
-            lease_namespace: args.leader_elect_resource_namespace.clone(),
+    let election = le.leader_elect.then(|| {
+        let ec = ElectionConfig {
+            lease_name: le.resource_name.clone(),
+            lease_namespace: le.resource_namespace.clone(),
             identity: format!("{}_{:016x}", scheduler::hostname(), rand::random::<u64>()),
-            lease_duration: Duration::from_secs(15),
-            renew_deadline: Duration::from_secs(10),
-            retry_period: Duration::from_secs(2),
+            lease_duration: le.lease_duration,
+            renew_deadline: le.renew_deadline,
+            retry_period: le.retry_period,
         };
-        info!(lease = %cfg.lease_name, namespace = %cfg.lease_namespace, identity = %cfg.identity, "leader election on");
-        tokio::spawn(Elector::new(shared.bind_ctx.client.clone(), cfg).run(leader_tx, stop_rx))
+        info!(lease = %ec.lease_name, namespace = %ec.lease_namespace, identity = %ec.identity, "leader election on");
+        tokio::spawn(Elector::new(shared.bind_ctx.client.clone(), ec).run(leader_tx, stop_rx))
     });
     scheduler::run(shared, options, leader, shutdown).await?;
     let _ = stop_tx.send(true);
@@ -80,7 +149,7 @@ async fn main() -> anyhow::Result<()> {
         // Releasing the lease lets a standby take over at once.
         let _ = tokio::time::timeout(Duration::from_secs(5), e).await;
     }
-    handle.graceful_shutdown(Some(std::time::Duration::from_secs(2)));
+    handle.graceful_shutdown(Some(Duration::from_secs(2)));
     info!("stopped");
     Ok(())
 }

@@ -5,85 +5,6 @@ use std::sync::Arc;
 
 use crate::framework::{ClusterEvent, Framework, FrameworkError, Plugin, ProfileSpec};
 
-/// kube-scheduler v1's default plugins (multiPoint), with their score weights, as far as
-/// this agent implements them.
-pub const DEFAULT_PLUGINS: &[(&str, i64)] = &[
-    ("SchedulingGates", 0),
-    ("PrioritySort", 0),
-    ("NodeUnschedulable", 0),
-    ("NodeName", 0),
-    ("TaintToleration", 3),
-    ("NodeAffinity", 2),
-    ("NodePorts", 0),
-    ("NodeResourcesFit", 1),
-    ("VolumeRestrictions", 0),
-    ("NodeVolumeLimits", 0),
-    ("VolumeBinding", 0),
-    ("VolumeZone", 0),
-    ("PodTopologySpread", 2),
-    ("InterPodAffinity", 2),
-    ("DefaultPreemption", 0),
-    ("NodeResourcesBalancedAllocation", 1),
-    ("ImageLocality", 1),
-    ("DefaultBinder", 0),
-];
-
-/// Expands a multiPoint list into extension points by what each plugin implements.
-pub fn expand_multi_point(
-    scheduler_name: &str,
-    plugins: &[(&str, i64)],
-    registry: &HashMap<String, Arc<dyn Plugin>>,
-) -> ProfileSpec {
-    let mut spec = ProfileSpec {
-        scheduler_name: scheduler_name.to_string(),
-        ..Default::default()
-    };
-    for &(name, weight) in plugins {
-        let Some(p) = registry.get(name) else {
-            continue;
-        };
-        let n = name.to_string();
-        let p = p.as_ref();
-        if p.as_pre_enqueue().is_some() {
-            spec.pre_enqueue.push(n.clone());
-        }
-        if p.as_queue_sort().is_some() {
-            spec.queue_sort.push(n.clone());
-        }
-        if p.as_pre_filter().is_some() {
-            spec.pre_filter.push(n.clone());
-        }
-        if p.as_filter().is_some() {
-            spec.filter.push(n.clone());
-        }
-        if p.as_post_filter().is_some() {
-            spec.post_filter.push(n.clone());
-        }
-        if p.as_pre_score().is_some() {
-            spec.pre_score.push(n.clone());
-        }
-        if p.as_score().is_some() {
-            spec.score.push((n.clone(), weight.max(1)));
-        }
-        if p.as_reserve().is_some() {
-            spec.reserve.push(n.clone());
-        }
-        if p.as_permit().is_some() {
-            spec.permit.push(n.clone());
-        }
-        if p.as_pre_bind().is_some() {
-            spec.pre_bind.push(n.clone());
-        }
-        if p.as_bind().is_some() {
-            spec.bind.push(n.clone());
-        }
-        if p.as_post_bind().is_some() {
-            spec.post_bind.push(n);
-        }
-    }
-    spec
-}
-
 /// Plugin instances by name.
 pub type Registry = HashMap<String, Arc<dyn Plugin>>;
 
@@ -122,12 +43,16 @@ impl Profiles {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config_bridge::default_spec;
     use crate::plugins::default_registry;
 
     #[test]
-    fn default_profile_expands_by_capability() {
+    fn default_profile_builds() {
         let reg = default_registry();
-        let spec = expand_multi_point("mcsched", DEFAULT_PLUGINS, &reg);
+        let spec = match default_spec("mcsched") {
+            Ok(s) => s,
+            Err(e) => panic!("{e}"),
+        };
         assert_eq!(spec.queue_sort, vec!["PrioritySort"]);
         assert_eq!(spec.bind, vec!["DefaultBinder"]);
         assert!(spec.filter.starts_with(&[

@@ -312,7 +312,6 @@ mod tests {
     use super::*;
     use crate::plugins::default_registry;
     use crate::plugins::testing::{node_with, pod_requesting};
-    use crate::profiles::{DEFAULT_PLUGINS, expand_multi_point};
 
     fn with_priority(mut p: PodInfo, prio: i32, node: &str) -> Arc<PodInfo> {
         let mut pod = (*p.pod).clone();
@@ -326,7 +325,10 @@ mod tests {
 
     fn framework() -> Framework {
         let reg = default_registry();
-        let spec = expand_multi_point("s", DEFAULT_PLUGINS, &reg);
+        let spec = match crate::config_bridge::default_spec("s") {
+            Ok(s) => s,
+            Err(e) => panic!("{e}"),
+        };
         match Framework::new(&spec, &reg, 2) {
             Ok(f) => f,
             Err(e) => panic!("{e}"),

@@ -1,0 +1,202 @@
+//! From a validated KubeSchedulerConfiguration to the agent's runtime pieces: profiles
+//! with their plugin instances, extenders, leader election and client settings.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mcsched_shared::config::{self, Point, SchedulerConfig, ScoringStrategyType};
+
+use crate::extender::{Extender, ExtenderConfig, ExtenderError, ExtenderTls};
+use crate::framework::{FrameworkError, ProfileSpec};
+use crate::plugins::default_preemption::PreemptionArgs;
+use crate::plugins::node_resources_fit::{FitArgs, Strategy};
+use crate::plugins::{PluginArgs, registry};
+use crate::profiles::{Profiles, Registry};
+
+#[derive(Debug, thiserror::Error)]
+pub enum BridgeError {
+    #[error(transparent)]
+    Framework(#[from] FrameworkError),
+    #[error(transparent)]
+    Extender(#[from] ExtenderError),
+}
+
+fn names(list: &[config::PluginRef]) -> Vec<String> {
+    list.iter().map(|p| p.name.clone()).collect()
+}
+
+pub fn plugin_args(a: &config::PluginArgs) -> PluginArgs {
+    let fit = &a.node_resources_fit;
+    PluginArgs {
+        fit: FitArgs {
+            ignored_resources: fit.ignored_resources.clone(),
+            ignored_resource_groups: fit.ignored_resource_groups.clone(),
+            strategy: match fit.strategy {
+                ScoringStrategyType::LeastAllocated => Strategy::LeastAllocated,
+                ScoringStrategyType::MostAllocated => Strategy::MostAllocated,
+                ScoringStrategyType::RequestedToCapacityRatio => {
+                    Strategy::RequestedToCapacityRatio(fit.shape.clone())
+                }
+            },
+            resources: fit
+                .resources
+                .iter()
+                .map(|r| (r.name.clone(), r.weight))
+                .collect(),
+        },
+        balanced_resources: Some(
+            a.balanced_allocation_resources
+                .iter()
+                .map(|r| r.name.clone())
+                .collect(),
+        ),
+        node_affinity_added: a.node_affinity_added.clone(),
+        preemption: PreemptionArgs {
+            min_candidate_nodes_percentage: a.min_candidate_nodes_percentage,
+            min_candidate_nodes_absolute: a.min_candidate_nodes_absolute,
+        },
+    }
+}
+
+pub fn profile_spec(p: &config::Profile, global_percentage: Option<u32>) -> ProfileSpec {
+    let pl = &p.plugins;
+    ProfileSpec {
+        scheduler_name: p.scheduler_name.clone(),
+        pre_enqueue: names(pl.get(Point::PreEnqueue)),
+        queue_sort: names(pl.get(Point::QueueSort)),
+        pre_filter: names(pl.get(Point::PreFilter)),
+        filter: names(pl.get(Point::Filter)),
+        post_filter: names(pl.get(Point::PostFilter)),
+        pre_score: names(pl.get(Point::PreScore)),
+        score: pl
+            .score
+            .iter()
+            .map(|r| (r.name.clone(), i64::from(r.weight)))
+            .collect(),
+        reserve: names(pl.get(Point::Reserve)),
+        permit: names(pl.get(Point::Permit)),
+        pre_bind: names(pl.get(Point::PreBind)),
+        bind: names(pl.get(Point::Bind)),
+        post_bind: names(pl.get(Point::PostBind)),
+        percentage_of_nodes_to_score: p.percentage_of_nodes_to_score.or(global_percentage),
+    }
+}
+
+/// kube-scheduler v1's default profile named `name`, with default plugin arguments.
+pub fn default_spec(name: &str) -> Result<ProfileSpec, config::ConfigErrors> {
+    let cfg = config::default_config(name)?;
+    Ok(cfg
+        .profiles
+        .first()
+        .map(|p| profile_spec(p, None))
+        .unwrap_or_default())
+}
+
+pub fn profiles(cfg: &SchedulerConfig) -> Result<Profiles, BridgeError> {
+    let built: Vec<(ProfileSpec, Registry)> = cfg
+        .profiles
+        .iter()
+        .map(|p| {
+            (
+                profile_spec(p, cfg.percentage_of_nodes_to_score),
+                registry(&plugin_args(&p.args)),
+            )
+        })
+        .collect();
+    Ok(Profiles::build(&built, cfg.parallelism as usize)?)
+}
+
+pub fn extenders(cfg: &SchedulerConfig) -> Result<Vec<Arc<Extender>>, BridgeError> {
+    cfg.extenders
+        .iter()
+        .map(|e| {
+            let tls = e.tls_config.as_ref().map(|t| ExtenderTls {
+                insecure: t.insecure,
+                server_name: t.server_name.clone(),
+                cert_file: t.cert_file.as_ref().map(PathBuf::from),
+                key_file: t.key_file.as_ref().map(PathBuf::from),
+                ca_file: t.ca_file.as_ref().map(PathBuf::from),
+                cert_data: t.cert_data.clone(),
+                key_data: t.key_data.clone(),
+                ca_data: t.ca_data.clone(),
+            });
+            Ok(Arc::new(Extender::new(ExtenderConfig {
+                url_prefix: e.url_prefix.clone(),
+                filter_verb: e.filter_verb.clone(),
+                prioritize_verb: e.prioritize_verb.clone(),
+                bind_verb: e.bind_verb.clone(),
+                preempt_verb: e.preempt_verb.clone(),
+                weight: e.weight,
+                enable_https: e.enable_https,
+                tls,
+                http_timeout: if e.http_timeout.is_zero() {
+                    Duration::from_secs(30)
+                } else {
+                    e.http_timeout
+                },
+                node_cache_capable: e.node_cache_capable,
+                managed_resources: e.managed_resources.iter().map(|(n, _)| n.clone()).collect(),
+                ignorable: e.ignorable,
+            })?))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mcsched_shared::config::catalog;
+
+    /// The configuration's table of plugins and extension points is the agent's truth.
+    #[test]
+    fn catalog_matches_the_registry() {
+        let reg = crate::plugins::default_registry();
+        let mut reg_names: Vec<&str> = reg.keys().map(String::as_str).collect();
+        reg_names.sort();
+        let mut cat_names: Vec<&str> = catalog::PLUGINS.iter().map(|(n, _)| *n).collect();
+        cat_names.sort();
+        assert_eq!(reg_names, cat_names);
+        for (name, points) in catalog::PLUGINS {
+            let p = &reg[*name];
+            for point in Point::ALL {
+                let has = match point {
+                    Point::PreEnqueue => p.as_pre_enqueue().is_some(),
+                    Point::QueueSort => p.as_queue_sort().is_some(),
+                    Point::PreFilter => p.as_pre_filter().is_some(),
+                    Point::Filter => p.as_filter().is_some(),
+                    Point::PostFilter => p.as_post_filter().is_some(),
+                    Point::PreScore => p.as_pre_score().is_some(),
+                    Point::Score => p.as_score().is_some(),
+                    Point::Reserve => p.as_reserve().is_some(),
+                    Point::Permit => p.as_permit().is_some(),
+                    Point::PreBind => p.as_pre_bind().is_some(),
+                    Point::Bind => p.as_bind().is_some(),
+                    Point::PostBind => p.as_post_bind().is_some(),
+                };
+                assert_eq!(has, points.contains(&point), "{name} at {point:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn seed_configs_build_frameworks() {
+        for file in [
+            "seed-001-my-scheduler-v1beta2.yaml",
+            "seed-002-my-scheduler-v1.yaml",
+            "seed-002-extender-v1.yaml",
+        ] {
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../shared/testdata/config")
+                .join(file);
+            let cfg = match config::load_file(&path) {
+                Ok(c) => c,
+                Err(e) => panic!("{file}: {e}"),
+            };
+            if let Err(e) = profiles(&cfg) {
+                panic!("{file}: {e}");
+            }
+            assert!(extenders(&cfg).is_ok());
+        }
+    }
+}

@@ -1,0 +1,234 @@
+//! The plugins mcsched implements and their extension points, and kube-scheduler's
+//! default plugin sets per configuration version.
+
+/// Extension points, in the order a cycle runs them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Point {
+    PreEnqueue,
+    QueueSort,
+    PreFilter,
+    Filter,
+    PostFilter,
+    PreScore,
+    Score,
+    Reserve,
+    Permit,
+    PreBind,
+    Bind,
+    PostBind,
+}
+
+impl Point {
+    pub const ALL: [Point; 12] = [
+        Point::PreEnqueue,
+        Point::QueueSort,
+        Point::PreFilter,
+        Point::Filter,
+        Point::PostFilter,
+        Point::PreScore,
+        Point::Score,
+        Point::Reserve,
+        Point::Permit,
+        Point::PreBind,
+        Point::Bind,
+        Point::PostBind,
+    ];
+
+    /// The field name in `profiles[].plugins`.
+    pub fn field(self) -> &'static str {
+        match self {
+            Point::PreEnqueue => "preEnqueue",
+            Point::QueueSort => "queueSort",
+            Point::PreFilter => "preFilter",
+            Point::Filter => "filter",
+            Point::PostFilter => "postFilter",
+            Point::PreScore => "preScore",
+            Point::Score => "score",
+            Point::Reserve => "reserve",
+            Point::Permit => "permit",
+            Point::PreBind => "preBind",
+            Point::Bind => "bind",
+            Point::PostBind => "postBind",
+        }
+    }
+}
+
+use Point::*;
+
+/// Every plugin mcsched implements, with the extension points it implements. The agent's
+/// registry is checked against this table by a unit test.
+pub const PLUGINS: &[(&str, &[Point])] = &[
+    ("SchedulingGates", &[PreEnqueue]),
+    ("PrioritySort", &[QueueSort]),
+    ("NodeUnschedulable", &[Filter]),
+    ("NodeName", &[Filter]),
+    ("TaintToleration", &[Filter, PreScore, Score]),
+    ("NodeAffinity", &[PreFilter, Filter, PreScore, Score]),
+    ("NodePorts", &[Filter]),
+    ("NodeResourcesFit", &[Filter, Score]),
+    ("NodeResourcesBalancedAllocation", &[PreScore, Score]),
+    ("ImageLocality", &[PreScore, Score]),
+    ("DefaultPreemption", &[PostFilter]),
+    ("DefaultBinder", &[Bind]),
+];
+
+pub fn points_of(plugin: &str) -> Option<&'static [Point]> {
+    PLUGINS.iter().find(|(n, _)| *n == plugin).map(|(_, p)| *p)
+}
+
+pub fn is_known(plugin: &str) -> bool {
+    points_of(plugin).is_some()
+}
+
+pub fn implements(plugin: &str, point: Point) -> bool {
+    points_of(plugin).is_some_and(|p| p.contains(&point))
+}
+
+/// kube-scheduler v1/v1beta3's multiPoint defaults with their score weights
+/// (pkg/scheduler/apis/config/v1/default_plugins.go; DynamicResources is feature-gated
+/// and left out, as kube-scheduler leaves it out when the gate is off).
+pub const V1_MULTI_POINT: &[(&str, i32)] = &[
+    ("SchedulingGates", 0),
+    ("PrioritySort", 0),
+    ("NodeUnschedulable", 0),
+    ("NodeName", 0),
+    ("TaintToleration", 3),
+    ("NodeAffinity", 2),
+    ("NodePorts", 0),
+    ("NodeResourcesFit", 1),
+    ("VolumeRestrictions", 0),
+    ("NodeVolumeLimits", 0),
+    ("VolumeBinding", 0),
+    ("VolumeZone", 0),
+    ("PodTopologySpread", 2),
+    ("InterPodAffinity", 2),
+    ("DefaultPreemption", 0),
+    ("NodeResourcesBalancedAllocation", 1),
+    ("ImageLocality", 1),
+    ("DefaultBinder", 0),
+];
+
+/// v1beta2's per-extension-point defaults (Kubernetes 1.22–1.24).
+pub fn v1beta2_defaults(point: Point) -> &'static [(&'static str, i32)] {
+    match point {
+        QueueSort => &[("PrioritySort", 0)],
+        PreFilter => &[
+            ("NodeResourcesFit", 0),
+            ("NodePorts", 0),
+            ("VolumeRestrictions", 0),
+            ("PodTopologySpread", 0),
+            ("InterPodAffinity", 0),
+            ("VolumeBinding", 0),
+            ("NodeAffinity", 0),
+        ],
+        Filter => &[
+            ("NodeUnschedulable", 0),
+            ("NodeName", 0),
+            ("TaintToleration", 0),
+            ("NodeAffinity", 0),
+            ("NodePorts", 0),
+            ("NodeResourcesFit", 0),
+            ("VolumeRestrictions", 0),
+            ("EBSLimits", 0),
+            ("GCEPDLimits", 0),
+            ("NodeVolumeLimits", 0),
+            ("AzureDiskLimits", 0),
+            ("VolumeBinding", 0),
+            ("VolumeZone", 0),
+            ("PodTopologySpread", 0),
+            ("InterPodAffinity", 0),
+        ],
+        PostFilter => &[("DefaultPreemption", 0)],
+        PreScore => &[
+            ("InterPodAffinity", 0),
+            ("PodTopologySpread", 0),
+            ("TaintToleration", 0),
+            ("NodeAffinity", 0),
+        ],
+        Score => &[
+            ("NodeResourcesBalancedAllocation", 1),
+            ("ImageLocality", 1),
+            ("InterPodAffinity", 1),
+            ("NodeResourcesFit", 1),
+            ("NodeAffinity", 1),
+            ("PodTopologySpread", 2),
+            ("TaintToleration", 1),
+        ],
+        Reserve => &[("VolumeBinding", 0)],
+        PreBind => &[("VolumeBinding", 0)],
+        Bind => &[("DefaultBinder", 0)],
+        PreEnqueue | Permit | PostBind => &[],
+    }
+}
+
+/// v1beta1's per-extension-point defaults (Kubernetes 1.19–1.21).
+pub fn v1beta1_defaults(point: Point) -> &'static [(&'static str, i32)] {
+    match point {
+        PreFilter => &[
+            ("NodeResourcesFit", 0),
+            ("NodePorts", 0),
+            ("PodTopologySpread", 0),
+            ("InterPodAffinity", 0),
+            ("VolumeBinding", 0),
+            ("NodeAffinity", 0),
+        ],
+        PreScore => &[
+            ("InterPodAffinity", 0),
+            ("PodTopologySpread", 0),
+            ("TaintToleration", 0),
+            ("SelectorSpread", 0),
+        ],
+        Score => &[
+            ("NodeResourcesBalancedAllocation", 1),
+            ("ImageLocality", 1),
+            ("InterPodAffinity", 1),
+            ("NodeResourcesLeastAllocated", 1),
+            ("NodeAffinity", 1),
+            ("NodePreferAvoidPods", 10000),
+            ("PodTopologySpread", 2),
+            ("TaintToleration", 1),
+            ("SelectorSpread", 1),
+        ],
+        other => v1beta2_defaults(other),
+    }
+}
+
+/// Names older versions used, and what became of them.
+pub enum Legacy {
+    /// Now this plugin (the cloud volume limits folded into NodeVolumeLimits).
+    Renamed(&'static str),
+    /// NodeResourcesFit scoring with this strategy.
+    FitStrategy(&'static str),
+    /// Removed from kube-scheduler without a replacement.
+    Removed,
+}
+
+pub fn legacy(name: &str) -> Option<Legacy> {
+    Some(match name {
+        "EBSLimits" | "GCEPDLimits" | "AzureDiskLimits" | "CinderLimits" => {
+            Legacy::Renamed("NodeVolumeLimits")
+        }
+        "NodeResourcesLeastAllocated" => Legacy::FitStrategy("LeastAllocated"),
+        "NodeResourcesMostAllocated" => Legacy::FitStrategy("MostAllocated"),
+        "RequestedToCapacityRatio" => Legacy::FitStrategy("RequestedToCapacityRatio"),
+        "SelectorSpread"
+        | "NodePreferAvoidPods"
+        | "NodeLabel"
+        | "ServiceAffinity"
+        | "DefaultPodTopologySpread" => Legacy::Removed,
+        _ => return None,
+    })
+}
+
+/// Plugins kube-scheduler has that mcsched does not implement yet (default sets name
+/// them; they are left out with a warning).
+pub const NOT_YET_IMPLEMENTED: &[&str] = &[
+    "VolumeRestrictions",
+    "NodeVolumeLimits",
+    "VolumeBinding",
+    "VolumeZone",
+    "PodTopologySpread",
+    "InterPodAffinity",
+    "LeafNodeTaintToleration",
+    "LeafNodeVolumeBinding",
+];

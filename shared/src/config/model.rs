@@ -1,0 +1,251 @@
+//! One model for every KubeSchedulerConfiguration version, with defaults applied.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{NodeAffinity, TopologySpreadConstraint};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SchedulerConfig {
+    pub api_version: String,
+    pub parallelism: u32,
+    /// None: adaptive, as kube-scheduler's 0.
+    pub percentage_of_nodes_to_score: Option<u32>,
+    pub pod_initial_backoff_seconds: u64,
+    pub pod_max_backoff_seconds: u64,
+    pub leader_election: LeaderElection,
+    pub client_connection: ClientConnection,
+    pub profiles: Vec<Profile>,
+    pub extenders: Vec<Extender>,
+    /// Things kept for compatibility that the user should know (legacy plugin names...).
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaderElection {
+    pub leader_elect: bool,
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+    pub resource_lock: String,
+    pub resource_name: String,
+    pub resource_namespace: String,
+}
+
+impl Default for LeaderElection {
+    fn default() -> Self {
+        LeaderElection {
+            leader_elect: true,
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+            resource_lock: "leases".into(),
+            resource_name: "kube-scheduler".into(),
+            resource_namespace: "kube-system".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientConnection {
+    pub kubeconfig: Option<String>,
+    pub qps: f32,
+    pub burst: u32,
+    pub content_type: String,
+    pub accept_content_types: String,
+}
+
+impl Default for ClientConnection {
+    fn default() -> Self {
+        ClientConnection {
+            kubeconfig: None,
+            qps: 50.0,
+            burst: 100,
+            content_type: "application/vnd.kubernetes.protobuf".into(),
+            accept_content_types: String::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginRef {
+    pub name: String,
+    pub weight: i32,
+}
+
+/// The plugins of one profile per extension point, in the order they run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plugins {
+    pub pre_enqueue: Vec<PluginRef>,
+    pub queue_sort: Vec<PluginRef>,
+    pub pre_filter: Vec<PluginRef>,
+    pub filter: Vec<PluginRef>,
+    pub post_filter: Vec<PluginRef>,
+    pub pre_score: Vec<PluginRef>,
+    pub score: Vec<PluginRef>,
+    pub reserve: Vec<PluginRef>,
+    pub permit: Vec<PluginRef>,
+    pub pre_bind: Vec<PluginRef>,
+    pub bind: Vec<PluginRef>,
+    pub post_bind: Vec<PluginRef>,
+}
+
+impl Plugins {
+    pub fn get(&self, p: super::catalog::Point) -> &Vec<PluginRef> {
+        use super::catalog::Point::*;
+        match p {
+            PreEnqueue => &self.pre_enqueue,
+            QueueSort => &self.queue_sort,
+            PreFilter => &self.pre_filter,
+            Filter => &self.filter,
+            PostFilter => &self.post_filter,
+            PreScore => &self.pre_score,
+            Score => &self.score,
+            Reserve => &self.reserve,
+            Permit => &self.permit,
+            PreBind => &self.pre_bind,
+            Bind => &self.bind,
+            PostBind => &self.post_bind,
+        }
+    }
+
+    pub fn get_mut(&mut self, p: super::catalog::Point) -> &mut Vec<PluginRef> {
+        use super::catalog::Point::*;
+        match p {
+            PreEnqueue => &mut self.pre_enqueue,
+            QueueSort => &mut self.queue_sort,
+            PreFilter => &mut self.pre_filter,
+            Filter => &mut self.filter,
+            PostFilter => &mut self.post_filter,
+            PreScore => &mut self.pre_score,
+            Score => &mut self.score,
+            Reserve => &mut self.reserve,
+            Permit => &mut self.permit,
+            PreBind => &mut self.pre_bind,
+            Bind => &mut self.bind,
+            PostBind => &mut self.post_bind,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Profile {
+    pub scheduler_name: String,
+    pub percentage_of_nodes_to_score: Option<u32>,
+    pub plugins: Plugins,
+    pub args: PluginArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScoringStrategyType {
+    LeastAllocated,
+    MostAllocated,
+    RequestedToCapacityRatio,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceWeight {
+    pub name: String,
+    pub weight: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeResourcesFitArgs {
+    pub ignored_resources: Vec<String>,
+    pub ignored_resource_groups: Vec<String>,
+    pub strategy: ScoringStrategyType,
+    pub resources: Vec<ResourceWeight>,
+    /// (utilization, score) points for RequestedToCapacityRatio.
+    pub shape: Vec<(i64, i64)>,
+}
+
+impl Default for NodeResourcesFitArgs {
+    fn default() -> Self {
+        NodeResourcesFitArgs {
+            ignored_resources: Vec::new(),
+            ignored_resource_groups: Vec::new(),
+            strategy: ScoringStrategyType::LeastAllocated,
+            resources: default_resources(),
+            shape: Vec::new(),
+        }
+    }
+}
+
+pub fn default_resources() -> Vec<ResourceWeight> {
+    vec![
+        ResourceWeight {
+            name: "cpu".into(),
+            weight: 1,
+        },
+        ResourceWeight {
+            name: "memory".into(),
+            weight: 1,
+        },
+    ]
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DefaultingType {
+    System,
+    List,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginArgs {
+    pub node_resources_fit: NodeResourcesFitArgs,
+    pub balanced_allocation_resources: Vec<ResourceWeight>,
+    pub inter_pod_affinity_hard_weight: i32,
+    pub ignore_preferred_terms_of_existing_pods: bool,
+    pub pod_topology_spread_default_constraints: Vec<TopologySpreadConstraint>,
+    pub pod_topology_spread_defaulting: DefaultingType,
+    pub volume_binding_timeout_seconds: i64,
+    pub leaf_volume_binding_timeout_seconds: i64,
+    pub node_affinity_added: Option<NodeAffinity>,
+    pub min_candidate_nodes_percentage: u32,
+    pub min_candidate_nodes_absolute: u32,
+}
+
+impl Default for PluginArgs {
+    fn default() -> Self {
+        PluginArgs {
+            node_resources_fit: NodeResourcesFitArgs::default(),
+            balanced_allocation_resources: default_resources(),
+            inter_pod_affinity_hard_weight: 1,
+            ignore_preferred_terms_of_existing_pods: false,
+            pod_topology_spread_default_constraints: Vec::new(),
+            pod_topology_spread_defaulting: DefaultingType::System,
+            volume_binding_timeout_seconds: 600,
+            leaf_volume_binding_timeout_seconds: 600,
+            node_affinity_added: None,
+            min_candidate_nodes_percentage: 10,
+            min_candidate_nodes_absolute: 100,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ExtenderTls {
+    pub insecure: bool,
+    pub server_name: Option<String>,
+    pub cert_file: Option<String>,
+    pub key_file: Option<String>,
+    pub ca_file: Option<String>,
+    pub cert_data: Option<Vec<u8>>,
+    pub key_data: Option<Vec<u8>>,
+    pub ca_data: Option<Vec<u8>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Extender {
+    pub url_prefix: String,
+    pub filter_verb: Option<String>,
+    pub preempt_verb: Option<String>,
+    pub prioritize_verb: Option<String>,
+    pub bind_verb: Option<String>,
+    pub weight: i64,
+    pub enable_https: bool,
+    pub tls_config: Option<ExtenderTls>,
+    pub http_timeout: Duration,
+    pub node_cache_capable: bool,
+    pub managed_resources: Vec<(String, bool)>,
+    pub ignorable: bool,
+}

@@ -1,0 +1,327 @@
+use super::*;
+
+fn ok(text: &str) -> SchedulerConfig {
+    match load(text) {
+        Ok(c) => c,
+        Err(e) => panic!("expected to load:\n{e}"),
+    }
+}
+
+fn errors(text: &str) -> Vec<String> {
+    match load(text) {
+        Ok(_) => panic!("expected errors for:\n{text}"),
+        Err(e) => e.0.iter().map(|e| e.to_string()).collect(),
+    }
+}
+
+fn names(list: &[PluginRef]) -> Vec<&str> {
+    list.iter().map(|p| p.name.as_str()).collect()
+}
+
+fn testdata(name: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata/config")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+const V1: &str = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n";
+
+#[test]
+fn v1_defaults() {
+    let c = ok(V1);
+    assert_eq!(c.parallelism, 16);
+    assert_eq!(c.percentage_of_nodes_to_score, None);
+    assert_eq!(
+        (c.pod_initial_backoff_seconds, c.pod_max_backoff_seconds),
+        (1, 10)
+    );
+    let le = &c.leader_election;
+    assert!(le.leader_elect);
+    assert_eq!(
+        (
+            le.lease_duration.as_secs(),
+            le.renew_deadline.as_secs(),
+            le.retry_period.as_secs()
+        ),
+        (15, 10, 2)
+    );
+    assert_eq!(
+        (c.client_connection.qps, c.client_connection.burst),
+        (50.0, 100)
+    );
+    assert_eq!(c.profiles.len(), 1);
+    let p = &c.profiles[0];
+    assert_eq!(p.scheduler_name, "default-scheduler");
+    assert_eq!(names(&p.plugins.queue_sort), vec!["PrioritySort"]);
+    assert_eq!(names(&p.plugins.pre_enqueue), vec!["SchedulingGates"]);
+    assert_eq!(
+        names(&p.plugins.filter),
+        vec![
+            "NodeUnschedulable",
+            "NodeName",
+            "TaintToleration",
+            "NodeAffinity",
+            "NodePorts",
+            "NodeResourcesFit"
+        ]
+    );
+    let weights: Vec<(&str, i32)> = p
+        .plugins
+        .score
+        .iter()
+        .map(|r| (r.name.as_str(), r.weight))
+        .collect();
+    assert_eq!(
+        weights,
+        vec![
+            ("TaintToleration", 3),
+            ("NodeAffinity", 2),
+            ("NodeResourcesFit", 1),
+            ("NodeResourcesBalancedAllocation", 1),
+            ("ImageLocality", 1)
+        ]
+    );
+    assert_eq!(names(&p.plugins.post_filter), vec!["DefaultPreemption"]);
+    assert_eq!(names(&p.plugins.bind), vec!["DefaultBinder"]);
+}
+
+#[test]
+fn seed_001_v1beta2_loads_unchanged() {
+    let c = ok(&testdata("seed-001-my-scheduler-v1beta2.yaml"));
+    assert_eq!(c.profiles[0].scheduler_name, "my-scheduler");
+    assert!(!c.leader_election.leader_elect);
+    // v1beta2's own default weights: PodTopologySpread 2, the others 1.
+    let p = &c.profiles[0].plugins;
+    assert!(p.score.iter().all(|r| r.weight == 1), "{:?}", p.score);
+    assert_eq!(names(&p.bind), vec!["DefaultBinder"]);
+}
+
+#[test]
+fn seed_002_configs_load_unchanged() {
+    let c = ok(&testdata("seed-002-my-scheduler-v1.yaml"));
+    assert_eq!(c.profiles[0].scheduler_name, "my-scheduler");
+    let c = ok(&testdata("seed-002-extender-v1.yaml"));
+    assert_eq!(c.profiles[0].scheduler_name, "my-scheduler-with-extender");
+    let e = &c.extenders[0];
+    assert_eq!(
+        e.url_prefix,
+        "http://my-scheduler-extender.kube-system.svc:8080"
+    );
+    assert_eq!(
+        (
+            e.filter_verb.as_deref(),
+            e.prioritize_verb.as_deref(),
+            e.bind_verb.as_deref()
+        ),
+        (Some("filter"), Some("prioritize"), Some("bind"))
+    );
+    assert_eq!(e.weight, 1);
+    assert_eq!(e.http_timeout.as_secs(), 30);
+    assert!(!e.node_cache_capable && !e.enable_https && !e.ignorable);
+}
+
+#[test]
+fn seed_000_waits_for_the_leaf_node_plugins() {
+    let errs = errors(&testdata("seed-000-kosmos-v1beta1.yaml"));
+    assert!(
+        errs.iter()
+            .any(|e| e == "profiles[0].plugins.filter.enabled[0].name: plugin \"LeafNodeTaintToleration\" is not implemented by mcsched yet"),
+        "{errs:#?}"
+    );
+    assert!(errs.iter().all(|e| e.contains("LeafNode")), "{errs:#?}");
+}
+
+#[test]
+fn v1beta1_maps_legacy_plugins() {
+    let c = ok(
+        "apiVersion: kubescheduler.config.k8s.io/v1beta1\nkind: KubeSchedulerConfiguration\nhealthzBindAddress: 0.0.0.0:10251\n",
+    );
+    let p = &c.profiles[0].plugins;
+    // NodeResourcesLeastAllocated became NodeResourcesFit's LeastAllocated scoring;
+    // SelectorSpread and NodePreferAvoidPods are gone.
+    assert!(names(&p.score).contains(&"NodeResourcesFit"));
+    assert!(!names(&p.score).contains(&"SelectorSpread"));
+    assert_eq!(
+        c.profiles[0].args.node_resources_fit.strategy,
+        ScoringStrategyType::LeastAllocated
+    );
+}
+
+#[test]
+fn multi_point_and_specific_points_merge_like_kube_scheduler() {
+    let c = ok(&format!(
+        "{V1}profiles:
+- schedulerName: a
+  plugins:
+    multiPoint:
+      disabled:
+      - name: ImageLocality
+      enabled:
+      - name: TaintToleration
+        weight: 7
+    filter:
+      disabled:
+      - name: NodePorts
+    score:
+      enabled:
+      - name: NodeResourcesBalancedAllocation
+        weight: 9
+"
+    ));
+    let p = &c.profiles[0].plugins;
+    assert!(!names(&p.filter).contains(&"NodePorts"));
+    assert!(!names(&p.score).contains(&"ImageLocality"));
+    let w = |n: &str| p.score.iter().find(|r| r.name == n).map(|r| r.weight);
+    assert_eq!(w("TaintToleration"), Some(7));
+    assert_eq!(w("NodeResourcesBalancedAllocation"), Some(9));
+    // A plugin enabled at a point comes first there.
+    assert_eq!(p.score[0].name, "NodeResourcesBalancedAllocation");
+}
+
+#[test]
+fn star_disables_every_default_of_a_point() {
+    let c = ok(&format!(
+        "{V1}profiles:
+- plugins:
+    score:
+      disabled:
+      - name: '*'
+      enabled:
+      - name: NodeResourcesFit
+        weight: 5
+"
+    ));
+    let score: Vec<(&str, i32)> = c.profiles[0]
+        .plugins
+        .score
+        .iter()
+        .map(|r| (r.name.as_str(), r.weight))
+        .collect();
+    assert_eq!(score, vec![("NodeResourcesFit", 5)]);
+}
+
+#[test]
+fn plugin_args() {
+    let c = ok(&format!(
+        "{V1}profiles:
+- pluginConfig:
+  - name: NodeResourcesFit
+    args:
+      apiVersion: kubescheduler.config.k8s.io/v1
+      kind: NodeResourcesFitArgs
+      scoringStrategy:
+        type: RequestedToCapacityRatio
+        resources:
+        - name: cpu
+          weight: 3
+        requestedToCapacityRatio:
+          shape:
+          - utilization: 0
+            score: 0
+          - utilization: 100
+            score: 10
+  - name: DefaultPreemption
+    args:
+      minCandidateNodesPercentage: 20
+"
+    ));
+    let a = &c.profiles[0].args;
+    assert_eq!(
+        a.node_resources_fit.strategy,
+        ScoringStrategyType::RequestedToCapacityRatio
+    );
+    assert_eq!(a.node_resources_fit.shape, vec![(0, 0), (100, 10)]);
+    assert_eq!(a.node_resources_fit.resources[0].weight, 3);
+    assert_eq!(a.min_candidate_nodes_percentage, 20);
+}
+
+#[test]
+fn errors_name_the_field() {
+    let cases: Vec<(String, &str)> = vec![
+        (
+            format!("{V1}profiles:\n- plugins:\n    filter:\n      enabled:\n      - name: Foo\n"),
+            "profiles[0].plugins.filter.enabled[0].name: unknown plugin \"Foo\"",
+        ),
+        (
+            format!(
+                "{V1}profiles:\n- plugins:\n    filter:\n      enabled:\n      - name: ImageLocality\n"
+            ),
+            "profiles[0].plugins.filter.enabled[0].name: plugin \"ImageLocality\" does not implement the filter extension point",
+        ),
+        (format!("{V1}bogus: 1\n"), "bogus"),
+        (
+            format!("{V1}profiles:\n- schedulerName: a\n- schedulerName: a\n"),
+            "profiles[1].schedulerName: Duplicate value: \"a\" (also profiles[0].schedulerName)",
+        ),
+        (
+            format!("{V1}profiles:\n- schedulerName: ''\n"),
+            "profiles[0].schedulerName: Required value: schedulerName must not be empty",
+        ),
+        (
+            format!(
+                "{V1}profiles:\n- schedulerName: a\n- schedulerName: b\n  plugins:\n    queueSort:\n      disabled:\n      - name: '*'\n"
+            ),
+            "profiles[1].plugins.queueSort: queueSort must be the same for all profiles",
+        ),
+        (
+            format!(
+                "{V1}profiles:\n- plugins:\n    score:\n      enabled:\n      - name: ImageLocality\n        weight: 0\n"
+            ),
+            "profiles[0].plugins.score.enabled[0].weight: score plugin weight must be positive, got 0",
+        ),
+        (
+            format!(
+                "{V1}extenders:\n- urlPrefix: http://a\n  bindVerb: bind\n- urlPrefix: http://b\n  bindVerb: bind\n"
+            ),
+            "extenders[1].bindVerb: only one extender can implement bind",
+        ),
+        (
+            format!("{V1}parallelism: 0\n"),
+            "parallelism: should be an integer value greater than zero, got 0",
+        ),
+        (
+            format!("{V1}percentageOfNodesToScore: 101\n"),
+            "percentageOfNodesToScore: not in valid range [0-100], got 101",
+        ),
+        (
+            format!(
+                "{V1}profiles:\n- pluginConfig:\n  - name: NodeAffinity\n    args:\n      addedAffinty: {{}}\n"
+            ),
+            "profiles[0].pluginConfig[0].args",
+        ),
+        (
+            format!("{V1}leaderElection:\n  leaseDuration: 5s\n"),
+            "leaderElection.leaseDuration: must be greater than renewDeadline",
+        ),
+        (
+            "apiVersion: kubescheduler.config.k8s.io/v2\nkind: KubeSchedulerConfiguration\n".into(),
+            "apiVersion: unsupported",
+        ),
+        (format!("{V1}profiles: [\n"), "line"),
+    ];
+    for (text, want) in cases {
+        let errs = errors(&text);
+        assert!(
+            errs.iter().any(|e| e.starts_with(want) || e.contains(want)),
+            "want {want:?} in {errs:#?}\nfor:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn malformed_yaml_gives_line_and_column() {
+    let errs = errors(
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n  - schedulerName: [\n",
+    );
+    assert!(errs[0].contains("line"), "{errs:?}");
+}
+
+#[test]
+fn render_lists_points_and_weights() {
+    let text = render_profiles(&ok(V1));
+    assert!(text.contains("profile default-scheduler:"), "{text}");
+    assert!(text.contains("queueSort:  PrioritySort"), "{text}");
+    assert!(text.contains("TaintToleration(3)"), "{text}");
+    assert!(text.contains("leaderElection: lease kube-system/kube-scheduler (leaseDuration 15s, renewDeadline 10s, retryPeriod 2s)"), "{text}");
+}
