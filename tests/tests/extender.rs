@@ -1,0 +1,184 @@
+//! mcsched with a scheduler extender (seed 002's `extenders:` block): the extender's
+//! filter, prioritize and bind verbs decide, through a configuration file.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::Json;
+use axum::routing::post;
+use k8s_openapi::api::core::v1::{Binding, Node, Pod};
+use kube::Api;
+use kube::api::PostParams;
+use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, wait};
+use serde_json::{Value, json};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+async fn node(client: &kube::Client, name: &str) -> anyhow::Result<()> {
+    let n: Node = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "status": {
+            "capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+            "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True"}]
+        }
+    }))?;
+    let api: Api<Node> = Api::all(client.clone());
+    let mut created = api.create(&PostParams::default(), &n).await?;
+    created.status = n.status;
+    api.replace_status(name, &PostParams::default(), &created)
+        .await?;
+    Ok(())
+}
+
+#[derive(Default)]
+struct Calls {
+    filter: AtomicUsize,
+    prioritize: AtomicUsize,
+    bind: AtomicUsize,
+}
+
+/// An extender like seed 002's: filter drops `n2`, prioritize prefers `n3`, bind posts
+/// the Binding itself. Answers use lower-case keys here and there, as Go accepts them.
+async fn serve_extender(client: kube::Client, calls: Arc<Calls>) -> anyhow::Result<u16> {
+    let (c1, c2, c3) = (calls.clone(), calls.clone(), calls);
+    let app = axum::Router::new()
+        .route(
+            "/filter",
+            post(move |Json(args): Json<Value>| {
+                let c = c1.clone();
+                async move {
+                    c.filter.fetch_add(1, Ordering::SeqCst);
+                    let items: Vec<Value> = args["Nodes"]["items"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter(|n| n["metadata"]["name"] != "n2")
+                        .collect();
+                    Json(json!({"Nodes": {"items": items}, "failedNodes": {"n2": "extender says no"}, "Error": ""}))
+                }
+            }),
+        )
+        .route(
+            "/prioritize",
+            post(move |Json(args): Json<Value>| {
+                let c = c2.clone();
+                async move {
+                    c.prioritize.fetch_add(1, Ordering::SeqCst);
+                    let list: Vec<Value> = args["Nodes"]["items"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|n| {
+                            let name = n["metadata"]["name"].as_str().unwrap_or_default().to_string();
+                            json!({"Host": name, "score": if name == "n3" { 10 } else { 0 }})
+                        })
+                        .collect();
+                    Json(Value::Array(list))
+                }
+            }),
+        )
+        .route(
+            "/bind",
+            post(move |Json(args): Json<Value>| {
+                let (c, client) = (c3.clone(), client.clone());
+                async move {
+                    c.bind.fetch_add(1, Ordering::SeqCst);
+                    let ns = args["PodNamespace"].as_str().unwrap_or_default().to_string();
+                    let name = args["PodName"].as_str().unwrap_or_default().to_string();
+                    let binding: Result<Binding, _> = serde_json::from_value(json!({
+                        "metadata": {"name": name, "namespace": ns},
+                        "target": {"apiVersion": "v1", "kind": "Node", "name": args["Node"]}
+                    }));
+                    let result = match binding {
+                        Ok(b) => Api::<Pod>::namespaced(client, &ns)
+                            .create_subresource::<_, Value>("binding", &name, &PostParams::default(), &b)
+                            .await
+                            .map(|_| ())
+                            .map_err(|e| e.to_string()),
+                        Err(e) => Err(e.to_string()),
+                    };
+                    Json(json!({"Error": result.err().unwrap_or_default()}))
+                }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port = listener.local_addr()?.port();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok(port)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extender_filters_prioritizes_and_binds() -> anyhow::Result<()> {
+    let cp = ControlPlane::start("extender", ControlPlaneOptions::default()).await?;
+    for n in ["n1", "n2", "n3"] {
+        node(&cp.client, n).await?;
+    }
+    let calls = Arc::new(Calls::default());
+    let port = serve_extender(cp.client.clone(), calls.clone()).await?;
+    // seed 002's configuration, pointed at this extender.
+    let config = cp.dir().join("scheduler-config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+  - schedulerName: my-scheduler-with-extender
+leaderElection:
+  leaderElect: false
+extenders:
+- urlPrefix: \"http://127.0.0.1:{port}\"
+  enableHTTPS: false
+  filterVerb: \"filter\"
+  prioritizeVerb: \"prioritize\"
+  bindVerb: \"bind\"
+  weight: 1
+  nodeCacheCapable: false
+"
+        ),
+    )?;
+    let config_arg = format!("--config={}", config.display());
+    let agent = Agent::start_with(
+        &cp.kubeconfig,
+        "unused",
+        cp.dir(),
+        "extender",
+        &[&config_arg],
+    )?;
+
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
+    for i in 0..3 {
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": format!("p{i}")},
+            "spec": {"schedulerName": "my-scheduler-with-extender",
+                     "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "100m"}}}]}
+        }))?;
+        pods.create(&PostParams::default(), &p).await?;
+    }
+    for i in 0..3 {
+        let name = format!("p{i}");
+        let node = wait::until(TIMEOUT, &format!("{name} bound"), || async {
+            Ok(pods.get(&name).await?.spec.and_then(|s| s.node_name))
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("{e:#}\nagent log:\n{}", agent.logs()))?;
+        assert_eq!(
+            node, "n3",
+            "the extender's priority (10 × weight 1 × 10) decides"
+        );
+    }
+    assert!(calls.filter.load(Ordering::SeqCst) >= 3);
+    assert!(calls.prioritize.load(Ordering::SeqCst) >= 3);
+    assert_eq!(
+        calls.bind.load(Ordering::SeqCst),
+        3,
+        "the extender, not DefaultBinder, binds"
+    );
+    Ok(())
+}
