@@ -637,6 +637,8 @@ impl Framework {
         !self.post_filter.is_empty()
     }
 
+    /// kube's RunPostFilterPlugins: the first success wins; an unresolvable or error
+    /// status ends it; otherwise every plugin's reasons are kept, in order.
     pub fn run_post_filter(
         &self,
         state: &CycleState,
@@ -644,21 +646,27 @@ impl Framework {
         snapshot: &Snapshot,
         statuses: &NodeStatuses,
     ) -> (PostFilterResult, Status) {
-        let mut last = Status::unschedulable("no PostFilter plugin");
+        let mut reasons = Vec::new();
+        let mut rejector: &'static str = "";
         for p in &self.post_filter {
             let Some(pf) = p.as_post_filter() else {
                 continue;
             };
+            let t = Instant::now();
             let (result, s) = pf.post_filter(self, state, pod, snapshot, statuses);
-            if s.is_success() {
+            observe(p.name(), "PostFilter", &s, t);
+            if s.is_success() || s.code == Code::UnschedulableAndUnresolvable || !s.is_rejected() {
                 return (result, s.with_plugin(p.name()));
             }
-            last = s.with_plugin(p.name());
-            if last.code == Code::UnschedulableAndUnresolvable {
-                break;
+            reasons.extend(s.reasons);
+            if rejector.is_empty() {
+                rejector = p.name();
             }
         }
-        (PostFilterResult::default(), last)
+        (
+            PostFilterResult::default(),
+            Status::new(Code::Unschedulable, reasons).with_plugin(rejector),
+        )
     }
 
     /// Runs PreFilter extensions as if `other` joined (`add`) or left a node: preemption's

@@ -2,6 +2,7 @@
 
 pub mod default_binder;
 pub mod default_preemption;
+pub mod dynamic_resources;
 pub mod helper;
 pub mod image_locality;
 pub mod node_affinity;
@@ -51,6 +52,7 @@ pub fn registry(args: &PluginArgs) -> HashMap<String, Arc<dyn Plugin>> {
         }),
         Arc::new(image_locality::ImageLocality),
         Arc::new(default_binder::DefaultBinder),
+        Arc::new(dynamic_resources::DynamicResources),
         Arc::new(default_preemption::DefaultPreemption::new(args.preemption)),
     ];
     plugins

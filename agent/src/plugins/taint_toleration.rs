@@ -12,6 +12,8 @@ use crate::framework::{
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 
 pub const NAME: &str = "TaintToleration";
+/// kube-scheduler v1.36's wording (older releases named the taint).
+pub const REASON: &str = "node(s) had untolerated taint(s)";
 
 pub struct TaintToleration;
 
@@ -34,18 +36,16 @@ pub fn node_taints(node: &NodeInfo) -> &[Taint] {
 /// The Filter both TaintToleration and LeafNodeTaintToleration use; `ignore` picks taints
 /// that count as tolerated.
 pub fn filter_taints(pod: &PodInfo, node: &NodeInfo, ignore: impl Fn(&Taint) -> bool) -> Status {
-    let taints: Vec<Taint> = node_taints(node)
+    let tols = tolerations(pod);
+    let untolerated = node_taints(node)
         .iter()
+        .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
         .filter(|t| !ignore(t))
-        .cloned()
-        .collect();
-    match taints::first_untolerated(&taints, tolerations(pod)) {
-        None => Status::success(),
-        Some(t) => Status::unresolvable(format!(
-            "node(s) had untolerated taint {{{}: {}}}",
-            t.key,
-            t.value.as_deref().unwrap_or("")
-        )),
+        .any(|t| !tols.iter().any(|tol| taints::tolerates(tol, t)));
+    if untolerated {
+        Status::unresolvable(REASON)
+    } else {
+        Status::success()
     }
 }
 
@@ -154,7 +154,7 @@ mod tests {
                 vec![taint("dedicated", "user1", "NoSchedule")],
                 vec![],
                 false,
-                "node(s) had untolerated taint {dedicated: user1}",
+                REASON,
             ),
             (
                 vec![taint("dedicated", "user1", "NoSchedule")],
@@ -166,7 +166,7 @@ mod tests {
                 vec![taint("dedicated", "user1", "NoSchedule")],
                 vec![tol("dedicated", "user2", "NoSchedule")],
                 false,
-                "node(s) had untolerated taint {dedicated: user1}",
+                REASON,
             ),
             (
                 vec![taint("soft", "x", "PreferNoSchedule")],
@@ -178,7 +178,7 @@ mod tests {
                 vec![taint("evict", "x", "NoExecute")],
                 vec![],
                 false,
-                "node(s) had untolerated taint {evict: x}",
+                REASON,
             ),
         ];
         for (taints, tols, ok, msg) in cases {

@@ -68,6 +68,7 @@ pub const PLUGINS: &[(&str, &[Point])] = &[
     ("NodeResourcesFit", &[Filter, Score]),
     ("NodeResourcesBalancedAllocation", &[PreScore, Score]),
     ("ImageLocality", &[PreScore, Score]),
+    ("DynamicResources", &[PreFilter, PostFilter, Score]),
     ("DefaultPreemption", &[PostFilter]),
     ("DefaultBinder", &[Bind]),
 ];
@@ -84,9 +85,9 @@ pub fn implements(plugin: &str, point: Point) -> bool {
     points_of(plugin).is_some_and(|p| p.contains(&point))
 }
 
-/// kube-scheduler v1/v1beta3's multiPoint defaults with their score weights
-/// (pkg/scheduler/apis/config/v1/default_plugins.go; DynamicResources is feature-gated
-/// and left out, as kube-scheduler leaves it out when the gate is off).
+/// kube-scheduler v1.36's v1/v1beta3 multiPoint defaults with their score weights
+/// (pkg/scheduler/apis/config/v1/default_plugins.go), DynamicResources included as its
+/// default-on DynamicResourceAllocation gate adds it, before DefaultPreemption.
 pub const V1_MULTI_POINT: &[(&str, i32)] = &[
     ("SchedulingGates", 0),
     ("PrioritySort", 0),
@@ -102,6 +103,7 @@ pub const V1_MULTI_POINT: &[(&str, i32)] = &[
     ("VolumeZone", 0),
     ("PodTopologySpread", 2),
     ("InterPodAffinity", 2),
+    ("DynamicResources", 2),
     ("DefaultPreemption", 0),
     ("NodeResourcesBalancedAllocation", 1),
     ("ImageLocality", 1),

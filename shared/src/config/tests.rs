@@ -78,11 +78,15 @@ fn v1_defaults() {
             ("TaintToleration", 3),
             ("NodeAffinity", 2),
             ("NodeResourcesFit", 1),
+            ("DynamicResources", 2),
             ("NodeResourcesBalancedAllocation", 1),
             ("ImageLocality", 1)
         ]
     );
-    assert_eq!(names(&p.plugins.post_filter), vec!["DefaultPreemption"]);
+    assert_eq!(
+        names(&p.plugins.post_filter),
+        vec!["DynamicResources", "DefaultPreemption"]
+    );
     assert_eq!(names(&p.plugins.bind), vec!["DefaultBinder"]);
 }
 

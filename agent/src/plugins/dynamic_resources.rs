@@ -1,0 +1,101 @@
+//! DynamicResources, as far as mcsched goes: kube-scheduler v1.36 enables it by default,
+//! and for a pod without resource claims it steps aside (PreFilter Skip, Score 0) but its
+//! PostFilter still answers "no new claims to deallocate" — a phrase every FailedScheduling
+//! message of kube-scheduler carries. Pods that do use claims are refused plainly:
+//! mcsched does not allocate devices.
+
+use crate::framework::{
+    CycleState, Framework, NodeStatuses, Plugin, PostFilterPlugin, PostFilterResult,
+    PreFilterPlugin, PreFilterResult, ScorePlugin, Status,
+};
+use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
+
+pub const NAME: &str = "DynamicResources";
+pub const REASON_NO_CLAIMS: &str = "no new claims to deallocate";
+pub const REASON_UNSUPPORTED: &str = "pod uses resource claims, which mcsched does not allocate";
+
+pub struct DynamicResources;
+
+fn has_claims(pod: &PodInfo) -> bool {
+    pod.pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.resource_claims.as_ref())
+        .is_some_and(|c| !c.is_empty())
+}
+
+impl Plugin for DynamicResources {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        Some(self)
+    }
+    fn as_post_filter(&self) -> Option<&dyn PostFilterPlugin> {
+        Some(self)
+    }
+    fn as_score(&self) -> Option<&dyn ScorePlugin> {
+        Some(self)
+    }
+}
+
+impl PreFilterPlugin for DynamicResources {
+    fn pre_filter(
+        &self,
+        _state: &mut CycleState,
+        pod: &PodInfo,
+        _snapshot: &Snapshot,
+    ) -> (PreFilterResult, Status) {
+        if has_claims(pod) {
+            (None, Status::unresolvable(REASON_UNSUPPORTED))
+        } else {
+            (None, Status::skip())
+        }
+    }
+}
+
+impl PostFilterPlugin for DynamicResources {
+    fn post_filter(
+        &self,
+        _fw: &Framework,
+        _state: &CycleState,
+        _pod: &PodInfo,
+        _snapshot: &Snapshot,
+        _statuses: &NodeStatuses,
+    ) -> (PostFilterResult, Status) {
+        (
+            PostFilterResult::default(),
+            Status::unschedulable(REASON_NO_CLAIMS),
+        )
+    }
+}
+
+impl ScorePlugin for DynamicResources {
+    fn score(&self, _state: &CycleState, _pod: &PodInfo, _node: &NodeInfo) -> Result<i64, Status> {
+        Ok(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugins::testing::pod_with;
+    use k8s_openapi::api::core::v1::PodResourceClaim;
+
+    #[test]
+    fn steps_aside_without_claims_and_refuses_claims() {
+        let plain = pod_with(|_| {});
+        let (_, s) =
+            DynamicResources.pre_filter(&mut CycleState::new(), &plain, &Snapshot::default());
+        assert!(s.is_skip());
+        let with = pod_with(|p| {
+            p.spec.get_or_insert_default().resource_claims = Some(vec![PodResourceClaim {
+                name: "gpu".into(),
+                ..Default::default()
+            }]);
+        });
+        let (_, s) =
+            DynamicResources.pre_filter(&mut CycleState::new(), &with, &Snapshot::default());
+        assert_eq!(s.message(), REASON_UNSUPPORTED);
+    }
+}
