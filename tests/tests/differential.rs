@@ -107,7 +107,7 @@ fn generate(id: usize, rng: &mut Rng) -> Case {
     // The incoming pod.
     let mut container = json!({"name": "c", "image": "pause",
         "resources": {"requests": {"cpu": quantity_cpu(rng, 3000), "memory": format!("{}Mi", 256 * (1 + rng.below(12)))}}});
-    if rng.chance(20) {
+    if rng.chance(35) {
         container["ports"] = json!([{"containerPort": 80, "hostPort": 8080 + rng.below(2) as i64}]);
     }
     let mut spec = json!({"containers": [container]});
@@ -346,5 +346,78 @@ async fn mcsched_agrees_with_kube_scheduler() -> anyhow::Result<()> {
         "{} disagreements",
         disagreements.len()
     );
+    Ok(())
+}
+
+/// The FailedScheduling text users read must be kube-scheduler's, word for word.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_scheduling_messages_match_kube_scheduler_verbatim() -> anyhow::Result<()> {
+    let cp = ControlPlane::start(
+        "messages",
+        ControlPlaneOptions {
+            with_scheduler: true,
+            ..Default::default()
+        },
+    )
+    .await?;
+    let _agent = Agent::start_with(
+        &cp.kubeconfig,
+        "mcsched",
+        cp.dir(),
+        "messages",
+        &["--leader-elect=false"],
+    )?;
+    let nodes: Api<Node> = Api::all(cp.client.clone());
+    let node_specs = [
+        json!({"metadata": {"name": "small", "labels": {"disk": "hdd"}}, "spec": {},
+               "status": {"allocatable": {"cpu": "1", "memory": "1Gi", "pods": "10"}}}),
+        json!({"metadata": {"name": "tainted", "labels": {"disk": "ssd"}},
+               "spec": {"taints": [{"key": "dedicated", "value": "db", "effect": "NoSchedule"}]},
+               "status": {"allocatable": {"cpu": "8", "memory": "16Gi", "pods": "10"}}}),
+        json!({"metadata": {"name": "cordoned", "labels": {"disk": "ssd"}}, "spec": {"unschedulable": true},
+               "status": {"allocatable": {"cpu": "8", "memory": "16Gi", "pods": "10"}}}),
+        json!({"metadata": {"name": "full", "labels": {"disk": "hdd"}}, "spec": {},
+               "status": {"allocatable": {"cpu": "8", "memory": "16Gi", "pods": "0"}}}),
+    ];
+    for n in node_specs {
+        let mut n = n;
+        n["status"]["capacity"] = n["status"]["allocatable"].clone();
+        n["status"]["conditions"] = json!([{"type": "Ready", "status": "True"}]);
+        let node: Node = serde_json::from_value(n)?;
+        let mut created = nodes.create(&PostParams::default(), &node).await?;
+        created.status = node.status.clone();
+        nodes
+            .replace_status(
+                &node.metadata.name.clone().unwrap_or_default(),
+                &PostParams::default(),
+                &created,
+            )
+            .await?;
+    }
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
+    let cases = [
+        json!({"containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "4"}}}]}),
+        json!({"containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "20", "memory": "32Gi"}}}]}),
+        json!({"nodeSelector": {"disk": "nvme"}, "containers": [{"name": "c", "image": "pause"}]}),
+        json!({"tolerations": [{"key": "dedicated", "operator": "Exists"}],
+               "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "2"}}}],
+               "nodeSelector": {"disk": "hdd"}}),
+    ];
+    for (i, spec) in cases.into_iter().enumerate() {
+        let pod = json!({"metadata": {"name": "x"}, "spec": spec});
+        let kube = attempt(
+            &pods,
+            pod.clone(),
+            "default-scheduler",
+            &format!("kube-{i}"),
+        )
+        .await?;
+        let ours = attempt(&pods, pod, "mcsched", &format!("ours-{i}")).await?;
+        assert!(
+            matches!(kube, Outcome::Unschedulable(_)),
+            "case {i}: {kube:?}"
+        );
+        assert_eq!(ours, kube, "case {i}");
+    }
     Ok(())
 }
