@@ -10,6 +10,7 @@ use mcsched_shared::config::{self, Point, SchedulerConfig, ScoringStrategyType};
 use crate::extender::{Extender, ExtenderConfig, ExtenderError, ExtenderTls};
 use crate::framework::{FrameworkError, ProfileSpec};
 use crate::plugins::default_preemption::PreemptionArgs;
+use crate::plugins::inter_pod_affinity::InterPodAffinityArgs;
 use crate::plugins::node_resources_fit::{FitArgs, Strategy};
 use crate::plugins::{PluginArgs, registry};
 use crate::profiles::{Profiles, Registry};
@@ -55,6 +56,10 @@ pub fn plugin_args(a: &config::PluginArgs) -> PluginArgs {
         preemption: PreemptionArgs {
             min_candidate_nodes_percentage: a.min_candidate_nodes_percentage,
             min_candidate_nodes_absolute: a.min_candidate_nodes_absolute,
+        },
+        inter_pod_affinity: InterPodAffinityArgs {
+            hard_pod_affinity_weight: a.inter_pod_affinity_hard_weight,
+            ignore_preferred_terms_of_existing_pods: a.ignore_preferred_terms_of_existing_pods,
         },
     }
 }

@@ -1,6 +1,7 @@
 //! mcsched-agent: a Kubernetes scheduler that serves the pods naming its profile in
 //! `spec.schedulerName`, on host nodes and on leaf clusters' virtual nodes.
 
+pub mod affinity;
 pub mod args;
 pub mod cache;
 pub mod client;

@@ -39,6 +39,8 @@ pub struct PodInfo {
     pub host_ports: Vec<HostPort>,
     pub has_affinity: bool,
     pub has_required_anti_affinity: bool,
+    /// Parsed (anti-)affinity terms; shared, as most pods have none.
+    pub terms: Arc<crate::affinity::PodAffinityTerms>,
     /// A request that did not parse; the pod is unschedulable with this message.
     pub invalid: Option<String>,
 }
@@ -81,7 +83,13 @@ impl PodInfo {
                     .as_ref()
             })
             .is_some_and(|t| !t.is_empty());
+        let terms = if has_affinity {
+            Arc::new(crate::affinity::PodAffinityTerms::of(&pod))
+        } else {
+            no_terms()
+        };
         PodInfo {
+            terms,
             key: format!("{namespace}/{name}"),
             uid: pod.metadata.uid.clone().unwrap_or_default(),
             namespace,
@@ -113,6 +121,12 @@ impl PodInfo {
     pub fn priority(&self) -> i32 {
         self.pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
     }
+}
+
+fn no_terms() -> Arc<crate::affinity::PodAffinityTerms> {
+    static NONE: std::sync::OnceLock<Arc<crate::affinity::PodAffinityTerms>> =
+        std::sync::OnceLock::new();
+    NONE.get_or_init(Arc::default).clone()
 }
 
 /// Per-container requests with 100m / 200Mi standing in for an unset cpu / memory

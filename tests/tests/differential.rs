@@ -48,6 +48,7 @@ struct Case {
 }
 
 const ZONES: &[&str] = &["a", "b", "c"];
+const TOPOLOGY_KEYS: &[&str] = &["kubernetes.io/hostname", "topology.kubernetes.io/zone"];
 const TAINT_KEYS: &[&str] = &["dedicated", "gpu", "spot"];
 const EFFECTS: &[&str] = &["NoSchedule", "PreferNoSchedule", "NoExecute"];
 
@@ -98,11 +99,18 @@ fn generate(id: usize, rng: &mut Rng) -> Case {
             container["ports"] =
                 json!([{"containerPort": 80, "hostPort": 8080 + rng.below(2) as i64}]);
         }
-        existing.push(json!({
+        let mut e = json!({
             "metadata": {"name": format!("e{j}"), "labels": {"app": rng.pick(&["web", "db"])}},
             "spec": {"nodeName": node, "containers": [container],
                      "tolerations": [{"operator": "Exists"}]}
-        }));
+        });
+        if rng.chance(10) {
+            // The symmetric check: an existing pod that keeps the incoming one away.
+            e["spec"]["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "incoming"}}, "topologyKey": rng.pick(TOPOLOGY_KEYS)}
+            ]}});
+        }
+        existing.push(e);
     }
     // The incoming pod.
     let mut container = json!({"name": "c", "image": "pause",
@@ -141,6 +149,21 @@ fn generate(id: usize, rng: &mut Rng) -> Case {
         }]);
     }
     spec["affinity"] = json!({"nodeAffinity": node_affinity});
+    let pod_term = |rng: &mut Rng| {
+        json!({"labelSelector": {"matchLabels": {"app": rng.pick(&["web", "db", "incoming"])}},
+               "topologyKey": rng.pick(TOPOLOGY_KEYS)})
+    };
+    if rng.chance(25) {
+        spec["affinity"]["podAntiAffinity"] =
+            json!({"requiredDuringSchedulingIgnoredDuringExecution": [pod_term(rng)]});
+    } else if rng.chance(20) {
+        spec["affinity"]["podAffinity"] =
+            json!({"requiredDuringSchedulingIgnoredDuringExecution": [pod_term(rng)]});
+    }
+    if rng.chance(15) {
+        spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] =
+            json!([{"weight": 1 + rng.below(100), "podAffinityTerm": pod_term(rng)}]);
+    }
     Case {
         id,
         nodes,

@@ -5,6 +5,7 @@ pub mod default_preemption;
 pub mod dynamic_resources;
 pub mod helper;
 pub mod image_locality;
+pub mod inter_pod_affinity;
 pub mod node_affinity;
 pub mod node_name;
 pub mod node_ports;
@@ -31,6 +32,7 @@ pub struct PluginArgs {
     pub balanced_resources: Option<Vec<String>>,
     pub node_affinity_added: Option<k8s_openapi::api::core::v1::NodeAffinity>,
     pub preemption: default_preemption::PreemptionArgs,
+    pub inter_pod_affinity: inter_pod_affinity::InterPodAffinityArgs,
 }
 
 /// Every plugin this agent implements, built with one profile's arguments.
@@ -51,6 +53,9 @@ pub fn registry(args: &PluginArgs) -> HashMap<String, Arc<dyn Plugin>> {
             None => node_resources_balanced_allocation::BalancedAllocation::default(),
         }),
         Arc::new(image_locality::ImageLocality),
+        Arc::new(inter_pod_affinity::InterPodAffinity::new(
+            args.inter_pod_affinity,
+        )),
         Arc::new(default_binder::DefaultBinder),
         Arc::new(dynamic_resources::DynamicResources),
         Arc::new(default_preemption::DefaultPreemption::new(args.preemption)),

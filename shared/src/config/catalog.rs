@@ -68,6 +68,7 @@ pub const PLUGINS: &[(&str, &[Point])] = &[
     ("NodeResourcesFit", &[Filter, Score]),
     ("NodeResourcesBalancedAllocation", &[PreScore, Score]),
     ("ImageLocality", &[PreScore, Score]),
+    ("InterPodAffinity", &[PreFilter, Filter, PreScore, Score]),
     ("DynamicResources", &[PreFilter, PostFilter, Score]),
     ("DefaultPreemption", &[PostFilter]),
     ("DefaultBinder", &[Bind]),
@@ -230,7 +231,6 @@ pub const NOT_YET_IMPLEMENTED: &[&str] = &[
     "VolumeBinding",
     "VolumeZone",
     "PodTopologySpread",
-    "InterPodAffinity",
     "LeafNodeTaintToleration",
     "LeafNodeVolumeBinding",
 ];

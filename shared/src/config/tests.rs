@@ -63,7 +63,8 @@ fn v1_defaults() {
             "TaintToleration",
             "NodeAffinity",
             "NodePorts",
-            "NodeResourcesFit"
+            "NodeResourcesFit",
+            "InterPodAffinity"
         ]
     );
     let weights: Vec<(&str, i32)> = p
@@ -78,6 +79,7 @@ fn v1_defaults() {
             ("TaintToleration", 3),
             ("NodeAffinity", 2),
             ("NodeResourcesFit", 1),
+            ("InterPodAffinity", 2),
             ("DynamicResources", 2),
             ("NodeResourcesBalancedAllocation", 1),
             ("ImageLocality", 1)

@@ -1,0 +1,767 @@
+//! InterPodAffinity: required pod affinity and anti-affinity (the incoming pod's, and the
+//! existing pods' anti-affinity towards it — the symmetric check) filter nodes by topology
+//! domain; preferred terms (both ways) and existing pods' required affinity weighted by
+//! hardPodAffinityWeight score them. kube-scheduler's interpodaffinity plugin.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::affinity::{AffinityTerm, PodAffinityTerms, WeightedTerm};
+use crate::framework::{
+    ClusterEvent, CycleState, FilterPlugin, MAX_NODE_SCORE, Plugin, PreFilterPlugin,
+    PreFilterResult, PreScorePlugin, ScorePlugin, Status,
+};
+use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
+
+pub const NAME: &str = "InterPodAffinity";
+const PRE_SCORE_KEY: &str = "PreScoreInterPodAffinity";
+pub const REASON_EXISTING_ANTI_AFFINITY: &str =
+    "node(s) didn't satisfy existing pods anti-affinity rules";
+pub const REASON_AFFINITY: &str = "node(s) didn't match pod affinity rules";
+pub const REASON_ANTI_AFFINITY: &str = "node(s) didn't match pod anti-affinity rules";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InterPodAffinityArgs {
+    pub hard_pod_affinity_weight: i32,
+    pub ignore_preferred_terms_of_existing_pods: bool,
+}
+
+impl Default for InterPodAffinityArgs {
+    fn default() -> Self {
+        InterPodAffinityArgs {
+            hard_pod_affinity_weight: 1,
+            ignore_preferred_terms_of_existing_pods: false,
+        }
+    }
+}
+
+pub struct InterPodAffinity {
+    args: InterPodAffinityArgs,
+}
+
+impl InterPodAffinity {
+    pub fn new(args: InterPodAffinityArgs) -> Self {
+        InterPodAffinity { args }
+    }
+}
+
+type Counts = HashMap<(String, String), i64>;
+
+#[derive(Clone)]
+struct PreFilterState {
+    existing_anti_affinity: Counts,
+    affinity: Counts,
+    anti_affinity: Counts,
+    /// The incoming pod's required terms, namespaceSelectors folded into namespaces.
+    required_affinity: Vec<AffinityTerm>,
+    required_anti_affinity: Vec<AffinityTerm>,
+    pod: Arc<Pod>,
+    namespace_labels: BTreeMap<String, String>,
+}
+
+fn bump(counts: &mut Counts, node: &NodeInfo, key: &str, by: i64) {
+    if let Some(v) = node.labels().get(key) {
+        let pair = (key.to_string(), v.clone());
+        let c = counts.entry(pair.clone()).or_default();
+        *c += by;
+        if *c == 0 {
+            counts.remove(&pair);
+        }
+    }
+}
+
+fn matches_all(terms: &[AffinityTerm], pod: &Pod) -> bool {
+    !terms.is_empty() && terms.iter().all(|t| t.matches(pod, None))
+}
+
+impl PreFilterState {
+    /// Accounts for `other` joining (+1) or leaving (−1) `node`.
+    fn update(&mut self, other: &PodInfo, node: &NodeInfo, by: i64) {
+        for t in &other.terms.required_anti_affinity {
+            if t.matches(&self.pod, Some(&self.namespace_labels)) {
+                bump(&mut self.existing_anti_affinity, node, &t.topology_key, by);
+            }
+        }
+        if matches_all(&self.required_affinity, &other.pod) {
+            for t in &self.required_affinity {
+                bump(&mut self.affinity, node, &t.topology_key, by);
+            }
+        }
+        for t in &self.required_anti_affinity {
+            if t.matches(&other.pod, None) {
+                bump(&mut self.anti_affinity, node, &t.topology_key, by);
+            }
+        }
+    }
+}
+
+impl Plugin for InterPodAffinity {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    fn events_to_register(&self) -> Vec<ClusterEvent> {
+        vec![
+            ClusterEvent::PodAdd,
+            ClusterEvent::PodUpdate,
+            ClusterEvent::PodDelete,
+            ClusterEvent::NodeAdd,
+            ClusterEvent::NodeUpdate,
+            ClusterEvent::NamespaceChange,
+        ]
+    }
+    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        Some(self)
+    }
+    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
+        Some(self)
+    }
+    fn as_score(&self) -> Option<&dyn ScorePlugin> {
+        Some(self)
+    }
+}
+
+fn namespace_labels(snapshot: &Snapshot, ns: &str) -> BTreeMap<String, String> {
+    snapshot.namespaces.get(ns).cloned().unwrap_or_default()
+}
+
+fn merged(terms: &[AffinityTerm], snapshot: &Snapshot) -> Vec<AffinityTerm> {
+    terms
+        .iter()
+        .cloned()
+        .map(|mut t| {
+            t.merge_selected_namespaces(&snapshot.namespaces);
+            t
+        })
+        .collect()
+}
+
+impl PreFilterPlugin for InterPodAffinity {
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> (PreFilterResult, Status) {
+        let ns_labels = namespace_labels(snapshot, &pod.namespace);
+        let mut s = PreFilterState {
+            existing_anti_affinity: Counts::new(),
+            affinity: Counts::new(),
+            anti_affinity: Counts::new(),
+            required_affinity: merged(&pod.terms.required_affinity, snapshot),
+            required_anti_affinity: merged(&pod.terms.required_anti_affinity, snapshot),
+            pod: pod.pod.clone(),
+            namespace_labels: ns_labels,
+        };
+        let incoming_terms =
+            !s.required_affinity.is_empty() || !s.required_anti_affinity.is_empty();
+        for node in snapshot.nodes.iter() {
+            for existing in node.pods_with_required_anti_affinity() {
+                for t in &existing.terms.required_anti_affinity {
+                    if t.matches(&s.pod, Some(&s.namespace_labels)) {
+                        bump(&mut s.existing_anti_affinity, node, &t.topology_key, 1);
+                    }
+                }
+            }
+            if !incoming_terms {
+                continue;
+            }
+            for existing in &node.pods {
+                if matches_all(&s.required_affinity, &existing.pod) {
+                    for t in &s.required_affinity {
+                        bump(&mut s.affinity, node, &t.topology_key, 1);
+                    }
+                }
+                for t in &s.required_anti_affinity {
+                    if t.matches(&existing.pod, None) {
+                        bump(&mut s.anti_affinity, node, &t.topology_key, 1);
+                    }
+                }
+            }
+        }
+        if s.existing_anti_affinity.is_empty() && !incoming_terms {
+            return (None, Status::skip());
+        }
+        state.write(NAME, s);
+        (None, Status::success())
+    }
+
+    fn add_pod(
+        &self,
+        state: &mut CycleState,
+        _pod: &PodInfo,
+        added: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status {
+        if let Some(s) = state.read_mut::<PreFilterState>(NAME) {
+            s.update(added, node, 1);
+        }
+        Status::success()
+    }
+
+    fn remove_pod(
+        &self,
+        state: &mut CycleState,
+        _pod: &PodInfo,
+        removed: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status {
+        if let Some(s) = state.read_mut::<PreFilterState>(NAME) {
+            s.update(removed, node, -1);
+        }
+        Status::success()
+    }
+}
+
+impl FilterPlugin for InterPodAffinity {
+    fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
+        let Some(s) = state.read::<PreFilterState>(NAME) else {
+            return Status::success();
+        };
+        let labels = node.labels();
+        // Affinity: every term's topology must be on the node and hold a matching pod —
+        // unless no pod matches anywhere and the pod matches its own terms (the first of
+        // a self-affine group).
+        let mut pods_exist = true;
+        for t in &s.required_affinity {
+            match labels.get(&t.topology_key) {
+                Some(v) => {
+                    if s.affinity
+                        .get(&(t.topology_key.clone(), v.clone()))
+                        .copied()
+                        .unwrap_or(0)
+                        <= 0
+                    {
+                        pods_exist = false;
+                    }
+                }
+                None => return Status::unresolvable(REASON_AFFINITY),
+            }
+        }
+        let first_of_group = s.affinity.is_empty() && matches_all(&s.required_affinity, &s.pod);
+        if !(pods_exist || first_of_group) {
+            return Status::unresolvable(REASON_AFFINITY);
+        }
+        if !s.anti_affinity.is_empty() {
+            for t in &s.required_anti_affinity {
+                if let Some(v) = labels.get(&t.topology_key)
+                    && s.anti_affinity
+                        .get(&(t.topology_key.clone(), v.clone()))
+                        .copied()
+                        .unwrap_or(0)
+                        > 0
+                {
+                    return Status::unschedulable(REASON_ANTI_AFFINITY);
+                }
+            }
+        }
+        if !s.existing_anti_affinity.is_empty() {
+            for (k, v) in labels {
+                if s.existing_anti_affinity
+                    .get(&(k.clone(), v.clone()))
+                    .copied()
+                    .unwrap_or(0)
+                    > 0
+                {
+                    return Status::unschedulable(REASON_EXISTING_ANTI_AFFINITY);
+                }
+            }
+        }
+        Status::success()
+    }
+}
+
+/// topology key → value → score.
+#[derive(Clone, Default)]
+struct TopologyScore(HashMap<String, HashMap<String, i64>>);
+
+impl TopologyScore {
+    fn add(
+        &mut self,
+        term: &AffinityTerm,
+        weight: i64,
+        pod: &Pod,
+        ns_labels: Option<&BTreeMap<String, String>>,
+        node: &NodeInfo,
+    ) {
+        if term.matches(pod, ns_labels)
+            && let Some(v) = node.labels().get(&term.topology_key)
+        {
+            *self
+                .0
+                .entry(term.topology_key.clone())
+                .or_default()
+                .entry(v.clone())
+                .or_default() += weight;
+        }
+    }
+
+    fn add_weighted(
+        &mut self,
+        terms: &[WeightedTerm],
+        sign: i64,
+        pod: &Pod,
+        ns: Option<&BTreeMap<String, String>>,
+        node: &NodeInfo,
+    ) {
+        for t in terms {
+            self.add(&t.term, i64::from(t.weight) * sign, pod, ns, node);
+        }
+    }
+}
+
+impl PreScorePlugin for InterPodAffinity {
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        _nodes: &[Arc<NodeInfo>],
+        snapshot: &Snapshot,
+    ) -> Status {
+        let own = &pod.terms;
+        let has_constraints =
+            !own.preferred_affinity.is_empty() || !own.preferred_anti_affinity.is_empty();
+        if self.args.ignore_preferred_terms_of_existing_pods && !has_constraints {
+            return Status::skip();
+        }
+        let merge = |terms: &[WeightedTerm]| -> Vec<WeightedTerm> {
+            terms
+                .iter()
+                .cloned()
+                .map(|mut w| {
+                    w.term.merge_selected_namespaces(&snapshot.namespaces);
+                    w
+                })
+                .collect()
+        };
+        let incoming = PodAffinityTerms {
+            preferred_affinity: merge(&own.preferred_affinity),
+            preferred_anti_affinity: merge(&own.preferred_anti_affinity),
+            ..Default::default()
+        };
+        let ns_labels = namespace_labels(snapshot, &pod.namespace);
+        let mut score = TopologyScore::default();
+        for node in snapshot.nodes.iter() {
+            if node.labels().is_empty() {
+                continue;
+            }
+            let existing: Box<dyn Iterator<Item = &Arc<PodInfo>>> = if has_constraints {
+                Box::new(node.pods.iter())
+            } else {
+                Box::new(node.pods_with_affinity())
+            };
+            for e in existing {
+                score.add_weighted(&incoming.preferred_affinity, 1, &e.pod, None, node);
+                score.add_weighted(&incoming.preferred_anti_affinity, -1, &e.pod, None, node);
+                if self.args.hard_pod_affinity_weight > 0 {
+                    for t in &e.terms.required_affinity {
+                        score.add(
+                            t,
+                            i64::from(self.args.hard_pod_affinity_weight),
+                            &pod.pod,
+                            Some(&ns_labels),
+                            node,
+                        );
+                    }
+                }
+                if !self.args.ignore_preferred_terms_of_existing_pods {
+                    score.add_weighted(
+                        &e.terms.preferred_affinity,
+                        1,
+                        &pod.pod,
+                        Some(&ns_labels),
+                        node,
+                    );
+                    score.add_weighted(
+                        &e.terms.preferred_anti_affinity,
+                        -1,
+                        &pod.pod,
+                        Some(&ns_labels),
+                        node,
+                    );
+                }
+            }
+        }
+        if score.0.is_empty() {
+            return Status::skip();
+        }
+        state.write(PRE_SCORE_KEY, score);
+        Status::success()
+    }
+}
+
+impl ScorePlugin for InterPodAffinity {
+    fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let Some(s) = state.read::<TopologyScore>(PRE_SCORE_KEY) else {
+            return Ok(0);
+        };
+        let labels = node.labels();
+        Ok(s.0
+            .iter()
+            .filter_map(|(k, values)| labels.get(k).and_then(|v| values.get(v)))
+            .sum())
+    }
+
+    /// Min-max scaling to 0..=100, as kube-scheduler does (scores can be negative).
+    fn normalize(&self, state: &CycleState, _pod: &PodInfo, scores: &mut [i64]) -> Status {
+        if state
+            .read::<TopologyScore>(PRE_SCORE_KEY)
+            .is_none_or(|s| s.0.is_empty())
+        {
+            return Status::success();
+        }
+        let (min, max) = scores
+            .iter()
+            .fold((i64::MAX, i64::MIN), |(lo, hi), &s| (lo.min(s), hi.max(s)));
+        let diff = max - min;
+        for s in scores.iter_mut() {
+            *s = if diff > 0 {
+                (MAX_NODE_SCORE as f64 * ((*s - min) as f64 / diff as f64)) as i64
+            } else {
+                0
+            };
+        }
+        Status::success()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::Code;
+    use crate::plugins::testing::{node_with, pod_with};
+    use serde_json::json;
+
+    fn node(name: &str, zone: Option<&str>) -> NodeInfo {
+        node_with(name, |n| {
+            if let Some(z) = zone {
+                n.metadata
+                    .labels
+                    .get_or_insert_default()
+                    .insert("zone".into(), z.into());
+            }
+        })
+    }
+
+    /// A pod from JSON pieces: labels, namespace and an affinity block.
+    fn pod(
+        name: &str,
+        ns: &str,
+        labels: serde_json::Value,
+        affinity: serde_json::Value,
+        node: Option<&str>,
+    ) -> PodInfo {
+        pod_with(|p| {
+            p.metadata.name = Some(name.into());
+            p.metadata.namespace = Some(ns.into());
+            p.metadata.uid = Some(format!("uid-{name}"));
+            p.metadata.labels = serde_json::from_value(labels).ok();
+            if let Some(s) = p.spec.as_mut() {
+                s.affinity = serde_json::from_value(affinity).ok();
+                s.node_name = node.map(String::from);
+            }
+        })
+    }
+
+    fn term(app: &str, key: &str) -> serde_json::Value {
+        json!({"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": key})
+    }
+
+    fn snapshot(
+        nodes: Vec<(NodeInfo, Vec<PodInfo>)>,
+        namespaces: &[(&str, &[(&str, &str)])],
+    ) -> Snapshot {
+        let infos = nodes
+            .into_iter()
+            .map(|(mut n, pods)| {
+                for p in pods {
+                    n.add_pod(Arc::new(p));
+                }
+                Arc::new(n)
+            })
+            .collect();
+        let ns = namespaces
+            .iter()
+            .map(|(n, l)| {
+                (
+                    n.to_string(),
+                    l.iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                )
+            })
+            .collect();
+        Snapshot {
+            namespaces: Arc::new(ns),
+            ..Snapshot::from_nodes(infos)
+        }
+    }
+
+    /// Filter results per node, in snapshot order.
+    fn filter_all(pod: &PodInfo, snap: &Snapshot) -> Vec<(Code, String)> {
+        let plugin = InterPodAffinity::new(Default::default());
+        let mut state = CycleState::new();
+        let (_, s) = plugin.pre_filter(&mut state, pod, snap);
+        if s.is_skip() {
+            return snap
+                .nodes
+                .iter()
+                .map(|_| (Code::Success, String::new()))
+                .collect();
+        }
+        snap.nodes
+            .iter()
+            .map(|n| {
+                let s = plugin.filter(&state, pod, n);
+                (s.code, s.message())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn required_anti_affinity_of_the_incoming_pod() {
+        let snap = snapshot(
+            vec![
+                (
+                    node("n1", Some("a")),
+                    vec![pod(
+                        "web-1",
+                        "default",
+                        json!({"app": "web"}),
+                        json!(null),
+                        Some("n1"),
+                    )],
+                ),
+                (node("n2", Some("a")), vec![]),
+            ],
+            &[],
+        );
+        let incoming = pod(
+            "p",
+            "default",
+            json!({"app": "web"}),
+            json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term("web", "kubernetes.io/hostname")]}}),
+            None,
+        );
+        assert_eq!(
+            filter_all(&incoming, &snap),
+            vec![
+                (Code::Unschedulable, REASON_ANTI_AFFINITY.into()),
+                (Code::Success, String::new())
+            ]
+        );
+    }
+
+    #[test]
+    fn required_affinity_by_zone_and_missing_topology_label() {
+        let snap = snapshot(
+            vec![
+                (
+                    node("a1", Some("a")),
+                    vec![pod(
+                        "db",
+                        "default",
+                        json!({"app": "db"}),
+                        json!(null),
+                        Some("a1"),
+                    )],
+                ),
+                (node("a2", Some("a")), vec![]),
+                (node("b1", Some("b")), vec![]),
+                (node("none", None), vec![]),
+            ],
+            &[],
+        );
+        let incoming = pod(
+            "p",
+            "default",
+            json!({"app": "web"}),
+            json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term("db", "zone")]}}),
+            None,
+        );
+        let got: Vec<Code> = filter_all(&incoming, &snap)
+            .into_iter()
+            .map(|(c, _)| c)
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                Code::Success,
+                Code::Success,
+                Code::UnschedulableAndUnresolvable,
+                Code::UnschedulableAndUnresolvable
+            ]
+        );
+    }
+
+    #[test]
+    fn the_first_pod_of_a_self_affine_group_may_land() {
+        let snap = snapshot(vec![(node("n1", Some("a")), vec![])], &[]);
+        let incoming = pod(
+            "p",
+            "default",
+            json!({"app": "x"}),
+            json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term("x", "zone")]}}),
+            None,
+        );
+        assert_eq!(
+            filter_all(&incoming, &snap),
+            vec![(Code::Success, String::new())]
+        );
+        // Not self-matching: nothing to be near, so nowhere.
+        let other = pod(
+            "q",
+            "default",
+            json!({"app": "y"}),
+            json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term("x", "zone")]}}),
+            None,
+        );
+        assert_eq!(filter_all(&other, &snap)[0].1, REASON_AFFINITY);
+    }
+
+    #[test]
+    fn existing_pods_anti_affinity_is_symmetric() {
+        let guard = pod(
+            "guard",
+            "default",
+            json!({"app": "guard"}),
+            json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term("web", "zone")]}}),
+            Some("a1"),
+        );
+        let snap = snapshot(
+            vec![
+                (node("a1", Some("a")), vec![guard]),
+                (node("a2", Some("a")), vec![]),
+                (node("b1", Some("b")), vec![]),
+            ],
+            &[],
+        );
+        let incoming = pod("p", "default", json!({"app": "web"}), json!(null), None);
+        let got: Vec<String> = filter_all(&incoming, &snap)
+            .into_iter()
+            .map(|(_, m)| m)
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                REASON_EXISTING_ANTI_AFFINITY.to_string(),
+                REASON_EXISTING_ANTI_AFFINITY.to_string(),
+                String::new()
+            ]
+        );
+    }
+
+    #[test]
+    fn namespaces_and_namespace_selector() {
+        let db_elsewhere = pod("db", "data", json!({"app": "db"}), json!(null), Some("a1"));
+        let snap = snapshot(
+            vec![
+                (node("a1", Some("a")), vec![db_elsewhere]),
+                (node("b1", Some("b")), vec![]),
+            ],
+            &[("data", &[("team", "storage")]), ("default", &[])],
+        );
+        // Own namespace only: the db pod in "data" does not count.
+        let same_ns = pod(
+            "p",
+            "default",
+            json!({"app": "web"}),
+            json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term("db", "zone")]}}),
+            None,
+        );
+        assert!(
+            filter_all(&same_ns, &snap)
+                .iter()
+                .all(|(c, _)| *c == Code::UnschedulableAndUnresolvable)
+        );
+        let mut t = term("db", "zone");
+        t["namespaceSelector"] = json!({"matchLabels": {"team": "storage"}});
+        let selected = pod(
+            "p",
+            "default",
+            json!({"app": "web"}),
+            json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [t]}}),
+            None,
+        );
+        let got: Vec<Code> = filter_all(&selected, &snap)
+            .into_iter()
+            .map(|(c, _)| c)
+            .collect();
+        assert_eq!(got, vec![Code::Success, Code::UnschedulableAndUnresolvable]);
+    }
+
+    #[test]
+    fn preferred_terms_score_by_topology() {
+        let snap = snapshot(
+            vec![
+                (
+                    node("a1", Some("a")),
+                    vec![pod(
+                        "db",
+                        "default",
+                        json!({"app": "db"}),
+                        json!(null),
+                        Some("a1"),
+                    )],
+                ),
+                (node("a2", Some("a")), vec![]),
+                (node("b1", Some("b")), vec![]),
+            ],
+            &[],
+        );
+        let incoming = pod(
+            "p",
+            "default",
+            json!({"app": "web"}),
+            json!({"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 10, "podAffinityTerm": term("db", "zone")}
+            ]}}),
+            None,
+        );
+        let plugin = InterPodAffinity::new(Default::default());
+        let mut state = CycleState::new();
+        assert!(
+            plugin
+                .pre_score(&mut state, &incoming, &[], &snap)
+                .is_success()
+        );
+        let mut scores: Vec<i64> = snap
+            .nodes
+            .iter()
+            .map(|n| plugin.score(&state, &incoming, n).unwrap_or(-1))
+            .collect();
+        assert_eq!(scores, vec![10, 10, 0]);
+        plugin.normalize(&state, &incoming, &mut scores);
+        assert_eq!(scores, vec![100, 100, 0]);
+    }
+
+    #[test]
+    fn preemption_what_if_updates_counts() {
+        let web = pod(
+            "web-1",
+            "default",
+            json!({"app": "web"}),
+            json!(null),
+            Some("n1"),
+        );
+        let snap = snapshot(vec![(node("n1", Some("a")), vec![web.clone()])], &[]);
+        let incoming = pod(
+            "p",
+            "default",
+            json!({"app": "web"}),
+            json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term("web", "kubernetes.io/hostname")]}}),
+            None,
+        );
+        let plugin = InterPodAffinity::new(Default::default());
+        let mut state = CycleState::new();
+        plugin.pre_filter(&mut state, &incoming, &snap);
+        let n1 = &snap.nodes[0];
+        assert!(!plugin.filter(&state, &incoming, n1).is_success());
+        plugin.remove_pod(&mut state, &incoming, &web, n1);
+        assert!(plugin.filter(&state, &incoming, n1).is_success());
+    }
+}
