@@ -3,7 +3,6 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use mcsched_shared::config::{self, Point, SchedulerConfig, ScoringStrategyType};
 
@@ -12,6 +11,7 @@ use crate::framework::{FrameworkError, ProfileSpec};
 use crate::plugins::default_preemption::PreemptionArgs;
 use crate::plugins::inter_pod_affinity::InterPodAffinityArgs;
 use crate::plugins::node_resources_fit::{FitArgs, Strategy};
+use crate::plugins::pod_topology_spread::{DefaultingType, PodTopologySpreadArgs};
 use crate::plugins::{PluginArgs, registry};
 use crate::profiles::{Profiles, Registry};
 
@@ -56,6 +56,13 @@ pub fn plugin_args(a: &config::PluginArgs) -> PluginArgs {
         preemption: PreemptionArgs {
             min_candidate_nodes_percentage: a.min_candidate_nodes_percentage,
             min_candidate_nodes_absolute: a.min_candidate_nodes_absolute,
+        },
+        pod_topology_spread: PodTopologySpreadArgs {
+            default_constraints: a.pod_topology_spread_default_constraints.clone(),
+            defaulting_type: match a.pod_topology_spread_defaulting {
+                config::DefaultingType::System => DefaultingType::System,
+                config::DefaultingType::List => DefaultingType::List,
+            },
         },
         inter_pod_affinity: InterPodAffinityArgs {
             hard_pod_affinity_weight: a.inter_pod_affinity_hard_weight,
@@ -135,11 +142,7 @@ pub fn extenders(cfg: &SchedulerConfig) -> Result<Vec<Arc<Extender>>, BridgeErro
                 weight: e.weight,
                 enable_https: e.enable_https,
                 tls,
-                http_timeout: if e.http_timeout.is_zero() {
-                    Duration::from_secs(30)
-                } else {
-                    e.http_timeout
-                },
+                http_timeout: e.http_timeout,
                 node_cache_capable: e.node_cache_capable,
                 managed_resources: e.managed_resources.iter().map(|(n, _)| n.clone()).collect(),
                 ignorable: e.ignorable,

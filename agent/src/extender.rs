@@ -54,7 +54,8 @@ impl Default for ExtenderConfig {
             weight: 1,
             enable_https: false,
             tls: None,
-            http_timeout: Duration::from_secs(30),
+            // kube-scheduler's DefaultExtenderTimeout.
+            http_timeout: Duration::from_secs(5),
             node_cache_capable: false,
             managed_resources: Vec::new(),
             ignorable: false,

@@ -160,6 +160,22 @@ fn generate(id: usize, rng: &mut Rng) -> Case {
         spec["affinity"]["podAffinity"] =
             json!({"requiredDuringSchedulingIgnoredDuringExecution": [pod_term(rng)]});
     }
+    if rng.chance(25) {
+        let mut c = json!({
+            "maxSkew": 1 + rng.below(2),
+            "topologyKey": rng.pick(TOPOLOGY_KEYS),
+            "whenUnsatisfiable": if rng.chance(70) { "DoNotSchedule" } else { "ScheduleAnyway" },
+            "labelSelector": {"matchLabels": {"app": rng.pick(&["web", "db", "incoming"])}}
+        });
+        if rng.chance(20) {
+            c["minDomains"] = json!(2 + rng.below(2));
+            c["whenUnsatisfiable"] = json!("DoNotSchedule");
+        }
+        if rng.chance(20) {
+            c["nodeTaintsPolicy"] = json!("Honor");
+        }
+        spec["topologySpreadConstraints"] = json!([c]);
+    }
     if rng.chance(15) {
         spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] =
             json!([{"weight": 1 + rng.below(100), "podAffinityTerm": pod_term(rng)}]);

@@ -12,6 +12,7 @@ pub mod node_ports;
 pub mod node_resources_balanced_allocation;
 pub mod node_resources_fit;
 pub mod node_unschedulable;
+pub mod pod_topology_spread;
 pub mod priority_sort;
 pub mod scheduling_gates;
 pub mod taint_toleration;
@@ -33,6 +34,7 @@ pub struct PluginArgs {
     pub node_affinity_added: Option<k8s_openapi::api::core::v1::NodeAffinity>,
     pub preemption: default_preemption::PreemptionArgs,
     pub inter_pod_affinity: inter_pod_affinity::InterPodAffinityArgs,
+    pub pod_topology_spread: pod_topology_spread::PodTopologySpreadArgs,
 }
 
 /// Every plugin this agent implements, built with one profile's arguments.
@@ -53,6 +55,9 @@ pub fn registry(args: &PluginArgs) -> HashMap<String, Arc<dyn Plugin>> {
             None => node_resources_balanced_allocation::BalancedAllocation::default(),
         }),
         Arc::new(image_locality::ImageLocality),
+        Arc::new(pod_topology_spread::PodTopologySpread::new(
+            args.pod_topology_spread.clone(),
+        )),
         Arc::new(inter_pod_affinity::InterPodAffinity::new(
             args.inter_pod_affinity,
         )),

@@ -68,6 +68,7 @@ pub const PLUGINS: &[(&str, &[Point])] = &[
     ("NodeResourcesFit", &[Filter, Score]),
     ("NodeResourcesBalancedAllocation", &[PreScore, Score]),
     ("ImageLocality", &[PreScore, Score]),
+    ("PodTopologySpread", &[PreFilter, Filter, PreScore, Score]),
     ("InterPodAffinity", &[PreFilter, Filter, PreScore, Score]),
     ("DynamicResources", &[PreFilter, PostFilter, Score]),
     ("DefaultPreemption", &[PostFilter]),
@@ -230,7 +231,6 @@ pub const NOT_YET_IMPLEMENTED: &[&str] = &[
     "NodeVolumeLimits",
     "VolumeBinding",
     "VolumeZone",
-    "PodTopologySpread",
     "LeafNodeTaintToleration",
     "LeafNodeVolumeBinding",
 ];

@@ -700,10 +700,10 @@ fn extender(re: &RawExtender, path: &str, errs: &mut ConfigErrors) -> Option<Ext
             Ok(d) => d,
             Err(e) => {
                 errs.push(format!("{path}.httpTimeout"), e);
-                Duration::from_secs(30)
+                Duration::from_secs(5)
             }
         },
-        None => Duration::from_secs(30),
+        None => Duration::from_secs(5),
     };
     let mut seen = HashSet::new();
     let mut managed = Vec::new();

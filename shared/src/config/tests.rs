@@ -64,6 +64,7 @@ fn v1_defaults() {
             "NodeAffinity",
             "NodePorts",
             "NodeResourcesFit",
+            "PodTopologySpread",
             "InterPodAffinity"
         ]
     );
@@ -79,6 +80,7 @@ fn v1_defaults() {
             ("TaintToleration", 3),
             ("NodeAffinity", 2),
             ("NodeResourcesFit", 1),
+            ("PodTopologySpread", 2),
             ("InterPodAffinity", 2),
             ("DynamicResources", 2),
             ("NodeResourcesBalancedAllocation", 1),
@@ -99,7 +101,23 @@ fn seed_001_v1beta2_loads_unchanged() {
     assert!(!c.leader_election.leader_elect);
     // v1beta2's own default weights: PodTopologySpread 2, the others 1.
     let p = &c.profiles[0].plugins;
-    assert!(p.score.iter().all(|r| r.weight == 1), "{:?}", p.score);
+    let weights: Vec<(&str, i32)> = p
+        .score
+        .iter()
+        .map(|r| (r.name.as_str(), r.weight))
+        .collect();
+    assert_eq!(
+        weights,
+        vec![
+            ("NodeResourcesBalancedAllocation", 1),
+            ("ImageLocality", 1),
+            ("InterPodAffinity", 1),
+            ("NodeResourcesFit", 1),
+            ("NodeAffinity", 1),
+            ("PodTopologySpread", 2),
+            ("TaintToleration", 1)
+        ]
+    );
     assert_eq!(names(&p.bind), vec!["DefaultBinder"]);
 }
 
@@ -123,7 +141,11 @@ fn seed_002_configs_load_unchanged() {
         (Some("filter"), Some("prioritize"), Some("bind"))
     );
     assert_eq!(e.weight, 1);
-    assert_eq!(e.http_timeout.as_secs(), 30);
+    assert_eq!(
+        e.http_timeout.as_secs(),
+        5,
+        "kube-scheduler's DefaultExtenderTimeout"
+    );
     assert!(!e.node_cache_capable && !e.enable_https && !e.ignorable);
 }
 

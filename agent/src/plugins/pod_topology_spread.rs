@@ -1,0 +1,653 @@
+//! PodTopologySpread: `topologySpreadConstraints` with DoNotSchedule filter nodes so the
+//! skew between topology domains stays within maxSkew (minDomains, nodeAffinityPolicy,
+//! nodeTaintsPolicy, matchLabelKeys honoured); ScheduleAnyway constraints score them.
+//! kube-scheduler's podtopologyspread plugin. System default constraints need the
+//! Services/ReplicaSets/StatefulSets selecting the pod, which mcsched does not watch yet:
+//! they are not applied (they only ever score, never filter).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::TopologySpreadConstraint;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use mcsched_shared::selectors::label_selector_matches;
+use mcsched_shared::taints;
+
+use super::node_affinity::pod_matches_node;
+use super::taint_toleration::{node_taints, tolerations};
+use crate::framework::{
+    ClusterEvent, CycleState, FilterPlugin, MAX_NODE_SCORE, Plugin, PreFilterPlugin,
+    PreFilterResult, PreScorePlugin, ScorePlugin, Status,
+};
+use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
+
+pub const NAME: &str = "PodTopologySpread";
+const PRE_SCORE_KEY: &str = "PreScorePodTopologySpread";
+pub const REASON_CONSTRAINTS: &str = "node(s) didn't match pod topology spread constraints";
+pub const REASON_MISSING_LABEL: &str =
+    "node(s) didn't match pod topology spread constraints (missing required label)";
+const HOSTNAME: &str = "kubernetes.io/hostname";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DefaultingType {
+    #[default]
+    System,
+    List,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PodTopologySpreadArgs {
+    pub default_constraints: Vec<TopologySpreadConstraint>,
+    pub defaulting_type: DefaultingType,
+}
+
+pub struct PodTopologySpread {
+    args: PodTopologySpreadArgs,
+}
+
+impl PodTopologySpread {
+    pub fn new(args: PodTopologySpreadArgs) -> Self {
+        PodTopologySpread { args }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Constraint {
+    max_skew: i64,
+    topology_key: String,
+    /// None: matches nothing. Some(empty): kube's Everything, which counts no pods.
+    selector: Option<LabelSelector>,
+    min_domains: usize,
+    honor_node_affinity: bool,
+    honor_node_taints: bool,
+}
+
+impl Constraint {
+    fn selector_is_empty(&self) -> bool {
+        self.selector.as_ref().is_none_or(|s| {
+            s.match_labels.as_ref().is_none_or(|m| m.is_empty())
+                && s.match_expressions.as_ref().is_none_or(|e| e.is_empty())
+        })
+    }
+
+    fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        label_selector_matches(self.selector.as_ref(), labels)
+    }
+
+    /// Pods of the pod's namespace on the node that the selector matches.
+    fn count(&self, node: &NodeInfo, namespace: &str) -> i64 {
+        if self.selector_is_empty() {
+            return 0;
+        }
+        node.pods
+            .iter()
+            .filter(|p| p.pod.metadata.deletion_timestamp.is_none() && p.namespace == namespace)
+            .filter(|p| self.matches(p.labels()))
+            .count() as i64
+    }
+
+    fn includes(&self, pod: &PodInfo, node: &NodeInfo) -> bool {
+        if self.honor_node_affinity && !pod_matches_node(pod, node) {
+            return false;
+        }
+        if self.honor_node_taints {
+            let tols = tolerations(pod);
+            let untolerated = node_taints(node)
+                .iter()
+                .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+                .any(|t| !tols.iter().any(|tol| taints::tolerates(tol, t)));
+            if untolerated {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+fn constraints(
+    pod: &PodInfo,
+    action: &str,
+    defaults: &[TopologySpreadConstraint],
+) -> Vec<Constraint> {
+    let own = pod
+        .pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.topology_spread_constraints.as_deref())
+        .unwrap_or_default();
+    let source = if own.is_empty() { defaults } else { own };
+    source
+        .iter()
+        .filter(|c| c.when_unsatisfiable == action)
+        .map(|c| {
+            let mut selector = c.label_selector.clone();
+            // matchLabelKeys: the pod's own values for those keys join the selector.
+            if let Some(keys) = &c.match_label_keys
+                && let Some(sel) = selector.as_mut()
+            {
+                let labels = pod.labels();
+                for k in keys {
+                    if let Some(v) = labels.get(k) {
+                        sel.match_labels
+                            .get_or_insert_default()
+                            .insert(k.clone(), v.clone());
+                    }
+                }
+            }
+            Constraint {
+                max_skew: i64::from(c.max_skew),
+                topology_key: c.topology_key.clone(),
+                selector,
+                min_domains: c.min_domains.unwrap_or(1).max(1) as usize,
+                honor_node_affinity: c.node_affinity_policy.as_deref() != Some("Ignore"),
+                honor_node_taints: c.node_taints_policy.as_deref() == Some("Honor"),
+            }
+        })
+        .collect()
+}
+
+fn has_all_keys(node: &NodeInfo, cs: &[Constraint]) -> bool {
+    cs.iter()
+        .all(|c| node.labels().contains_key(&c.topology_key))
+}
+
+#[derive(Clone)]
+struct PreFilterState {
+    constraints: Vec<Constraint>,
+    /// Per constraint: topology value → matching pods.
+    counts: Vec<HashMap<String, i64>>,
+    pod_namespace: String,
+}
+
+impl PreFilterState {
+    fn min_match(&self, i: usize) -> i64 {
+        let counts = &self.counts[i];
+        if counts.len() < self.constraints[i].min_domains {
+            return 0;
+        }
+        counts.values().copied().min().unwrap_or(0)
+    }
+}
+
+impl Plugin for PodTopologySpread {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    fn events_to_register(&self) -> Vec<ClusterEvent> {
+        vec![
+            ClusterEvent::PodAdd,
+            ClusterEvent::PodUpdate,
+            ClusterEvent::PodDelete,
+            ClusterEvent::NodeAdd,
+            ClusterEvent::NodeUpdate,
+        ]
+    }
+    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        Some(self)
+    }
+    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
+        Some(self)
+    }
+    fn as_score(&self) -> Option<&dyn ScorePlugin> {
+        Some(self)
+    }
+}
+
+impl PodTopologySpread {
+    fn defaults(&self) -> &[TopologySpreadConstraint] {
+        match self.args.defaulting_type {
+            DefaultingType::List => &self.args.default_constraints,
+            DefaultingType::System => &[],
+        }
+    }
+
+    fn update(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        other: &PodInfo,
+        node: &NodeInfo,
+        by: i64,
+    ) {
+        let Some(s) = state.read_mut::<PreFilterState>(NAME) else {
+            return;
+        };
+        if other.namespace != s.pod_namespace || !has_all_keys(node, &s.constraints) {
+            return;
+        }
+        for i in 0..s.constraints.len() {
+            let c = &s.constraints[i];
+            if !c.matches(other.labels()) || !c.includes(pod, node) {
+                continue;
+            }
+            if let Some(v) = node.labels().get(&c.topology_key) {
+                *s.counts[i].entry(v.clone()).or_default() += by;
+            }
+        }
+    }
+}
+
+impl PreFilterPlugin for PodTopologySpread {
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> (PreFilterResult, Status) {
+        let cs = constraints(pod, "DoNotSchedule", self.defaults());
+        if cs.is_empty() {
+            return (None, Status::skip());
+        }
+        let mut counts = vec![HashMap::new(); cs.len()];
+        for node in snapshot.nodes.iter() {
+            if !has_all_keys(node, &cs) {
+                continue;
+            }
+            for (i, c) in cs.iter().enumerate() {
+                if !c.includes(pod, node) {
+                    continue;
+                }
+                let v = node
+                    .labels()
+                    .get(&c.topology_key)
+                    .cloned()
+                    .unwrap_or_default();
+                *counts[i].entry(v).or_default() += c.count(node, &pod.namespace);
+            }
+        }
+        state.write(
+            NAME,
+            PreFilterState {
+                constraints: cs,
+                counts,
+                pod_namespace: pod.namespace.clone(),
+            },
+        );
+        (None, Status::success())
+    }
+
+    fn add_pod(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        added: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status {
+        self.update(state, pod, added, node, 1);
+        Status::success()
+    }
+
+    fn remove_pod(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        removed: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status {
+        self.update(state, pod, removed, node, -1);
+        Status::success()
+    }
+}
+
+impl FilterPlugin for PodTopologySpread {
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let Some(s) = state.read::<PreFilterState>(NAME) else {
+            return Status::success();
+        };
+        for (i, c) in s.constraints.iter().enumerate() {
+            let Some(value) = node.labels().get(&c.topology_key) else {
+                return Status::unresolvable(REASON_MISSING_LABEL);
+            };
+            let self_match = i64::from(c.matches(pod.labels()));
+            let match_num = s.counts[i].get(value).copied().unwrap_or(0);
+            if match_num + self_match - s.min_match(i) > c.max_skew {
+                return Status::unschedulable(REASON_CONSTRAINTS);
+            }
+        }
+        Status::success()
+    }
+}
+
+#[derive(Clone)]
+struct PreScoreState {
+    constraints: Vec<Constraint>,
+    ignored: HashSet<String>,
+    counts: Vec<HashMap<String, i64>>,
+    weights: Vec<f64>,
+    namespace: String,
+}
+
+impl PreScorePlugin for PodTopologySpread {
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        filtered: &[Arc<NodeInfo>],
+        snapshot: &Snapshot,
+    ) -> Status {
+        if snapshot.is_empty() {
+            return Status::skip();
+        }
+        let cs = constraints(pod, "ScheduleAnyway", self.defaults());
+        if cs.is_empty() {
+            return Status::skip();
+        }
+        let mut ignored = HashSet::new();
+        let mut counts: Vec<HashMap<String, i64>> = vec![HashMap::new(); cs.len()];
+        let mut sizes = vec![0usize; cs.len()];
+        for node in filtered {
+            if !has_all_keys(node, &cs) {
+                ignored.insert(node.name.clone());
+                continue;
+            }
+            for (i, c) in cs.iter().enumerate() {
+                if c.topology_key == HOSTNAME {
+                    continue;
+                }
+                let v = node
+                    .labels()
+                    .get(&c.topology_key)
+                    .cloned()
+                    .unwrap_or_default();
+                if let std::collections::hash_map::Entry::Vacant(e) = counts[i].entry(v) {
+                    e.insert(0);
+                    sizes[i] += 1;
+                }
+            }
+        }
+        let weights = cs
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let size = if c.topology_key == HOSTNAME {
+                    filtered.len() - ignored.len()
+                } else {
+                    sizes[i]
+                };
+                ((size + 2) as f64).ln()
+            })
+            .collect();
+        for node in snapshot.nodes.iter() {
+            if !has_all_keys(node, &cs) {
+                continue;
+            }
+            for (i, c) in cs.iter().enumerate() {
+                if !c.includes(pod, node) {
+                    continue;
+                }
+                let v = node
+                    .labels()
+                    .get(&c.topology_key)
+                    .cloned()
+                    .unwrap_or_default();
+                if let Some(n) = counts[i].get_mut(&v) {
+                    *n += c.count(node, &pod.namespace);
+                }
+            }
+        }
+        state.write(
+            PRE_SCORE_KEY,
+            PreScoreState {
+                constraints: cs,
+                ignored,
+                counts,
+                weights,
+                namespace: pod.namespace.clone(),
+            },
+        );
+        Status::success()
+    }
+}
+
+/// Marks a node with no score (missing topology labels) through normalisation.
+const INVALID_SCORE: i64 = -1;
+
+impl ScorePlugin for PodTopologySpread {
+    fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let Some(s) = state.read::<PreScoreState>(PRE_SCORE_KEY) else {
+            return Ok(0);
+        };
+        if s.ignored.contains(&node.name) {
+            return Ok(INVALID_SCORE);
+        }
+        let mut score = 0f64;
+        for (i, c) in s.constraints.iter().enumerate() {
+            if let Some(v) = node.labels().get(&c.topology_key) {
+                let cnt = if c.topology_key == HOSTNAME {
+                    c.count(node, &s.namespace)
+                } else {
+                    s.counts[i].get(v).copied().unwrap_or(0)
+                };
+                score += cnt as f64 * s.weights[i] + (c.max_skew - 1) as f64;
+            }
+        }
+        Ok(score.round() as i64)
+    }
+
+    /// Fewer matching pods score higher; ignored nodes get 0.
+    fn normalize(&self, state: &CycleState, _pod: &PodInfo, scores: &mut [i64]) -> Status {
+        if state.read::<PreScoreState>(PRE_SCORE_KEY).is_none() {
+            return Status::success();
+        }
+        let valid = scores.iter().copied().filter(|s| *s != INVALID_SCORE);
+        let (min, max) = valid.fold((i64::MAX, 0i64), |(lo, hi), s| (lo.min(s), hi.max(s)));
+        for s in scores.iter_mut() {
+            *s = if *s == INVALID_SCORE {
+                0
+            } else if max == 0 {
+                MAX_NODE_SCORE
+            } else {
+                MAX_NODE_SCORE * (max + min - *s) / max
+            };
+        }
+        Status::success()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::Code;
+    use crate::plugins::testing::{node_with, pod_with};
+    use serde_json::json;
+
+    fn node(name: &str, zone: Option<&str>, extra: &[(&str, &str)]) -> NodeInfo {
+        node_with(name, |n| {
+            let l = n.metadata.labels.get_or_insert_default();
+            if let Some(z) = zone {
+                l.insert("zone".into(), z.into());
+            }
+            for (k, v) in extra {
+                l.insert(k.to_string(), v.to_string());
+            }
+        })
+    }
+
+    fn pod(name: &str, app: &str, spec_extra: serde_json::Value) -> PodInfo {
+        pod_with(|p| {
+            p.metadata.name = Some(name.into());
+            p.metadata.uid = Some(format!("uid-{name}"));
+            p.metadata.labels = Some([("app".to_string(), app.to_string())].into());
+            if let Some(s) = p.spec.as_mut()
+                && let Some(obj) = spec_extra.as_object()
+            {
+                if let Some(c) = obj.get("topologySpreadConstraints") {
+                    s.topology_spread_constraints = serde_json::from_value(c.clone()).ok();
+                }
+                if let Some(ns) = obj.get("nodeSelector") {
+                    s.node_selector = serde_json::from_value(ns.clone()).ok();
+                }
+            }
+        })
+    }
+
+    fn spread(key: &str, max_skew: i32, when: &str, extra: serde_json::Value) -> serde_json::Value {
+        let mut c = json!({"maxSkew": max_skew, "topologyKey": key, "whenUnsatisfiable": when,
+                           "labelSelector": {"matchLabels": {"app": "web"}}});
+        if let (Some(o), Some(e)) = (c.as_object_mut(), extra.as_object()) {
+            for (k, v) in e {
+                o.insert(k.clone(), v.clone());
+            }
+        }
+        c
+    }
+
+    fn snap(nodes: Vec<(NodeInfo, usize)>) -> Snapshot {
+        let infos = nodes
+            .into_iter()
+            .enumerate()
+            .map(|(j, (mut n, webs))| {
+                for i in 0..webs {
+                    n.add_pod(Arc::new(pod(&format!("w{j}-{i}"), "web", json!({}))));
+                }
+                Arc::new(n)
+            })
+            .collect();
+        Snapshot::from_nodes(infos)
+    }
+
+    fn filter_codes(p: &PodInfo, s: &Snapshot) -> Vec<Code> {
+        let plugin = PodTopologySpread::new(Default::default());
+        let mut state = CycleState::new();
+        let (_, st) = plugin.pre_filter(&mut state, p, s);
+        if st.is_skip() {
+            return s.nodes.iter().map(|_| Code::Success).collect();
+        }
+        s.nodes
+            .iter()
+            .map(|n| plugin.filter(&state, p, n).code)
+            .collect()
+    }
+
+    #[test]
+    fn max_skew_across_zones() {
+        // zone a: 2 web pods, zone b: 0 → adding to a makes skew 3 > 1.
+        let s = snap(vec![
+            (node("a1", Some("a"), &[]), 2),
+            (node("b1", Some("b"), &[]), 0),
+        ]);
+        let p = pod(
+            "p",
+            "web",
+            json!({"topologySpreadConstraints": [spread("zone", 1, "DoNotSchedule", json!({}))]}),
+        );
+        assert_eq!(
+            filter_codes(&p, &s),
+            vec![Code::Unschedulable, Code::Success]
+        );
+    }
+
+    #[test]
+    fn missing_topology_label_is_unresolvable() {
+        let s = snap(vec![
+            (node("a1", Some("a"), &[]), 0),
+            (node("x", None, &[]), 0),
+        ]);
+        let p = pod(
+            "p",
+            "web",
+            json!({"topologySpreadConstraints": [spread("zone", 1, "DoNotSchedule", json!({}))]}),
+        );
+        assert_eq!(
+            filter_codes(&p, &s),
+            vec![Code::Success, Code::UnschedulableAndUnresolvable]
+        );
+    }
+
+    #[test]
+    fn min_domains_counts_missing_domains_as_zero() {
+        // Only one zone exists but minDomains 2: the global minimum is 0, so zone a with
+        // one pod already gives skew 2 > 1.
+        let s = snap(vec![
+            (node("a1", Some("a"), &[]), 1),
+            (node("a2", Some("a"), &[]), 0),
+        ]);
+        let p = pod(
+            "p",
+            "web",
+            json!({"topologySpreadConstraints": [spread("zone", 1, "DoNotSchedule", json!({"minDomains": 2}))]}),
+        );
+        assert_eq!(
+            filter_codes(&p, &s),
+            vec![Code::Unschedulable, Code::Unschedulable]
+        );
+        let without = pod(
+            "p",
+            "web",
+            json!({"topologySpreadConstraints": [spread("zone", 1, "DoNotSchedule", json!({}))]}),
+        );
+        assert_eq!(
+            filter_codes(&without, &s),
+            vec![Code::Success, Code::Success]
+        );
+    }
+
+    #[test]
+    fn node_affinity_policy_decides_which_domains_count() {
+        // Zone b is excluded by the pod's nodeSelector; with Honor it does not lower the
+        // minimum, with Ignore it does.
+        let s = snap(vec![
+            (node("a1", Some("a"), &[("disk", "ssd")]), 1),
+            (node("b1", Some("b"), &[("disk", "hdd")]), 0),
+        ]);
+        let honor = pod(
+            "p",
+            "web",
+            json!({"nodeSelector": {"disk": "ssd"},
+                   "topologySpreadConstraints": [spread("zone", 1, "DoNotSchedule", json!({}))]}),
+        );
+        assert_eq!(filter_codes(&honor, &s)[0], Code::Success);
+        let ignore = pod(
+            "p",
+            "web",
+            json!({"nodeSelector": {"disk": "ssd"},
+                   "topologySpreadConstraints": [spread("zone", 1, "DoNotSchedule", json!({"nodeAffinityPolicy": "Ignore"}))]}),
+        );
+        assert_eq!(filter_codes(&ignore, &s)[0], Code::Unschedulable);
+    }
+
+    #[test]
+    fn a_pod_not_matching_its_selector_does_not_count_itself() {
+        let s = snap(vec![
+            (node("a1", Some("a"), &[]), 1),
+            (node("b1", Some("b"), &[]), 0),
+        ]);
+        let p = pod(
+            "p",
+            "other",
+            json!({"topologySpreadConstraints": [spread("zone", 1, "DoNotSchedule", json!({}))]}),
+        );
+        assert_eq!(filter_codes(&p, &s), vec![Code::Success, Code::Success]);
+    }
+
+    #[test]
+    fn schedule_anyway_scores_emptier_domains_higher() {
+        let s = snap(vec![
+            (node("a1", Some("a"), &[]), 3),
+            (node("b1", Some("b"), &[]), 1),
+            (node("c1", Some("c"), &[]), 0),
+        ]);
+        let p = pod(
+            "p",
+            "web",
+            json!({"topologySpreadConstraints": [spread("zone", 1, "ScheduleAnyway", json!({}))]}),
+        );
+        let plugin = PodTopologySpread::new(Default::default());
+        let mut state = CycleState::new();
+        let (_, st) = plugin.pre_filter(&mut state, &p, &s);
+        assert!(st.is_skip(), "no DoNotSchedule constraint");
+        assert!(plugin.pre_score(&mut state, &p, &s.nodes, &s).is_success());
+        let mut scores: Vec<i64> = s
+            .nodes
+            .iter()
+            .map(|n| plugin.score(&state, &p, n).unwrap_or(-9))
+            .collect();
+        // weight ln(3 + 2) ≈ 1.609: 3 → 5, 1 → 2, 0 → 0.
+        assert_eq!(scores, vec![5, 2, 0]);
+        plugin.normalize(&state, &p, &mut scores);
+        assert_eq!(scores, vec![0, 60, 100]);
+    }
+}
