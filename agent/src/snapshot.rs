@@ -182,6 +182,10 @@ pub struct NodeInfo {
     pub images: HashMap<String, i64>,
     /// Bumped on every change, so derived caches can tell stale entries.
     pub generation: u64,
+    /// How many of `pods` have pod (anti-)affinity / required anti-affinity, so plugins
+    /// skip the many nodes without any.
+    pub affinity_pods: usize,
+    pub required_anti_affinity_pods: usize,
 }
 
 impl NodeInfo {
@@ -196,6 +200,8 @@ impl NodeInfo {
             used_ports: HashSet::new(),
             images: HashMap::new(),
             generation: 0,
+            affinity_pods: 0,
+            required_anti_affinity_pods: 0,
             node: node.clone(),
         };
         info.set_node(node);
@@ -234,6 +240,8 @@ impl NodeInfo {
         for p in &pod.host_ports {
             self.used_ports.insert(p.clone());
         }
+        self.affinity_pods += usize::from(pod.has_affinity);
+        self.required_anti_affinity_pods += usize::from(pod.has_required_anti_affinity);
         self.pods.push(pod);
         self.generation += 1;
     }
@@ -244,6 +252,8 @@ impl NodeInfo {
             return false;
         };
         let pod = self.pods.swap_remove(i);
+        self.affinity_pods -= usize::from(pod.has_affinity);
+        self.required_anti_affinity_pods -= usize::from(pod.has_required_anti_affinity);
         self.requested.sub(&pod.requests);
         self.non_zero_milli_cpu -= pod.non_zero_milli_cpu;
         self.non_zero_memory -= pod.non_zero_memory;
@@ -259,11 +269,21 @@ impl NodeInfo {
     }
 
     pub fn pods_with_affinity(&self) -> impl Iterator<Item = &Arc<PodInfo>> {
-        self.pods.iter().filter(|p| p.has_affinity)
+        let pods: &[Arc<PodInfo>] = if self.affinity_pods > 0 {
+            &self.pods
+        } else {
+            &[]
+        };
+        pods.iter().filter(|p| p.has_affinity)
     }
 
     pub fn pods_with_required_anti_affinity(&self) -> impl Iterator<Item = &Arc<PodInfo>> {
-        self.pods.iter().filter(|p| p.has_required_anti_affinity)
+        let pods: &[Arc<PodInfo>] = if self.required_anti_affinity_pods > 0 {
+            &self.pods
+        } else {
+            &[]
+        };
+        pods.iter().filter(|p| p.has_required_anti_affinity)
     }
 }
 
