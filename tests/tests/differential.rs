@@ -444,19 +444,32 @@ async fn failed_scheduling_messages_match_kube_scheduler_verbatim() -> anyhow::R
     ];
     for (i, spec) in cases.into_iter().enumerate() {
         let pod = json!({"metadata": {"name": "x"}, "spec": spec});
-        let kube = attempt(
-            &pods,
-            pod.clone(),
-            "default-scheduler",
-            &format!("kube-{i}"),
-        )
-        .await?;
-        let ours = attempt(&pods, pod, "mcsched", &format!("ours-{i}")).await?;
-        assert!(
-            matches!(kube, Outcome::Unschedulable(_)),
-            "case {i}: {kube:?}"
-        );
-        assert_eq!(ours, kube, "case {i}");
+        // A scheduler whose watch lags behind (a loaded machine, the other test running)
+        // may judge an older cluster state once; the steady state must agree.
+        let mut last = None;
+        for round in 0..3 {
+            let kube = attempt(
+                &pods,
+                pod.clone(),
+                "default-scheduler",
+                &format!("kube-{i}-{round}"),
+            )
+            .await?;
+            let ours = attempt(&pods, pod.clone(), "mcsched", &format!("ours-{i}-{round}")).await?;
+            assert!(
+                matches!(kube, Outcome::Unschedulable(_)),
+                "case {i}: {kube:?}"
+            );
+            if ours == kube {
+                last = None;
+                break;
+            }
+            last = Some((kube, ours));
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        if let Some((kube, ours)) = last {
+            panic!("case {i}: kube-scheduler said {kube:?}, mcsched said {ours:?}");
+        }
     }
     Ok(())
 }
