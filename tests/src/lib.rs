@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod controlplane;
+pub mod objects;
 pub mod process;
 pub mod wait;
 

@@ -12,6 +12,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
+use mcsched_e2e::objects::create_node;
 use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions};
 use serde_json::{Value, json};
 
@@ -248,16 +249,7 @@ async fn run_case(client: Client, case: Case) -> anyhow::Result<(Option<String>,
         .await?;
     let nodes: Api<Node> = Api::all(client.clone());
     for n in &case.nodes {
-        let node: Node = serde_json::from_value(n.clone())?;
-        let mut created = nodes.create(&PostParams::default(), &node).await?;
-        created.status = node.status.clone();
-        nodes
-            .replace_status(
-                &node.metadata.name.clone().unwrap_or_default(),
-                &PostParams::default(),
-                &created,
-            )
-            .await?;
+        create_node(&client, n.clone()).await?;
     }
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns_name);
     for e in &case.existing {
@@ -406,7 +398,6 @@ async fn failed_scheduling_messages_match_kube_scheduler_verbatim() -> anyhow::R
         "messages",
         &["--leader-elect=false"],
     )?;
-    let nodes: Api<Node> = Api::all(cp.client.clone());
     let node_specs = [
         json!({"metadata": {"name": "small", "labels": {"disk": "hdd"}}, "spec": {},
                "status": {"allocatable": {"cpu": "1", "memory": "1Gi", "pods": "10"}}}),
@@ -422,16 +413,7 @@ async fn failed_scheduling_messages_match_kube_scheduler_verbatim() -> anyhow::R
         let mut n = n;
         n["status"]["capacity"] = n["status"]["allocatable"].clone();
         n["status"]["conditions"] = json!([{"type": "Ready", "status": "True"}]);
-        let node: Node = serde_json::from_value(n)?;
-        let mut created = nodes.create(&PostParams::default(), &node).await?;
-        created.status = node.status.clone();
-        nodes
-            .replace_status(
-                &node.metadata.name.clone().unwrap_or_default(),
-                &PostParams::default(),
-                &created,
-            )
-            .await?;
+        create_node(&cp.client, n).await?;
     }
     let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
     let cases = [

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::PostParams;
 use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, wait};
@@ -21,20 +21,18 @@ fn https() -> anyhow::Result<reqwest::Client> {
 }
 
 async fn node(client: &kube::Client, name: &str, cpu: &str, zone: &str) -> anyhow::Result<()> {
-    let n: Node = serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "topology.kubernetes.io/zone": zone}},
-        "status": {
-            "capacity": {"cpu": cpu, "memory": "8Gi", "pods": "110"},
-            "allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "110"},
-            "conditions": [{"type": "Ready", "status": "True"}]
-        }
-    }))?;
-    let api: Api<Node> = Api::all(client.clone());
-    let mut created = api.create(&PostParams::default(), &n).await?;
-    created.status = n.status;
-    api.replace_status(name, &PostParams::default(), &created)
-        .await?;
-    Ok(())
+    mcsched_e2e::objects::create_node(
+        client,
+        json!({
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "topology.kubernetes.io/zone": zone}},
+            "status": {
+                "capacity": {"cpu": cpu, "memory": "8Gi", "pods": "110"},
+                "allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "110"},
+                "conditions": [{"type": "Ready", "status": "True"}]
+            }
+        }),
+    )
+    .await
 }
 
 fn pod(name: &str, cpu: &str) -> serde_json::Value {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::routing::post;
-use k8s_openapi::api::core::v1::{Binding, Node, Pod};
+use k8s_openapi::api::core::v1::{Binding, Pod};
 use kube::Api;
 use kube::api::PostParams;
 use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, wait};
@@ -16,20 +16,18 @@ use serde_json::{Value, json};
 const TIMEOUT: Duration = Duration::from_secs(60);
 
 async fn node(client: &kube::Client, name: &str) -> anyhow::Result<()> {
-    let n: Node = serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-        "status": {
-            "capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"},
-            "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
-            "conditions": [{"type": "Ready", "status": "True"}]
-        }
-    }))?;
-    let api: Api<Node> = Api::all(client.clone());
-    let mut created = api.create(&PostParams::default(), &n).await?;
-    created.status = n.status;
-    api.replace_status(name, &PostParams::default(), &created)
-        .await?;
-    Ok(())
+    mcsched_e2e::objects::create_node(
+        client,
+        json!({
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            "status": {
+                "capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+                "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+                "conditions": [{"type": "Ready", "status": "True"}]
+            }
+        }),
+    )
+    .await
 }
 
 #[derive(Default)]

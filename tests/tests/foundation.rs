@@ -26,23 +26,18 @@ async fn create_namespace(client: &Client, name: &str) -> anyhow::Result<()> {
 }
 
 async fn create_node(client: &Client, name: &str, cpu: &str) -> anyhow::Result<()> {
-    let node: Node = serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-        "status": {
-            "capacity": {"cpu": cpu, "memory": "8Gi", "pods": "110"},
-            "allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "110"},
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]
-        }
-    }))?;
-    let nodes = Api::<Node>::all(client.clone());
-    let created = nodes.create(&PostParams::default(), &node).await?;
-    // Status is not taken from a create by every version; write it through /status too.
-    let mut with_status = created;
-    with_status.status = node.status;
-    nodes
-        .replace_status(name, &PostParams::default(), &with_status)
-        .await?;
-    Ok(())
+    mcsched_e2e::objects::create_node(
+        client,
+        json!({
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            "status": {
+                "capacity": {"cpu": cpu, "memory": "8Gi", "pods": "110"},
+                "allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "110"},
+                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]
+            }
+        }),
+    )
+    .await
 }
 
 fn pod(name: &str, scheduler: Option<&str>, cpu: &str) -> anyhow::Result<Pod> {
