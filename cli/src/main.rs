@@ -1,11 +1,20 @@
 //! `kubectl mcsched`: the kubectl plugin of mcsched.
+//!
+//! Exit codes follow kubectl: 0 success, 1 failure, 2 usage error (clap's own exit code).
+
+#[allow(dead_code)] // the cluster commands use all of it
+mod kube_context;
 
 use clap::{Parser, Subcommand};
+use kube_context::KubeArgs;
+use std::process::ExitCode;
 
 /// Multi-cluster scheduling for Kubernetes.
 #[derive(Debug, Parser)]
 #[command(name = "kubectl mcsched", bin_name = "kubectl mcsched", version, about)]
 struct Cli {
+    #[command(flatten)]
+    kube: KubeArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -16,9 +25,37 @@ enum Command {
     Version,
 }
 
-fn main() {
+fn main() -> ExitCode {
     let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(cli.kube.tracing_filter())
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Version => println!("kubectl-mcsched {}", env!("CARGO_PKG_VERSION")),
+        Command::Version => {
+            println!("kubectl-mcsched {}", env!("CARGO_PKG_VERSION"));
+            Ok(())
+        }
     }
 }

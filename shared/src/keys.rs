@@ -18,3 +18,43 @@ pub const DEFAULT_SCHEDULER_NAME: &str = "mcsched";
 pub fn is_leaf_taint(key: &str) -> bool {
     key == LEAF_TAINT || key == KOSMOS_LEAF_TAINT
 }
+
+/// The namespace the agent, its configuration and the join Secrets live in (host), and
+/// where `join` puts the leaf's ServiceAccount (leaf).
+pub const SYSTEM_NAMESPACE: &str = "mcsched-system";
+/// Standard topology labels copied onto a virtual node.
+pub const REGION_LABEL: &str = "topology.kubernetes.io/region";
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+/// Label on a virtual node: the leaf's cloud provider (`--provider`).
+pub const PROVIDER_LABEL: &str = "mcsched.io/provider";
+/// Label on a virtual node: the relative cost of running a pod in the leaf (`--cost`).
+pub const COST_LABEL: &str = "mcsched.io/cost";
+/// Label on every object mcsched creates (`app.kubernetes.io/managed-by=mcsched`).
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+pub const MANAGED_BY_VALUE: &str = "mcsched";
+/// Prefix of the host Secret holding a leaf's kubeconfig: `mcsched-cluster-<name>`,
+/// labelled with [`CLUSTER_LABEL`]; its data key is [`KUBECONFIG_KEY`].
+pub const CLUSTER_SECRET_PREFIX: &str = "mcsched-cluster-";
+pub const KUBECONFIG_KEY: &str = "kubeconfig";
+/// Annotation on the join Secret and virtual node: the leaf's identity (the UID of its
+/// `kube-system` namespace), so one name is never reused for a different leaf.
+pub const CLUSTER_ID_ANNOTATION: &str = "mcsched.io/cluster-id";
+/// Name of the ServiceAccount, ClusterRole and ClusterRoleBinding `join` creates in a leaf.
+pub const LEAF_ACCOUNT: &str = "mcsched-leaf";
+/// Pod annotation: a node selector (JSON object) aimed at the leaf's nodes' labels.
+pub const LEAF_NODE_SELECTOR_ANNOTATION: &str = "mcsched.io/leaf-node-selector";
+/// Label on a leaf pod (and the objects synced with it) naming the host cluster's leaf
+/// name it belongs to: ownership, so restarts neither duplicate nor orphan.
+pub const MANAGED_CLUSTER_LABEL: &str = "mcsched.io/managed-by-cluster";
+/// Annotation on a leaf pod: the host pod's UID it mirrors.
+pub const HOST_POD_UID_ANNOTATION: &str = "mcsched.io/host-pod-uid";
+
+/// The virtual node standing for leaf `cluster`.
+pub fn virtual_node_name(cluster: &str) -> String {
+    format!("{VIRTUAL_NODE_PREFIX}{cluster}")
+}
+
+/// The host Secret holding leaf `cluster`'s kubeconfig.
+pub fn cluster_secret_name(cluster: &str) -> String {
+    format!("{CLUSTER_SECRET_PREFIX}{cluster}")
+}
