@@ -58,3 +58,13 @@ pub fn virtual_node_name(cluster: &str) -> String {
 pub fn cluster_secret_name(cluster: &str) -> String {
     format!("{CLUSTER_SECRET_PREFIX}{cluster}")
 }
+
+/// Name of the agent's ServiceAccount, Deployment and Service (in the install namespace).
+pub const AGENT_NAME: &str = "mcsched-agent";
+/// The agent's HTTPS port (health, metrics, explanations), as kube-scheduler's.
+pub const AGENT_PORT: u16 = 10259;
+/// Per-leaf RBAC `join` creates in the host for the agent: ClusterRole/ClusterRoleBinding
+/// `mcsched-virtual-node-<name>` (that node and its status only) and Role/RoleBinding of the
+/// same name in `kube-node-lease` (that node's Lease only), so the agent can touch virtual
+/// nodes and nothing else.
+pub const VIRTUAL_NODE_RBAC_PREFIX: &str = "mcsched-virtual-node-";
