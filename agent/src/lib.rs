@@ -11,6 +11,7 @@ pub mod explain;
 pub mod extender;
 pub mod framework;
 pub mod leader;
+pub mod leaf;
 pub mod metrics;
 pub mod plugins;
 pub mod preemption;

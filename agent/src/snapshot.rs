@@ -182,6 +182,8 @@ pub struct NodeInfo {
     pub images: HashMap<String, i64>,
     /// Bumped on every change, so derived caches can tell stale entries.
     pub generation: u64,
+    /// For a virtual node: the leaf cluster it stands for.
+    pub cluster: Option<String>,
     /// How many of `pods` have pod (anti-)affinity / required anti-affinity, so plugins
     /// skip the many nodes without any.
     pub affinity_pods: usize,
@@ -202,6 +204,7 @@ impl NodeInfo {
             generation: 0,
             affinity_pods: 0,
             required_anti_affinity_pods: 0,
+            cluster: None,
             node: node.clone(),
         };
         info.set_node(node);
@@ -224,6 +227,12 @@ impl NodeInfo {
                     .collect()
             })
             .unwrap_or_default();
+        self.cluster = node
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(mcsched_shared::keys::CLUSTER_LABEL))
+            .cloned();
         self.node = node;
         self.generation += 1;
     }

@@ -79,6 +79,8 @@ pub struct Framework {
     pool: Arc<rayon::ThreadPool>,
     /// Where the next cycle starts looking, so nodes share the work of being checked.
     next_start: AtomicUsize,
+    /// Decides virtual nodes on their leaves' own nodes.
+    leaf: crate::leaf::feasibility::LeafChecker,
 }
 
 /// What Filter left: the nominated node, or the feasible nodes and the others' statuses.
@@ -225,6 +227,7 @@ impl Framework {
             percentage_of_nodes_to_score: spec.percentage_of_nodes_to_score,
             pool: Arc::new(pool),
             next_start: AtomicUsize::new(0),
+            leaf: crate::leaf::feasibility::LeafChecker::from_registry(plugins),
         })
     }
 
@@ -474,6 +477,23 @@ impl Framework {
                 if !record_all {
                     break;
                 }
+            }
+        }
+        // A virtual node that passed the host's view is checked on its leaf's nodes.
+        if node.cluster.is_some() && (first_failure.is_none() || record_all) {
+            let name = crate::leaf::feasibility::LEAF_NODE_FIT;
+            let cycle = state
+                .read::<crate::leaf::feasibility::LeafCycle>(
+                    crate::leaf::feasibility::LEAF_CYCLE_KEY,
+                )
+                .cloned()
+                .unwrap_or_default();
+            let s = self.leaf.check(&cycle, pod, node);
+            if record_all {
+                verdicts.push(verdict(name, &s));
+            }
+            if !s.is_success() && first_failure.is_none() {
+                first_failure = Some(s.with_plugin(name));
             }
         }
         (first_failure.unwrap_or_else(Status::success), verdicts)

@@ -1,0 +1,307 @@
+//! Leaf-accurate feasibility: a virtual node fits a pod only when one real node of its
+//! leaf does, judged by the same filter plugins on the leaf's own snapshot. A summed
+//! allocatable hides fragmentation; this does not.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use rayon::prelude::*;
+
+use crate::framework::{CycleState, Plugin, Status};
+use crate::plugins::{
+    node_affinity, node_ports, node_resources_fit, node_unschedulable, taint_toleration,
+};
+use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
+
+/// The name the leaf check carries in explanations and FailedScheduling messages.
+pub const LEAF_NODE_FIT: &str = "LeafNodeFit";
+/// CycleState key of [`LeafCycle`].
+pub const LEAF_CYCLE_KEY: &str = "mcsched.io/leaf-cycle";
+
+/// One leaf as the agent sees it at the start of a cycle.
+pub struct LeafView {
+    pub cluster: String,
+    pub snapshot: Snapshot,
+}
+
+/// The leaves for one scheduling cycle, and what the check found per virtual node.
+#[derive(Clone, Default)]
+pub struct LeafCycle {
+    pub views: Arc<BTreeMap<String, Arc<LeafView>>>,
+    leaf_pod: Arc<OnceLock<Result<Arc<PodInfo>, String>>>,
+    /// Virtual node → the leaf node found able to host the pod.
+    choices: Arc<Mutex<HashMap<String, String>>>,
+}
+
+impl LeafCycle {
+    pub fn new(views: Arc<BTreeMap<String, Arc<LeafView>>>) -> Self {
+        LeafCycle {
+            views,
+            ..Default::default()
+        }
+    }
+
+    /// The leaf node the check picked for `virtual_node` in this cycle.
+    pub fn choice(&self, virtual_node: &str) -> Option<String> {
+        self.choices
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(virtual_node)
+            .cloned()
+    }
+
+    pub fn choices(&self) -> HashMap<String, String> {
+        self.choices
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The pod as it would be created in a leaf, built once per cycle.
+    pub fn leaf_pod(&self, host: &PodInfo) -> Result<Arc<PodInfo>, String> {
+        self.leaf_pod
+            .get_or_init(|| {
+                super::transform::leaf_pod(&host.pod, "")
+                    .map(|p| Arc::new(PodInfo::new(Arc::new(p))))
+                    .map_err(|e| e.to_string())
+            })
+            .clone()
+    }
+}
+
+/// The filter plugins that judge a leaf node: those whose subject is the node itself.
+/// Affinity and spreading were settled in the host; TaintToleration here is the plain
+/// one, as leaf nodes' taints are real.
+pub struct LeafChecker {
+    plugins: Vec<Arc<dyn Plugin>>,
+}
+
+impl LeafChecker {
+    /// NodeResourcesFit comes from the profile's registry, so its pluginConfig (ignored
+    /// resources) holds in leaves too; NodeAffinity's addedAffinity aims at host nodes
+    /// and does not.
+    pub fn from_registry(registry: &HashMap<String, Arc<dyn Plugin>>) -> Self {
+        let fit = registry
+            .get(node_resources_fit::NAME)
+            .cloned()
+            .unwrap_or_else(|| {
+                Arc::new(node_resources_fit::NodeResourcesFit::new(Default::default()))
+            });
+        LeafChecker {
+            plugins: vec![
+                Arc::new(node_unschedulable::NodeUnschedulable),
+                Arc::new(taint_toleration::TaintToleration),
+                Arc::new(node_affinity::NodeAffinity::new(None)),
+                Arc::new(node_ports::NodePorts),
+                fit,
+            ],
+        }
+    }
+
+    /// Success when some node of `node`'s leaf can run `pod` (recorded in `cycle`),
+    /// else Unschedulable with the leaf's reasons and its largest free node.
+    pub fn check(&self, cycle: &LeafCycle, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let Some(cluster) = node.cluster.as_deref() else {
+            return Status::success();
+        };
+        let Some(view) = cycle.views.get(cluster) else {
+            return Status::unschedulable(format!(
+                "leaf cluster {cluster} is not connected to the agent"
+            ));
+        };
+        let leaf_pod = match cycle.leaf_pod(pod) {
+            Ok(p) => p,
+            Err(e) => return Status::unresolvable(e),
+        };
+        let mut state = CycleState::new();
+        for p in &self.plugins {
+            let Some(pf) = p.as_pre_filter() else {
+                continue;
+            };
+            let (_, s) = pf.pre_filter(&mut state, &leaf_pod, &view.snapshot);
+            if s.is_skip() {
+                state.skip_filter(p.name());
+            } else if !s.is_success() {
+                return Status::new(
+                    s.code,
+                    vec![format!("leaf cluster {cluster}: {}", s.message())],
+                );
+            }
+        }
+        let filters: Vec<_> = self
+            .plugins
+            .iter()
+            .filter(|p| !state.skips_filter(p.name()))
+            .filter_map(|p| p.as_filter())
+            .collect();
+        let run = |n: &Arc<NodeInfo>| {
+            filters
+                .iter()
+                .map(|f| f.filter(&state, &leaf_pod, n))
+                .find(|s| !s.is_success())
+        };
+        let nodes = &view.snapshot.nodes;
+        if let Some(found) = nodes.par_iter().position_first(|n| run(n).is_none()) {
+            cycle
+                .choices
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(node.name.clone(), nodes[found].name.clone());
+            return Status::success();
+        }
+        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        for s in nodes.par_iter().filter_map(run).collect::<Vec<_>>() {
+            for r in s.reasons {
+                *counts.entry(r).or_default() += 1;
+            }
+        }
+        Status::unschedulable(rejection(cluster, nodes, &counts))
+    }
+}
+
+/// `leaf cluster east: 0/4 nodes are available: 4 Insufficient cpu; largest free node
+/// east-2 (cpu 2, memory 3Gi, pods 107)`.
+fn rejection(cluster: &str, nodes: &[Arc<NodeInfo>], counts: &BTreeMap<String, usize>) -> String {
+    let mut reasons: Vec<String> = counts.iter().map(|(r, n)| format!("{n} {r}")).collect();
+    reasons.sort();
+    let mut msg = format!(
+        "leaf cluster {cluster}: 0/{} nodes are available",
+        nodes.len()
+    );
+    if !reasons.is_empty() {
+        msg.push_str(": ");
+        msg.push_str(&reasons.join(", "));
+    }
+    let free = |n: &NodeInfo| {
+        (
+            n.allocatable.milli_cpu - n.requested.milli_cpu,
+            n.allocatable.memory - n.requested.memory,
+        )
+    };
+    if let Some(best) = nodes
+        .iter()
+        .filter(|n| !mcsched_shared::node::is_unschedulable(&n.node))
+        .max_by(|a, b| free(a).cmp(&free(b)).then_with(|| b.name.cmp(&a.name)))
+    {
+        let (cpu, mem) = free(best);
+        msg.push_str(&format!(
+            "; largest free node {} (cpu {}, memory {}, pods {})",
+            best.name,
+            format_cpu(cpu),
+            format_bytes(mem),
+            best.allocatable.allowed_pods - best.pods.len() as i64
+        ));
+    }
+    msg
+}
+
+fn format_cpu(milli: i64) -> String {
+    if milli % 1000 == 0 {
+        (milli / 1000).to_string()
+    } else {
+        format!("{milli}m")
+    }
+}
+
+fn format_bytes(b: i64) -> String {
+    const GI: i64 = 1 << 30;
+    const MI: i64 = 1 << 20;
+    if b != 0 && b % GI == 0 {
+        format!("{}Gi", b / GI)
+    } else if b.abs() >= MI {
+        format!("{}Mi", b / MI)
+    } else {
+        b.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use serde_json::json;
+
+    fn node(name: &str, cpu: &str, labels: serde_json::Value) -> NodeInfo {
+        let n: Node = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": labels},
+            "status": {"allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "110"},
+                "conditions": [{"type": "Ready", "status": "True"}]}
+        }))
+        .expect("node");
+        NodeInfo::new(Arc::new(n))
+    }
+
+    fn pod(name: &str, cpu: &str, node: Option<&str>, annotations: serde_json::Value) -> PodInfo {
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "default", "annotations": annotations},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i",
+                "resources": {"requests": {"cpu": cpu}}}]}
+        }))
+        .expect("pod");
+        PodInfo::new(Arc::new(p))
+    }
+
+    /// Four leaf nodes of 4 CPU with 2 used on each: 8 CPU free in all, 2 per node.
+    fn fragmented_leaf() -> LeafCycle {
+        let nodes: Vec<Arc<NodeInfo>> = (1..=4)
+            .map(|i| {
+                let name = format!("east-{i}");
+                let mut n = node(&name, "4", json!({"disk": if i == 3 {"ssd"} else {"hdd"}}));
+                n.add_pod(Arc::new(pod(
+                    &format!("busy-{i}"),
+                    "2",
+                    Some(&name),
+                    json!({}),
+                )));
+                Arc::new(n)
+            })
+            .collect();
+        let view = LeafView {
+            cluster: "east".into(),
+            snapshot: Snapshot::from_nodes(nodes),
+        };
+        LeafCycle::new(Arc::new(BTreeMap::from([(
+            "east".to_string(),
+            Arc::new(view),
+        )])))
+    }
+
+    fn virtual_node() -> NodeInfo {
+        node("mcsched-east", "8", json!({"mcsched.io/cluster": "east"}))
+    }
+
+    #[test]
+    fn a_pod_larger_than_every_leaf_node_is_refused_despite_the_summed_allocatable() {
+        let checker = LeafChecker::from_registry(&HashMap::new());
+        let cycle = fragmented_leaf();
+        let s = checker.check(&cycle, &pod("big", "3", None, json!({})), &virtual_node());
+        assert!(!s.is_success());
+        assert_eq!(
+            s.message(),
+            "leaf cluster east: 0/4 nodes are available: 4 Insufficient cpu; \
+             largest free node east-1 (cpu 2, memory 8Gi, pods 109)"
+        );
+        assert_eq!(cycle.choice("mcsched-east"), None);
+    }
+
+    #[test]
+    fn a_pod_that_fits_one_leaf_node_passes_and_names_it() {
+        let checker = LeafChecker::from_registry(&HashMap::new());
+        let cycle = fragmented_leaf();
+        let ssd = json!({"mcsched.io/leaf-node-selector": "{\"disk\":\"ssd\"}"});
+        let s = checker.check(&cycle, &pod("small", "2", None, ssd), &virtual_node());
+        assert!(s.is_success(), "{s:?}");
+        assert_eq!(cycle.choice("mcsched-east").as_deref(), Some("east-3"));
+    }
+
+    #[test]
+    fn an_unknown_leaf_is_unschedulable_not_an_error() {
+        let checker = LeafChecker::from_registry(&HashMap::new());
+        let cycle = LeafCycle::default();
+        let s = checker.check(&cycle, &pod("p", "1", None, json!({})), &virtual_node());
+        assert_eq!(
+            s.message(),
+            "leaf cluster east is not connected to the agent"
+        );
+    }
+}

@@ -1,0 +1,367 @@
+//! What a host pod becomes in its leaf, and what of the leaf pod flows back. Pure.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus, Volume};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use mcsched_shared::keys;
+
+/// Why a pod cannot be mirrored into a leaf.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TransformError {
+    #[error("annotation {annotation}: not a JSON object of strings: {reason}")]
+    LeafNodeSelector { annotation: String, reason: String },
+}
+
+/// The leaf node selector a pod asks for through its annotation; empty when none.
+pub fn leaf_node_selector(pod: &Pod) -> Result<BTreeMap<String, String>, TransformError> {
+    let Some(raw) = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(keys::LEAF_NODE_SELECTOR_ANNOTATION))
+    else {
+        return Ok(BTreeMap::new());
+    };
+    serde_json::from_str(raw).map_err(|e| TransformError::LeafNodeSelector {
+        annotation: keys::LEAF_NODE_SELECTOR_ANNOTATION.to_string(),
+        reason: e.to_string(),
+    })
+}
+
+/// The pod to create in leaf `cluster` for `host`: same namespace, name, labels and
+/// containers; what the host decided removed (node name, scheduler, priority, node
+/// selector, affinity and topology spread — there the virtual node was one node — and
+/// the leaf taint's tolerations);
+/// the leaf node selector annotation becomes the node selector; the host's ServiceAccount
+/// token volume dropped, as the leaf mounts its own. The result is exactly what the
+/// leaf feasibility check ran its filters on.
+pub fn leaf_pod(host: &Pod, cluster: &str) -> Result<Pod, TransformError> {
+    let selector = leaf_node_selector(host)?;
+    let mut labels = host.metadata.labels.clone().unwrap_or_default();
+    labels.insert(keys::MANAGED_CLUSTER_LABEL.into(), cluster.into());
+    labels.insert(keys::MANAGED_BY_LABEL.into(), keys::MANAGED_BY_VALUE.into());
+    let mut annotations = host.metadata.annotations.clone().unwrap_or_default();
+    annotations.insert(
+        keys::HOST_POD_UID_ANNOTATION.into(),
+        host.metadata.uid.clone().unwrap_or_default(),
+    );
+    let mut spec = host.spec.clone().unwrap_or_default();
+    spec.node_name = None;
+    spec.scheduler_name = None;
+    spec.priority_class_name = None;
+    spec.priority = None;
+    spec.preemption_policy = None;
+    spec.node_selector = (!selector.is_empty()).then_some(selector);
+    // Affinity and spreading were decided in the host, where the virtual node is one
+    // node of the topology; kept, they could make the leaf refuse what was checked.
+    spec.affinity = None;
+    spec.topology_spread_constraints = None;
+    if let Some(t) = spec.tolerations.as_mut() {
+        t.retain(|t| !t.key.as_deref().is_some_and(keys::is_leaf_taint));
+    }
+    strip_service_account_token(&mut spec);
+    Ok(Pod {
+        metadata: ObjectMeta {
+            name: host.metadata.name.clone(),
+            namespace: host.metadata.namespace.clone(),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            ..Default::default()
+        },
+        spec: Some(spec),
+        status: None,
+    })
+}
+
+/// The host admission's token volume (`kube-api-access-*`) names a Secret-less projected
+/// token valid only in the host; the leaf's admission adds its own.
+fn strip_service_account_token(spec: &mut PodSpec) {
+    let is_token = |v: &Volume| {
+        v.name.starts_with("kube-api-access-")
+            && v.projected.as_ref().is_some_and(|p| {
+                p.sources
+                    .iter()
+                    .flatten()
+                    .any(|s| s.service_account_token.is_some())
+            })
+    };
+    let dropped: Vec<String> = spec
+        .volumes
+        .iter()
+        .flatten()
+        .filter(|v| is_token(v))
+        .map(|v| v.name.clone())
+        .collect();
+    if dropped.is_empty() {
+        return;
+    }
+    if let Some(vs) = spec.volumes.as_mut() {
+        vs.retain(|v| !dropped.contains(&v.name));
+    }
+    let containers = spec
+        .containers
+        .iter_mut()
+        .chain(spec.init_containers.iter_mut().flatten());
+    for c in containers {
+        if let Some(m) = c.volume_mounts.as_mut() {
+            m.retain(|m| !dropped.contains(&m.name));
+        }
+    }
+}
+
+/// The host pod's status as the leaf reports it; the host keeps its own scheduling
+/// condition (PodScheduled is about the virtual node, which the host decided).
+pub fn host_status(leaf: &PodStatus, host: Option<&PodStatus>) -> PodStatus {
+    let mut conditions: Vec<_> = leaf
+        .conditions
+        .iter()
+        .flatten()
+        .filter(|c| c.type_ != "PodScheduled")
+        .cloned()
+        .collect();
+    if let Some(scheduled) = host
+        .and_then(|h| h.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
+    {
+        conditions.insert(0, scheduled.clone());
+    }
+    PodStatus {
+        phase: leaf.phase.clone(),
+        conditions: Some(conditions),
+        message: leaf.message.clone(),
+        reason: leaf.reason.clone(),
+        pod_ip: leaf.pod_ip.clone(),
+        pod_ips: leaf.pod_ips.clone(),
+        start_time: leaf.start_time.clone(),
+        container_statuses: leaf.container_statuses.clone(),
+        init_container_statuses: leaf.init_container_statuses.clone(),
+        ephemeral_container_statuses: leaf.ephemeral_container_statuses.clone(),
+        qos_class: leaf.qos_class.clone(),
+        host_ip: host.and_then(|h| h.host_ip.clone()),
+        host_ips: host.and_then(|h| h.host_ips.clone()),
+        nominated_node_name: None,
+        ..Default::default()
+    }
+}
+
+/// Whether the parts of the status the host mirrors differ.
+pub fn status_differs(a: &PodStatus, b: &PodStatus) -> bool {
+    a.phase != b.phase
+        || a.pod_ip != b.pod_ip
+        || a.reason != b.reason
+        || a.message != b.message
+        || a.container_statuses != b.container_statuses
+        || a.init_container_statuses != b.init_container_statuses
+        || strip_times(&a.conditions) != strip_times(&b.conditions)
+}
+
+fn strip_times(
+    cs: &Option<Vec<k8s_openapi::api::core::v1::PodCondition>>,
+) -> Vec<(String, String, Option<String>)> {
+    cs.iter()
+        .flatten()
+        .map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone()))
+        .collect()
+}
+
+/// Names of the ConfigMaps, Secrets and PVCs a pod refers to, which must exist in the
+/// leaf before the pod can start there.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Dependencies {
+    pub config_maps: Vec<String>,
+    pub secrets: Vec<String>,
+    pub claims: Vec<String>,
+}
+
+pub fn dependencies(pod: &Pod) -> Dependencies {
+    let mut d = Dependencies::default();
+    let Some(spec) = pod.spec.as_ref() else {
+        return d;
+    };
+    let push = |v: &mut Vec<String>, name: Option<&String>| {
+        if let Some(n) = name.filter(|n| !n.is_empty())
+            && !v.contains(n)
+        {
+            v.push(n.clone());
+        }
+    };
+    for vol in spec.volumes.iter().flatten() {
+        push(&mut d.config_maps, vol.config_map.as_ref().map(|c| &c.name));
+        push(
+            &mut d.secrets,
+            vol.secret.as_ref().and_then(|s| s.secret_name.as_ref()),
+        );
+        push(
+            &mut d.claims,
+            vol.persistent_volume_claim.as_ref().map(|c| &c.claim_name),
+        );
+        for src in vol
+            .projected
+            .as_ref()
+            .and_then(|p| p.sources.as_ref())
+            .into_iter()
+            .flatten()
+        {
+            push(&mut d.config_maps, src.config_map.as_ref().map(|c| &c.name));
+            push(&mut d.secrets, src.secret.as_ref().map(|s| &s.name));
+        }
+    }
+    for s in spec.image_pull_secrets.iter().flatten() {
+        push(&mut d.secrets, Some(&s.name));
+    }
+    let containers = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten());
+    for c in containers {
+        for from in c.env_from.iter().flatten() {
+            push(
+                &mut d.config_maps,
+                from.config_map_ref.as_ref().map(|r| &r.name),
+            );
+            push(&mut d.secrets, from.secret_ref.as_ref().map(|r| &r.name));
+        }
+        for env in c.env.iter().flatten() {
+            let Some(from) = env.value_from.as_ref() else {
+                continue;
+            };
+            push(
+                &mut d.config_maps,
+                from.config_map_key_ref.as_ref().map(|r| &r.name),
+            );
+            push(
+                &mut d.secrets,
+                from.secret_key_ref.as_ref().map(|r| &r.name),
+            );
+        }
+    }
+    d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(v: serde_json::Value) -> Pod {
+        serde_json::from_value(v).expect("test pod")
+    }
+
+    #[test]
+    fn host_scheduling_is_stripped_and_the_leaf_selector_applied() {
+        let host = pod(json!({
+            "metadata": {"name": "web", "namespace": "shop", "uid": "u-1",
+                "labels": {"app": "web"},
+                "annotations": {"mcsched.io/leaf-node-selector": "{\"disk\":\"ssd\"}"}},
+            "spec": {
+                "nodeName": "mcsched-east", "schedulerName": "mcsched",
+                "nodeSelector": {"mcsched.io/cluster": "east"},
+                "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                    {"nodeSelectorTerms": [{"matchExpressions": [{"key": "topology.kubernetes.io/region", "operator": "In", "values": ["eu"]}]}]}},
+                    "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "web"}}}]}},
+                "tolerations": [{"key": "mcsched.io/leaf", "operator": "Exists"}, {"key": "gpu", "operator": "Exists"}],
+                "containers": [{"name": "c", "image": "nginx",
+                    "volumeMounts": [{"name": "kube-api-access-x1", "mountPath": "/var/run/secrets"}]}],
+                "volumes": [{"name": "kube-api-access-x1", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}]
+            }
+        }));
+        let leaf = leaf_pod(&host, "east").expect("transform");
+        let spec = leaf.spec.as_ref().expect("spec");
+        assert_eq!(spec.node_name, None);
+        assert_eq!(spec.scheduler_name, None);
+        assert_eq!(
+            spec.node_selector,
+            Some(BTreeMap::from([("disk".to_string(), "ssd".to_string())]))
+        );
+        assert!(spec.affinity.is_none());
+        let tolerations: Vec<_> = spec
+            .tolerations
+            .iter()
+            .flatten()
+            .filter_map(|t| t.key.clone())
+            .collect();
+        assert_eq!(tolerations, ["gpu"]);
+        assert!(spec.volumes.as_ref().is_some_and(|v| v.is_empty()));
+        assert!(
+            spec.containers[0]
+                .volume_mounts
+                .as_ref()
+                .is_some_and(|m| m.is_empty())
+        );
+        let labels = leaf.metadata.labels.as_ref().expect("labels");
+        assert_eq!(labels.get("app").map(String::as_str), Some("web"));
+        assert_eq!(
+            labels.get(keys::MANAGED_CLUSTER_LABEL).map(String::as_str),
+            Some("east")
+        );
+        assert_eq!(
+            leaf.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(keys::HOST_POD_UID_ANNOTATION))
+                .map(String::as_str),
+            Some("u-1")
+        );
+    }
+
+    #[test]
+    fn a_malformed_leaf_selector_names_the_annotation() {
+        let host = pod(json!({
+            "metadata": {"name": "p", "annotations": {"mcsched.io/leaf-node-selector": "disk=ssd"}},
+            "spec": {"containers": []}
+        }));
+        let err = leaf_pod(&host, "east").expect_err("must fail");
+        assert!(
+            err.to_string().contains("mcsched.io/leaf-node-selector"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn dependencies_cover_volumes_env_and_pull_secrets() {
+        let p = pod(json!({
+            "metadata": {"name": "p"},
+            "spec": {
+                "imagePullSecrets": [{"name": "regcred"}],
+                "containers": [{"name": "c",
+                    "envFrom": [{"configMapRef": {"name": "cm-env"}}, {"secretRef": {"name": "s-env"}}],
+                    "env": [{"name": "X", "valueFrom": {"secretKeyRef": {"name": "s-key", "key": "k"}}},
+                            {"name": "Y", "valueFrom": {"configMapKeyRef": {"name": "cm-env", "key": "k"}}}]}],
+                "volumes": [
+                    {"name": "a", "configMap": {"name": "cm-vol"}},
+                    {"name": "b", "secret": {"secretName": "s-vol"}},
+                    {"name": "c", "persistentVolumeClaim": {"claimName": "data"}},
+                    {"name": "d", "projected": {"sources": [{"configMap": {"name": "cm-proj"}}, {"secret": {"name": "s-proj"}}]}}
+                ]
+            }
+        }));
+        let d = dependencies(&p);
+        assert_eq!(d.config_maps, ["cm-vol", "cm-proj", "cm-env"]);
+        assert_eq!(d.secrets, ["s-vol", "s-proj", "regcred", "s-env", "s-key"]);
+        assert_eq!(d.claims, ["data"]);
+    }
+
+    #[test]
+    fn status_flows_back_but_the_host_keeps_its_scheduling_condition() {
+        let leaf: PodStatus = serde_json::from_value(json!({
+            "phase": "Running", "podIP": "10.1.0.7",
+            "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]
+        }))
+        .expect("status");
+        let host: PodStatus = serde_json::from_value(json!({
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "True", "reason": "ByMcsched"}]
+        }))
+        .expect("status");
+        let s = host_status(&leaf, Some(&host));
+        assert_eq!(s.phase.as_deref(), Some("Running"));
+        assert_eq!(s.pod_ip.as_deref(), Some("10.1.0.7"));
+        let cs = s.conditions.as_ref().expect("conditions");
+        assert_eq!(cs.len(), 2);
+        assert_eq!(cs[0].reason.as_deref(), Some("ByMcsched"));
+        assert!(status_differs(&s, &host));
+        assert!(!status_differs(&s, &s.clone()));
+    }
+}
