@@ -73,6 +73,11 @@ pub struct Args {
     #[arg(long, default_value = "kube-system", value_name = "NAMESPACE")]
     pub leader_elect_resource_namespace: String,
 
+    /// Namespace of the agent: leaf clusters are the join Secrets here (labelled
+    /// mcsched.io/cluster). In a cluster, set from the pod's namespace.
+    #[arg(long, env = "POD_NAMESPACE", default_value = mcsched_shared::keys::SYSTEM_NAMESPACE, value_name = "NAMESPACE")]
+    pub namespace: String,
+
     /// Log filter in tracing's EnvFilter syntax (RUST_LOG overrides it).
     #[arg(long, default_value = "info", value_name = "FILTER")]
     pub log: String,

@@ -77,7 +77,7 @@ pub fn node_explanations(record: &CycleRecord, limit: usize) -> Vec<NodeExplanat
                 })
                 .collect(),
             total_score: record.totals.get(j).copied(),
-            leaf_node: None,
+            leaf_node: record.leaf_nodes.get(&n.name).cloned(),
         })
         .collect();
     let room = limit.saturating_sub(nodes.len());
@@ -147,7 +147,7 @@ impl ExplanationStore {
     ) {
         let outcome = Outcome::Scheduled {
             node: node.to_string(),
-            leaf_node: None,
+            leaf_node: record.leaf_nodes.get(node).cloned(),
         };
         self.put(
             key,

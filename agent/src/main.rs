@@ -22,6 +22,7 @@ fn configuration(args: &Args) -> Result<SchedulerConfig, config::ConfigErrors> {
         return config::load_file(path);
     }
     let mut cfg = config::default_config(&args.scheduler_name)?;
+    mixed_scheduling(&mut cfg);
     let le = &mut cfg.leader_election;
     le.leader_elect = args.leader_elect;
     le.resource_name = args
@@ -32,6 +33,20 @@ fn configuration(args: &Args) -> Result<SchedulerConfig, config::ConfigErrors> {
     cfg.client_connection.qps = args.kube_api_qps;
     cfg.client_connection.burst = args.kube_api_burst;
     Ok(cfg)
+}
+
+/// mcsched's own default profile schedules onto host and virtual nodes alike: the leaf
+/// taint is tolerated (LeafNodeTaintToleration in TaintToleration's place in Filter, so
+/// the order of reasons stays kube-scheduler's). A --config file says it explicitly, as
+/// seed 000 does.
+fn mixed_scheduling(cfg: &mut SchedulerConfig) {
+    for p in &mut cfg.profiles {
+        for r in &mut p.plugins.filter {
+            if r.name == "TaintToleration" {
+                r.name = "LeafNodeTaintToleration".into();
+            }
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -107,6 +122,7 @@ async fn run(
         }
     };
     let options = SchedulerOptions {
+        namespace: args.namespace.clone(),
         parallel_bindings: usize::from(args.parallel_bindings),
         initial_backoff: Duration::from_secs(cfg.pod_initial_backoff_seconds),
         max_backoff: Duration::from_secs(cfg.pod_max_backoff_seconds),

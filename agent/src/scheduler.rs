@@ -32,7 +32,7 @@ use crate::snapshot::PodInfo;
 use mcsched_shared::explain::ExtenderAnswer;
 
 /// Pods that finished hold no resources, so they are not watched at all.
-const NON_TERMINAL_PODS: &str = "status.phase!=Succeeded,status.phase!=Failed";
+pub(crate) const NON_TERMINAL_PODS: &str = "status.phase!=Succeeded,status.phase!=Failed";
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +44,8 @@ pub enum SchedulerError {
 #[derive(Debug, Clone)]
 pub struct SchedulerOptions {
     pub parallel_bindings: usize,
+    /// Where the join Secrets of leaf clusters are read from.
+    pub namespace: String,
     pub initial_backoff: Duration,
     pub max_backoff: Duration,
 }
@@ -57,6 +59,8 @@ pub struct Shared {
     pub explanations: ExplanationStore,
     pub bind_ctx: BindContext,
     pub extenders: Vec<Arc<Extender>>,
+    /// Joined leaf clusters.
+    pub leaves: Arc<crate::leaf::registry::Leaves>,
     /// Set once pods and nodes are listed.
     pub synced: std::sync::atomic::AtomicBool,
 }
@@ -81,6 +85,7 @@ impl Shared {
             explanations: ExplanationStore::default(),
             bind_ctx: BindContext { client },
             extenders,
+            leaves: Arc::default(),
             synced: std::sync::atomic::AtomicBool::new(false),
         })
     }
@@ -98,7 +103,7 @@ impl Shared {
     }
 }
 
-fn key_of<K: Resource>(o: &K) -> String {
+pub(crate) fn key_of<K: Resource>(o: &K) -> String {
     format!(
         "{}/{}",
         o.meta().namespace.as_deref().unwrap_or_default(),
@@ -126,7 +131,8 @@ pub async fn run(
     let client = shared.bind_ctx.client.clone();
     let queue = shared.queue.clone();
     let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<&'static str>(16);
-    let watches = spawn_watches(&client, &shared, ready_tx);
+    let mut watches = spawn_watches(&client, &shared, ready_tx);
+    watches.push(spawn_leaves(&client, &shared, &options.namespace, &leader));
     let flusher = {
         let q = queue.clone();
         tokio::spawn(async move {
@@ -148,7 +154,7 @@ pub async fn run(
     // Pods and nodes must be listed before the first decision, or capacity looks free.
     // Every kind, storage included: a decision on a half-listed cluster can be wrong.
     let mut synced = HashSet::new();
-    while synced.len() < watches.len() {
+    while synced.len() < watches.len() - 1 {
         tokio::select! {
             _ = &mut shutdown => { abort_all(&watches, &flusher); return Ok(()); }
             r = ready_rx.recv() => match r {
@@ -196,6 +202,36 @@ pub async fn run(
     Ok(())
 }
 
+/// The leaf registry; every leaf it connects gets its virtual-node and pod-sync loops.
+fn spawn_leaves(
+    client: &Client,
+    shared: &Arc<Shared>,
+    namespace: &str,
+    leader: &tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    let (host, s, l) = (client.clone(), shared.clone(), leader.clone());
+    let on_leaf = move |leaf: Arc<crate::leaf::cluster::LeafCluster>| {
+        leaf.adopt(tokio::spawn(crate::leaf::virtual_node::run(
+            host.clone(),
+            leaf.clone(),
+            l.clone(),
+        )));
+        leaf.adopt(tokio::spawn(crate::leaf::pod_sync::run(
+            host.clone(),
+            s.clone(),
+            leaf.clone(),
+            l.clone(),
+        )));
+    };
+    tokio::spawn(crate::leaf::registry::run(
+        client.clone(),
+        namespace.to_string(),
+        shared.leaves.clone(),
+        shared.queue.clone(),
+        on_leaf,
+    ))
+}
+
 fn abort_all(watches: &[tokio::task::JoinHandle<()>], flusher: &tokio::task::JoinHandle<()>) {
     for w in watches {
         w.abort();
@@ -227,6 +263,8 @@ async fn schedule_one(
     let started = std::time::Instant::now();
     let snapshot = shared.cache().snapshot();
     let mut state = CycleState::new();
+    let leaf_cycle = shared.leaves.cycle();
+    state.write(crate::leaf::feasibility::LEAF_CYCLE_KEY, leaf_cycle.clone());
     let mut record = CycleRecord::default();
     let result = run_cycle(shared, &fw, &mut state, &pod, &snapshot, &mut record).await;
     let metrics = crate::metrics::global();
@@ -301,6 +339,17 @@ async fn schedule_one(
         .record_success(&scheduler_name, &pod.key, &record, &node, snapshot.len());
 
     shared.cache().assume(pod.clone(), &node);
+    // A pod sent to a leaf also counts on the leaf node found for it, until the leaf's
+    // scheduler has placed the copy.
+    let leaf = snapshot
+        .get(&node)
+        .and_then(|n| n.cluster.clone())
+        .and_then(|c| Some((c, record.leaf_nodes.get(&node)?.clone())));
+    if let Some((cluster, leaf_node)) = &leaf
+        && let Ok(leaf_pod) = leaf_cycle.leaf_pod(&pod)
+    {
+        shared.leaves.assume(cluster, leaf_pod, leaf_node);
+    }
     let reserved = fw.run_reserve(&mut state, &pod, &node);
     let (permit, _) = if reserved.is_success() {
         fw.run_permit(&state, &pod, &node)
@@ -309,7 +358,7 @@ async fn schedule_one(
     };
     if !permit.is_success() {
         fw.run_unreserve(&mut state, &pod, &node);
-        shared.cache().forget(&pod.key);
+        forget_assumed(shared, &pod.key, &leaf);
         let message = format!(
             "running {} plugin {:?}: {}",
             "Reserve/Permit",
@@ -331,7 +380,7 @@ async fn schedule_one(
         if !*leader.borrow() {
             // Lost the lease since this pod was placed: the new leader decides.
             fw.run_unreserve(&mut state, &pod, &node);
-            shared.cache().forget(&pod.key);
+            forget_assumed(&shared, &pod.key, &leaf);
             shared.queue.add_backoff(info);
             return;
         }
@@ -363,7 +412,7 @@ async fn schedule_one(
             return;
         }
         fw.run_unreserve(&mut state, &pod, &node);
-        shared.cache().forget(&pod.key);
+        forget_assumed(&shared, &pod.key, &leaf);
         let gone = status.code == Code::Error && status.message().contains("binding rejected");
         warn!(pod = %pod.key, %node, status = %status, "binding failed");
         if gone {
@@ -499,6 +548,14 @@ async fn run_cycle(
         evaluated_nodes: evaluated,
         feasible_nodes: feasible.len(),
     })
+}
+
+/// A placement that will not happen: its assumptions in the host and leaf caches go.
+fn forget_assumed(shared: &Shared, key: &str, leaf: &Option<(String, String)>) {
+    shared.cache().forget(key);
+    if let Some((cluster, _)) = leaf {
+        shared.leaves.forget(cluster, key);
+    }
 }
 
 fn fail_with_error(shared: &Shared, scheduler_name: &str, info: QueuedPodInfo, message: String) {
@@ -652,7 +709,7 @@ pub enum Change<K> {
 
 /// Streams one kind, turning re-lists into applies and deletions of objects that vanished
 /// meanwhile, and reports the first complete list on `ready`.
-async fn watch_kind<K, F>(
+pub(crate) async fn watch_kind<K, F>(
     api: Api<K>,
     config: watcher::Config,
     kind: &'static str,
@@ -708,6 +765,17 @@ async fn watch_kind<K, F>(
 }
 
 fn on_pod_event(shared: &Shared, change: Change<Pod>) {
+    let on_virtual = match &change {
+        Change::Apply(p, _) | Change::Delete(p) => p
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .and_then(|n| n.strip_prefix(mcsched_shared::keys::VIRTUAL_NODE_PREFIX))
+            .map(String::from),
+    };
+    if let Some(cluster) = on_virtual {
+        shared.leaves.host_changed(&cluster);
+    }
     match change {
         Change::Apply(pod, is_new) => {
             let key = key_of(&*pod);

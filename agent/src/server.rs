@@ -140,11 +140,15 @@ fn dry_run(shared: &Shared, pod: Pod) -> Result<Explanation, String> {
     let info = PodInfo::new(Arc::new(pod));
     let snapshot = shared.cache().snapshot();
     let mut state = CycleState::new();
+    state.write(
+        crate::leaf::feasibility::LEAF_CYCLE_KEY,
+        shared.leaves.cycle(),
+    );
     let mut record = CycleRecord::default();
     let outcome = match fw.schedule(&mut state, &info, &snapshot, &mut record, true) {
         Ok(r) => Outcome::Scheduled {
+            leaf_node: record.leaf_nodes.get(&r.node).cloned(),
             node: r.node,
-            leaf_node: None,
         },
         Err(fit) => Outcome::Unschedulable {
             message: fit.to_string(),

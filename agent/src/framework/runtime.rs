@@ -132,6 +132,8 @@ pub struct CycleRecord {
     pub totals: Vec<i64>,
     /// What each extender answered.
     pub extenders: Vec<mcsched_shared::explain::ExtenderAnswer>,
+    /// Virtual node → the leaf node found able to host the pod.
+    pub leaf_nodes: HashMap<String, String>,
 }
 
 #[derive(Debug, Clone)]
@@ -357,6 +359,7 @@ impl Framework {
         {
             record.num_evaluated = 1;
             record.num_feasible = 1;
+            record.leaf_nodes = leaf_choices(state);
             return Ok(Filtered::Nominated(nominated.to_string()));
         }
 
@@ -365,6 +368,7 @@ impl Framework {
             self.find_feasible(state, pod, snapshot, allowed.as_ref(), record, record_all);
         record.timed("Filter", started);
         record.num_feasible = feasible.len();
+        record.leaf_nodes = leaf_choices(state);
         if feasible.is_empty() {
             return Err(Box::new(fit_error(num_all_nodes, statuses)));
         }
@@ -816,6 +820,13 @@ impl Framework {
 }
 
 /// scheduler_plugin_execution_duration_seconds for the once-per-cycle extension points.
+fn leaf_choices(state: &CycleState) -> HashMap<String, String> {
+    state
+        .read::<crate::leaf::feasibility::LeafCycle>(crate::leaf::feasibility::LEAF_CYCLE_KEY)
+        .map(|c| c.choices())
+        .unwrap_or_default()
+}
+
 fn observe(plugin: &str, point: &str, s: &Status, started: Instant) {
     crate::metrics::global().plugin(
         plugin,

@@ -159,15 +159,12 @@ impl LeafChecker {
     }
 }
 
-/// `leaf cluster east: 0/4 nodes are available: 4 Insufficient cpu; largest free node
+/// `leaf cluster east has no node that fits: 4 Insufficient cpu; largest free node
 /// east-2 (cpu 2, memory 3Gi, pods 107)`.
 fn rejection(cluster: &str, nodes: &[Arc<NodeInfo>], counts: &BTreeMap<String, usize>) -> String {
     let mut reasons: Vec<String> = counts.iter().map(|(r, n)| format!("{n} {r}")).collect();
     reasons.sort();
-    let mut msg = format!(
-        "leaf cluster {cluster}: 0/{} nodes are available",
-        nodes.len()
-    );
+    let mut msg = format!("leaf cluster {cluster} has no node that fits");
     if !reasons.is_empty() {
         msg.push_str(": ");
         msg.push_str(&reasons.join(", "));
@@ -278,7 +275,7 @@ mod tests {
         assert!(!s.is_success());
         assert_eq!(
             s.message(),
-            "leaf cluster east: 0/4 nodes are available: 4 Insufficient cpu; \
+            "leaf cluster east has no node that fits: 4 Insufficient cpu; \
              largest free node east-1 (cpu 2, memory 8Gi, pods 109)"
         );
         assert_eq!(cycle.choice("mcsched-east"), None);

@@ -6,6 +6,7 @@ pub mod dynamic_resources;
 pub mod helper;
 pub mod image_locality;
 pub mod inter_pod_affinity;
+pub mod leaf_node_taint_toleration;
 pub mod node_affinity;
 pub mod node_name;
 pub mod node_ports;
@@ -45,6 +46,7 @@ pub fn registry(args: &PluginArgs) -> HashMap<String, Arc<dyn Plugin>> {
         Arc::new(node_unschedulable::NodeUnschedulable),
         Arc::new(node_name::NodeName),
         Arc::new(taint_toleration::TaintToleration),
+        Arc::new(leaf_node_taint_toleration::LeafNodeTaintToleration),
         Arc::new(node_affinity::NodeAffinity::new(
             args.node_affinity_added.clone(),
         )),

@@ -63,6 +63,7 @@ pub const PLUGINS: &[(&str, &[Point])] = &[
     ("NodeUnschedulable", &[Filter]),
     ("NodeName", &[Filter]),
     ("TaintToleration", &[Filter, PreScore, Score]),
+    ("LeafNodeTaintToleration", &[Filter]),
     ("NodeAffinity", &[PreFilter, Filter, PreScore, Score]),
     ("NodePorts", &[Filter]),
     ("NodeResourcesFit", &[Filter, Score]),
@@ -231,6 +232,5 @@ pub const NOT_YET_IMPLEMENTED: &[&str] = &[
     "NodeVolumeLimits",
     "VolumeBinding",
     "VolumeZone",
-    "LeafNodeTaintToleration",
     "LeafNodeVolumeBinding",
 ];

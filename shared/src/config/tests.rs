@@ -153,11 +153,18 @@ fn seed_002_configs_load_unchanged() {
 fn seed_000_waits_for_the_leaf_node_plugins() {
     let errs = errors(&testdata("seed-000-kosmos-v1beta1.yaml"));
     assert!(
-        errs.iter()
-            .any(|e| e == "profiles[0].plugins.filter.enabled[0].name: plugin \"LeafNodeTaintToleration\" is not implemented by mcsched yet"),
+        !errs.iter().any(|e| e.contains("LeafNodeTaintToleration")),
         "{errs:#?}"
     );
-    assert!(errs.iter().all(|e| e.contains("LeafNode")), "{errs:#?}");
+    assert!(
+        errs.iter()
+            .any(|e| e == "profiles[0].plugins.filter.enabled[1].name: plugin \"LeafNodeVolumeBinding\" is not implemented by mcsched yet"),
+        "{errs:#?}"
+    );
+    assert!(
+        errs.iter().all(|e| e.contains("LeafNodeVolumeBinding")),
+        "{errs:#?}"
+    );
 }
 
 #[test]

@@ -1,0 +1,227 @@
+//! One joined leaf cluster: its client, its nodes and pods held by watches in a cache of
+//! the same kind the host uses, and how recently it answered.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::Api;
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use mcsched_shared::keys;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tracing::{debug, info};
+
+use crate::cache::Cache;
+use crate::framework::ClusterEvent;
+use crate::queue::SchedulingQueue;
+use crate::scheduler::{Change, key_of, watch_kind};
+
+/// A leaf that has not answered for this long is NotReady (as a node whose kubelet
+/// stopped posting, after kube-controller-manager's node-monitor-grace-period).
+pub const READY_GRACE: Duration = Duration::from_secs(40);
+
+#[derive(Debug, Default, Clone)]
+pub struct Health {
+    pub last_ok: Option<Instant>,
+    pub version: Option<String>,
+    pub last_error: Option<String>,
+}
+
+pub struct LeafCluster {
+    pub name: String,
+    pub client: Client,
+    cache: Mutex<Cache>,
+    /// Leaf pods that mirror host pods, by `namespace/name`.
+    managed: Mutex<HashMap<String, Arc<Pod>>>,
+    synced_nodes: AtomicBool,
+    synced_pods: AtomicBool,
+    /// Woken on every leaf change: the virtual node's status follows it.
+    pub changed: Arc<Notify>,
+    /// Woken on leaf pod changes and on host pod changes on the virtual node.
+    pub sync_wake: Arc<Notify>,
+    health: Mutex<Health>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// The join Secret's resourceVersion this connection was made from.
+    pub secret_version: String,
+}
+
+impl LeafCluster {
+    pub fn new(name: String, client: Client, secret_version: String) -> Arc<Self> {
+        Arc::new(LeafCluster {
+            name,
+            client,
+            cache: Mutex::new(Cache::new()),
+            managed: Mutex::default(),
+            synced_nodes: AtomicBool::new(false),
+            synced_pods: AtomicBool::new(false),
+            changed: Arc::new(Notify::new()),
+            sync_wake: Arc::new(Notify::new()),
+            health: Mutex::default(),
+            tasks: Mutex::default(),
+            secret_version,
+        })
+    }
+
+    pub fn cache(&self) -> MutexGuard<'_, Cache> {
+        self.cache.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn managed(&self) -> HashMap<String, Arc<Pod>> {
+        self.managed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn is_synced(&self) -> bool {
+        self.synced_nodes.load(Ordering::Acquire) && self.synced_pods.load(Ordering::Acquire)
+    }
+
+    pub fn health(&self) -> Health {
+        self.health
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.health()
+            .last_ok
+            .is_some_and(|t| t.elapsed() < READY_GRACE)
+    }
+
+    /// Asks the leaf's API server for its version: the heartbeat.
+    pub async fn probe(&self) -> bool {
+        let answer =
+            tokio::time::timeout(Duration::from_secs(5), self.client.apiserver_version()).await;
+        let mut h = self.health.lock().unwrap_or_else(|e| e.into_inner());
+        match answer {
+            Ok(Ok(v)) => {
+                h.last_ok = Some(Instant::now());
+                h.version = Some(v.git_version);
+                h.last_error = None;
+                true
+            }
+            Ok(Err(e)) => {
+                h.last_error = Some(e.to_string());
+                false
+            }
+            Err(_) => {
+                h.last_error = Some("no answer within 5s".into());
+                false
+            }
+        }
+    }
+
+    /// Starts the leaf's node and pod watches; leaf changes also wake the host queue, as
+    /// they change what the virtual node can take.
+    pub fn start(self: &Arc<Self>, queue: Arc<SchedulingQueue>) {
+        let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<&'static str>(4);
+        let mut tasks = Vec::new();
+        let me = self.clone();
+        let q = queue.clone();
+        tasks.push(tokio::spawn(watch_kind(
+            Api::<Node>::all(self.client.clone()),
+            watcher::Config::default(),
+            "leaf node",
+            ready_tx.clone(),
+            move |ev| {
+                match ev {
+                    Change::Apply(n, _) => me.cache().apply_node(n),
+                    Change::Delete(n) => me.cache().delete_node(&n.name_any()),
+                }
+                me.changed.notify_one();
+                q.on_event(ClusterEvent::NodeUpdate);
+            },
+        )));
+        let me = self.clone();
+        tasks.push(tokio::spawn(watch_kind(
+            Api::<Pod>::all(self.client.clone()),
+            watcher::Config::default(),
+            "leaf pod",
+            ready_tx,
+            move |ev| me.on_pod(ev, &queue),
+        )));
+        let me = self.clone();
+        tasks.push(tokio::spawn(async move {
+            while let Some(kind) = ready_rx.recv().await {
+                match kind {
+                    "leaf node" => me.synced_nodes.store(true, Ordering::Release),
+                    _ => me.synced_pods.store(true, Ordering::Release),
+                }
+                if me.is_synced() {
+                    info!(cluster = %me.name, nodes = me.cache().node_count(), "leaf cluster synced");
+                    me.changed.notify_one();
+                    me.sync_wake.notify_one();
+                }
+            }
+        }));
+        self.tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(tasks);
+    }
+
+    fn on_pod(&self, ev: Change<Pod>, queue: &SchedulingQueue) {
+        let (pod, deleted) = match ev {
+            Change::Apply(p, _) => (p, false),
+            Change::Delete(p) => (p, true),
+        };
+        let key = key_of(&*pod);
+        let terminal = matches!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        );
+        {
+            let mut cache = self.cache();
+            if deleted || terminal {
+                cache.remove_pod(&key);
+            } else {
+                cache.apply_pod(pod.clone());
+            }
+        }
+        let ours = pod
+            .labels()
+            .get(keys::MANAGED_CLUSTER_LABEL)
+            .is_some_and(|c| *c == self.name);
+        if ours {
+            let mut managed = self.managed.lock().unwrap_or_else(|e| e.into_inner());
+            if deleted {
+                managed.remove(&key);
+            } else {
+                managed.insert(key.clone(), pod.clone());
+            }
+        }
+        if deleted || terminal {
+            debug!(cluster = %self.name, pod = %key, "leaf pod gone; room in the leaf");
+            queue.on_event(ClusterEvent::PodDelete);
+        }
+        self.changed.notify_one();
+        if ours {
+            self.sync_wake.notify_one();
+        }
+    }
+
+    /// Ties a task working for this leaf to its lifetime.
+    pub fn adopt(&self, task: JoinHandle<()>) {
+        self.tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(task);
+    }
+
+    pub fn stop(&self) {
+        for t in self
+            .tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            t.abort();
+        }
+    }
+}

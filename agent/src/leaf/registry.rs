@@ -1,0 +1,188 @@
+//! The joined leaves, from the join Secrets in the agent's namespace: one connection
+//! per Secret, replaced when the Secret changes, closed when it goes.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::watcher;
+use kube::{Client, Config, ResourceExt};
+use mcsched_shared::keys;
+use tracing::{info, warn};
+
+use super::cluster::LeafCluster;
+use super::feasibility::{LeafCycle, LeafView};
+use crate::queue::SchedulingQueue;
+use crate::scheduler::{Change, watch_kind};
+use crate::snapshot::PodInfo;
+
+#[derive(Debug, thiserror::Error)]
+pub enum JoinSecretError {
+    #[error("secret {secret}: no label {label}")]
+    NoClusterLabel { secret: String, label: &'static str },
+    #[error("secret {secret}: no data key {key}")]
+    NoKubeconfig { secret: String, key: &'static str },
+    #[error("secret {secret}: data.{key} is not a kubeconfig: {reason}")]
+    BadKubeconfig {
+        secret: String,
+        key: &'static str,
+        reason: String,
+    },
+}
+
+/// The leaves known to this agent.
+#[derive(Default)]
+pub struct Leaves {
+    clusters: RwLock<BTreeMap<String, Arc<LeafCluster>>>,
+}
+
+impl Leaves {
+    pub fn get(&self, name: &str) -> Option<Arc<LeafCluster>> {
+        self.read().get(name).cloned()
+    }
+
+    pub fn all(&self) -> Vec<Arc<LeafCluster>> {
+        self.read().values().cloned().collect()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Arc<LeafCluster>>> {
+        self.clusters.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Arc<LeafCluster>>> {
+        self.clusters.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The synced leaves' snapshots for one scheduling cycle.
+    pub fn cycle(&self) -> LeafCycle {
+        let views = self
+            .read()
+            .iter()
+            .filter(|(_, c)| c.is_synced())
+            .map(|(name, c)| {
+                let view = LeafView {
+                    cluster: name.clone(),
+                    snapshot: c.cache().snapshot(),
+                };
+                (name.clone(), Arc::new(view))
+            })
+            .collect();
+        LeafCycle::new(Arc::new(views))
+    }
+
+    /// Counts `pod` on `leaf_node` until the leaf's own scheduler has placed its copy, so
+    /// pods sent in quick succession do not overfill the leaf.
+    pub fn assume(&self, cluster: &str, pod: Arc<PodInfo>, leaf_node: &str) {
+        if let Some(c) = self.get(cluster) {
+            c.cache().assume(pod, leaf_node);
+        }
+    }
+
+    pub fn forget(&self, cluster: &str, key: &str) {
+        if let Some(c) = self.get(cluster) {
+            c.cache().forget(key);
+        }
+    }
+
+    /// Host pods on `cluster`'s virtual node changed: pod sync has work.
+    pub fn host_changed(&self, cluster: &str) {
+        if let Some(c) = self.get(cluster) {
+            c.sync_wake.notify_one();
+        }
+    }
+
+    fn insert(&self, cluster: Arc<LeafCluster>) -> Option<Arc<LeafCluster>> {
+        self.write().insert(cluster.name.clone(), cluster)
+    }
+
+    fn remove(&self, name: &str) -> Option<Arc<LeafCluster>> {
+        self.write().remove(name)
+    }
+}
+
+/// A client for the leaf named by a join Secret.
+pub async fn connect(secret: &Secret) -> Result<(String, Client), JoinSecretError> {
+    let name = secret.name_any();
+    let cluster = secret
+        .labels()
+        .get(keys::CLUSTER_LABEL)
+        .cloned()
+        .ok_or_else(|| JoinSecretError::NoClusterLabel {
+            secret: name.clone(),
+            label: keys::CLUSTER_LABEL,
+        })?;
+    let raw = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(keys::KUBECONFIG_KEY))
+        .ok_or_else(|| JoinSecretError::NoKubeconfig {
+            secret: name.clone(),
+            key: keys::KUBECONFIG_KEY,
+        })?;
+    let bad = |reason: String| JoinSecretError::BadKubeconfig {
+        secret: name.clone(),
+        key: keys::KUBECONFIG_KEY,
+        reason,
+    };
+    let text = std::str::from_utf8(&raw.0).map_err(|e| bad(e.to_string()))?;
+    let kubeconfig = Kubeconfig::from_yaml(text).map_err(|e| bad(e.to_string()))?;
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| bad(e.to_string()))?;
+    let client = Client::try_from(config).map_err(|e| bad(e.to_string()))?;
+    Ok((cluster, client))
+}
+
+/// Watches the join Secrets of `namespace` and keeps `leaves` connected to them.
+pub async fn run(
+    host: Client,
+    namespace: String,
+    leaves: Arc<Leaves>,
+    queue: Arc<SchedulingQueue>,
+    on_leaf: impl Fn(Arc<LeafCluster>) + Send + 'static,
+) {
+    let (ready, _ready_rx) = tokio::sync::mpsc::channel(1);
+    let api: Api<Secret> = Api::namespaced(host, &namespace);
+    let config = watcher::Config::default().labels(keys::CLUSTER_LABEL);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Change<Secret>>();
+    tokio::spawn(watch_kind(api, config, "join secret", ready, move |ev| {
+        let _ = tx.send(ev);
+    }));
+    while let Some(ev) = rx.recv().await {
+        match ev {
+            Change::Apply(secret, _) => {
+                let version = secret.resource_version().unwrap_or_default();
+                let (cluster, client) = match connect(&secret).await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        warn!(error = %e, "ignoring join secret");
+                        continue;
+                    }
+                };
+                if leaves
+                    .get(&cluster)
+                    .is_some_and(|c| c.secret_version == version)
+                {
+                    continue;
+                }
+                let leaf = LeafCluster::new(cluster.clone(), client, version);
+                leaf.start(queue.clone());
+                if let Some(old) = leaves.insert(leaf.clone()) {
+                    old.stop();
+                }
+                info!(%cluster, "leaf cluster connected");
+                on_leaf(leaf);
+            }
+            Change::Delete(secret) => {
+                if let Some(cluster) = secret.labels().get(keys::CLUSTER_LABEL)
+                    && let Some(old) = leaves.remove(cluster)
+                {
+                    old.stop();
+                    info!(%cluster, "leaf cluster left");
+                }
+            }
+        }
+    }
+}
