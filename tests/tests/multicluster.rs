@@ -1,0 +1,365 @@
+//! Leaf clusters as virtual nodes, against real API servers: a host and a leaf control
+//! plane (each with kube-controller-manager, kube-scheduler and simulated kubelets), the
+//! leaf joined the way `kubectl mcsched join` leaves it (join Secret + virtual node), and
+//! the agent doing the rest: virtual node status and Lease, leaf-accurate filtering, pod
+//! sync both ways, restarts without duplicates, NotReady when the leaf goes silent.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, Secret};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Client};
+use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, wait};
+use mcsched_shared::explain::{Explanation, Outcome};
+use mcsched_shared::keys;
+use serde_json::json;
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+async fn node(
+    client: &Client,
+    name: &str,
+    cpu: &str,
+    labels: serde_json::Value,
+) -> anyhow::Result<()> {
+    mcsched_e2e::objects::create_node(
+        client,
+        json!({
+            "metadata": {"name": name, "labels": labels},
+            "status": {
+                "capacity": {"cpu": cpu, "memory": "8Gi", "pods": "110"},
+                "allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "110"},
+                "conditions": [{"type": "Ready", "status": "True"}]
+            }
+        }),
+    )
+    .await
+}
+
+fn pod(name: &str, cpu: &str, node: Option<&str>) -> serde_json::Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "schedulerName": if node.is_some() { "default-scheduler" } else { "mcsched" },
+            "nodeName": node,
+            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu}}}]
+        }
+    })
+}
+
+/// What `kubectl mcsched join cluster --name east` leaves in the host for the agent.
+async fn join_as_join_does(
+    host: &Client,
+    leaf: &ControlPlane,
+    cluster: &str,
+) -> anyhow::Result<()> {
+    let namespaces: Api<Namespace> = Api::all(host.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": keys::SYSTEM_NAMESPACE}}))?,
+        )
+        .await?;
+    let kubeconfig = std::fs::read(&leaf.kubeconfig)?;
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(keys::cluster_secret_name(cluster)),
+            namespace: Some(keys::SYSTEM_NAMESPACE.into()),
+            labels: Some(BTreeMap::from([(
+                keys::CLUSTER_LABEL.to_string(),
+                cluster.to_string(),
+            )])),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(
+            keys::KUBECONFIG_KEY.to_string(),
+            ByteString(kubeconfig),
+        )])),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(host.clone(), keys::SYSTEM_NAMESPACE)
+        .create(&PostParams::default(), &secret)
+        .await?;
+    let name = keys::virtual_node_name(cluster);
+    mcsched_e2e::objects::create_node(
+        host,
+        json!({
+            "metadata": {"name": name, "labels": {
+                "mcsched.io/cluster": cluster, "kubernetes.io/hostname": name, "type": "virtual-kubelet"}},
+            "spec": {"taints": [{"key": "mcsched.io/leaf", "value": "true", "effect": "NoSchedule"}]},
+            "status": {"conditions": [{"type": "Ready", "status": "Unknown", "reason": "Joining"}]}
+        }),
+    )
+    .await
+}
+
+fn ready_status(n: &Node) -> Option<String> {
+    n.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.status.clone())
+}
+
+async fn failed_scheduling(client: &Client, pod: &str) -> anyhow::Result<Option<String>> {
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    let lp = ListParams::default().fields(&format!("regarding.name={pod}"));
+    Ok(events
+        .list(&lp)
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("FailedScheduling"))
+        .find_map(|e| e.note))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leaf_cluster_as_a_virtual_node() -> anyhow::Result<()> {
+    let mut cps =
+        ControlPlane::start_many(&["mc-host", "mc-east"], ControlPlaneOptions::full()).await?;
+    let leaf = cps.pop().ok_or_else(|| anyhow::anyhow!("no leaf"))?;
+    let host = cps.pop().ok_or_else(|| anyhow::anyhow!("no host"))?;
+
+    // Leaf: four 4-CPU nodes, each half used by a pod of the leaf's own: 8 CPU free in
+    // all, never more than 2 on one node. east-3 has an SSD.
+    let leaf_pods: Api<Pod> = Api::namespaced(leaf.client.clone(), "default");
+    for i in 1..=4 {
+        let name = format!("east-{i}");
+        let disk = if i == 3 { "ssd" } else { "hdd" };
+        node(
+            &leaf.client,
+            &name,
+            "4",
+            json!({"kubernetes.io/hostname": name, "disk": disk}),
+        )
+        .await?;
+        leaf_pods
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(pod(&format!("busy-{i}"), "2", Some(&name)))?,
+            )
+            .await?;
+    }
+    // Host: one real node too small for anything below.
+    node(
+        &host.client,
+        "host-a",
+        "500m",
+        json!({"kubernetes.io/hostname": "host-a"}),
+    )
+    .await?;
+    join_as_join_does(&host.client, &leaf, "east").await?;
+    let mut agent = Agent::start(&host.kubeconfig, "mcsched", host.dir())?;
+
+    // The virtual node shows the leaf: capacity 16 CPU, allocatable 8 free, Ready, Lease.
+    let nodes: Api<Node> = Api::all(host.client.clone());
+    wait::until(TIMEOUT, "virtual node status from the leaf", || async {
+        let n = nodes.get("mcsched-east").await?;
+        let st = n.status.clone().unwrap_or_default();
+        let cpu = |m: Option<
+            &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+        >| { m.and_then(|m| m.get("cpu")).map(|q| q.0.clone()) };
+        let ok = cpu(st.capacity.as_ref()).as_deref() == Some("16")
+            && cpu(st.allocatable.as_ref()).as_deref() == Some("8")
+            && ready_status(&n).as_deref() == Some("True");
+        Ok(ok.then_some(()))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    let leases: Api<Lease> = Api::namespaced(host.client.clone(), "kube-node-lease");
+    let lease = leases.get("mcsched-east").await?;
+    assert_eq!(
+        lease.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some("mcsched-east")
+    );
+
+    // Fragmentation: 3 CPU fits the summed 8 but no leaf node; the reason names the
+    // largest free leaf node.
+    let pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(pod("big", "3", None))?,
+    )
+    .await?;
+    let message = wait::until(TIMEOUT, "FailedScheduling of default/big", || {
+        failed_scheduling(&host.client, "big")
+    })
+    .await?;
+    assert!(
+        message.starts_with("0/2 nodes are available: ")
+            && message.contains("1 Insufficient cpu")
+            && message.contains(
+                "1 leaf cluster east has no node that fits: 4 Insufficient cpu; \
+                 largest free node east-1 (cpu 2, memory 8Gi, pods 109)"
+            ),
+        "{message}"
+    );
+    assert!(
+        pods.get("big")
+            .await?
+            .spec
+            .and_then(|s| s.node_name)
+            .is_none()
+    );
+
+    // A pod that fits one leaf node goes to the virtual node, with what it refers to.
+    let cms: Api<ConfigMap> = Api::namespaced(host.client.clone(), "default");
+    cms.create(
+        &PostParams::default(),
+        &serde_json::from_value(
+            json!({"metadata": {"name": "web-config"}, "data": {"mode": "fast"}}),
+        )?,
+    )
+    .await?;
+    let mut web = pod("web", "1", None);
+    web["metadata"]["annotations"] = json!({"mcsched.io/leaf-node-selector": "{\"disk\":\"ssd\"}"});
+    web["spec"]["containers"][0]["envFrom"] = json!([{"configMapRef": {"name": "web-config"}}]);
+    pods.create(&PostParams::default(), &serde_json::from_value(web)?)
+        .await?;
+    let bound = wait::until(TIMEOUT, "default/web bound", || async {
+        Ok(pods.get("web").await?.spec.and_then(|s| s.node_name))
+    })
+    .await?;
+    assert_eq!(bound, "mcsched-east");
+
+    // The leaf runs it on the SSD node; status flows back to the host pod.
+    let copy = wait::until(TIMEOUT, "leaf copy of default/web running", || async {
+        let p = leaf_pods.get_opt("web").await?;
+        Ok(p.filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    let spec = copy.spec.clone().unwrap_or_default();
+    assert_eq!(spec.node_name.as_deref(), Some("east-3"));
+    assert_eq!(
+        spec.node_selector,
+        Some(BTreeMap::from([("disk".to_string(), "ssd".to_string())]))
+    );
+    assert_eq!(
+        copy.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(keys::MANAGED_CLUSTER_LABEL))
+            .map(String::as_str),
+        Some("east")
+    );
+    let leaf_cm = Api::<ConfigMap>::namespaced(leaf.client.clone(), "default")
+        .get("web-config")
+        .await?;
+    assert_eq!(
+        leaf_cm.data.and_then(|d| d.get("mode").cloned()).as_deref(),
+        Some("fast")
+    );
+    let leaf_ip = copy.status.as_ref().and_then(|s| s.pod_ip.clone());
+    assert!(leaf_ip.is_some());
+    let host_web = wait::until(
+        TIMEOUT,
+        "host default/web Running with the leaf's IP",
+        || async {
+            let p = pods.get("web").await?;
+            let st = p.status.clone().unwrap_or_default();
+            Ok((st.phase.as_deref() == Some("Running") && st.pod_ip == leaf_ip).then_some(p))
+        },
+    )
+    .await?;
+    let leaf_condition = host_web
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "mcsched.io/LeafPod"))
+        .and_then(|c| c.message.clone());
+    assert_eq!(
+        leaf_condition.as_deref(),
+        Some("running in leaf cluster east on node east-3")
+    );
+
+    // The explanation names the leaf node the check found.
+    let http = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .build()?;
+    let explanation: Explanation = http
+        .get(format!("{}/explain/default/web", agent.url))
+        .send()
+        .await?
+        .json()
+        .await?;
+    match &explanation.outcome {
+        Outcome::Scheduled { node, leaf_node } => {
+            assert_eq!(node, "mcsched-east");
+            assert_eq!(leaf_node.as_deref(), Some("east-3"));
+        }
+        other => panic!("unexpected outcome {other:?}"),
+    }
+
+    // A restarted agent resumes: the same copy, nothing created twice.
+    agent.stop();
+    let mut agent = Agent::start_with(&host.kubeconfig, "mcsched", host.dir(), "restarted", &[])?;
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(pod("api", "1", None))?,
+    )
+    .await?;
+    wait::until(TIMEOUT, "leaf copy of default/api", || async {
+        Ok(leaf_pods.get_opt("api").await?.map(|_| ()))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    let again = leaf_pods.get("web").await?;
+    assert_eq!(
+        again.metadata.uid, copy.metadata.uid,
+        "web's copy was recreated"
+    );
+    let managed = leaf_pods
+        .list(&ListParams::default().labels(&format!("{}=east", keys::MANAGED_CLUSTER_LABEL)))
+        .await?;
+    let mut names: Vec<String> = managed
+        .items
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["api", "web"]);
+
+    // Deleting the host pod deletes its copy, then the host pod is gone too.
+    pods.delete("api", &DeleteParams::default()).await?;
+    wait::until(TIMEOUT, "default/api gone in host and leaf", || async {
+        let gone =
+            pods.get_opt("api").await?.is_none() && leaf_pods.get_opt("api").await?.is_none();
+        Ok(gone.then_some(()))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+
+    // A copy deleted in the leaf behind mcsched's back fails the host pod.
+    leaf_pods
+        .delete("web", &DeleteParams::default().grace_period(0))
+        .await?;
+    wait::until(TIMEOUT, "host default/web Failed", || async {
+        let p = pods.get_opt("web").await?;
+        let failed = match p {
+            None => true,
+            Some(p) => p.status.and_then(|s| s.reason).as_deref() == Some("LeafPodDeleted"),
+        };
+        Ok(failed.then_some(()))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+
+    // The leaf goes silent: the virtual node turns NotReady after 40 s.
+    drop(leaf);
+    wait::until(Duration::from_secs(90), "mcsched-east NotReady", || async {
+        let n = nodes.get("mcsched-east").await?;
+        Ok((ready_status(&n).as_deref() == Some("False")).then_some(()))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    agent.stop();
+    Ok(())
+}
