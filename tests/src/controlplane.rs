@@ -150,6 +150,26 @@ impl ControlPlane {
         self.dir.path()
     }
 
+    /// Freezes the whole control plane (SIGSTOP): its API server stops answering, as a
+    /// cluster cut off by the network would.
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// Undoes [`pause`](Self::pause).
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        if let Some(pid) = self.pid().and_then(|p| i32::try_from(p).ok()) {
+            // SAFETY: kill(2) on our own child's pid, which is not reaped while `self` lives.
+            unsafe {
+                libc::kill(pid, sig);
+            }
+        }
+    }
+
     pub fn pid(&self) -> Option<u32> {
         self.process.pid()
     }

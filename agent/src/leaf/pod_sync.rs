@@ -134,6 +134,9 @@ async fn sync_one(
             .cloned()
     };
     if pod.metadata.deletion_timestamp.is_some() {
+        // An unreachable leaf cannot confirm; the host pod goes now (its owner replaces
+        // it elsewhere) and the copy is removed as an orphan once the leaf answers.
+        let copy = copy.filter(|_| leaf.is_ready());
         match copy {
             Some(c) if c.metadata.deletion_timestamp.is_none() => {
                 let grace = pod.metadata.deletion_grace_period_seconds;
