@@ -78,6 +78,14 @@ pub struct Args {
     #[arg(long, env = "POD_NAMESPACE", default_value = mcsched_shared::keys::SYSTEM_NAMESPACE, value_name = "NAMESPACE")]
     pub namespace: String,
 
+    /// A pod whose leaf copy stays Pending this long (seconds) is taken back from the leaf.
+    #[arg(long, default_value_t = 120, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub leaf_pending_timeout: u64,
+
+    /// After that, the leaf is avoided for the pod's owner this long (seconds).
+    #[arg(long, default_value_t = 300, value_name = "SECONDS")]
+    pub leaf_avoid_duration: u64,
+
     /// Log filter in tracing's EnvFilter syntax (RUST_LOG overrides it).
     #[arg(long, default_value = "info", value_name = "FILTER")]
     pub log: String,

@@ -123,6 +123,10 @@ async fn run(
     };
     let options = SchedulerOptions {
         namespace: args.namespace.clone(),
+        leaf: mcsched_agent::leaf::registry::LeafSettings {
+            pending_timeout: Duration::from_secs(args.leaf_pending_timeout),
+            avoid_for: Duration::from_secs(args.leaf_avoid_duration),
+        },
         parallel_bindings: usize::from(args.parallel_bindings),
         initial_backoff: Duration::from_secs(cfg.pod_initial_backoff_seconds),
         max_backoff: Duration::from_secs(cfg.pod_max_backoff_seconds),

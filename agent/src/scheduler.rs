@@ -46,6 +46,7 @@ pub struct SchedulerOptions {
     pub parallel_bindings: usize,
     /// Where the join Secrets of leaf clusters are read from.
     pub namespace: String,
+    pub leaf: crate::leaf::registry::LeafSettings,
     pub initial_backoff: Duration,
     pub max_backoff: Duration,
 }
@@ -85,7 +86,7 @@ impl Shared {
             explanations: ExplanationStore::default(),
             bind_ctx: BindContext { client },
             extenders,
-            leaves: Arc::default(),
+            leaves: Arc::new(crate::leaf::registry::Leaves::new(options.leaf)),
             synced: std::sync::atomic::AtomicBool::new(false),
         })
     }

@@ -59,12 +59,12 @@ async fn join_as_join_does(
     cluster: &str,
 ) -> anyhow::Result<()> {
     let namespaces: Api<Namespace> = Api::all(host.clone());
-    namespaces
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": keys::SYSTEM_NAMESPACE}}))?,
-        )
-        .await?;
+    let ns = serde_json::from_value(json!({"metadata": {"name": keys::SYSTEM_NAMESPACE}}))?;
+    match namespaces.create(&PostParams::default(), &ns).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
     let kubeconfig = std::fs::read(&leaf.kubeconfig)?;
     let secret = Secret {
         metadata: kube::api::ObjectMeta {
@@ -352,11 +352,247 @@ async fn a_leaf_cluster_as_a_virtual_node() -> anyhow::Result<()> {
     .await
     .map_err(|e| e.context(agent.logs()))?;
 
-    // The leaf goes silent: the virtual node turns NotReady after 40 s.
-    drop(leaf);
-    wait::until(Duration::from_secs(90), "mcsched-east NotReady", || async {
-        let n = nodes.get("mcsched-east").await?;
-        Ok((ready_status(&n).as_deref() == Some("False")).then_some(()))
+    agent.stop();
+    Ok(())
+}
+
+async fn events_of(client: &Client, pod: &str, reason: &str) -> anyhow::Result<Vec<String>> {
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    let lp = ListParams::default().fields(&format!("regarding.name={pod}"));
+    Ok(events
+        .list(&lp)
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter_map(|e| e.note)
+        .collect())
+}
+
+async fn wait_ready(
+    nodes: &Api<Node>,
+    name: &str,
+    want: &str,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    wait::until(timeout, &format!("{name} Ready={want}"), || async {
+        let n = nodes.get(name).await?;
+        Ok((ready_status(&n).as_deref() == Some(want)).then_some(()))
+    })
+    .await
+}
+
+/// Pods of the `app` Deployment in the host, with their nodes.
+async fn app_pods(pods: &Api<Pod>) -> anyhow::Result<Vec<Pod>> {
+    Ok(pods
+        .list(&ListParams::default().labels("app=app"))
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect())
+}
+
+fn node_of(p: &Pod) -> Option<String> {
+    p.spec.as_ref().and_then(|s| s.node_name.clone())
+}
+
+fn phase_of(p: &Pod) -> Option<String> {
+    p.status.as_ref().and_then(|s| s.phase.clone())
+}
+
+/// Prefers west, then east (host nodes get nothing from this).
+fn preferring_west() -> serde_json::Value {
+    json!({"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 100, "preference": {"matchExpressions": [{"key": "mcsched.io/cluster", "operator": "In", "values": ["west"]}]}},
+        {"weight": 50, "preference": {"matchExpressions": [{"key": "mcsched.io/cluster", "operator": "In", "values": ["east"]}]}}
+    ]}})
+}
+
+/// West has no scheduler, so copies sent there stay Pending: taken back (controlled
+/// pods, annotated bare pods) or left with a Warning (other bare pods). Then east goes
+/// silent: NotReady, its pods evicted and recreated on the host, and Ready again after.
+#[tokio::test(flavor = "multi_thread")]
+async fn pending_copies_come_back_and_a_silent_leaf_fails_over() -> anyhow::Result<()> {
+    let (cps, west) = tokio::try_join!(
+        ControlPlane::start_many(&["mr-host", "mr-east"], ControlPlaneOptions::full()),
+        ControlPlane::start(
+            "mr-west",
+            ControlPlaneOptions {
+                with_controller_manager: true,
+                with_scheduler: false,
+                simulate_kubelets: true,
+            }
+        )
+    )?;
+    let [host, east]: [ControlPlane; 2] = cps
+        .try_into()
+        .map_err(|_| anyhow::anyhow!("expected two control planes"))?;
+    node(
+        &east.client,
+        "east-1",
+        "8",
+        json!({"kubernetes.io/hostname": "east-1"}),
+    )
+    .await?;
+    node(
+        &west.client,
+        "west-1",
+        "8",
+        json!({"kubernetes.io/hostname": "west-1"}),
+    )
+    .await?;
+    node(
+        &host.client,
+        "host-a",
+        "1500m",
+        json!({"kubernetes.io/hostname": "host-a"}),
+    )
+    .await?;
+    join_as_join_does(&host.client, &east, "east").await?;
+    join_as_join_does(&host.client, &west, "west").await?;
+    let mut agent = Agent::start_with(
+        &host.kubeconfig,
+        "mcsched",
+        host.dir(),
+        "failover",
+        &["--leaf-pending-timeout=8"],
+    )?;
+    let nodes: Api<Node> = Api::all(host.client.clone());
+    for n in ["mcsched-east", "mcsched-west"] {
+        wait_ready(&nodes, n, "True", TIMEOUT)
+            .await
+            .map_err(|e| e.context(agent.logs()))?;
+    }
+    let pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
+
+    // A Deployment's pod goes to west first, stays Pending there, and is replaced on east.
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(host.client.clone(), "default");
+    let not_ready = |key: &str| json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 0});
+    deployments
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "app"},
+                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "app"}},
+                    "template": {"metadata": {"labels": {"app": "app"}}, "spec": {
+                        "schedulerName": "mcsched",
+                        "affinity": preferring_west(),
+                        "tolerations": [not_ready("node.kubernetes.io/not-ready"), not_ready("node.kubernetes.io/unreachable")],
+                        "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "1"}}}]}}}
+            }))?,
+        )
+        .await?;
+    let first = wait::until(TIMEOUT, "an app pod on mcsched-west", || async {
+        let ps = app_pods(&pods).await?;
+        Ok(ps
+            .into_iter()
+            .find(|p| node_of(p).as_deref() == Some("mcsched-west")))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    let first_name = first.metadata.name.clone().unwrap_or_default();
+    wait::until(TIMEOUT, "the app pod replaced on mcsched-east", || async {
+        let ps = app_pods(&pods).await?;
+        Ok(ps.into_iter().find(|p| {
+            node_of(p).as_deref() == Some("mcsched-east")
+                && phase_of(p).as_deref() == Some("Running")
+        }))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    let notes = events_of(&host.client, &first_name, "LeafPodPending").await?;
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("taken back so that its owner recreates it elsewhere")),
+        "{notes:?}"
+    );
+    assert!(
+        Api::<Pod>::namespaced(west.client.clone(), "default")
+            .list(&ListParams::default().labels("app=app"))
+            .await?
+            .items
+            .is_empty(),
+        "the Pending copy in west is deleted"
+    );
+
+    // A bare pod bound to west cannot move: a Warning says why, and it stays.
+    let mut solo = pod("solo", "1", None);
+    solo["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+        {"nodeSelectorTerms": [{"matchExpressions": [{"key": "mcsched.io/cluster", "operator": "In", "values": ["west"]}]}]}}});
+    pods.create(&PostParams::default(), &serde_json::from_value(solo)?)
+        .await?;
+    let note = wait::until(TIMEOUT, "the Warning on default/solo", || async {
+        Ok(events_of(&host.client, "solo", "LeafPodPending")
+            .await?
+            .into_iter()
+            .next())
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    assert!(
+        note.contains("a bare pod cannot be moved (spec.nodeName is immutable)"),
+        "{note}"
+    );
+    assert_eq!(
+        node_of(&pods.get("solo").await?).as_deref(),
+        Some("mcsched-west")
+    );
+
+    // An annotated bare pod is recreated, and west is avoided for it.
+    let mut phoenix = pod("phoenix", "1", None);
+    phoenix["metadata"]["annotations"] = json!({"mcsched.io/recreate-on-leaf-pending": "true"});
+    phoenix["spec"]["affinity"] = preferring_west();
+    let created: Pod = pods
+        .create(&PostParams::default(), &serde_json::from_value(phoenix)?)
+        .await?;
+    wait::until(
+        TIMEOUT,
+        "default/phoenix recreated on mcsched-east",
+        || async {
+            let p = pods.get_opt("phoenix").await?;
+            Ok(p.filter(|p| {
+                p.metadata.uid != created.metadata.uid
+                    && node_of(p).as_deref() == Some("mcsched-east")
+            }))
+        },
+    )
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+
+    // East goes silent: NotReady after 40 s; its app pod is evicted and replaced on the
+    // host (west is avoided for the Deployment, east is tainted).
+    east.pause();
+    wait_ready(&nodes, "mcsched-east", "False", Duration::from_secs(120))
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
+    wait::until(
+        Duration::from_secs(120),
+        "the app pod replaced on host-a",
+        || async {
+            let ps = app_pods(&pods).await?;
+            Ok(ps.into_iter().find(|p| {
+                node_of(p).as_deref() == Some("host-a") && phase_of(p).as_deref() == Some("Running")
+            }))
+        },
+    )
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+
+    // East answers again: Ready, and the copy of the evicted pod is removed there.
+    east.resume();
+    wait_ready(&nodes, "mcsched-east", "True", Duration::from_secs(90))
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
+    let east_pods: Api<Pod> = Api::namespaced(east.client.clone(), "default");
+    wait::until(TIMEOUT, "no app copy left in east", || async {
+        let left = east_pods
+            .list(&ListParams::default().labels("app=app"))
+            .await?
+            .items;
+        Ok(left.is_empty().then_some(()))
     })
     .await
     .map_err(|e| e.context(agent.logs()))?;

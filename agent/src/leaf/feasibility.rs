@@ -31,6 +31,8 @@ pub struct LeafCycle {
     leaf_pod: Arc<OnceLock<Result<Arc<PodInfo>, String>>>,
     /// Virtual node → the leaf node found able to host the pod.
     choices: Arc<Mutex<HashMap<String, String>>>,
+    /// Owner → clusters its pods are kept away from (they stayed Pending there).
+    pub avoid: Arc<HashMap<String, Vec<String>>>,
 }
 
 impl LeafCycle {
@@ -104,6 +106,16 @@ impl LeafChecker {
         let Some(cluster) = node.cluster.as_deref() else {
             return Status::success();
         };
+        if !cycle.avoid.is_empty()
+            && cycle
+                .avoid
+                .get(&super::rescheduling::owner_key(&pod.pod))
+                .is_some_and(|cs| cs.iter().any(|c| c == cluster))
+        {
+            return Status::unschedulable(format!(
+                "leaf cluster {cluster} is avoided for a while: this owner's pods stayed Pending there"
+            ));
+        }
         let Some(view) = cycle.views.get(cluster) else {
             return Status::unschedulable(format!(
                 "leaf cluster {cluster} is not connected to the agent"

@@ -5,5 +5,6 @@ pub mod cluster;
 pub mod feasibility;
 pub mod pod_sync;
 pub mod registry;
+pub mod rescheduling;
 pub mod transform;
 pub mod virtual_node;

@@ -20,6 +20,7 @@ use serde_json::json;
 use tracing::{debug, info, warn};
 
 use super::cluster::LeafCluster;
+use super::rescheduling;
 use super::transform;
 use crate::scheduler::Shared;
 
@@ -93,7 +94,7 @@ async fn reconcile(host: &Client, shared: &Shared, leaf: &LeafCluster) {
     let hosts = host_pods(shared, &node);
     let copies = leaf.managed();
     for (key, pod) in &hosts {
-        if let Err(e) = sync_one(host, leaf, pod, copies.get(key)).await {
+        if let Err(e) = sync_one(host, shared, leaf, pod, copies.get(key)).await {
             warn!(cluster = %leaf.name, pod = %key, error = %e, "pod sync failed; retrying");
         }
     }
@@ -118,6 +119,7 @@ fn condition<'a>(status: Option<&'a PodStatus>, type_: &str) -> Option<&'a PodCo
 
 async fn sync_one(
     host: &Client,
+    shared: &Shared,
     leaf: &LeafCluster,
     pod: &Pod,
     copy: Option<&Arc<Pod>>,
@@ -209,9 +211,131 @@ async fn sync_one(
                 debug!(pod = %format!("{ns}/{name}"), phase = ?new.phase, "leaf status to host");
                 write_host_status(&host_pods, &name, &new).await?;
             }
-            Ok(())
+            let settings = shared.leaves.settings;
+            match rescheduling::pending_for(c) {
+                Some(waited) if waited >= settings.pending_timeout => {
+                    take_back(shared, leaf, &host_pods, pod, c, waited).await
+                }
+                _ => Ok(()),
+            }
         }
     }
+}
+
+/// A copy Pending too long: controlled pods are deleted so their owner recreates them,
+/// with this leaf avoided for the owner; a bare pod is recreated only when its annotation
+/// allows it (its nodeName cannot change), else left with a Warning saying why.
+async fn take_back(
+    shared: &Shared,
+    leaf: &LeafCluster,
+    host_pods: &Api<Pod>,
+    pod: &Pod,
+    copy: &Pod,
+    waited: Duration,
+) -> Result<(), SyncError> {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let settings = shared.leaves.settings;
+    let owner = rescheduling::owner_key(pod);
+    let recreate = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(rescheduling::RECREATE_ANNOTATION))
+        .is_some_and(|v| v == "true");
+    let controlled = rescheduling::has_controller(pod);
+    let waited_s = waited.as_secs();
+    let note = if controlled {
+        format!(
+            "pod stayed Pending in leaf cluster {} for {waited_s}s; taken back so that its owner recreates it elsewhere; {} is avoided for the owner's pods for {}s",
+            leaf.name,
+            leaf.name,
+            settings.avoid_for.as_secs()
+        )
+    } else if recreate {
+        format!(
+            "pod stayed Pending in leaf cluster {} for {waited_s}s; recreated from its spec ({}=true) to be placed elsewhere",
+            leaf.name,
+            rescheduling::RECREATE_ANNOTATION
+        )
+    } else {
+        if shared.leaves.avoidance.first_warning(&uid) {
+            warn_event(
+                shared,
+                pod,
+                format!(
+                    "pod has been Pending in leaf cluster {} for {waited_s}s; a bare pod cannot be moved (spec.nodeName is immutable): set annotation {}=true to let mcsched recreate it elsewhere",
+                    leaf.name,
+                    rescheduling::RECREATE_ANNOTATION
+                ),
+            );
+        }
+        return Ok(());
+    };
+    info!(cluster = %leaf.name, pod = %name, "taking a pod back from its leaf");
+    shared
+        .leaves
+        .avoidance
+        .avoid(owner, &leaf.name, settings.avoid_for);
+    warn_event(shared, pod, note);
+    delete_copy(leaf, copy, Some(0)).await?;
+    let dp = DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match host_pods.delete(&name, &dp).await {
+        Ok(_) => {}
+        Err(e) if matches!(code(&e), Some(404 | 409)) => return Ok(()),
+        Err(e) => return Err(api_err(format!("deleting host pod {name}"))(e)),
+    }
+    if controlled {
+        return Ok(());
+    }
+    // The same name can only be taken again once the old pod is gone.
+    for _ in 0..50 {
+        match host_pods.get_opt(&name).await {
+            Ok(None) => break,
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+    let mut spec = pod.spec.clone().unwrap_or_default();
+    spec.node_name = None;
+    let fresh = Pod {
+        metadata: ObjectMeta {
+            name: pod.metadata.name.clone(),
+            namespace: pod.metadata.namespace.clone(),
+            labels: pod.metadata.labels.clone(),
+            annotations: pod.metadata.annotations.clone(),
+            ..Default::default()
+        },
+        spec: Some(spec),
+        status: None,
+    };
+    host_pods
+        .create(&PostParams::default(), &fresh)
+        .await
+        .map_err(api_err(format!("recreating host pod {name}")))?;
+    Ok(())
+}
+
+fn warn_event(shared: &Shared, pod: &Pod, note: String) {
+    let scheduler = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.scheduler_name.clone())
+        .unwrap_or_else(|| keys::DEFAULT_SCHEDULER_NAME.into());
+    shared.events.send(crate::events::Message::Event {
+        reporting_controller: scheduler,
+        regarding: crate::events::object_ref(pod),
+        type_: kube::runtime::events::EventType::Warning,
+        reason: "LeafPodPending",
+        action: "Rescheduling",
+        note,
+    });
 }
 
 fn set_leaf_condition(status: &mut PodStatus, leaf: &LeafCluster, leaf_node: Option<&str>) {

@@ -32,13 +32,40 @@ pub enum JoinSecretError {
     },
 }
 
+/// How the agent treats leaf copies that stay Pending.
+#[derive(Debug, Clone, Copy)]
+pub struct LeafSettings {
+    /// A copy Pending this long is taken back.
+    pub pending_timeout: std::time::Duration,
+    /// The cluster is then avoided for the pod's owner this long.
+    pub avoid_for: std::time::Duration,
+}
+
+impl Default for LeafSettings {
+    fn default() -> Self {
+        LeafSettings {
+            pending_timeout: std::time::Duration::from_secs(120),
+            avoid_for: std::time::Duration::from_secs(300),
+        }
+    }
+}
+
 /// The leaves known to this agent.
 #[derive(Default)]
 pub struct Leaves {
     clusters: RwLock<BTreeMap<String, Arc<LeafCluster>>>,
+    pub settings: LeafSettings,
+    pub avoidance: super::rescheduling::Avoidance,
 }
 
 impl Leaves {
+    pub fn new(settings: LeafSettings) -> Self {
+        Leaves {
+            settings,
+            ..Default::default()
+        }
+    }
+
     pub fn get(&self, name: &str) -> Option<Arc<LeafCluster>> {
         self.read().get(name).cloned()
     }
@@ -69,7 +96,9 @@ impl Leaves {
                 (name.clone(), Arc::new(view))
             })
             .collect();
-        LeafCycle::new(Arc::new(views))
+        let mut cycle = LeafCycle::new(Arc::new(views));
+        cycle.avoid = self.avoidance.current();
+        cycle
     }
 
     /// Counts `pod` on `leaf_node` until the leaf's own scheduler has placed its copy, so
