@@ -327,6 +327,58 @@ async fn a_leaf_cluster_as_a_virtual_node() -> anyhow::Result<()> {
     names.sort();
     assert_eq!(names, ["api", "web"]);
 
+    // Freshness, measured (reported, not asserted): leaf status to host pod, and a leaf
+    // change to the virtual node's allocatable. Both sides polled every 10 ms.
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(pod("timed", "1", None))?,
+    )
+    .await?;
+    let (mut leaf_running, mut host_running) = (None, None);
+    let started = std::time::Instant::now();
+    while host_running.is_none() && started.elapsed() < TIMEOUT {
+        let running = |p: Option<Pod>| {
+            p.and_then(|p| p.status)
+                .and_then(|s| s.phase)
+                .is_some_and(|ph| ph == "Running")
+        };
+        if leaf_running.is_none() && running(leaf_pods.get_opt("timed").await?) {
+            leaf_running = Some(std::time::Instant::now());
+        }
+        if leaf_running.is_some() && running(pods.get_opt("timed").await?) {
+            host_running = Some(std::time::Instant::now());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (Some(l), Some(h)) = (leaf_running, host_running) else {
+        anyhow::bail!("default/timed never ran in both clusters\n{}", agent.logs());
+    };
+    eprintln!(
+        "measured: pod status written back {} ms after the leaf pod turned Running",
+        h.duration_since(l).as_millis()
+    );
+    let before = std::time::Instant::now();
+    leaf_pods
+        .delete("busy-4", &DeleteParams::default().grace_period(0))
+        .await?;
+    loop {
+        let n = nodes.get("mcsched-east").await?;
+        let cpu = n
+            .status
+            .and_then(|s| s.allocatable)
+            .and_then(|a| a.get("cpu").cloned())
+            .map(|q| q.0);
+        if cpu.as_deref() == Some("10") {
+            break;
+        }
+        anyhow::ensure!(before.elapsed() < TIMEOUT, "allocatable stayed {cpu:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    eprintln!(
+        "measured: virtual node allocatable followed a leaf pod deletion in {} ms",
+        before.elapsed().as_millis()
+    );
+
     // Deleting the host pod deletes its copy, then the host pod is gone too.
     pods.delete("api", &DeleteParams::default()).await?;
     wait::until(TIMEOUT, "default/api gone in host and leaf", || async {
