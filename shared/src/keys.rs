@@ -68,3 +68,7 @@ pub const AGENT_PORT: u16 = 10259;
 /// same name in `kube-node-lease` (that node's Lease only), so the agent can touch virtual
 /// nodes and nothing else.
 pub const VIRTUAL_NODE_RBAC_PREFIX: &str = "mcsched-virtual-node-";
+
+/// Annotation on a host PVC whose pod runs in a leaf: the leaf cluster that holds (and
+/// binds) its copy. Such a claim never follows a pod to a host node or another leaf.
+pub const BOUND_IN_CLUSTER_ANNOTATION: &str = "mcsched.io/bound-in-cluster";

@@ -529,6 +529,14 @@ async fn create_copy(host: &Client, leaf: &LeafCluster, pod: &Pod) -> Result<(),
             Err(e) if code(&e) == Some(409) => {}
             Err(e) => return Err(api_err(format!("creating leaf PVC {ns}/{c_name}"))(e)),
         }
+        // From now on the claim's data lives in this leaf: LeafNodeVolumeBinding keeps
+        // the claim's pods there.
+        let mark =
+            json!({"metadata": {"annotations": {keys::BOUND_IN_CLUSTER_ANNOTATION: leaf.name}}});
+        host_claims
+            .patch(c_name, &PatchParams::default(), &Patch::Merge(&mark))
+            .await
+            .map_err(api_err(format!("marking host PVC {ns}/{c_name}")))?;
     }
     let copy = transform::leaf_pod(pod, &leaf.name)?;
     let leaf_pods: Api<Pod> = Api::namespaced(leaf.client.clone(), &ns);

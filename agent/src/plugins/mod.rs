@@ -7,6 +7,7 @@ pub mod helper;
 pub mod image_locality;
 pub mod inter_pod_affinity;
 pub mod leaf_node_taint_toleration;
+pub mod leaf_node_volume_binding;
 pub mod node_affinity;
 pub mod node_name;
 pub mod node_ports;
@@ -47,6 +48,8 @@ pub fn registry(args: &PluginArgs) -> HashMap<String, Arc<dyn Plugin>> {
         Arc::new(node_name::NodeName),
         Arc::new(taint_toleration::TaintToleration),
         Arc::new(leaf_node_taint_toleration::LeafNodeTaintToleration),
+        // Until VolumeBinding is in the registry, host nodes are not judged on volumes.
+        Arc::new(leaf_node_volume_binding::LeafNodeVolumeBinding::new(None)),
         Arc::new(node_affinity::NodeAffinity::new(
             args.node_affinity_added.clone(),
         )),

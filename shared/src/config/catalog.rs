@@ -64,6 +64,10 @@ pub const PLUGINS: &[(&str, &[Point])] = &[
     ("NodeName", &[Filter]),
     ("TaintToleration", &[Filter, PreScore, Score]),
     ("LeafNodeTaintToleration", &[Filter]),
+    (
+        "LeafNodeVolumeBinding",
+        &[PreFilter, Filter, Reserve, PreBind],
+    ),
     ("NodeAffinity", &[PreFilter, Filter, PreScore, Score]),
     ("NodePorts", &[Filter]),
     ("NodeResourcesFit", &[Filter, Score]),
@@ -232,5 +236,4 @@ pub const NOT_YET_IMPLEMENTED: &[&str] = &[
     "NodeVolumeLimits",
     "VolumeBinding",
     "VolumeZone",
-    "LeafNodeVolumeBinding",
 ];

@@ -150,21 +150,29 @@ fn seed_002_configs_load_unchanged() {
 }
 
 #[test]
-fn seed_000_waits_for_the_leaf_node_plugins() {
-    let errs = errors(&testdata("seed-000-kosmos-v1beta1.yaml"));
+fn seed_000_loads_with_the_leaf_node_plugins() {
+    let c = ok(&testdata("seed-000-kosmos-v1beta1.yaml"));
+    let p = &c.profiles[0];
+    assert_eq!(p.scheduler_name, "kosmos-scheduler");
+    let names = |refs: &[PluginRef]| refs.iter().map(|r| r.name.clone()).collect::<Vec<_>>();
+    let filter = names(&p.plugins.filter);
     assert!(
-        !errs.iter().any(|e| e.contains("LeafNodeTaintToleration")),
-        "{errs:#?}"
+        filter.contains(&"LeafNodeTaintToleration".to_string()),
+        "{filter:?}"
     );
     assert!(
-        errs.iter()
-            .any(|e| e == "profiles[0].plugins.filter.enabled[1].name: plugin \"LeafNodeVolumeBinding\" is not implemented by mcsched yet"),
-        "{errs:#?}"
+        filter.contains(&"LeafNodeVolumeBinding".to_string()),
+        "{filter:?}"
     );
     assert!(
-        errs.iter().all(|e| e.contains("LeafNodeVolumeBinding")),
-        "{errs:#?}"
+        !filter.contains(&"TaintToleration".to_string()),
+        "{filter:?}"
     );
+    assert!(!filter.contains(&"VolumeBinding".to_string()), "{filter:?}");
+    assert!(names(&p.plugins.reserve).contains(&"LeafNodeVolumeBinding".to_string()));
+    assert!(names(&p.plugins.pre_bind).contains(&"LeafNodeVolumeBinding".to_string()));
+    assert_eq!(p.args.leaf_volume_binding_timeout_seconds, 5);
+    assert_eq!(c.leader_election.resource_name, "kosmos-scheduler");
 }
 
 #[test]
