@@ -2,7 +2,7 @@
 //!
 //! Exit codes follow kubectl: 0 success, 1 failure, 2 usage error (clap's own exit code).
 
-#[allow(dead_code)] // the cluster commands use all of it
+mod cluster;
 mod kube_context;
 
 use clap::{Parser, Subcommand};
@@ -21,8 +21,30 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Join a leaf cluster: it becomes the virtual node mcsched-NAME of the host.
+    Join {
+        #[command(subcommand)]
+        what: JoinWhat,
+    },
+    /// Remove a joined leaf cluster from the host, and what join created in it.
+    Unjoin {
+        #[command(subcommand)]
+        what: UnjoinWhat,
+    },
     /// Print the client version.
     Version,
+}
+
+#[derive(Debug, Subcommand)]
+enum JoinWhat {
+    /// Join a leaf cluster (the host is the cluster of --kubeconfig/--context).
+    Cluster(cluster::join::JoinArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum UnjoinWhat {
+    /// Unjoin a leaf cluster: drain its virtual node, remove what join created.
+    Cluster(cluster::unjoin::UnjoinArgs),
 }
 
 fn main() -> ExitCode {
@@ -53,6 +75,12 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Join {
+            what: JoinWhat::Cluster(args),
+        } => cluster::join::run(&cli.kube, args).await,
+        Command::Unjoin {
+            what: UnjoinWhat::Cluster(args),
+        } => cluster::unjoin::run(&cli.kube, args).await,
         Command::Version => {
             println!("kubectl-mcsched {}", env!("CARGO_PKG_VERSION"));
             Ok(())

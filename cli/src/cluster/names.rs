@@ -1,0 +1,125 @@
+//! Checks of what the user typed, before anything is touched.
+
+use std::collections::BTreeMap;
+
+use mcsched_shared::keys;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum NameError {
+    #[error("--name {0:?}: {1}")]
+    Cluster(String, String),
+    #[error("--label {0:?}: {1}")]
+    Label(String, String),
+    #[error("--cost {0:?}: must be a non-negative integer")]
+    Cost(String),
+    #[error("--{0} {1:?}: {2}")]
+    Topology(&'static str, String, String),
+}
+
+fn dns_label(s: &str, max: usize) -> Result<(), String> {
+    if s.is_empty() || s.len() > max {
+        return Err(format!("must be 1 to {max} characters"));
+    }
+    let ok = s
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if !ok || s.starts_with('-') || s.ends_with('-') {
+        return Err(
+            "must consist of lower case alphanumeric characters or '-', and start and end with an alphanumeric character (a DNS-1123 label)"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+/// A cluster name: a DNS-1123 label short enough that `mcsched-<name>` is one too.
+pub fn cluster(name: &str) -> Result<(), NameError> {
+    dns_label(name, 63 - keys::VIRTUAL_NODE_PREFIX.len())
+        .map_err(|e| NameError::Cluster(name.into(), e))
+}
+
+fn label_value(v: &str) -> Result<(), String> {
+    if v.len() > 63 {
+        return Err("value must be no more than 63 characters".into());
+    }
+    let ok = v
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    let ends = |c: Option<char>| c.is_none_or(|c| c.is_ascii_alphanumeric());
+    if !ok || !ends(v.chars().next()) || !ends(v.chars().last()) {
+        return Err("value must consist of alphanumeric characters, '-', '_' or '.', and start and end with an alphanumeric character".into());
+    }
+    Ok(())
+}
+
+fn label_key(k: &str) -> Result<(), String> {
+    let (prefix, name) = match k.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, k),
+    };
+    if let Some(p) = prefix
+        && (p.is_empty() || p.len() > 253 || !p.split('.').all(|part| dns_label(part, 63).is_ok()))
+    {
+        return Err("key prefix must be a DNS-1123 subdomain".into());
+    }
+    if name.is_empty() {
+        return Err("key name must not be empty".into());
+    }
+    label_value(name).map_err(|e| e.replace("value", "key name"))
+}
+
+/// `k=v` pairs; the keys mcsched sets itself are refused.
+pub fn labels(raw: &[String]) -> Result<BTreeMap<String, String>, NameError> {
+    let mut out = BTreeMap::new();
+    for l in raw {
+        let Some((k, v)) = l.split_once('=') else {
+            return Err(NameError::Label(l.clone(), "expected key=value".into()));
+        };
+        label_key(k).map_err(|e| NameError::Label(l.clone(), e))?;
+        label_value(v).map_err(|e| NameError::Label(l.clone(), e))?;
+        if k == keys::CLUSTER_LABEL {
+            return Err(NameError::Label(
+                l.clone(),
+                format!("{} is set by mcsched from --name", keys::CLUSTER_LABEL),
+            ));
+        }
+        out.insert(k.to_string(), v.to_string());
+    }
+    Ok(out)
+}
+
+pub fn cost(raw: &str) -> Result<u64, NameError> {
+    raw.parse().map_err(|_| NameError::Cost(raw.into()))
+}
+
+pub fn topology(flag: &'static str, raw: &str) -> Result<(), NameError> {
+    label_value(raw).map_err(|e| NameError::Topology(flag, raw.into(), e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_labels_and_costs_are_checked() {
+        assert!(cluster("east-1").is_ok());
+        assert!(cluster("East").is_err());
+        assert!(cluster("-east").is_err());
+        assert!(cluster(&"a".repeat(56)).is_err());
+        assert!(cluster(&"a".repeat(55)).is_ok());
+        assert_eq!(
+            labels(&["tier=onprem".into(), "example.com/team=db".into()]).map(|m| m.len()),
+            Ok(2)
+        );
+        assert!(
+            matches!(labels(&["tier".into()]), Err(NameError::Label(_, m)) if m == "expected key=value")
+        );
+        assert!(labels(&["tier=on prem".into()]).is_err());
+        assert!(labels(&["mcsched.io/cluster=x".into()]).is_err());
+        assert_eq!(cost("3"), Ok(3));
+        assert!(cost("-1").is_err());
+        assert!(cost("cheap").is_err());
+        assert!(topology("region", "eu-west-1").is_ok());
+        assert!(topology("region", "eu west").is_err());
+    }
+}
