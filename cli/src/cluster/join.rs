@@ -214,13 +214,18 @@ pub async fn run(kube: &KubeArgs, args: JoinArgs) -> anyhow::Result<()> {
         .list(&kube::api::ListParams::default().labels(keys::CLUSTER_LABEL))
         .await
         .context("listing join Secrets in the host")?;
+    let joined_as = |s: &Secret| {
+        (
+            s.labels()
+                .get(keys::CLUSTER_LABEL)
+                .cloned()
+                .unwrap_or_default(),
+            s.annotations().get(keys::CLUSTER_ID_ANNOTATION).cloned(),
+        )
+    };
+    // The name first: a name is never reused for a different leaf.
     for s in &joined.items {
-        let id = s.annotations().get(keys::CLUSTER_ID_ANNOTATION).cloned();
-        let cluster = s
-            .labels()
-            .get(keys::CLUSTER_LABEL)
-            .cloned()
-            .unwrap_or_default();
+        let (cluster, id) = joined_as(s);
         if cluster == args.name && id.as_deref() != Some(leaf_id.as_str()) {
             bail!(
                 "cluster name {} is already used by another leaf (id {})",
@@ -228,6 +233,9 @@ pub async fn run(kube: &KubeArgs, args: JoinArgs) -> anyhow::Result<()> {
                 id.unwrap_or_default()
             );
         }
+    }
+    for s in &joined.items {
+        let (cluster, id) = joined_as(s);
         if cluster != args.name && id.as_deref() == Some(leaf_id.as_str()) {
             bail!("this leaf cluster is already joined as {cluster}");
         }

@@ -27,6 +27,14 @@ pub struct UnjoinArgs {
     /// Do not ask for confirmation.
     #[arg(long, short = 'y')]
     pub yes: bool,
+    /// Kubeconfig of the leaf with rights to remove what join created there (its
+    /// ServiceAccount and ClusterRole). Without it only the pods and objects mcsched synced
+    /// are removed, with the leaf ServiceAccount's own token.
+    #[arg(long, value_name = "FILE")]
+    pub cluster_kubeconfig: Option<std::path::PathBuf>,
+    /// Context of --cluster-kubeconfig.
+    #[arg(long, value_name = "NAME")]
+    pub cluster_context: Option<String>,
 }
 
 pub async fn run(kube: &KubeArgs, args: UnjoinArgs) -> anyhow::Result<()> {
@@ -90,11 +98,33 @@ pub async fn run(kube: &KubeArgs, args: UnjoinArgs) -> anyhow::Result<()> {
         ));
     }
 
-    match leaf_client(secret.as_ref()).await {
-        Ok(Some(leaf)) => match clean_leaf(&leaf, &args.name).await {
-            Ok(()) => step(
+    let leaf = match &args.cluster_kubeconfig {
+        Some(path) => {
+            let config =
+                crate::kube_context::load_config(Some(path), args.cluster_context.as_deref())
+                    .await
+                    .with_context(|| format!("--cluster-kubeconfig {}", path.display()))?;
+            Client::try_from(config)
+                .map(Some)
+                .map_err(anyhow::Error::from)
+        }
+        None => leaf_client(secret.as_ref()).await,
+    };
+    let admin = args.cluster_kubeconfig.is_some();
+    match leaf {
+        Ok(Some(leaf)) => match clean_leaf(&leaf, &args.name, admin).await {
+            Ok(()) if admin => step(
                 "leaf: synced pods and objects, namespaces mcsched created, ServiceAccount, RBAC and token removed",
             ),
+            Ok(()) => {
+                step("leaf: synced pods and objects, and namespaces mcsched created, removed");
+                warn(&format!(
+                    "left in the leaf: ServiceAccount {}/{}, ClusterRole and ClusterRoleBinding {} (pass --cluster-kubeconfig to remove them)",
+                    keys::SYSTEM_NAMESPACE,
+                    keys::LEAF_ACCOUNT,
+                    keys::LEAF_ACCOUNT
+                ));
+            }
             Err(e) => warn(&format!(
                 "leaf not cleaned ({e:#}); left there: pods labelled {}={}, ServiceAccount {}/{}, ClusterRole and ClusterRoleBinding {}",
                 keys::MANAGED_CLUSTER_LABEL,
@@ -104,7 +134,9 @@ pub async fn run(kube: &KubeArgs, args: UnjoinArgs) -> anyhow::Result<()> {
                 keys::LEAF_ACCOUNT
             )),
         },
-        Ok(None) => warn("no join Secret: the leaf side was not cleaned"),
+        Ok(None) => {
+            warn("no join Secret and no --cluster-kubeconfig: the leaf side was not cleaned")
+        }
         Err(e) => warn(&format!(
             "cannot reach the leaf ({e:#}); its side was not cleaned"
         )),
@@ -158,7 +190,7 @@ async fn leaf_client(secret: Option<&Secret>) -> anyhow::Result<Option<Client>> 
     Ok(Some(client))
 }
 
-async fn clean_leaf(leaf: &Client, cluster: &str) -> anyhow::Result<()> {
+async fn clean_leaf(leaf: &Client, cluster: &str, admin: bool) -> anyhow::Result<()> {
     let ours = ListParams::default().labels(&format!("{}={cluster}", keys::MANAGED_CLUSTER_LABEL));
     let pods: Api<Pod> = Api::all(leaf.clone());
     for p in pods.list(&ours).await?.items {
