@@ -222,6 +222,9 @@ async fn clean_leaf(leaf: &Client, cluster: &str, admin: bool) -> anyhow::Result
     for ns in namespaces.list(&ours).await?.items {
         delete_quietly(&namespaces, &ns.name_any()).await?;
     }
+    if !admin {
+        return Ok(());
+    }
     delete_quietly(
         &Api::<ClusterRoleBinding>::all(leaf.clone()),
         keys::LEAF_ACCOUNT,
