@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# The local demo: a host control plane (kube-apiserver, kube-controller-manager,
-# kube-scheduler and simulated kubelets), mcsched-agent beside kube-scheduler, pods for
-# each; shows who bound what, then stops everything it started.
+# The local demo: a host cluster and two leaf clusters (each: etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler, simulated kubelets), both leaves joined with
+# `kubectl mcsched join cluster`, mcsched-agent beside kube-scheduler in the host, pods for
+# each scheduler and seed 000's MySQL example; shows where everything runs, in every
+# cluster, and why; then stops everything it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 CONTROLPLANE=${MCSCHED_CONTROLPLANE:-.build/controlplane}
 AGENT=${MCSCHED_AGENT:-target/debug/mcsched-agent}
+CLI=${MCSCHED_CLI:-target/debug/kubectl-mcsched}
 WORK=$(mktemp -d -t mcsched-demo-XXXXXX)
-KUBECONFIG_FILE="$WORK/host.kubeconfig"
 PIDS=()
 
 cleanup() {
@@ -25,42 +27,89 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
-k() { kubectl --kubeconfig "$KUBECONFIG_FILE" "$@"; }
+kc() { local c=$1; shift; kubectl --kubeconfig "$WORK/$c.kubeconfig" "$@"; }
+k() { kc host "$@"; }
+mcsched() { "$CLI" --kubeconfig "$WORK/host.kubeconfig" "$@"; }
 
-say "starting the host cluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, simulated kubelets)"
-"$CONTROLPLANE" --name host --data-dir "$WORK/host" --kubeconfig "$KUBECONFIG_FILE" \
-  --with-controller-manager --with-scheduler --simulate-kubelets >"$WORK/host.out" 2>"$WORK/host.log" &
-PIDS+=($!)
-for _ in $(seq 1 600); do
-  grep -q '^READY' "$WORK/host.out" 2>/dev/null && break
-  kill -0 "${PIDS[0]}" 2>/dev/null || { tail -20 "$WORK/host.log"; exit 1; }
-  sleep 0.2
-done
-grep '^READY' "$WORK/host.out" || { echo "host control plane not ready"; tail -20 "$WORK/host.log"; exit 1; }
-k version
+start_cluster() {
+  "$CONTROLPLANE" --name "$1" --data-dir "$WORK/$1" --kubeconfig "$WORK/$1.kubeconfig" \
+    --with-controller-manager --with-scheduler --simulate-kubelets >"$WORK/$1.out" 2>"$WORK/$1.log" &
+  PIDS+=($!)
+}
 
-say "three nodes: two with 4 CPUs, one with 1"
-for spec in node-a:4 node-b:4 node-c:1; do
-  name=${spec%%:*} cpu=${spec##*:}
-  k apply -f - >/dev/null <<YAML
+wait_cluster() {
+  for _ in $(seq 1 900); do
+    grep -q '^READY' "$WORK/$1.out" 2>/dev/null && return 0
+    sleep 0.2
+  done
+  echo "control plane $1 not ready"; tail -20 "$WORK/$1.log"; exit 1
+}
+
+# node CLUSTER NAME CPU
+node() {
+  kc "$1" apply -f - >/dev/null <<YAML
 apiVersion: v1
 kind: Node
 metadata:
-  name: $name
-  labels: {kubernetes.io/hostname: $name}
+  name: $2
+  labels: {kubernetes.io/hostname: $2}
 status:
-  capacity: {cpu: "$cpu", memory: 8Gi, pods: "110"}
-  allocatable: {cpu: "$cpu", memory: 8Gi, pods: "110"}
+  capacity: {cpu: "$3", memory: 8Gi, pods: "110"}
+  allocatable: {cpu: "$3", memory: 8Gi, pods: "110"}
 YAML
-done
-k wait --for=condition=Ready node --all --timeout=60s >/dev/null
-k get nodes
+}
+
+# local_volume CLUSTER NODE: a WaitForFirstConsumer class and a local volume on NODE.
+local_volume() {
+  kc "$1" apply -f - >/dev/null <<YAML
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: local-wffc}
+provisioner: kubernetes.io/no-provisioner
+volumeBindingMode: WaitForFirstConsumer
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: pv-$2}
+spec:
+  storageClassName: local-wffc
+  capacity: {storage: 10Gi}
+  accessModes: [ReadWriteOnce]
+  local: {path: /mnt/data}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+      - matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [$2]}]
+YAML
+}
+
+say "starting three clusters: host, east, west (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, simulated kubelets)"
+for c in host east west; do start_cluster "$c"; done
+for c in host east west; do wait_cluster "$c"; done
+k version
+
+say "host nodes: node-a and node-b with 4 CPUs, node-c with 1; leaves: east-1, east-2, west-1 with 4 CPUs"
+node host node-a 4; node host node-b 4; node host node-c 1
+node east east-1 4; node east east-2 4; node west west-1 4
+local_volume host node-a; local_volume east east-1; local_volume west west-1
+for c in host east west; do kc "$c" wait --for=condition=Ready node --all --timeout=60s >/dev/null; done
 
 say "starting mcsched-agent --scheduler-name mcsched"
-"$AGENT" --kubeconfig "$KUBECONFIG_FILE" --scheduler-name mcsched 2>"$WORK/agent.log" &
+"$AGENT" --kubeconfig "$WORK/host.kubeconfig" --scheduler-name mcsched --bind-address 127.0.0.1 2>"$WORK/agent.log" &
 PIDS+=($!)
 
-say "four pods for mcsched (2 CPUs each), one for the default scheduler"
+say "kubectl mcsched join cluster: east (eu, on-premises) and west (us, cloud)"
+mcsched join cluster --name east --cluster-kubeconfig "$WORK/east.kubeconfig" --region eu --provider onprem --cost 1
+mcsched join cluster --name west --cluster-kubeconfig "$WORK/west.kubeconfig" --region us --provider cloud --cost 3
+for _ in $(seq 1 150); do
+  ready=$(k get nodes -l mcsched.io/cluster -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -c True || true)
+  [ "$ready" -eq 2 ] && break
+  sleep 0.2
+done
+k get nodes -L mcsched.io/cluster,topology.kubernetes.io/region,mcsched.io/provider \
+  -o custom-columns='NAME:.metadata.name,READY:.status.conditions[?(@.type=="Ready")].status,CPU:.status.allocatable.cpu,CLUSTER:.metadata.labels.mcsched\.io/cluster,REGION:.metadata.labels.topology\.kubernetes\.io/region,PROVIDER:.metadata.labels.mcsched\.io/provider'
+
+say "four pods for mcsched (1 CPU each), one for the default scheduler"
 for i in 1 2 3 4; do
   k apply -f - >/dev/null <<YAML
 apiVersion: v1
@@ -71,30 +120,81 @@ spec:
   containers:
   - name: app
     image: registry.k8s.io/pause:3.10
-    resources: {requests: {cpu: "2", memory: 128Mi}}
+    resources: {requests: {cpu: "1", memory: 128Mi}}
 YAML
 done
 k run plain --image=registry.k8s.io/pause:3.10 >/dev/null
 
-for _ in $(seq 1 150); do
+say "seed 000's MySQL: two replicas, required anti-affinity on the hostname, a WaitForFirstConsumer claim each"
+k apply -f - >/dev/null <<'YAML'
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: mysql, namespace: default}
+spec:
+  replicas: 2
+  serviceName: mysql
+  selector: {matchLabels: {app: mysql}}
+  template:
+    metadata: {labels: {app: mysql}}
+    spec:
+      schedulerName: mcsched
+      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+          - topologyKey: kubernetes.io/hostname
+            labelSelector: {matchLabels: {app: mysql}}
+      containers:
+      - name: mysql
+        image: mysql:8
+        resources: {requests: {cpu: 500m, memory: 512Mi}}
+        volumeMounts: [{name: data, mountPath: /var/lib/mysql}]
+  volumeClaimTemplates:
+  - metadata: {name: data}
+    spec:
+      storageClassName: local-wffc
+      accessModes: [ReadWriteOnce]
+      resources: {requests: {storage: 5Gi}}
+YAML
+
+for _ in $(seq 1 600); do
+  running=$(k get pods -l app=mysql --no-headers 2>/dev/null | grep -c Running || true)
   pending=$(k get pods --no-headers --field-selector spec.nodeName= 2>/dev/null | wc -l)
-  [ "$pending" -eq 0 ] && break
+  [ "$running" -eq 2 ] && [ "$pending" -eq 0 ] && break
   sleep 0.2
 done
 
-say "pods, their scheduler and their node"
+say "host: pods, their scheduler and their node (mcsched-* are leaf clusters)"
 k get pods -o custom-columns='NAME:.metadata.name,SCHEDULER:.spec.schedulerName,NODE:.spec.nodeName,STATUS:.status.phase,IP:.status.podIP'
+say "host: claims"
+k get pvc -o custom-columns='NAME:.metadata.name,STATUS:.status.phase,VOLUME:.spec.volumeName,IN LEAF:.metadata.annotations.mcsched\.io/bound-in-cluster'
+for c in east west; do
+  say "leaf $c: kubectl get pods -o wide"
+  kc "$c" get pods -o wide
+done
 
 say "Scheduled events, by reporting scheduler"
 k get events.events.k8s.io --field-selector reason=Scheduled \
   -o custom-columns='POD:.regarding.name,REPORTED BY:.reportingController,NOTE:.note'
 
+leaf_replica=$(k get pods -l app=mysql -o jsonpath='{range .items[*]}{.metadata.name} {.spec.nodeName}{"\n"}{end}' | awk '$2 ~ /^mcsched-/ {print $1; exit}')
+host_replica=$(k get pods -l app=mysql -o jsonpath='{range .items[*]}{.metadata.name} {.spec.nodeName}{"\n"}{end}' | awk '$2 !~ /^mcsched-/ && $2 != "" {print $1; exit}')
+if [ -n "$leaf_replica" ]; then
+  say "kubectl mcsched explain pod $leaf_replica"
+  mcsched explain pod "$leaf_replica" --agent-url https://127.0.0.1:10259 --insecure-skip-tls-verify
+fi
+
 unbound=$(k get pods --no-headers --field-selector spec.nodeName= 2>/dev/null | wc -l)
-by_mcsched=$(k get events.events.k8s.io --field-selector reason=Scheduled -o jsonpath='{range .items[?(@.reportingController=="mcsched")]}{.regarding.name}{"\n"}{end}' | grep -c '^mc-' || true)
-if [ "$unbound" -ne 0 ] || [ "$by_mcsched" -ne 4 ]; then
-  echo "demo failed: $unbound pods unbound, $by_mcsched bound by mcsched"
-  tail -20 "$WORK/agent.log"
+by_mcsched=$(k get events.events.k8s.io --field-selector reason=Scheduled -o jsonpath='{range .items[?(@.reportingController=="mcsched")]}{.regarding.name}{"\n"}{end}' | grep -c -E '^(mc-|mysql-)' || true)
+leaf_running=0
+if [ -n "$leaf_replica" ]; then
+  for c in east west; do
+    leaf_running=$((leaf_running + $(kc "$c" get pod "$leaf_replica" --no-headers 2>/dev/null | grep -c Running || true)))
+  done
+fi
+if [ "$unbound" -ne 0 ] || [ "$by_mcsched" -ne 6 ] || [ -z "$host_replica" ] || [ "$leaf_running" -ne 1 ]; then
+  echo "demo failed: $unbound pods unbound, $by_mcsched bound by mcsched, MySQL on host: '${host_replica}', in a leaf: '${leaf_replica}' (running there: $leaf_running)"
+  tail -30 "$WORK/agent.log"
   exit 1
 fi
 
-say "done: 4 pods bound by mcsched, 1 by default-scheduler; stopping everything"
+say "done: 6 pods bound by mcsched (MySQL: $host_replica on a host node, $leaf_replica in a leaf), 1 by default-scheduler; stopping everything"

@@ -68,6 +68,8 @@ pub fn plugin_args(a: &config::PluginArgs) -> PluginArgs {
             hard_pod_affinity_weight: a.inter_pod_affinity_hard_weight,
             ignore_preferred_terms_of_existing_pods: a.ignore_preferred_terms_of_existing_pods,
         },
+        volume_bind_timeout_seconds: a.volume_binding_timeout_seconds,
+        leaf_volume_bind_timeout_seconds: a.leaf_volume_binding_timeout_seconds,
     }
 }
 

@@ -36,9 +36,10 @@ fn configuration(args: &Args) -> Result<SchedulerConfig, config::ConfigErrors> {
 }
 
 /// mcsched's own default profile schedules onto host and virtual nodes alike: the leaf
-/// taint is tolerated (LeafNodeTaintToleration in TaintToleration's place in Filter, so
-/// the order of reasons stays kube-scheduler's). A --config file says it explicitly, as
-/// seed 000 does.
+/// taint is tolerated (LeafNodeTaintToleration in TaintToleration's place at Filter) and
+/// volumes are judged by LeafNodeVolumeBinding in VolumeBinding's place, at the same
+/// positions, so the order of reasons stays kube-scheduler's. A --config file says so
+/// explicitly, as seed 000 does.
 fn mixed_scheduling(cfg: &mut SchedulerConfig) {
     for p in &mut cfg.profiles {
         for r in &mut p.plugins.filter {
@@ -46,6 +47,20 @@ fn mixed_scheduling(cfg: &mut SchedulerConfig) {
                 r.name = "LeafNodeTaintToleration".into();
             }
         }
+        let pl = &mut p.plugins;
+        for point in [
+            &mut pl.pre_filter,
+            &mut pl.filter,
+            &mut pl.reserve,
+            &mut pl.pre_bind,
+        ] {
+            for r in point.iter_mut() {
+                if r.name == "VolumeBinding" {
+                    r.name = "LeafNodeVolumeBinding".into();
+                }
+            }
+        }
+        p.args.leaf_volume_binding_timeout_seconds = p.args.volume_binding_timeout_seconds;
     }
 }
 

@@ -3,6 +3,7 @@
 //! Exit codes follow kubectl: 0 success, 1 failure, 2 usage error (clap's own exit code).
 
 mod cluster;
+mod explain;
 mod kube_context;
 
 use clap::{Parser, Subcommand};
@@ -31,8 +32,19 @@ enum Command {
         #[command(subcommand)]
         what: UnjoinWhat,
     },
+    /// Explain a scheduling decision of the mcsched agent.
+    Explain {
+        #[command(subcommand)]
+        what: ExplainWhat,
+    },
     /// Print the client version.
     Version,
+}
+
+#[derive(Debug, Subcommand)]
+enum ExplainWhat {
+    /// Why a pod went where it went (or could not go anywhere), plugin by plugin.
+    Pod(explain::ExplainArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -81,6 +93,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Unjoin {
             what: UnjoinWhat::Cluster(args),
         } => cluster::unjoin::run(&cli.kube, args).await,
+        Command::Explain {
+            what: ExplainWhat::Pod(args),
+        } => explain::run(&cli.kube, args).await,
         Command::Version => {
             println!("kubectl-mcsched {}", env!("CARGO_PKG_VERSION"));
             Ok(())

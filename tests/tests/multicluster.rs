@@ -651,3 +651,175 @@ async fn pending_copies_come_back_and_a_silent_leaf_fails_over() -> anyhow::Resu
     agent.stop();
     Ok(())
 }
+
+fn storage_class() -> serde_json::Value {
+    json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": "local-wffc"}, "provisioner": "kubernetes.io/no-provisioner",
+        "volumeBindingMode": "WaitForFirstConsumer"})
+}
+
+fn local_pv(name: &str, node: &str) -> serde_json::Value {
+    json!({"metadata": {"name": name}, "spec": {
+        "storageClassName": "local-wffc", "capacity": {"storage": "10Gi"},
+        "accessModes": ["ReadWriteOnce"], "local": {"path": "/mnt/data"},
+        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}}})
+}
+
+async fn storage(client: &Client, pv: &str, node: &str) -> anyhow::Result<()> {
+    Api::<k8s_openapi::api::storage::v1::StorageClass>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(storage_class())?,
+        )
+        .await?;
+    Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(local_pv(pv, node))?,
+        )
+        .await?;
+    Ok(())
+}
+
+/// Seed 000's MySQL case with seed 000's configuration, unchanged: two replicas with
+/// required anti-affinity on the hostname and a WaitForFirstConsumer claim each; the host
+/// has one usable node, so one replica runs there on a host volume and the other in the
+/// leaf, on a leaf volume, Running in both clusters.
+#[tokio::test(flavor = "multi_thread")]
+async fn seed_000_mysql_one_replica_on_the_host_one_in_the_leaf() -> anyhow::Result<()> {
+    let cps =
+        ControlPlane::start_many(&["my-host", "my-east"], ControlPlaneOptions::full()).await?;
+    let [host, leaf]: [ControlPlane; 2] = cps
+        .try_into()
+        .map_err(|_| anyhow::anyhow!("expected two control planes"))?;
+    node(
+        &host.client,
+        "host-a",
+        "4",
+        json!({"kubernetes.io/hostname": "host-a"}),
+    )
+    .await?;
+    node(
+        &leaf.client,
+        "east-1",
+        "4",
+        json!({"kubernetes.io/hostname": "east-1"}),
+    )
+    .await?;
+    storage(&host.client, "pv-host-a", "host-a").await?;
+    storage(&leaf.client, "pv-east-1", "east-1").await?;
+    join_as_join_does(&host.client, &leaf, "east").await?;
+    // Seed 000 elects its leader in kosmos-system.
+    Api::<Namespace>::all(host.client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "kosmos-system"}}))?,
+        )
+        .await?;
+    let config =
+        mcsched_e2e::repo_root().join("shared/testdata/config/seed-000-kosmos-v1beta1.yaml");
+    let config_arg = format!("--config={}", config.display());
+    let mut agent = Agent::start_with(
+        &host.kubeconfig,
+        "kosmos-scheduler",
+        host.dir(),
+        "seed-000",
+        &[&config_arg],
+    )?;
+    let statefulsets: Api<k8s_openapi::api::apps::v1::StatefulSet> =
+        Api::namespaced(host.client.clone(), "default");
+    statefulsets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "mysql"},
+                "spec": {"replicas": 2, "serviceName": "mysql",
+                    "selector": {"matchLabels": {"app": "mysql"}},
+                    "template": {"metadata": {"labels": {"app": "mysql"}}, "spec": {
+                        "schedulerName": "kosmos-scheduler",
+                        "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                            {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "mysql"}}}]}},
+                        "containers": [{"name": "mysql", "image": "mysql:8",
+                            "resources": {"requests": {"cpu": "1"}},
+                            "volumeMounts": [{"name": "data", "mountPath": "/var/lib/mysql"}]}]}},
+                    "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {
+                        "storageClassName": "local-wffc", "accessModes": ["ReadWriteOnce"],
+                        "resources": {"requests": {"storage": "5Gi"}}}}]}
+            }))?,
+        )
+        .await?;
+    let pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
+    let running_on = |name: &'static str| {
+        let pods = pods.clone();
+        async move {
+            let p = pods.get_opt(name).await?;
+            Ok::<_, anyhow::Error>(
+                p.filter(|p| phase_of(p).as_deref() == Some("Running"))
+                    .and_then(|p| node_of(&p)),
+            )
+        }
+    };
+    let first = wait::until(Duration::from_secs(120), "mysql-0 Running", || {
+        running_on("mysql-0")
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    let second = wait::until(Duration::from_secs(120), "mysql-1 Running", || {
+        running_on("mysql-1")
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    let mut placed = [first, second];
+    placed.sort();
+    assert_eq!(placed, ["host-a", "mcsched-east"]);
+    let on_host = if node_of(&pods.get("mysql-0").await?).as_deref() == Some("host-a") {
+        "mysql-0"
+    } else {
+        "mysql-1"
+    };
+    let in_leaf = if on_host == "mysql-0" {
+        "mysql-1"
+    } else {
+        "mysql-0"
+    };
+
+    // The host replica's claim is bound to the host volume by mcsched's PreBind.
+    let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(host.client.clone(), "default");
+    let host_claim = claims.get(&format!("data-{on_host}")).await?;
+    assert_eq!(
+        host_claim.spec.and_then(|s| s.volume_name).as_deref(),
+        Some("pv-host-a")
+    );
+    // The other replica runs in the leaf on the leaf's volume; its host claim says where.
+    let leaf_pods: Api<Pod> = Api::namespaced(leaf.client.clone(), "default");
+    let copy = wait::until(TIMEOUT, "the leaf copy Running", || async {
+        let p = leaf_pods.get_opt(in_leaf).await?;
+        Ok(p.filter(|p| phase_of(p).as_deref() == Some("Running")))
+    })
+    .await?;
+    assert_eq!(node_of(&copy).as_deref(), Some("east-1"));
+    let leaf_claim = wait::until(TIMEOUT, "the leaf claim bound", || async {
+        let c = Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(
+            leaf.client.clone(),
+            "default",
+        )
+        .get_opt(&format!("data-{in_leaf}"))
+        .await?;
+        Ok(c.and_then(|c| c.spec.and_then(|s| s.volume_name)))
+    })
+    .await?;
+    assert_eq!(leaf_claim, "pv-east-1");
+    let marked = claims.get(&format!("data-{in_leaf}")).await?;
+    assert_eq!(
+        marked
+            .metadata
+            .annotations
+            .and_then(|a| a.get(keys::BOUND_IN_CLUSTER_ANNOTATION).cloned())
+            .as_deref(),
+        Some("east")
+    );
+    agent.stop();
+    Ok(())
+}

@@ -20,6 +20,7 @@ pub mod scheduling_gates;
 pub mod taint_toleration;
 #[cfg(test)]
 pub mod testing;
+pub mod volume_binding;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -28,7 +29,7 @@ use crate::framework::Plugin;
 
 /// Per-plugin arguments of one profile (pluginConfig), kube-scheduler's defaults when
 /// not given.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct PluginArgs {
     pub fit: node_resources_fit::FitArgs,
     /// NodeResourcesBalancedAllocation's resources; cpu and memory when not given.
@@ -37,6 +38,25 @@ pub struct PluginArgs {
     pub preemption: default_preemption::PreemptionArgs,
     pub inter_pod_affinity: inter_pod_affinity::InterPodAffinityArgs,
     pub pod_topology_spread: pod_topology_spread::PodTopologySpreadArgs,
+    /// VolumeBinding's and LeafNodeVolumeBinding's bindTimeoutSeconds.
+    pub volume_bind_timeout_seconds: i64,
+    pub leaf_volume_bind_timeout_seconds: i64,
+}
+
+impl Default for PluginArgs {
+    fn default() -> Self {
+        PluginArgs {
+            fit: Default::default(),
+            balanced_resources: None,
+            node_affinity_added: None,
+            preemption: Default::default(),
+            inter_pod_affinity: Default::default(),
+            pod_topology_spread: Default::default(),
+            // kube-scheduler's DefaultBindTimeoutSeconds.
+            volume_bind_timeout_seconds: 600,
+            leaf_volume_bind_timeout_seconds: 600,
+        }
+    }
 }
 
 /// Every plugin this agent implements, built with one profile's arguments.
@@ -48,8 +68,15 @@ pub fn registry(args: &PluginArgs) -> HashMap<String, Arc<dyn Plugin>> {
         Arc::new(node_name::NodeName),
         Arc::new(taint_toleration::TaintToleration),
         Arc::new(leaf_node_taint_toleration::LeafNodeTaintToleration),
-        // Until VolumeBinding is in the registry, host nodes are not judged on volumes.
-        Arc::new(leaf_node_volume_binding::LeafNodeVolumeBinding::new(None)),
+        Arc::new(volume_binding::VolumeBinding::new(
+            args.volume_bind_timeout_seconds,
+        )),
+        // Host nodes judged by a VolumeBinding of its own, with its own bind timeout.
+        Arc::new(leaf_node_volume_binding::LeafNodeVolumeBinding::new(Some(
+            Arc::new(volume_binding::VolumeBinding::new(
+                args.leaf_volume_bind_timeout_seconds,
+            )),
+        ))),
         Arc::new(node_affinity::NodeAffinity::new(
             args.node_affinity_added.clone(),
         )),

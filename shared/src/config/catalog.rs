@@ -68,6 +68,7 @@ pub const PLUGINS: &[(&str, &[Point])] = &[
         "LeafNodeVolumeBinding",
         &[PreFilter, Filter, Reserve, PreBind],
     ),
+    ("VolumeBinding", &[PreFilter, Filter, Reserve, PreBind]),
     ("NodeAffinity", &[PreFilter, Filter, PreScore, Score]),
     ("NodePorts", &[Filter]),
     ("NodeResourcesFit", &[Filter, Score]),
@@ -231,9 +232,4 @@ pub fn legacy(name: &str) -> Option<Legacy> {
 
 /// Plugins kube-scheduler has that mcsched does not implement yet (default sets name
 /// them; they are left out with a warning).
-pub const NOT_YET_IMPLEMENTED: &[&str] = &[
-    "VolumeRestrictions",
-    "NodeVolumeLimits",
-    "VolumeBinding",
-    "VolumeZone",
-];
+pub const NOT_YET_IMPLEMENTED: &[&str] = &["VolumeRestrictions", "NodeVolumeLimits", "VolumeZone"];
