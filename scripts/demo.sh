@@ -91,7 +91,7 @@ k version
 say "host nodes: node-a and node-b with 4 CPUs, node-c with 1; leaves: east-1, east-2, west-1 with 4 CPUs"
 node host node-a 4; node host node-b 4; node host node-c 1
 node east east-1 4; node east east-2 4; node west west-1 4
-local_volume host node-a; local_volume east east-1; local_volume west west-1
+local_volume host node-a; local_volume east east-1   # west has no volume for MySQL
 for c in host east west; do kc "$c" wait --for=condition=Ready node --all --timeout=60s >/dev/null; done
 
 say "starting mcsched-agent --scheduler-name mcsched"

@@ -358,43 +358,6 @@ async fn join_steps(
             .context("creating the host namespace")?;
         rb.record_cluster::<Namespace>(false, namespace.into());
     }
-    let kubeconfig =
-        serde_yaml::to_string(&leaf_access::kubeconfig(&args.name, server, &ca, &token))?;
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some(keys::cluster_secret_name(&args.name)),
-            namespace: Some(namespace.into()),
-            labels: Some(
-                managed_labels()
-                    .into_iter()
-                    .chain([(keys::CLUSTER_LABEL.to_string(), args.name.clone())])
-                    .collect(),
-            ),
-            annotations: Some(BTreeMap::from([(
-                keys::CLUSTER_ID_ANNOTATION.to_string(),
-                leaf_id.to_string(),
-            )])),
-            ..Default::default()
-        },
-        data: Some(BTreeMap::from([(
-            keys::KUBECONFIG_KEY.to_string(),
-            ByteString(kubeconfig.into_bytes()),
-        )])),
-        type_: Some("Opaque".into()),
-        ..Default::default()
-    };
-    if apply(&Api::namespaced(host.clone(), namespace), &secret).await? {
-        rb.record_namespaced::<Secret>(
-            false,
-            namespace.into(),
-            keys::cluster_secret_name(&args.name),
-        );
-    }
-    step(&format!(
-        "host: Secret {namespace}/{} with a kubeconfig for the leaf's ServiceAccount",
-        keys::cluster_secret_name(&args.name)
-    ));
-
     let node_name = keys::virtual_node_name(&args.name);
     let (region, zone) = match (&args.region, &args.zone) {
         (Some(r), Some(z)) => (Some(r.clone()), Some(z.clone())),
@@ -463,6 +426,44 @@ async fn join_steps(
         "host: RBAC {}{} for the agent (this node and its Lease only)",
         keys::VIRTUAL_NODE_RBAC_PREFIX,
         args.name
+    ));
+
+    // Last, so the agent only takes the leaf up once its virtual node and RBAC exist.
+    let kubeconfig =
+        serde_yaml::to_string(&leaf_access::kubeconfig(&args.name, server, &ca, &token))?;
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(keys::cluster_secret_name(&args.name)),
+            namespace: Some(namespace.into()),
+            labels: Some(
+                managed_labels()
+                    .into_iter()
+                    .chain([(keys::CLUSTER_LABEL.to_string(), args.name.clone())])
+                    .collect(),
+            ),
+            annotations: Some(BTreeMap::from([(
+                keys::CLUSTER_ID_ANNOTATION.to_string(),
+                leaf_id.to_string(),
+            )])),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(
+            keys::KUBECONFIG_KEY.to_string(),
+            ByteString(kubeconfig.into_bytes()),
+        )])),
+        type_: Some("Opaque".into()),
+        ..Default::default()
+    };
+    if apply(&Api::namespaced(host.clone(), namespace), &secret).await? {
+        rb.record_namespaced::<Secret>(
+            false,
+            namespace.into(),
+            keys::cluster_secret_name(&args.name),
+        );
+    }
+    step(&format!(
+        "host: Secret {namespace}/{} with a kubeconfig for the leaf's ServiceAccount",
+        keys::cluster_secret_name(&args.name)
     ));
     Ok(())
 }
