@@ -68,6 +68,10 @@ pub fn plugin_args(a: &config::PluginArgs) -> PluginArgs {
             hard_pod_affinity_weight: a.inter_pod_affinity_hard_weight,
             ignore_preferred_terms_of_existing_pods: a.ignore_preferred_terms_of_existing_pods,
         },
+        cluster_weights: a.cluster_weights.clone(),
+        cluster_capacity: a.cluster_capacity,
+        cluster_cost: a.cluster_cost,
+        cluster_tiers: a.cluster_tiers.clone(),
     }
 }
 

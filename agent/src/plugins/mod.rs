@@ -1,5 +1,10 @@
 //! In-tree plugins, one file each, named like kube-scheduler's.
 
+pub mod cluster_capacity;
+pub mod cluster_cost;
+pub mod cluster_policy;
+pub mod cluster_tiers;
+pub mod cluster_weights;
 pub mod default_binder;
 pub mod default_preemption;
 pub mod dynamic_resources;
@@ -36,6 +41,10 @@ pub struct PluginArgs {
     pub preemption: default_preemption::PreemptionArgs,
     pub inter_pod_affinity: inter_pod_affinity::InterPodAffinityArgs,
     pub pod_topology_spread: pod_topology_spread::PodTopologySpreadArgs,
+    pub cluster_weights: mcsched_shared::config::ClusterWeightsArgs,
+    pub cluster_capacity: mcsched_shared::config::ClusterCapacityArgs,
+    pub cluster_cost: mcsched_shared::config::ClusterCostArgs,
+    pub cluster_tiers: mcsched_shared::config::ClusterTiersArgs,
 }
 
 /// Every plugin this agent implements, built with one profile's arguments.
@@ -66,6 +75,12 @@ pub fn registry(args: &PluginArgs) -> HashMap<String, Arc<dyn Plugin>> {
         Arc::new(default_binder::DefaultBinder),
         Arc::new(dynamic_resources::DynamicResources),
         Arc::new(default_preemption::DefaultPreemption::new(args.preemption)),
+        Arc::new(cluster_weights::ClusterWeights::new(&args.cluster_weights)),
+        Arc::new(cluster_capacity::ClusterCapacity::new(
+            &args.cluster_capacity,
+        )),
+        Arc::new(cluster_cost::ClusterCost::new(&args.cluster_cost)),
+        Arc::new(cluster_tiers::ClusterTiers::new(&args.cluster_tiers)),
     ];
     plugins
         .into_iter()
