@@ -197,6 +197,7 @@ mod tests {
             "seed-001-my-scheduler-v1beta2.yaml",
             "seed-002-my-scheduler-v1.yaml",
             "seed-002-extender-v1.yaml",
+            "cluster-policies-v1.yaml",
         ] {
             let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("../shared/testdata/config")

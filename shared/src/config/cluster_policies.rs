@@ -276,21 +276,21 @@ pub(super) fn tiers(r: RawClusterTiersArgs, a: &str, errs: &mut ConfigErrors) ->
     ClusterTiersArgs { tiers: out }
 }
 
-/// `ClusterWeights=west:2,east:1 (hostClusterName host)` and the like, for `--check`.
+/// `weights east=1, west=2; hostClusterName host` and the like, for `--check`.
 pub fn describe(plugin: &str, args: &super::PluginArgs) -> Option<String> {
     Some(match plugin {
         CLUSTER_WEIGHTS => {
             let w = &args.cluster_weights;
-            let list: Vec<String> = w.weights.iter().map(|(c, w)| format!("{c}:{w}")).collect();
+            let list: Vec<String> = w.weights.iter().map(|(c, w)| format!("{c}={w}")).collect();
             format!(
-                "weights {}, hostClusterName {}",
-                list.join(","),
+                "weights {}; hostClusterName {}",
+                list.join(", "),
                 w.host_cluster_name
             )
         }
         CLUSTER_CAPACITY => format!("mode {}", args.cluster_capacity.mode.as_str()),
         CLUSTER_COST => format!(
-            "hostCost {}, defaultCost {}",
+            "hostCost {}; defaultCost {}",
             args.cluster_cost.host_cost, args.cluster_cost.default_cost
         ),
         CLUSTER_TIERS => {

@@ -71,7 +71,7 @@ pub fn render_profiles(cfg: &SchedulerConfig) -> String {
             if described.insert(r.name.as_str())
                 && let Some(text) = cluster_policies::describe(&r.name, &p.args)
             {
-                let _ = writeln!(out, "  {:<11} {text}", format!("{}:", r.name));
+                let _ = writeln!(out, "  {:<11} {}: {text}", "args:", r.name);
             }
         }
     }
