@@ -70,6 +70,10 @@ pub fn plugin_args(a: &config::PluginArgs) -> PluginArgs {
         },
         volume_bind_timeout_seconds: a.volume_binding_timeout_seconds,
         leaf_volume_bind_timeout_seconds: a.leaf_volume_binding_timeout_seconds,
+        cluster_weights: a.cluster_weights.clone(),
+        cluster_capacity: a.cluster_capacity,
+        cluster_cost: a.cluster_cost,
+        cluster_tiers: a.cluster_tiers.clone(),
     }
 }
 
@@ -195,6 +199,7 @@ mod tests {
             "seed-001-my-scheduler-v1beta2.yaml",
             "seed-002-my-scheduler-v1.yaml",
             "seed-002-extender-v1.yaml",
+            "cluster-policies-v1.yaml",
         ] {
             let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("../shared/testdata/config")

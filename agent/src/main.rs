@@ -166,7 +166,13 @@ async fn run(
     let le = &cfg.leader_election;
     let (leader_tx, leader) = tokio::sync::watch::channel(!le.leader_elect);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let election = le.leader_elect.then(|| {
+    // Without election the sender must outlive the scheduler: the leaf tasks stop when
+    // it is dropped.
+    let mut fixed_leader = None;
+    let election = if !le.leader_elect {
+        fixed_leader = Some(leader_tx);
+        None
+    } else {
         let ec = ElectionConfig {
             lease_name: le.resource_name.clone(),
             lease_namespace: le.resource_namespace.clone(),
@@ -176,9 +182,12 @@ async fn run(
             retry_period: le.retry_period,
         };
         info!(lease = %ec.lease_name, namespace = %ec.lease_namespace, identity = %ec.identity, "leader election on");
-        tokio::spawn(Elector::new(shared.bind_ctx.client.clone(), ec).run(leader_tx, stop_rx))
-    });
+        Some(tokio::spawn(
+            Elector::new(shared.bind_ctx.client.clone(), ec).run(leader_tx, stop_rx),
+        ))
+    };
     scheduler::run(shared, options, leader, shutdown).await?;
+    drop(fixed_leader);
     let _ = stop_tx.send(true);
     if let Some(e) = election {
         // Releasing the lease lets a standby take over at once.

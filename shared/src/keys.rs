@@ -29,6 +29,9 @@ pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 pub const PROVIDER_LABEL: &str = "mcsched.io/provider";
 /// Label on a virtual node: the relative cost of running a pod in the leaf (`--cost`).
 pub const COST_LABEL: &str = "mcsched.io/cost";
+/// The cluster name the host's own nodes go by in cluster policies (ClusterTiers, and
+/// ClusterWeights' default `hostClusterName`).
+pub const HOST_CLUSTER_NAME: &str = "host";
 /// Label on every object mcsched creates (`app.kubernetes.io/managed-by=mcsched`).
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY_VALUE: &str = "mcsched";

@@ -242,6 +242,12 @@ async fn join_and_unjoin_a_leaf() -> anyhow::Result<()> {
     );
     // The leaf ServiceAccount can do what the agent needs there, and not more.
     assert!(can_i(&kc_path, &["watch", "nodes"])?);
+    assert!(can_i(&kc_path, &["watch", "persistentvolumes"])?);
+    assert!(can_i(
+        &kc_path,
+        &["watch", "storageclasses.storage.k8s.io"]
+    )?);
+    assert!(!can_i(&kc_path, &["delete", "persistentvolumes"])?);
     assert!(can_i(&kc_path, &["create", "pods", "-n", "shop"])?);
     assert!(can_i(&kc_path, &["create", "namespaces"])?);
     assert!(can_i(&kc_path, &["create", "secrets", "-n", "shop"])?);

@@ -1,12 +1,12 @@
 //! One joined leaf cluster: its client, its nodes and pods held by watches in a cache of
 //! the same kind the host uses, and how recently it answered.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::Api;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
@@ -31,14 +31,24 @@ pub struct Health {
     pub last_error: Option<String>,
 }
 
+/// What the agent watches in every leaf: nodes and pods for the leaf's room, and the
+/// storage objects that decide whether a pod's claims can be bound there.
+const WATCHED: [&str; 5] = [
+    "leaf node",
+    "leaf pod",
+    "leaf persistentvolume",
+    "leaf persistentvolumeclaim",
+    "leaf storageclass",
+];
+
 pub struct LeafCluster {
     pub name: String,
     pub client: Client,
     cache: Mutex<Cache>,
     /// Leaf pods that mirror host pods, by `namespace/name`.
     managed: Mutex<HashMap<String, Arc<Pod>>>,
-    synced_nodes: AtomicBool,
-    synced_pods: AtomicBool,
+    /// The kinds whose first list has arrived; synced once all of [`WATCHED`] have.
+    synced: Mutex<HashSet<&'static str>>,
     /// Woken on every leaf change: the virtual node's status follows it.
     pub changed: Arc<Notify>,
     /// Woken on leaf pod changes and on host pod changes on the virtual node.
@@ -56,8 +66,7 @@ impl LeafCluster {
             client,
             cache: Mutex::new(Cache::new()),
             managed: Mutex::default(),
-            synced_nodes: AtomicBool::new(false),
-            synced_pods: AtomicBool::new(false),
+            synced: Mutex::default(),
             changed: Arc::new(Notify::new()),
             sync_wake: Arc::new(Notify::new()),
             health: Mutex::default(),
@@ -78,7 +87,7 @@ impl LeafCluster {
     }
 
     pub fn is_synced(&self) -> bool {
-        self.synced_nodes.load(Ordering::Acquire) && self.synced_pods.load(Ordering::Acquire)
+        self.synced.lock().unwrap_or_else(|e| e.into_inner()).len() == WATCHED.len()
     }
 
     pub fn health(&self) -> Health {
@@ -117,8 +126,8 @@ impl LeafCluster {
         }
     }
 
-    /// Starts the leaf's node and pod watches; leaf changes also wake the host queue, as
-    /// they change what the virtual node can take.
+    /// Starts the leaf's watches; leaf changes also wake the host queue, as they change
+    /// what the virtual node can take.
     pub fn start(self: &Arc<Self>, queue: Arc<SchedulingQueue>) {
         let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<&'static str>(4);
         let mut tasks = Vec::new();
@@ -139,20 +148,66 @@ impl LeafCluster {
             },
         )));
         let me = self.clone();
+        let q = queue.clone();
         tasks.push(tokio::spawn(watch_kind(
             Api::<Pod>::all(self.client.clone()),
             watcher::Config::default(),
             "leaf pod",
-            ready_tx,
-            move |ev| me.on_pod(ev, &queue),
+            ready_tx.clone(),
+            move |ev| me.on_pod(ev, &q),
         )));
+        tasks.push(self.watch_volumes(
+            Api::<PersistentVolume>::all(self.client.clone()),
+            "leaf persistentvolume",
+            ready_tx.clone(),
+            queue.clone(),
+            ClusterEvent::PvChange,
+            |v, ev| match ev {
+                Change::Apply(o, _) => {
+                    v.volumes.insert(o.name_any(), o);
+                }
+                Change::Delete(o) => {
+                    v.volumes.remove(&o.name_any());
+                }
+            },
+        ));
+        tasks.push(self.watch_volumes(
+            Api::<PersistentVolumeClaim>::all(self.client.clone()),
+            "leaf persistentvolumeclaim",
+            ready_tx.clone(),
+            queue.clone(),
+            ClusterEvent::PvcChange,
+            |v, ev| match ev {
+                Change::Apply(o, _) => {
+                    v.claims.insert(key_of(&*o), o);
+                }
+                Change::Delete(o) => {
+                    v.claims.remove(&key_of(&*o));
+                }
+            },
+        ));
+        tasks.push(self.watch_volumes(
+            Api::<StorageClass>::all(self.client.clone()),
+            "leaf storageclass",
+            ready_tx,
+            queue,
+            ClusterEvent::StorageClassChange,
+            |v, ev| match ev {
+                Change::Apply(o, _) => {
+                    v.storage_classes.insert(o.name_any(), o);
+                }
+                Change::Delete(o) => {
+                    v.storage_classes.remove(&o.name_any());
+                }
+            },
+        ));
         let me = self.clone();
         tasks.push(tokio::spawn(async move {
             while let Some(kind) = ready_rx.recv().await {
-                match kind {
-                    "leaf node" => me.synced_nodes.store(true, Ordering::Release),
-                    _ => me.synced_pods.store(true, Ordering::Release),
-                }
+                me.synced
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(kind);
                 if me.is_synced() {
                     info!(cluster = %me.name, nodes = me.cache().node_count(), "leaf cluster synced");
                     me.changed.notify_one();
@@ -164,6 +219,39 @@ impl LeafCluster {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .extend(tasks);
+    }
+
+    /// One watch of a storage kind into the leaf cache's volume objects.
+    fn watch_volumes<K>(
+        self: &Arc<Self>,
+        api: Api<K>,
+        kind: &'static str,
+        ready: tokio::sync::mpsc::Sender<&'static str>,
+        queue: Arc<SchedulingQueue>,
+        event: ClusterEvent,
+        apply: fn(&mut crate::snapshot::VolumeObjects, Change<K>),
+    ) -> JoinHandle<()>
+    where
+        K: kube::Resource
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned
+            + Send
+            + Sync
+            + 'static,
+        K::DynamicType: Default,
+    {
+        let me = self.clone();
+        tokio::spawn(watch_kind(
+            api,
+            watcher::Config::default(),
+            kind,
+            ready,
+            move |ev| {
+                apply(me.cache().volumes_mut(), ev);
+                queue.on_event(event);
+            },
+        ))
     }
 
     fn on_pod(&self, ev: Change<Pod>, queue: &SchedulingQueue) {

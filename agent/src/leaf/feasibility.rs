@@ -10,8 +10,9 @@ use rayon::prelude::*;
 use crate::framework::{CycleState, Plugin, Status};
 use crate::plugins::{
     node_affinity, node_ports, node_resources_fit, node_unschedulable, taint_toleration,
+    volume_binding,
 };
-use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
+use crate::snapshot::{NodeInfo, PodInfo, Snapshot, VolumeObjects};
 
 /// The name the leaf check carries in explanations and FailedScheduling messages.
 pub const LEAF_NODE_FIT: &str = "LeafNodeFit";
@@ -33,6 +34,8 @@ pub struct LeafCycle {
     choices: Arc<Mutex<HashMap<String, String>>>,
     /// Owner → clusters its pods are kept away from (they stayed Pending there).
     pub avoid: Arc<HashMap<String, Vec<String>>>,
+    /// The host's claims, whose leaf copies the volume check judges.
+    pub host_volumes: Arc<VolumeObjects>,
 }
 
 impl LeafCycle {
@@ -73,7 +76,8 @@ impl LeafCycle {
 
 /// The filter plugins that judge a leaf node: those whose subject is the node itself.
 /// Affinity and spreading were settled in the host; TaintToleration here is the plain
-/// one, as leaf nodes' taints are real.
+/// one, as leaf nodes' taints are real; VolumeBinding judges the pod's claims as the leaf
+/// will hold them (see [`super::leaf_claims`]).
 pub struct LeafChecker {
     plugins: Vec<Arc<dyn Plugin>>,
 }
@@ -96,6 +100,8 @@ impl LeafChecker {
                 Arc::new(node_affinity::NodeAffinity::new(None)),
                 Arc::new(node_ports::NodePorts),
                 fit,
+                // Only PreFilter and Filter run here: nothing is reserved or bound.
+                Arc::new(volume_binding::VolumeBinding::new(0)),
             ],
         }
     }
@@ -125,12 +131,17 @@ impl LeafChecker {
             Ok(p) => p,
             Err(e) => return Status::unresolvable(e),
         };
+        let (leaf_pod, snapshot) =
+            match super::leaf_claims::leaf_view(&cycle.host_volumes, &leaf_pod, &view.snapshot) {
+                Ok(v) => v,
+                Err(e) => return Status::unschedulable(format!("leaf cluster {cluster}: {e}")),
+            };
         let mut state = CycleState::new();
         for p in &self.plugins {
             let Some(pf) = p.as_pre_filter() else {
                 continue;
             };
-            let (_, s) = pf.pre_filter(&mut state, &leaf_pod, &view.snapshot);
+            let (_, s) = pf.pre_filter(&mut state, &leaf_pod, &snapshot);
             if s.is_skip() {
                 state.skip_filter(p.name());
             } else if !s.is_success() {
@@ -152,7 +163,7 @@ impl LeafChecker {
                 .map(|f| f.filter(&state, &leaf_pod, n))
                 .find(|s| !s.is_success())
         };
-        let nodes = &view.snapshot.nodes;
+        let nodes = &snapshot.nodes;
         if let Some(found) = nodes.par_iter().position_first(|n| run(n).is_none()) {
             cycle
                 .choices
@@ -312,5 +323,104 @@ mod tests {
             s.message(),
             "leaf cluster east is not connected to the agent"
         );
+    }
+
+    /// Leaf `east` with nodes east-1 and east-2, class `local` of `mode` when given, and
+    /// a local volume on east-2 when `volume`; the host holds the pod's unbound claim.
+    fn leaf_with_storage(mode: Option<&str>, volume: bool) -> LeafCycle {
+        let nodes = ["east-1", "east-2"]
+            .map(|n| Arc::new(node(n, "4", json!({"kubernetes.io/hostname": n}))))
+            .to_vec();
+        let mut snapshot = Snapshot::from_nodes(nodes);
+        let mut leaf_volumes = VolumeObjects::default();
+        if let Some(mode) = mode {
+            let sc: k8s_openapi::api::storage::v1::StorageClass = serde_json::from_value(json!({
+                "metadata": {"name": "local"}, "provisioner": "kubernetes.io/no-provisioner",
+                "volumeBindingMode": mode
+            }))
+            .expect("class");
+            leaf_volumes
+                .storage_classes
+                .insert("local".into(), Arc::new(sc));
+        }
+        if volume {
+            let pv: k8s_openapi::api::core::v1::PersistentVolume = serde_json::from_value(json!({
+                "metadata": {"name": "pv-east-2"},
+                "spec": {"storageClassName": "local", "capacity": {"storage": "10Gi"},
+                    "accessModes": ["ReadWriteOnce"], "local": {"path": "/mnt"},
+                    "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                        {"key": "kubernetes.io/hostname", "operator": "In", "values": ["east-2"]}]}]}}},
+                "status": {"phase": "Available"}
+            }))
+            .expect("pv");
+            leaf_volumes
+                .volumes
+                .insert("pv-east-2".into(), Arc::new(pv));
+        }
+        snapshot.volumes = Arc::new(leaf_volumes);
+        let mut cycle = LeafCycle::new(Arc::new(BTreeMap::from([(
+            "east".to_string(),
+            Arc::new(LeafView {
+                cluster: "east".into(),
+                snapshot,
+            }),
+        )])));
+        let claim: k8s_openapi::api::core::v1::PersistentVolumeClaim =
+            serde_json::from_value(json!({
+                "metadata": {"name": "data", "namespace": "default"},
+                "spec": {"storageClassName": "local", "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "5Gi"}}}
+            }))
+            .expect("claim");
+        let mut host = VolumeObjects::default();
+        host.claims.insert("default/data".into(), Arc::new(claim));
+        cycle.host_volumes = Arc::new(host);
+        cycle
+    }
+
+    fn pod_with_claim() -> PodInfo {
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "db", "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "image": "i"}],
+                "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}
+        }))
+        .expect("pod");
+        PodInfo::new(Arc::new(p))
+    }
+
+    #[test]
+    fn a_claim_goes_only_to_a_leaf_that_can_bind_it() {
+        let checker = LeafChecker::from_registry(&HashMap::new());
+        let vn = virtual_node();
+
+        // A volume on east-2: the check passes and picks the node the volume is on.
+        let cycle = leaf_with_storage(Some("WaitForFirstConsumer"), true);
+        let s = checker.check(&cycle, &pod_with_claim(), &vn);
+        assert!(s.is_success(), "{s:?}");
+        assert_eq!(cycle.choice("mcsched-east").as_deref(), Some("east-2"));
+
+        // The class but no volume and no provisioner.
+        let cycle = leaf_with_storage(Some("WaitForFirstConsumer"), false);
+        let s = checker.check(&cycle, &pod_with_claim(), &vn);
+        assert_eq!(
+            s.message(),
+            "leaf cluster east has no node that fits: \
+             2 node(s) didn't find available persistent volumes to bind; \
+             largest free node east-1 (cpu 4, memory 8Gi, pods 110)"
+        );
+
+        // No such class in the leaf.
+        let cycle = leaf_with_storage(None, false);
+        let s = checker.check(&cycle, &pod_with_claim(), &vn);
+        assert_eq!(
+            s.message(),
+            "leaf cluster east: storageclass.storage.k8s.io \"local\" not found \
+             for persistentvolumeclaim \"data\""
+        );
+
+        // An Immediate class there: the leaf binds the copy on creation; not judged here.
+        let cycle = leaf_with_storage(Some("Immediate"), false);
+        let s = checker.check(&cycle, &pod_with_claim(), &vn);
+        assert!(s.is_success(), "{s:?}");
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod cluster;
 pub mod feasibility;
+pub mod leaf_claims;
 pub mod pod_sync;
 pub mod registry;
 pub mod rescheduling;

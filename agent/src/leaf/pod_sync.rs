@@ -9,8 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Namespace, PersistentVolumeClaim, PersistentVolumeClaimSpec, Pod, PodCondition,
-    PodStatus, Secret,
+    ConfigMap, Namespace, PersistentVolumeClaim, Pod, PodCondition, PodStatus, Secret,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
@@ -503,7 +502,6 @@ async fn create_copy(host: &Client, leaf: &LeafCluster, pod: &Pod) -> Result<(),
             continue;
         }
         let spec = c.spec.unwrap_or_default();
-        // Bound in the leaf by the leaf's own provisioner: no host volume name.
         let copy = PersistentVolumeClaim {
             metadata: owned_meta(
                 leaf,
@@ -514,14 +512,7 @@ async fn create_copy(host: &Client, leaf: &LeafCluster, pod: &Pod) -> Result<(),
                     ..Default::default()
                 },
             ),
-            spec: Some(PersistentVolumeClaimSpec {
-                access_modes: spec.access_modes,
-                resources: spec.resources,
-                storage_class_name: spec.storage_class_name,
-                volume_mode: spec.volume_mode,
-                selector: spec.selector,
-                ..Default::default()
-            }),
+            spec: Some(transform::leaf_claim_spec(&spec)),
             status: None,
         };
         match leaf_claims.create(&PostParams::default(), &copy).await {

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus, Volume};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaimSpec, Pod, PodSpec, PodStatus, Volume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use mcsched_shared::keys;
 
@@ -76,6 +76,19 @@ pub fn leaf_pod(host: &Pod, cluster: &str) -> Result<Pod, TransformError> {
 
 /// The host admission's token volume (`kube-api-access-*`) names a Secret-less projected
 /// token valid only in the host; the leaf's admission adds its own.
+/// A host claim's spec as its leaf copy carries it: bound in the leaf by the leaf's own
+/// volumes or provisioner, so without the host's volume name.
+pub fn leaf_claim_spec(host: &PersistentVolumeClaimSpec) -> PersistentVolumeClaimSpec {
+    PersistentVolumeClaimSpec {
+        access_modes: host.access_modes.clone(),
+        resources: host.resources.clone(),
+        storage_class_name: host.storage_class_name.clone(),
+        volume_mode: host.volume_mode.clone(),
+        selector: host.selector.clone(),
+        ..Default::default()
+    }
+}
+
 fn strip_service_account_token(spec: &mut PodSpec) {
     let is_token = |v: &Volume| {
         v.name.starts_with("kube-api-access-")

@@ -1,5 +1,10 @@
 //! In-tree plugins, one file each, named like kube-scheduler's.
 
+pub mod cluster_capacity;
+pub mod cluster_cost;
+pub mod cluster_policy;
+pub mod cluster_tiers;
+pub mod cluster_weights;
 pub mod default_binder;
 pub mod default_preemption;
 pub mod dynamic_resources;
@@ -41,6 +46,10 @@ pub struct PluginArgs {
     /// VolumeBinding's and LeafNodeVolumeBinding's bindTimeoutSeconds.
     pub volume_bind_timeout_seconds: i64,
     pub leaf_volume_bind_timeout_seconds: i64,
+    pub cluster_weights: mcsched_shared::config::ClusterWeightsArgs,
+    pub cluster_capacity: mcsched_shared::config::ClusterCapacityArgs,
+    pub cluster_cost: mcsched_shared::config::ClusterCostArgs,
+    pub cluster_tiers: mcsched_shared::config::ClusterTiersArgs,
 }
 
 impl Default for PluginArgs {
@@ -55,6 +64,10 @@ impl Default for PluginArgs {
             // kube-scheduler's DefaultBindTimeoutSeconds.
             volume_bind_timeout_seconds: 600,
             leaf_volume_bind_timeout_seconds: 600,
+            cluster_weights: Default::default(),
+            cluster_capacity: Default::default(),
+            cluster_cost: Default::default(),
+            cluster_tiers: Default::default(),
         }
     }
 }
@@ -96,6 +109,12 @@ pub fn registry(args: &PluginArgs) -> HashMap<String, Arc<dyn Plugin>> {
         Arc::new(default_binder::DefaultBinder),
         Arc::new(dynamic_resources::DynamicResources),
         Arc::new(default_preemption::DefaultPreemption::new(args.preemption)),
+        Arc::new(cluster_weights::ClusterWeights::new(&args.cluster_weights)),
+        Arc::new(cluster_capacity::ClusterCapacity::new(
+            &args.cluster_capacity,
+        )),
+        Arc::new(cluster_cost::ClusterCost::new(&args.cluster_cost)),
+        Arc::new(cluster_tiers::ClusterTiers::new(&args.cluster_tiers)),
     ];
     plugins
         .into_iter()

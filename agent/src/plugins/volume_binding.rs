@@ -83,7 +83,7 @@ fn claim_key(c: &PersistentVolumeClaim) -> String {
 }
 
 /// `spec.storageClassName`, or the beta annotation older claims carry.
-fn class_of(c: &PersistentVolumeClaim) -> String {
+pub(crate) fn class_of(c: &PersistentVolumeClaim) -> String {
     c.metadata
         .annotations
         .as_ref()

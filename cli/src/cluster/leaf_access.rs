@@ -32,7 +32,7 @@ pub fn managed_labels() -> BTreeMap<String, String> {
     )])
 }
 
-/// Read nodes, pods and events; manage the pods, ConfigMaps, Secrets and PVCs that pod
+/// Read nodes, pods, events, PersistentVolumes and StorageClasses; manage the pods, ConfigMaps, Secrets and PVCs that pod
 /// sync creates, and create the namespaces they go in. No wildcard, no node writes.
 pub fn cluster_role() -> ClusterRole {
     ClusterRole {
@@ -42,7 +42,17 @@ pub fn cluster_role() -> ClusterRole {
             ..Default::default()
         },
         rules: Some(vec![
-            rule(&[""], &["nodes"], &["get", "list", "watch"]),
+            rule(
+                &[""],
+                &["nodes", "persistentvolumes"],
+                &["get", "list", "watch"],
+            ),
+            // The leaf check judges a pod's claims on the leaf's own volumes and classes.
+            rule(
+                &["storage.k8s.io"],
+                &["storageclasses"],
+                &["get", "list", "watch"],
+            ),
             rule(
                 &[""],
                 &["pods"],

@@ -79,6 +79,11 @@ pub const PLUGINS: &[(&str, &[Point])] = &[
     ("DynamicResources", &[PreFilter, PostFilter, Score]),
     ("DefaultPreemption", &[PostFilter]),
     ("DefaultBinder", &[Bind]),
+    // mcsched's cluster policies: not in any default set, enabled through a profile.
+    ("ClusterWeights", &[PreScore, Score]),
+    ("ClusterCapacity", &[PreScore, Score]),
+    ("ClusterCost", &[Score]),
+    ("ClusterTiers", &[Score]),
 ];
 
 pub fn points_of(plugin: &str) -> Option<&'static [Point]> {

@@ -196,6 +196,12 @@ pub fn decode(text: &str) -> Result<SchedulerConfig, ConfigErrors> {
             &mut args,
             &mut errs,
         );
+        plugin_args::require_args(
+            rp.plugin_config.as_deref().unwrap_or_default(),
+            &plugins,
+            &path,
+            &mut errs,
+        );
         cfg.profiles.push(Profile {
             scheduler_name: name,
             percentage_of_nodes_to_score: percentage,

@@ -3,6 +3,7 @@
 //! name the field path (`profiles[0].plugins.filter.enabled[1].name: unknown plugin "Foo"`).
 
 pub mod catalog;
+pub mod cluster_policies;
 mod decode;
 pub mod duration;
 pub mod model;

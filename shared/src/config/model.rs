@@ -4,6 +4,11 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{NodeAffinity, TopologySpreadConstraint};
 
+pub use super::cluster_policies::{
+    CapacityMode, ClusterCapacityArgs, ClusterCostArgs, ClusterTier, ClusterTiersArgs,
+    ClusterWeightsArgs,
+};
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct SchedulerConfig {
     pub api_version: String,
@@ -202,6 +207,10 @@ pub struct PluginArgs {
     pub node_affinity_added: Option<NodeAffinity>,
     pub min_candidate_nodes_percentage: u32,
     pub min_candidate_nodes_absolute: u32,
+    pub cluster_weights: ClusterWeightsArgs,
+    pub cluster_capacity: ClusterCapacityArgs,
+    pub cluster_cost: ClusterCostArgs,
+    pub cluster_tiers: ClusterTiersArgs,
 }
 
 impl Default for PluginArgs {
@@ -218,6 +227,10 @@ impl Default for PluginArgs {
             node_affinity_added: None,
             min_candidate_nodes_percentage: 10,
             min_candidate_nodes_absolute: 100,
+            cluster_weights: ClusterWeightsArgs::default(),
+            cluster_capacity: ClusterCapacityArgs::default(),
+            cluster_cost: ClusterCostArgs::default(),
+            cluster_tiers: ClusterTiersArgs::default(),
         }
     }
 }

@@ -5,6 +5,7 @@ use serde::de::DeserializeOwned;
 
 use super::ConfigErrors;
 use super::catalog;
+use super::cluster_policies as policies;
 use super::model::*;
 use super::raw::*;
 
@@ -298,6 +299,26 @@ pub fn apply(
                 args.min_candidate_nodes_percentage = pct.clamp(0, 100) as u32;
                 args.min_candidate_nodes_absolute = abs.max(0) as u32;
             }
+            policies::CLUSTER_WEIGHTS => {
+                if let Some(r) = decode(raw, &a, errs) {
+                    args.cluster_weights = policies::weights(r, &a, errs);
+                }
+            }
+            policies::CLUSTER_CAPACITY => {
+                if let Some(r) = decode(raw, &a, errs) {
+                    args.cluster_capacity = policies::capacity(r, &a, errs);
+                }
+            }
+            policies::CLUSTER_COST => {
+                if let Some(r) = decode(raw, &a, errs) {
+                    args.cluster_cost = policies::cost(r, &a, errs);
+                }
+            }
+            policies::CLUSTER_TIERS => {
+                if let Some(r) = decode(raw, &a, errs) {
+                    args.cluster_tiers = policies::tiers(r, &a, errs);
+                }
+            }
             other if catalog::is_known(other) => {
                 // Plugins without arguments accept none.
                 if raw.is_some_and(|v| !matches!(v, serde_yaml::Value::Null)) {
@@ -305,6 +326,28 @@ pub fn apply(
                 }
             }
             other => errs.push(format!("{path}.name"), format!("unknown plugin {other:?}")),
+        }
+    }
+}
+
+/// ClusterWeights and ClusterTiers mean nothing without their args: enabled with no
+/// `pluginConfig` entry, the profile is refused rather than silently scoring nothing.
+pub fn require_args(
+    configs: &[RawPluginConfig],
+    plugins: &Plugins,
+    profile: &str,
+    errs: &mut ConfigErrors,
+) {
+    for (name, what) in [
+        (policies::CLUSTER_WEIGHTS, "weights"),
+        (policies::CLUSTER_TIERS, "tiers"),
+    ] {
+        let enabled = plugins.score.iter().any(|r| r.name == name);
+        if enabled && !configs.iter().any(|c| c.name == name) {
+            errs.push(
+                format!("{profile}.pluginConfig"),
+                format!("Required value: {name} is enabled, so its args ({what}) must be given"),
+            );
         }
     }
 }

@@ -3,6 +3,7 @@
 use std::fmt::Write;
 
 use super::catalog::Point;
+use super::cluster_policies;
 use super::duration;
 use super::model::SchedulerConfig;
 
@@ -63,6 +64,15 @@ pub fn render_profiles(cfg: &SchedulerConfig) -> String {
                 format!("{}:", point.field()),
                 names.join(", ")
             );
+        }
+        // The cluster policies' arguments: what decides where replicas go.
+        let mut described = std::collections::HashSet::new();
+        for r in p.plugins.pre_score.iter().chain(&p.plugins.score) {
+            if described.insert(r.name.as_str())
+                && let Some(text) = cluster_policies::describe(&r.name, &p.args)
+            {
+                let _ = writeln!(out, "  {:<11} {}: {text}", "args:", r.name);
+            }
         }
     }
     for e in &cfg.extenders {

@@ -369,3 +369,170 @@ fn render_lists_points_and_weights() {
     assert!(text.contains("TaintToleration(3)"), "{text}");
     assert!(text.contains("leaderElection: lease kube-system/kube-scheduler (leaseDuration 15s, renewDeadline 10s, retryPeriod 2s)"), "{text}");
 }
+
+#[test]
+fn cluster_policy_args_load() {
+    let c = ok(&testdata("cluster-policies-v1.yaml"));
+    let profile = |name: &str| match c.profiles.iter().find(|p| p.scheduler_name == name) {
+        Some(p) => p,
+        None => panic!("no profile {name}"),
+    };
+    let w = &profile("mcsched-weights").args.cluster_weights;
+    assert_eq!(
+        w.weights,
+        std::collections::BTreeMap::from([("east".to_string(), 1), ("west".to_string(), 2)])
+    );
+    assert_eq!(w.host_cluster_name, "host");
+    let p = &profile("mcsched-weights").plugins;
+    assert!(names(&p.pre_score).contains(&"ClusterWeights"));
+    assert!(
+        p.score
+            .iter()
+            .any(|r| r.name == "ClusterWeights" && r.weight == 50)
+    );
+    assert_eq!(
+        profile("mcsched-capacity").args.cluster_capacity.mode,
+        CapacityMode::Dynamic
+    );
+    let cost = profile("mcsched-cost").args.cluster_cost;
+    assert_eq!((cost.host_cost, cost.default_cost), (10, 10));
+    let tiers = &profile("mcsched-tiers").args.cluster_tiers.tiers;
+    assert_eq!(tiers.len(), 3);
+    assert_eq!(tiers[0], ClusterTier::Clusters(vec!["host".into()]));
+    assert!(matches!(&tiers[1], ClusterTier::Selector(s)
+        if s.match_labels.as_ref().and_then(|m| m.get("mcsched.io/provider")).map(String::as_str) == Some("onprem")));
+    // Capacity's mode defaults to Dynamic; Aggregated is the other one.
+    let c = ok(&format!(
+        "{V1}profiles:\n- pluginConfig:\n  - name: ClusterCapacity\n    args:\n      mode: Aggregated\n  - name: ClusterCost\n"
+    ));
+    assert_eq!(
+        c.profiles[0].args.cluster_capacity.mode,
+        CapacityMode::Aggregated
+    );
+    assert_eq!(c.profiles[0].args.cluster_cost, ClusterCostArgs::default());
+}
+
+#[test]
+fn cluster_policy_args_errors_name_the_field() {
+    let args = |plugin: &str, body: &str| {
+        format!("{V1}profiles:\n- pluginConfig:\n  - name: {plugin}\n    args:\n{body}")
+    };
+    let a = "profiles[0].pluginConfig[0].args";
+    let cases: Vec<(String, String)> = vec![
+        (
+            args("ClusterWeights", "      weights:\n        west: -1\n        east: 1\n"),
+            format!("{a}.weights[west]: Invalid value: -1: must be greater than or equal to 0"),
+        ),
+        (
+            args("ClusterWeights", "      weights: {}\n"),
+            format!("{a}.weights: Required value: at least one cluster and its weight"),
+        ),
+        (
+            args("ClusterWeights", "      weights:\n        west: 0\n"),
+            format!("{a}.weights: Invalid value: every weight is 0: at least one weight must be positive"),
+        ),
+        (
+            args("ClusterWeights", "      weights:\n        -west: 1\n"),
+            format!("{a}.weights[-west]: Invalid value: \"-west\": a cluster name must be"),
+        ),
+        (
+            args("ClusterWeights", "      weights:\n        west: 1\n      hostClusterName: ''\n"),
+            format!("{a}.hostClusterName: Invalid value: \"\""),
+        ),
+        (
+            args("ClusterWeights", "      weight:\n        west: 1\n"),
+            format!("{a}: unknown field `weight`"),
+        ),
+        (
+            args("ClusterCapacity", "      mode: Greedy\n"),
+            format!("{a}.mode: Unsupported value: \"Greedy\": supported values: \"Dynamic\", \"Aggregated\""),
+        ),
+        (
+            args("ClusterCost", "      hostCost: -3\n"),
+            format!("{a}.hostCost: Invalid value: -3: must be greater than or equal to 0"),
+        ),
+        (
+            args("ClusterCost", "      defaultCost: -1\n"),
+            format!("{a}.defaultCost: Invalid value: -1: must be greater than or equal to 0"),
+        ),
+        (
+            args("ClusterTiers", "      tiers: []\n"),
+            format!("{a}.tiers: Required value: at least one tier"),
+        ),
+        (
+            args("ClusterTiers", "      tiers:\n      - {}\n"),
+            format!("{a}.tiers[0]: Required value: a tier needs clusters or a selector"),
+        ),
+        (
+            args(
+                "ClusterTiers",
+                "      tiers:\n      - clusters: [west]\n        selector: {}\n",
+            ),
+            format!("{a}.tiers[0].selector: Forbidden: a tier has either clusters or a selector, not both"),
+        ),
+        (
+            args("ClusterTiers", "      tiers:\n      - clusters: []\n"),
+            format!("{a}.tiers[0].clusters: Required value: at least one cluster name"),
+        ),
+        (
+            args(
+                "ClusterTiers",
+                "      tiers:\n      - clusters: [host, west]\n      - clusters: [west]\n",
+            ),
+            format!("{a}.tiers[1].clusters[0]: Duplicate value: \"west\" (also {a}.tiers[0].clusters[1])"),
+        ),
+        (
+            args(
+                "ClusterTiers",
+                "      tiers:\n      - selector:\n          matchExpressions:\n          - {key: zone, operator: Near, values: [a]}\n",
+            ),
+            format!("{a}.tiers[0].selector.matchExpressions[0].operator: Invalid value: \"Near\": not a valid selector operator"),
+        ),
+        (
+            args(
+                "ClusterTiers",
+                "      tiers:\n      - selector:\n          matchExpressions:\n          - {key: zone, operator: In}\n",
+            ),
+            format!("{a}.tiers[0].selector.matchExpressions[0].values: Required value: must be specified when `operator` is 'In' or 'NotIn'"),
+        ),
+        (
+            format!(
+                "{V1}profiles:\n- plugins:\n    multiPoint:\n      enabled:\n      - name: ClusterWeights\n"
+            ),
+            "profiles[0].pluginConfig: Required value: ClusterWeights is enabled, so its args (weights) must be given".into(),
+        ),
+        (
+            format!(
+                "{V1}profiles:\n- plugins:\n    score:\n      enabled:\n      - name: ClusterTiers\n        weight: 5\n"
+            ),
+            "profiles[0].pluginConfig: Required value: ClusterTiers is enabled, so its args (tiers) must be given".into(),
+        ),
+        (
+            format!(
+                "{V1}profiles:\n- plugins:\n    filter:\n      enabled:\n      - name: ClusterCost\n"
+            ),
+            "profiles[0].plugins.filter.enabled[0].name: plugin \"ClusterCost\" does not implement the filter extension point".into(),
+        ),
+    ];
+    for (text, want) in cases {
+        let errs = errors(&text);
+        assert!(
+            errs.iter().any(|e| e.starts_with(&want)),
+            "want {want:?} in {errs:#?}\nfor:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn render_shows_cluster_policy_args() {
+    let text = render_profiles(&ok(&testdata("cluster-policies-v1.yaml")));
+    for want in [
+        "ClusterWeights(50)",
+        "args:       ClusterWeights: weights east=1, west=2; hostClusterName host",
+        "args:       ClusterCapacity: mode Dynamic",
+        "args:       ClusterCost: hostCost 10; defaultCost 10",
+        "args:       ClusterTiers: tiers 1: clusters host; 2: selector mcsched.io/provider=onprem; 3: clusters east",
+    ] {
+        assert!(text.contains(want), "{want:?} not in\n{text}");
+    }
+}
