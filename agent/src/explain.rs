@@ -52,6 +52,17 @@ pub fn node_explanations(record: &CycleRecord, limit: usize) -> Vec<NodeExplanat
                     _ => out.push(success(p)),
                 }
             }
+            // A rejection by no profile plugin: the leaf check (LeafNodeFit) of a virtual node.
+            if let Some(s) = status
+                && !s.plugin.is_empty()
+                && !record.filter_plugins.contains(&s.plugin)
+            {
+                out.push(PluginVerdict {
+                    plugin: s.plugin.to_string(),
+                    code: s.code.to_string(),
+                    reasons: s.reasons.clone(),
+                });
+            }
             out
         };
     // Pick the nodes before building anything: the best totals, then rejected nodes.
@@ -207,5 +218,36 @@ mod tests {
         assert_eq!(store.len(), CAPACITY);
         assert!(store.get("ns/p0").is_none());
         assert!(store.get(&format!("ns/p{}", CAPACITY + 9)).is_some());
+    }
+
+    #[test]
+    fn a_leaf_rejection_shows_after_the_filters_the_virtual_node_passed() {
+        let node: k8s_openapi::api::core::v1::Node =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "mcsched-west"}}))
+                .expect("node");
+        let node = std::sync::Arc::new(crate::snapshot::NodeInfo::new(std::sync::Arc::new(node)));
+        let record = CycleRecord {
+            filter_plugins: vec!["NodeResourcesFit"],
+            rejected: vec![(
+                node,
+                crate::framework::Status::unschedulable("leaf cluster west: no room")
+                    .with_plugin(crate::leaf::feasibility::LEAF_NODE_FIT),
+            )],
+            ..Default::default()
+        };
+        let nodes = node_explanations(&record, 10);
+        let verdicts: Vec<(&str, &str)> = nodes[0]
+            .filters
+            .iter()
+            .map(|v| (v.plugin.as_str(), v.code.as_str()))
+            .collect();
+        assert_eq!(
+            verdicts,
+            [
+                ("NodeResourcesFit", "Success"),
+                ("LeafNodeFit", "Unschedulable")
+            ]
+        );
+        assert_eq!(nodes[0].filters[1].reasons, ["leaf cluster west: no room"]);
     }
 }
