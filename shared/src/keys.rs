@@ -75,3 +75,20 @@ pub const VIRTUAL_NODE_RBAC_PREFIX: &str = "mcsched-virtual-node-";
 /// Annotation on a host PVC whose pod runs in a leaf: the leaf cluster that holds (and
 /// binds) its copy. Such a claim never follows a pod to a host node or another leaf.
 pub const BOUND_IN_CLUSTER_ANNOTATION: &str = "mcsched.io/bound-in-cluster";
+/// Label on every object `install` creates, valued with the install namespace: how
+/// `uninstall` finds them again (join's objects carry [`MANAGED_BY_LABEL`] but not this).
+pub const INSTALL_LABEL: &str = "mcsched.io/install";
+/// The ConfigMap holding the agent's KubeSchedulerConfiguration, its data key and where
+/// the Deployment mounts it.
+pub const AGENT_CONFIG_NAME: &str = "mcsched-agent-config";
+pub const AGENT_CONFIG_KEY: &str = "config.yaml";
+pub const AGENT_CONFIG_DIR: &str = "/etc/mcsched";
+/// Name of the agent's HTTPS port on the Deployment and Service.
+pub const AGENT_PORT_NAME: &str = "https";
+/// Pod template annotation: a hash of the configuration, so a changed ConfigMap rolls the
+/// Deployment.
+pub const CONFIG_HASH_ANNOTATION: &str = "mcsched.io/config-hash";
+/// Annotation on a virtual node: how many nodes the leaf cluster has (`get clusters`).
+pub const LEAF_NODE_COUNT_ANNOTATION: &str = "mcsched.io/leaf-nodes";
+/// The image `install` deploys unless `--image` says otherwise.
+pub const AGENT_IMAGE_REPOSITORY: &str = "ghcr.io/mcsched/mcsched-agent";

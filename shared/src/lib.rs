@@ -3,6 +3,7 @@
 pub mod config;
 pub mod explain;
 pub mod keys;
+pub mod manifests;
 pub mod node;
 pub mod quantity;
 pub mod resources;

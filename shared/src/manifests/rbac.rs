@@ -1,0 +1,126 @@
+//! The agent's permissions in the host: kube-scheduler's system roles, plus exactly what
+//! mcsched does beyond kube-scheduler. No wildcards.
+//!
+//! What `system:kube-scheduler` already grants (kube v1.36 bootstrap policy), so it is not
+//! repeated here: events create/update/patch (core and events.k8s.io), pods get/list/watch
+//! /delete, pods/binding create, pods/status patch/update, nodes get/list/watch.
+//! Per virtual node permissions (update that node and its status, its Lease, delete it)
+//! are not here either: `join` grants them per leaf (`mcsched-virtual-node-<name>`), so
+//! the agent can never touch a real node.
+
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
+
+use super::config::AgentConfig;
+use super::{Object, meta};
+use crate::keys;
+
+const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+const COORDINATION: &str = "coordination.k8s.io";
+const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+
+fn rule(groups: &[&str], resources: &[&str], verbs: &[&str], names: &[&str]) -> PolicyRule {
+    let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    PolicyRule {
+        api_groups: Some(strings(groups)),
+        resources: Some(strings(resources)),
+        verbs: strings(verbs),
+        resource_names: (!names.is_empty()).then(|| strings(names)),
+        ..Default::default()
+    }
+}
+
+fn subject(ns: &str) -> Vec<Subject> {
+    vec![Subject {
+        kind: "ServiceAccount".into(),
+        name: keys::AGENT_NAME.into(),
+        namespace: Some(ns.into()),
+        ..Default::default()
+    }]
+}
+
+fn role_ref(kind: &str, name: &str) -> RoleRef {
+    RoleRef {
+        api_group: RBAC_GROUP.into(),
+        kind: kind.into(),
+        name: name.into(),
+    }
+}
+
+fn cluster_binding(ns: &str, name: &str, cluster_role: &str) -> Object {
+    Object::ClusterRoleBinding(ClusterRoleBinding {
+        metadata: meta(name, None, ns),
+        role_ref: role_ref("ClusterRole", cluster_role),
+        subjects: Some(subject(ns)),
+    })
+}
+
+fn role_binding(ns: &str, in_ns: &str, name: &str, kind: &str, role: &str) -> Object {
+    Object::RoleBinding(RoleBinding {
+        metadata: meta(name, Some(in_ns), ns),
+        role_ref: role_ref(kind, role),
+        subjects: Some(subject(ns)),
+    })
+}
+
+pub(super) fn objects(ns: &str, cfg: &AgentConfig) -> Vec<Object> {
+    let agent = keys::AGENT_NAME;
+    // Pod sync copies the ConfigMaps and Secrets a pod references into its leaf: it reads
+    // them by name, so `get` only; listing every Secret in the cluster is never needed.
+    let cluster_role = ClusterRole {
+        metadata: meta(agent, None, ns),
+        rules: Some(vec![rule(&[""], &["configmaps", "secrets"], &["get"], &[])]),
+        ..Default::default()
+    };
+    let mut own_rules = Vec::new();
+    if let Some(lease) = &cfg.lease_name {
+        // `create` cannot be limited by name (the object does not exist yet); the rest is
+        // limited to our Lease. system:kube-scheduler's create is cluster-wide today, but
+        // its own TODO means to scope it to kube-system, so ours is explicit.
+        own_rules.push(rule(&[COORDINATION], &["leases"], &["create"], &[]));
+        own_rules.push(rule(
+            &[COORDINATION],
+            &["leases"],
+            &["get", "update", "patch"],
+            &[lease],
+        ));
+    }
+    // The join Secrets (leaf kubeconfigs) live in the agent's own namespace: the cluster
+    // registry watches them.
+    own_rules.push(rule(&[""], &["secrets"], &["get", "list", "watch"], &[]));
+    let own_role = Role {
+        metadata: meta(agent, Some(ns), ns),
+        rules: Some(own_rules),
+    };
+    // Virtual nodes' heartbeats: their Leases are created here; updating one is granted
+    // per virtual node by `join`.
+    let node_lease_role = Role {
+        metadata: meta(agent, Some(NODE_LEASE_NAMESPACE), ns),
+        rules: Some(vec![rule(&[COORDINATION], &["leases"], &["create"], &[])]),
+    };
+
+    vec![
+        Object::ClusterRole(cluster_role),
+        cluster_binding(ns, &format!("{agent}:kube-scheduler"), "system:kube-scheduler"),
+        cluster_binding(
+            ns,
+            &format!("{agent}:volume-scheduler"),
+            "system:volume-scheduler",
+        ),
+        cluster_binding(ns, agent, agent),
+        Object::Role(own_role),
+        Object::Role(node_lease_role),
+        role_binding(ns, ns, agent, "Role", agent),
+        role_binding(ns, NODE_LEASE_NAMESPACE, agent, "Role", agent),
+        // Delegated authentication (as kube-scheduler): read the client CA the API server
+        // publishes in kube-system.
+        role_binding(
+            ns,
+            "kube-system",
+            &format!("{agent}:extension-apiserver-authentication-reader"),
+            "Role",
+            "extension-apiserver-authentication-reader",
+        ),
+    ]
+}
