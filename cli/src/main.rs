@@ -2,9 +2,14 @@
 //!
 //! Exit codes follow kubectl: 0 success, 1 failure, 2 usage error (clap's own exit code).
 
+mod apply;
 mod cluster;
+mod duration;
 mod explain;
+mod install;
 mod kube_context;
+mod progress;
+mod uninstall;
 
 use clap::{Parser, Subcommand};
 use kube_context::KubeArgs;
@@ -37,6 +42,10 @@ enum Command {
         #[command(subcommand)]
         what: ExplainWhat,
     },
+    /// Install the mcsched agent: RBAC, configuration, Deployment, Service (server-side apply).
+    Install(install::InstallArgs),
+    /// Remove everything install created (asks first).
+    Uninstall(uninstall::UninstallArgs),
     /// Print the client version.
     Version,
 }
@@ -96,6 +105,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Explain {
             what: ExplainWhat::Pod(args),
         } => explain::run(&cli.kube, args).await,
+        Command::Install(args) => install::run(&cli.kube, args).await,
+        Command::Uninstall(args) => uninstall::run(&cli.kube, args).await,
         Command::Version => {
             println!("kubectl-mcsched {}", env!("CARGO_PKG_VERSION"));
             Ok(())
