@@ -11,7 +11,7 @@ K8S_MINOR := $(word 2,$(subst ., ,$(K8S_VERSION)))
 VERSION_PKGS := k8s.io/component-base/version k8s.io/client-go/pkg/version
 LDFLAGS := -s -w $(foreach p,$(VERSION_PKGS),-X $(p).gitVersion=$(K8S_VERSION) -X $(p).gitMajor=1 -X $(p).gitMinor=$(K8S_MINOR) -X $(p).gitTreeState=clean)
 
-.PHONY: all build controlplane demo test lint fmt clean
+.PHONY: all build controlplane demo test lint fmt clean manifests
 
 all: build
 
@@ -30,6 +30,12 @@ build: $(CONTROLPLANE)
 ## demo: a local host cluster, the agent, pods bound by mcsched; everything stopped after.
 demo: build
 	bash scripts/demo.sh
+
+## manifests: manifests/install.yaml, the default install as `install --dry-run=client -o yaml`
+## renders it (a test fails when the committed file differs).
+manifests:
+	cargo build -p kubectl-mcsched
+	target/debug/kubectl-mcsched install --dry-run=client -o yaml > manifests/install.yaml
 
 ## test: formatting, lints, go vet, unit tests and end-to-end tests, each stage timed.
 test:

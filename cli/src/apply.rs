@@ -103,7 +103,11 @@ pub async fn current(client: &Client, o: &Object) -> Result<Option<DynamicObject
 /// Server-side applies `o` as the `mcsched` field manager, taking over fields another
 /// manager set (install owns these objects), and tells what changed: the resourceVersion
 /// moves only when the object did.
-pub async fn apply(client: &Client, o: &Object, server_dry_run: bool) -> Result<Action, ApplyError> {
+pub async fn apply(
+    client: &Client,
+    o: &Object,
+    server_dry_run: bool,
+) -> Result<Action, ApplyError> {
     let before = current(client, o).await?;
     let mut params = PatchParams::apply(keys::FIELD_MANAGER).force();
     params.dry_run = server_dry_run;

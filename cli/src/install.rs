@@ -123,8 +123,15 @@ pub async fn run(kube: &KubeArgs, args: InstallArgs) -> anyhow::Result<()> {
         match apply::apply(&client, o, server_dry_run).await {
             Ok(action) => {
                 counts[action as usize] += 1;
-                let suffix = if server_dry_run { " (server dry run)" } else { "" };
-                step.finish(Mark::Done, format!("{} {}{suffix}", located(o), action.as_str()));
+                let suffix = if server_dry_run {
+                    " (server dry run)"
+                } else {
+                    ""
+                };
+                step.finish(
+                    Mark::Done,
+                    format!("{} {}{suffix}", located(o), action.as_str()),
+                );
             }
             Err(e) => {
                 step.finish(Mark::Failed, format!("{} failed", located(o)));
@@ -144,7 +151,10 @@ pub async fn run(kube: &KubeArgs, args: InstallArgs) -> anyhow::Result<()> {
                 format!("deployment/{} available ({ready})", keys::AGENT_NAME),
             ),
             Err(e) => {
-                step.finish(Mark::Failed, format!("deployment/{} not available", keys::AGENT_NAME));
+                step.finish(
+                    Mark::Failed,
+                    format!("deployment/{} not available", keys::AGENT_NAME),
+                );
                 return Err(e);
             }
         }
@@ -171,7 +181,10 @@ pub async fn run(kube: &KubeArgs, args: InstallArgs) -> anyhow::Result<()> {
     if !server_dry_run {
         println!(
             "Pods choose mcsched with `spec.schedulerName: {}`; `kubectl mcsched explain pod NAME` tells why they land where they do.",
-            cfg.scheduler_names.first().map(String::as_str).unwrap_or(keys::DEFAULT_SCHEDULER_NAME)
+            cfg.scheduler_names
+                .first()
+                .map(String::as_str)
+                .unwrap_or(keys::DEFAULT_SCHEDULER_NAME)
         );
     }
     Ok(())

@@ -26,7 +26,9 @@ pub async fn run(kube: &KubeArgs, args: UninstallArgs) -> anyhow::Result<()> {
     let selector = manifests::install_selector(&namespace);
     let mut found = apply::find(&client, &selector).await?;
     if found.is_empty() {
-        println!("mcsched is not installed in namespace {namespace}: no objects labelled {selector}");
+        println!(
+            "mcsched is not installed in namespace {namespace}: no objects labelled {selector}"
+        );
         return Ok(());
     }
     println!("These {} objects will be deleted:", found.len());
@@ -39,7 +41,9 @@ pub async fn run(kube: &KubeArgs, args: UninstallArgs) -> anyhow::Result<()> {
     }
     if !args.yes {
         if !console::Term::stdout().is_term() || !console::Term::stderr().is_term() {
-            bail!("refusing to uninstall without confirmation: not a terminal; pass --yes to delete");
+            bail!(
+                "refusing to uninstall without confirmation: not a terminal; pass --yes to delete"
+            );
         }
         let go_on = dialoguer::Confirm::new()
             .with_prompt(format!("Uninstall mcsched from {namespace}?"))

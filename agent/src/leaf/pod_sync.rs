@@ -464,7 +464,19 @@ async fn create_copy(host: &Client, leaf: &LeafCluster, pod: &Pod) -> Result<(),
         let Some(s) = host_secrets
             .get_opt(s_name)
             .await
-            .map_err(api_err(format!("reading host Secret {ns}/{s_name}")))?
+            .map_err(|e| {
+                // The install grants Secrets per namespace only: say how to grant this one.
+                let hint = if code(&e) == Some(403) {
+                    format!(
+                        " (let the agent read Secrets in {ns}: kubectl create rolebinding mcsched-secrets -n {ns} --clusterrole={} --serviceaccount=<agent namespace>:{})",
+                        mcsched_shared::manifests::secret_reader_name(),
+                        keys::AGENT_NAME
+                    )
+                } else {
+                    String::new()
+                };
+                api_err(format!("reading host Secret {ns}/{s_name}{hint}"))(e)
+            })?
         else {
             continue;
         };

@@ -18,7 +18,9 @@ pub struct AgentConfig {
     pub lease_name: Option<String>,
 }
 
-/// One profile, leader election on a Lease named after it in the install namespace.
+/// One profile, leader election on a Lease named after it in the install namespace. The
+/// profile schedules onto host and virtual nodes alike: the LeafNode plugins take the
+/// place of TaintToleration's Filter and of VolumeBinding, as seed 000 configures them.
 pub fn default_config_text(scheduler_name: &str, namespace: &str) -> String {
     format!(
         "apiVersion: {group}/v1\n\
@@ -29,7 +31,18 @@ pub fn default_config_text(scheduler_name: &str, namespace: &str) -> String {
            resourceName: {scheduler_name}\n  \
            resourceNamespace: {namespace}\n\
          profiles:\n\
-         - schedulerName: {scheduler_name}\n",
+         - schedulerName: {scheduler_name}\n  \
+           plugins:\n    \
+             filter:\n      \
+               disabled:\n      \
+               - name: TaintToleration\n      \
+               enabled:\n      \
+               - name: LeafNodeTaintToleration\n    \
+             multiPoint:\n      \
+               disabled:\n      \
+               - name: VolumeBinding\n      \
+               enabled:\n      \
+               - name: LeafNodeVolumeBinding\n",
         group = config::GROUP
     )
 }
@@ -67,7 +80,10 @@ impl AgentConfig {
                     .as_deref()
                     .unwrap_or(keys::DEFAULT_SCHEDULER_NAME);
                 check_dns_subdomain("--scheduler-name", name)?;
-                (default_config_text(name, ns), "the default configuration".into())
+                (
+                    default_config_text(name, ns),
+                    "the default configuration".into(),
+                )
             }
         };
         let cfg = config::load(&text).map_err(|errors| ManifestError::Config {

@@ -12,6 +12,7 @@ mod workload;
 
 pub use config::{AgentConfig, default_config_text};
 pub use object::{Object, to_json_list, to_yaml_stream};
+pub use rbac::secret_reader_name;
 
 use std::collections::BTreeMap;
 
@@ -100,10 +101,7 @@ pub fn common_labels(namespace: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         ("app.kubernetes.io/name".into(), keys::AGENT_NAME.into()),
         ("app.kubernetes.io/part-of".into(), "mcsched".into()),
-        (
-            keys::MANAGED_BY_LABEL.into(),
-            keys::MANAGED_BY_VALUE.into(),
-        ),
+        (keys::MANAGED_BY_LABEL.into(), keys::MANAGED_BY_VALUE.into()),
         (keys::INSTALL_LABEL.into(), namespace.into()),
     ])
 }

@@ -64,13 +64,30 @@ fn role_binding(ns: &str, in_ns: &str, name: &str, kind: &str, role: &str) -> Ob
     })
 }
 
+/// The ClusterRole an operator binds in a namespace to let pod sync copy its Secrets.
+pub fn secret_reader_name() -> String {
+    format!("{}-secret-reader", keys::AGENT_NAME)
+}
+
 pub(super) fn objects(ns: &str, cfg: &AgentConfig) -> Vec<Object> {
     let agent = keys::AGENT_NAME;
-    // Pod sync copies the ConfigMaps and Secrets a pod references into its leaf: it reads
-    // them by name, so `get` only; listing every Secret in the cluster is never needed.
+    // Pod sync copies the ConfigMaps a pod references into its leaf: it reads them by
+    // name, so `get` only. It recreates a bare pod taken back from a leaf when the pod
+    // allows it (kube-scheduler's role has no pod `create`).
     let cluster_role = ClusterRole {
         metadata: meta(agent, None, ns),
-        rules: Some(vec![rule(&[""], &["configmaps", "secrets"], &["get"], &[])]),
+        rules: Some(vec![
+            rule(&[""], &["configmaps"], &["get"], &[]),
+            rule(&[""], &["pods"], &["create"], &[]),
+        ]),
+        ..Default::default()
+    };
+    // Secrets a pod references are copied too, but reading Secrets cluster-wide is more
+    // than an operator should have to grant: this role is bound per namespace, by the
+    // operator, for the namespaces whose pods may run in leaves with Secrets.
+    let secret_reader = ClusterRole {
+        metadata: meta(&secret_reader_name(), None, ns),
+        rules: Some(vec![rule(&[""], &["secrets"], &["get"], &[])]),
         ..Default::default()
     };
     let mut own_rules = Vec::new();
@@ -102,7 +119,12 @@ pub(super) fn objects(ns: &str, cfg: &AgentConfig) -> Vec<Object> {
 
     vec![
         Object::ClusterRole(cluster_role),
-        cluster_binding(ns, &format!("{agent}:kube-scheduler"), "system:kube-scheduler"),
+        Object::ClusterRole(secret_reader),
+        cluster_binding(
+            ns,
+            &format!("{agent}:kube-scheduler"),
+            "system:kube-scheduler",
+        ),
         cluster_binding(
             ns,
             &format!("{agent}:volume-scheduler"),

@@ -107,7 +107,8 @@ fn deployment_is_hardened_and_probed() {
         ..Default::default()
     })
     .expect("renders");
-    let Object::Deployment(d) = by_ref(&objects, "deployment/mcsched-agent", Some("mcsched-system"))
+    let Object::Deployment(d) =
+        by_ref(&objects, "deployment/mcsched-agent", Some("mcsched-system"))
     else {
         unreachable!()
     };
@@ -129,7 +130,10 @@ fn deployment_is_hardened_and_probed() {
             "/etc/mcsched/config.yaml".to_string()
         ])
     );
-    let sc = c.security_context.as_ref().expect("container security context");
+    let sc = c
+        .security_context
+        .as_ref()
+        .expect("container security context");
     assert_eq!(sc.read_only_root_filesystem, Some(true));
     assert_eq!(sc.allow_privilege_escalation, Some(false));
     assert_eq!(
@@ -139,7 +143,12 @@ fn deployment_is_hardened_and_probed() {
     let live = c.liveness_probe.as_ref().and_then(|p| p.http_get.as_ref());
     assert_eq!(live.and_then(|g| g.path.as_deref()), Some("/healthz"));
     assert_eq!(live.and_then(|g| g.scheme.as_deref()), Some("HTTPS"));
-    assert!(c.resources.as_ref().and_then(|r| r.requests.as_ref()).is_some());
+    assert!(
+        c.resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref())
+            .is_some()
+    );
     // Two replicas: a PodDisruptionBudget.
     by_ref(
         &objects,
@@ -156,7 +165,8 @@ fn config_change_changes_the_pod_template() {
             ..Default::default()
         })
         .expect("renders");
-        let Object::Deployment(d) = by_ref(&objects, "deployment/mcsched-agent", Some("mcsched-system"))
+        let Object::Deployment(d) =
+            by_ref(&objects, "deployment/mcsched-agent", Some("mcsched-system"))
         else {
             unreachable!()
         };

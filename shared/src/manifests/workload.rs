@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    Affinity, Capabilities, ConfigMapVolumeSource, Container, ContainerPort, HTTPGetAction,
-    PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
-    ResourceRequirements, SeccompProfile, SecurityContext, Service, ServicePort, ServiceSpec,
-    Volume, VolumeMount, WeightedPodAffinityTerm,
+    Affinity, Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
+    HTTPGetAction, ObjectFieldSelector, PodAffinityTerm, PodAntiAffinity, PodSecurityContext,
+    PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext,
+    Service, ServicePort, ServiceSpec, Volume, VolumeMount, WeightedPodAffinityTerm,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -72,6 +72,18 @@ fn container(image: &str) -> Container {
         name: "agent".into(),
         image: Some(image.into()),
         args: Some(vec!["--config".into(), config_file]),
+        // The agent looks for join Secrets in its own namespace.
+        env: Some(vec![EnvVar {
+            name: "POD_NAMESPACE".into(),
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: "metadata.namespace".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]),
         ports: Some(vec![ContainerPort {
             name: Some(keys::AGENT_PORT_NAME.into()),
             container_port: i32::from(keys::AGENT_PORT),

@@ -1,0 +1,276 @@
+//! `kubectl mcsched install` and `uninstall` as the real binary against a real API server
+//! with kube-controller-manager, kube-scheduler and simulated kubelets (so the agent's
+//! Deployment becomes Available without a container runtime), and the agent's rights
+//! checked with `kubectl auth can-i --as` its ServiceAccount.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use anyhow::Context;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use kube::Api;
+use mcsched_e2e::{ControlPlane, ControlPlaneOptions, wait};
+use mcsched_shared::keys;
+use serde_json::json;
+
+const AGENT: &str = "system:serviceaccount:mcsched-system:mcsched-agent";
+
+fn cli() -> PathBuf {
+    mcsched_e2e::repo_root().join("target/debug/kubectl-mcsched")
+}
+
+fn run(kubeconfig: &Path, args: &[&str]) -> anyhow::Result<Output> {
+    Command::new(cli())
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .with_context(|| format!("running {}", cli().display()))
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// `kubectl auth can-i VERB RESOURCE... --as` the agent's ServiceAccount.
+fn agent_can(kubeconfig: &Path, args: &[&str]) -> anyhow::Result<bool> {
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["auth", "can-i", "--as", AGENT])
+        .args(args)
+        .output()
+        .context("kubectl must be on PATH")?;
+    Ok(String::from_utf8_lossy(&out.stdout).trim() == "yes")
+}
+
+#[test]
+fn committed_manifests_are_what_install_renders() -> anyhow::Result<()> {
+    let out = Command::new(cli())
+        .args(["install", "--dry-run=client", "-o", "yaml"])
+        .output()?;
+    assert!(out.status.success(), "{}", text(&out));
+    let committed =
+        std::fs::read_to_string(mcsched_e2e::repo_root().join("manifests/install.yaml"))?;
+    assert!(
+        String::from_utf8_lossy(&out.stdout) == committed,
+        "manifests/install.yaml is stale: run `make manifests`"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn install_twice_then_uninstall_with_least_privilege() -> anyhow::Result<()> {
+    let cp = ControlPlane::start("install", ControlPlaneOptions::full()).await?;
+    let kc = cp.kubeconfig.clone();
+    // A node for the agent's pod: kube-scheduler binds it, the kubelet simulator runs it.
+    mcsched_e2e::objects::create_node(
+        &cp.client,
+        json!({
+            "metadata": {"name": "node-1", "labels": {"kubernetes.io/hostname": "node-1"}},
+            "status": {
+                "capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+                "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+                "conditions": [{"type": "Ready", "status": "True"}]
+            }
+        }),
+    )
+    .await?;
+    let namespaces: Api<Namespace> = Api::all(cp.client.clone());
+
+    // Bad input: named, and nothing created.
+    let out = run(&kc, &["install", "--replicas", "0"])?;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("--replicas: must be 1 or more"),
+        "{}",
+        text(&out)
+    );
+    let bad = cp.dir().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: x\n  plugins:\n    filter:\n      enabled:\n      - name: Foo\n",
+    )?;
+    let out = run(&kc, &["install", "--config", &bad.display().to_string()])?;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("profiles[0].plugins.filter.enabled[0].name: unknown plugin \"Foo\""),
+        "{}",
+        text(&out)
+    );
+    assert!(namespaces.get_opt(keys::SYSTEM_NAMESPACE).await?.is_none());
+
+    // The manifests as committed are accepted by a real API server (server dry run needs
+    // the namespace first, as any apply of a namespace with its contents would).
+    let manifests = mcsched_e2e::repo_root().join("manifests/install.yaml");
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kc)
+        .args(["apply", "--dry-run=server", "-f"])
+        .arg(&manifests)
+        .output()?;
+    let applied = text(&out);
+    assert!(
+        applied.contains("namespace/mcsched-system created (server dry run)"),
+        "{applied}"
+    );
+
+    // Install and wait: every object created, the Deployment Available.
+    let out = run(
+        &kc,
+        &[
+            "install",
+            "--image",
+            "mcsched/agent:test",
+            "--wait",
+            "--timeout",
+            "90s",
+        ],
+    )?;
+    let first = text(&out);
+    println!("{first}");
+    assert!(out.status.success(), "{first}");
+    assert!(
+        first.contains("mcsched installed in namespace mcsched-system: 15 objects (15 created, 0 configured, 0 unchanged)"),
+        "{first}"
+    );
+    assert!(
+        first.contains("deployment/mcsched-agent available"),
+        "{first}"
+    );
+    let deployments: Api<Deployment> = Api::namespaced(cp.client.clone(), keys::SYSTEM_NAMESPACE);
+    assert!(deployments.get_opt(keys::AGENT_NAME).await?.is_some());
+
+    // Twice: nothing changes.
+    let out = run(&kc, &["install", "--image", "mcsched/agent:test"])?;
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("15 objects (0 created, 0 configured, 15 unchanged)"),
+        "{}",
+        text(&out)
+    );
+
+    // What the agent needs.
+    for args in [
+        &["create", "pods", "--subresource=binding", "-n", "shop"][..],
+        &["patch", "pods", "--subresource=status", "-n", "shop"],
+        &["delete", "pods", "-n", "shop"],
+        &["create", "pods", "-n", "shop"],
+        &["watch", "nodes"],
+        &["watch", "persistentvolumes"],
+        &["patch", "persistentvolumeclaims", "-n", "shop"],
+        &["watch", "storageclasses.storage.k8s.io"],
+        &["watch", "csinodes.storage.k8s.io"],
+        &["watch", "poddisruptionbudgets.policy"],
+        &["create", "events.events.k8s.io", "-n", "shop"],
+        &["get", "configmaps/app", "-n", "shop"],
+        &["watch", "secrets", "-n", "mcsched-system"],
+        &[
+            "create",
+            "leases.coordination.k8s.io",
+            "-n",
+            "mcsched-system",
+        ],
+        &[
+            "update",
+            "leases.coordination.k8s.io/mcsched",
+            "-n",
+            "mcsched-system",
+        ],
+        &[
+            "create",
+            "leases.coordination.k8s.io",
+            "-n",
+            "kube-node-lease",
+        ],
+        &[
+            "get",
+            "configmaps/extension-apiserver-authentication",
+            "-n",
+            "kube-system",
+        ],
+    ] {
+        assert!(agent_can(&kc, args)?, "the agent cannot {args:?}");
+    }
+    // And no more.
+    for args in [
+        &["get", "secrets/db", "-n", "shop"][..],
+        &["list", "secrets", "-n", "default"],
+        &["list", "configmaps", "-n", "shop"],
+        &[
+            "update",
+            "leases.coordination.k8s.io/other",
+            "-n",
+            "mcsched-system",
+        ],
+        &["update", "nodes/node-1"],
+        &["delete", "nodes/node-1"],
+        &["create", "deployments.apps", "-n", "shop"],
+        &["create", "clusterrolebindings.rbac.authorization.k8s.io"],
+        &["*", "*"],
+    ] {
+        assert!(!agent_can(&kc, args)?, "the agent can {args:?}");
+    }
+    // Secrets of a namespace become readable once the operator binds the reader role there.
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kc)
+        .args([
+            "create",
+            "rolebinding",
+            "mcsched-secrets",
+            "-n",
+            "default",
+            "--clusterrole=mcsched-agent-secret-reader",
+            "--serviceaccount=mcsched-system:mcsched-agent",
+        ])
+        .output()?;
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(agent_can(&kc, &["get", "secrets/db", "-n", "default"])?);
+    assert!(!agent_can(&kc, &["list", "secrets", "-n", "default"])?);
+
+    // Uninstall refuses without a terminal unless --yes, and then removes everything.
+    let out = run(&kc, &["uninstall"])?;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("pass --yes"), "{}", text(&out));
+    assert!(deployments.get_opt(keys::AGENT_NAME).await?.is_some());
+    let out = run(&kc, &["uninstall", "--yes"])?;
+    let removed = text(&out);
+    println!("{removed}");
+    assert!(out.status.success(), "{removed}");
+    assert!(removed.contains("15 objects deleted"), "{removed}");
+    let crbs: Api<ClusterRoleBinding> = Api::all(cp.client.clone());
+    let crs: Api<ClusterRole> = Api::all(cp.client.clone());
+    for name in [
+        "mcsched-agent",
+        "mcsched-agent:kube-scheduler",
+        "mcsched-agent:volume-scheduler",
+    ] {
+        assert!(crbs.get_opt(name).await?.is_none(), "{name} left");
+    }
+    assert!(crs.get_opt("mcsched-agent").await?.is_none());
+    assert!(crs.get_opt("mcsched-agent-secret-reader").await?.is_none());
+    wait::until(
+        std::time::Duration::from_secs(60),
+        "the namespace gone",
+        || async {
+            Ok(namespaces
+                .get_opt(keys::SYSTEM_NAMESPACE)
+                .await?
+                .is_none()
+                .then_some(()))
+        },
+    )
+    .await?;
+    let out = run(&kc, &["uninstall", "--yes"])?;
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("not installed"), "{}", text(&out));
+    Ok(())
+}
