@@ -10,6 +10,7 @@ mod install;
 mod kube_context;
 mod progress;
 mod uninstall;
+mod version;
 
 use clap::{Parser, Subcommand};
 use kube_context::KubeArgs;
@@ -46,8 +47,28 @@ enum Command {
     Install(install::InstallArgs),
     /// Remove everything install created (asks first).
     Uninstall(uninstall::UninstallArgs),
-    /// Print the client version.
-    Version,
+    /// List things mcsched manages.
+    Get {
+        #[command(subcommand)]
+        what: GetWhat,
+    },
+    /// Print the client version and the installed agent's.
+    Version(VersionArgs),
+    /// Print a shell completion script (bash, zsh, fish, powershell, elvish).
+    Completion { shell: clap_complete::Shell },
+}
+
+#[derive(Debug, clap::Args)]
+struct VersionArgs {
+    /// Only the client's version; the cluster is not contacted.
+    #[arg(long)]
+    client: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum GetWhat {
+    /// The joined leaf clusters: virtual node, readiness, version, nodes, room, pods.
+    Clusters(cluster::get::GetArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -107,8 +128,24 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         } => explain::run(&cli.kube, args).await,
         Command::Install(args) => install::run(&cli.kube, args).await,
         Command::Uninstall(args) => uninstall::run(&cli.kube, args).await,
-        Command::Version => {
+        Command::Get {
+            what: GetWhat::Clusters(args),
+        } => cluster::get::run(&cli.kube, args).await,
+        Command::Version(args) => {
             println!("kubectl-mcsched {}", env!("CARGO_PKG_VERSION"));
+            if args.client {
+                return Ok(());
+            }
+            version::agent(&cli.kube).await
+        }
+        Command::Completion { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "kubectl-mcsched",
+                &mut std::io::stdout(),
+            );
             Ok(())
         }
     }

@@ -122,6 +122,14 @@ async fn install_twice_then_uninstall_with_least_privilege() -> anyhow::Result<(
         "{applied}"
     );
 
+    let out = run(&kc, &["version"])?;
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("agent: not installed in namespace mcsched-system"),
+        "{}",
+        text(&out)
+    );
+
     // Install and wait: every object created, the Deployment Available.
     let out = run(
         &kc,
@@ -147,6 +155,16 @@ async fn install_twice_then_uninstall_with_least_privilege() -> anyhow::Result<(
     );
     let deployments: Api<Deployment> = Api::namespaced(cp.client.clone(), keys::SYSTEM_NAMESPACE);
     assert!(deployments.get_opt(keys::AGENT_NAME).await?.is_some());
+
+    let out = run(&kc, &["version"])?;
+    assert!(
+        text(&out).contains(&format!(
+            "kubectl-mcsched {}\nagent: mcsched/agent:test in namespace mcsched-system (1/1 ready)",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{}",
+        text(&out)
+    );
 
     // Twice: nothing changes.
     let out = run(&kc, &["install", "--image", "mcsched/agent:test"])?;

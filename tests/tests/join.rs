@@ -198,6 +198,50 @@ async fn join_and_unjoin_a_leaf() -> anyhow::Result<()> {
         text(&out)
     );
 
+    // get clusters: the virtual node as join left it (no agent runs here to report the
+    // leaf's room, so readiness is Unknown and the version is the one join read).
+    let out = run(&host.kubeconfig, &["get", "clusters", "-o", "json"])?;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(rows[0]["name"], "east", "{rows}");
+    assert_eq!(rows[0]["virtualNode"], "mcsched-east", "{rows}");
+    assert_eq!(rows[0]["ready"], "Unknown", "{rows}");
+    assert!(
+        rows[0]["version"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("v1.36")),
+        "{rows}"
+    );
+    assert_eq!(rows[0]["pods"], 0, "{rows}");
+    let out = run(&host.kubeconfig, &["get", "clusters"])?;
+    println!("{}", text(&out));
+    let table = text(&out);
+    let lines: Vec<Vec<&str>> = table
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        lines[0],
+        [
+            "NAME",
+            "VIRTUAL",
+            "NODE",
+            "READY",
+            "VERSION",
+            "NODES",
+            "ALLOCATABLE",
+            "FREE",
+            "PODS",
+            "AGE"
+        ],
+        "{table}"
+    );
+    assert_eq!(
+        lines[1][..3],
+        ["east", "mcsched-east", "Unknown"],
+        "{table}"
+    );
+
     let node = host_nodes.get("mcsched-east").await?;
     let labels = node.metadata.labels.clone().unwrap_or_default();
     let label = |k: &str| labels.get(k).map(String::as_str);

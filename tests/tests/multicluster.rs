@@ -168,7 +168,14 @@ async fn a_leaf_cluster_as_a_virtual_node() -> anyhow::Result<()> {
         >| { m.and_then(|m| m.get("cpu")).map(|q| q.0.clone()) };
         let ok = cpu(st.capacity.as_ref()).as_deref() == Some("16")
             && cpu(st.allocatable.as_ref()).as_deref() == Some("8")
-            && ready_status(&n).as_deref() == Some("True");
+            && ready_status(&n).as_deref() == Some("True")
+            // The leaf's node count, for `kubectl mcsched get clusters`.
+            && n.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(keys::LEAF_NODE_COUNT_ANNOTATION))
+                .map(String::as_str)
+                == Some("4");
         Ok(ok.then_some(()))
     })
     .await

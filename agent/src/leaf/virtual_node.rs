@@ -158,6 +158,17 @@ pub async fn run(
                 if previous_ready != Some(ready) {
                     info!(node = %node_name, ready, "virtual node readiness");
                 }
+                if written.as_ref().map(|(w, _)| w.leaf_nodes) != Some(status.leaf_nodes) {
+                    // For `kubectl mcsched get clusters`; the status has no place for it.
+                    let count = json!({"metadata": {"annotations": {
+                        keys::LEAF_NODE_COUNT_ANNOTATION: status.leaf_nodes.to_string()}}});
+                    if let Err(e) = nodes
+                        .patch(&node_name, &PatchParams::default(), &Patch::Merge(&count))
+                        .await
+                    {
+                        warn!(node = %node_name, error = %e, "annotating the leaf's node count failed");
+                    }
+                }
                 written = Some((status, Instant::now()));
             }
             Err(e) => {

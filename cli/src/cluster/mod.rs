@@ -1,6 +1,7 @@
-//! `join cluster` and `unjoin cluster`: a leaf cluster becomes (or stops being) a virtual
-//! node of the host.
+//! `join cluster`, `unjoin cluster` and `get clusters`: a leaf cluster becomes (or stops
+//! being) a virtual node of the host.
 
+pub mod get;
 pub mod join;
 pub mod leaf_access;
 pub mod names;

@@ -1,0 +1,307 @@
+//! `kubectl mcsched get clusters`: the joined leaves as the host sees them — their join
+//! Secret and virtual node, kept current by the agent.
+
+use std::collections::BTreeMap;
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::api::ListParams;
+use kube::{Api, Client, ResourceExt};
+use mcsched_shared::keys;
+use mcsched_shared::quantity::Quantity as Parsed;
+use serde::Serialize;
+
+use crate::kube_context::KubeArgs;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+}
+
+/// List the joined leaf clusters (join Secrets in -n NAMESPACE, default mcsched-system).
+#[derive(Debug, Args)]
+pub struct GetArgs {
+    #[arg(short = 'o', long, value_enum, default_value = "table")]
+    pub output: Format,
+}
+
+#[derive(Debug, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterRow {
+    pub name: String,
+    pub virtual_node: String,
+    /// True, False, Unknown, or "-" when the virtual node is missing.
+    pub ready: String,
+    pub version: String,
+    pub nodes: String,
+    /// The leaf's usable nodes' allocatable (the virtual node's capacity).
+    pub allocatable: String,
+    /// What the leaf's own pods leave of it (the virtual node's allocatable).
+    pub free: String,
+    /// Host pods bound to the virtual node, i.e. synced to the leaf.
+    pub pods: usize,
+    pub age: String,
+}
+
+pub async fn run(kube: &KubeArgs, args: GetArgs) -> anyhow::Result<()> {
+    let namespace = kube.namespace_or(keys::SYSTEM_NAMESPACE).to_string();
+    let client = kube.client().await?;
+    let rows = collect(&client, &namespace).await?;
+    match args.output {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
+        Format::Table if rows.is_empty() => {
+            eprintln!("No leaf clusters joined (no join Secrets in namespace {namespace}).")
+        }
+        Format::Table => print!("{}", render(&rows)),
+    }
+    Ok(())
+}
+
+async fn collect(client: &Client, namespace: &str) -> anyhow::Result<Vec<ClusterRow>> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let joined = secrets
+        .list_metadata(&ListParams::default().labels(keys::CLUSTER_LABEL))
+        .await
+        .with_context(|| format!("listing join Secrets in namespace {namespace}"))?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let pods: Api<Pod> = Api::all(client.clone());
+    let mut rows = Vec::new();
+    for s in joined.items {
+        let Some(name) = s.labels().get(keys::CLUSTER_LABEL).cloned() else {
+            continue;
+        };
+        let node_name = keys::virtual_node_name(&name);
+        let node = nodes
+            .get_opt(&node_name)
+            .await
+            .with_context(|| format!("reading node {node_name}"))?;
+        let on_node = pods
+            .list_metadata(&ListParams::default().fields(&format!("spec.nodeName={node_name}")))
+            .await
+            .with_context(|| format!("listing pods on {node_name}"))?
+            .items
+            .len();
+        let age = s
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| age(t.0))
+            .unwrap_or_else(|| "-".into());
+        rows.push(row(name, node_name, node.as_ref(), on_node, age));
+    }
+    rows.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(rows)
+}
+
+fn row(
+    name: String,
+    node_name: String,
+    node: Option<&Node>,
+    pods: usize,
+    age: String,
+) -> ClusterRow {
+    let status = node.and_then(|n| n.status.as_ref());
+    let ready = match node {
+        None => "-".to_string(),
+        Some(_) => status
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+            .map(|c| c.status.clone())
+            .unwrap_or_else(|| "Unknown".into()),
+    };
+    let version = status
+        .and_then(|s| s.node_info.as_ref())
+        .map(|i| i.kubelet_version.clone())
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "-".into());
+    let nodes = node
+        .and_then(|n| {
+            n.annotations()
+                .get(keys::LEAF_NODE_COUNT_ANNOTATION)
+                .cloned()
+        })
+        .unwrap_or_else(|| "-".into());
+    ClusterRow {
+        name,
+        virtual_node: if node.is_some() {
+            node_name
+        } else {
+            format!("{node_name} (missing)")
+        },
+        ready,
+        version,
+        nodes,
+        allocatable: resources(status.and_then(|s| s.capacity.as_ref())),
+        free: resources(status.and_then(|s| s.allocatable.as_ref())),
+        pods,
+        age,
+    }
+}
+
+/// `cpu 16, memory 32Gi, pods 220`, or `-`.
+fn resources(list: Option<&BTreeMap<String, Quantity>>) -> String {
+    let Some(list) = list else {
+        return "-".into();
+    };
+    let mut parts = Vec::new();
+    if let Some(q) = list
+        .get("cpu")
+        .and_then(|q| Parsed::parse(&q.0).ok())
+        .map(|q| q.milli_value())
+    {
+        parts.push(format!("cpu {}", cpu(q)));
+    }
+    if let Some(q) = list
+        .get("memory")
+        .and_then(|q| Parsed::parse(&q.0).ok())
+        .map(|q| q.value())
+    {
+        parts.push(format!("memory {}", bytes(q)));
+    }
+    if let Some(q) = list.get("pods") {
+        parts.push(format!("pods {}", q.0));
+    }
+    if parts.is_empty() {
+        "-".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+fn cpu(millis: i64) -> String {
+    if millis % 1000 == 0 {
+        (millis / 1000).to_string()
+    } else {
+        format!("{millis}m")
+    }
+}
+
+fn bytes(b: i64) -> String {
+    for (unit, size) in [
+        ("Ti", 1i64 << 40),
+        ("Gi", 1 << 30),
+        ("Mi", 1 << 20),
+        ("Ki", 1 << 10),
+    ] {
+        if b >= size && b % size == 0 {
+            return format!("{}{unit}", b / size);
+        }
+    }
+    for (unit, size) in [("Gi", 1i64 << 30), ("Mi", 1 << 20)] {
+        if b >= size {
+            return format!("{:.1}{unit}", b as f64 / size as f64);
+        }
+    }
+    b.to_string()
+}
+
+/// kubectl's short ages: 45s, 12m, 5h, 3d.
+fn age(t: k8s_openapi::jiff::Timestamp) -> String {
+    let secs = (k8s_openapi::jiff::Timestamp::now().as_second() - t.as_second()).max(0);
+    match secs {
+        s if s < 120 => format!("{s}s"),
+        s if s < 7200 => format!("{}m", s / 60),
+        s if s < 172_800 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86_400),
+    }
+}
+
+fn render(rows: &[ClusterRow]) -> String {
+    let header = [
+        "NAME",
+        "VIRTUAL NODE",
+        "READY",
+        "VERSION",
+        "NODES",
+        "ALLOCATABLE",
+        "FREE",
+        "PODS",
+        "AGE",
+    ];
+    let table: Vec<Vec<String>> = std::iter::once(header.map(String::from).to_vec())
+        .chain(rows.iter().map(|r| {
+            vec![
+                r.name.clone(),
+                r.virtual_node.clone(),
+                r.ready.clone(),
+                r.version.clone(),
+                r.nodes.clone(),
+                r.allocatable.clone(),
+                r.free.clone(),
+                r.pods.to_string(),
+                r.age.clone(),
+            ]
+        }))
+        .collect();
+    let widths: Vec<usize> = (0..header.len())
+        .map(|j| {
+            table
+                .iter()
+                .map(|r| r[j].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for r in &table {
+        let cells: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(j, c)| {
+                if j + 1 == r.len() {
+                    c.clone()
+                } else {
+                    format!("{c:<w$}", w = widths[j])
+                }
+            })
+            .collect();
+        out.push_str(&cells.join("   "));
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_row_from_a_virtual_node() {
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "mcsched-east", "annotations": {"mcsched.io/leaf-nodes": "4"}},
+            "status": {
+                "capacity": {"cpu": "16", "memory": "32Gi", "pods": "440"},
+                "allocatable": {"cpu": "7500m", "memory": "30Gi", "pods": "431"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "nodeInfo": {"kubeletVersion": "v1.36.3", "architecture": "", "bootID": "",
+                    "containerRuntimeVersion": "", "kernelVersion": "", "kubeProxyVersion": "",
+                    "machineID": "", "operatingSystem": "", "osImage": "", "systemUUID": ""}
+            }
+        }))
+        .expect("node");
+        let r = row(
+            "east".into(),
+            "mcsched-east".into(),
+            Some(&node),
+            3,
+            "5m".into(),
+        );
+        assert_eq!(r.ready, "True");
+        assert_eq!(r.version, "v1.36.3");
+        assert_eq!(r.nodes, "4");
+        assert_eq!(r.allocatable, "cpu 16, memory 32Gi, pods 440");
+        assert_eq!(r.free, "cpu 7500m, memory 30Gi, pods 431");
+        let missing = row("west".into(), "mcsched-west".into(), None, 0, "1s".into());
+        assert_eq!(missing.ready, "-");
+        assert_eq!(missing.virtual_node, "mcsched-west (missing)");
+        let table = render(&[r]);
+        assert!(
+            table.starts_with("NAME   VIRTUAL NODE   READY   VERSION"),
+            "{table}"
+        );
+    }
+}
