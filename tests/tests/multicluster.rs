@@ -175,7 +175,12 @@ async fn a_leaf_cluster_as_a_virtual_node() -> anyhow::Result<()> {
                 .as_ref()
                 .and_then(|a| a.get(keys::LEAF_NODE_COUNT_ANNOTATION))
                 .map(String::as_str)
-                == Some("4");
+                == Some("4")
+            // kube-controller-manager lifts its not-ready taint a few seconds after Ready.
+            && n.spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_none_or(|t| t.iter().all(|t| t.key == "mcsched.io/leaf"));
         Ok(ok.then_some(()))
     })
     .await
