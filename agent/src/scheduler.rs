@@ -264,8 +264,7 @@ async fn schedule_one(
     let started = std::time::Instant::now();
     let snapshot = shared.cache().snapshot();
     let mut state = CycleState::new();
-    let mut leaf_cycle = shared.leaves.cycle();
-    leaf_cycle.host_volumes = snapshot.volumes.clone();
+    let leaf_cycle = shared.leaves.cycle(snapshot.volumes.clone());
     state.write(crate::leaf::feasibility::LEAF_CYCLE_KEY, leaf_cycle.clone());
     let mut record = CycleRecord::default();
     let result = run_cycle(shared, &fw, &mut state, &pod, &snapshot, &mut record).await;

@@ -140,9 +140,10 @@ fn dry_run(shared: &Shared, pod: Pod) -> Result<Explanation, String> {
     let info = PodInfo::new(Arc::new(pod));
     let snapshot = shared.cache().snapshot();
     let mut state = CycleState::new();
-    let mut leaf_cycle = shared.leaves.cycle();
-    leaf_cycle.host_volumes = snapshot.volumes.clone();
-    state.write(crate::leaf::feasibility::LEAF_CYCLE_KEY, leaf_cycle);
+    state.write(
+        crate::leaf::feasibility::LEAF_CYCLE_KEY,
+        shared.leaves.cycle(snapshot.volumes.clone()),
+    );
     let mut record = CycleRecord::default();
     let outcome = match fw.schedule(&mut state, &info, &snapshot, &mut record, true) {
         Ok(r) => Outcome::Scheduled {

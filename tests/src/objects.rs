@@ -17,3 +17,85 @@ pub async fn create_node(client: &Client, node: serde_json::Value) -> anyhow::Re
         .await?;
     Ok(())
 }
+
+/// A Ready node with `cpu`, `memory` and 110 pods allocatable.
+pub async fn ready_node(
+    client: &Client,
+    name: &str,
+    cpu: &str,
+    memory: &str,
+    labels: serde_json::Value,
+) -> anyhow::Result<()> {
+    create_node(
+        client,
+        serde_json::json!({
+            "metadata": {"name": name, "labels": labels},
+            "status": {
+                "capacity": {"cpu": cpu, "memory": memory, "pods": "110"},
+                "allocatable": {"cpu": cpu, "memory": memory, "pods": "110"},
+                "conditions": [{"type": "Ready", "status": "True"}]
+            }
+        }),
+    )
+    .await
+}
+
+/// What `kubectl mcsched join cluster --name CLUSTER` leaves in the host for the agent:
+/// the join Secret (here with the leaf's admin kubeconfig) and the tainted virtual node,
+/// labelled as join labels it plus `labels`.
+pub async fn join_as_join_does(
+    host: &Client,
+    leaf: &crate::ControlPlane,
+    cluster: &str,
+    labels: serde_json::Value,
+) -> anyhow::Result<()> {
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::core::v1::{Namespace, Secret};
+    use mcsched_shared::keys;
+
+    let namespaces: Api<Namespace> = Api::all(host.clone());
+    let ns =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": keys::SYSTEM_NAMESPACE}}))?;
+    match namespaces.create(&PostParams::default(), &ns).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(keys::cluster_secret_name(cluster)),
+            namespace: Some(keys::SYSTEM_NAMESPACE.into()),
+            labels: Some(std::collections::BTreeMap::from([(
+                keys::CLUSTER_LABEL.to_string(),
+                cluster.to_string(),
+            )])),
+            ..Default::default()
+        },
+        data: Some(std::collections::BTreeMap::from([(
+            keys::KUBECONFIG_KEY.to_string(),
+            ByteString(std::fs::read(&leaf.kubeconfig)?),
+        )])),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(host.clone(), keys::SYSTEM_NAMESPACE)
+        .create(&PostParams::default(), &secret)
+        .await?;
+    let name = keys::virtual_node_name(cluster);
+    let mut all = serde_json::json!({
+        keys::CLUSTER_LABEL: cluster,
+        "kubernetes.io/hostname": name,
+        "type": "virtual-kubelet",
+    });
+    if let (Some(all), Some(extra)) = (all.as_object_mut(), labels.as_object()) {
+        all.extend(extra.clone());
+    }
+    create_node(
+        host,
+        serde_json::json!({
+            "metadata": {"name": name, "labels": all},
+            "spec": {"taints": [{"key": keys::LEAF_TAINT, "value": "true", "effect": "NoSchedule"}]},
+            "status": {"conditions": [{"type": "Ready", "status": "Unknown", "reason": "Joining"}]}
+        }),
+    )
+    .await
+}

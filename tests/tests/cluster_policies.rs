@@ -9,9 +9,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
 use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, wait};
@@ -27,74 +26,7 @@ async fn node(
     cpu: &str,
     labels: serde_json::Value,
 ) -> anyhow::Result<()> {
-    mcsched_e2e::objects::create_node(
-        client,
-        json!({
-            "metadata": {"name": name, "labels": labels},
-            "status": {
-                "capacity": {"cpu": cpu, "memory": "32Gi", "pods": "110"},
-                "allocatable": {"cpu": cpu, "memory": "32Gi", "pods": "110"},
-                "conditions": [{"type": "Ready", "status": "True"}]
-            }
-        }),
-    )
-    .await
-}
-
-/// What `kubectl mcsched join cluster --name NAME --region .. --provider .. --cost ..`
-/// leaves in the host for the agent: the join Secret and the labelled virtual node.
-async fn join(
-    host: &Client,
-    leaf: &ControlPlane,
-    cluster: &str,
-    labels: serde_json::Value,
-) -> anyhow::Result<()> {
-    let namespaces: Api<Namespace> = Api::all(host.clone());
-    if namespaces.get_opt(keys::SYSTEM_NAMESPACE).await?.is_none() {
-        namespaces
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": keys::SYSTEM_NAMESPACE}}))?,
-            )
-            .await?;
-    }
-    let secret = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some(keys::cluster_secret_name(cluster)),
-            namespace: Some(keys::SYSTEM_NAMESPACE.into()),
-            labels: Some(BTreeMap::from([(
-                keys::CLUSTER_LABEL.to_string(),
-                cluster.to_string(),
-            )])),
-            ..Default::default()
-        },
-        data: Some(BTreeMap::from([(
-            keys::KUBECONFIG_KEY.to_string(),
-            ByteString(std::fs::read(&leaf.kubeconfig)?),
-        )])),
-        ..Default::default()
-    };
-    Api::<Secret>::namespaced(host.clone(), keys::SYSTEM_NAMESPACE)
-        .create(&PostParams::default(), &secret)
-        .await?;
-    let name = keys::virtual_node_name(cluster);
-    let mut all = json!({
-        keys::CLUSTER_LABEL: cluster,
-        "kubernetes.io/hostname": name,
-        "type": "virtual-kubelet",
-    });
-    if let (Some(all), Some(extra)) = (all.as_object_mut(), labels.as_object()) {
-        all.extend(extra.clone());
-    }
-    mcsched_e2e::objects::create_node(
-        host,
-        json!({
-            "metadata": {"name": name, "labels": all},
-            "spec": {"taints": [{"key": keys::LEAF_TAINT, "value": "true", "effect": "NoSchedule"}]},
-            "status": {"conditions": [{"type": "Ready", "status": "Unknown", "reason": "Joining"}]}
-        }),
-    )
-    .await
+    mcsched_e2e::objects::ready_node(client, name, cpu, "32Gi", labels).await
 }
 
 /// A pod of profile `scheduler` requesting `cpu` (nothing when empty), with `extra`
@@ -194,14 +126,14 @@ async fn cluster_policies_on_a_host_and_two_leaves() -> anyhow::Result<()> {
         json!({"kubernetes.io/hostname": "host-a"}),
     )
     .await?;
-    join(
+    mcsched_e2e::objects::join_as_join_does(
         &host.client,
         &west,
         "west",
         json!({keys::REGION_LABEL: "eu-west", keys::PROVIDER_LABEL: "onprem", keys::COST_LABEL: "5"}),
     )
     .await?;
-    join(
+    mcsched_e2e::objects::join_as_join_does(
         &host.client,
         &east,
         "east",
@@ -221,7 +153,7 @@ async fn cluster_policies_on_a_host_and_two_leaves() -> anyhow::Result<()> {
     // Both leaves connected: their virtual nodes show the leaf's room and are Ready.
     let nodes: Api<Node> = Api::all(host.client.clone());
     for vn in ["mcsched-west", "mcsched-east"] {
-        wait::until(
+        let waited = wait::until(
             TIMEOUT,
             &format!("{vn} Ready with the leaf's room"),
             || async {
@@ -240,13 +172,11 @@ async fn cluster_policies_on_a_host_and_two_leaves() -> anyhow::Result<()> {
                 Ok((ready && cpu.as_deref() == Some("16")).then_some(()))
             },
         )
-        .await
-        .map_err(|e| {
-            let seen = futures::executor::block_on(nodes.get(vn))
-                .map(|n| format!("{:?}", n.status))
-                .unwrap_or_default();
-            e.context(format!("{}\n{vn}: {seen}", agent.logs()))
-        })?;
+        .await;
+        if let Err(e) = waited {
+            let seen = nodes.get(vn).await.map(|n| n.status).ok();
+            return Err(e.context(format!("{}\n{vn}: {seen:?}", agent.logs())));
+        }
     }
     let pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
 

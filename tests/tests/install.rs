@@ -3,41 +3,20 @@
 //! Deployment becomes Available without a container runtime), and the agent's rights
 //! checked with `kubectl auth can-i --as` its ServiceAccount.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Command;
 
 use anyhow::Context;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::Api;
+use mcsched_e2e::cli::{run, text};
 use mcsched_e2e::{ControlPlane, ControlPlaneOptions, wait};
 use mcsched_shared::keys;
 use serde_json::json;
 
 const AGENT: &str = "system:serviceaccount:mcsched-system:mcsched-agent";
-
-fn cli() -> PathBuf {
-    mcsched_e2e::repo_root().join("target/debug/kubectl-mcsched")
-}
-
-fn run(kubeconfig: &Path, args: &[&str]) -> anyhow::Result<Output> {
-    Command::new(cli())
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .with_context(|| format!("running {}", cli().display()))
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 /// `kubectl auth can-i VERB RESOURCE... --as` the agent's ServiceAccount.
 fn agent_can(kubeconfig: &Path, args: &[&str]) -> anyhow::Result<bool> {
@@ -53,7 +32,7 @@ fn agent_can(kubeconfig: &Path, args: &[&str]) -> anyhow::Result<bool> {
 
 #[test]
 fn committed_manifests_are_what_install_renders() -> anyhow::Result<()> {
-    let out = Command::new(cli())
+    let out = Command::new(mcsched_e2e::cli::binary())
         .args(["install", "--dry-run=client", "-o", "yaml"])
         .output()?;
     assert!(out.status.success(), "{}", text(&out));

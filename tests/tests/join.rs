@@ -3,38 +3,17 @@
 //! controller issues the leaf ServiceAccount's token).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use anyhow::Context;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role};
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
+use mcsched_e2e::cli::{run, text};
 use mcsched_e2e::{ControlPlane, ControlPlaneOptions};
 use mcsched_shared::keys;
 use serde_json::json;
-
-fn cli() -> PathBuf {
-    mcsched_e2e::repo_root().join("target/debug/kubectl-mcsched")
-}
-
-fn run(host: &Path, args: &[&str]) -> anyhow::Result<Output> {
-    Command::new(cli())
-        .arg("--kubeconfig")
-        .arg(host)
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .with_context(|| format!("running {}", cli().display()))
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 /// `kubectl auth can-i` as whoever the kubeconfig names.
 fn can_i(kubeconfig: &Path, args: &[&str]) -> anyhow::Result<bool> {

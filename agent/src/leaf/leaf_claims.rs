@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::transform::leaf_claim_spec;
-use crate::plugins::volume_binding::class_of;
+use crate::plugins::volume_binding::{claim_names, class_of};
 use crate::snapshot::{PodInfo, Snapshot, VolumeObjects};
 
 /// The pod and leaf snapshot to check: claims already copied to the leaf as they are
@@ -89,19 +89,4 @@ pub fn leaf_view(
         });
     }
     Ok((Arc::new(PodInfo::new(Arc::new(trimmed))), snapshot))
-}
-
-fn claim_names(pod: &PodInfo) -> Vec<String> {
-    pod.pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.volumes.as_ref())
-        .into_iter()
-        .flatten()
-        .filter_map(|v| {
-            v.persistent_volume_claim
-                .as_ref()
-                .map(|c| c.claim_name.clone())
-        })
-        .collect()
 }

@@ -146,23 +146,11 @@ async fn sync_one(
             Some(_) => {}
             None => {
                 // No kubelet will finish this deletion: the leaf copy is gone, so do it.
-                let dp = DeleteParams {
-                    grace_period_seconds: Some(0),
-                    preconditions: Some(Preconditions {
-                        uid: Some(uid),
-                        resource_version: None,
-                    }),
-                    ..Default::default()
-                };
-                match host_pods.delete(&name, &dp).await {
-                    Ok(_) => {}
-                    Err(e) if matches!(code(&e), Some(404 | 409)) => {}
-                    Err(e) => {
-                        return Err(api_err(format!(
-                            "finishing deletion of host pod {ns}/{name}"
-                        ))(e));
-                    }
-                }
+                delete_host_pod_now(&host_pods, &name, &uid)
+                    .await
+                    .map_err(api_err(format!(
+                        "finishing deletion of host pod {ns}/{name}"
+                    )))?;
             }
         }
         return Ok(());
@@ -278,18 +266,11 @@ async fn take_back(
         .avoid(owner, &leaf.name, settings.avoid_for);
     warn_event(shared, pod, note);
     delete_copy(leaf, copy, Some(0)).await?;
-    let dp = DeleteParams {
-        grace_period_seconds: Some(0),
-        preconditions: Some(Preconditions {
-            uid: Some(uid),
-            resource_version: None,
-        }),
-        ..Default::default()
-    };
-    match host_pods.delete(&name, &dp).await {
-        Ok(_) => {}
-        Err(e) if matches!(code(&e), Some(404 | 409)) => return Ok(()),
-        Err(e) => return Err(api_err(format!("deleting host pod {name}"))(e)),
+    if !delete_host_pod_now(host_pods, &name, &uid)
+        .await
+        .map_err(api_err(format!("deleting host pod {name}")))?
+    {
+        return Ok(());
     }
     if controlled {
         return Ok(());
@@ -551,6 +532,28 @@ async fn create_copy(host: &Client, leaf: &LeafCluster, pod: &Pod) -> Result<(),
         // Created by an earlier run whose watch event has not arrived yet.
         Err(e) if code(&e) == Some(409) => Ok(()),
         Err(e) => Err(api_err(format!("creating leaf pod {ns}/{name}"))(e)),
+    }
+}
+
+/// Deletes this incarnation (`uid`) of a host pod at once, as no kubelet will; false when
+/// it is already gone or replaced by a pod of the same name.
+async fn delete_host_pod_now(
+    host_pods: &Api<Pod>,
+    name: &str,
+    uid: &str,
+) -> Result<bool, kube::Error> {
+    let dp = DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(Preconditions {
+            uid: Some(uid.to_string()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match host_pods.delete(name, &dp).await {
+        Ok(_) => Ok(true),
+        Err(e) if matches!(code(&e), Some(404 | 409)) => Ok(false),
+        Err(e) => Err(e),
     }
 }
 

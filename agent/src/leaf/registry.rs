@@ -16,7 +16,7 @@ use super::cluster::LeafCluster;
 use super::feasibility::{LeafCycle, LeafView};
 use crate::queue::SchedulingQueue;
 use crate::scheduler::{Change, watch_kind};
-use crate::snapshot::PodInfo;
+use crate::snapshot::{PodInfo, VolumeObjects};
 
 #[derive(Debug, thiserror::Error)]
 pub enum JoinSecretError {
@@ -82,8 +82,9 @@ impl Leaves {
         self.clusters.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The synced leaves' snapshots for one scheduling cycle.
-    pub fn cycle(&self) -> LeafCycle {
+    /// The synced leaves' snapshots for one scheduling cycle, with the host's storage
+    /// objects the leaf volume check needs.
+    pub fn cycle(&self, host_volumes: Arc<VolumeObjects>) -> LeafCycle {
         let views = self
             .read()
             .iter()
@@ -98,6 +99,7 @@ impl Leaves {
             .collect();
         let mut cycle = LeafCycle::new(Arc::new(views));
         cycle.avoid = self.avoidance.current();
+        cycle.host_volumes = host_volumes;
         cycle
     }
 

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use mcsched_shared::keys;
 
+use super::volume_binding::claim_names;
 use crate::framework::{
     BindContext, ClusterEvent, CycleState, FilterPlugin, Plugin, PreBindPlugin, PreFilterPlugin,
     PreFilterResult, ReservePlugin, Status,
@@ -42,21 +43,6 @@ impl LeafNodeVolumeBinding {
 
 fn is_virtual_name(node: &str) -> bool {
     node.starts_with(keys::VIRTUAL_NODE_PREFIX)
-}
-
-fn claim_names(pod: &PodInfo) -> Vec<String> {
-    pod.pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.volumes.as_ref())
-        .into_iter()
-        .flatten()
-        .filter_map(|v| {
-            v.persistent_volume_claim
-                .as_ref()
-                .map(|c| c.claim_name.clone())
-        })
-        .collect()
 }
 
 impl Plugin for LeafNodeVolumeBinding {

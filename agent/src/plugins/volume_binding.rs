@@ -83,6 +83,22 @@ fn claim_key(c: &PersistentVolumeClaim) -> String {
 }
 
 /// `spec.storageClassName`, or the beta annotation older claims carry.
+/// The claims a pod's volumes name, in volume order.
+pub(crate) fn claim_names(pod: &PodInfo) -> Vec<String> {
+    pod.pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|v| {
+            v.persistent_volume_claim
+                .as_ref()
+                .map(|c| c.claim_name.clone())
+        })
+        .collect()
+}
+
 pub(crate) fn class_of(c: &PersistentVolumeClaim) -> String {
     c.metadata
         .annotations
@@ -275,19 +291,7 @@ impl PreFilterPlugin for VolumeBinding {
         pod: &PodInfo,
         snapshot: &Snapshot,
     ) -> (PreFilterResult, Status) {
-        let names: Vec<String> = pod
-            .pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.volumes.as_ref())
-            .into_iter()
-            .flatten()
-            .filter_map(|v| {
-                v.persistent_volume_claim
-                    .as_ref()
-                    .map(|c| c.claim_name.clone())
-            })
-            .collect();
+        let names = claim_names(pod);
         if names.is_empty() {
             return (None, Status::skip());
         }
