@@ -7,9 +7,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::ByteString;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
@@ -26,18 +25,7 @@ async fn node(
     cpu: &str,
     labels: serde_json::Value,
 ) -> anyhow::Result<()> {
-    mcsched_e2e::objects::create_node(
-        client,
-        json!({
-            "metadata": {"name": name, "labels": labels},
-            "status": {
-                "capacity": {"cpu": cpu, "memory": "8Gi", "pods": "110"},
-                "allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "110"},
-                "conditions": [{"type": "Ready", "status": "True"}]
-            }
-        }),
-    )
-    .await
+    mcsched_e2e::objects::ready_node(client, name, cpu, "8Gi", labels).await
 }
 
 fn pod(name: &str, cpu: &str, node: Option<&str>) -> serde_json::Value {
@@ -50,52 +38,6 @@ fn pod(name: &str, cpu: &str, node: Option<&str>) -> serde_json::Value {
             "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu}}}]
         }
     })
-}
-
-/// What `kubectl mcsched join cluster --name east` leaves in the host for the agent.
-async fn join_as_join_does(
-    host: &Client,
-    leaf: &ControlPlane,
-    cluster: &str,
-) -> anyhow::Result<()> {
-    let namespaces: Api<Namespace> = Api::all(host.clone());
-    let ns = serde_json::from_value(json!({"metadata": {"name": keys::SYSTEM_NAMESPACE}}))?;
-    match namespaces.create(&PostParams::default(), &ns).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 409 => {}
-        Err(e) => return Err(e.into()),
-    }
-    let kubeconfig = std::fs::read(&leaf.kubeconfig)?;
-    let secret = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some(keys::cluster_secret_name(cluster)),
-            namespace: Some(keys::SYSTEM_NAMESPACE.into()),
-            labels: Some(BTreeMap::from([(
-                keys::CLUSTER_LABEL.to_string(),
-                cluster.to_string(),
-            )])),
-            ..Default::default()
-        },
-        data: Some(BTreeMap::from([(
-            keys::KUBECONFIG_KEY.to_string(),
-            ByteString(kubeconfig),
-        )])),
-        ..Default::default()
-    };
-    Api::<Secret>::namespaced(host.clone(), keys::SYSTEM_NAMESPACE)
-        .create(&PostParams::default(), &secret)
-        .await?;
-    let name = keys::virtual_node_name(cluster);
-    mcsched_e2e::objects::create_node(
-        host,
-        json!({
-            "metadata": {"name": name, "labels": {
-                "mcsched.io/cluster": cluster, "kubernetes.io/hostname": name, "type": "virtual-kubelet"}},
-            "spec": {"taints": [{"key": "mcsched.io/leaf", "value": "true", "effect": "NoSchedule"}]},
-            "status": {"conditions": [{"type": "Ready", "status": "Unknown", "reason": "Joining"}]}
-        }),
-    )
-    .await
 }
 
 fn ready_status(n: &Node) -> Option<String> {
@@ -155,7 +97,7 @@ async fn a_leaf_cluster_as_a_virtual_node() -> anyhow::Result<()> {
         json!({"kubernetes.io/hostname": "host-a"}),
     )
     .await?;
-    join_as_join_does(&host.client, &leaf, "east").await?;
+    mcsched_e2e::objects::join_as_join_does(&host.client, &leaf, "east", json!({})).await?;
     let mut agent = Agent::start(&host.kubeconfig, "mcsched", host.dir())?;
 
     // The virtual node shows the leaf: capacity 16 CPU, allocatable 8 free, Ready, Lease.
@@ -176,11 +118,7 @@ async fn a_leaf_cluster_as_a_virtual_node() -> anyhow::Result<()> {
                 .and_then(|a| a.get(keys::LEAF_NODE_COUNT_ANNOTATION))
                 .map(String::as_str)
                 == Some("4")
-            // kube-controller-manager lifts its not-ready taint a few seconds after Ready.
-            && n.spec
-                .as_ref()
-                .and_then(|s| s.taints.as_ref())
-                .is_none_or(|t| t.iter().all(|t| t.key == "mcsched.io/leaf"));
+            && only_leaf_taint(&n);
         Ok(ok.then_some(()))
     })
     .await
@@ -441,9 +379,19 @@ async fn wait_ready(
 ) -> anyhow::Result<()> {
     wait::until(timeout, &format!("{name} Ready={want}"), || async {
         let n = nodes.get(name).await?;
-        Ok((ready_status(&n).as_deref() == Some(want)).then_some(()))
+        let ready = ready_status(&n).as_deref() == Some(want);
+        Ok((ready && (want != "True" || only_leaf_taint(&n))).then_some(()))
     })
     .await
+}
+
+/// kube-controller-manager lifts its not-ready taint a few seconds after Ready turns
+/// True; until then mcsched's pods (which tolerate only the leaf taint) cannot go there.
+fn only_leaf_taint(n: &Node) -> bool {
+    n.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_none_or(|t| t.iter().all(|t| t.key == keys::LEAF_TAINT))
 }
 
 /// Pods of the `app` Deployment in the host, with their nodes.
@@ -513,8 +461,8 @@ async fn pending_copies_come_back_and_a_silent_leaf_fails_over() -> anyhow::Resu
         json!({"kubernetes.io/hostname": "host-a"}),
     )
     .await?;
-    join_as_join_does(&host.client, &east, "east").await?;
-    join_as_join_does(&host.client, &west, "west").await?;
+    mcsched_e2e::objects::join_as_join_does(&host.client, &east, "east", json!({})).await?;
+    mcsched_e2e::objects::join_as_join_does(&host.client, &west, "west", json!({})).await?;
     let mut agent = Agent::start_with(
         &host.kubeconfig,
         "mcsched",
@@ -721,7 +669,7 @@ async fn seed_000_mysql_one_replica_on_the_host_one_in_the_leaf() -> anyhow::Res
     .await?;
     storage(&host.client, "pv-host-a", "host-a").await?;
     storage(&leaf.client, "pv-east-1", "east-1").await?;
-    join_as_join_does(&host.client, &leaf, "east").await?;
+    mcsched_e2e::objects::join_as_join_does(&host.client, &leaf, "east", json!({})).await?;
     // Seed 000 elects its leader in kosmos-system.
     Api::<Namespace>::all(host.client.clone())
         .create(
