@@ -26,6 +26,7 @@ pub mod taint_toleration;
 #[cfg(test)]
 pub mod testing;
 pub mod volume_binding;
+pub mod volume_restrictions;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -90,6 +91,7 @@ pub fn registry(args: &PluginArgs) -> HashMap<String, Arc<dyn Plugin>> {
                 args.leaf_volume_bind_timeout_seconds,
             )),
         ))),
+        Arc::new(volume_restrictions::VolumeRestrictions),
         Arc::new(node_affinity::NodeAffinity::new(
             args.node_affinity_added.clone(),
         )),

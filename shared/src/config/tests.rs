@@ -64,6 +64,7 @@ fn v1_defaults() {
             "NodeAffinity",
             "NodePorts",
             "NodeResourcesFit",
+            "VolumeRestrictions",
             "VolumeBinding",
             "PodTopologySpread",
             "InterPodAffinity"
