@@ -27,6 +27,7 @@ pub mod taint_toleration;
 pub mod testing;
 pub mod volume_binding;
 pub mod volume_restrictions;
+pub mod volume_zone;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -92,6 +93,7 @@ pub fn registry(args: &PluginArgs) -> HashMap<String, Arc<dyn Plugin>> {
             )),
         ))),
         Arc::new(volume_restrictions::VolumeRestrictions),
+        Arc::new(volume_zone::VolumeZone),
         Arc::new(node_affinity::NodeAffinity::new(
             args.node_affinity_added.clone(),
         )),

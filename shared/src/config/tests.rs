@@ -66,6 +66,7 @@ fn v1_defaults() {
             "NodeResourcesFit",
             "VolumeRestrictions",
             "VolumeBinding",
+            "VolumeZone",
             "PodTopologySpread",
             "InterPodAffinity"
         ]
