@@ -19,6 +19,7 @@ pub mod node_ports;
 pub mod node_resources_balanced_allocation;
 pub mod node_resources_fit;
 pub mod node_unschedulable;
+pub mod node_volume_limits;
 pub mod pod_topology_spread;
 pub mod priority_sort;
 pub mod scheduling_gates;
@@ -94,6 +95,7 @@ pub fn registry(args: &PluginArgs) -> HashMap<String, Arc<dyn Plugin>> {
         ))),
         Arc::new(volume_restrictions::VolumeRestrictions),
         Arc::new(volume_zone::VolumeZone),
+        Arc::new(node_volume_limits::NodeVolumeLimits::default()),
         Arc::new(node_affinity::NodeAffinity::new(
             args.node_affinity_added.clone(),
         )),

@@ -65,6 +65,7 @@ fn v1_defaults() {
             "NodePorts",
             "NodeResourcesFit",
             "VolumeRestrictions",
+            "NodeVolumeLimits",
             "VolumeBinding",
             "VolumeZone",
             "PodTopologySpread",
