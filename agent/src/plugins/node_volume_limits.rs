@@ -508,7 +508,8 @@ mod tests {
         let eph = json!([{"name": "eph", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}]);
         let inline_ebs = json!([{"name": "v", "awsElasticBlockStore": {"volumeID": "vol-1"}}]);
         // (case, pod's volumes, pods on the node, CSINode limits, expected code)
-        let cases: Vec<(&str, Value, Vec<&PodInfo>, Option<Value>, Code)> = vec![
+        type Case<'a> = (&'a str, Value, Vec<&'a PodInfo>, Option<Value>, Code);
+        let cases: Vec<Case> = vec![
             (
                 "under the limit",
                 claims(&["c-c"]),

@@ -386,7 +386,15 @@ mod tests {
         let other_ns = pod("elsewhere", "other", claim("rwop"));
         let rwx_user = pod("rwx-user", "default", claim("rwx"));
         // (case, the pod's claim, pods on n1, pods on n2, PreFilter code, Filter code)
-        let cases: [(&str, &str, Vec<&PodInfo>, Vec<&PodInfo>, Code, Option<Code>); 6] = [
+        type Case<'a> = (
+            &'a str,
+            &'a str,
+            Vec<&'a PodInfo>,
+            Vec<&'a PodInfo>,
+            Code,
+            Option<Code>,
+        );
+        let cases: [Case; 6] = [
             (
                 "claim missing",
                 "nope",
