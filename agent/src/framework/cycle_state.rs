@@ -2,6 +2,11 @@
 
 use std::any::Any;
 
+/// The cycle's storage objects (`Arc<VolumeObjects>`), written by the framework before
+/// PreFilter: Filter sees no snapshot, and a profile may enable a volume plugin's Filter
+/// without its PreFilter (v1beta2's defaults do).
+pub const VOLUMES_KEY: &str = "framework/volumes";
+
 /// Cloneable so preemption can try removing victims on a copy.
 pub trait StateData: Any + Send + Sync {
     fn clone_data(&self) -> Box<dyn StateData>;

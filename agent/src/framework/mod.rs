@@ -7,7 +7,7 @@ mod interface;
 pub mod runtime;
 mod status;
 
-pub use cycle_state::{CycleState, StateData};
+pub use cycle_state::{CycleState, StateData, VOLUMES_KEY};
 pub use fit_error::{Diagnosis, FitError};
 pub use interface::*;
 pub use runtime::{

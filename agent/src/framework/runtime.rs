@@ -328,6 +328,7 @@ impl Framework {
             }));
         }
 
+        state.write(super::VOLUMES_KEY, snapshot.volumes.clone());
         let started = Instant::now();
         let allowed = match self.run_pre_filter(state, pod, snapshot, record) {
             Ok(allowed) => allowed,

@@ -19,6 +19,7 @@ pub mod node_ports;
 pub mod node_resources_balanced_allocation;
 pub mod node_resources_fit;
 pub mod node_unschedulable;
+pub mod node_volume_limits;
 pub mod pod_topology_spread;
 pub mod priority_sort;
 pub mod scheduling_gates;
@@ -26,6 +27,8 @@ pub mod taint_toleration;
 #[cfg(test)]
 pub mod testing;
 pub mod volume_binding;
+pub mod volume_restrictions;
+pub mod volume_zone;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -90,6 +93,9 @@ pub fn registry(args: &PluginArgs) -> HashMap<String, Arc<dyn Plugin>> {
                 args.leaf_volume_bind_timeout_seconds,
             )),
         ))),
+        Arc::new(volume_restrictions::VolumeRestrictions),
+        Arc::new(volume_zone::VolumeZone),
+        Arc::new(node_volume_limits::NodeVolumeLimits::default()),
         Arc::new(node_affinity::NodeAffinity::new(
             args.node_affinity_added.clone(),
         )),

@@ -72,6 +72,9 @@ pub const PLUGINS: &[(&str, &[Point])] = &[
     ("NodeAffinity", &[PreFilter, Filter, PreScore, Score]),
     ("NodePorts", &[Filter]),
     ("NodeResourcesFit", &[Filter, Score]),
+    ("VolumeRestrictions", &[PreFilter, Filter]),
+    ("NodeVolumeLimits", &[PreFilter, Filter]),
+    ("VolumeZone", &[PreFilter, Filter]),
     ("NodeResourcesBalancedAllocation", &[PreScore, Score]),
     ("ImageLocality", &[PreScore, Score]),
     ("PodTopologySpread", &[PreFilter, Filter, PreScore, Score]),
@@ -237,4 +240,4 @@ pub fn legacy(name: &str) -> Option<Legacy> {
 
 /// Plugins kube-scheduler has that mcsched does not implement yet (default sets name
 /// them; they are left out with a warning).
-pub const NOT_YET_IMPLEMENTED: &[&str] = &["VolumeRestrictions", "NodeVolumeLimits", "VolumeZone"];
+pub const NOT_YET_IMPLEMENTED: &[&str] = &[];

@@ -64,7 +64,10 @@ fn v1_defaults() {
             "NodeAffinity",
             "NodePorts",
             "NodeResourcesFit",
+            "VolumeRestrictions",
+            "NodeVolumeLimits",
             "VolumeBinding",
+            "VolumeZone",
             "PodTopologySpread",
             "InterPodAffinity"
         ]
