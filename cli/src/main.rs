@@ -38,10 +38,18 @@ enum Command {
         #[command(subcommand)]
         what: UnjoinWhat,
     },
-    /// Explain a scheduling decision of the mcsched agent.
+    /// Explain a scheduling decision of the mcsched agent, or simulate one with --what-if.
+    #[command(
+        args_conflicts_with_subcommands = true,
+        subcommand_negates_reqs = true,
+        arg_required_else_help = true,
+        after_help = "Examples:\n  kubectl mcsched explain pod web-0 -n shop\n  kubectl mcsched explain pod web-0 -o wide\n  kubectl mcsched explain --what-if -f deployment.yaml"
+    )]
     Explain {
         #[command(subcommand)]
-        what: ExplainWhat,
+        what: Option<ExplainWhat>,
+        #[command(flatten)]
+        what_if: explain::WhatIfArgs,
     },
     /// Install the mcsched agent: RBAC, configuration, Deployment, Service (server-side apply).
     Install(install::InstallArgs),
@@ -124,8 +132,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             what: UnjoinWhat::Cluster(args),
         } => cluster::unjoin::run(&cli.kube, args).await,
         Command::Explain {
-            what: ExplainWhat::Pod(args),
+            what: Some(ExplainWhat::Pod(args)),
+            ..
         } => explain::run(&cli.kube, args).await,
+        Command::Explain {
+            what: None,
+            what_if,
+        } => explain::what_if(&cli.kube, what_if).await,
         Command::Install(args) => install::run(&cli.kube, args).await,
         Command::Uninstall(args) => uninstall::run(&cli.kube, args).await,
         Command::Get {

@@ -44,6 +44,19 @@ impl Agent {
         id: &str,
         extra: &[&str],
     ) -> anyhow::Result<Self> {
+        Self::start_on("127.0.0.1", kubeconfig, scheduler_name, log_dir, id, extra)
+    }
+
+    /// As `start_with`, serving on `address` (an address the API server's service proxy
+    /// may reach: not loopback).
+    pub fn start_on(
+        address: &str,
+        kubeconfig: &Path,
+        scheduler_name: &str,
+        log_dir: &Path,
+        id: &str,
+        extra: &[&str],
+    ) -> anyhow::Result<Self> {
         let bin = binary();
         if !bin.exists() {
             bail!(
@@ -58,7 +71,7 @@ impl Agent {
             .arg(kubeconfig)
             .arg("--scheduler-name")
             .arg(scheduler_name)
-            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--bind-address={address}"))
             .arg(format!("--secure-port={port}"))
             .args(extra)
             .env("RUST_LOG", "info,mcsched_agent=debug");
@@ -67,7 +80,7 @@ impl Agent {
         Ok(Agent {
             process,
             log,
-            url: format!("https://127.0.0.1:{port}"),
+            url: format!("https://{address}:{port}"),
         })
     }
 

@@ -1,120 +1,18 @@
-//! `kubectl mcsched explain pod NAME`: why the agent placed a pod where it did (or could
-//! not), plugin by plugin and node by node, down to the leaf node behind a virtual node.
-//! The agent is reached through the API server's service proxy, so RBAC applies and no
-//! port-forward is needed; `--agent-url` talks to it directly.
+//! The explanation as a table: one row per node, the winner first, the leaf node behind a
+//! virtual node, scores (every score plugin with `wide`), the first rejection.
 
-use anyhow::{Context, bail};
 use console::style;
-use k8s_openapi::api::core::v1::{Pod, Service};
-use kube::Api;
 use mcsched_shared::explain::{Explanation, NodeExplanation, Outcome};
-use mcsched_shared::keys;
 
-use crate::kube_context::KubeArgs;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    Table,
-    Wide,
-    Json,
-    Yaml,
-}
-
-#[derive(Debug, clap::Args)]
-pub struct ExplainArgs {
-    /// The pod to explain (in -n/--namespace, default "default").
-    pub name: String,
-    /// Output format.
-    #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
-    pub output: Format,
-    /// Namespace the agent is installed in.
-    #[arg(long, default_value = keys::SYSTEM_NAMESPACE, value_name = "NAMESPACE")]
-    pub agent_namespace: String,
-    /// Talk to the agent at this URL instead of through the API server's service proxy.
-    #[arg(long, value_name = "URL")]
-    pub agent_url: Option<String>,
-    /// With --agent-url: accept the agent's self-signed certificate.
-    #[arg(long)]
-    pub insecure_skip_tls_verify: bool,
-}
-
-pub async fn run(kube: &KubeArgs, args: ExplainArgs) -> anyhow::Result<()> {
-    let client = kube.client().await?;
-    let ns = kube.namespace_or("default").to_string();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let Some(pod) = pods.get_opt(&args.name).await? else {
-        bail!("pod {ns}/{} not found", args.name);
-    };
-    let scheduler = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.scheduler_name.clone())
-        .unwrap_or_else(|| "default-scheduler".into());
-    let path = format!("/explain/{ns}/{}", args.name);
-    let body = match &args.agent_url {
-        Some(url) => {
-            let http = reqwest::Client::builder()
-                .danger_accept_invalid_certs(args.insecure_skip_tls_verify)
-                .build()?;
-            let resp = http
-                .get(format!("{}{path}", url.trim_end_matches('/')))
-                .send()
-                .await
-                .with_context(|| format!("the agent at {url} does not answer"))?;
-            let status = resp.status();
-            let text = resp.text().await?;
-            if !status.is_success() {
-                return Err(not_explained(&ns, &args.name, &scheduler, &text));
-            }
-            text
-        }
-        None => {
-            let services: Api<Service> = Api::namespaced(client.clone(), &args.agent_namespace);
-            if services.get_opt(keys::AGENT_NAME).await?.is_none() {
-                bail!(
-                    "the mcsched agent is not installed: no Service {}/{} (install it with `kubectl mcsched install`, or pass --agent-url)",
-                    args.agent_namespace,
-                    keys::AGENT_NAME
-                );
-            }
-            let url = format!(
-                "/api/v1/namespaces/{}/services/https:{}:{}/proxy{path}",
-                args.agent_namespace,
-                keys::AGENT_NAME,
-                keys::AGENT_PORT
-            );
-            let req = http::Request::get(url).body(Vec::new())?;
-            match client.request_text(req).await {
-                Ok(t) => t,
-                Err(kube::Error::Api(s)) if s.code == 404 => {
-                    return Err(not_explained(&ns, &args.name, &scheduler, &s.message));
-                }
-                Err(kube::Error::Api(s)) if s.code == 503 => bail!(
-                    "the mcsched agent is not ready (no ready endpoint behind Service {}/{}): {}",
-                    args.agent_namespace,
-                    keys::AGENT_NAME,
-                    s.message
-                ),
-                Err(e) => return Err(e).context("asking the agent through the API server"),
-            }
-        }
-    };
-    let explanation: Explanation =
-        serde_json::from_str(&body).context("the agent's answer is not an explanation")?;
-    match args.output {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&explanation)?),
-        Format::Yaml => print!("{}", serde_yaml::to_string(&explanation)?),
-        Format::Table => print!("{}", render(&explanation, false)),
-        Format::Wide => print!("{}", render(&explanation, true)),
-    }
-    Ok(())
-}
-
-fn not_explained(ns: &str, name: &str, scheduler: &str, detail: &str) -> anyhow::Error {
-    anyhow::anyhow!(
-        "the agent has no explanation for pod {ns}/{name} (spec.schedulerName {scheduler:?}; another scheduler may own it): {}",
-        detail.trim()
-    )
+/// How the explanation came about, for its headline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The agent's record of the attempt that bound the pod.
+    Decided,
+    /// A Pending pod, computed now on the agent's current view.
+    Pending,
+    /// `--what-if`: a manifest that was never created.
+    WhatIf,
 }
 
 /// The first rejection of a node, or "ok".
@@ -127,7 +25,7 @@ fn verdict(n: &NodeExplanation) -> String {
 }
 
 /// A table: one row per node, the winner first; `wide` adds every score plugin.
-pub fn render(e: &Explanation, wide: bool) -> String {
+pub fn render(e: &Explanation, wide: bool, mode: Mode) -> String {
     let mut out = String::new();
     let (winner, headline) = match &e.outcome {
         Outcome::Scheduled { node, leaf_node } => {
@@ -137,7 +35,16 @@ pub fn render(e: &Explanation, wide: bool) -> String {
                 .unwrap_or_default();
             (
                 Some(node.clone()),
-                format!("{} {node}{leaf}", style("scheduled on").green().bold()),
+                format!(
+                    "{} {node}{leaf}",
+                    style(match mode {
+                        Mode::Decided => "scheduled on",
+                        Mode::Pending => "pending; it fits now on",
+                        Mode::WhatIf => "would be scheduled on",
+                    })
+                    .green()
+                    .bold()
+                ),
             )
         }
         Outcome::Unschedulable {
@@ -152,7 +59,12 @@ pub fn render(e: &Explanation, wide: bool) -> String {
                 None,
                 format!(
                     "{} {message}{nominated}",
-                    style("unschedulable:").red().bold()
+                    style(match mode {
+                        Mode::Decided | Mode::Pending => "unschedulable:",
+                        Mode::WhatIf => "would be unschedulable:",
+                    })
+                    .red()
+                    .bold()
                 ),
             )
         }
@@ -304,7 +216,7 @@ mod tests {
             pre_filter: vec![],
             extenders: vec![],
         };
-        let table = render(&e, true);
+        let table = render(&e, true, Mode::Decided);
         let lines: Vec<&str> = table.lines().collect();
         assert!(
             lines[1].contains("scheduled on mcsched-east (leaf node east-3)"),

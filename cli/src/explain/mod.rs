@@ -1,0 +1,182 @@
+//! `kubectl mcsched explain pod NAME`: why the agent placed a pod where it did (or why it
+//! fits nowhere, and what would change that), plugin by plugin and node by node, down to
+//! the leaf node behind a virtual node. `explain --what-if -f FILE` asks the same of a
+//! manifest that is never created.
+
+mod advice;
+mod agent;
+mod manifest;
+mod render;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Api;
+use mcsched_shared::explain::Explanation;
+use mcsched_shared::keys;
+
+use crate::kube_context::KubeArgs;
+use agent::{AgentArgs, Answer};
+pub use render::Mode;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Wide,
+    Json,
+    Yaml,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ViewArgs {
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
+    pub output: Format,
+    #[command(flatten)]
+    pub agent: AgentArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ExplainArgs {
+    /// The pod to explain (in -n/--namespace, default "default").
+    pub name: String,
+    #[command(flatten)]
+    pub view: ViewArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct WhatIfArgs {
+    /// Simulate the pod of a manifest (-f) on the agent's current view: nothing is
+    /// created or bound.
+    #[arg(long, required = true, requires = "filename")]
+    pub what_if: bool,
+    /// The manifest: a Pod, or a workload whose pod template is simulated (Deployment,
+    /// ReplicaSet, StatefulSet, DaemonSet, Job, CronJob, ReplicationController); - reads stdin.
+    #[arg(short = 'f', long, value_name = "FILE", required = true)]
+    pub filename: Option<PathBuf>,
+    /// The profile to simulate when the manifest sets no spec.schedulerName.
+    #[arg(long, value_name = "NAME", default_value = keys::DEFAULT_SCHEDULER_NAME)]
+    pub scheduler_name: String,
+    #[command(flatten)]
+    pub view: ViewArgs,
+}
+
+pub async fn run(kube: &KubeArgs, args: ExplainArgs) -> anyhow::Result<()> {
+    let client = kube.client().await?;
+    let ns = kube.namespace_or("default").to_string();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let Some(pod) = pods.get_opt(&args.name).await? else {
+        bail!("pod {ns}/{} not found", args.name);
+    };
+    let scheduler = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.scheduler_name.clone())
+        .unwrap_or_else(|| "default-scheduler".into());
+    let bound = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    let path = format!("/explain/{ns}/{}", args.name);
+    let body = match agent::call(&client, &args.view.agent, &path, None).await? {
+        Answer::Body(b) => b,
+        Answer::Refused { message, .. } => {
+            bail!(
+                "the agent has no explanation for pod {ns}/{} (spec.schedulerName {scheduler:?}; another scheduler may own it): {message}",
+                args.name
+            )
+        }
+    };
+    let mode = if bound { Mode::Decided } else { Mode::Pending };
+    show(&client, &body, pod, mode, args.view.output).await
+}
+
+pub async fn what_if(kube: &KubeArgs, args: WhatIfArgs) -> anyhow::Result<()> {
+    let Some(file) = args.filename.as_deref() else {
+        bail!("--what-if needs -f FILE");
+    };
+    let mut pod = manifest::read_pod(file, kube.namespace_or("default"))?;
+    if let Some(spec) = pod.spec.as_mut()
+        && spec.scheduler_name.as_deref().is_none_or(str::is_empty)
+    {
+        spec.scheduler_name = Some(args.scheduler_name.clone());
+    }
+    let client = kube.client().await?;
+    let body = serde_json::to_vec(&pod)?;
+    let answer = agent::call(&client, &args.view.agent, "/simulate", Some(body)).await?;
+    let body = match answer {
+        Answer::Body(b) => b,
+        Answer::Refused { code, message } => {
+            bail!(
+                "the agent refused to simulate {} (HTTP {code}): {message}",
+                file.display()
+            )
+        }
+    };
+    show(&client, &body, pod, Mode::WhatIf, args.view.output).await
+}
+
+async fn show(
+    client: &kube::Client,
+    body: &str,
+    pod: Pod,
+    mode: Mode,
+    output: Format,
+) -> anyhow::Result<()> {
+    let explanation: Explanation =
+        serde_json::from_str(body).context("the agent's answer is not an explanation")?;
+    match output {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&explanation)?),
+        Format::Yaml => print!("{}", serde_yaml::to_string(&explanation)?),
+        Format::Table | Format::Wide => {
+            print!(
+                "{}",
+                render::render(&explanation, output == Format::Wide, mode)
+            );
+            if mode != Mode::Decided {
+                let facts = facts(client, &explanation, pod).await;
+                print!("{}", advice::render(&explanation, &facts));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The taints of the nodes (LeafNode)TaintToleration rejected; best-effort, as a user who may read
+/// pods need not be allowed to read nodes.
+async fn facts(client: &kube::Client, e: &Explanation, pod: Pod) -> advice::Facts {
+    let tainted: Vec<&str> = e
+        .nodes
+        .iter()
+        .filter(|n| {
+            n.filters
+                .iter()
+                .any(|v| v.plugin.ends_with("TaintToleration") && v.code != "Success")
+        })
+        .map(|n| n.node.as_str())
+        .collect();
+    let mut taints = BTreeMap::new();
+    if !tainted.is_empty() {
+        let nodes: Api<Node> = Api::all(client.clone());
+        for name in tainted {
+            match nodes.get_opt(name).await {
+                Ok(Some(n)) => {
+                    let t = n.spec.and_then(|s| s.taints).unwrap_or_default();
+                    taints.insert(name.to_string(), t);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::debug!(node = name, error = %e, "reading node taints for advice");
+                    break;
+                }
+            }
+        }
+    }
+    advice::Facts {
+        pod: Some(pod),
+        taints,
+    }
+}

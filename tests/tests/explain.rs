@@ -1,0 +1,382 @@
+//! `kubectl mcsched explain` against a real API server and agent: a bound pod, a Pending
+//! pod with its reasons grouped and what would make it schedulable, `--what-if` on a
+//! manifest that is never created, the service-proxy path, and the errors.
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Endpoints, Namespace, Pod, Service};
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use mcsched_e2e::cli::{run, text};
+use mcsched_e2e::objects::create_node;
+use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, wait};
+use serde_json::json;
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+fn node(name: &str, cpu: &str, taints: serde_json::Value) -> serde_json::Value {
+    json!({
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "spec": {"taints": taints},
+        "status": {
+            "capacity": {"cpu": cpu, "memory": "8Gi", "pods": "110"},
+            "allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True"}]
+        }
+    })
+}
+
+fn pod(name: &str, scheduler: &str, cpu: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "schedulerName": scheduler,
+            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu}}}]
+        }
+    })
+}
+
+/// The first IPv4 address of this machine that is not loopback: the API server's service
+/// proxy refuses loopback endpoints.
+fn routable_address() -> anyhow::Result<String> {
+    let out = std::process::Command::new("hostname").arg("-I").output()?;
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .find(|a| {
+            a.parse::<std::net::Ipv4Addr>()
+                .is_ok_and(|ip| !ip.is_loopback())
+        })
+        .map(String::from)
+        .ok_or_else(|| {
+            anyhow::anyhow!("this machine has no non-loopback IPv4 address (hostname -I)")
+        })
+}
+
+#[tokio::test]
+async fn explain_bound_pending_and_what_if_pods() -> anyhow::Result<()> {
+    let cp = ControlPlane::start("explain", ControlPlaneOptions::default()).await?;
+    let kubeconfig = cp.kubeconfig.clone();
+    create_node(&cp.client, node("node-a", "4", json!([]))).await?;
+    create_node(&cp.client, node("node-b", "2", json!([]))).await?;
+    create_node(
+        &cp.client,
+        node(
+            "node-gpu",
+            "8",
+            json!([{"key": "example.com/gpu", "value": "true", "effect": "NoSchedule"}]),
+        ),
+    )
+    .await?;
+    let address = routable_address()?;
+    let agent = Agent::start_on(&address, &kubeconfig, "mcsched", cp.dir(), "agent", &[])?;
+    let url = agent.url.clone();
+    let direct = ["--agent-url", url.as_str(), "--insecure-skip-tls-verify"];
+
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(pod("web", "mcsched", "3"))?,
+    )
+    .await?;
+    wait::until(TIMEOUT, "default/web bound", || async {
+        Ok(pods.get("web").await?.spec.and_then(|s| s.node_name))
+    })
+    .await?;
+
+    // A bound pod: the winner first, the others with their first rejection.
+    let out = run(
+        &kubeconfig,
+        &[&["explain", "pod", "web"], &direct[..]].concat(),
+    )?;
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert!(shown.contains("scheduled on node-a"), "{shown}");
+    let rows: Vec<&str> = shown.lines().collect();
+    let header = rows
+        .iter()
+        .position(|l| l.starts_with("NODE"))
+        .expect("header");
+    assert!(rows[header + 1].starts_with("node-a"), "{shown}");
+    assert!(
+        shown.contains("NodeResourcesFit: Insufficient cpu"),
+        "node-b's rejection: {shown}"
+    );
+    assert!(
+        shown.contains("TaintToleration: node(s) had untolerated taint(s)"),
+        "the default profile's LeafNodeTaintToleration: {shown}"
+    );
+    assert!(
+        !shown.contains("WHY"),
+        "a bound pod needs no advice: {shown}"
+    );
+
+    // Pending: 6 CPUs fit only on the tainted node; node-a and node-b lack cpu.
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(pod("big", "mcsched", "6"))?,
+    )
+    .await?;
+    let out = run(
+        &kubeconfig,
+        &[&["explain", "pod", "big"], &direct[..]].concat(),
+    )?;
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert!(
+        shown.contains(
+            "unschedulable: 0/3 nodes are available: 1 node(s) had untolerated taint(s), 2 Insufficient cpu."
+        ),
+        "{shown}"
+    );
+    assert!(
+        shown.lines().any(|l| l.starts_with("  2 node(s)")
+            && l.contains("NodeResourcesFit")
+            && l.contains("Insufficient cpu")
+            && l.ends_with("node-a, node-b")),
+        "{shown}"
+    );
+    assert!(
+        shown.contains(
+            "node-gpu: only LeafNodeTaintToleration rejects it (node(s) had untolerated taint(s))"
+        ),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("the pod requests more cpu (6) than node-a, node-b have allocatable at all"),
+        "kube-scheduler's UnschedulableAndUnresolvable for a request above allocatable: {shown}"
+    );
+    assert!(
+        shown.contains("tolerate example.com/gpu=true:NoSchedule in spec.tolerations"),
+        "the node's taint, read from the API server: {shown}"
+    );
+    assert!(
+        shown.contains("preemption cannot help"),
+        "every rejection is unresolvable: {shown}"
+    );
+
+    // The same pod with the toleration, as a what-if Deployment: fits on node-gpu, and
+    // nothing is created.
+    let dir = tempfile::tempdir()?;
+    let manifest = dir.path().join("deployment.yaml");
+    std::fs::write(
+        &manifest,
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: trainer}\nspec:\n  selector: {matchLabels: {app: trainer}}\n  template:\n    metadata: {labels: {app: trainer}}\n    spec:\n      tolerations: [{key: example.com/gpu, operator: Exists, effect: NoSchedule}]\n      containers:\n      - {name: c, image: pause, resources: {requests: {cpu: '6'}}}\n",
+    )?;
+    let file = manifest.to_string_lossy().to_string();
+    let out = run(
+        &kubeconfig,
+        &[&["explain", "--what-if", "-f", file.as_str()], &direct[..]].concat(),
+    )?;
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert!(
+        shown.contains("POD default/trainer-what-if  SCHEDULER mcsched"),
+        "{shown}"
+    );
+    assert!(shown.contains("would be scheduled on node-gpu"), "{shown}");
+    let deployments: Api<Deployment> = Api::namespaced(cp.client.clone(), "default");
+    assert!(
+        deployments
+            .list(&Default::default())
+            .await?
+            .items
+            .is_empty()
+    );
+    assert!(pods.get_opt("trainer-what-if").await?.is_none());
+
+    // What-if as JSON, from stdin: the agent's explanation as it is.
+    let mut child = std::process::Command::new(mcsched_e2e::cli::binary())
+        .args(["--kubeconfig", &kubeconfig.to_string_lossy()])
+        .args(["explain", "--what-if", "-f", "-", "-o", "json"])
+        .args(direct)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("piped stdin");
+        stdin.write_all(serde_json::to_string(&pod("huge", "", "64"))?.as_bytes())?;
+    }
+    let out = child.wait_with_output()?;
+    assert!(out.status.success(), "{}", text(&out));
+    let e: mcsched_shared::explain::Explanation = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(
+        e.scheduler_name, "mcsched",
+        "an empty schedulerName takes --scheduler-name"
+    );
+    assert_eq!(e.num_feasible_nodes, 0);
+
+    // Errors: exit 1 with the problem named; usage errors exit 2.
+    let cases: [(&[&str], &str); 3] = [
+        (&["explain", "pod", "nope"], "pod default/nope not found"),
+        (
+            &["explain", "--what-if", "-f", "/nonexistent.yaml"],
+            "reading /nonexistent.yaml",
+        ),
+        (
+            &[
+                "explain",
+                "--what-if",
+                "-f",
+                file.as_str(),
+                "--scheduler-name",
+                "default-scheduler",
+            ],
+            "",
+        ),
+    ];
+    for (args, want) in cases {
+        let out = run(&kubeconfig, &[args, &direct[..]].concat())?;
+        let shown = text(&out);
+        if want.is_empty() {
+            // The manifest sets no scheduler: default-scheduler is not this agent's.
+            assert_eq!(out.status.code(), Some(1), "{shown}");
+            assert!(
+                shown.contains(
+                    "spec.schedulerName \"default-scheduler\" is not served by this agent"
+                ),
+                "{shown}"
+            );
+        } else {
+            assert_eq!(out.status.code(), Some(1), "{args:?}: {shown}");
+            assert!(shown.contains(want), "{args:?}: {shown}");
+        }
+    }
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(pod("plain", "default-scheduler", "1"))?,
+    )
+    .await?;
+    let out = run(
+        &kubeconfig,
+        &[&["explain", "pod", "plain"], &direct[..]].concat(),
+    )?;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("another scheduler may own it"),
+        "{}",
+        text(&out)
+    );
+    let bad = dir.path().join("service.yaml");
+    std::fs::write(&bad, "apiVersion: v1\nkind: Service\nmetadata: {name: s}\n")?;
+    let out = run(
+        &kubeconfig,
+        &["explain", "--what-if", "-f", &bad.to_string_lossy()],
+    )?;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("kind \"Service\" has no pod to simulate"),
+        "{}",
+        text(&out)
+    );
+    for usage in [
+        &["explain"][..],
+        &["explain", "-f", "x.yaml"],
+        &["explain", "--what-if"],
+    ] {
+        let out = run(&kubeconfig, usage)?;
+        assert_eq!(out.status.code(), Some(2), "{usage:?}: {}", text(&out));
+    }
+
+    // Through the API server's service proxy, as by default: first with no agent
+    // installed, then with the Service in front of this agent.
+    let out = run(&kubeconfig, &["explain", "pod", "web"])?;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out).contains(
+            "the mcsched agent is not installed: no Service mcsched-system/mcsched-agent"
+        ),
+        "{}",
+        text(&out)
+    );
+    let namespaces: Api<Namespace> = Api::all(cp.client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "mcsched-system"}}))?,
+        )
+        .await?;
+    let services: Api<Service> = Api::namespaced(cp.client.clone(), "mcsched-system");
+    services
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "mcsched-agent"},
+                "spec": {"ports": [{"name": "https", "port": 10259, "protocol": "TCP"}]}
+            }))?,
+        )
+        .await?;
+    let out = run(&kubeconfig, &["explain", "pod", "web"])?;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out).contains("the mcsched agent is not ready"),
+        "{}",
+        text(&out)
+    );
+    // The API server proxies only to addresses of pods: the agent's pod, as a kubelet
+    // would report it, and the Endpoints the endpoints controller would write.
+    let port: i32 = url.rsplit(':').next().unwrap_or_default().parse()?;
+    let system_pods: Api<Pod> = Api::namespaced(cp.client.clone(), "mcsched-system");
+    system_pods
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "mcsched-agent-0"},
+                "spec": {"nodeName": "node-a", "containers": [{"name": "agent", "image": "mcsched/agent:test"}]}
+            }))?,
+        )
+        .await?;
+    system_pods
+        .patch_status(
+            "mcsched-agent-0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Running", "podIP": address, "podIPs": [{"ip": address}]}})),
+        )
+        .await?;
+    let endpoints: Api<Endpoints> = Api::namespaced(cp.client.clone(), "mcsched-system");
+    endpoints
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "mcsched-agent"},
+                "subsets": [{
+                    "addresses": [{"ip": address, "targetRef": {"kind": "Pod", "namespace": "mcsched-system", "name": "mcsched-agent-0"}}],
+                    "ports": [{"name": "https", "port": port}]
+                }]
+            }))?,
+        )
+        .await?;
+    let last = std::sync::Mutex::new(String::new());
+    let out = wait::until(
+        Duration::from_secs(20),
+        "explain through the service proxy",
+        || async {
+            let out = run(&kubeconfig, &["explain", "pod", "big", "-o", "yaml"])?;
+            if let Ok(mut l) = last.lock() {
+                *l = text(&out);
+            }
+            Ok(out.status.success().then_some(out))
+        },
+    )
+    .await
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "{e}; last answer: {}",
+            last.lock().map(|l| l.clone()).unwrap_or_default()
+        )
+    })?;
+    let e: mcsched_shared::explain::Explanation = serde_yaml::from_slice(&out.stdout)?;
+    assert_eq!(e.pod, "default/big");
+    assert_eq!(e.num_all_nodes, 3);
+    let out = run(&kubeconfig, &["explain", "--what-if", "-f", &file])?;
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("would be scheduled on node-gpu"),
+        "{}",
+        text(&out)
+    );
+    Ok(())
+}
