@@ -4,6 +4,12 @@
 # `kubectl mcsched join cluster`, mcsched-agent beside kube-scheduler in the host, pods for
 # each scheduler and seed 000's MySQL example; shows where everything runs, in every
 # cluster, and why; then stops everything it started.
+#
+# `kubectl mcsched install` installs the agent for real. There is no kubelet here, so the
+# simulated kubelet gives the agent's pod this machine's address and the agent binary runs
+# beside the control plane, on that address, as the installed ServiceAccount and with the
+# installed configuration: `kubectl mcsched explain` reaches it through the API server's
+# service proxy as it would in a real cluster.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,9 +37,14 @@ kc() { local c=$1; shift; kubectl --kubeconfig "$WORK/$c.kubeconfig" "$@"; }
 k() { kc host "$@"; }
 mcsched() { "$CLI" --kubeconfig "$WORK/host.kubeconfig" "$@"; }
 
+# A non-loopback address of this machine: the API server's service proxy refuses loopback.
+ADDRESS=$(hostname -I 2>/dev/null | tr ' ' '\n' | grep -E '^[0-9]+(\.[0-9]+){3}$' | grep -v '^127\.' | head -1 || true)
+
 start_cluster() {
+  local extra=()
+  if [ "$1" = host ] && [ -n "$ADDRESS" ]; then extra=(--pod-address "mcsched-system/mcsched-agent-=$ADDRESS"); fi
   "$CONTROLPLANE" --name "$1" --data-dir "$WORK/$1" --kubeconfig "$WORK/$1.kubeconfig" \
-    --with-controller-manager --with-scheduler --simulate-kubelets >"$WORK/$1.out" 2>"$WORK/$1.log" &
+    --with-controller-manager --with-scheduler --simulate-kubelets "${extra[@]}" >"$WORK/$1.out" 2>"$WORK/$1.log" &
   PIDS+=($!)
 }
 
@@ -94,9 +105,22 @@ node east east-1 4; node east east-2 4; node west west-1 4
 local_volume host node-a; local_volume east east-1   # west has no volume for MySQL
 for c in host east west; do kc "$c" wait --for=condition=Ready node --all --timeout=60s >/dev/null; done
 
-say "starting mcsched-agent --scheduler-name mcsched"
-"$AGENT" --kubeconfig "$WORK/host.kubeconfig" --scheduler-name mcsched --bind-address 127.0.0.1 2>"$WORK/agent.log" &
+say "kubectl mcsched install --wait"
+mcsched install --image ghcr.io/mcsched/mcsched-agent:v0.1.0 --wait --timeout 90s
+
+say "starting mcsched-agent as the installed ServiceAccount, with the installed configuration"
+k get configmap -n mcsched-system mcsched-agent-config -o jsonpath='{.data.config\.yaml}' >"$WORK/agent-config.yaml"
+# The admin kubeconfig, impersonating the ServiceAccount (kubeconfig's `as`).
+awk '{print} /^  user:$/ {print "    as: system:serviceaccount:mcsched-system:mcsched-agent"}' \
+  "$WORK/host.kubeconfig" >"$WORK/agent.kubeconfig"
+AGENT_ADDRESS=${ADDRESS:-127.0.0.1}
+POD_NAMESPACE=mcsched-system "$AGENT" --config "$WORK/agent-config.yaml" --kubeconfig "$WORK/agent.kubeconfig" \
+  --bind-address "$AGENT_ADDRESS" 2>"$WORK/agent.log" &
 PIDS+=($!)
+# Through the service proxy unless this machine has no address but loopback.
+EXPLAIN_VIA=()
+[ -n "$ADDRESS" ] || EXPLAIN_VIA=(--agent-url https://127.0.0.1:10259 --insecure-skip-tls-verify)
+mcsched version
 
 say "kubectl mcsched join cluster: east (eu, on-premises) and west (us, cloud)"
 mcsched join cluster --name east --cluster-kubeconfig "$WORK/east.kubeconfig" --region eu --provider onprem --cost 1
@@ -108,6 +132,9 @@ for _ in $(seq 1 150); do
 done
 k get nodes -L mcsched.io/cluster,topology.kubernetes.io/region,mcsched.io/provider \
   -o custom-columns='NAME:.metadata.name,READY:.status.conditions[?(@.type=="Ready")].status,CPU:.status.allocatable.cpu,CLUSTER:.metadata.labels.mcsched\.io/cluster,REGION:.metadata.labels.topology\.kubernetes\.io/region,PROVIDER:.metadata.labels.mcsched\.io/provider'
+
+say "kubectl mcsched get clusters"
+mcsched get clusters
 
 say "four pods for mcsched (1 CPU each), one for the default scheduler"
 for i in 1 2 3 4; do
@@ -180,10 +207,46 @@ leaf_replica=$(k get pods -l app=mysql -o jsonpath='{range .items[*]}{.metadata.
 host_replica=$(k get pods -l app=mysql -o jsonpath='{range .items[*]}{.metadata.name} {.spec.nodeName}{"\n"}{end}' | awk '$2 !~ /^mcsched-/ && $2 != "" {print $1; exit}')
 if [ -n "$leaf_replica" ]; then
   say "kubectl mcsched explain pod $leaf_replica"
-  mcsched explain pod "$leaf_replica" --agent-url https://127.0.0.1:10259 --insecure-skip-tls-verify
+  mcsched explain pod "$leaf_replica" "${EXPLAIN_VIA[@]}"
 fi
 
-unbound=$(k get pods --no-headers --field-selector spec.nodeName= 2>/dev/null | wc -l)
+say "kubectl mcsched get clusters (pods synced into each leaf)"
+mcsched get clusters
+
+say "a pod that fits nowhere (16 CPUs): kubectl mcsched explain pod big"
+k apply -f - >/dev/null <<'YAML'
+apiVersion: v1
+kind: Pod
+metadata: {name: big, namespace: default}
+spec:
+  schedulerName: mcsched
+  containers:
+  - name: app
+    image: registry.k8s.io/pause:3.10
+    resources: {requests: {cpu: "16"}}
+YAML
+mcsched explain pod big "${EXPLAIN_VIA[@]}"
+
+say "what if: kubectl mcsched explain --what-if -f web.yaml (a Deployment asking for 3 CPUs a replica in the us region; nothing is created)"
+mcsched explain --what-if -f - "${EXPLAIN_VIA[@]}" <<'YAML'
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: default}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      schedulerName: mcsched
+      nodeSelector: {topology.kubernetes.io/region: us}
+      containers:
+      - name: web
+        image: nginx
+        resources: {requests: {cpu: "3"}}
+YAML
+
+unbound=$(k get pods --no-headers --field-selector spec.nodeName=,metadata.name!=big 2>/dev/null | wc -l)
 by_mcsched=$(k get events.events.k8s.io --field-selector reason=Scheduled -o jsonpath='{range .items[?(@.reportingController=="mcsched")]}{.regarding.name}{"\n"}{end}' | grep -c -E '^(mc-|mysql-)' || true)
 leaf_running=0
 if [ -n "$leaf_replica" ]; then

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -49,21 +51,52 @@ type kubeletSimulator struct {
 	pods   corelisters.PodLister
 	queue  workqueue.TypedRateLimitingInterface[string]
 
-	mu     sync.Mutex
-	nextIP uint32
-	ips    map[string]string
+	mu        sync.Mutex
+	nextIP    uint32
+	ips       map[string]string
+	addresses podAddresses
 }
 
-func runKubeletSimulator(ctx context.Context, client kubernetes.Interface) error {
+// podAddress gives the pods of namespace whose name starts with prefix a fixed IP.
+type podAddress struct {
+	namespace, prefix, ip string
+}
+
+// podAddresses is the repeatable --pod-address flag.
+type podAddresses []podAddress
+
+func (a *podAddresses) String() string {
+	parts := make([]string, 0, len(*a))
+	for _, p := range *a {
+		parts = append(parts, p.namespace+"/"+p.prefix+"="+p.ip)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (a *podAddresses) Set(v string) error {
+	target, ip, ok := strings.Cut(v, "=")
+	namespace, prefix, okNS := strings.Cut(target, "/")
+	if !ok || !okNS || namespace == "" || prefix == "" {
+		return fmt.Errorf("%q is not NAMESPACE/PREFIX=IP", v)
+	}
+	if net.ParseIP(ip) == nil {
+		return fmt.Errorf("%q: %q is not an IP address", v, ip)
+	}
+	*a = append(*a, podAddress{namespace: namespace, prefix: prefix, ip: ip})
+	return nil
+}
+
+func runKubeletSimulator(ctx context.Context, client kubernetes.Interface, addresses podAddresses) error {
 	factory := informers.NewSharedInformerFactory(client, 0)
 	nodeInformer := factory.Core().V1().Nodes()
 	podInformer := factory.Core().V1().Pods()
 	s := &kubeletSimulator{
-		client: client,
-		nodes:  nodeInformer.Lister(),
-		pods:   podInformer.Lister(),
-		queue:  workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
-		ips:    map[string]string{},
+		client:    client,
+		nodes:     nodeInformer.Lister(),
+		pods:      podInformer.Lister(),
+		queue:     workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		ips:       map[string]string{},
+		addresses: addresses,
 	}
 	defer s.queue.ShutDown()
 	enqueue := func(obj interface{}) {
@@ -262,8 +295,16 @@ func (s *kubeletSimulator) runningStatus(key string, pod *corev1.Pod, node *core
 	return pod
 }
 
-// allocateIP hands out addresses from 10.244.0.0/16; they are only data in pod status.
+// allocateIP hands out addresses from 10.244.0.0/16 (only data in pod status), or the
+// --pod-address given for the pod.
 func (s *kubeletSimulator) allocateIP(key string) string {
+	if namespace, name, ok := strings.Cut(key, "/"); ok {
+		for _, a := range s.addresses {
+			if a.namespace == namespace && strings.HasPrefix(name, a.prefix) {
+				return a.ip
+			}
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ip, ok := s.ips[key]; ok {

@@ -24,6 +24,7 @@ type config struct {
 	withControllerManager bool
 	withScheduler         bool
 	simulateKubelets      bool
+	podAddresses          podAddresses
 	clientQPS             float64
 	clientBurst           int
 	verbosity             int
@@ -39,6 +40,7 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&c.withControllerManager, "with-controller-manager", false, "run kube-controller-manager in-process")
 	fs.BoolVar(&c.withScheduler, "with-scheduler", false, "run kube-scheduler (profile default-scheduler) in-process")
 	fs.BoolVar(&c.simulateKubelets, "simulate-kubelets", false, "renew node Leases and mark pods on non-virtual nodes Running")
+	fs.Var(&c.podAddresses, "pod-address", "NAMESPACE/PREFIX=IP: the simulated kubelet gives pods whose name starts with PREFIX this IP, so a process outside the cluster can stand in for them behind a Service (repeatable)")
 	fs.Float64Var(&c.clientQPS, "client-qps", 5000, "QPS of the in-process components' clients (scheduler_perf lifts the limits too)")
 	fs.IntVar(&c.clientBurst, "client-burst", 5000, "burst of the in-process components' clients")
 	fs.IntVar(&c.verbosity, "v", 0, "klog verbosity of the in-process components")
@@ -125,7 +127,7 @@ func run(cfg config) error {
 		go func() { components <- wrap("kube-scheduler", runScheduler(ctx, cfg, dataDir)) }()
 	}
 	if cfg.simulateKubelets {
-		go func() { components <- wrap("kubelet simulator", runKubeletSimulator(ctx, admin)) }()
+		go func() { components <- wrap("kubelet simulator", runKubeletSimulator(ctx, admin, cfg.podAddresses)) }()
 	}
 
 	fmt.Printf("READY %s %s\n", cfg.name, url)

@@ -134,7 +134,7 @@ async fn explain_bound_pending_and_what_if_pods() -> anyhow::Result<()> {
         shown.lines().any(|l| l.starts_with("  2 node(s)")
             && l.contains("NodeResourcesFit")
             && l.contains("Insufficient cpu")
-            && l.ends_with("node-a, node-b")),
+            && l.ends_with("Insufficient cpu (node-a, node-b)")),
         "{shown}"
     );
     assert!(

@@ -101,7 +101,7 @@ fn node_list(nodes: &[String]) -> String {
         .collect::<Vec<_>>()
         .join(", ");
     if nodes.len() > SHOWN {
-        s.push_str(&format!(" (+{} more)", nodes.len() - SHOWN));
+        s.push_str(&format!(", +{} more", nodes.len() - SHOWN));
     }
     s
 }
@@ -273,9 +273,7 @@ pub fn hint(g: &Group, facts: &Facts) -> Option<String> {
             format!("a disk the pod mounts is already in use on {nodes}")
         }
         "NodeVolumeLimits" => format!("{nodes} reached their CSI volume limit"),
-        "LeafNodeFit" => format!(
-            "the leaf clusters behind {nodes} have no node for it as they are (their own reasons above): add room there, or relax the pod"
-        ),
+        "LeafNodeFit" => "a leaf cluster's own nodes cannot take it as they are (the leaf's reasons above): add room in that cluster, or relax the pod".to_string(),
         "SchedulingGates" => "remove the pod's spec.schedulingGates".into(),
         _ => return None,
     };
@@ -311,24 +309,20 @@ pub fn render(e: &Explanation, facts: &Facts) -> String {
     }
     out.push_str(&format!("\n{}\n", style("WHY").bold()));
     let width_plugin = groups.iter().map(|g| g.plugin.len()).max().unwrap_or(0);
-    let width_reason = groups
-        .iter()
-        .map(|g| g.reason.chars().count())
-        .max()
-        .unwrap_or(0);
     for g in &groups {
-        let count = if g.nodes == ["all nodes"] {
-            "all nodes".to_string()
+        let (count, nodes) = if g.nodes == ["all nodes"] {
+            ("all nodes".to_string(), String::new())
         } else {
-            format!("{} node(s)", g.nodes.len())
+            (
+                format!("{} node(s)", g.nodes.len()),
+                format!(" ({})", node_list(&g.nodes)),
+            )
         };
         out.push_str(&format!(
-            "  {count:<11}  {:<wp$}  {:<wr$}  {}\n",
+            "  {count:<11}  {:<wp$}  {}{nodes}\n",
             g.plugin,
             g.reason,
-            node_list(&g.nodes),
-            wp = width_plugin,
-            wr = width_reason
+            wp = width_plugin
         ));
     }
     let near = nearest(e);
@@ -464,7 +458,9 @@ mod tests {
         };
         let text = render(&e, &facts);
         assert!(
-            text.contains("3 node(s)    NodeResourcesFit  Insufficient cpu"),
+            text.contains(
+                "  3 node(s)    NodeResourcesFit  Insufficient cpu (node-a, node-b, mcsched-east)\n"
+            ),
             "{text}"
         );
         assert!(
