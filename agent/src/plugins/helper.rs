@@ -25,6 +25,14 @@ pub fn normalize_to_max(scores: &mut [i64]) {
     default_normalize_score(MAX_NODE_SCORE, false, scores)
 }
 
+/// The pod's volumes (none when it has no spec).
+pub fn pod_volumes(pod: &k8s_openapi::api::core::v1::Pod) -> &[k8s_openapi::api::core::v1::Volume] {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_deref())
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

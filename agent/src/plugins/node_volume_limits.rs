@@ -221,13 +221,7 @@ impl NodeVolumeLimits {
     ) -> Result<(), Status> {
         let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
         let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
-        for v in pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.volumes.as_ref())
-            .into_iter()
-            .flatten()
-        {
+        for v in super::helper::pod_volumes(pod) {
             let (claim, ephemeral) = if let Some(c) = &v.persistent_volume_claim {
                 (c.claim_name.clone(), false)
             } else if v.ephemeral.is_some() {
@@ -290,16 +284,9 @@ impl PreFilterPlugin for NodeVolumeLimits {
         pod: &PodInfo,
         _snapshot: &Snapshot,
     ) -> (PreFilterResult, Status) {
-        let counted = pod
-            .pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.volumes.as_ref())
-            .into_iter()
-            .flatten()
-            .any(|v| {
-                v.persistent_volume_claim.is_some() || v.ephemeral.is_some() || inline_migratable(v)
-            });
+        let counted = super::helper::pod_volumes(&pod.pod).iter().any(|v| {
+            v.persistent_volume_claim.is_some() || v.ephemeral.is_some() || inline_migratable(v)
+        });
         if counted {
             (None, Status::success())
         } else {
@@ -310,13 +297,7 @@ impl PreFilterPlugin for NodeVolumeLimits {
 
 impl FilterPlugin for NodeVolumeLimits {
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        if pod
-            .pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.volumes.as_ref())
-            .is_none_or(|v| v.is_empty())
-        {
+        if super::helper::pod_volumes(&pod.pod).is_empty() {
             return Status::success();
         }
         let Some(vols) = state.read::<Arc<VolumeObjects>>(VOLUMES_KEY) else {

@@ -85,12 +85,8 @@ fn claim_key(c: &PersistentVolumeClaim) -> String {
 /// `spec.storageClassName`, or the beta annotation older claims carry.
 /// The claims a pod's volumes name, in volume order.
 pub(crate) fn claim_names(pod: &PodInfo) -> Vec<String> {
-    pod.pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.volumes.as_ref())
-        .into_iter()
-        .flatten()
+    super::helper::pod_volumes(&pod.pod)
+        .iter()
         .filter_map(|v| {
             v.persistent_volume_claim
                 .as_ref()

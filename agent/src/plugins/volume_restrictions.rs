@@ -35,19 +35,12 @@ struct State {
 impl State {
     /// Like kube, matched by claim name alone: only pods on one node are added or removed.
     fn refs_of(&self, pod: &Pod) -> i64 {
-        volumes(pod)
+        super::helper::pod_volumes(pod)
             .iter()
             .filter_map(|v| v.persistent_volume_claim.as_ref())
             .filter(|c| self.rwop_claims.contains(&c.claim_name))
             .count() as i64
     }
-}
-
-fn volumes(pod: &Pod) -> &[Volume] {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.volumes.as_deref())
-        .unwrap_or_default()
 }
 
 /// The volume kinds two pods on one node may conflict over.
@@ -64,7 +57,7 @@ fn have_overlap(a: &[String], b: &[String]) -> bool {
 
 /// kube's isVolumeConflict: does `v` clash with any volume of `existing`?
 fn is_volume_conflict(v: &Volume, existing: &Pod) -> bool {
-    volumes(existing).iter().any(|ev| {
+    super::helper::pod_volumes(existing).iter().any(|ev| {
         if let (Some(d), Some(ed)) = (&v.gce_persistent_disk, &ev.gce_persistent_disk)
             && d.pd_name == ed.pd_name
             && !(d.read_only.unwrap_or(false) && ed.read_only.unwrap_or(false))
@@ -95,7 +88,7 @@ fn is_volume_conflict(v: &Volume, existing: &Pod) -> bool {
 }
 
 fn satisfies_volume_conflicts(pod: &Pod, node: &NodeInfo) -> bool {
-    volumes(pod)
+    super::helper::pod_volumes(pod)
         .iter()
         .filter(|v| needs_restrictions_check(v))
         .all(|v| !node.pods.iter().any(|ep| is_volume_conflict(v, &ep.pod)))
@@ -105,7 +98,7 @@ fn satisfies_volume_conflicts(pod: &Pod, node: &NodeInfo) -> bool {
 fn is_claim_used(snapshot: &Snapshot, namespace: &str, claim: &str) -> bool {
     snapshot.nodes.iter().flat_map(|n| n.pods.iter()).any(|p| {
         p.namespace == namespace
-            && volumes(&p.pod)
+            && super::helper::pod_volumes(&p.pod)
                 .iter()
                 .filter_map(|v| v.persistent_volume_claim.as_ref())
                 .any(|c| c.claim_name == claim)
@@ -141,7 +134,7 @@ impl PreFilterPlugin for VolumeRestrictions {
         pod: &PodInfo,
         snapshot: &Snapshot,
     ) -> (PreFilterResult, Status) {
-        let vols = volumes(&pod.pod);
+        let vols = super::helper::pod_volumes(&pod.pod);
         let needs_check = vols.iter().any(needs_restrictions_check);
         let mut rwop = HashSet::new();
         for c in vols

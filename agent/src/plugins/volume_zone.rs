@@ -78,13 +78,8 @@ fn pv_topologies(pv: &PersistentVolume) -> Vec<PvTopology> {
 /// getPVbyPod: the topologies of the volumes bound to the pod's claims.
 fn topologies_of(pod: &PodInfo, vols: &VolumeObjects) -> Result<Vec<PvTopology>, Status> {
     let mut out = Vec::new();
-    let claims = pod
-        .pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.volumes.as_ref())
-        .into_iter()
-        .flatten()
+    let claims = super::helper::pod_volumes(&pod.pod)
+        .iter()
         .filter_map(|v| v.persistent_volume_claim.as_ref());
     for c in claims {
         let name = &c.claim_name;
@@ -177,13 +172,7 @@ impl PreFilterPlugin for VolumeZone {
 
 impl FilterPlugin for VolumeZone {
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        if pod
-            .pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.volumes.as_ref())
-            .is_none_or(|v| v.is_empty())
-        {
+        if super::helper::pod_volumes(&pod.pod).is_empty() {
             return Status::success();
         }
         // Without PreFilter (not enabled in the profile), compute here as kube does.
