@@ -7,7 +7,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController, Service,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::runtime::WatchStreamExt;
@@ -26,6 +29,7 @@ use crate::framework::{
     BindContext, ClusterEvent, Code, CycleState, Filtered, FitError, Framework, MAX_NODE_SCORE,
     QueuedPodInfo, ScheduleResult, Status, fit_error,
 };
+use crate::pod_selectors::{Selector, SelectorKind};
 use crate::profiles::Profiles;
 use crate::queue::SchedulingQueue;
 use crate::snapshot::PodInfo;
@@ -677,6 +681,54 @@ fn spawn_watches(
         csi_nodes,
         ClusterEvent::CsiNodeChange,
         |o: &CSINode| o.name_any()
+    );
+    // What selects pods, for PodTopologySpread's default constraints.
+    macro_rules! selector_watch {
+        ($kind:ty, $label:expr, $sk:expr, $sel:expr) => {{
+            let s = shared.clone();
+            tasks.push(tokio::spawn(watch_kind(
+                Api::<$kind>::all(client.clone()),
+                watcher::Config::default(),
+                $label,
+                ready.clone(),
+                move |ev| {
+                    let (o, selector) = match ev {
+                        Change::Apply(o, _) => {
+                            let sel = $sel(&*o);
+                            (o, Some(sel))
+                        }
+                        Change::Delete(o) => (o, None),
+                    };
+                    let ns = o.namespace().unwrap_or_default();
+                    s.cache()
+                        .pod_selectors_mut()
+                        .set($sk, &ns, &o.name_any(), selector);
+                },
+            )));
+        }};
+    }
+    selector_watch!(Service, "service", SelectorKind::Service, |o: &Service| {
+        Selector::Map(o.spec.as_ref().and_then(|s| s.selector.clone()))
+    });
+    selector_watch!(
+        ReplicationController,
+        "replicationcontroller",
+        SelectorKind::ReplicationController,
+        |o: &ReplicationController| {
+            Selector::Map(o.spec.as_ref().and_then(|s| s.selector.clone()))
+        }
+    );
+    selector_watch!(
+        ReplicaSet,
+        "replicaset",
+        SelectorKind::ReplicaSet,
+        |o: &ReplicaSet| Selector::Label(o.spec.as_ref().map(|s| s.selector.clone()))
+    );
+    selector_watch!(
+        StatefulSet,
+        "statefulset",
+        SelectorKind::StatefulSet,
+        |o: &StatefulSet| Selector::Label(o.spec.as_ref().map(|s| s.selector.clone()))
     );
     let s = shared.clone();
     let pdbs: Arc<Mutex<std::collections::HashMap<String, Arc<PodDisruptionBudget>>>> =
