@@ -41,6 +41,11 @@ pub struct PluginLabels {
     pub status: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: String,
+}
+
 pub struct Metrics {
     pub schedule_attempts: Family<AttemptLabels, Counter>,
     pub attempt_duration: Family<AttemptLabels, Histogram>,
@@ -49,6 +54,7 @@ pub struct Metrics {
     pub extension_point_duration: Family<ExtensionPointLabels, Histogram>,
     pub plugin_duration: Family<PluginLabels, Histogram>,
     pub preemption_attempts: Counter,
+    pub permit_wait_duration: Family<ResultLabels, Histogram>,
     registry: Registry,
 }
 
@@ -105,7 +111,16 @@ impl Metrics {
             "Total preemption attempts in the cluster till now",
             preemption_attempts.clone(),
         );
+        let permit_wait_duration = Family::<ResultLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.001, 2.0, 15))
+        });
+        registry.register(
+            "scheduler_permit_wait_duration_seconds",
+            "Duration of waiting on permit.",
+            permit_wait_duration.clone(),
+        );
         Metrics {
+            permit_wait_duration,
             schedule_attempts,
             attempt_duration,
             pending_pods,
@@ -154,6 +169,15 @@ impl Metrics {
                 status: status.into(),
             })
             .observe(seconds);
+    }
+
+    /// How long a pod waited on Permit, by the verdict's code.
+    pub fn permit_wait(&self, result: &str, waited: std::time::Duration) {
+        self.permit_wait_duration
+            .get_or_create(&ResultLabels {
+                result: result.into(),
+            })
+            .observe(waited.as_secs_f64());
     }
 
     pub fn incoming(&self, queue: &str, event: &str) {

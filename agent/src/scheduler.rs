@@ -301,7 +301,8 @@ async fn schedule_one(
                     crate::preemption::evict(
                         &shared.bind_ctx.client,
                         &shared.events,
-                        &scheduler_name,
+                        &fw,
+                        status.plugin,
                         &pod,
                         &res.victims,
                     );
@@ -309,13 +310,6 @@ async fn schedule_one(
                     fit.diagnosis.post_filter_msg = Some(status.message());
                 }
             }
-            let message = fit.to_string();
-            debug!(pod = %pod.key, %message, "unschedulable");
-            metrics.attempt(
-                "unschedulable",
-                &scheduler_name,
-                started.elapsed().as_secs_f64(),
-            );
             shared.explanations.record_failure(
                 &scheduler_name,
                 &pod.key,
@@ -323,19 +317,7 @@ async fn schedule_one(
                 &fit,
                 nominated.clone(),
             );
-            shared
-                .events
-                .failed_scheduling(&scheduler_name, &pod.pod, message.clone());
-            shared.events.send(Message::Unschedulable {
-                namespace: pod.namespace.clone(),
-                name: pod.name.clone(),
-                reason: "Unschedulable",
-                message,
-                nominated_node: nominated,
-            });
-            shared
-                .queue
-                .add_unschedulable(info, fit.diagnosis.unschedulable_plugins);
+            report_unschedulable(shared, &scheduler_name, info, &fit, nominated, started);
             return;
         }
     };
@@ -356,31 +338,71 @@ async fn schedule_one(
         shared.leaves.assume(cluster, leaf_pod, leaf_node);
     }
     let reserved = fw.run_reserve(&mut state, &pod, &node);
-    let (permit, _) = if reserved.is_success() {
+    let (permit, waits) = if reserved.is_success() {
         fw.run_permit(&state, &pod, &node)
+    } else if reserved.is_rejected() {
+        (reserved, Vec::new())
     } else {
-        (reserved, Duration::ZERO)
+        let msg = format!(
+            "running Reserve plugin {:?}: {}",
+            reserved.plugin,
+            reserved.message()
+        );
+        (Status::error(msg).with_plugin(reserved.plugin), Vec::new())
     };
-    if !permit.is_success() {
+    let waiting = permit.code == Code::Wait;
+    if waiting {
+        fw.add_waiting_pod(pod.clone(), &node, &waits);
+    } else if !permit.is_success() {
         fw.run_unreserve(&mut state, &pod, &node);
         forget_assumed(shared, &pod.key, &leaf);
-        let message = format!(
-            "running {} plugin {:?}: {}",
-            "Reserve/Permit",
-            permit.plugin,
-            permit.message()
-        );
-        fail_with_error(shared, &scheduler_name, info, message);
+        if permit.is_rejected() {
+            // As kube: a FitError over the one node chosen.
+            let fit = node_fit_error(&node, permit);
+            report_unschedulable(shared, &scheduler_name, info, &fit, None, started);
+        } else {
+            fail_with_error(shared, &scheduler_name, info, permit.message());
+        }
         return;
     }
 
-    let Ok(permit) = bindings.clone().acquire_owned().await else {
-        return;
+    // A waiting pod takes a binding slot only once allowed: the pods whose scheduling
+    // would allow it must not be kept from binding by it.
+    let slot = if waiting {
+        None
+    } else {
+        match bindings.clone().acquire_owned().await {
+            Ok(slot) => Some(slot),
+            Err(_) => return,
+        }
     };
     let shared = shared.clone();
     let leader = leader.clone();
+    let bindings = bindings.clone();
     tokio::spawn(async move {
-        let _permit = permit;
+        let waited = fw.wait_on_permit(&pod).await;
+        if !waited.is_success() {
+            fw.run_unreserve(&mut state, &pod, &node);
+            forget_assumed(&shared, &pod.key, &leaf);
+            if waited.is_rejected() {
+                debug!(pod = %pod.key, %node, status = %waited, "rejected while waiting on permit");
+                let fit = node_fit_error(&node, waited);
+                report_unschedulable(&shared, &scheduler_name, info, &fit, None, started);
+            } else {
+                fail_with_error(&shared, &scheduler_name, info, waited.message());
+            }
+            // The room it held is free again (kube's AssignedPodDelete), the pod itself
+            // already requeued.
+            shared.queue.on_event(ClusterEvent::PodDelete);
+            return;
+        }
+        let _slot = match slot {
+            Some(slot) => slot,
+            None => match bindings.acquire_owned().await {
+                Ok(slot) => slot,
+                Err(_) => return,
+            },
+        };
         let ctx = shared.bind_ctx.clone();
         if !*leader.borrow() {
             // Lost the lease since this pod was placed: the new leader decides.
@@ -561,6 +583,45 @@ fn forget_assumed(shared: &Shared, key: &str, leaf: &Option<(String, String)>) {
     if let Some((cluster, _)) = leaf {
         shared.leaves.forget(cluster, key);
     }
+}
+
+/// kube's FitError for a pod rejected after its node was chosen (Reserve, Permit,
+/// WaitOnPermit): one node, rejected by that plugin.
+fn node_fit_error(node: &str, status: Status) -> FitError {
+    let mut statuses = crate::framework::NodeStatuses::new();
+    statuses.insert(node.to_string(), status);
+    fit_error(1, statuses)
+}
+
+/// The failure handling of an unschedulable pod: metrics, the FailedScheduling event,
+/// the PodScheduled condition, and the unschedulable queue.
+fn report_unschedulable(
+    shared: &Shared,
+    scheduler_name: &str,
+    info: QueuedPodInfo,
+    fit: &FitError,
+    nominated: Option<String>,
+    started: std::time::Instant,
+) {
+    let message = fit.to_string();
+    debug!(pod = %info.pod.key, %message, "unschedulable");
+    crate::metrics::global().attempt(
+        "unschedulable",
+        scheduler_name,
+        started.elapsed().as_secs_f64(),
+    );
+    shared
+        .events
+        .failed_scheduling(scheduler_name, &info.pod.pod, message.clone());
+    shared.events.send(Message::Unschedulable {
+        namespace: info.pod.namespace.clone(),
+        name: info.pod.name.clone(),
+        reason: "Unschedulable",
+        message,
+        nominated_node: nominated,
+    });
+    let plugins = fit.diagnosis.unschedulable_plugins.clone();
+    shared.queue.add_unschedulable(info, plugins);
 }
 
 fn fail_with_error(shared: &Shared, scheduler_name: &str, info: QueuedPodInfo, message: String) {
@@ -862,7 +923,16 @@ fn on_pod_event(shared: &Shared, change: Change<Pod>) {
         }
         Change::Delete(pod) => {
             let key = key_of(&*pod);
-            let was_bound = !is_unbound(&pod) || shared.cache().is_assumed(&key);
+            let assumed = shared.cache().is_assumed(&key);
+            if assumed {
+                // A pod waiting on Permit is rejected; its binding task cleans up.
+                let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+                let scheduler = pod.spec.as_ref().and_then(|s| s.scheduler_name.as_deref());
+                if let Some(fw) = scheduler.and_then(|n| shared.profiles.get(n)) {
+                    fw.handle().reject_waiting_pod(uid);
+                }
+            }
+            let was_bound = !is_unbound(&pod) || assumed;
             shared.cache().remove_pod(&key);
             shared.queue.delete(&key);
             if was_bound {

@@ -5,15 +5,16 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mcsched_shared::explain::{PhaseDuration, PluginVerdict};
 use rand::RngExt;
 use rayon::prelude::*;
 
+use super::waiting_pods::{MAX_WAIT, WaitingPods};
 use super::{
-    BindContext, Code, CycleState, Diagnosis, FitError, NodeStatuses, Plugin, PostFilterResult,
-    QueuedPodInfo, Status,
+    BindContext, Code, CycleState, Diagnosis, FitError, Handle, NodeStatuses, Plugin,
+    PostFilterResult, QueuedPodInfo, Status,
 };
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 
@@ -81,6 +82,8 @@ pub struct Framework {
     next_start: AtomicUsize,
     /// Decides virtual nodes on their leaves' own nodes.
     leaf: crate::leaf::feasibility::LeafChecker,
+    /// Pods a Permit plugin holds before binding.
+    waiting_pods: Arc<WaitingPods>,
 }
 
 /// What Filter left: the nominated node, or the feasible nodes and the others' statuses.
@@ -206,7 +209,7 @@ impl Framework {
             .thread_name(|i| format!("mcsched-worker-{i}"))
             .build()
             .map_err(|e| FrameworkError::ThreadPool(e.to_string()))?;
-        Ok(Framework {
+        let fw = Framework {
             scheduler_name: profile.clone(),
             pre_enqueue: lookup(&spec.pre_enqueue, "preEnqueue", |p| {
                 p.as_pre_enqueue().is_some()
@@ -230,7 +233,20 @@ impl Framework {
             pool: Arc::new(pool),
             next_start: AtomicUsize::new(0),
             leaf: crate::leaf::feasibility::LeafChecker::from_registry(plugins),
-        })
+            waiting_pods: Arc::default(),
+        };
+        let handle = fw.handle();
+        for p in fw.plugins() {
+            p.set_handle(&handle);
+        }
+        Ok(fw)
+    }
+
+    /// What plugins may use of the framework (kube's `framework.Handle`).
+    pub fn handle(&self) -> Handle {
+        Handle {
+            waiting_pods: self.waiting_pods.clone(),
+        }
     }
 
     /// Every plugin of the profile, once, in extension-point order.
@@ -745,31 +761,53 @@ impl Framework {
         }
     }
 
+    /// kube's RunPermitPlugins: a rejection or error ends it; otherwise the plugins that
+    /// asked to wait, each with its timeout (at most 15 minutes), and a Wait status.
     pub fn run_permit(
         &self,
         state: &CycleState,
         pod: &PodInfo,
         node: &str,
-    ) -> (Status, std::time::Duration) {
-        let mut wait = std::time::Duration::ZERO;
-        let mut waiting = false;
+    ) -> (Status, Vec<(&'static str, Duration)>) {
+        let mut waits = Vec::new();
         for p in &self.permit {
             let Some(pm) = p.as_permit() else { continue };
+            let t = Instant::now();
             let (s, timeout) = pm.permit(state, pod, node);
+            observe(p.name(), "Permit", &s, t);
             match s.code {
                 Code::Success | Code::Skip => {}
-                Code::Wait => {
-                    waiting = true;
-                    wait = wait.max(timeout);
+                Code::Wait => waits.push((p.name(), timeout.min(MAX_WAIT))),
+                _ if s.is_rejected() => return (s.with_plugin(p.name()), Vec::new()),
+                _ => {
+                    let msg = format!("running Permit plugin {:?}: {}", p.name(), s.message());
+                    return (Status::error(msg).with_plugin(p.name()), Vec::new());
                 }
-                _ => return (s.with_plugin(p.name()), wait),
             }
         }
-        if waiting {
-            (Status::new(Code::Wait, Vec::new()), wait)
-        } else {
-            (Status::success(), wait)
+        if waits.is_empty() {
+            return (Status::success(), waits);
         }
+        let wait = Status::new(
+            Code::Wait,
+            vec!["one or more plugins asked to wait and no plugin rejected pod".into()],
+        );
+        (wait, waits)
+    }
+
+    /// Parks a pod whose Permit said Wait until `wait_on_permit` learns the verdict.
+    pub fn add_waiting_pod(
+        &self,
+        pod: Arc<PodInfo>,
+        node: &str,
+        waits: &[(&'static str, Duration)],
+    ) {
+        self.waiting_pods.add(pod, node, waits);
+    }
+
+    /// kube's WaitOnPermit: success at once unless the pod is waiting.
+    pub async fn wait_on_permit(&self, pod: &PodInfo) -> Status {
+        self.waiting_pods.wait_on_permit(&pod.uid).await
     }
 
     pub async fn run_pre_bind(
@@ -897,5 +935,80 @@ mod tests {
         assert_eq!(num_feasible_nodes_to_find(Some(100), 5000), 5000);
         assert_eq!(num_feasible_nodes_to_find(Some(1), 5000), 100);
         assert_eq!(num_feasible_nodes_to_find(Some(30), 1000), 300);
+    }
+
+    /// A Permit plugin answering `code` with `timeout`.
+    struct FixedPermit(&'static str, Code, Duration);
+
+    impl Plugin for FixedPermit {
+        fn name(&self) -> &'static str {
+            self.0
+        }
+        fn as_permit(&self) -> Option<&dyn super::super::PermitPlugin> {
+            Some(self)
+        }
+    }
+
+    impl super::super::PermitPlugin for FixedPermit {
+        fn permit(&self, _: &CycleState, _: &PodInfo, _: &str) -> (Status, Duration) {
+            (Status::new(self.1, vec!["said so".into()]), self.2)
+        }
+    }
+
+    fn with_permits(permits: Vec<FixedPermit>) -> Framework {
+        let mut plugins = crate::plugins::default_registry();
+        let mut spec = ProfileSpec {
+            scheduler_name: "test".into(),
+            queue_sort: vec!["PrioritySort".into()],
+            bind: vec!["DefaultBinder".into()],
+            ..Default::default()
+        };
+        for p in permits {
+            spec.permit.push(p.0.into());
+            plugins.insert(p.0.into(), Arc::new(p));
+        }
+        match Framework::new(&spec, &plugins, 1) {
+            Ok(fw) => fw,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn permit_waits_rejections_and_errors_as_kube() {
+        let pod = crate::plugins::testing::pod_with(|_| {});
+        let state = CycleState::new();
+        let hour = Duration::from_secs(3600);
+        let fw = with_permits(vec![
+            FixedPermit("A", Code::Wait, Duration::from_secs(5)),
+            FixedPermit("B", Code::Success, Duration::ZERO),
+            FixedPermit("C", Code::Wait, hour),
+        ]);
+        let (s, waits) = fw.run_permit(&state, &pod, "n1");
+        assert_eq!(s.code, Code::Wait);
+        assert_eq!(
+            s.message(),
+            "one or more plugins asked to wait and no plugin rejected pod"
+        );
+        // No plugin may hold a pod beyond 15 minutes.
+        assert_eq!(waits, vec![("A", Duration::from_secs(5)), ("C", MAX_WAIT)]);
+
+        let fw = with_permits(vec![
+            FixedPermit("A", Code::Wait, hour),
+            FixedPermit("R", Code::Unschedulable, Duration::ZERO),
+        ]);
+        let (s, waits) = fw.run_permit(&state, &pod, "n1");
+        assert_eq!(
+            (s.code, s.plugin, s.message()),
+            (Code::Unschedulable, "R", "said so".into())
+        );
+        assert!(waits.is_empty());
+
+        let fw = with_permits(vec![FixedPermit("E", Code::Error, Duration::ZERO)]);
+        let (s, _) = fw.run_permit(&state, &pod, "n1");
+        assert_eq!((s.code, s.plugin), (Code::Error, "E"));
+        assert_eq!(s.message(), "running Permit plugin \"E\": said so");
+
+        let fw = with_permits(vec![FixedPermit("S", Code::Success, Duration::ZERO)]);
+        assert!(fw.run_permit(&state, &pod, "n1").0.is_success());
     }
 }
