@@ -162,13 +162,19 @@ impl Metrics {
     }
 
     pub fn plugin(&self, plugin: &str, point: &str, status: &str, seconds: f64) {
-        self.plugin_duration
-            .get_or_create(&PluginLabels {
-                plugin: plugin.into(),
-                extension_point: point.into(),
-                status: status.into(),
-            })
-            .observe(seconds);
+        self.plugin_many(plugin, point, status, &[seconds]);
+    }
+
+    /// Several calls of one plugin at one point with one status, under one label lookup.
+    pub fn plugin_many(&self, plugin: &str, point: &str, status: &str, seconds: &[f64]) {
+        let histogram = self.plugin_duration.get_or_create(&PluginLabels {
+            plugin: plugin.into(),
+            extension_point: point.into(),
+            status: status.into(),
+        });
+        for s in seconds {
+            histogram.observe(*s);
+        }
     }
 
     /// How long a pod waited on Permit, by the verdict's code.
@@ -198,8 +204,32 @@ impl Metrics {
     }
 }
 
+/// kube-scheduler's `pluginMetricsSamplePercent`: the share of scheduling cycles whose
+/// plugin timings are recorded, as timing every plugin call costs too much.
+pub const PLUGIN_METRICS_SAMPLE_PERCENT: u32 = 10;
+
+/// Decides, once per scheduling cycle, whether its plugin timings are recorded.
+pub fn sample_plugin_metrics<R: rand::RngExt + ?Sized>(rng: &mut R) -> bool {
+    rng.random_range(0..100) < PLUGIN_METRICS_SAMPLE_PERCENT
+}
+
 /// One registry per process, like kube-scheduler's legacy registry.
 pub fn global() -> &'static Metrics {
     static M: OnceLock<Metrics> = OnceLock::new();
     M.get_or_init(Metrics::new)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn a_tenth_of_cycles_is_sampled() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let n = 100_000;
+        let sampled = (0..n).filter(|_| sample_plugin_metrics(&mut rng)).count();
+        // 10 % of 100 000 draws; a binomial's standard deviation here is under 100.
+        assert!((9_500..=10_500).contains(&sampled), "{sampled} of {n}");
+    }
 }

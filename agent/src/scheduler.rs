@@ -268,6 +268,8 @@ async fn schedule_one(
     let started = std::time::Instant::now();
     let snapshot = shared.cache().snapshot();
     let mut state = CycleState::new();
+    // Plugin timings for a sample of cycles only, as kube-scheduler.
+    state.set_record_plugin_metrics(crate::metrics::sample_plugin_metrics(&mut rand::rng()));
     let leaf_cycle = shared.leaves.cycle(snapshot.volumes.clone());
     state.write(crate::leaf::feasibility::LEAF_CYCLE_KEY, leaf_cycle.clone());
     let mut record = CycleRecord::default();

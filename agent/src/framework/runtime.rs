@@ -431,7 +431,7 @@ impl Framework {
             };
             let t = Instant::now();
             let (result, status) = pf.pre_filter(state, pod, snapshot);
-            observe(p.name(), "PreFilter", &status, t);
+            observe(state, p.name(), "PreFilter", &status, t);
             record.pre_filter.push(verdict(p.name(), &status));
             if status.is_skip() {
                 state.skip_filter(p.name());
@@ -466,7 +466,10 @@ impl Framework {
         record_all: bool,
     ) -> (Status, Vec<PluginVerdict>) {
         let active = self.active_filters(state);
-        self.run_active_filters(&active, state, pod, node, record_all)
+        let (status, verdicts, timings) =
+            self.run_active_filters(&active, state, pod, node, record_all);
+        observe_timings("Filter", timings);
+        (status, verdicts)
     }
 
     /// The filter plugins not skipped by their PreFilter, resolved once per cycle.
@@ -485,11 +488,17 @@ impl Framework {
         pod: &PodInfo,
         node: &NodeInfo,
         record_all: bool,
-    ) -> (Status, Vec<PluginVerdict>) {
+    ) -> (Status, Vec<PluginVerdict>, Timings) {
         let mut verdicts = Vec::new();
         let mut first_failure: Option<Status> = None;
+        let timed = state.should_record_plugin_metrics();
+        let mut timings = Timings::new();
         for &(name, f) in active {
+            let t = timed.then(Instant::now);
             let s = f.filter(state, pod, node);
+            if let Some(t) = t {
+                timings.push((name, s.code, t.elapsed().as_secs_f64()));
+            }
             if record_all {
                 verdicts.push(verdict(name, &s));
             }
@@ -517,7 +526,11 @@ impl Framework {
                 first_failure = Some(s.with_plugin(name));
             }
         }
-        (first_failure.unwrap_or_else(Status::success), verdicts)
+        (
+            first_failure.unwrap_or_else(Status::success),
+            verdicts,
+            timings,
+        )
     }
 
     fn find_feasible(
@@ -551,7 +564,8 @@ impl Framework {
         let found = AtomicUsize::new(0);
         let active = self.active_filters(state);
         // Check nodes in a rotating order, in parallel, until enough are feasible.
-        let results: Vec<Option<(usize, Status, Vec<PluginVerdict>)>> = self.pool.install(|| {
+        type NodeResult = (usize, Status, Vec<PluginVerdict>, Timings);
+        let results: Vec<Option<NodeResult>> = self.pool.install(|| {
             (0..total)
                 .into_par_iter()
                 .with_min_len(256)
@@ -560,20 +574,22 @@ impl Framework {
                         return None;
                     }
                     let idx = (start + i) % total;
-                    let (status, verdicts) =
+                    let (status, verdicts, timings) =
                         self.run_active_filters(&active, state, pod, nodes[idx], record_all);
                     if status.is_success() {
                         found.fetch_add(1, Ordering::Relaxed);
                     }
-                    Some((idx, status, verdicts))
+                    Some((idx, status, verdicts, timings))
                 })
                 .collect()
         });
         let mut feasible = Vec::new();
         let mut statuses = NodeStatuses::new();
         let mut processed = 0;
-        for (idx, status, verdicts) in results.into_iter().flatten() {
+        let mut timings = Timings::new();
+        for (idx, status, verdicts, node_timings) in results.into_iter().flatten() {
             processed += 1;
+            timings.extend(node_timings);
             let node = nodes[idx];
             if status.is_success() {
                 if feasible.len() < want {
@@ -591,6 +607,7 @@ impl Framework {
             self.next_start
                 .store((start + processed) % total, Ordering::Relaxed);
         }
+        observe_timings("Filter", timings);
         record.num_evaluated = processed;
         record.filter_plugins = self
             .filter
@@ -617,7 +634,7 @@ impl Framework {
             let Some(ps) = p.as_pre_score() else { continue };
             let t = Instant::now();
             let s = ps.pre_score(state, pod, nodes, snapshot);
-            observe(p.name(), "PreScore", &s, t);
+            observe(state, p.name(), "PreScore", &s, t);
             if s.is_skip() {
                 state.skip_score(p.name());
             }
@@ -636,13 +653,22 @@ impl Framework {
                     let Some(sp) = p.as_score() else {
                         return vec![0; nodes.len()];
                     };
-                    // One observation per plugin per cycle: all its nodes' Score calls.
-                    let t = Instant::now();
+                    // Every call timed in a sampled cycle, as kube's runScorePlugin.
+                    let timed = state.should_record_plugin_metrics();
+                    let mut timings = Timings::new();
                     let column = nodes
                         .iter()
-                        .map(|n| sp.score(state, pod, n).unwrap_or(0))
+                        .map(|n| {
+                            let t = timed.then(Instant::now);
+                            let r = sp.score(state, pod, n);
+                            if let Some(t) = t {
+                                let code = r.as_ref().map_or_else(|s| s.code, |_| Code::Success);
+                                timings.push((p.name(), code, t.elapsed().as_secs_f64()));
+                            }
+                            r.unwrap_or(0)
+                        })
                         .collect();
-                    observe(p.name(), "Score", &Status::success(), t);
+                    observe_timings("Score", timings);
                     column
                 })
                 .collect()
@@ -695,7 +721,7 @@ impl Framework {
             };
             let t = Instant::now();
             let (result, s) = pf.post_filter(self, state, pod, snapshot, statuses);
-            observe(p.name(), "PostFilter", &s, t);
+            observe(state, p.name(), "PostFilter", &s, t);
             if s.is_success() || s.code == Code::UnschedulableAndUnresolvable || !s.is_rejected() {
                 return (result, s.with_plugin(p.name()));
             }
@@ -727,11 +753,19 @@ impl Framework {
             let Some(pf) = p.as_pre_filter() else {
                 continue;
             };
-            let s = if add {
-                pf.add_pod(state, pod, other, node)
+            let t = Instant::now();
+            let (s, point) = if add {
+                (
+                    pf.add_pod(state, pod, other, node),
+                    "PreFilterExtensionAddPod",
+                )
             } else {
-                pf.remove_pod(state, pod, other, node)
+                (
+                    pf.remove_pod(state, pod, other, node),
+                    "PreFilterExtensionRemovePod",
+                )
             };
+            observe(state, p.name(), point, &s, t);
             if !s.is_success() {
                 return s.with_plugin(p.name());
             }
@@ -744,7 +778,7 @@ impl Framework {
             let Some(r) = p.as_reserve() else { continue };
             let t = Instant::now();
             let s = r.reserve(state, pod, node);
-            observe(p.name(), "Reserve", &s, t);
+            observe(state, p.name(), "Reserve", &s, t);
             if !s.is_success() {
                 return s.with_plugin(p.name());
             }
@@ -756,7 +790,9 @@ impl Framework {
     pub fn run_unreserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) {
         for p in self.reserve.iter().rev() {
             if let Some(r) = p.as_reserve() {
+                let t = Instant::now();
                 r.unreserve(state, pod, node);
+                observe(state, p.name(), "Unreserve", &Status::success(), t);
             }
         }
     }
@@ -774,7 +810,7 @@ impl Framework {
             let Some(pm) = p.as_permit() else { continue };
             let t = Instant::now();
             let (s, timeout) = pm.permit(state, pod, node);
-            observe(p.name(), "Permit", &s, t);
+            observe(state, p.name(), "Permit", &s, t);
             match s.code {
                 Code::Success | Code::Skip => {}
                 Code::Wait => waits.push((p.name(), timeout.min(MAX_WAIT))),
@@ -821,7 +857,7 @@ impl Framework {
             let Some(pb) = p.as_pre_bind() else { continue };
             let t = Instant::now();
             let s = pb.pre_bind(ctx, state, pod, node).await;
-            observe(p.name(), "PreBind", &s, t);
+            observe(state, p.name(), "PreBind", &s, t);
             if !s.is_success() && !s.is_skip() {
                 return s.with_plugin(p.name());
             }
@@ -840,7 +876,7 @@ impl Framework {
             let Some(b) = p.as_bind() else { continue };
             let t = Instant::now();
             let s = b.bind(ctx, state, pod, node).await;
-            observe(p.name(), "Bind", &s, t);
+            observe(state, p.name(), "Bind", &s, t);
             if s.is_skip() {
                 continue;
             }
@@ -852,13 +888,14 @@ impl Framework {
     pub fn run_post_bind(&self, state: &CycleState, pod: &PodInfo, node: &str) {
         for p in &self.post_bind {
             if let Some(pb) = p.as_post_bind() {
+                let t = Instant::now();
                 pb.post_bind(state, pod, node);
+                observe(state, p.name(), "PostBind", &Status::success(), t);
             }
         }
     }
 }
 
-/// scheduler_plugin_execution_duration_seconds for the once-per-cycle extension points.
 fn leaf_choices(state: &CycleState) -> HashMap<String, String> {
     state
         .read::<crate::leaf::feasibility::LeafCycle>(crate::leaf::feasibility::LEAF_CYCLE_KEY)
@@ -866,13 +903,32 @@ fn leaf_choices(state: &CycleState) -> HashMap<String, String> {
         .unwrap_or_default()
 }
 
-fn observe(plugin: &str, point: &str, s: &Status, started: Instant) {
+/// scheduler_plugin_execution_duration_seconds for one call, in sampled cycles only.
+fn observe(state: &CycleState, plugin: &str, point: &str, s: &Status, started: Instant) {
+    if !state.should_record_plugin_metrics() {
+        return;
+    }
     crate::metrics::global().plugin(
         plugin,
         point,
         &s.code.to_string(),
         started.elapsed().as_secs_f64(),
     );
+}
+
+/// Per-call plugin timings of a sampled cycle: plugin, code, seconds.
+type Timings = Vec<(&'static str, Code, f64)>;
+
+/// Records many calls' timings, one label lookup per plugin and code.
+fn observe_timings(point: &str, timings: Timings) {
+    let mut grouped: HashMap<(&'static str, Code), Vec<f64>> = HashMap::new();
+    for (plugin, code, secs) in timings {
+        grouped.entry((plugin, code)).or_default().push(secs);
+    }
+    let metrics = crate::metrics::global();
+    for ((plugin, code), secs) in grouped {
+        metrics.plugin_many(plugin, point, &code.to_string(), &secs);
+    }
 }
 
 fn verdict(plugin: &str, s: &Status) -> PluginVerdict {
@@ -1010,5 +1066,96 @@ mod tests {
 
         let fw = with_permits(vec![FixedPermit("S", Code::Success, Duration::ZERO)]);
         assert!(fw.run_permit(&state, &pod, "n1").0.is_success());
+    }
+
+    /// A filter and score plugin that accepts every node, under a name no other test uses
+    /// so its series in the global registry are this test's own.
+    struct Sampled;
+
+    const SAMPLED: &str = "SampledTimings";
+
+    impl Plugin for Sampled {
+        fn name(&self) -> &'static str {
+            SAMPLED
+        }
+        fn as_filter(&self) -> Option<&dyn super::super::FilterPlugin> {
+            Some(self)
+        }
+        fn as_score(&self) -> Option<&dyn super::super::ScorePlugin> {
+            Some(self)
+        }
+    }
+
+    impl super::super::FilterPlugin for Sampled {
+        fn filter(&self, _: &CycleState, _: &PodInfo, _: &NodeInfo) -> Status {
+            Status::success()
+        }
+    }
+
+    impl super::super::ScorePlugin for Sampled {
+        fn score(&self, _: &CycleState, _: &PodInfo, _: &NodeInfo) -> Result<i64, Status> {
+            Ok(1)
+        }
+    }
+
+    fn count(point: &str) -> u64 {
+        let name = format!(
+            "scheduler_plugin_execution_duration_seconds_count{{plugin=\"{SAMPLED}\",extension_point=\"{point}\",status=\"Success\"}} "
+        );
+        crate::metrics::global()
+            .encode()
+            .lines()
+            .find_map(|l| l.strip_prefix(name.as_str()).and_then(|n| n.parse().ok()))
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn plugin_timings_only_in_sampled_cycles_explanations_always() {
+        use crate::plugins::testing::{node_with, pod_with};
+        use rand::SeedableRng;
+        let mut plugins = crate::plugins::default_registry();
+        plugins.insert(SAMPLED.into(), Arc::new(Sampled));
+        let spec = ProfileSpec {
+            scheduler_name: "test".into(),
+            queue_sort: vec!["PrioritySort".into()],
+            filter: vec![SAMPLED.into()],
+            score: vec![(SAMPLED.into(), 1)],
+            bind: vec!["DefaultBinder".into()],
+            ..Default::default()
+        };
+        let fw = match Framework::new(&spec, &plugins, 1) {
+            Ok(fw) => fw,
+            Err(e) => panic!("{e}"),
+        };
+        let nodes = ["a", "b", "c"].map(|n| Arc::new(node_with(n, |_| {})));
+        let snapshot = Snapshot::from_nodes(nodes.to_vec());
+        let pod = pod_with(|_| {});
+        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+        let cycles = 500;
+        let mut sampled = 0;
+        for _ in 0..cycles {
+            let mut state = CycleState::new();
+            let sample = crate::metrics::sample_plugin_metrics(&mut rng);
+            sampled += u64::from(sample);
+            state.set_record_plugin_metrics(sample);
+            let mut record = CycleRecord::default();
+            assert!(
+                fw.schedule(&mut state, &pod, &snapshot, &mut record, false)
+                    .is_ok()
+            );
+            let points: Vec<&str> = record
+                .durations
+                .iter()
+                .map(|d| d.extension_point.as_str())
+                .collect();
+            assert_eq!(points, ["PreFilter", "Filter", "Score"]);
+        }
+        assert!(
+            (30..=70).contains(&sampled),
+            "{sampled} of {cycles} sampled"
+        );
+        // Every Filter and Score call of a sampled cycle, one per node.
+        assert_eq!(count("Filter"), sampled * 3);
+        assert_eq!(count("Score"), sampled * 3);
     }
 }
