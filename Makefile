@@ -45,6 +45,7 @@ lint:
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	cd tests/controlplane && go vet ./...
+	cd tests/extender-seed002 && go vet ./...
 
 fmt:
 	cargo fmt --all

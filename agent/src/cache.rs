@@ -27,6 +27,7 @@ pub struct Cache {
     namespaces: Arc<HashMap<String, BTreeMap<String, String>>>,
     pub volumes: Arc<VolumeObjects>,
     pdbs: Arc<Vec<Arc<k8s_openapi::api::policy::v1::PodDisruptionBudget>>>,
+    pod_selectors: Arc<crate::pod_selectors::PodSelectors>,
     snapshot: Option<Snapshot>,
 }
 
@@ -193,6 +194,11 @@ impl Cache {
         self.dirty();
     }
 
+    pub fn pod_selectors_mut(&mut self) -> &mut crate::pod_selectors::PodSelectors {
+        self.dirty();
+        Arc::make_mut(&mut self.pod_selectors)
+    }
+
     pub fn node_names(&self) -> Vec<String> {
         self.nodes.iter().map(|n| n.name.clone()).collect()
     }
@@ -214,6 +220,7 @@ impl Cache {
             image_nodes: Arc::new(image_nodes),
             volumes: self.volumes.clone(),
             pdbs: self.pdbs.clone(),
+            pod_selectors: self.pod_selectors.clone(),
         };
         self.snapshot = Some(snap.clone());
         snap

@@ -14,6 +14,7 @@ pub mod leader;
 pub mod leaf;
 pub mod metrics;
 pub mod plugins;
+pub mod pod_selectors;
 pub mod preemption;
 pub mod profiles;
 pub mod queue;

@@ -41,6 +41,11 @@ pub struct PluginLabels {
     pub status: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: String,
+}
+
 pub struct Metrics {
     pub schedule_attempts: Family<AttemptLabels, Counter>,
     pub attempt_duration: Family<AttemptLabels, Histogram>,
@@ -49,6 +54,7 @@ pub struct Metrics {
     pub extension_point_duration: Family<ExtensionPointLabels, Histogram>,
     pub plugin_duration: Family<PluginLabels, Histogram>,
     pub preemption_attempts: Counter,
+    pub permit_wait_duration: Family<ResultLabels, Histogram>,
     registry: Registry,
 }
 
@@ -105,7 +111,16 @@ impl Metrics {
             "Total preemption attempts in the cluster till now",
             preemption_attempts.clone(),
         );
+        let permit_wait_duration = Family::<ResultLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.001, 2.0, 15))
+        });
+        registry.register(
+            "scheduler_permit_wait_duration_seconds",
+            "Duration of waiting on permit.",
+            permit_wait_duration.clone(),
+        );
         Metrics {
+            permit_wait_duration,
             schedule_attempts,
             attempt_duration,
             pending_pods,
@@ -147,13 +162,28 @@ impl Metrics {
     }
 
     pub fn plugin(&self, plugin: &str, point: &str, status: &str, seconds: f64) {
-        self.plugin_duration
-            .get_or_create(&PluginLabels {
-                plugin: plugin.into(),
-                extension_point: point.into(),
-                status: status.into(),
+        self.plugin_many(plugin, point, status, &[seconds]);
+    }
+
+    /// Several calls of one plugin at one point with one status, under one label lookup.
+    pub fn plugin_many(&self, plugin: &str, point: &str, status: &str, seconds: &[f64]) {
+        let histogram = self.plugin_duration.get_or_create(&PluginLabels {
+            plugin: plugin.into(),
+            extension_point: point.into(),
+            status: status.into(),
+        });
+        for s in seconds {
+            histogram.observe(*s);
+        }
+    }
+
+    /// How long a pod waited on Permit, by the verdict's code.
+    pub fn permit_wait(&self, result: &str, waited: std::time::Duration) {
+        self.permit_wait_duration
+            .get_or_create(&ResultLabels {
+                result: result.into(),
             })
-            .observe(seconds);
+            .observe(waited.as_secs_f64());
     }
 
     pub fn incoming(&self, queue: &str, event: &str) {
@@ -174,8 +204,32 @@ impl Metrics {
     }
 }
 
+/// kube-scheduler's `pluginMetricsSamplePercent`: the share of scheduling cycles whose
+/// plugin timings are recorded, as timing every plugin call costs too much.
+pub const PLUGIN_METRICS_SAMPLE_PERCENT: u32 = 10;
+
+/// Decides, once per scheduling cycle, whether its plugin timings are recorded.
+pub fn sample_plugin_metrics<R: rand::RngExt + ?Sized>(rng: &mut R) -> bool {
+    rng.random_range(0..100) < PLUGIN_METRICS_SAMPLE_PERCENT
+}
+
 /// One registry per process, like kube-scheduler's legacy registry.
 pub fn global() -> &'static Metrics {
     static M: OnceLock<Metrics> = OnceLock::new();
     M.get_or_init(Metrics::new)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn a_tenth_of_cycles_is_sampled() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let n = 100_000;
+        let sampled = (0..n).filter(|_| sample_plugin_metrics(&mut rng)).count();
+        // 10 % of 100 000 draws; a binomial's standard deviation here is under 100.
+        assert!((9_500..=10_500).contains(&sampled), "{sampled} of {n}");
+    }
 }

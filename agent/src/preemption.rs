@@ -1,5 +1,6 @@
 //! Carrying out a preemption decision: the victims are deleted, each with a `Preempted`
-//! event, as kube-scheduler's preemption executor does.
+//! event, as kube-scheduler's preemption executor does; a victim still waiting on Permit
+//! in the preemptor's profile is stopped in memory instead (it was never bound).
 
 use std::sync::Arc;
 
@@ -10,25 +11,42 @@ use kube::runtime::events::EventType;
 use tracing::{info, warn};
 
 use crate::events::{EventSink, Message, object_ref};
+use crate::framework::Framework;
 use crate::snapshot::PodInfo;
 
 pub fn evict(
     client: &kube::Client,
     events: &EventSink,
-    scheduler: &str,
+    fw: &Framework,
+    plugin: &'static str,
     preemptor: &PodInfo,
     victims: &[Arc<PodInfo>],
 ) {
+    let handle = fw.handle();
     for victim in victims {
-        let node = victim.node_name().unwrap_or_default().to_string();
+        let waiting = handle.get_waiting_pod(&victim.uid);
+        let node = waiting
+            .as_ref()
+            .map(|wp| wp.node().to_string())
+            .or_else(|| victim.node_name().map(String::from))
+            .unwrap_or_default();
+        let mut note = format!("Preempted by pod {} on node {}", preemptor.uid, node);
+        let in_memory = waiting.is_some_and(|wp| wp.preempt(plugin, "preempted"));
+        if in_memory {
+            note.push_str(" (in kube-scheduler memory).");
+        }
         events.send(Message::Event {
-            reporting_controller: scheduler.to_string(),
+            reporting_controller: fw.scheduler_name.clone(),
             regarding: object_ref(&victim.pod),
             type_: EventType::Normal,
             reason: "Preempted",
             action: "Preempting",
-            note: format!("Preempted by pod {} on node {}", preemptor.uid, node),
+            note,
         });
+        if in_memory {
+            info!(victim = %victim.key, preemptor = %preemptor.key, "preempted a pod waiting on permit");
+            continue;
+        }
         let pods: Api<Pod> = Api::namespaced(client.clone(), &victim.namespace);
         let name = victim.name.clone();
         let key = victim.key.clone();

@@ -60,6 +60,9 @@ struct State {
     gated: HashMap<String, QueuedPodInfo>,
     /// Popped pods and the move-request cycle current when they were popped.
     in_flight: HashMap<String, u64>,
+    /// In-flight pods deleted (or bound by someone else) meanwhile: their attempt's
+    /// result must not bring them back (kube checks its informer cache).
+    gone: HashSet<String>,
     move_request_cycle: u64,
     seq: u64,
     closed: bool,
@@ -155,8 +158,9 @@ impl SchedulingQueue {
             st.gated.insert(key, info);
             return;
         }
-        if st.in_flight.contains_key(&key) {
-            // Being scheduled right now; the result decides where it goes.
+        // Being scheduled right now, the result decides where it goes; unless it was
+        // deleted meanwhile and this is a new pod of the same name.
+        if st.in_flight.contains_key(&key) && !st.gone.remove(&key) {
             return;
         }
         crate::metrics::global().incoming("active", "PodAdd");
@@ -165,6 +169,9 @@ impl SchedulingQueue {
 
     pub fn delete(&self, key: &str) {
         let mut st = self.lock();
+        if st.in_flight.contains_key(key) {
+            st.gone.insert(key.to_string());
+        }
         st.active_seq.remove(key);
         st.backoff.remove(key);
         st.unschedulable.remove(key);
@@ -191,6 +198,7 @@ impl SchedulingQueue {
                     info.initial_attempt.get_or_insert_with(Instant::now);
                     let cycle = st.move_request_cycle;
                     st.in_flight.insert(info.pod.key.clone(), cycle);
+                    st.gone.remove(&info.pod.key);
                     return Some(info);
                 }
             }
@@ -200,7 +208,9 @@ impl SchedulingQueue {
 
     /// The pod was bound (or is gone): it leaves the queue.
     pub fn done(&self, key: &str) {
-        self.lock().in_flight.remove(key);
+        let mut st = self.lock();
+        st.in_flight.remove(key);
+        st.gone.remove(key);
     }
 
     /// The pod did not fit. If a cluster event came while it was being scheduled it may
@@ -210,7 +220,7 @@ impl SchedulingQueue {
         let mut st = self.lock();
         let key = info.pod.key.clone();
         let popped_at = st.in_flight.remove(&key);
-        if st.closed || st.active_seq.contains_key(&key) {
+        if st.gone.remove(&key) || st.closed || st.active_seq.contains_key(&key) {
             return;
         }
         info.timestamp = Instant::now();
@@ -235,7 +245,7 @@ impl SchedulingQueue {
         let mut st = self.lock();
         let key = info.pod.key.clone();
         st.in_flight.remove(&key);
-        if st.closed || st.active_seq.contains_key(&key) {
+        if st.gone.remove(&key) || st.closed || st.active_seq.contains_key(&key) {
             return;
         }
         info.timestamp = Instant::now();
@@ -416,5 +426,28 @@ mod tests {
         );
         q.delete("ns/g");
         assert_eq!(q.pending().active, 0);
+    }
+
+    #[tokio::test]
+    async fn a_pod_deleted_during_its_attempt_does_not_come_back() {
+        let q = queue(&[]);
+        q.add(pod("p", 0), false);
+        let info = q.pop().await.expect("queued");
+        q.delete("ns/p");
+        q.add_unschedulable(info.clone(), HashSet::from(["X"]));
+        assert_eq!(q.pending(), PendingCounts::default());
+        // Nor through backoff; and a new pod of that name, created meanwhile, is queued.
+        q.add(pod("p", 0), false);
+        let again = q.pop().await.expect("queued");
+        q.delete("ns/p");
+        q.add(pod("p", 0), false);
+        q.add_backoff(again);
+        assert_eq!(
+            q.pending(),
+            PendingCounts {
+                active: 1,
+                ..Default::default()
+            }
+        );
     }
 }

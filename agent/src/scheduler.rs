@@ -7,7 +7,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController, Service,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::runtime::WatchStreamExt;
@@ -26,6 +29,7 @@ use crate::framework::{
     BindContext, ClusterEvent, Code, CycleState, Filtered, FitError, Framework, MAX_NODE_SCORE,
     QueuedPodInfo, ScheduleResult, Status, fit_error,
 };
+use crate::pod_selectors::{Selector, SelectorKind};
 use crate::profiles::Profiles;
 use crate::queue::SchedulingQueue;
 use crate::snapshot::PodInfo;
@@ -264,6 +268,8 @@ async fn schedule_one(
     let started = std::time::Instant::now();
     let snapshot = shared.cache().snapshot();
     let mut state = CycleState::new();
+    // Plugin timings for a sample of cycles only, as kube-scheduler.
+    state.set_record_plugin_metrics(crate::metrics::sample_plugin_metrics(&mut rand::rng()));
     let leaf_cycle = shared.leaves.cycle(snapshot.volumes.clone());
     state.write(crate::leaf::feasibility::LEAF_CYCLE_KEY, leaf_cycle.clone());
     let mut record = CycleRecord::default();
@@ -297,7 +303,8 @@ async fn schedule_one(
                     crate::preemption::evict(
                         &shared.bind_ctx.client,
                         &shared.events,
-                        &scheduler_name,
+                        &fw,
+                        status.plugin,
                         &pod,
                         &res.victims,
                     );
@@ -305,13 +312,6 @@ async fn schedule_one(
                     fit.diagnosis.post_filter_msg = Some(status.message());
                 }
             }
-            let message = fit.to_string();
-            debug!(pod = %pod.key, %message, "unschedulable");
-            metrics.attempt(
-                "unschedulable",
-                &scheduler_name,
-                started.elapsed().as_secs_f64(),
-            );
             shared.explanations.record_failure(
                 &scheduler_name,
                 &pod.key,
@@ -319,19 +319,7 @@ async fn schedule_one(
                 &fit,
                 nominated.clone(),
             );
-            shared
-                .events
-                .failed_scheduling(&scheduler_name, &pod.pod, message.clone());
-            shared.events.send(Message::Unschedulable {
-                namespace: pod.namespace.clone(),
-                name: pod.name.clone(),
-                reason: "Unschedulable",
-                message,
-                nominated_node: nominated,
-            });
-            shared
-                .queue
-                .add_unschedulable(info, fit.diagnosis.unschedulable_plugins);
+            report_unschedulable(shared, &scheduler_name, info, &fit, nominated, started);
             return;
         }
     };
@@ -352,31 +340,71 @@ async fn schedule_one(
         shared.leaves.assume(cluster, leaf_pod, leaf_node);
     }
     let reserved = fw.run_reserve(&mut state, &pod, &node);
-    let (permit, _) = if reserved.is_success() {
+    let (permit, waits) = if reserved.is_success() {
         fw.run_permit(&state, &pod, &node)
+    } else if reserved.is_rejected() {
+        (reserved, Vec::new())
     } else {
-        (reserved, Duration::ZERO)
+        let msg = format!(
+            "running Reserve plugin {:?}: {}",
+            reserved.plugin,
+            reserved.message()
+        );
+        (Status::error(msg).with_plugin(reserved.plugin), Vec::new())
     };
-    if !permit.is_success() {
+    let waiting = permit.code == Code::Wait;
+    if waiting {
+        fw.add_waiting_pod(pod.clone(), &node, &waits);
+    } else if !permit.is_success() {
         fw.run_unreserve(&mut state, &pod, &node);
         forget_assumed(shared, &pod.key, &leaf);
-        let message = format!(
-            "running {} plugin {:?}: {}",
-            "Reserve/Permit",
-            permit.plugin,
-            permit.message()
-        );
-        fail_with_error(shared, &scheduler_name, info, message);
+        if permit.is_rejected() {
+            // As kube: a FitError over the one node chosen.
+            let fit = node_fit_error(&node, permit);
+            report_unschedulable(shared, &scheduler_name, info, &fit, None, started);
+        } else {
+            fail_with_error(shared, &scheduler_name, info, permit.message());
+        }
         return;
     }
 
-    let Ok(permit) = bindings.clone().acquire_owned().await else {
-        return;
+    // A waiting pod takes a binding slot only once allowed: the pods whose scheduling
+    // would allow it must not be kept from binding by it.
+    let slot = if waiting {
+        None
+    } else {
+        match bindings.clone().acquire_owned().await {
+            Ok(slot) => Some(slot),
+            Err(_) => return,
+        }
     };
     let shared = shared.clone();
     let leader = leader.clone();
+    let bindings = bindings.clone();
     tokio::spawn(async move {
-        let _permit = permit;
+        let waited = fw.wait_on_permit(&pod).await;
+        if !waited.is_success() {
+            fw.run_unreserve(&mut state, &pod, &node);
+            forget_assumed(&shared, &pod.key, &leaf);
+            if waited.is_rejected() {
+                debug!(pod = %pod.key, %node, status = %waited, "rejected while waiting on permit");
+                let fit = node_fit_error(&node, waited);
+                report_unschedulable(&shared, &scheduler_name, info, &fit, None, started);
+            } else {
+                fail_with_error(&shared, &scheduler_name, info, waited.message());
+            }
+            // The room it held is free again (kube's AssignedPodDelete), the pod itself
+            // already requeued.
+            shared.queue.on_event(ClusterEvent::PodDelete);
+            return;
+        }
+        let _slot = match slot {
+            Some(slot) => slot,
+            None => match bindings.acquire_owned().await {
+                Ok(slot) => slot,
+                Err(_) => return,
+            },
+        };
         let ctx = shared.bind_ctx.clone();
         if !*leader.borrow() {
             // Lost the lease since this pod was placed: the new leader decides.
@@ -559,6 +587,45 @@ fn forget_assumed(shared: &Shared, key: &str, leaf: &Option<(String, String)>) {
     }
 }
 
+/// kube's FitError for a pod rejected after its node was chosen (Reserve, Permit,
+/// WaitOnPermit): one node, rejected by that plugin.
+fn node_fit_error(node: &str, status: Status) -> FitError {
+    let mut statuses = crate::framework::NodeStatuses::new();
+    statuses.insert(node.to_string(), status);
+    fit_error(1, statuses)
+}
+
+/// The failure handling of an unschedulable pod: metrics, the FailedScheduling event,
+/// the PodScheduled condition, and the unschedulable queue.
+fn report_unschedulable(
+    shared: &Shared,
+    scheduler_name: &str,
+    info: QueuedPodInfo,
+    fit: &FitError,
+    nominated: Option<String>,
+    started: std::time::Instant,
+) {
+    let message = fit.to_string();
+    debug!(pod = %info.pod.key, %message, "unschedulable");
+    crate::metrics::global().attempt(
+        "unschedulable",
+        scheduler_name,
+        started.elapsed().as_secs_f64(),
+    );
+    shared
+        .events
+        .failed_scheduling(scheduler_name, &info.pod.pod, message.clone());
+    shared.events.send(Message::Unschedulable {
+        namespace: info.pod.namespace.clone(),
+        name: info.pod.name.clone(),
+        reason: "Unschedulable",
+        message,
+        nominated_node: nominated,
+    });
+    let plugins = fit.diagnosis.unschedulable_plugins.clone();
+    shared.queue.add_unschedulable(info, plugins);
+}
+
 fn fail_with_error(shared: &Shared, scheduler_name: &str, info: QueuedPodInfo, message: String) {
     crate::metrics::global().attempt("error", scheduler_name, 0.0);
     shared
@@ -677,6 +744,54 @@ fn spawn_watches(
         csi_nodes,
         ClusterEvent::CsiNodeChange,
         |o: &CSINode| o.name_any()
+    );
+    // What selects pods, for PodTopologySpread's default constraints.
+    macro_rules! selector_watch {
+        ($kind:ty, $label:expr, $sk:expr, $sel:expr) => {{
+            let s = shared.clone();
+            tasks.push(tokio::spawn(watch_kind(
+                Api::<$kind>::all(client.clone()),
+                watcher::Config::default(),
+                $label,
+                ready.clone(),
+                move |ev| {
+                    let (o, selector) = match ev {
+                        Change::Apply(o, _) => {
+                            let sel = $sel(&*o);
+                            (o, Some(sel))
+                        }
+                        Change::Delete(o) => (o, None),
+                    };
+                    let ns = o.namespace().unwrap_or_default();
+                    s.cache()
+                        .pod_selectors_mut()
+                        .set($sk, &ns, &o.name_any(), selector);
+                },
+            )));
+        }};
+    }
+    selector_watch!(Service, "service", SelectorKind::Service, |o: &Service| {
+        Selector::Map(o.spec.as_ref().and_then(|s| s.selector.clone()))
+    });
+    selector_watch!(
+        ReplicationController,
+        "replicationcontroller",
+        SelectorKind::ReplicationController,
+        |o: &ReplicationController| {
+            Selector::Map(o.spec.as_ref().and_then(|s| s.selector.clone()))
+        }
+    );
+    selector_watch!(
+        ReplicaSet,
+        "replicaset",
+        SelectorKind::ReplicaSet,
+        |o: &ReplicaSet| Selector::Label(o.spec.as_ref().map(|s| s.selector.clone()))
+    );
+    selector_watch!(
+        StatefulSet,
+        "statefulset",
+        SelectorKind::StatefulSet,
+        |o: &StatefulSet| Selector::Label(o.spec.as_ref().map(|s| s.selector.clone()))
     );
     let s = shared.clone();
     let pdbs: Arc<Mutex<std::collections::HashMap<String, Arc<PodDisruptionBudget>>>> =
@@ -810,7 +925,16 @@ fn on_pod_event(shared: &Shared, change: Change<Pod>) {
         }
         Change::Delete(pod) => {
             let key = key_of(&*pod);
-            let was_bound = !is_unbound(&pod) || shared.cache().is_assumed(&key);
+            let assumed = shared.cache().is_assumed(&key);
+            if assumed {
+                // A pod waiting on Permit is rejected; its binding task cleans up.
+                let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+                let scheduler = pod.spec.as_ref().and_then(|s| s.scheduler_name.as_deref());
+                if let Some(fw) = scheduler.and_then(|n| shared.profiles.get(n)) {
+                    fw.handle().reject_waiting_pod(uid);
+                }
+            }
+            let was_bound = !is_unbound(&pod) || assumed;
             shared.cache().remove_pod(&key);
             shared.queue.delete(&key);
             if was_bound {

@@ -307,6 +307,8 @@ pub struct Snapshot {
     pub image_nodes: Arc<HashMap<String, usize>>,
     pub volumes: Arc<VolumeObjects>,
     pub pdbs: Arc<Vec<Arc<PodDisruptionBudget>>>,
+    /// What selects pods (Services, controllers), for PodTopologySpread's defaults.
+    pub pod_selectors: Arc<crate::pod_selectors::PodSelectors>,
 }
 
 /// The storage objects volume plugins read; claims keyed `namespace/name`, the rest by name.
@@ -338,6 +340,7 @@ impl Snapshot {
             image_nodes: Arc::new(image_nodes),
             volumes: Arc::default(),
             pdbs: Arc::default(),
+            pod_selectors: Arc::default(),
         }
     }
 

@@ -5,11 +5,19 @@
 //! and every pod is pinned to its case's nodes by a required node-affinity expression.
 //!
 //! MCSCHED_DIFF_CASES (default 2000) and MCSCHED_DIFF_SEED choose the run.
+//!
+//! The volume cases (MCSCHED_DIFF_VOLUME_CASES, default 150) run on a whole cluster
+//! (kube-controller-manager's PV binder completes bindings): claims bound to volumes with
+//! node affinity, WaitForFirstConsumer classes with local volumes, zone-labelled volumes,
+//! ReadWriteOncePod claims in use. Each attempt gets its own copy of the claims, volumes
+//! and classes, so that a binding made for one scheduler does not change what the next
+//! sees.
 
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
 use mcsched_e2e::objects::create_node;
@@ -362,6 +370,426 @@ async fn mcsched_agrees_with_kube_scheduler() -> anyhow::Result<()> {
         println!("{d}");
     }
     // Both kinds of outcome must be well represented, or the comparison proves little.
+    assert!(
+        bound * 10 >= cases && (cases - bound) * 10 >= cases,
+        "unbalanced cases: {bound} of {cases} schedulable"
+    );
+    assert!(
+        failures.is_empty(),
+        "{} cases failed to run:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert!(
+        disagreements.is_empty(),
+        "{} disagreements",
+        disagreements.len()
+    );
+    Ok(())
+}
+
+/// Per-attempt copies: `@A@` in a name becomes the attempt's name.
+const ATTEMPT: &str = "@A@";
+const ATTEMPTS: [&str; 4] = ["kube", "ours", "check", "retry"];
+const VOLUME_CONCURRENCY: usize = 16;
+
+struct VolumeResult {
+    disagreement: Option<String>,
+    kube_bound: bool,
+    /// One scheduler's first verdict was contradicted by the same scheduler.
+    stale: bool,
+}
+
+struct VolumeCase {
+    id: usize,
+    nodes: Vec<Value>,
+    classes: Vec<Value>,
+    /// PersistentVolumes and claims, named with `@A@`.
+    volumes: Vec<Value>,
+    claims: Vec<Value>,
+    /// Claims (named with `@A@`) the PV binder must bind before any attempt.
+    immediate: Vec<String>,
+    /// Pods already on nodes, each using its claims in every attempt's copy.
+    existing: Vec<Value>,
+    pod: Value,
+}
+
+fn for_attempt(v: &Value, attempt: &str) -> anyhow::Result<Value> {
+    Ok(serde_json::from_str(
+        &serde_json::to_string(v)?.replace(ATTEMPT, attempt),
+    )?)
+}
+
+fn generate_volume_case(id: usize, rng: &mut Rng) -> VolumeCase {
+    let ns = format!("vol-{id}");
+    let case_label = id.to_string();
+    let node_names: Vec<String> = (0..2 + rng.below(3))
+        .map(|i| format!("vol-{id}-n{i}"))
+        .collect();
+    let nodes = node_names
+        .iter()
+        .map(|name| {
+            json!({
+                "metadata": {"name": name, "labels": {
+                    "kubernetes.io/hostname": name,
+                    "topology.kubernetes.io/zone": rng.pick(ZONES),
+                    "topology.kubernetes.io/region": "r1",
+                    "diff-vol-case": case_label,
+                }},
+                "status": {
+                    "capacity": {"cpu": "4", "memory": "8Gi", "pods": "10"},
+                    "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "10"},
+                    "conditions": [{"type": "Ready", "status": "True"}]
+                }
+            })
+        })
+        .collect();
+    // Classes per attempt too: a claim only ever matches its own attempt's volumes.
+    let (wffc, imm) = (
+        format!("vol-{id}-wffc-{ATTEMPT}"),
+        format!("vol-{id}-imm-{ATTEMPT}"),
+    );
+    let classes = vec![
+        json!({"metadata": {"name": wffc}, "provisioner": "kubernetes.io/no-provisioner",
+               "volumeBindingMode": "WaitForFirstConsumer"}),
+        json!({"metadata": {"name": imm}, "provisioner": "kubernetes.io/no-provisioner",
+               "volumeBindingMode": "Immediate"}),
+    ];
+    let on_node = |node: &str| {
+        json!({"required": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}})
+    };
+    let claim = |name: &str, class: &str, mode: &str, size: &str| {
+        json!({"metadata": {"name": name}, "spec": {"accessModes": [mode], "storageClassName": class,
+               "resources": {"requests": {"storage": size}}}})
+    };
+    let (mut volumes, mut claims, mut immediate, mut existing, mut pod_volumes) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for j in 0..1 + rng.below(2) {
+        let name = format!("c{j}-{ATTEMPT}");
+        let pv = format!("pv-{id}-{ATTEMPT}-{j}");
+        let claim_ref = json!({"namespace": ns, "name": name});
+        match rng.below(4) {
+            // Bound to a volume with node affinity: a host, or a zone (In or NotIn).
+            0 => {
+                let affinity = if rng.chance(50) {
+                    on_node(rng.pick(&node_names).as_str())
+                } else {
+                    json!({"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                        {"key": "topology.kubernetes.io/zone",
+                         "operator": if rng.chance(70) { "In" } else { "NotIn" },
+                         "values": [rng.pick(ZONES)]}]}]}})
+                };
+                volumes.push(json!({"metadata": {"name": pv}, "spec": {
+                    "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": imm, "hostPath": {"path": "/tmp/vol"},
+                    "claimRef": claim_ref, "nodeAffinity": affinity}}));
+                claims.push(claim(&name, &imm, "ReadWriteOnce", "1Gi"));
+                immediate.push(name.clone());
+            }
+            // WaitForFirstConsumer with local volumes of several sizes on some nodes.
+            1 => {
+                for k in 0..1 + rng.below(3) {
+                    volumes.push(json!({"metadata": {"name": format!("{pv}-{k}")}, "spec": {
+                        "capacity": {"storage": rng.pick(&["1Gi", "2Gi", "5Gi"])},
+                        "accessModes": ["ReadWriteOnce"], "storageClassName": wffc,
+                        "local": {"path": "/mnt/disk"}, "nodeAffinity": on_node(rng.pick(&node_names).as_str())}}));
+                }
+                let size = *rng.pick(&["1Gi", "2Gi", "4Gi"]);
+                claims.push(claim(&name, &wffc, "ReadWriteOnce", size));
+            }
+            // Bound to a zone-labelled volume without node affinity (VolumeZone).
+            2 => {
+                let mut labels = json!({"topology.kubernetes.io/zone": rng.pick(ZONES)});
+                if rng.chance(30) {
+                    labels["topology.kubernetes.io/region"] = json!(rng.pick(&["r1", "r2"]));
+                }
+                volumes.push(json!({"metadata": {"name": pv, "labels": labels}, "spec": {
+                    "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": imm, "hostPath": {"path": "/tmp/vol"}, "claimRef": claim_ref}}));
+                claims.push(claim(&name, &imm, "ReadWriteOnce", "1Gi"));
+                immediate.push(name.clone());
+            }
+            // A ReadWriteOncePod claim, perhaps already used by a pod on some node.
+            _ => {
+                volumes.push(json!({"metadata": {"name": pv}, "spec": {
+                    "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOncePod"],
+                    "storageClassName": wffc, "local": {"path": "/mnt/disk"},
+                    "nodeAffinity": on_node(rng.pick(&node_names).as_str())}}));
+                claims.push(claim(&name, &wffc, "ReadWriteOncePod", "1Gi"));
+                if rng.chance(60) {
+                    let uses: Vec<Value> = ATTEMPTS
+                        .iter()
+                        .map(|a| json!({"name": format!("v-{a}"), "persistentVolumeClaim": {"claimName": format!("c{j}-{a}")}}))
+                        .collect();
+                    existing.push(json!({
+                        "metadata": {"name": format!("user-{j}")},
+                        "spec": {"nodeName": rng.pick(&node_names).as_str(), "volumes": uses,
+                                 "containers": [{"name": "c", "image": "pause"}]}
+                    }));
+                }
+            }
+        }
+        pod_volumes
+            .push(json!({"name": format!("v{j}"), "persistentVolumeClaim": {"claimName": name}}));
+    }
+    let mut required =
+        vec![json!({"key": "diff-vol-case", "operator": "In", "values": [case_label]})];
+    if rng.chance(25) {
+        required.push(json!({"key": "topology.kubernetes.io/zone", "operator": "In", "values": [rng.pick(ZONES)]}));
+    }
+    let pod = json!({
+        "metadata": {"name": "incoming"},
+        "spec": {
+            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "100m"}}}],
+            "volumes": pod_volumes,
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": required}]}}}
+        }
+    });
+    VolumeCase {
+        id,
+        nodes,
+        classes,
+        volumes,
+        claims,
+        immediate,
+        existing,
+        pod,
+    }
+}
+
+/// Waits until kube-controller-manager has lifted any not-ready taint it put on the new
+/// nodes, so both schedulers see them alike.
+async fn nodes_untainted(client: &Client, names: &[String]) -> anyhow::Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    mcsched_e2e::wait::until(OUTCOME_TIMEOUT, "new nodes untainted", || async {
+        for name in names {
+            let n = nodes.get(name).await?;
+            let tainted = n
+                .spec
+                .and_then(|s| s.taints)
+                .into_iter()
+                .flatten()
+                .any(|t| t.key.starts_with("node.kubernetes.io/"));
+            if tainted {
+                return Ok(None);
+            }
+        }
+        Ok(Some(()))
+    })
+    .await
+}
+
+async fn run_volume_case(client: Client, case: VolumeCase) -> anyhow::Result<VolumeResult> {
+    let ns_name = format!("vol-{}", case.id);
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": ns_name}}))?;
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await?;
+    let node_names: Vec<String> = case
+        .nodes
+        .iter()
+        .map(|n| {
+            n["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    // Storage first, nodes last: a scheduler that sees the nodes has most likely seen
+    // the volumes created before them too.
+    let classes: Api<StorageClass> = Api::all(client.clone());
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns_name);
+    let (mut class_names, mut pv_names) = (Vec::new(), Vec::new());
+    for attempt in ATTEMPTS {
+        for c in &case.classes {
+            let c: StorageClass = serde_json::from_value(for_attempt(c, attempt)?)?;
+            class_names.push(c.metadata.name.clone().unwrap_or_default());
+            classes.create(&PostParams::default(), &c).await?;
+        }
+        for v in &case.volumes {
+            let v: PersistentVolume = serde_json::from_value(for_attempt(v, attempt)?)?;
+            pv_names.push(v.metadata.name.clone().unwrap_or_default());
+            pvs.create(&PostParams::default(), &v).await?;
+        }
+        for c in &case.claims {
+            let c: PersistentVolumeClaim = serde_json::from_value(for_attempt(c, attempt)?)?;
+            pvcs.create(&PostParams::default(), &c).await?;
+        }
+    }
+    // The PV controller must have made the volumes Available (schedulers pass over
+    // volumes in any other phase) and bound the Immediate claims.
+    let immediate: Vec<String> = ATTEMPTS
+        .iter()
+        .flat_map(|a| case.immediate.iter().map(move |c| c.replace(ATTEMPT, a)))
+        .collect();
+    mcsched_e2e::wait::until(
+        OUTCOME_TIMEOUT,
+        "volumes available, claims bound",
+        || async {
+            for pv in &pv_names {
+                let phase = pvs.get(pv).await?.status.and_then(|s| s.phase);
+                if !matches!(phase.as_deref(), Some("Available" | "Bound")) {
+                    return Ok(None);
+                }
+            }
+            for c in &immediate {
+                let phase = pvcs.get(c).await?.status.and_then(|s| s.phase);
+                if phase.as_deref() != Some("Bound") {
+                    return Ok(None);
+                }
+            }
+            Ok(Some(()))
+        },
+    )
+    .await?;
+    for n in &case.nodes {
+        create_node(&client, n.clone()).await?;
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns_name);
+    for e in &case.existing {
+        pods.create(&PostParams::default(), &serde_json::from_value(e.clone())?)
+            .await?;
+    }
+    nodes_untainted(&client, &node_names).await?;
+
+    let kube = attempt(
+        &pods,
+        for_attempt(&case.pod, "kube")?,
+        "default-scheduler",
+        "kube",
+    )
+    .await?;
+    let ours = attempt(&pods, for_attempt(&case.pod, "ours")?, "mcsched", "ours").await?;
+    // A scheduler's caches may lag behind objects created a moment ago (a loaded
+    // machine): a verdict the same scheduler contradicts on a fresh copy of the same
+    // objects was stale, not a disagreement. kube-scheduler is asked with the pod pinned
+    // to mcsched's node (feasible there means feasible), mcsched once more as it was.
+    let pinned_check = |node: &str| -> anyhow::Result<Value> {
+        let mut pinned = for_attempt(&case.pod, "check")?;
+        pinned["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            ["nodeSelectorTerms"][0]["matchFields"] =
+            json!([{"key": "metadata.name", "operator": "In", "values": [node]}]);
+        Ok(pinned)
+    };
+    let mut stale = false;
+    let disagreement = match (&kube, &ours) {
+        (Outcome::Bound(_), Outcome::Unschedulable(m)) => {
+            let retry = for_attempt(&case.pod, "retry")?;
+            match attempt(&pods, retry, "mcsched", "retry").await? {
+                Outcome::Bound(_) => {
+                    stale = true;
+                    None
+                }
+                Outcome::Unschedulable(_) => Some(format!("kube-scheduler bound it; mcsched: {m}")),
+            }
+        }
+        (Outcome::Unschedulable(m), Outcome::Bound(n)) => {
+            match attempt(&pods, pinned_check(n)?, "default-scheduler", "check").await? {
+                Outcome::Bound(_) => {
+                    stale = true;
+                    None
+                }
+                Outcome::Unschedulable(_) => {
+                    Some(format!("mcsched bound it to {n}; kube-scheduler: {m}"))
+                }
+            }
+        }
+        (Outcome::Bound(_), Outcome::Bound(n)) => {
+            match attempt(&pods, pinned_check(n)?, "default-scheduler", "check").await? {
+                Outcome::Unschedulable(m) => Some(format!(
+                    "mcsched chose {n}, which kube-scheduler finds infeasible: {m}"
+                )),
+                Outcome::Bound(_) => None,
+            }
+        }
+        _ => None,
+    };
+    let nodes: Api<Node> = Api::all(client.clone());
+    for n in &node_names {
+        let _ = nodes.delete(n, &DeleteParams::default()).await;
+    }
+    let _ = Api::<Namespace>::all(client)
+        .delete(&ns_name, &DeleteParams::default())
+        .await;
+    for pv in &pv_names {
+        let _ = pvs.delete(pv, &DeleteParams::default()).await;
+    }
+    for c in &class_names {
+        let _ = classes.delete(c, &DeleteParams::default()).await;
+    }
+    let kube_bound = matches!(kube, Outcome::Bound(_));
+    let disagreement = disagreement.map(|d| {
+        format!(
+            "volume case {}: {d}\n  nodes: {}\n  volumes: {}\n  claims: {}\n  \
+                 existing: {}\n  pod: {}",
+            case.id,
+            serde_json::to_string(&case.nodes).unwrap_or_default(),
+            serde_json::to_string(&case.volumes).unwrap_or_default(),
+            serde_json::to_string(&case.claims).unwrap_or_default(),
+            serde_json::to_string(&case.existing).unwrap_or_default(),
+            serde_json::to_string(&case.pod["spec"]).unwrap_or_default()
+        )
+    });
+    Ok(VolumeResult {
+        disagreement,
+        kube_bound,
+        stale,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcsched_agrees_with_kube_scheduler_on_volumes() -> anyhow::Result<()> {
+    let cases: usize = std::env::var("MCSCHED_DIFF_VOLUME_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(150);
+    let seed: u64 = std::env::var("MCSCHED_DIFF_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20261123);
+    let cp = ControlPlane::start("diff-volumes", ControlPlaneOptions::full()).await?;
+    let _agent = Agent::start_with(
+        &cp.kubeconfig,
+        "mcsched",
+        cp.dir(),
+        "diff-volumes",
+        &["--leader-elect=false"],
+    )?;
+    let mut rng = Rng(seed);
+    let generated: Vec<VolumeCase> = (0..cases)
+        .map(|i| generate_volume_case(i, &mut rng))
+        .collect();
+    let started = std::time::Instant::now();
+    let results: Vec<anyhow::Result<VolumeResult>> = futures::stream::iter(generated)
+        .map(|c| run_volume_case(cp.client.clone(), c))
+        .buffer_unordered(VOLUME_CONCURRENCY)
+        .collect()
+        .await;
+    let mut disagreements = Vec::new();
+    let mut failures = Vec::new();
+    let (mut bound, mut stale) = (0, 0);
+    for r in results {
+        match r {
+            Ok(r) => {
+                bound += usize::from(r.kube_bound);
+                stale += usize::from(r.stale);
+                disagreements.extend(r.disagreement);
+            }
+            Err(e) => failures.push(format!("{e:#}")),
+        }
+    }
+    println!(
+        "differential (volumes): {cases} cases ({bound} schedulable, {} unschedulable for kube-scheduler), {} disagreements, {stale} first verdicts stale and retried (seed {seed}), {:.0}s",
+        cases - bound,
+        disagreements.len(),
+        started.elapsed().as_secs_f64()
+    );
+    for d in &disagreements {
+        println!("{d}");
+    }
     assert!(
         bound * 10 >= cases && (cases - bound) * 10 >= cases,
         "unbalanced cases: {bound} of {cases} schedulable"

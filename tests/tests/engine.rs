@@ -128,6 +128,63 @@ async fn health_metrics_explain_and_simulate() -> anyhow::Result<()> {
         .await?;
     assert_eq!(bad.status(), reqwest::StatusCode::BAD_REQUEST);
 
+    // kube's system default spreading: a pod a Service selects spreads, by host and zone,
+    // from the pods that Service selects. web-0 (app=web) runs on big.
+    let mut web0 = pod("web-0", "100m");
+    web0["metadata"]["labels"] = json!({"app": "web"});
+    web0["spec"]["nodeName"] = json!("big");
+    pods.create(&PostParams::default(), &serde_json::from_value(web0)?)
+        .await?;
+    let services: Api<k8s_openapi::api::core::v1::Service> =
+        Api::namespaced(cp.client.clone(), "default");
+    services
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "web"},
+                "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}
+            }))?,
+        )
+        .await?;
+    let spread_scores = |app: &'static str| {
+        let http = http.clone();
+        let url = agent.url.clone();
+        async move {
+            let mut p = pod("spread", "100m");
+            p["metadata"]["labels"] = json!({"app": app});
+            let sim: Explanation = http
+                .post(format!("{url}/simulate"))
+                .json(&p)
+                .send()
+                .await?
+                .error_for_status()?
+                .json()
+                .await?;
+            let mut raw: Vec<(String, i64)> = sim
+                .nodes
+                .iter()
+                .flat_map(|n| {
+                    n.scores
+                        .iter()
+                        .filter(|s| s.plugin == "PodTopologySpread")
+                        .map(|s| (n.node.clone(), s.raw))
+                })
+                .collect();
+            raw.sort();
+            anyhow::Ok(raw)
+        }
+    };
+    // Host and zone weights ln(2 + 2): big 1.39 + 2 + 1.39 + 4 ≈ 9, small 2 + 4 = 6.
+    let want = vec![("big".to_string(), 9), ("small".to_string(), 6)];
+    wait::until(
+        TIMEOUT,
+        "the Service to select the simulated pod",
+        || async { Ok(Some(spread_scores("web").await?).filter(|r| *r == want)) },
+    )
+    .await?;
+    // Nothing selects app=other: PodTopologySpread does not score it.
+    assert_eq!(spread_scores("other").await?, vec![]);
+
     let metrics = http
         .get(format!("{}/metrics", agent.url))
         .send()

@@ -166,6 +166,11 @@ async fn install_twice_then_uninstall_with_least_privilege() -> anyhow::Result<(
         &["watch", "storageclasses.storage.k8s.io"],
         &["watch", "csinodes.storage.k8s.io"],
         &["watch", "poddisruptionbudgets.policy"],
+        // What selects pods, for PodTopologySpread's default constraints.
+        &["watch", "services"],
+        &["watch", "replicationcontrollers"],
+        &["watch", "replicasets.apps"],
+        &["watch", "statefulsets.apps"],
         &["create", "events.events.k8s.io", "-n", "shop"],
         &["get", "configmaps/app", "-n", "shop"],
         &["watch", "secrets", "-n", "mcsched-system"],

@@ -33,6 +33,8 @@ pub struct CycleState {
     /// Nodes whose Filter must be skipped by a plugin whose PreFilter returned Skip.
     skip_filter: Vec<&'static str>,
     skip_score: Vec<&'static str>,
+    /// Whether this cycle's plugin timings go to the metrics (a sample of cycles).
+    record_plugin_metrics: bool,
 }
 
 impl Clone for CycleState {
@@ -45,6 +47,7 @@ impl Clone for CycleState {
                 .collect(),
             skip_filter: self.skip_filter.clone(),
             skip_score: self.skip_score.clone(),
+            record_plugin_metrics: self.record_plugin_metrics,
         }
     }
 }
@@ -76,6 +79,14 @@ impl CycleState {
     pub fn read_mut<T: Any>(&mut self, key: &'static str) -> Option<&mut T> {
         let i = self.position(key)?;
         self.data[i].1.as_mut().as_any_mut().downcast_mut()
+    }
+
+    pub fn set_record_plugin_metrics(&mut self, record: bool) {
+        self.record_plugin_metrics = record;
+    }
+
+    pub fn should_record_plugin_metrics(&self) -> bool {
+        self.record_plugin_metrics
     }
 
     pub fn skip_filter(&mut self, plugin: &'static str) {

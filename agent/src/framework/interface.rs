@@ -42,8 +42,36 @@ pub enum ClusterEvent {
     NamespaceChange,
 }
 
+/// What a plugin may use of its profile's framework, given once the framework is built
+/// (kube's `framework.Handle`, which kube passes to plugin factories).
+#[derive(Clone)]
+pub struct Handle {
+    pub(super) waiting_pods: Arc<super::waiting_pods::WaitingPods>,
+}
+
+impl Handle {
+    pub fn get_waiting_pod(&self, uid: &str) -> Option<Arc<super::WaitingPod>> {
+        self.waiting_pods.get(uid)
+    }
+
+    pub fn iterate_over_waiting_pods(&self, mut f: impl FnMut(&super::WaitingPod)) {
+        for wp in self.waiting_pods.list() {
+            f(&wp);
+        }
+    }
+
+    /// Rejects a waiting pod as removed; false when it was not waiting.
+    pub fn reject_waiting_pod(&self, uid: &str) -> bool {
+        self.waiting_pods.reject(uid)
+    }
+}
+
 pub trait Plugin: Send + Sync {
     fn name(&self) -> &'static str;
+
+    /// Called once the profile's framework exists, for plugins that act on it later
+    /// (e.g. a Permit plugin allowing the pods it made wait).
+    fn set_handle(&self, _handle: &Handle) {}
 
     /// Cluster changes after which pods this plugin rejected are worth retrying.
     fn events_to_register(&self) -> Vec<ClusterEvent> {

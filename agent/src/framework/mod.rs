@@ -6,6 +6,7 @@ mod fit_error;
 mod interface;
 pub mod runtime;
 mod status;
+mod waiting_pods;
 
 pub use cycle_state::{CycleState, StateData, VOLUMES_KEY};
 pub use fit_error::{Diagnosis, FitError};
@@ -15,3 +16,4 @@ pub use runtime::{
     num_feasible_nodes_to_find,
 };
 pub use status::{Code, Status};
+pub use waiting_pods::{MAX_WAIT, WaitingPod};

@@ -5,15 +5,16 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mcsched_shared::explain::{PhaseDuration, PluginVerdict};
 use rand::RngExt;
 use rayon::prelude::*;
 
+use super::waiting_pods::{MAX_WAIT, WaitingPods};
 use super::{
-    BindContext, Code, CycleState, Diagnosis, FitError, NodeStatuses, Plugin, PostFilterResult,
-    QueuedPodInfo, Status,
+    BindContext, Code, CycleState, Diagnosis, FitError, Handle, NodeStatuses, Plugin,
+    PostFilterResult, QueuedPodInfo, Status,
 };
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 
@@ -81,6 +82,8 @@ pub struct Framework {
     next_start: AtomicUsize,
     /// Decides virtual nodes on their leaves' own nodes.
     leaf: crate::leaf::feasibility::LeafChecker,
+    /// Pods a Permit plugin holds before binding.
+    waiting_pods: Arc<WaitingPods>,
 }
 
 /// What Filter left: the nominated node, or the feasible nodes and the others' statuses.
@@ -206,7 +209,7 @@ impl Framework {
             .thread_name(|i| format!("mcsched-worker-{i}"))
             .build()
             .map_err(|e| FrameworkError::ThreadPool(e.to_string()))?;
-        Ok(Framework {
+        let fw = Framework {
             scheduler_name: profile.clone(),
             pre_enqueue: lookup(&spec.pre_enqueue, "preEnqueue", |p| {
                 p.as_pre_enqueue().is_some()
@@ -230,7 +233,20 @@ impl Framework {
             pool: Arc::new(pool),
             next_start: AtomicUsize::new(0),
             leaf: crate::leaf::feasibility::LeafChecker::from_registry(plugins),
-        })
+            waiting_pods: Arc::default(),
+        };
+        let handle = fw.handle();
+        for p in fw.plugins() {
+            p.set_handle(&handle);
+        }
+        Ok(fw)
+    }
+
+    /// What plugins may use of the framework (kube's `framework.Handle`).
+    pub fn handle(&self) -> Handle {
+        Handle {
+            waiting_pods: self.waiting_pods.clone(),
+        }
     }
 
     /// Every plugin of the profile, once, in extension-point order.
@@ -415,7 +431,7 @@ impl Framework {
             };
             let t = Instant::now();
             let (result, status) = pf.pre_filter(state, pod, snapshot);
-            observe(p.name(), "PreFilter", &status, t);
+            observe(state, p.name(), "PreFilter", &status, t);
             record.pre_filter.push(verdict(p.name(), &status));
             if status.is_skip() {
                 state.skip_filter(p.name());
@@ -450,7 +466,10 @@ impl Framework {
         record_all: bool,
     ) -> (Status, Vec<PluginVerdict>) {
         let active = self.active_filters(state);
-        self.run_active_filters(&active, state, pod, node, record_all)
+        let (status, verdicts, timings) =
+            self.run_active_filters(&active, state, pod, node, record_all);
+        observe_timings("Filter", timings);
+        (status, verdicts)
     }
 
     /// The filter plugins not skipped by their PreFilter, resolved once per cycle.
@@ -469,11 +488,17 @@ impl Framework {
         pod: &PodInfo,
         node: &NodeInfo,
         record_all: bool,
-    ) -> (Status, Vec<PluginVerdict>) {
+    ) -> (Status, Vec<PluginVerdict>, Timings) {
         let mut verdicts = Vec::new();
         let mut first_failure: Option<Status> = None;
+        let timed = state.should_record_plugin_metrics();
+        let mut timings = Timings::new();
         for &(name, f) in active {
+            let t = timed.then(Instant::now);
             let s = f.filter(state, pod, node);
+            if let Some(t) = t {
+                timings.push((name, s.code, t.elapsed().as_secs_f64()));
+            }
             if record_all {
                 verdicts.push(verdict(name, &s));
             }
@@ -501,7 +526,11 @@ impl Framework {
                 first_failure = Some(s.with_plugin(name));
             }
         }
-        (first_failure.unwrap_or_else(Status::success), verdicts)
+        (
+            first_failure.unwrap_or_else(Status::success),
+            verdicts,
+            timings,
+        )
     }
 
     fn find_feasible(
@@ -535,7 +564,8 @@ impl Framework {
         let found = AtomicUsize::new(0);
         let active = self.active_filters(state);
         // Check nodes in a rotating order, in parallel, until enough are feasible.
-        let results: Vec<Option<(usize, Status, Vec<PluginVerdict>)>> = self.pool.install(|| {
+        type NodeResult = (usize, Status, Vec<PluginVerdict>, Timings);
+        let results: Vec<Option<NodeResult>> = self.pool.install(|| {
             (0..total)
                 .into_par_iter()
                 .with_min_len(256)
@@ -544,20 +574,22 @@ impl Framework {
                         return None;
                     }
                     let idx = (start + i) % total;
-                    let (status, verdicts) =
+                    let (status, verdicts, timings) =
                         self.run_active_filters(&active, state, pod, nodes[idx], record_all);
                     if status.is_success() {
                         found.fetch_add(1, Ordering::Relaxed);
                     }
-                    Some((idx, status, verdicts))
+                    Some((idx, status, verdicts, timings))
                 })
                 .collect()
         });
         let mut feasible = Vec::new();
         let mut statuses = NodeStatuses::new();
         let mut processed = 0;
-        for (idx, status, verdicts) in results.into_iter().flatten() {
+        let mut timings = Timings::new();
+        for (idx, status, verdicts, node_timings) in results.into_iter().flatten() {
             processed += 1;
+            timings.extend(node_timings);
             let node = nodes[idx];
             if status.is_success() {
                 if feasible.len() < want {
@@ -575,6 +607,7 @@ impl Framework {
             self.next_start
                 .store((start + processed) % total, Ordering::Relaxed);
         }
+        observe_timings("Filter", timings);
         record.num_evaluated = processed;
         record.filter_plugins = self
             .filter
@@ -601,7 +634,7 @@ impl Framework {
             let Some(ps) = p.as_pre_score() else { continue };
             let t = Instant::now();
             let s = ps.pre_score(state, pod, nodes, snapshot);
-            observe(p.name(), "PreScore", &s, t);
+            observe(state, p.name(), "PreScore", &s, t);
             if s.is_skip() {
                 state.skip_score(p.name());
             }
@@ -620,13 +653,22 @@ impl Framework {
                     let Some(sp) = p.as_score() else {
                         return vec![0; nodes.len()];
                     };
-                    // One observation per plugin per cycle: all its nodes' Score calls.
-                    let t = Instant::now();
+                    // Every call timed in a sampled cycle, as kube's runScorePlugin.
+                    let timed = state.should_record_plugin_metrics();
+                    let mut timings = Timings::new();
                     let column = nodes
                         .iter()
-                        .map(|n| sp.score(state, pod, n).unwrap_or(0))
+                        .map(|n| {
+                            let t = timed.then(Instant::now);
+                            let r = sp.score(state, pod, n);
+                            if let Some(t) = t {
+                                let code = r.as_ref().map_or_else(|s| s.code, |_| Code::Success);
+                                timings.push((p.name(), code, t.elapsed().as_secs_f64()));
+                            }
+                            r.unwrap_or(0)
+                        })
                         .collect();
-                    observe(p.name(), "Score", &Status::success(), t);
+                    observe_timings("Score", timings);
                     column
                 })
                 .collect()
@@ -679,7 +721,7 @@ impl Framework {
             };
             let t = Instant::now();
             let (result, s) = pf.post_filter(self, state, pod, snapshot, statuses);
-            observe(p.name(), "PostFilter", &s, t);
+            observe(state, p.name(), "PostFilter", &s, t);
             if s.is_success() || s.code == Code::UnschedulableAndUnresolvable || !s.is_rejected() {
                 return (result, s.with_plugin(p.name()));
             }
@@ -711,11 +753,19 @@ impl Framework {
             let Some(pf) = p.as_pre_filter() else {
                 continue;
             };
-            let s = if add {
-                pf.add_pod(state, pod, other, node)
+            let t = Instant::now();
+            let (s, point) = if add {
+                (
+                    pf.add_pod(state, pod, other, node),
+                    "PreFilterExtensionAddPod",
+                )
             } else {
-                pf.remove_pod(state, pod, other, node)
+                (
+                    pf.remove_pod(state, pod, other, node),
+                    "PreFilterExtensionRemovePod",
+                )
             };
+            observe(state, p.name(), point, &s, t);
             if !s.is_success() {
                 return s.with_plugin(p.name());
             }
@@ -728,7 +778,7 @@ impl Framework {
             let Some(r) = p.as_reserve() else { continue };
             let t = Instant::now();
             let s = r.reserve(state, pod, node);
-            observe(p.name(), "Reserve", &s, t);
+            observe(state, p.name(), "Reserve", &s, t);
             if !s.is_success() {
                 return s.with_plugin(p.name());
             }
@@ -740,36 +790,60 @@ impl Framework {
     pub fn run_unreserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) {
         for p in self.reserve.iter().rev() {
             if let Some(r) = p.as_reserve() {
+                let t = Instant::now();
                 r.unreserve(state, pod, node);
+                observe(state, p.name(), "Unreserve", &Status::success(), t);
             }
         }
     }
 
+    /// kube's RunPermitPlugins: a rejection or error ends it; otherwise the plugins that
+    /// asked to wait, each with its timeout (at most 15 minutes), and a Wait status.
     pub fn run_permit(
         &self,
         state: &CycleState,
         pod: &PodInfo,
         node: &str,
-    ) -> (Status, std::time::Duration) {
-        let mut wait = std::time::Duration::ZERO;
-        let mut waiting = false;
+    ) -> (Status, Vec<(&'static str, Duration)>) {
+        let mut waits = Vec::new();
         for p in &self.permit {
             let Some(pm) = p.as_permit() else { continue };
+            let t = Instant::now();
             let (s, timeout) = pm.permit(state, pod, node);
+            observe(state, p.name(), "Permit", &s, t);
             match s.code {
                 Code::Success | Code::Skip => {}
-                Code::Wait => {
-                    waiting = true;
-                    wait = wait.max(timeout);
+                Code::Wait => waits.push((p.name(), timeout.min(MAX_WAIT))),
+                _ if s.is_rejected() => return (s.with_plugin(p.name()), Vec::new()),
+                _ => {
+                    let msg = format!("running Permit plugin {:?}: {}", p.name(), s.message());
+                    return (Status::error(msg).with_plugin(p.name()), Vec::new());
                 }
-                _ => return (s.with_plugin(p.name()), wait),
             }
         }
-        if waiting {
-            (Status::new(Code::Wait, Vec::new()), wait)
-        } else {
-            (Status::success(), wait)
+        if waits.is_empty() {
+            return (Status::success(), waits);
         }
+        let wait = Status::new(
+            Code::Wait,
+            vec!["one or more plugins asked to wait and no plugin rejected pod".into()],
+        );
+        (wait, waits)
+    }
+
+    /// Parks a pod whose Permit said Wait until `wait_on_permit` learns the verdict.
+    pub fn add_waiting_pod(
+        &self,
+        pod: Arc<PodInfo>,
+        node: &str,
+        waits: &[(&'static str, Duration)],
+    ) {
+        self.waiting_pods.add(pod, node, waits);
+    }
+
+    /// kube's WaitOnPermit: success at once unless the pod is waiting.
+    pub async fn wait_on_permit(&self, pod: &PodInfo) -> Status {
+        self.waiting_pods.wait_on_permit(&pod.uid).await
     }
 
     pub async fn run_pre_bind(
@@ -783,7 +857,7 @@ impl Framework {
             let Some(pb) = p.as_pre_bind() else { continue };
             let t = Instant::now();
             let s = pb.pre_bind(ctx, state, pod, node).await;
-            observe(p.name(), "PreBind", &s, t);
+            observe(state, p.name(), "PreBind", &s, t);
             if !s.is_success() && !s.is_skip() {
                 return s.with_plugin(p.name());
             }
@@ -802,7 +876,7 @@ impl Framework {
             let Some(b) = p.as_bind() else { continue };
             let t = Instant::now();
             let s = b.bind(ctx, state, pod, node).await;
-            observe(p.name(), "Bind", &s, t);
+            observe(state, p.name(), "Bind", &s, t);
             if s.is_skip() {
                 continue;
             }
@@ -814,13 +888,14 @@ impl Framework {
     pub fn run_post_bind(&self, state: &CycleState, pod: &PodInfo, node: &str) {
         for p in &self.post_bind {
             if let Some(pb) = p.as_post_bind() {
+                let t = Instant::now();
                 pb.post_bind(state, pod, node);
+                observe(state, p.name(), "PostBind", &Status::success(), t);
             }
         }
     }
 }
 
-/// scheduler_plugin_execution_duration_seconds for the once-per-cycle extension points.
 fn leaf_choices(state: &CycleState) -> HashMap<String, String> {
     state
         .read::<crate::leaf::feasibility::LeafCycle>(crate::leaf::feasibility::LEAF_CYCLE_KEY)
@@ -828,13 +903,32 @@ fn leaf_choices(state: &CycleState) -> HashMap<String, String> {
         .unwrap_or_default()
 }
 
-fn observe(plugin: &str, point: &str, s: &Status, started: Instant) {
+/// scheduler_plugin_execution_duration_seconds for one call, in sampled cycles only.
+fn observe(state: &CycleState, plugin: &str, point: &str, s: &Status, started: Instant) {
+    if !state.should_record_plugin_metrics() {
+        return;
+    }
     crate::metrics::global().plugin(
         plugin,
         point,
         &s.code.to_string(),
         started.elapsed().as_secs_f64(),
     );
+}
+
+/// Per-call plugin timings of a sampled cycle: plugin, code, seconds.
+type Timings = Vec<(&'static str, Code, f64)>;
+
+/// Records many calls' timings, one label lookup per plugin and code.
+fn observe_timings(point: &str, timings: Timings) {
+    let mut grouped: HashMap<(&'static str, Code), Vec<f64>> = HashMap::new();
+    for (plugin, code, secs) in timings {
+        grouped.entry((plugin, code)).or_default().push(secs);
+    }
+    let metrics = crate::metrics::global();
+    for ((plugin, code), secs) in grouped {
+        metrics.plugin_many(plugin, point, &code.to_string(), &secs);
+    }
 }
 
 fn verdict(plugin: &str, s: &Status) -> PluginVerdict {
@@ -897,5 +991,171 @@ mod tests {
         assert_eq!(num_feasible_nodes_to_find(Some(100), 5000), 5000);
         assert_eq!(num_feasible_nodes_to_find(Some(1), 5000), 100);
         assert_eq!(num_feasible_nodes_to_find(Some(30), 1000), 300);
+    }
+
+    /// A Permit plugin answering `code` with `timeout`.
+    struct FixedPermit(&'static str, Code, Duration);
+
+    impl Plugin for FixedPermit {
+        fn name(&self) -> &'static str {
+            self.0
+        }
+        fn as_permit(&self) -> Option<&dyn super::super::PermitPlugin> {
+            Some(self)
+        }
+    }
+
+    impl super::super::PermitPlugin for FixedPermit {
+        fn permit(&self, _: &CycleState, _: &PodInfo, _: &str) -> (Status, Duration) {
+            (Status::new(self.1, vec!["said so".into()]), self.2)
+        }
+    }
+
+    fn with_permits(permits: Vec<FixedPermit>) -> Framework {
+        let mut plugins = crate::plugins::default_registry();
+        let mut spec = ProfileSpec {
+            scheduler_name: "test".into(),
+            queue_sort: vec!["PrioritySort".into()],
+            bind: vec!["DefaultBinder".into()],
+            ..Default::default()
+        };
+        for p in permits {
+            spec.permit.push(p.0.into());
+            plugins.insert(p.0.into(), Arc::new(p));
+        }
+        match Framework::new(&spec, &plugins, 1) {
+            Ok(fw) => fw,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn permit_waits_rejections_and_errors_as_kube() {
+        let pod = crate::plugins::testing::pod_with(|_| {});
+        let state = CycleState::new();
+        let hour = Duration::from_secs(3600);
+        let fw = with_permits(vec![
+            FixedPermit("A", Code::Wait, Duration::from_secs(5)),
+            FixedPermit("B", Code::Success, Duration::ZERO),
+            FixedPermit("C", Code::Wait, hour),
+        ]);
+        let (s, waits) = fw.run_permit(&state, &pod, "n1");
+        assert_eq!(s.code, Code::Wait);
+        assert_eq!(
+            s.message(),
+            "one or more plugins asked to wait and no plugin rejected pod"
+        );
+        // No plugin may hold a pod beyond 15 minutes.
+        assert_eq!(waits, vec![("A", Duration::from_secs(5)), ("C", MAX_WAIT)]);
+
+        let fw = with_permits(vec![
+            FixedPermit("A", Code::Wait, hour),
+            FixedPermit("R", Code::Unschedulable, Duration::ZERO),
+        ]);
+        let (s, waits) = fw.run_permit(&state, &pod, "n1");
+        assert_eq!(
+            (s.code, s.plugin, s.message()),
+            (Code::Unschedulable, "R", "said so".into())
+        );
+        assert!(waits.is_empty());
+
+        let fw = with_permits(vec![FixedPermit("E", Code::Error, Duration::ZERO)]);
+        let (s, _) = fw.run_permit(&state, &pod, "n1");
+        assert_eq!((s.code, s.plugin), (Code::Error, "E"));
+        assert_eq!(s.message(), "running Permit plugin \"E\": said so");
+
+        let fw = with_permits(vec![FixedPermit("S", Code::Success, Duration::ZERO)]);
+        assert!(fw.run_permit(&state, &pod, "n1").0.is_success());
+    }
+
+    /// A filter and score plugin that accepts every node, under a name no other test uses
+    /// so its series in the global registry are this test's own.
+    struct Sampled;
+
+    const SAMPLED: &str = "SampledTimings";
+
+    impl Plugin for Sampled {
+        fn name(&self) -> &'static str {
+            SAMPLED
+        }
+        fn as_filter(&self) -> Option<&dyn super::super::FilterPlugin> {
+            Some(self)
+        }
+        fn as_score(&self) -> Option<&dyn super::super::ScorePlugin> {
+            Some(self)
+        }
+    }
+
+    impl super::super::FilterPlugin for Sampled {
+        fn filter(&self, _: &CycleState, _: &PodInfo, _: &NodeInfo) -> Status {
+            Status::success()
+        }
+    }
+
+    impl super::super::ScorePlugin for Sampled {
+        fn score(&self, _: &CycleState, _: &PodInfo, _: &NodeInfo) -> Result<i64, Status> {
+            Ok(1)
+        }
+    }
+
+    fn count(point: &str) -> u64 {
+        let name = format!(
+            "scheduler_plugin_execution_duration_seconds_count{{plugin=\"{SAMPLED}\",extension_point=\"{point}\",status=\"Success\"}} "
+        );
+        crate::metrics::global()
+            .encode()
+            .lines()
+            .find_map(|l| l.strip_prefix(name.as_str()).and_then(|n| n.parse().ok()))
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn plugin_timings_only_in_sampled_cycles_explanations_always() {
+        use crate::plugins::testing::{node_with, pod_with};
+        use rand::SeedableRng;
+        let mut plugins = crate::plugins::default_registry();
+        plugins.insert(SAMPLED.into(), Arc::new(Sampled));
+        let spec = ProfileSpec {
+            scheduler_name: "test".into(),
+            queue_sort: vec!["PrioritySort".into()],
+            filter: vec![SAMPLED.into()],
+            score: vec![(SAMPLED.into(), 1)],
+            bind: vec!["DefaultBinder".into()],
+            ..Default::default()
+        };
+        let fw = match Framework::new(&spec, &plugins, 1) {
+            Ok(fw) => fw,
+            Err(e) => panic!("{e}"),
+        };
+        let nodes = ["a", "b", "c"].map(|n| Arc::new(node_with(n, |_| {})));
+        let snapshot = Snapshot::from_nodes(nodes.to_vec());
+        let pod = pod_with(|_| {});
+        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+        let cycles = 500;
+        let mut sampled = 0;
+        for _ in 0..cycles {
+            let mut state = CycleState::new();
+            let sample = crate::metrics::sample_plugin_metrics(&mut rng);
+            sampled += u64::from(sample);
+            state.set_record_plugin_metrics(sample);
+            let mut record = CycleRecord::default();
+            assert!(
+                fw.schedule(&mut state, &pod, &snapshot, &mut record, false)
+                    .is_ok()
+            );
+            let points: Vec<&str> = record
+                .durations
+                .iter()
+                .map(|d| d.extension_point.as_str())
+                .collect();
+            assert_eq!(points, ["PreFilter", "Filter", "Score"]);
+        }
+        assert!(
+            (30..=70).contains(&sampled),
+            "{sampled} of {cycles} sampled"
+        );
+        // Every Filter and Score call of a sampled cycle, one per node.
+        assert_eq!(count("Filter"), sampled * 3);
+        assert_eq!(count("Score"), sampled * 3);
     }
 }

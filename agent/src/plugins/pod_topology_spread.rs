@@ -1,9 +1,10 @@
 //! PodTopologySpread: `topologySpreadConstraints` with DoNotSchedule filter nodes so the
 //! skew between topology domains stays within maxSkew (minDomains, nodeAffinityPolicy,
 //! nodeTaintsPolicy, matchLabelKeys honoured); ScheduleAnyway constraints score them.
-//! kube-scheduler's podtopologyspread plugin. System default constraints need the
-//! Services/ReplicaSets/StatefulSets selecting the pod, which mcsched does not watch yet:
-//! they are not applied (they only ever score, never filter).
+//! kube-scheduler's podtopologyspread plugin. A pod without constraints of its own gets
+//! the default ones (kube's system defaults, or the `List` given in the args), selecting
+//! the pods that the Services and the controller selecting it select
+//! (`helper.DefaultSelector`); without such a selector it gets none.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -27,6 +28,20 @@ pub const REASON_CONSTRAINTS: &str = "node(s) didn't match pod topology spread c
 pub const REASON_MISSING_LABEL: &str =
     "node(s) didn't match pod topology spread constraints (missing required label)";
 const HOSTNAME: &str = "kubernetes.io/hostname";
+const ZONE: &str = "topology.kubernetes.io/zone";
+
+/// kube's `systemDefaultConstraints`: soft spreading over hosts and zones.
+fn system_default_constraints() -> Vec<TopologySpreadConstraint> {
+    [(HOSTNAME, 3), (ZONE, 5)]
+        .into_iter()
+        .map(|(key, max_skew)| TopologySpreadConstraint {
+            topology_key: key.into(),
+            when_unsatisfiable: "ScheduleAnyway".into(),
+            max_skew,
+            ..Default::default()
+        })
+        .collect()
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DefaultingType {
@@ -42,12 +57,23 @@ pub struct PodTopologySpreadArgs {
 }
 
 pub struct PodTopologySpread {
-    args: PodTopologySpreadArgs,
+    default_constraints: Vec<TopologySpreadConstraint>,
+    /// With the system defaults, nodes lacking a topology key still score by the others.
+    system_defaulted: bool,
 }
 
 impl PodTopologySpread {
     pub fn new(args: PodTopologySpreadArgs) -> Self {
-        PodTopologySpread { args }
+        match args.defaulting_type {
+            DefaultingType::System => PodTopologySpread {
+                default_constraints: system_default_constraints(),
+                system_defaulted: true,
+            },
+            DefaultingType::List => PodTopologySpread {
+                default_constraints: args.default_constraints,
+                system_defaulted: false,
+            },
+        }
     }
 }
 
@@ -104,18 +130,45 @@ impl Constraint {
     }
 }
 
+fn own_constraints(pod: &PodInfo) -> &[TopologySpreadConstraint] {
+    pod.pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.topology_spread_constraints.as_deref())
+        .unwrap_or_default()
+}
+
+/// The pod's constraints for `action` (kube's `filterTopologySpreadConstraints`), or, when
+/// it has none, the defaults with the selector of what selects the pod
+/// (`buildDefaultConstraints`).
 fn constraints(
     pod: &PodInfo,
     action: &str,
     defaults: &[TopologySpreadConstraint],
+    snapshot: &Snapshot,
 ) -> Vec<Constraint> {
-    let own = pod
-        .pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.topology_spread_constraints.as_deref())
-        .unwrap_or_default();
-    let source = if own.is_empty() { defaults } else { own };
+    let own = own_constraints(pod);
+    if !own.is_empty() {
+        return filter_constraints(pod, own, action);
+    }
+    let mut cs = filter_constraints(pod, defaults, action);
+    if cs.is_empty() {
+        return cs;
+    }
+    let Some(selector) = snapshot.pod_selectors.default_selector(&pod.pod) else {
+        return Vec::new();
+    };
+    for c in &mut cs {
+        c.selector = Some(selector.clone());
+    }
+    cs
+}
+
+fn filter_constraints(
+    pod: &PodInfo,
+    source: &[TopologySpreadConstraint],
+    action: &str,
+) -> Vec<Constraint> {
     source
         .iter()
         .filter(|c| c.when_unsatisfiable == action)
@@ -197,13 +250,6 @@ impl Plugin for PodTopologySpread {
 }
 
 impl PodTopologySpread {
-    fn defaults(&self) -> &[TopologySpreadConstraint] {
-        match self.args.defaulting_type {
-            DefaultingType::List => &self.args.default_constraints,
-            DefaultingType::System => &[],
-        }
-    }
-
     fn update(
         &self,
         state: &mut CycleState,
@@ -237,7 +283,7 @@ impl PreFilterPlugin for PodTopologySpread {
         pod: &PodInfo,
         snapshot: &Snapshot,
     ) -> (PreFilterResult, Status) {
-        let cs = constraints(pod, "DoNotSchedule", self.defaults());
+        let cs = constraints(pod, "DoNotSchedule", &self.default_constraints, snapshot);
         if cs.is_empty() {
             return (None, Status::skip());
         }
@@ -331,15 +377,18 @@ impl PreScorePlugin for PodTopologySpread {
         if snapshot.is_empty() {
             return Status::skip();
         }
-        let cs = constraints(pod, "ScheduleAnyway", self.defaults());
+        let cs = constraints(pod, "ScheduleAnyway", &self.default_constraints, snapshot);
         if cs.is_empty() {
             return Status::skip();
         }
+        // Only the pod's own constraints and List defaults need every topology key on a
+        // node: with the system defaults a node without a zone still spreads by host.
+        let require_all = !own_constraints(pod).is_empty() || !self.system_defaulted;
         let mut ignored = HashSet::new();
         let mut counts: Vec<HashMap<String, i64>> = vec![HashMap::new(); cs.len()];
         let mut sizes = vec![0usize; cs.len()];
         for node in filtered {
-            if !has_all_keys(node, &cs) {
+            if require_all && !has_all_keys(node, &cs) {
                 ignored.insert(node.name.clone());
                 continue;
             }
@@ -371,7 +420,7 @@ impl PreScorePlugin for PodTopologySpread {
             })
             .collect();
         for node in snapshot.nodes.iter() {
-            if !has_all_keys(node, &cs) {
+            if require_all && !has_all_keys(node, &cs) {
                 continue;
             }
             for (i, c) in cs.iter().enumerate() {
@@ -649,5 +698,142 @@ mod tests {
         assert_eq!(scores, vec![5, 2, 0]);
         plugin.normalize(&state, &p, &mut scores);
         assert_eq!(scores, vec![0, 60, 100]);
+    }
+
+    /// Nodes a1 (zone a, 2 web pods), a2 (zone a), b1 (zone b, 1 web pod) and x (no
+    /// zone), with a Service selecting `app=web`.
+    fn defaults_snapshot() -> Snapshot {
+        let zoned = |name: &str, zone: Option<&str>| {
+            node_with(name, |n| {
+                if let Some(z) = zone {
+                    n.metadata
+                        .labels
+                        .get_or_insert_default()
+                        .insert(ZONE.into(), z.into());
+                }
+            })
+        };
+        let mut s = snap(vec![
+            (zoned("a1", Some("a")), 2),
+            (zoned("a2", Some("a")), 0),
+            (zoned("b1", Some("b")), 1),
+            (zoned("x", None), 0),
+        ]);
+        let mut selectors = crate::pod_selectors::PodSelectors::default();
+        selectors.set(
+            crate::pod_selectors::SelectorKind::Service,
+            "default",
+            "web",
+            Some(crate::pod_selectors::Selector::Map(Some(
+                [("app".to_string(), "web".to_string())].into(),
+            ))),
+        );
+        s.pod_selectors = Arc::new(selectors);
+        s
+    }
+
+    /// Normalised scores over every node, or None when PreScore skips.
+    fn scores(plugin: &PodTopologySpread, p: &PodInfo, s: &Snapshot) -> Option<Vec<i64>> {
+        let mut state = CycleState::new();
+        if plugin.pre_score(&mut state, p, &s.nodes, s).is_skip() {
+            return None;
+        }
+        let mut scores: Vec<i64> = s
+            .nodes
+            .iter()
+            .map(|n| plugin.score(&state, p, n).unwrap_or(-9))
+            .collect();
+        plugin.normalize(&state, p, &mut scores);
+        Some(scores)
+    }
+
+    fn list(constraints: serde_json::Value) -> PodTopologySpread {
+        PodTopologySpread::new(PodTopologySpreadArgs {
+            default_constraints: serde_json::from_value(constraints).unwrap_or_default(),
+            defaulting_type: DefaultingType::List,
+        })
+    }
+
+    #[test]
+    fn default_constraints_score_with_the_selector_of_what_selects_the_pod() {
+        let s = defaults_snapshot();
+        let system = PodTopologySpread::new(Default::default());
+        let list_same = list(json!([
+            {"maxSkew": 3, "topologyKey": HOSTNAME, "whenUnsatisfiable": "ScheduleAnyway"},
+            {"maxSkew": 5, "topologyKey": ZONE, "whenUnsatisfiable": "ScheduleAnyway"}
+        ]));
+        let own =
+            json!({"topologySpreadConstraints": [spread(ZONE, 1, "ScheduleAnyway", json!({}))]});
+        let cases: Vec<(&str, &PodTopologySpread, PodInfo, Option<Vec<i64>>)> = vec![
+            // host weight ln(4+2), zone weight ln(3+2) (domains a, b and the unlabelled
+            // ""): raw 13, 9, 9, 2; x lacks a zone yet scores by host, highest.
+            (
+                "system defaults",
+                &system,
+                pod("p", "web", json!({})),
+                Some(vec![15, 46, 46, 100]),
+            ),
+            (
+                "system defaults, nothing selects the pod",
+                &system,
+                pod("p", "other", json!({})),
+                None,
+            ),
+            // The same constraints as a List need every key: x is ignored (0); host
+            // weight ln(3+2), zone weight ln(2+2): raw 12, 9, 9.
+            (
+                "list defaults",
+                &list_same,
+                pod("p", "web", json!({})),
+                Some(vec![75, 100, 100, 0]),
+            ),
+            (
+                "own constraints replace the defaults",
+                &system,
+                pod("p", "web", own),
+                // zone weight ln(2+2): raw 2*1.386 = 3, 1.386 = 1; x ignored.
+                Some(vec![33, 33, 100, 0]),
+            ),
+        ];
+        for (name, plugin, p, want) in cases {
+            assert_eq!(scores(plugin, &p, &s), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn list_defaults_filter_with_the_selector_of_what_selects_the_pod() {
+        let s = defaults_snapshot();
+        let plugin = list(json!([
+            {"maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule"}
+        ]));
+        let codes = |p: &PodInfo| {
+            let mut state = CycleState::new();
+            let (_, st) = plugin.pre_filter(&mut state, p, &s);
+            if st.is_skip() {
+                return None;
+            }
+            Some(
+                s.nodes
+                    .iter()
+                    .map(|n| plugin.filter(&state, p, n).code)
+                    .collect::<Vec<_>>(),
+            )
+        };
+        // Zone a holds 2 web pods, zone b 1: a third in a makes the skew 2.
+        assert_eq!(
+            codes(&pod("p", "web", json!({}))),
+            Some(vec![
+                Code::Unschedulable,
+                Code::Unschedulable,
+                Code::Success,
+                Code::UnschedulableAndUnresolvable
+            ])
+        );
+        assert_eq!(codes(&pod("p", "other", json!({}))), None);
+        // The system defaults never filter.
+        let system = PodTopologySpread::new(Default::default());
+        let mut state = CycleState::new();
+        let (_, st) = system.pre_filter(&mut state, &pod("p", "web", json!({})), &s);
+        assert!(st.is_skip());
     }
 }

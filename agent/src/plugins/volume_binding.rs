@@ -160,9 +160,10 @@ fn capacity_bytes(pv: &PersistentVolume) -> i64 {
         .unwrap_or(0)
 }
 
-/// kube's FindMatchingVolume: a volume pre-bound to the claim first; otherwise the
-/// smallest available one of the same class, mode and access modes that is large enough,
-/// matches the selector and is reachable from the node.
+/// kube's FindMatchingVolume over the volumes of the claim's class (the scheduler's
+/// `ListPVs(class)`): a volume pre-bound to the claim, if large enough, decides alone
+/// (no match when the node cannot reach it); otherwise the smallest Available volume
+/// that is large enough, matches the selector, the access modes and the node.
 fn find_matching(
     claim: &PersistentVolumeClaim,
     volumes: &HashMap<String, Arc<PersistentVolume>>,
@@ -180,16 +181,20 @@ fn find_matching(
         .clone()
         .unwrap_or_else(|| "Filesystem".into());
     let mut best: Option<Arc<PersistentVolume>> = None;
-    let mut candidates: Vec<&Arc<PersistentVolume>> = volumes.values().collect();
+    let mut candidates: Vec<&Arc<PersistentVolume>> = volumes
+        .values()
+        .filter(|pv| pv_class(pv) == class)
+        .collect();
     candidates.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     for pv in candidates {
         let name = pv.metadata.name.clone().unwrap_or_default();
         let Some(pv_spec) = pv.spec.as_ref() else {
             continue;
         };
-        if chosen.contains(&name) || pv.metadata.deletion_timestamp.is_some() {
+        if chosen.contains(&name) {
             continue;
         }
+        // Assumed for another claim by a pod in flight: as if its claimRef were set.
         if assumed.get(&name).is_some_and(|c| *c != key) {
             continue;
         }
@@ -201,13 +206,11 @@ fn find_matching(
                     .as_deref()
                     .is_none_or(|u| u.is_empty() || Some(u) == claim.metadata.uid.as_deref())
         });
-        if prebound {
-            if pv_fits_node(pv, node) {
-                return Some(pv.clone());
-            }
+        if claimed_by.is_some() && !prebound {
             continue;
         }
-        if claimed_by.is_some() || pv_class(pv) != class {
+        let size = capacity_bytes(pv);
+        if size < want {
             continue;
         }
         if pv_spec
@@ -218,8 +221,17 @@ fn find_matching(
         {
             continue;
         }
-        let pv_modes = pv_spec.access_modes.clone().unwrap_or_default();
-        if !modes.iter().all(|m| pv_modes.contains(m)) {
+        if pv.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let reachable = pv_fits_node(pv, node);
+        if prebound {
+            return reachable.then(|| pv.clone());
+        }
+        // Volumes not yet Available are left alone, as kube does: the PV controller is
+        // about to update them and binding now would likely conflict.
+        let available = pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Available");
+        if !available {
             continue;
         }
         let labels = pv.metadata.labels.clone().unwrap_or_default();
@@ -228,8 +240,11 @@ fn find_matching(
         {
             continue;
         }
-        let size = capacity_bytes(pv);
-        if size < want || !pv_fits_node(pv, node) {
+        if !reachable {
+            continue;
+        }
+        let pv_modes = pv_spec.access_modes.clone().unwrap_or_default();
+        if !modes.iter().all(|m| pv_modes.contains(m)) {
             continue;
         }
         if best.as_ref().is_none_or(|b| size < capacity_bytes(b)) {
@@ -589,7 +604,8 @@ mod tests {
         json!({"metadata": {"name": name}, "spec": {
             "storageClassName": "local", "capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"],
             "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-                {"key": "kubernetes.io/hostname", "operator": "In", "values": [host]}]}]}}}})
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": [host]}]}]}}},
+            "status": {"phase": "Available"}})
     }
 
     fn snapshot(claims: Vec<serde_json::Value>, pvs: Vec<serde_json::Value>) -> Snapshot {
@@ -692,5 +708,68 @@ mod tests {
             vb.filter(&state, &p, &node("a", "z")).reasons,
             [REASON_PV_NOT_EXIST]
         );
+    }
+
+    #[test]
+    fn matching_follows_kubes_find_matching_volume() {
+        let on_a = |f: &dyn Fn(&mut serde_json::Value)| {
+            let mut pv = local_pv("pv", "a", "10Gi");
+            f(&mut pv);
+            let snap = snapshot(vec![claim("data", "local", "5Gi")], vec![pv]);
+            let vb = VolumeBinding::new(600);
+            let mut state = CycleState::new();
+            let p = pod("data");
+            assert!(vb.pre_filter(&mut state, &p, &snap).1.is_success());
+            vb.filter(&state, &p, &node("a", "z")).is_success()
+        };
+        let prebind = |pv: &mut serde_json::Value| {
+            pv["spec"]["claimRef"] = json!({"namespace": "ns", "name": "data"});
+        };
+        type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+        let cases: Vec<(&str, Edit, bool)> = vec![
+            ("available", Box::new(|_| {}), true),
+            // Not yet Available: the PV controller has not processed it.
+            (
+                "pending",
+                Box::new(|pv| pv["status"]["phase"] = json!("Pending")),
+                false,
+            ),
+            // Pre-bound volumes need no Available phase...
+            (
+                "pre-bound",
+                Box::new(move |pv| {
+                    prebind(pv);
+                    pv["status"]["phase"] = json!("Pending");
+                }),
+                true,
+            ),
+            // ...but must still be large enough.
+            (
+                "pre-bound, too small",
+                Box::new(move |pv| {
+                    prebind(pv);
+                    pv["spec"]["capacity"]["storage"] = json!("1Gi");
+                }),
+                false,
+            ),
+            (
+                "claimed by another",
+                Box::new(|pv| pv["spec"]["claimRef"] = json!({"namespace": "ns", "name": "x"})),
+                false,
+            ),
+            (
+                "another class",
+                Box::new(|pv| pv["spec"]["storageClassName"] = json!("fast")),
+                false,
+            ),
+            (
+                "read-write-many only",
+                Box::new(|pv| pv["spec"]["accessModes"] = json!(["ReadWriteMany"])),
+                false,
+            ),
+        ];
+        for (name, f, want) in cases {
+            assert_eq!(on_a(&*f), want, "{name}");
+        }
     }
 }

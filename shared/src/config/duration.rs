@@ -51,6 +51,41 @@ pub fn format(d: Duration) -> String {
     format!("{}ms", d.as_millis())
 }
 
+/// Go's `time.Duration.String()`: "0s", "1.5s", "1m30s", "1h0m0s", "500ms", "2µs".
+pub fn go_string(d: Duration) -> String {
+    let ns = d.as_nanos();
+    if ns == 0 {
+        return "0s".into();
+    }
+    if ns < 1_000_000_000 {
+        let (unit, div) = match ns {
+            n if n < 1_000 => ("ns", 1),
+            n if n < 1_000_000 => ("µs", 1_000),
+            _ => ("ms", 1_000_000),
+        };
+        return format!("{}{unit}", decimal(ns, div));
+    }
+    let secs = ns / 1_000_000_000;
+    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
+    let s = decimal(s * 1_000_000_000 + ns % 1_000_000_000, 1_000_000_000);
+    match (h, m) {
+        (0, 0) => format!("{s}s"),
+        (0, m) => format!("{m}m{s}s"),
+        (h, m) => format!("{h}h{m}m{s}s"),
+    }
+}
+
+/// `n / div` with the remainder as a decimal fraction, trailing zeros dropped.
+fn decimal(n: u128, div: u128) -> String {
+    let (whole, frac) = (n / div, n % div);
+    if frac == 0 {
+        return whole.to_string();
+    }
+    let width = div.ilog10() as usize;
+    let digits = format!("{frac:0width$}");
+    format!("{whole}.{}", digits.trim_end_matches('0'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,5 +102,25 @@ mod tests {
         assert!(parse("").is_err());
         assert_eq!(format(Duration::from_secs(15)), "15s");
         assert_eq!(format(Duration::from_secs(120)), "2m");
+    }
+
+    #[test]
+    fn go_duration_strings() {
+        for (d, want) in [
+            (Duration::ZERO, "0s"),
+            (Duration::from_nanos(15), "15ns"),
+            (Duration::from_micros(2), "2µs"),
+            (Duration::from_micros(1500), "1.5ms"),
+            (Duration::from_millis(500), "500ms"),
+            (Duration::from_secs(1), "1s"),
+            (Duration::from_millis(1500), "1.5s"),
+            (Duration::from_secs(90), "1m30s"),
+            (Duration::from_secs(120), "2m0s"),
+            (Duration::from_secs(3600), "1h0m0s"),
+            (Duration::from_secs(15 * 60), "15m0s"),
+            (Duration::from_millis(3_661_001), "1h1m1.001s"),
+        ] {
+            assert_eq!(go_string(d), want, "{d:?}");
+        }
     }
 }
