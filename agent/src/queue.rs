@@ -87,6 +87,23 @@ pub struct SchedulingQueue {
     plugin_events: HashMap<&'static str, Vec<ClusterEvent>>,
 }
 
+/// kube's `isPodUpdated`: a change beyond status, resourceVersion, generation, managed
+/// fields and finalizers.
+fn pod_updated(
+    old: &k8s_openapi::api::core::v1::Pod,
+    new: &k8s_openapi::api::core::v1::Pod,
+) -> bool {
+    let strip = |p: &k8s_openapi::api::core::v1::Pod| {
+        let mut meta = p.metadata.clone();
+        meta.resource_version = None;
+        meta.generation = None;
+        meta.managed_fields = None;
+        meta.finalizers = None;
+        (meta, p.spec.clone())
+    };
+    strip(old) != strip(new)
+}
+
 pub fn backoff_duration(attempts: u32, initial: Duration, max: Duration) -> Duration {
     let mut d = initial;
     for _ in 1..attempts {
@@ -141,6 +158,21 @@ impl SchedulingQueue {
             return;
         }
         let key = pod.key.clone();
+        if !gated {
+            // kube's Update: a pod waiting out its backoff is updated where it is...
+            if let Some(info) = st.backoff.get_mut(&key) {
+                info.pod = pod;
+                return;
+            }
+            // ...and an unschedulable one stays unless more than its status changed (our
+            // own PodScheduled condition must not retry it at once).
+            if let Some(u) = st.unschedulable.get_mut(&key)
+                && !pod_updated(&u.info.pod.pod, &pod.pod)
+            {
+                u.info.pod = pod;
+                return;
+            }
+        }
         let previous = st
             .backoff
             .remove(&key)
@@ -446,6 +478,42 @@ mod tests {
             q.pending(),
             PendingCounts {
                 active: 1,
+                ..Default::default()
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn status_updates_leave_backoff_and_unschedulable_pods_where_they_are() {
+        let q = queue(&[]);
+        q.add(pod("p", 0), false);
+        let info = q.pop().await.expect("queued");
+        q.add_unschedulable(info, HashSet::from(["X"]));
+        let with_status = |p: &Arc<PodInfo>, rv: &str| {
+            let mut pod = (*p.pod).clone();
+            pod.metadata.resource_version = Some(rv.into());
+            pod.status = Some(Default::default());
+            Arc::new(PodInfo::new(Arc::new(pod)))
+        };
+        let p = pod("p", 0);
+        q.add(with_status(&p, "2"), false);
+        assert_eq!(
+            q.pending().unschedulable,
+            1,
+            "a status update changes nothing"
+        );
+        let mut relabelled = (*p.pod).clone();
+        relabelled.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
+        q.add(Arc::new(PodInfo::new(Arc::new(relabelled))), false);
+        assert_eq!(q.pending().active, 1, "a label change may make it fit");
+
+        let info = q.pop().await.expect("queued");
+        q.add_backoff(info);
+        q.add(with_status(&p, "3"), false);
+        assert_eq!(
+            q.pending(),
+            PendingCounts {
+                backoff: 1,
                 ..Default::default()
             }
         );

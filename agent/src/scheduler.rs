@@ -361,6 +361,9 @@ async fn schedule_one(
         if permit.is_rejected() {
             // As kube: a FitError over the one node chosen.
             let fit = node_fit_error(&node, permit);
+            shared
+                .explanations
+                .record_failure(&scheduler_name, &pod.key, &record, &fit, None);
             report_unschedulable(shared, &scheduler_name, info, &fit, None, started);
         } else {
             fail_with_error(shared, &scheduler_name, info, permit.message());
@@ -381,6 +384,8 @@ async fn schedule_one(
     let shared = shared.clone();
     let leader = leader.clone();
     let bindings = bindings.clone();
+    // A waiting pod's explanation turns into a failure should it be rejected.
+    let waiting_record = waiting.then(|| record.clone());
     tokio::spawn(async move {
         let waited = fw.wait_on_permit(&pod).await;
         if !waited.is_success() {
@@ -389,6 +394,15 @@ async fn schedule_one(
             if waited.is_rejected() {
                 debug!(pod = %pod.key, %node, status = %waited, "rejected while waiting on permit");
                 let fit = node_fit_error(&node, waited);
+                if let Some(record) = &waiting_record {
+                    shared.explanations.record_failure(
+                        &scheduler_name,
+                        &pod.key,
+                        record,
+                        &fit,
+                        None,
+                    );
+                }
                 report_unschedulable(&shared, &scheduler_name, info, &fit, None, started);
             } else {
                 fail_with_error(&shared, &scheduler_name, info, waited.message());

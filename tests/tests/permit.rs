@@ -7,6 +7,8 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use anyhow::Context;
+
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -20,6 +22,7 @@ use mcsched_agent::scheduler::{SchedulerOptions, Shared};
 use mcsched_agent::snapshot::PodInfo;
 use mcsched_e2e::objects::ready_node;
 use mcsched_e2e::{ControlPlane, ControlPlaneOptions, wait};
+use mcsched_shared::explain::Outcome;
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -181,11 +184,20 @@ async fn permit_wait_allow_timeout_delete_and_preemption() -> anyhow::Result<()>
         Ok(condition.and_then(|c| c.message))
     })
     .await?;
-    assert_eq!(
-        message,
-        "0/1 nodes are available: 1 rejected due to timeout after waiting 1s at plugin TestGang."
-    );
+    let want =
+        "0/1 nodes are available: 1 rejected due to timeout after waiting 1s at plugin TestGang.";
+    assert_eq!(message, want);
     assert_eq!(bound(&pods, "lonely").await?, None);
+    // Its explanation says so too, not the node it waited on.
+    let explained = shared
+        .explanations
+        .get("default/lonely")
+        .context("no explanation of lonely")?;
+    assert!(
+        matches!(&explained.outcome, Outcome::Unschedulable { message, .. } if *message == want),
+        "{:?}",
+        explained.outcome
+    );
     delete_now(&pods, &["lonely"]).await?;
 
     // Deleted while waiting: rejected, its room given back, not requeued.
