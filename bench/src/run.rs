@@ -193,7 +193,6 @@ pub async fn run(
     observer.wait_bound(size.pods, IDLE_LIMIT).await;
     let usage = sched.pid().and_then(|pid| procstat::usage(pid).ok());
     let obs = observer.observation(start);
-    sched.stop();
     info!(bound = obs.bound_at.len(), "measured phase over");
 
     let leaf = if leaves.is_empty() {
@@ -210,8 +209,13 @@ pub async fn run(
         let clients: Vec<&Client> = leaves.iter().map(|l| &l.client).collect();
         Some(settle_leaves(&clients, &leaf_names, &sent).await?)
     };
+    // The measured agent syncs the leaves' pods in its run: stopped only now.
+    sched.stop();
     for h in &mut helpers {
         h.stop();
+    }
+    for cp in leaves.iter().chain(std::iter::once(&host)) {
+        kill(cp);
     }
 
     let measured_for = obs.bound_at.iter().max().copied().unwrap_or_default();
@@ -228,6 +232,17 @@ pub async fn run(
         leaf,
         measured_for,
     })
+}
+
+/// Nothing of a finished run is kept: SIGKILL spares the API servers' graceful shutdown
+/// (the guard then only reaps them and removes their directories).
+fn kill(cp: &ControlPlane) {
+    if let Some(pid) = cp.pid().and_then(|p| i32::try_from(p).ok()) {
+        // SAFETY: kill(2) on a child of ours that is not reaped before `cp` is dropped.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+    }
 }
 
 /// One pod of the workload's kind that the scheduler must bind before measuring starts:
