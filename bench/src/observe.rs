@@ -70,8 +70,8 @@ impl Observer {
                 };
                 let name = pod.metadata.name.unwrap_or_default();
                 let mut s = st.lock().unwrap_or_else(PoisonError::into_inner);
-                if !s.bound.contains_key(&name) {
-                    s.bound.insert(name, (seen, node));
+                if let std::collections::hash_map::Entry::Vacant(e) = s.bound.entry(name) {
+                    e.insert((seen, node));
                     let n = s.bound.len();
                     drop(s);
                     let _ = count_tx.send(n);

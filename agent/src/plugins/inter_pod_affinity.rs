@@ -366,44 +366,46 @@ impl PreScorePlugin for InterPodAffinity {
         };
         let ns_labels = namespace_labels(snapshot, &pod.namespace);
         let mut score = TopologyScore::default();
+        let hard_weight = i64::from(self.args.hard_pod_affinity_weight);
+        let ignore_preferred = self.args.ignore_preferred_terms_of_existing_pods;
+        let visit = |score: &mut TopologyScore, e: &Arc<PodInfo>, node: &NodeInfo| {
+            score.add_weighted(&incoming.preferred_affinity, 1, &e.pod, None, node);
+            score.add_weighted(&incoming.preferred_anti_affinity, -1, &e.pod, None, node);
+            if hard_weight > 0 {
+                for t in &e.terms.required_affinity {
+                    score.add(t, hard_weight, &pod.pod, Some(&ns_labels), node);
+                }
+            }
+            if !ignore_preferred {
+                score.add_weighted(
+                    &e.terms.preferred_affinity,
+                    1,
+                    &pod.pod,
+                    Some(&ns_labels),
+                    node,
+                );
+                score.add_weighted(
+                    &e.terms.preferred_anti_affinity,
+                    -1,
+                    &pod.pod,
+                    Some(&ns_labels),
+                    node,
+                );
+            }
+        };
+        // Without terms of its own, only nodes holding pods with affinity matter (kube's
+        // nodesWithAffinityPods); no allocation per node either way.
         for node in snapshot.nodes.iter() {
             if node.labels().is_empty() {
                 continue;
             }
-            let existing: Box<dyn Iterator<Item = &Arc<PodInfo>>> = if has_constraints {
-                Box::new(node.pods.iter())
-            } else {
-                Box::new(node.pods_with_affinity())
-            };
-            for e in existing {
-                score.add_weighted(&incoming.preferred_affinity, 1, &e.pod, None, node);
-                score.add_weighted(&incoming.preferred_anti_affinity, -1, &e.pod, None, node);
-                if self.args.hard_pod_affinity_weight > 0 {
-                    for t in &e.terms.required_affinity {
-                        score.add(
-                            t,
-                            i64::from(self.args.hard_pod_affinity_weight),
-                            &pod.pod,
-                            Some(&ns_labels),
-                            node,
-                        );
-                    }
+            if has_constraints {
+                for e in &node.pods {
+                    visit(&mut score, e, node);
                 }
-                if !self.args.ignore_preferred_terms_of_existing_pods {
-                    score.add_weighted(
-                        &e.terms.preferred_affinity,
-                        1,
-                        &pod.pod,
-                        Some(&ns_labels),
-                        node,
-                    );
-                    score.add_weighted(
-                        &e.terms.preferred_anti_affinity,
-                        -1,
-                        &pod.pod,
-                        Some(&ns_labels),
-                        node,
-                    );
+            } else {
+                for e in node.pods_with_affinity() {
+                    visit(&mut score, e, node);
                 }
             }
         }
