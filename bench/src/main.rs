@@ -206,7 +206,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         out_dir: args.out.clone(),
         log_dir,
         reduced,
-        analysis: std::fs::read_to_string(&args.analysis).ok(),
+        analysis: args.analysis.clone(),
         repo,
     };
     let outcome = suite::run(&suite).await?;

@@ -20,7 +20,8 @@ pub struct Suite {
     /// Logs of every process of every run.
     pub log_dir: PathBuf,
     pub reduced: Option<String>,
-    pub analysis: Option<String>,
+    /// Hand-written analysis appended to results.md, read once the runs are over.
+    pub analysis: PathBuf,
     pub repo: PathBuf,
 }
 
@@ -71,7 +72,7 @@ pub async fn run(suite: &Suite) -> anyhow::Result<Outcome> {
         reduced: suite.reduced.clone(),
         chart_file: CHART_FILE,
         wall_time: started.elapsed(),
-        analysis: suite.analysis.clone(),
+        analysis: std::fs::read_to_string(&suite.analysis).ok(),
     });
     if !failures.is_empty() {
         text.push_str("\n## Runs that failed\n\n");
