@@ -11,7 +11,7 @@ K8S_MINOR := $(word 2,$(subst ., ,$(K8S_VERSION)))
 VERSION_PKGS := k8s.io/component-base/version k8s.io/client-go/pkg/version
 LDFLAGS := -s -w $(foreach p,$(VERSION_PKGS),-X $(p).gitVersion=$(K8S_VERSION) -X $(p).gitMajor=1 -X $(p).gitMinor=$(K8S_MINOR) -X $(p).gitTreeState=clean)
 
-.PHONY: all build controlplane demo test lint fmt clean manifests
+.PHONY: all build controlplane demo test lint fmt clean manifests bench
 
 all: build
 
@@ -40,6 +40,13 @@ manifests:
 ## test: formatting, lints, go vet, unit tests and end-to-end tests, each stage timed.
 test:
 	bash scripts/test.sh
+
+## bench: scheduler_perf's workloads with kube-scheduler, mcsched-agent (release build) and a
+## bind-only client, each on a fresh control plane; writes bench/results.md and
+## bench/results.png. BENCH_FLAGS passes sizes, e.g. BENCH_FLAGS='--scale 0.2'.
+bench: $(CONTROLPLANE)
+	cargo build --release -p mcsched-agent -p mcsched-bench
+	target/release/mcsched-bench --out bench --agent target/release/mcsched-agent $(BENCH_FLAGS)
 
 lint:
 	cargo fmt --all -- --check

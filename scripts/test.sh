@@ -32,8 +32,9 @@ stage "build controlplane (Go)" make --no-print-directory controlplane
 stage "go vet" go_vet
 stage "cargo clippy -D warnings" cargo clippy --workspace --all-targets -- -D warnings
 stage "cargo build" cargo build --workspace --bins
-stage "unit tests" cargo test --workspace --exclude mcsched-e2e
+stage "unit tests" cargo test --workspace --exclude mcsched-e2e --exclude mcsched-bench
 stage "end-to-end tests" cargo test -p mcsched-e2e
+stage "bench (quick variant)" cargo test -p mcsched-bench
 
 echo
 echo "stage durations:"

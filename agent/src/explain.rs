@@ -13,11 +13,6 @@ pub const CAPACITY: usize = 2000;
 /// Nodes kept per stored explanation: the best scored first, then the rejected ones.
 pub const MAX_NODES: usize = 50;
 
-#[derive(Default)]
-pub struct ExplanationStore {
-    inner: Mutex<(HashMap<String, Explanation>, VecDeque<String>)>,
-}
-
 fn now() -> String {
     k8s_openapi::jiff::Timestamp::now().to_string()
 }
@@ -30,83 +25,174 @@ fn success(plugin: &str) -> PluginVerdict {
     }
 }
 
+/// One node of an explanation as stored: what the wire form repeats for every node (the
+/// filter plugins a feasible node passed, the score plugins' names and weights) is kept
+/// once per explanation and put back on request. 2000 explanations of 50 nodes each
+/// otherwise hold some 20 strings per node, hundreds of MiB on a large cluster.
+#[derive(Debug, Clone)]
+struct StoredNode {
+    node: String,
+    feasible: bool,
+    /// None: passed every filter of the cycle's `filter_plugins`.
+    filters: Option<Vec<PluginVerdict>>,
+    /// (raw, normalized) per score column.
+    scores: Box<[(i64, i64)]>,
+    total_score: Option<i64>,
+    leaf_node: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+struct Stored {
+    /// The explanation without its nodes.
+    head: Explanation,
+    filter_plugins: Vec<&'static str>,
+    /// Score plugins and weights, the columns of `StoredNode::scores`.
+    score_columns: Vec<(&'static str, i64)>,
+    nodes: Vec<StoredNode>,
+}
+
+impl Stored {
+    fn expand(&self) -> Explanation {
+        let mut e = self.head.clone();
+        e.nodes = self
+            .nodes
+            .iter()
+            .map(|n| expand_node(n, &self.filter_plugins, &self.score_columns))
+            .collect();
+        e
+    }
+}
+
+fn expand_node(
+    n: &StoredNode,
+    filter_plugins: &[&'static str],
+    score_columns: &[(&'static str, i64)],
+) -> NodeExplanation {
+    NodeExplanation {
+        node: n.node.clone(),
+        feasible: n.feasible,
+        filters: n
+            .filters
+            .clone()
+            .unwrap_or_else(|| filter_plugins.iter().map(|p| success(p)).collect()),
+        scores: score_columns
+            .iter()
+            .zip(n.scores.iter())
+            .map(|(&(plugin, weight), &(raw, normalized))| PluginScore {
+                plugin: plugin.to_string(),
+                raw,
+                normalized,
+                weight,
+                weighted: normalized * weight,
+            })
+            .collect(),
+        total_score: n.total_score,
+        leaf_node: n.leaf_node.clone(),
+    }
+}
+
 /// Per node: every verdict when the cycle recorded them all; else the filters a feasible
 /// node passed, or those a rejected node passed up to its first rejection.
-pub fn node_explanations(record: &CycleRecord, limit: usize) -> Vec<NodeExplanation> {
+fn stored_nodes(record: &CycleRecord, limit: usize) -> Vec<StoredNode> {
     let verdicts_of =
-        |name: &str, status: Option<&crate::framework::Status>| -> Vec<PluginVerdict> {
+        |name: &str, status: Option<&crate::framework::Status>| -> Option<Vec<PluginVerdict>> {
             if let Some(v) = record.verdicts.get(name) {
-                return v.clone();
+                return Some(v.clone());
             }
+            let status = status?;
             let mut out = Vec::new();
             for p in &record.filter_plugins {
-                match status {
-                    Some(s) if s.plugin == *p => {
-                        out.push(PluginVerdict {
-                            plugin: p.to_string(),
-                            code: s.code.to_string(),
-                            reasons: s.reasons.clone(),
-                        });
-                        break;
-                    }
-                    _ => out.push(success(p)),
+                if status.plugin == *p {
+                    out.push(PluginVerdict {
+                        plugin: p.to_string(),
+                        code: status.code.to_string(),
+                        reasons: status.reasons.clone(),
+                    });
+                    return Some(out);
                 }
+                out.push(success(p));
             }
             // A rejection by no profile plugin: the leaf check (LeafNodeFit) of a virtual node.
-            if let Some(s) = status
-                && !s.plugin.is_empty()
-                && !record.filter_plugins.contains(&s.plugin)
-            {
+            if !status.plugin.is_empty() {
                 out.push(PluginVerdict {
-                    plugin: s.plugin.to_string(),
-                    code: s.code.to_string(),
-                    reasons: s.reasons.clone(),
+                    plugin: status.plugin.to_string(),
+                    code: status.code.to_string(),
+                    reasons: status.reasons.clone(),
                 });
             }
-            out
+            Some(out)
         };
     // Pick the nodes before building anything: the best totals, then rejected nodes.
     let mut order: Vec<usize> = (0..record.feasible.len()).collect();
     order.sort_by_key(|&j| std::cmp::Reverse(record.totals.get(j).copied().unwrap_or(0)));
     order.truncate(limit);
-    let mut nodes: Vec<NodeExplanation> = order
+    let mut nodes: Vec<StoredNode> = order
         .into_iter()
-        .map(|j| (j, &record.feasible[j]))
-        .map(|(j, n)| NodeExplanation {
-            node: n.name.clone(),
-            feasible: true,
-            filters: verdicts_of(&n.name, None),
-            scores: record
-                .scores
-                .iter()
-                .map(|c| PluginScore {
-                    plugin: c.plugin.to_string(),
-                    raw: c.raw.get(j).copied().unwrap_or(0),
-                    normalized: c.normalized.get(j).copied().unwrap_or(0),
-                    weight: c.weight,
-                    weighted: c.normalized.get(j).copied().unwrap_or(0) * c.weight,
-                })
-                .collect(),
-            total_score: record.totals.get(j).copied(),
-            leaf_node: record.leaf_nodes.get(&n.name).cloned(),
+        .map(|j| {
+            let n = &record.feasible[j];
+            StoredNode {
+                node: n.name.clone(),
+                feasible: true,
+                filters: verdicts_of(&n.name, None),
+                scores: record
+                    .scores
+                    .iter()
+                    .map(|c| {
+                        (
+                            c.raw.get(j).copied().unwrap_or(0),
+                            c.normalized.get(j).copied().unwrap_or(0),
+                        )
+                    })
+                    .collect(),
+                total_score: record.totals.get(j).copied(),
+                leaf_node: record.leaf_nodes.get(&n.name).cloned(),
+            }
         })
         .collect();
     let room = limit.saturating_sub(nodes.len());
-    nodes.extend(
-        record
-            .rejected
-            .iter()
-            .take(room)
-            .map(|(n, s)| NodeExplanation {
-                node: n.name.clone(),
-                feasible: false,
-                filters: verdicts_of(&n.name, Some(s)),
-                scores: Vec::new(),
-                total_score: None,
-                leaf_node: None,
-            }),
-    );
+    nodes.extend(record.rejected.iter().take(room).map(|(n, s)| StoredNode {
+        node: n.name.clone(),
+        feasible: false,
+        filters: verdicts_of(&n.name, Some(s)),
+        scores: Box::new([]),
+        total_score: None,
+        leaf_node: None,
+    }));
     nodes
+}
+
+fn score_columns(record: &CycleRecord) -> Vec<(&'static str, i64)> {
+    record.scores.iter().map(|c| (c.plugin, c.weight)).collect()
+}
+
+pub fn node_explanations(record: &CycleRecord, limit: usize) -> Vec<NodeExplanation> {
+    let columns = score_columns(record);
+    stored_nodes(record, limit)
+        .iter()
+        .map(|n| expand_node(n, &record.filter_plugins, &columns))
+        .collect()
+}
+
+fn head(
+    scheduler: &str,
+    key: &str,
+    record: &CycleRecord,
+    outcome: Outcome,
+    num_all_nodes: usize,
+) -> Explanation {
+    Explanation {
+        pod: key.to_string(),
+        scheduler_name: scheduler.to_string(),
+        time: now(),
+        outcome,
+        num_all_nodes,
+        num_evaluated_nodes: record.num_evaluated,
+        num_feasible_nodes: record.num_feasible,
+        nodes: Vec::new(),
+        durations: record.durations.clone(),
+        pre_filter: record.pre_filter.clone(),
+        extenders: record.extenders.clone(),
+    }
 }
 
 /// `limit` bounds the nodes listed (stored explanations keep MAX_NODES; an explanation
@@ -119,23 +205,33 @@ pub fn explanation(
     num_all_nodes: usize,
     limit: usize,
 ) -> Explanation {
-    Explanation {
-        pod: key.to_string(),
-        scheduler_name: scheduler.to_string(),
-        time: now(),
-        outcome,
-        num_all_nodes,
-        num_evaluated_nodes: record.num_evaluated,
-        num_feasible_nodes: record.num_feasible,
-        nodes: node_explanations(record, limit),
-        durations: record.durations.clone(),
-        pre_filter: record.pre_filter.clone(),
-        extenders: record.extenders.clone(),
+    let mut e = head(scheduler, key, record, outcome, num_all_nodes);
+    e.nodes = node_explanations(record, limit);
+    e
+}
+
+fn stored(
+    scheduler: &str,
+    key: &str,
+    record: &CycleRecord,
+    outcome: Outcome,
+    num_all_nodes: usize,
+) -> Stored {
+    Stored {
+        head: head(scheduler, key, record, outcome, num_all_nodes),
+        filter_plugins: record.filter_plugins.clone(),
+        score_columns: score_columns(record),
+        nodes: stored_nodes(record, MAX_NODES),
     }
 }
 
+#[derive(Default)]
+pub struct ExplanationStore {
+    inner: Mutex<(HashMap<String, Stored>, VecDeque<String>)>,
+}
+
 impl ExplanationStore {
-    fn put(&self, key: &str, e: Explanation) {
+    fn put(&self, key: &str, e: Stored) {
         let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let (map, order) = &mut *guard;
         if map.insert(key.to_string(), e).is_none() {
@@ -160,10 +256,7 @@ impl ExplanationStore {
             node: node.to_string(),
             leaf_node: record.leaf_nodes.get(node).cloned(),
         };
-        self.put(
-            key,
-            explanation(scheduler, key, record, outcome, num_all, MAX_NODES),
-        );
+        self.put(key, stored(scheduler, key, record, outcome, num_all));
     }
 
     pub fn record_failure(
@@ -180,20 +273,13 @@ impl ExplanationStore {
         };
         self.put(
             key,
-            explanation(
-                scheduler,
-                key,
-                record,
-                outcome,
-                fit.num_all_nodes,
-                MAX_NODES,
-            ),
+            stored(scheduler, key, record, outcome, fit.num_all_nodes),
         );
     }
 
     pub fn get(&self, key: &str) -> Option<Explanation> {
         let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        guard.0.get(key).cloned()
+        guard.0.get(key).map(Stored::expand)
     }
 
     pub fn len(&self) -> usize {
@@ -218,6 +304,42 @@ mod tests {
         assert_eq!(store.len(), CAPACITY);
         assert!(store.get("ns/p0").is_none());
         assert!(store.get(&format!("ns/p{}", CAPACITY + 9)).is_some());
+    }
+
+    #[test]
+    fn a_stored_explanation_expands_to_the_full_one() {
+        let info = |name: &str| {
+            let node: k8s_openapi::api::core::v1::Node =
+                serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))
+                    .expect("node");
+            std::sync::Arc::new(crate::snapshot::NodeInfo::new(std::sync::Arc::new(node)))
+        };
+        let record = CycleRecord {
+            filter_plugins: vec!["NodeName", "NodeResourcesFit"],
+            feasible: vec![info("a"), info("b")],
+            scores: vec![crate::framework::runtime::ScoreColumn {
+                plugin: "NodeResourcesFit",
+                weight: 2,
+                raw: vec![10, 90],
+                normalized: vec![11, 100],
+            }],
+            totals: vec![22, 200],
+            rejected: vec![(
+                info("c"),
+                crate::framework::Status::unschedulable("Insufficient cpu")
+                    .with_plugin("NodeResourcesFit"),
+            )],
+            ..Default::default()
+        };
+        let store = ExplanationStore::default();
+        store.record_success("s", "ns/p", &record, "b", 3);
+        let got = store.get("ns/p").expect("stored");
+        let full = explanation("s", "ns/p", &record, got.outcome.clone(), 3, MAX_NODES);
+        assert_eq!(got.nodes, full.nodes);
+        assert_eq!(got.nodes[0].node, "b");
+        assert_eq!(got.nodes[0].scores[0].weighted, 200);
+        assert_eq!(got.nodes[0].filters.len(), 2);
+        assert_eq!(got.nodes[2].filters[1].code, "Unschedulable");
     }
 
     #[test]

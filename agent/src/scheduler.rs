@@ -831,6 +831,13 @@ fn spawn_watches(
     tasks
 }
 
+/// managedFields are never read here, yet they are the bulk of a decoded object (nested
+/// JSON maps): dropped before caching, as client-go informers' transforms commonly do.
+fn without_managed_fields<K: Resource>(mut o: K) -> K {
+    o.meta_mut().managed_fields = None;
+    o
+}
+
 /// A watch event reduced to what the cache needs; `Apply`'s flag tells a new object.
 pub enum Change<K> {
     Apply(Arc<K>, bool),
@@ -858,7 +865,7 @@ pub(crate) async fn watch_kind<K, F>(
         match ev {
             Ok(Event::Init) => relist = Some(std::collections::HashMap::new()),
             Ok(Event::InitApply(o)) => {
-                let o = Arc::new(o);
+                let o = Arc::new(without_managed_fields(o));
                 let key = key_of(&*o);
                 let is_new = !known.contains_key(&key);
                 if let Some(seen) = relist.as_mut() {
@@ -881,7 +888,7 @@ pub(crate) async fn watch_kind<K, F>(
                 }
             }
             Ok(Event::Apply(o)) => {
-                let o = Arc::new(o);
+                let o = Arc::new(without_managed_fields(o));
                 let is_new = known.insert(key_of(&*o), o.clone()).is_none();
                 apply(Change::Apply(o, is_new));
             }

@@ -63,6 +63,13 @@ func parseFlags(args []string) (config, error) {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "scheduler" {
+		if err := runSchedulerOnly(os.Args[2:]); err != nil {
+			fmt.Fprintf(os.Stderr, "controlplane scheduler: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	cfg, err := parseFlags(os.Args[1:])
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "controlplane: %v\n", err)
@@ -149,6 +156,37 @@ func run(cfg config) error {
 	}
 	klog.Flush()
 	return nil
+}
+
+// runSchedulerOnly runs only the real kube-scheduler, in this process of its own, against
+// an API server that is already running: the benchmarks measure its CPU time and peak
+// RSS from /proc exactly as they measure mcsched-agent's.
+func runSchedulerOnly(args []string) error {
+	var c config
+	fs := flag.NewFlagSet("controlplane scheduler", flag.ContinueOnError)
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig of the API server to schedule in")
+	fs.StringVar(&c.dataDir, "data-dir", "", "directory for the scheduler's configuration file")
+	fs.Float64Var(&c.clientQPS, "client-qps", 5000, "QPS of kube-scheduler's client")
+	fs.IntVar(&c.clientBurst, "client-burst", 5000, "burst of kube-scheduler's client")
+	fs.IntVar(&c.verbosity, "v", 0, "klog verbosity")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if c.kubeconfig == "" || c.dataDir == "" {
+		return fmt.Errorf("--kubeconfig and --data-dir are required")
+	}
+	if err := os.MkdirAll(c.dataDir, 0o700); err != nil {
+		return err
+	}
+	initKlog(c.verbosity)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	err := runScheduler(ctx, c, c.dataDir)
+	klog.Flush()
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
 }
 
 func wrap(component string, err error) error {

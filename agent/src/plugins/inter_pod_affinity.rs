@@ -47,7 +47,47 @@ impl InterPodAffinity {
     }
 }
 
-type Counts = HashMap<(String, String), i64>;
+/// Topology key → value → matching pods. Looked up by `&str`, so that Filter, run for
+/// thousands of nodes per pod, allocates nothing.
+#[derive(Clone, Default)]
+struct Counts(HashMap<String, HashMap<String, i64>>);
+
+impl Counts {
+    fn new() -> Self {
+        Self::default()
+    }
+
+    /// No pair with a count (pairs are removed when they reach zero).
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn get(&self, key: &str, value: &str) -> i64 {
+        self.0
+            .get(key)
+            .and_then(|m| m.get(value))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn add(&mut self, key: &str, value: &str, by: i64) {
+        let values = match self.0.get_mut(key) {
+            Some(m) => m,
+            None => self.0.entry(key.to_string()).or_default(),
+        };
+        let c = match values.get_mut(value) {
+            Some(c) => c,
+            None => values.entry(value.to_string()).or_default(),
+        };
+        *c += by;
+        if *c == 0 {
+            values.remove(value);
+            if values.is_empty() {
+                self.0.remove(key);
+            }
+        }
+    }
+}
 
 #[derive(Clone)]
 struct PreFilterState {
@@ -63,12 +103,7 @@ struct PreFilterState {
 
 fn bump(counts: &mut Counts, node: &NodeInfo, key: &str, by: i64) {
     if let Some(v) = node.labels().get(key) {
-        let pair = (key.to_string(), v.clone());
-        let c = counts.entry(pair.clone()).or_default();
-        *c += by;
-        if *c == 0 {
-            counts.remove(&pair);
-        }
+        counts.add(key, v, by);
     }
 }
 
@@ -230,12 +265,7 @@ impl FilterPlugin for InterPodAffinity {
         for t in &s.required_affinity {
             match labels.get(&t.topology_key) {
                 Some(v) => {
-                    if s.affinity
-                        .get(&(t.topology_key.clone(), v.clone()))
-                        .copied()
-                        .unwrap_or(0)
-                        <= 0
-                    {
+                    if s.affinity.get(&t.topology_key, v) <= 0 {
                         pods_exist = false;
                     }
                 }
@@ -249,11 +279,7 @@ impl FilterPlugin for InterPodAffinity {
         if !s.anti_affinity.is_empty() {
             for t in &s.required_anti_affinity {
                 if let Some(v) = labels.get(&t.topology_key)
-                    && s.anti_affinity
-                        .get(&(t.topology_key.clone(), v.clone()))
-                        .copied()
-                        .unwrap_or(0)
-                        > 0
+                    && s.anti_affinity.get(&t.topology_key, v) > 0
                 {
                     return Status::unschedulable(REASON_ANTI_AFFINITY);
                 }
@@ -261,12 +287,7 @@ impl FilterPlugin for InterPodAffinity {
         }
         if !s.existing_anti_affinity.is_empty() {
             for (k, v) in labels {
-                if s.existing_anti_affinity
-                    .get(&(k.clone(), v.clone()))
-                    .copied()
-                    .unwrap_or(0)
-                    > 0
-                {
+                if s.existing_anti_affinity.get(k, v) > 0 {
                     return Status::unschedulable(REASON_EXISTING_ANTI_AFFINITY);
                 }
             }
@@ -345,44 +366,46 @@ impl PreScorePlugin for InterPodAffinity {
         };
         let ns_labels = namespace_labels(snapshot, &pod.namespace);
         let mut score = TopologyScore::default();
+        let hard_weight = i64::from(self.args.hard_pod_affinity_weight);
+        let ignore_preferred = self.args.ignore_preferred_terms_of_existing_pods;
+        let visit = |score: &mut TopologyScore, e: &Arc<PodInfo>, node: &NodeInfo| {
+            score.add_weighted(&incoming.preferred_affinity, 1, &e.pod, None, node);
+            score.add_weighted(&incoming.preferred_anti_affinity, -1, &e.pod, None, node);
+            if hard_weight > 0 {
+                for t in &e.terms.required_affinity {
+                    score.add(t, hard_weight, &pod.pod, Some(&ns_labels), node);
+                }
+            }
+            if !ignore_preferred {
+                score.add_weighted(
+                    &e.terms.preferred_affinity,
+                    1,
+                    &pod.pod,
+                    Some(&ns_labels),
+                    node,
+                );
+                score.add_weighted(
+                    &e.terms.preferred_anti_affinity,
+                    -1,
+                    &pod.pod,
+                    Some(&ns_labels),
+                    node,
+                );
+            }
+        };
+        // Without terms of its own, only nodes holding pods with affinity matter (kube's
+        // nodesWithAffinityPods); no allocation per node either way.
         for node in snapshot.nodes.iter() {
             if node.labels().is_empty() {
                 continue;
             }
-            let existing: Box<dyn Iterator<Item = &Arc<PodInfo>>> = if has_constraints {
-                Box::new(node.pods.iter())
-            } else {
-                Box::new(node.pods_with_affinity())
-            };
-            for e in existing {
-                score.add_weighted(&incoming.preferred_affinity, 1, &e.pod, None, node);
-                score.add_weighted(&incoming.preferred_anti_affinity, -1, &e.pod, None, node);
-                if self.args.hard_pod_affinity_weight > 0 {
-                    for t in &e.terms.required_affinity {
-                        score.add(
-                            t,
-                            i64::from(self.args.hard_pod_affinity_weight),
-                            &pod.pod,
-                            Some(&ns_labels),
-                            node,
-                        );
-                    }
+            if has_constraints {
+                for e in &node.pods {
+                    visit(&mut score, e, node);
                 }
-                if !self.args.ignore_preferred_terms_of_existing_pods {
-                    score.add_weighted(
-                        &e.terms.preferred_affinity,
-                        1,
-                        &pod.pod,
-                        Some(&ns_labels),
-                        node,
-                    );
-                    score.add_weighted(
-                        &e.terms.preferred_anti_affinity,
-                        -1,
-                        &pod.pod,
-                        Some(&ns_labels),
-                        node,
-                    );
+            } else {
+                for e in node.pods_with_affinity() {
+                    visit(&mut score, e, node);
                 }
             }
         }

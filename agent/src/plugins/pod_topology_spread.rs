@@ -287,7 +287,8 @@ impl PreFilterPlugin for PodTopologySpread {
         if cs.is_empty() {
             return (None, Status::skip());
         }
-        let mut counts = vec![HashMap::new(); cs.len()];
+        // Counted under borrowed label values (one allocation per domain, not per node).
+        let mut borrowed: Vec<HashMap<&str, i64>> = vec![HashMap::new(); cs.len()];
         for node in snapshot.nodes.iter() {
             if !has_all_keys(node, &cs) {
                 continue;
@@ -299,11 +300,15 @@ impl PreFilterPlugin for PodTopologySpread {
                 let v = node
                     .labels()
                     .get(&c.topology_key)
-                    .cloned()
+                    .map(String::as_str)
                     .unwrap_or_default();
-                *counts[i].entry(v).or_default() += c.count(node, &pod.namespace);
+                *borrowed[i].entry(v).or_default() += c.count(node, &pod.namespace);
             }
         }
+        let counts: Vec<HashMap<String, i64>> = borrowed
+            .into_iter()
+            .map(|m| m.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+            .collect();
         state.write(
             NAME,
             PreFilterState {

@@ -1,0 +1,16 @@
+//! mcsched's benchmark harness: scheduler_perf's workloads on real control planes, each
+//! run once with kube-scheduler, mcsched-agent and a bind-only client, and the results
+//! as a Markdown table and a PNG chart.
+
+pub mod bind_only;
+pub mod chart;
+pub mod machine;
+pub mod observe;
+pub mod populate;
+pub mod procstat;
+pub mod report;
+pub mod run;
+pub mod schedulers;
+pub mod stats;
+pub mod suite;
+pub mod workloads;

@@ -1,0 +1,336 @@
+//! One run: a fresh control plane (and leaves), the workload's nodes and initial pods,
+//! one scheduler, the measured pods, and what was measured.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{ListParams, PostParams};
+use kube::{Api, Client};
+use mcsched_e2e::{ControlPlane, ControlPlaneOptions, wait};
+use mcsched_shared::keys;
+use tracing::info;
+
+use crate::observe::Observer;
+use crate::procstat::{self, Usage};
+use crate::schedulers::{self, Binaries, Running, Scheduler};
+use crate::stats::{self, Throughput};
+use crate::workloads::{
+    self, INIT_NAMESPACE, Kind, MEASURED_LABEL, MEASURED_NAMESPACE, Phase, Size,
+};
+
+const WARMUP_NAMESPACE: &str = "warmup";
+/// A run gives up when this long passes without a new binding.
+const IDLE_LIMIT: Duration = Duration::from_secs(120);
+
+/// Pods of the multi-cluster workload in the leaves once things settled.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LeafOutcome {
+    /// Host pods bound to virtual nodes.
+    pub sent: usize,
+    /// Their copies in the leaves still Pending (no node).
+    pub pending: usize,
+    /// Host pods on a virtual node without a copy in its leaf.
+    pub missing: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct RunResult {
+    pub workload: Kind,
+    pub size: Size,
+    pub scheduler: Scheduler,
+    pub bound: usize,
+    /// Pods per second from the first to the last binding.
+    pub throughput: Option<f64>,
+    pub per_second: Throughput,
+    pub latency_p50: Option<Duration>,
+    pub latency_p99: Option<Duration>,
+    pub usage: Option<Usage>,
+    pub leaf: Option<LeafOutcome>,
+    /// Wall time of the measured phase, creation of the first pod to the last binding.
+    pub measured_for: Duration,
+}
+
+impl RunResult {
+    pub fn all_bound(&self) -> bool {
+        self.bound == self.size.pods
+    }
+}
+
+fn leaf_name(i: usize) -> String {
+    format!("leaf-{}", i + 1)
+}
+
+pub async fn run(
+    kind: Kind,
+    size: Size,
+    scheduler: Scheduler,
+    bins: &Binaries,
+    log_dir: &Path,
+) -> anyhow::Result<RunResult> {
+    let run_dir = log_dir.join(format!("{kind}-{scheduler}"));
+    std::fs::create_dir_all(&run_dir)?;
+    info!(%kind, %scheduler, %size, "starting control planes");
+    let host_start = ControlPlane::start_many(&["bench-host"], ControlPlaneOptions::default());
+    let leaf_names: Vec<String> = (0..size.leaves).map(leaf_name).collect();
+    let leaf_refs: Vec<&str> = leaf_names.iter().map(String::as_str).collect();
+    let leaf_start = ControlPlane::start_many(
+        &leaf_refs,
+        ControlPlaneOptions {
+            with_scheduler: true,
+            ..Default::default()
+        },
+    );
+    let (mut hosts, leaves) = tokio::try_join!(host_start, leaf_start)?;
+    let host = hosts.pop().context("no host control plane")?;
+
+    let populate = Instant::now();
+    let host_nodes = crate::populate::nodes(
+        &host.client,
+        (0..size.nodes).map(|i| workloads::node(kind, i)).collect(),
+    );
+    let leaf_nodes = futures::future::try_join_all(leaves.iter().map(|l| {
+        crate::populate::nodes(
+            &l.client,
+            (0..size.leaf_nodes)
+                .map(|i| workloads::node(kind, i))
+                .collect(),
+        )
+    }));
+    tokio::try_join!(host_nodes, leaf_nodes)?;
+    crate::populate::namespaces(
+        &host.client,
+        &[INIT_NAMESPACE, MEASURED_NAMESPACE, WARMUP_NAMESPACE],
+    )
+    .await?;
+    // Initial pods are created bound, round-robin, so that every scheduler starts from
+    // the same cluster; scheduler_perf has the scheduler under test place them.
+    let init: Vec<_> = (0..size.init_pods)
+        .map(|i| {
+            let node = workloads::node_name(i % size.nodes.max(1));
+            workloads::pod(
+                kind,
+                Phase::Init,
+                INIT_NAMESPACE,
+                &format!("init-{i}"),
+                "default-scheduler",
+                Some(&node),
+            )
+        })
+        .collect();
+    crate::populate::pods(&host.client, init, |_| {}).await?;
+    info!("populated in {:.1}s", populate.elapsed().as_secs_f64());
+
+    // Multi-cluster: the leaves join as `kubectl mcsched join` leaves them, and an agent
+    // keeps their virtual nodes and syncs pods into them (the measured agent itself, or
+    // one with a profile no pod uses when another scheduler is measured).
+    let mut helpers: Vec<Running> = Vec::new();
+    let mut measured: Option<Running> = None;
+    if !leaves.is_empty() {
+        for (leaf, name) in leaves.iter().zip(&leaf_names) {
+            mcsched_e2e::objects::join_as_join_does(
+                &host.client,
+                leaf,
+                name,
+                serde_json::json!({}),
+            )
+            .await?;
+        }
+        if scheduler == Scheduler::Mcsched {
+            measured = Some(schedulers::start(
+                scheduler,
+                bins,
+                &host.kubeconfig,
+                &run_dir,
+            )?);
+        } else {
+            helpers.push(schedulers::start_agent(
+                bins,
+                &host.kubeconfig,
+                &run_dir,
+                "mcsched-sync-only",
+            )?);
+        }
+        wait_virtual_nodes_ready(&host.client, &leaf_names).await?;
+    }
+
+    let observer = Observer::start(&host.client, &format!("{MEASURED_LABEL}=true")).await?;
+    let mut sched = match measured.take() {
+        Some(s) => s,
+        None => schedulers::start(scheduler, bins, &host.kubeconfig, &run_dir)?,
+    };
+    let warmup = warm_up(&host.client, kind, scheduler).await;
+    if let Err(e) = warmup {
+        sched.stop();
+        anyhow::bail!(
+            "{scheduler} did not bind the warm-up pod: {e:#}\n{}",
+            mcsched_e2e::controlplane::tail(&sched.log)
+        );
+    }
+
+    info!(pods = size.pods, "creating the measured pods");
+    let pods: Vec<_> = (0..size.pods)
+        .map(|i| {
+            workloads::pod(
+                kind,
+                Phase::Measured,
+                MEASURED_NAMESPACE,
+                &format!("pod-{i}"),
+                scheduler.scheduler_name(),
+                None,
+            )
+        })
+        .collect();
+    let start = Instant::now();
+    crate::populate::pods(&host.client, pods, |name| observer.created(name)).await?;
+    info!(
+        "measured pods created in {:.1}s; {} bound so far",
+        start.elapsed().as_secs_f64(),
+        observer.bound()
+    );
+    observer.wait_bound(size.pods, IDLE_LIMIT).await;
+    let usage = sched.pid().and_then(|pid| procstat::usage(pid).ok());
+    let obs = observer.observation(start);
+    info!(bound = obs.bound_at.len(), "measured phase over");
+
+    let leaf = if leaves.is_empty() {
+        None
+    } else {
+        let sent: BTreeMap<String, usize> = leaf_names
+            .iter()
+            .map(|n| {
+                let vn = keys::virtual_node_name(n);
+                let count = obs.per_node.get(&vn).copied().unwrap_or(0);
+                (n.clone(), count)
+            })
+            .collect();
+        let clients: Vec<&Client> = leaves.iter().map(|l| &l.client).collect();
+        Some(settle_leaves(&clients, &leaf_names, &sent).await?)
+    };
+    // The measured agent syncs the leaves' pods in its run: stopped only now.
+    sched.stop();
+    for h in &mut helpers {
+        h.stop();
+    }
+    for cp in leaves.iter().chain(std::iter::once(&host)) {
+        kill(cp);
+    }
+
+    let measured_for = obs.bound_at.iter().max().copied().unwrap_or_default();
+    Ok(RunResult {
+        workload: kind,
+        size,
+        scheduler,
+        bound: obs.bound_at.len(),
+        throughput: stats::first_to_last(&obs.bound_at),
+        per_second: stats::summarise(&stats::per_second_samples(&obs.bound_at)),
+        latency_p50: stats::percentile(&obs.latencies, 50),
+        latency_p99: stats::percentile(&obs.latencies, 99),
+        usage,
+        leaf,
+        measured_for,
+    })
+}
+
+/// Nothing of a finished run is kept: SIGKILL spares the API servers' graceful shutdown
+/// (the guard then only reaps them and removes their directories).
+fn kill(cp: &ControlPlane) {
+    if let Some(pid) = cp.pid().and_then(|p| i32::try_from(p).ok()) {
+        // SAFETY: kill(2) on a child of ours that is not reaped before `cp` is dropped.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+    }
+}
+
+/// One pod of the workload's kind that the scheduler must bind before measuring starts:
+/// the scheduler is then up, its caches synced.
+async fn warm_up(client: &Client, kind: Kind, scheduler: Scheduler) -> anyhow::Result<()> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), WARMUP_NAMESPACE);
+    let pod: Pod = serde_json::from_value(workloads::pod(
+        kind,
+        Phase::Warmup,
+        WARMUP_NAMESPACE,
+        "warmup",
+        scheduler.scheduler_name(),
+        None,
+    ))?;
+    api.create(&PostParams::default(), &pod).await?;
+    wait::until(
+        Duration::from_secs(300),
+        "the warm-up pod bound",
+        || async {
+            let p = api.get("warmup").await?;
+            Ok(p.spec.and_then(|s| s.node_name).map(|_| ()))
+        },
+    )
+    .await
+}
+
+async fn wait_virtual_nodes_ready(host: &Client, leaves: &[String]) -> anyhow::Result<()> {
+    let nodes: Api<Node> = Api::all(host.clone());
+    for leaf in leaves {
+        let name = keys::virtual_node_name(leaf);
+        wait::until(
+            Duration::from_secs(180),
+            &format!("virtual node {name} Ready with the leaf's allocatable"),
+            || async {
+                let n = nodes.get(&name).await?;
+                let st = n.status.unwrap_or_default();
+                let ready = st
+                    .conditions
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True");
+                let has_cpu = st
+                    .allocatable
+                    .is_some_and(|a| a.get("cpu").is_some_and(|q| q.0 != "0"));
+                Ok((ready && has_cpu).then_some(()))
+            },
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Waits until every pod sent to a leaf has a copy there that its kube-scheduler bound,
+/// or until nothing changed for a minute, and counts what is left over.
+async fn settle_leaves(
+    leaves: &[&Client],
+    names: &[String],
+    sent: &BTreeMap<String, usize>,
+) -> anyhow::Result<LeafOutcome> {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let mut last_change = Instant::now();
+    let mut last = None;
+    loop {
+        let mut outcome = LeafOutcome::default();
+        for (client, name) in leaves.iter().zip(names) {
+            let expected = sent.get(name).copied().unwrap_or(0);
+            let pods: Api<Pod> = Api::namespaced((*client).clone(), MEASURED_NAMESPACE);
+            let list = pods.list(&ListParams::default()).await?;
+            let copies = list.items.len();
+            let pending = list
+                .items
+                .iter()
+                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none())
+                .count();
+            outcome.sent += expected;
+            outcome.pending += pending;
+            outcome.missing += expected.saturating_sub(copies);
+        }
+        if outcome.pending == 0 && outcome.missing == 0 {
+            return Ok(outcome);
+        }
+        if last != Some(outcome) {
+            last = Some(outcome);
+            last_change = Instant::now();
+        }
+        if last_change.elapsed() > Duration::from_secs(60) || Instant::now() > deadline {
+            return Ok(outcome);
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}

@@ -1,0 +1,47 @@
+//! The quick variant of `make bench`, run by `make test`: every workload with every
+//! scheduler at small sizes. It asserts only that every pod got bound and that the
+//! results and the chart were written (to a temporary directory); no timing is asserted.
+
+use std::process::Command;
+
+#[test]
+fn quick_variant_binds_every_pod_and_writes_results() {
+    let out = tempfile::tempdir().expect("temporary directory");
+    // The agent `make test` built (debug, or $MCSCHED_AGENT); results.md names the build.
+    let agent = mcsched_e2e::agent::binary();
+    let status = Command::new(env!("CARGO_BIN_EXE_mcsched-bench"))
+        .arg("--quick")
+        .arg("--out")
+        .arg(out.path())
+        .arg("--agent")
+        .arg(&agent)
+        .arg("--analysis")
+        .arg(out.path().join("no-analysis.md"))
+        .status()
+        .expect("mcsched-bench runs");
+    // A non-zero exit means a run failed or left a pod unbound (it says which on stderr).
+    assert!(status.success(), "mcsched-bench --quick: {status}");
+
+    let results = std::fs::read_to_string(out.path().join("results.md")).expect("results.md");
+    for needle in [
+        "SchedulingBasic",
+        "SchedulingPodAntiAffinity",
+        "TopologySpreading",
+        "SchedulingNodeAffinity",
+        "MultiCluster",
+        "kube-scheduler",
+        "mcsched",
+        "bind-only",
+        "## Targets",
+    ] {
+        assert!(
+            results.contains(needle),
+            "results.md lacks {needle}:\n{results}"
+        );
+    }
+    let png = std::fs::read(out.path().join("results.png")).expect("results.png");
+    assert!(
+        png.starts_with(b"\x89PNG\r\n\x1a\n"),
+        "results.png is not a PNG"
+    );
+}
