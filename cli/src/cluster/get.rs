@@ -11,6 +11,7 @@ use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 use mcsched_shared::keys;
 use mcsched_shared::quantity::Quantity as Parsed;
+use mcsched_shared::resources::{self, Resources};
 use serde::Serialize;
 
 use crate::kube_context::KubeArgs;
@@ -39,7 +40,8 @@ pub struct ClusterRow {
     pub nodes: String,
     /// The leaf's usable nodes' allocatable (the virtual node's capacity).
     pub allocatable: String,
-    /// What the leaf's own pods leave of it (the virtual node's allocatable).
+    /// What is left for new pods: the virtual node's allocatable (what the leaf's own pods
+    /// leave) minus the requests of the host pods running there.
     pub free: String,
     /// Host pods bound to the virtual node, i.e. synced to the leaf.
     pub pods: usize,
@@ -79,18 +81,17 @@ async fn collect(client: &Client, namespace: &str) -> anyhow::Result<Vec<Cluster
             .await
             .with_context(|| format!("reading node {node_name}"))?;
         let on_node = pods
-            .list_metadata(&ListParams::default().fields(&format!("spec.nodeName={node_name}")))
+            .list(&ListParams::default().fields(&format!("spec.nodeName={node_name}")))
             .await
             .with_context(|| format!("listing pods on {node_name}"))?
-            .items
-            .len();
+            .items;
         let age = s
             .metadata
             .creation_timestamp
             .as_ref()
             .map(|t| age(t.0))
             .unwrap_or_else(|| "-".into());
-        rows.push(row(name, node_name, node.as_ref(), on_node, age));
+        rows.push(row(name, node_name, node.as_ref(), &on_node, age));
     }
     rows.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(rows)
@@ -100,7 +101,7 @@ fn row(
     name: String,
     node_name: String,
     node: Option<&Node>,
-    pods: usize,
+    pods: &[Pod],
     age: String,
 ) -> ClusterRow {
     let status = node.and_then(|n| n.status.as_ref());
@@ -135,10 +136,61 @@ fn row(
         version,
         nodes,
         allocatable: resources(status.and_then(|s| s.capacity.as_ref())),
-        free: resources(status.and_then(|s| s.allocatable.as_ref())),
-        pods,
+        free: status
+            .and_then(|s| s.allocatable.as_ref())
+            .map(|a| left_after(a, pods))
+            .as_ref()
+            .map_or_else(|| "-".into(), |m| resources(Some(m))),
+        pods: pods.len(),
         age,
     }
+}
+
+/// `allocatable` minus the requests of the pods that still hold them (not Succeeded or
+/// Failed), as the scheduler counts them; a pod whose requests do not parse counts as one
+/// pod with no requests.
+fn left_after(
+    allocatable: &BTreeMap<String, Quantity>,
+    pods: &[Pod],
+) -> BTreeMap<String, Quantity> {
+    let mut used = Resources::default();
+    let mut running = 0i64;
+    for p in pods {
+        let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+        if matches!(phase, Some("Succeeded" | "Failed")) {
+            continue;
+        }
+        running += 1;
+        if let Ok(r) = resources::pod_requests(p) {
+            used.add(&r);
+        }
+    }
+    let mut left = allocatable.clone();
+    let mut put = |key: &str, value: Option<i64>, used: i64, unit: &str| {
+        if let Some(v) = value {
+            left.insert(key.into(), Quantity(format!("{}{unit}", (v - used).max(0))));
+        }
+    };
+    let parse = |key: &str, milli: bool| {
+        allocatable
+            .get(key)
+            .and_then(|q| Parsed::parse(&q.0).ok())
+            .map(|q| if milli { q.milli_value() } else { q.value() })
+    };
+    put(
+        resources::CPU,
+        parse(resources::CPU, true),
+        used.milli_cpu,
+        "m",
+    );
+    put(
+        resources::MEMORY,
+        parse(resources::MEMORY, false),
+        used.memory,
+        "",
+    );
+    put(resources::PODS, parse(resources::PODS, false), running, "");
+    left
 }
 
 /// `cpu 16, memory 32Gi, pods 220`, or `-`.
@@ -283,19 +335,36 @@ mod tests {
             }
         }))
         .expect("node");
+        let pod = |cpu: &str, phase: &str| -> Pod {
+            serde_json::from_value(json!({
+                "metadata": {"name": "p"},
+                "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]},
+                "status": {"phase": phase}
+            }))
+            .expect("pod")
+        };
+        let pods = [
+            pod("500m", "Running"),
+            pod("1", "Pending"),
+            pod("4", "Succeeded"),
+        ];
         let r = row(
             "east".into(),
             "mcsched-east".into(),
             Some(&node),
-            3,
+            &pods,
             "5m".into(),
         );
         assert_eq!(r.ready, "True");
         assert_eq!(r.version, "v1.36.3");
         assert_eq!(r.nodes, "4");
         assert_eq!(r.allocatable, "cpu 16, memory 32Gi, pods 440");
-        assert_eq!(r.free, "cpu 7500m, memory 30Gi, pods 431");
-        let missing = row("west".into(), "mcsched-west".into(), None, 0, "1s".into());
+        assert_eq!(
+            r.free, "cpu 6, memory 28Gi, pods 429",
+            "finished pods hold nothing"
+        );
+        assert_eq!(r.pods, 3);
+        let missing = row("west".into(), "mcsched-west".into(), None, &[], "1s".into());
         assert_eq!(missing.ready, "-");
         assert_eq!(missing.virtual_node, "mcsched-west (missing)");
         let table = render(&[r]);
