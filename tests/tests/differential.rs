@@ -30,6 +30,9 @@ use serde_json::{Value, json};
 
 const CONCURRENCY: usize = 40;
 const OUTCOME_TIMEOUT: Duration = Duration::from_secs(30);
+/// The PV controller settles volumes and claims on its own schedule (events, and a 15 s
+/// resync), slower on a loaded machine: a precondition, not a measurement.
+const STORAGE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// splitmix64: small, seedable, good enough to generate cases.
 struct Rng(u64);
@@ -665,7 +668,7 @@ async fn run_volume_case(client: Client, case: VolumeCase) -> anyhow::Result<Cas
         .flat_map(|a| case.immediate.iter().map(move |c| c.replace(ATTEMPT, a)))
         .collect();
     mcsched_e2e::wait::until(
-        OUTCOME_TIMEOUT,
+        STORAGE_TIMEOUT,
         "volumes available, claims bound",
         || async {
             for pv in &pv_names {
