@@ -316,7 +316,7 @@ mod tests {
         };
         let record = CycleRecord {
             filter_plugins: vec!["NodeName", "NodeResourcesFit"],
-            feasible: vec![info("a"), info("b")],
+            feasible: crate::snapshot::NodeList::from_nodes(vec![info("a"), info("b")]),
             scores: vec![crate::framework::runtime::ScoreColumn {
                 plugin: "NodeResourcesFit",
                 weight: 2,

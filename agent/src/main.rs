@@ -64,6 +64,11 @@ fn mixed_scheduling(cfg: &mut SchedulerConfig) {
     }
 }
 
+// glibc's allocator hands the large per-cycle buffers (score columns, node lists) back to
+// the kernel and faults them in again on the next cycle; mimalloc keeps them.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let args = Args::parse();
     telemetry::init(&args.log);

@@ -556,7 +556,7 @@ async fn run_cycle(
             match ext.prioritize(&pod.pod, &nodes).await {
                 Ok(scores) => {
                     let totals = extra.get_or_insert_with(|| vec![0; feasible.len()]);
-                    for (t, n) in totals.iter_mut().zip(&feasible) {
+                    for (t, n) in totals.iter_mut().zip(feasible.iter()) {
                         let s = scores.get(&n.name).copied().unwrap_or(0);
                         *t += s * ext.config.weight * (MAX_NODE_SCORE / MAX_EXTENDER_PRIORITY);
                     }
@@ -583,13 +583,14 @@ async fn run_cycle(
         }
     }
     let evaluated = record.num_evaluated;
+    let feasible_nodes = feasible.len();
     let node = tokio::task::block_in_place(|| {
-        fw.score_phase(state, pod, &feasible, snapshot, record, extra.as_deref())
+        fw.score_phase(state, pod, feasible, snapshot, record, extra.as_deref())
     });
     Ok(ScheduleResult {
         node,
         evaluated_nodes: evaluated,
-        feasible_nodes: feasible.len(),
+        feasible_nodes,
     })
 }
 

@@ -359,6 +359,67 @@ impl Snapshot {
 
 /// Rough memory of a snapshot: struct sizes plus each Node's and Pod's JSON length as a
 /// stand-in for the heap its strings and maps take. For reporting, not accounting.
+/// Some of a snapshot's nodes (the feasible ones), as positions in its shared node list:
+/// a cycle over thousands of nodes then writes no node's reference count, which would pull
+/// every node's cache line from core to core.
+#[derive(Clone, Default)]
+pub struct NodeList {
+    all: Arc<Vec<Arc<NodeInfo>>>,
+    positions: Vec<u32>,
+}
+
+impl NodeList {
+    pub fn new(all: Arc<Vec<Arc<NodeInfo>>>, positions: Vec<u32>) -> Self {
+        NodeList { all, positions }
+    }
+
+    /// Every node of `nodes`, in order.
+    pub fn from_nodes(nodes: Vec<Arc<NodeInfo>>) -> Self {
+        let positions = (0..nodes.len() as u32).collect();
+        NodeList {
+            all: Arc::new(nodes),
+            positions,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.positions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.positions.is_empty()
+    }
+
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &Arc<NodeInfo>> + Clone {
+        self.positions.iter().map(|&p| &self.all[p as usize])
+    }
+
+    pub fn par_iter(&self) -> impl rayon::iter::IndexedParallelIterator<Item = &Arc<NodeInfo>> {
+        use rayon::prelude::*;
+        self.positions.par_iter().map(|&p| &self.all[p as usize])
+    }
+
+    pub fn retain(&mut self, mut keep: impl FnMut(&NodeInfo) -> bool) {
+        let all = &self.all;
+        self.positions.retain(|&p| keep(&all[p as usize]));
+    }
+}
+
+impl std::ops::Index<usize> for NodeList {
+    type Output = Arc<NodeInfo>;
+    fn index(&self, i: usize) -> &Arc<NodeInfo> {
+        &self.all[self.positions[i] as usize]
+    }
+}
+
+impl std::fmt::Debug for NodeList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.iter().map(|n| &n.name))
+            .finish()
+    }
+}
+
 pub fn approximate_bytes(s: &Snapshot) -> usize {
     let json = |v: &dyn erased_len::JsonLen| v.json_len();
     let mut total =

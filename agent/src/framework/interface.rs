@@ -9,7 +9,7 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 
 use super::{CycleState, Framework, Status};
-use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
+use crate::snapshot::{NodeInfo, NodeList, PodInfo, Snapshot};
 
 /// What the API-facing extension points may use.
 #[derive(Clone)]
@@ -188,7 +188,7 @@ pub trait PreScorePlugin: Plugin {
         &self,
         state: &mut CycleState,
         pod: &PodInfo,
-        nodes: &[Arc<NodeInfo>],
+        nodes: &NodeList,
         snapshot: &Snapshot,
     ) -> Status;
 }

@@ -16,7 +16,7 @@ use super::{
     BindContext, Code, CycleState, Diagnosis, FitError, Handle, NodeStatuses, Plugin,
     PostFilterResult, QueuedPodInfo, Status,
 };
-use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
+use crate::snapshot::{NodeInfo, NodeList, PodInfo, Snapshot};
 
 const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
 const MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND: usize = 5;
@@ -86,10 +86,25 @@ pub struct Framework {
     waiting_pods: Arc<WaitingPods>,
 }
 
+/// Nodes one parallel Filter task checks in a row.
+const FILTER_CHUNK: usize = 128;
+/// Nodes one parallel Score task scores at least.
+const SCORE_CHUNK: usize = 256;
+
+/// What one chunk of nodes left after Filter.
+#[derive(Default)]
+struct FilterChunk {
+    processed: usize,
+    feasible: Vec<u32>,
+    rejected: Vec<(Arc<NodeInfo>, Status)>,
+    verdicts: Vec<(String, Vec<PluginVerdict>)>,
+    timings: Timings,
+}
+
 /// What Filter left: the nominated node, or the feasible nodes and the others' statuses.
 pub enum Filtered {
     Nominated(String),
-    Feasible(Vec<Arc<NodeInfo>>, NodeStatuses),
+    Feasible(NodeList, NodeStatuses),
 }
 
 /// The FitError for statuses where every node was rejected.
@@ -129,7 +144,7 @@ pub struct CycleRecord {
     pub rejected: Vec<(Arc<NodeInfo>, Status)>,
     /// With `record_all`: every filter verdict of every node, by node name.
     pub verdicts: HashMap<String, Vec<PluginVerdict>>,
-    pub feasible: Vec<Arc<NodeInfo>>,
+    pub feasible: NodeList,
     /// One column per score plugin, aligned with `feasible`.
     pub scores: Vec<ScoreColumn>,
     pub totals: Vec<i64>,
@@ -301,6 +316,20 @@ impl Framework {
         record: &mut CycleRecord,
         record_all: bool,
     ) -> Result<ScheduleResult, Box<FitError>> {
+        // One hand-over to the pool for the whole cycle: the parallel sections inside
+        // then start from a worker, with no thread woken for each.
+        self.pool
+            .install(|| self.schedule_in_pool(state, pod, snapshot, record, record_all))
+    }
+
+    fn schedule_in_pool(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        record: &mut CycleRecord,
+        record_all: bool,
+    ) -> Result<ScheduleResult, Box<FitError>> {
         match self.filter_phase(state, pod, snapshot, record, record_all)? {
             Filtered::Nominated(node) => Ok(ScheduleResult {
                 node,
@@ -308,11 +337,12 @@ impl Framework {
                 feasible_nodes: 1,
             }),
             Filtered::Feasible(feasible, _) => {
-                let node = self.score_phase(state, pod, &feasible, snapshot, record, None);
+                let feasible_nodes = feasible.len();
+                let node = self.score_phase(state, pod, feasible, snapshot, record, None);
                 Ok(ScheduleResult {
                     node,
                     evaluated_nodes: record.num_evaluated,
-                    feasible_nodes: feasible.len(),
+                    feasible_nodes,
                 })
             }
         }
@@ -321,6 +351,18 @@ impl Framework {
     /// PreFilter and Filter: the nominated node if it still fits, else the feasible
     /// nodes (at least one) with every rejected node's status.
     pub fn filter_phase(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        record: &mut CycleRecord,
+        record_all: bool,
+    ) -> Result<Filtered, Box<FitError>> {
+        self.pool
+            .install(|| self.filter_phase_in_pool(state, pod, snapshot, record, record_all))
+    }
+
+    fn filter_phase_in_pool(
         &self,
         state: &mut CycleState,
         pod: &PodInfo,
@@ -398,15 +440,27 @@ impl Framework {
         &self,
         state: &mut CycleState,
         pod: &PodInfo,
-        feasible: &[Arc<NodeInfo>],
+        feasible: NodeList,
+        snapshot: &Snapshot,
+        record: &mut CycleRecord,
+        extra: Option<&[i64]>,
+    ) -> String {
+        self.pool
+            .install(|| self.score_phase_in_pool(state, pod, feasible, snapshot, record, extra))
+    }
+
+    fn score_phase_in_pool(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        feasible: NodeList,
         snapshot: &Snapshot,
         record: &mut CycleRecord,
         extra: Option<&[i64]>,
     ) -> String {
         let started = Instant::now();
-        record.feasible = feasible.to_vec();
         record.num_feasible = feasible.len();
-        let mut scores = self.prioritize(state, pod, feasible, snapshot, record);
+        let mut scores = self.prioritize(state, pod, &feasible, snapshot, record);
         if let Some(extra) = extra {
             for (s, e) in scores.iter_mut().zip(extra) {
                 *s += e;
@@ -414,7 +468,9 @@ impl Framework {
             record.totals = scores.clone();
         }
         record.timed("Score", started);
-        select_host(feasible, &scores)
+        let node = select_host(&feasible, &scores);
+        record.feasible = feasible;
+        node
     }
 
     fn run_pre_filter(
@@ -481,6 +537,38 @@ impl Framework {
             .collect()
     }
 
+    /// The common case of `run_active_filters` (no verdicts, no timings) without its
+    /// bookkeeping: the first rejection, if any.
+    fn first_rejection(
+        &self,
+        active: &[(&'static str, &dyn super::FilterPlugin)],
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+    ) -> Option<Status> {
+        for &(name, f) in active {
+            let s = f.filter(state, pod, node);
+            if !s.is_success() {
+                return Some(s.with_plugin(name));
+            }
+        }
+        if node.cluster.is_some() {
+            let s = self.leaf_check(state, pod, node);
+            if !s.is_success() {
+                return Some(s.with_plugin(crate::leaf::feasibility::LEAF_NODE_FIT));
+            }
+        }
+        None
+    }
+
+    fn leaf_check(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let cycle = state
+            .read::<crate::leaf::feasibility::LeafCycle>(crate::leaf::feasibility::LEAF_CYCLE_KEY)
+            .cloned()
+            .unwrap_or_default();
+        self.leaf.check(&cycle, pod, node)
+    }
+
     fn run_active_filters(
         &self,
         active: &[(&'static str, &dyn super::FilterPlugin)],
@@ -512,13 +600,7 @@ impl Framework {
         // A virtual node that passed the host's view is checked on its leaf's nodes.
         if node.cluster.is_some() && (first_failure.is_none() || record_all) {
             let name = crate::leaf::feasibility::LEAF_NODE_FIT;
-            let cycle = state
-                .read::<crate::leaf::feasibility::LeafCycle>(
-                    crate::leaf::feasibility::LEAF_CYCLE_KEY,
-                )
-                .cloned()
-                .unwrap_or_default();
-            let s = self.leaf.check(&cycle, pod, node);
+            let s = self.leaf_check(state, pod, node);
             if record_all {
                 verdicts.push(verdict(name, &s));
             }
@@ -541,16 +623,15 @@ impl Framework {
         allowed: Option<&HashSet<String>>,
         record: &mut CycleRecord,
         record_all: bool,
-    ) -> (Vec<Arc<NodeInfo>>, NodeStatuses) {
-        let nodes: Vec<&Arc<NodeInfo>> = match allowed {
-            Some(names) => snapshot
-                .nodes
-                .iter()
-                .filter(|n| names.contains(&n.name))
-                .collect(),
-            None => snapshot.nodes.iter().collect(),
-        };
-        let total = nodes.len();
+    ) -> (NodeList, NodeStatuses) {
+        // Positions in the snapshot of the nodes PreFilter allowed; None: all of them.
+        let subset: Option<Vec<u32>> = allowed.map(|names| {
+            (0..snapshot.nodes.len() as u32)
+                .filter(|&p| names.contains(&snapshot.nodes[p as usize].name))
+                .collect()
+        });
+        let total = subset.as_ref().map_or(snapshot.nodes.len(), Vec::len);
+        let position = |i: usize| subset.as_ref().map_or(i as u32, |s| s[i]);
         let want = if record_all {
             total
         } else {
@@ -563,45 +644,65 @@ impl Framework {
         };
         let found = AtomicUsize::new(0);
         let active = self.active_filters(state);
-        // Check nodes in a rotating order, in parallel, until enough are feasible.
-        type NodeResult = (usize, Status, Vec<PluginVerdict>, Timings);
-        let results: Vec<Option<NodeResult>> = self.pool.install(|| {
-            (0..total)
+        let timed = state.should_record_plugin_metrics();
+        // Check nodes in a rotating order, in parallel chunks, until enough are feasible.
+        // A chunk keeps only what is needed of its nodes (feasible ones, rejections), so
+        // the serial merge below does not walk every node again.
+        let chunks: Vec<FilterChunk> = self.pool.install(|| {
+            (0..total.div_ceil(FILTER_CHUNK))
                 .into_par_iter()
-                .with_min_len(256)
-                .map(|i| {
-                    if found.load(Ordering::Relaxed) >= want {
-                        return None;
+                .map(|c| {
+                    let mut out = FilterChunk::default();
+                    // Counted locally and published once per chunk: one shared counter
+                    // bumped per feasible node bounces between the cores.
+                    let mut local = 0;
+                    for i in c * FILTER_CHUNK..((c + 1) * FILTER_CHUNK).min(total) {
+                        if found.load(Ordering::Relaxed) + local >= want {
+                            break;
+                        }
+                        let p = position((start + i) % total);
+                        let node = &snapshot.nodes[p as usize];
+                        out.processed += 1;
+                        let status = if record_all || timed {
+                            let (status, verdicts, timings) =
+                                self.run_active_filters(&active, state, pod, node, record_all);
+                            out.timings.extend(timings);
+                            if record_all {
+                                out.verdicts.push((node.name.clone(), verdicts));
+                            }
+                            status
+                        } else {
+                            match self.first_rejection(&active, state, pod, node) {
+                                Some(status) => status,
+                                None => Status::success(),
+                            }
+                        };
+                        if status.is_success() {
+                            local += 1;
+                            out.feasible.push(p);
+                        } else {
+                            out.rejected.push((node.clone(), status));
+                        }
                     }
-                    let idx = (start + i) % total;
-                    let (status, verdicts, timings) =
-                        self.run_active_filters(&active, state, pod, nodes[idx], record_all);
-                    if status.is_success() {
-                        found.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Some((idx, status, verdicts, timings))
+                    found.fetch_add(local, Ordering::Relaxed);
+                    out
                 })
                 .collect()
         });
-        let mut feasible = Vec::new();
+        let mut feasible = Vec::with_capacity(want.min(total));
         let mut statuses = NodeStatuses::new();
         let mut processed = 0;
         let mut timings = Timings::new();
-        for (idx, status, verdicts, node_timings) in results.into_iter().flatten() {
-            processed += 1;
-            timings.extend(node_timings);
-            let node = nodes[idx];
-            if status.is_success() {
-                if feasible.len() < want {
-                    feasible.push(node.clone());
-                }
-            } else {
-                record.rejected.push((node.clone(), status.clone()));
-                statuses.insert(node.name.clone(), status);
+        for chunk in chunks {
+            processed += chunk.processed;
+            timings.extend(chunk.timings);
+            let room = want.saturating_sub(feasible.len());
+            feasible.extend(chunk.feasible.into_iter().take(room));
+            for (node, status) in chunk.rejected {
+                statuses.insert(node.name.clone(), status.clone());
+                record.rejected.push((node, status));
             }
-            if record_all {
-                record.verdicts.insert(node.name.clone(), verdicts);
-            }
+            record.verdicts.extend(chunk.verdicts);
         }
         if total > 0 {
             self.next_start
@@ -615,7 +716,7 @@ impl Framework {
             .map(|p| p.name())
             .filter(|n| !state.skips_filter(n))
             .collect();
-        (feasible, statuses)
+        (NodeList::new(snapshot.nodes.clone(), feasible), statuses)
     }
 
     /// Runs PreScore and Score, normalises and weights; returns total scores in node order.
@@ -623,7 +724,7 @@ impl Framework {
         &self,
         state: &mut CycleState,
         pod: &PodInfo,
-        nodes: &[Arc<NodeInfo>],
+        nodes: &NodeList,
         snapshot: &Snapshot,
         record: &mut CycleRecord,
     ) -> Vec<i64> {
@@ -645,47 +746,44 @@ impl Framework {
             .iter()
             .filter(|(p, _)| !state.skips_score(p.name()))
             .collect();
-        // raw[plugin][node]
-        let mut raw: Vec<Vec<i64>> = self.pool.install(|| {
+        // (raw, normalized)[plugin][node]: plugins in parallel, and each plugin's nodes in
+        // parallel chunks, so a few plugins still keep every thread busy.
+        let columns: Vec<(Vec<i64>, Vec<i64>)> = self.pool.install(|| {
             active
                 .par_iter()
                 .map(|(p, _)| {
                     let Some(sp) = p.as_score() else {
-                        return vec![0; nodes.len()];
+                        return (vec![0; nodes.len()], vec![0; nodes.len()]);
                     };
                     // Every call timed in a sampled cycle, as kube's runScorePlugin.
                     let timed = state.should_record_plugin_metrics();
-                    let mut timings = Timings::new();
-                    let column = nodes
-                        .iter()
-                        .map(|n| {
-                            let t = timed.then(Instant::now);
-                            let r = sp.score(state, pod, n);
-                            if let Some(t) = t {
+                    let mut raw = Vec::with_capacity(nodes.len());
+                    let nodes = nodes.par_iter().with_min_len(SCORE_CHUNK);
+                    if timed {
+                        let mut timings: Vec<Option<(&'static str, Code, f64)>> = Vec::new();
+                        nodes
+                            .map(|n| {
+                                let t = Instant::now();
+                                let r = sp.score(state, pod, n);
                                 let code = r.as_ref().map_or_else(|s| s.code, |_| Code::Success);
-                                timings.push((p.name(), code, t.elapsed().as_secs_f64()));
-                            }
-                            r.unwrap_or(0)
-                        })
-                        .collect();
-                    observe_timings("Score", timings);
-                    column
+                                let secs = t.elapsed().as_secs_f64();
+                                (r.unwrap_or(0), Some((p.name(), code, secs)))
+                            })
+                            .unzip_into_vecs(&mut raw, &mut timings);
+                        observe_timings("Score", timings.into_iter().flatten().collect());
+                    } else {
+                        nodes
+                            .map(|n| sp.score(state, pod, n).unwrap_or(0))
+                            .collect_into_vec(&mut raw);
+                    }
+                    let mut normalized = raw.clone();
+                    sp.normalize(state, pod, &mut normalized);
+                    (raw, normalized)
                 })
                 .collect()
         });
-        let normalized: Vec<Vec<i64>> = active
-            .iter()
-            .zip(raw.iter_mut())
-            .map(|((p, _), scores)| {
-                let mut n = scores.clone();
-                if let Some(sp) = p.as_score() {
-                    sp.normalize(state, pod, &mut n);
-                }
-                n
-            })
-            .collect();
         let mut totals = vec![0i64; nodes.len()];
-        for ((p, weight), (raw, normalized)) in active.iter().zip(raw.into_iter().zip(normalized)) {
+        for ((p, weight), (raw, normalized)) in active.iter().zip(columns) {
             for (t, n) in totals.iter_mut().zip(&normalized) {
                 *t += n * weight;
             }
@@ -957,29 +1055,54 @@ pub fn num_feasible_nodes_to_find(percentage: Option<u32>, num_all_nodes: usize)
     (num_all_nodes * pct / 100).max(MIN_FEASIBLE_NODES_TO_FIND)
 }
 
-/// The highest total; ties broken uniformly at random (reservoir sampling, as
-/// kube-scheduler's selectHost).
-fn select_host(nodes: &[Arc<NodeInfo>], scores: &[i64]) -> String {
-    let mut rng = rand::rng();
-    let mut best = 0;
-    let mut ties = 1u32;
-    for i in 1..nodes.len() {
-        if scores[i] > scores[best] {
-            best = i;
-            ties = 1;
-        } else if scores[i] == scores[best] {
-            ties += 1;
-            if rng.random_range(0..ties) == 0 {
-                best = i;
-            }
-        }
-    }
-    nodes[best].name.clone()
+/// The highest total; ties broken uniformly at random, as kube-scheduler's selectHost
+/// (which samples a reservoir, one random number per tie): here the ties are counted and
+/// one random number picks among them, the same distribution for one draw instead of one
+/// per tied node — thousands when identical nodes all score the same.
+fn select_host(nodes: &NodeList, scores: &[i64]) -> String {
+    let Some(&best) = scores.iter().max() else {
+        return String::new();
+    };
+    let ties = scores.iter().filter(|&&s| s == best).count();
+    let pick = if ties > 1 {
+        rand::rng().random_range(0..ties)
+    } else {
+        0
+    };
+    let chosen = scores
+        .iter()
+        .enumerate()
+        .filter(|&(_, &s)| s == best)
+        .nth(pick)
+        .map_or(0, |(i, _)| i);
+    nodes[chosen].name.clone()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn select_host_picks_the_best_and_breaks_ties_uniformly() {
+        let nodes = NodeList::from_nodes(
+            ["a", "b", "c", "d"]
+                .iter()
+                .map(|n| Arc::new(crate::plugins::testing::node_with(n, |_| {})))
+                .collect(),
+        );
+        assert_eq!(select_host(&nodes, &[1, 9, 3, 2]), "b");
+        let mut counts: HashMap<String, usize> = HashMap::new();
+        for _ in 0..3000 {
+            *counts
+                .entry(select_host(&nodes, &[7, 2, 7, 7]))
+                .or_default() += 1;
+        }
+        assert!(!counts.contains_key("b"), "{counts:?}");
+        // Each of the three tied nodes expects 1000; 800 is more than 10 standard deviations off.
+        for n in ["a", "c", "d"] {
+            assert!(counts.get(n).copied().unwrap_or(0) > 800, "{counts:?}");
+        }
+    }
 
     #[test]
     fn feasible_nodes_to_find_follows_kube_scheduler() {

@@ -109,7 +109,7 @@ impl PreScorePlugin for ClusterCapacity {
         &self,
         state: &mut CycleState,
         pod: &PodInfo,
-        nodes: &[Arc<NodeInfo>],
+        nodes: &crate::snapshot::NodeList,
         snapshot: &Snapshot,
     ) -> Status {
         let leaves = state
@@ -253,7 +253,12 @@ mod tests {
             state.write(LEAF_CYCLE_KEY, world.cycle());
             assert!(
                 plugin
-                    .pre_score(&mut state, &pod, &nodes, &snapshot)
+                    .pre_score(
+                        &mut state,
+                        &pod,
+                        &crate::snapshot::NodeList::from_nodes(nodes.clone()),
+                        &snapshot
+                    )
                     .is_success()
             );
             let mut best: Option<(i64, usize)> = None;
@@ -364,8 +369,13 @@ mod tests {
         let mut state = CycleState::new();
         state.write(LEAF_CYCLE_KEY, w.cycle());
         assert!(
-            p.pre_score(&mut state, &pod, &w.host, &snapshot)
-                .is_success()
+            p.pre_score(
+                &mut state,
+                &pod,
+                &crate::snapshot::NodeList::from_nodes(w.host.clone()),
+                &snapshot
+            )
+            .is_success()
         );
         let scores: Vec<i64> = w
             .host

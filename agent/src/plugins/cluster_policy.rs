@@ -282,7 +282,12 @@ pub mod tests_support {
             let mut skipped = false;
             if let Some(ps) = plugin.as_pre_score() {
                 skipped = ps
-                    .pre_score(&mut state, &pod, &feasible, &snapshot)
+                    .pre_score(
+                        &mut state,
+                        &pod,
+                        &crate::snapshot::NodeList::from_nodes(feasible.clone()),
+                        &snapshot,
+                    )
                     .is_skip();
             }
             let Some(score) = plugin.as_score() else {

@@ -3,7 +3,6 @@
 //! cluster furthest below its share, so 2:1 over 30 replicas gives 20/10.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 
 use mcsched_shared::config::ClusterWeightsArgs;
 
@@ -54,7 +53,7 @@ impl PreScorePlugin for ClusterWeights {
         &self,
         state: &mut CycleState,
         pod: &PodInfo,
-        nodes: &[Arc<NodeInfo>],
+        nodes: &crate::snapshot::NodeList,
         snapshot: &Snapshot,
     ) -> Status {
         let Some(owner) = controller_uid(&pod.pod) else {
@@ -96,6 +95,7 @@ mod tests {
     };
     use crate::plugins::testing::{node_with, pod_with};
     use std::collections::BTreeMap;
+    use std::sync::Arc;
 
     fn plugin(weights: &[(&str, i64)]) -> ClusterWeights {
         ClusterWeights::new(&ClusterWeightsArgs {
@@ -155,10 +155,15 @@ mod tests {
         let p = plugin(&[("west", 2)]);
         let mut state = CycleState::new();
         let bare = pod_with(|_| {});
-        let s = p.pre_score(&mut state, &bare, &[], &Snapshot::default());
+        let s = p.pre_score(&mut state, &bare, &Default::default(), &Snapshot::default());
         assert!(s.is_skip());
         let owned = owned_pod("r-1", "rs-1");
-        let s = p.pre_score(&mut state, &owned, &[], &Snapshot::default());
+        let s = p.pre_score(
+            &mut state,
+            &owned,
+            &Default::default(),
+            &Snapshot::default(),
+        );
         assert!(s.is_success());
     }
 
@@ -187,8 +192,13 @@ mod tests {
         let pod = owned_pod("new", "rs-1");
         let mut state = CycleState::new();
         assert!(
-            p.pre_score(&mut state, &pod, &nodes, &snapshot)
-                .is_success()
+            p.pre_score(
+                &mut state,
+                &pod,
+                &crate::snapshot::NodeList::from_nodes(nodes.clone()),
+                &snapshot
+            )
+            .is_success()
         );
         let scores: Vec<i64> = nodes
             .iter()

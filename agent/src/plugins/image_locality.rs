@@ -65,7 +65,7 @@ impl PreScorePlugin for ImageLocality {
         &self,
         state: &mut CycleState,
         pod: &PodInfo,
-        _nodes: &[Arc<NodeInfo>],
+        _nodes: &crate::snapshot::NodeList,
         snapshot: &Snapshot,
     ) -> Status {
         state.write(
@@ -139,7 +139,7 @@ mod tests {
             }
         });
         let mut state = CycleState::new();
-        ImageLocality.pre_score(&mut state, &pod, &[], &snapshot);
+        ImageLocality.pre_score(&mut state, &pod, &Default::default(), &snapshot);
         // 500 MB on 1 of 2 nodes → 250 MB; (250 − 23) · 100 / (1000 − 23) = 23.
         assert_eq!(ImageLocality.score(&state, &pod, &with_image), Ok(23));
         assert_eq!(ImageLocality.score(&state, &pod, &without), Ok(0));

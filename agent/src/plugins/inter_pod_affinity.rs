@@ -340,7 +340,7 @@ impl PreScorePlugin for InterPodAffinity {
         &self,
         state: &mut CycleState,
         pod: &PodInfo,
-        _nodes: &[Arc<NodeInfo>],
+        _nodes: &crate::snapshot::NodeList,
         snapshot: &Snapshot,
     ) -> Status {
         let own = &pod.terms;
@@ -396,7 +396,8 @@ impl PreScorePlugin for InterPodAffinity {
         // Without terms of its own, only nodes holding pods with affinity matter (kube's
         // nodesWithAffinityPods); no allocation per node either way.
         for node in snapshot.nodes.iter() {
-            if node.labels().is_empty() {
+            // The count first: it lives in the NodeInfo, the labels behind another pointer.
+            if (!has_constraints && node.affinity_pods == 0) || node.labels().is_empty() {
                 continue;
             }
             if has_constraints {
@@ -749,7 +750,7 @@ mod tests {
         let mut state = CycleState::new();
         assert!(
             plugin
-                .pre_score(&mut state, &incoming, &[], &snap)
+                .pre_score(&mut state, &incoming, &Default::default(), &snap)
                 .is_success()
         );
         let mut scores: Vec<i64> = snap

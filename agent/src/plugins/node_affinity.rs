@@ -2,7 +2,6 @@
 //! scheduler-enforced `addedAffinity`); preferred terms score them by weight.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
     NodeAffinity as ApiNodeAffinity, NodeSelector, PreferredSchedulingTerm,
@@ -152,7 +151,7 @@ impl PreScorePlugin for NodeAffinity {
         &self,
         state: &mut CycleState,
         pod: &PodInfo,
-        _nodes: &[Arc<NodeInfo>],
+        _nodes: &crate::snapshot::NodeList,
         _snapshot: &Snapshot,
     ) -> Status {
         let terms: Vec<PreferredSchedulingTerm> = [pod_node_affinity(pod), self.added.as_ref()]
@@ -312,7 +311,7 @@ mod tests {
         let mut state = CycleState::new();
         assert!(
             plugin
-                .pre_score(&mut state, &pod, &[], &Snapshot::default())
+                .pre_score(&mut state, &pod, &Default::default(), &Snapshot::default())
                 .is_success()
         );
         let nodes = [

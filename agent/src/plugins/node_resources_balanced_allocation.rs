@@ -54,7 +54,7 @@ impl PreScorePlugin for BalancedAllocation {
         &self,
         _state: &mut CycleState,
         pod: &PodInfo,
-        _nodes: &[std::sync::Arc<NodeInfo>],
+        _nodes: &crate::snapshot::NodeList,
         _snapshot: &Snapshot,
     ) -> Status {
         let requests_any = self.resources.iter().any(|r| match r.as_str() {
@@ -131,7 +131,7 @@ mod tests {
         let s = BalancedAllocation::default().pre_score(
             &mut CycleState::new(),
             &pod,
-            &[],
+            &Default::default(),
             &Snapshot::default(),
         );
         assert!(s.is_skip());

@@ -7,7 +7,6 @@
 //! (`helper.DefaultSelector`); without such a selector it gets none.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::TopologySpreadConstraint;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -376,7 +375,7 @@ impl PreScorePlugin for PodTopologySpread {
         &self,
         state: &mut CycleState,
         pod: &PodInfo,
-        filtered: &[Arc<NodeInfo>],
+        filtered: &crate::snapshot::NodeList,
         snapshot: &Snapshot,
     ) -> Status {
         if snapshot.is_empty() {
@@ -392,7 +391,7 @@ impl PreScorePlugin for PodTopologySpread {
         let mut ignored = HashSet::new();
         let mut counts: Vec<HashMap<String, i64>> = vec![HashMap::new(); cs.len()];
         let mut sizes = vec![0usize; cs.len()];
-        for node in filtered {
+        for node in filtered.iter() {
             if require_all && !has_all_keys(node, &cs) {
                 ignored.insert(node.name.clone());
                 continue;
@@ -507,6 +506,7 @@ mod tests {
     use crate::framework::Code;
     use crate::plugins::testing::{node_with, pod_with};
     use serde_json::json;
+    use std::sync::Arc;
 
     fn node(name: &str, zone: Option<&str>, extra: &[(&str, &str)]) -> NodeInfo {
         node_with(name, |n| {
@@ -693,7 +693,16 @@ mod tests {
         let mut state = CycleState::new();
         let (_, st) = plugin.pre_filter(&mut state, &p, &s);
         assert!(st.is_skip(), "no DoNotSchedule constraint");
-        assert!(plugin.pre_score(&mut state, &p, &s.nodes, &s).is_success());
+        assert!(
+            plugin
+                .pre_score(
+                    &mut state,
+                    &p,
+                    &crate::snapshot::NodeList::from_nodes(s.nodes.to_vec()),
+                    &s
+                )
+                .is_success()
+        );
         let mut scores: Vec<i64> = s
             .nodes
             .iter()
@@ -740,7 +749,15 @@ mod tests {
     /// Normalised scores over every node, or None when PreScore skips.
     fn scores(plugin: &PodTopologySpread, p: &PodInfo, s: &Snapshot) -> Option<Vec<i64>> {
         let mut state = CycleState::new();
-        if plugin.pre_score(&mut state, p, &s.nodes, s).is_skip() {
+        if plugin
+            .pre_score(
+                &mut state,
+                p,
+                &crate::snapshot::NodeList::from_nodes(s.nodes.to_vec()),
+                s,
+            )
+            .is_skip()
+        {
             return None;
         }
         let mut scores: Vec<i64> = s

@@ -85,7 +85,7 @@ impl PreScorePlugin for TaintToleration {
         &self,
         state: &mut CycleState,
         pod: &PodInfo,
-        _nodes: &[std::sync::Arc<NodeInfo>],
+        _nodes: &crate::snapshot::NodeList,
         _snapshot: &Snapshot,
     ) -> Status {
         let tols = tolerations(pod)
@@ -214,7 +214,7 @@ mod tests {
         ];
         let pod = pod_with(|_| {});
         let mut state = CycleState::new();
-        TaintToleration.pre_score(&mut state, &pod, &[], &Snapshot::default());
+        TaintToleration.pre_score(&mut state, &pod, &Default::default(), &Snapshot::default());
         let mut scores: Vec<i64> = nodes
             .iter()
             .map(|n| TaintToleration.score(&state, &pod, n).unwrap_or(-1))
