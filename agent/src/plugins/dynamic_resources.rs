@@ -1,14 +1,14 @@
 //! DynamicResources, as far as mcsched goes: kube-scheduler v1.36 enables it by default,
-//! and for a pod without resource claims it steps aside (PreFilter Skip, Score 0) but its
+//! and for a pod without resource claims it steps aside (PreFilter and PreScore Skip) but its
 //! PostFilter still answers "no new claims to deallocate" — a phrase every FailedScheduling
 //! message of kube-scheduler carries. Pods that do use claims are refused plainly:
 //! mcsched does not allocate devices.
 
 use crate::framework::{
     CycleState, Framework, NodeStatuses, Plugin, PostFilterPlugin, PostFilterResult,
-    PreFilterPlugin, PreFilterResult, ScorePlugin, Status,
+    PreFilterPlugin, PreFilterResult, PreScorePlugin, ScorePlugin, Status,
 };
-use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
+use crate::snapshot::{NodeInfo, NodeList, PodInfo, Snapshot};
 
 pub const NAME: &str = "DynamicResources";
 pub const REASON_NO_CLAIMS: &str = "no new claims to deallocate";
@@ -32,6 +32,9 @@ impl Plugin for DynamicResources {
         Some(self)
     }
     fn as_post_filter(&self) -> Option<&dyn PostFilterPlugin> {
+        Some(self)
+    }
+    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
         Some(self)
     }
     fn as_score(&self) -> Option<&dyn ScorePlugin> {
@@ -70,6 +73,23 @@ impl PostFilterPlugin for DynamicResources {
     }
 }
 
+/// As kube's PreScore: nothing to score for a pod without claims, so Score is skipped.
+impl PreScorePlugin for DynamicResources {
+    fn pre_score(
+        &self,
+        _state: &mut CycleState,
+        pod: &PodInfo,
+        _nodes: &NodeList,
+        _snapshot: &Snapshot,
+    ) -> Status {
+        if has_claims(pod) {
+            Status::success()
+        } else {
+            Status::skip()
+        }
+    }
+}
+
 impl ScorePlugin for DynamicResources {
     fn score(&self, _state: &CycleState, _pod: &PodInfo, _node: &NodeInfo) -> Result<i64, Status> {
         Ok(0)
@@ -97,5 +117,15 @@ mod tests {
         let (_, s) =
             DynamicResources.pre_filter(&mut CycleState::new(), &with, &Snapshot::default());
         assert_eq!(s.message(), REASON_UNSUPPORTED);
+        let pre_score = |pod| {
+            DynamicResources.pre_score(
+                &mut CycleState::new(),
+                pod,
+                &NodeList::default(),
+                &Snapshot::default(),
+            )
+        };
+        assert!(pre_score(&plain).is_skip());
+        assert!(pre_score(&with).is_success());
     }
 }

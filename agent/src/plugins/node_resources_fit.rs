@@ -184,6 +184,7 @@ impl ResourceKind {
 
 /// Allocatable and requested-after-placement of one resource, as the scorers see them:
 /// cpu and memory count unset requests as 100m / 200Mi (unless `use_requested`).
+#[inline]
 pub fn allocatable_and_requested(
     node: &NodeInfo,
     pod: &PodInfo,

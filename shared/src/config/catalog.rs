@@ -79,7 +79,10 @@ pub const PLUGINS: &[(&str, &[Point])] = &[
     ("ImageLocality", &[PreScore, Score]),
     ("PodTopologySpread", &[PreFilter, Filter, PreScore, Score]),
     ("InterPodAffinity", &[PreFilter, Filter, PreScore, Score]),
-    ("DynamicResources", &[PreFilter, PostFilter, Score]),
+    (
+        "DynamicResources",
+        &[PreFilter, PostFilter, PreScore, Score],
+    ),
     ("DefaultPreemption", &[PostFilter]),
     ("DefaultBinder", &[Bind]),
     // mcsched's cluster policies: not in any default set, enabled through a profile.
