@@ -412,14 +412,6 @@ impl std::ops::Index<usize> for NodeList {
     }
 }
 
-impl std::fmt::Debug for NodeList {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list()
-            .entries(self.iter().map(|n| &n.name))
-            .finish()
-    }
-}
-
 pub fn approximate_bytes(s: &Snapshot) -> usize {
     let json = |v: &dyn erased_len::JsonLen| v.json_len();
     let mut total =

@@ -305,9 +305,6 @@ impl Framework {
     /// Filters, scores and picks a node. `record_all` runs every filter on every node
     /// (for explanations) instead of stopping at the first rejection and at
     /// percentageOfNodesToScore.
-    /// Filters, scores and picks a node. `record_all` runs every filter on every node
-    /// (for explanations) instead of stopping at the first rejection and at
-    /// percentageOfNodesToScore.
     pub fn schedule(
         &self,
         state: &mut CycleState,
@@ -316,36 +313,26 @@ impl Framework {
         record: &mut CycleRecord,
         record_all: bool,
     ) -> Result<ScheduleResult, Box<FitError>> {
-        // One hand-over to the pool for the whole cycle: the parallel sections inside
-        // then start from a worker, with no thread woken for each.
-        self.pool
-            .install(|| self.schedule_in_pool(state, pod, snapshot, record, record_all))
-    }
-
-    fn schedule_in_pool(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        snapshot: &Snapshot,
-        record: &mut CycleRecord,
-        record_all: bool,
-    ) -> Result<ScheduleResult, Box<FitError>> {
-        match self.filter_phase(state, pod, snapshot, record, record_all)? {
-            Filtered::Nominated(node) => Ok(ScheduleResult {
-                node,
-                evaluated_nodes: 1,
-                feasible_nodes: 1,
-            }),
-            Filtered::Feasible(feasible, _) => {
-                let feasible_nodes = feasible.len();
-                let node = self.score_phase(state, pod, feasible, snapshot, record, None);
-                Ok(ScheduleResult {
+        // One hand-over to the pool for the whole cycle: the phases' own `install` then
+        // runs inline, and the parallel sections start from a worker.
+        self.pool.install(
+            || match self.filter_phase(state, pod, snapshot, record, record_all)? {
+                Filtered::Nominated(node) => Ok(ScheduleResult {
                     node,
-                    evaluated_nodes: record.num_evaluated,
-                    feasible_nodes,
-                })
-            }
-        }
+                    evaluated_nodes: 1,
+                    feasible_nodes: 1,
+                }),
+                Filtered::Feasible(feasible, _) => {
+                    let feasible_nodes = feasible.len();
+                    let node = self.score_phase(state, pod, feasible, snapshot, record, None);
+                    Ok(ScheduleResult {
+                        node,
+                        evaluated_nodes: record.num_evaluated,
+                        feasible_nodes,
+                    })
+                }
+            },
+        )
     }
 
     /// PreFilter and Filter: the nominated node if it still fits, else the feasible
@@ -562,11 +549,11 @@ impl Framework {
     }
 
     fn leaf_check(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        let cycle = state
-            .read::<crate::leaf::feasibility::LeafCycle>(crate::leaf::feasibility::LEAF_CYCLE_KEY)
-            .cloned()
-            .unwrap_or_default();
-        self.leaf.check(&cycle, pod, node)
+        use crate::leaf::feasibility::{LEAF_CYCLE_KEY, LeafCycle};
+        match state.read::<LeafCycle>(LEAF_CYCLE_KEY) {
+            Some(cycle) => self.leaf.check(cycle, pod, node),
+            None => self.leaf.check(&LeafCycle::default(), pod, node),
+        }
     }
 
     fn run_active_filters(
@@ -710,12 +697,7 @@ impl Framework {
         }
         observe_timings("Filter", timings);
         record.num_evaluated = processed;
-        record.filter_plugins = self
-            .filter
-            .iter()
-            .map(|p| p.name())
-            .filter(|n| !state.skips_filter(n))
-            .collect();
+        record.filter_plugins = active.iter().map(|&(name, _)| name).collect();
         (NodeList::new(snapshot.nodes.clone(), feasible), statuses)
     }
 
