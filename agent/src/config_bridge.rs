@@ -8,11 +8,12 @@ use mcsched_shared::config::{self, Point, SchedulerConfig, ScoringStrategyType};
 
 use crate::extender::{Extender, ExtenderConfig, ExtenderError, ExtenderTls};
 use crate::framework::{FrameworkError, ProfileSpec};
+use crate::leaf::cycle::LeafSnapshots;
 use crate::plugins::default_preemption::PreemptionArgs;
 use crate::plugins::inter_pod_affinity::InterPodAffinityArgs;
 use crate::plugins::node_resources_fit::{FitArgs, Strategy};
 use crate::plugins::pod_topology_spread::{DefaultingType, PodTopologySpreadArgs};
-use crate::plugins::{PluginArgs, registry};
+use crate::plugins::{PluginArgs, registry_with_leaves};
 use crate::profiles::{Profiles, Registry};
 
 #[derive(Debug, thiserror::Error)]
@@ -111,14 +112,18 @@ pub fn default_spec(name: &str) -> Result<ProfileSpec, config::ConfigErrors> {
         .unwrap_or_default())
 }
 
-pub fn profiles(cfg: &SchedulerConfig) -> Result<Profiles, BridgeError> {
+/// Every profile's framework; their LeafNodeFit reads `leaves`.
+pub fn profiles(
+    cfg: &SchedulerConfig,
+    leaves: Arc<dyn LeafSnapshots>,
+) -> Result<Profiles, BridgeError> {
     let built: Vec<(ProfileSpec, Registry)> = cfg
         .profiles
         .iter()
         .map(|p| {
             (
                 profile_spec(p, cfg.percentage_of_nodes_to_score),
-                registry(&plugin_args(&p.args)),
+                registry_with_leaves(&plugin_args(&p.args), leaves.clone()),
             )
         })
         .collect();
@@ -208,7 +213,7 @@ mod tests {
                 Ok(c) => c,
                 Err(e) => panic!("{file}: {e}"),
             };
-            if let Err(e) = profiles(&cfg) {
+            if let Err(e) = profiles(&cfg, Arc::new(crate::leaf::cycle::NoLeaves)) {
                 panic!("{file}: {e}");
             }
             assert!(extenders(&cfg).is_ok());

@@ -353,7 +353,7 @@ mod tests {
             rejected: vec![(
                 node,
                 crate::framework::Status::unschedulable("leaf cluster west: no room")
-                    .with_plugin(crate::leaf::feasibility::LEAF_NODE_FIT),
+                    .with_plugin(crate::plugins::leaf_node_fit::NAME),
             )],
             ..Default::default()
         };

@@ -23,3 +23,4 @@ pub mod scheduler;
 pub mod server;
 pub mod snapshot;
 pub mod telemetry;
+pub mod watch;

@@ -8,6 +8,7 @@ use anyhow::Context;
 use clap::Parser;
 use mcsched_agent::args::Args;
 use mcsched_agent::leader::{ElectionConfig, Elector};
+use mcsched_agent::leaf::registry::{LeafSettings, Leaves};
 use mcsched_agent::scheduler::{self, SchedulerOptions, Shared};
 use mcsched_agent::server::{self, ServerOptions};
 use mcsched_agent::{client, config_bridge, telemetry};
@@ -84,8 +85,12 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    let leaves = Arc::new(Leaves::new(LeafSettings {
+        pending_timeout: Duration::from_secs(args.leaf_pending_timeout),
+        avoid_for: Duration::from_secs(args.leaf_avoid_duration),
+    }));
     // Building the frameworks checks what the file cannot: that every plugin is ours.
-    let profiles = match config_bridge::profiles(&cfg) {
+    let profiles = match config_bridge::profiles(&cfg, leaves.clone()) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("mcsched-agent: invalid configuration: {e}");
@@ -106,7 +111,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(run(args, cfg, profiles)) {
+    match runtime.block_on(run(args, cfg, profiles, leaves)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             error!("{e:#}");
@@ -120,6 +125,7 @@ async fn run(
     args: Args,
     cfg: SchedulerConfig,
     profiles: mcsched_agent::profiles::Profiles,
+    leaves: Arc<Leaves>,
 ) -> anyhow::Result<()> {
     let extenders = config_bridge::extenders(&cfg)?;
     let kubeconfig = args
@@ -143,15 +149,11 @@ async fn run(
     };
     let options = SchedulerOptions {
         namespace: args.namespace.clone(),
-        leaf: mcsched_agent::leaf::registry::LeafSettings {
-            pending_timeout: Duration::from_secs(args.leaf_pending_timeout),
-            avoid_for: Duration::from_secs(args.leaf_avoid_duration),
-        },
         parallel_bindings: usize::from(args.parallel_bindings),
         initial_backoff: Duration::from_secs(cfg.pod_initial_backoff_seconds),
         max_backoff: Duration::from_secs(cfg.pod_max_backoff_seconds),
     };
-    let shared = Shared::new(client, profiles, extenders, &options);
+    let shared = Shared::new(client, profiles, extenders, leaves, &options);
 
     let handle = axum_server::Handle::new();
     if args.secure_port != 0 {

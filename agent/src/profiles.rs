@@ -4,14 +4,27 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::framework::{ClusterEvent, Framework, FrameworkError, Plugin, ProfileSpec};
+use crate::queue::{Less, priority_sort};
+
+/// The profile a pod names: `spec.schedulerName`, kube's default-scheduler when unset.
+pub fn scheduler_name_of(pod: &k8s_openapi::api::core::v1::Pod) -> &str {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.scheduler_name.as_deref())
+        .unwrap_or(mcsched_shared::keys::KUBE_DEFAULT_SCHEDULER_NAME)
+}
 
 /// Plugin instances by name.
 pub type Registry = HashMap<String, Arc<dyn Plugin>>;
 
-/// The frameworks by scheduler name, and the events each plugin wants for requeueing.
+/// The frameworks by scheduler name, the events each plugin wants for requeueing, and
+/// the queue's order.
 pub struct Profiles {
     pub frameworks: HashMap<String, Arc<Framework>>,
     pub plugin_events: HashMap<&'static str, Vec<ClusterEvent>>,
+    /// The QueueSort plugin's order; one for all profiles, as kube-scheduler requires (the
+    /// configuration check enforces it), so the first profile's.
+    pub less: Less,
 }
 
 impl Profiles {
@@ -22,21 +35,33 @@ impl Profiles {
     ) -> Result<Self, FrameworkError> {
         let mut frameworks = HashMap::new();
         let mut plugin_events = HashMap::new();
+        let mut sort: Option<Arc<dyn Plugin>> = None;
         for (spec, registry) in profiles {
             let fw = Framework::new(spec, registry, parallelism)?;
+            sort.get_or_insert_with(|| fw.queue_sort().clone());
             for p in fw.plugins() {
                 plugin_events.insert(p.name(), p.events_to_register());
             }
             frameworks.insert(spec.scheduler_name.clone(), Arc::new(fw));
         }
+        let less: Less = match sort {
+            Some(p) => Arc::new(move |a, b| p.as_queue_sort().is_some_and(|q| q.less(a, b))),
+            None => priority_sort(),
+        };
         Ok(Profiles {
             frameworks,
             plugin_events,
+            less,
         })
     }
 
     pub fn get(&self, scheduler_name: &str) -> Option<&Arc<Framework>> {
         self.frameworks.get(scheduler_name)
+    }
+
+    /// The framework serving `pod`, if this agent serves its scheduler name.
+    pub fn for_pod(&self, pod: &k8s_openapi::api::core::v1::Pod) -> Option<&Arc<Framework>> {
+        self.get(scheduler_name_of(pod))
     }
 }
 
@@ -64,5 +89,50 @@ mod tests {
         assert!(spec.score.contains(&("TaintToleration".to_string(), 3)));
         assert!(spec.pre_enqueue.contains(&"SchedulingGates".to_string()));
         assert!(Profiles::build(&[(spec, reg)], 4).is_ok());
+    }
+
+    struct ByName;
+    impl Plugin for ByName {
+        fn name(&self) -> &'static str {
+            "ByName"
+        }
+        fn as_queue_sort(&self) -> Option<&dyn crate::framework::QueueSortPlugin> {
+            Some(self)
+        }
+    }
+    impl crate::framework::QueueSortPlugin for ByName {
+        fn less(
+            &self,
+            a: &crate::framework::QueuedPodInfo,
+            b: &crate::framework::QueuedPodInfo,
+        ) -> bool {
+            a.pod.name < b.pod.name
+        }
+    }
+
+    #[test]
+    fn the_queue_orders_by_the_profiles_queue_sort_plugin() {
+        let mut reg = default_registry();
+        reg.insert("ByName".into(), Arc::new(ByName));
+        let mut spec = default_spec("mcsched").expect("default profile");
+        spec.queue_sort = vec!["ByName".into()];
+        let profiles = Profiles::build(&[(spec, reg)], 1).expect("profiles");
+        let queued = |name: &str, priority: i32| {
+            let mut p = k8s_openapi::api::core::v1::Pod::default();
+            p.metadata.name = Some(name.into());
+            p.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+                priority: Some(priority),
+                ..Default::default()
+            });
+            crate::framework::QueuedPodInfo {
+                pod: Arc::new(crate::snapshot::PodInfo::new(Arc::new(p))),
+                timestamp: std::time::Instant::now(),
+                initial_attempt: None,
+                attempts: 0,
+            }
+        };
+        // PrioritySort would put "b" (priority 9) first; ByName puts "a" first.
+        assert!((profiles.less)(&queued("a", 0), &queued("b", 9)));
+        assert!(!(profiles.less)(&queued("b", 9), &queued("a", 0)));
     }
 }

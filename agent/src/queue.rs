@@ -1,5 +1,5 @@
-//! The scheduling queue, after kube-scheduler's PriorityQueue: activeQ ordered by
-//! priority then arrival (PrioritySort), backoffQ for pods that failed recently (1 s
+//! The scheduling queue, after kube-scheduler's PriorityQueue: activeQ ordered by the
+//! profiles' QueueSort plugin (PrioritySort: priority, then arrival), backoffQ for pods that failed recently (1 s
 //! doubling to the maximum), unschedulablePods waiting for a cluster event that may help
 //! them (or for the 5-minute flush), and gated pods held back by PreEnqueue.
 
@@ -18,8 +18,17 @@ pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// kube-scheduler's podMaxInUnschedulablePodsDuration.
 pub const MAX_IN_UNSCHEDULABLE: Duration = Duration::from_secs(5 * 60);
 
+/// QueueSort's `less`: whether `a` goes before `b`.
+pub type Less = Arc<dyn Fn(&QueuedPodInfo, &QueuedPodInfo) -> bool + Send + Sync>;
+
+/// kube-scheduler's default QueueSort, PrioritySort.
+pub fn priority_sort() -> Less {
+    use crate::framework::QueueSortPlugin;
+    Arc::new(|a, b| crate::plugins::priority_sort::PrioritySort.less(a, b))
+}
+
 struct Active {
-    priority: i32,
+    less: Less,
     seq: u64,
     info: QueuedPodInfo,
 }
@@ -36,11 +45,15 @@ impl PartialOrd for Active {
     }
 }
 impl Ord for Active {
-    /// Max-heap: higher priority first, then the earlier arrival.
+    /// Max-heap: what QueueSort puts first is greatest; its ties by arrival.
     fn cmp(&self, o: &Self) -> Ordering {
-        self.priority
-            .cmp(&o.priority)
-            .then_with(|| o.seq.cmp(&self.seq))
+        if (self.less)(&self.info, &o.info) {
+            Ordering::Greater
+        } else if (self.less)(&o.info, &self.info) {
+            Ordering::Less
+        } else {
+            o.seq.cmp(&self.seq)
+        }
     }
 }
 
@@ -85,6 +98,7 @@ pub struct SchedulingQueue {
     /// Which cluster events each plugin registered: a pod rejected by plugin P is moved
     /// on P's events only.
     plugin_events: HashMap<&'static str, Vec<ClusterEvent>>,
+    less: Less,
 }
 
 /// kube's `isPodUpdated`: a change beyond status, resourceVersion, generation, managed
@@ -120,6 +134,7 @@ impl SchedulingQueue {
         initial_backoff: Duration,
         max_backoff: Duration,
         plugin_events: HashMap<&'static str, Vec<ClusterEvent>>,
+        less: Less,
     ) -> Arc<Self> {
         Arc::new(SchedulingQueue {
             state: Mutex::default(),
@@ -127,6 +142,7 @@ impl SchedulingQueue {
             initial_backoff,
             max_backoff,
             plugin_events,
+            less,
         })
     }
 
@@ -140,7 +156,7 @@ impl SchedulingQueue {
         info.timestamp = Instant::now();
         st.active_seq.insert(info.pod.key.clone(), seq);
         st.active.push(Active {
-            priority: info.pod.priority(),
+            less: self.less.clone(),
             seq,
             info,
         });
@@ -388,6 +404,7 @@ mod tests {
             DEFAULT_INITIAL_BACKOFF,
             DEFAULT_MAX_BACKOFF,
             events.iter().cloned().collect(),
+            priority_sort(),
         )
     }
 
@@ -517,5 +534,59 @@ mod tests {
                 ..Default::default()
             }
         );
+    }
+
+    /// The events the real plugins register: a pod only LeafNodeFit rejected waits for
+    /// its leaves, not for host changes that cannot help it.
+    #[tokio::test]
+    async fn a_pod_rejected_only_by_leaf_feasibility_waits_for_leaf_changes() {
+        let spec = crate::config_bridge::default_spec("mcsched").expect("default profile");
+        let profiles =
+            crate::profiles::Profiles::build(&[(spec, crate::plugins::default_registry())], 1)
+                .expect("profiles");
+        let q = SchedulingQueue::new(
+            DEFAULT_INITIAL_BACKOFF,
+            DEFAULT_MAX_BACKOFF,
+            profiles.plugin_events.clone(),
+            profiles.less.clone(),
+        );
+        q.add(pod("p", 0), false);
+        let info = q.pop().await.expect("queued");
+        q.add_unschedulable(info, HashSet::from([crate::plugins::leaf_node_fit::NAME]));
+        for unrelated in [
+            ClusterEvent::NodeUpdate,
+            ClusterEvent::PodDelete,
+            ClusterEvent::PodAdd,
+            ClusterEvent::PodUpdate,
+            ClusterEvent::NamespaceChange,
+            ClusterEvent::PvChange,
+        ] {
+            q.on_event(unrelated);
+            assert_eq!(q.pending().unschedulable, 1, "moved on {unrelated:?}");
+        }
+        q.on_event(ClusterEvent::LeafChange);
+        let p = q.pending();
+        assert_eq!((p.unschedulable, p.active + p.backoff), (0, 1));
+    }
+
+    #[tokio::test]
+    async fn active_pods_follow_the_queue_sort_plugin() {
+        // A QueueSort that puts names in reverse order, priority ignored.
+        let by_name_desc: Less = Arc::new(|a, b| a.pod.name > b.pod.name);
+        let q = SchedulingQueue::new(
+            DEFAULT_INITIAL_BACKOFF,
+            DEFAULT_MAX_BACKOFF,
+            HashMap::new(),
+            by_name_desc,
+        );
+        q.add(pod("a", 100), false);
+        q.add(pod("c", 0), false);
+        q.add(pod("b", 50), false);
+        let order: Vec<String> = [q.pop().await, q.pop().await, q.pop().await]
+            .into_iter()
+            .flatten()
+            .map(|i| i.pod.name.clone())
+            .collect();
+        assert_eq!(order, vec!["c", "b", "a"]);
     }
 }

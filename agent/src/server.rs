@@ -19,7 +19,7 @@ use mcsched_shared::explain::{Explanation, Outcome};
 use crate::explain::explanation;
 use crate::framework::CycleState;
 use crate::framework::runtime::CycleRecord;
-use crate::scheduler::Shared;
+use crate::scheduler::{Shared, run_post_filter, schedule_pod};
 use crate::snapshot::PodInfo;
 
 #[derive(Debug, thiserror::Error)]
@@ -124,36 +124,44 @@ fn error(code: StatusCode, message: impl Into<String>) -> Response {
         .into_response()
 }
 
-/// Runs the whole pipeline up to (not including) Reserve with every filter on every node.
-/// Errs with a message for the client when no profile serves the pod.
-fn dry_run(shared: &Shared, pod: Pod) -> Result<Explanation, String> {
-    let scheduler = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.scheduler_name.clone())
-        .unwrap_or_else(|| "default-scheduler".into());
-    let Some(fw) = shared.profiles.get(&scheduler).cloned() else {
+/// The live scheduling cycle's decision for `pod` now, up to (not including) Reserve,
+/// with every filter on every node: the same schedule_pod, extenders included, and, when
+/// nothing fits, the same PostFilter dry run (nothing is evicted). Errs with a message
+/// for the client when no profile serves the pod.
+async fn dry_run(shared: &Shared, pod: Pod) -> Result<Explanation, String> {
+    let Some(fw) = shared.profiles.for_pod(&pod).cloned() else {
         return Err(format!(
-            "spec.schedulerName {scheduler:?} is not served by this agent"
+            "spec.schedulerName {:?} is not served by this agent",
+            crate::profiles::scheduler_name_of(&pod)
         ));
     };
+    let scheduler = fw.scheduler_name.clone();
     let info = PodInfo::new(Arc::new(pod));
     let snapshot = shared.cache().snapshot();
     let mut state = CycleState::new();
-    state.write(
-        crate::leaf::feasibility::LEAF_CYCLE_KEY,
-        shared.leaves.cycle(snapshot.volumes.clone()),
-    );
     let mut record = CycleRecord::default();
-    let outcome = match fw.schedule(&mut state, &info, &snapshot, &mut record, true) {
+    let result = schedule_pod(
+        &fw,
+        &shared.extenders,
+        &mut state,
+        &info,
+        &snapshot,
+        &mut record,
+        true,
+    )
+    .await;
+    let outcome = match result {
         Ok(r) => Outcome::Scheduled {
             leaf_node: record.leaf_nodes.get(&r.node).cloned(),
             node: r.node,
         },
-        Err(fit) => Outcome::Unschedulable {
-            message: fit.to_string(),
-            nominated_node: None,
-        },
+        Err(mut fit) => {
+            let preemption = run_post_filter(&fw, &state, &info, &snapshot, &mut fit);
+            Outcome::Unschedulable {
+                message: fit.to_string(),
+                nominated_node: preemption.and_then(|(res, _)| res.nominated_node),
+            }
+        }
     };
     Ok(explanation(
         &scheduler,
@@ -196,11 +204,9 @@ async fn explain(
         };
     }
     // Pending: what would happen now says more than the last attempt.
-    let shared2 = shared.clone();
-    match tokio::task::spawn_blocking(move || dry_run(&shared2, pod)).await {
-        Ok(Ok(e)) => axum::Json(e).into_response(),
-        Ok(Err(msg)) => error(StatusCode::BAD_REQUEST, msg),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    match dry_run(&shared, pod).await {
+        Ok(e) => axum::Json(e).into_response(),
+        Err(msg) => error(StatusCode::BAD_REQUEST, msg),
     }
 }
 
@@ -214,9 +220,8 @@ async fn simulate(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) ->
             );
         }
     };
-    match tokio::task::spawn_blocking(move || dry_run(&shared, pod)).await {
-        Ok(Ok(e)) => axum::Json(e).into_response(),
-        Ok(Err(msg)) => error(StatusCode::BAD_REQUEST, msg),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    match dry_run(&shared, pod).await {
+        Ok(e) => axum::Json(e).into_response(),
+        Err(msg) => error(StatusCode::BAD_REQUEST, msg),
     }
 }

@@ -13,6 +13,9 @@ pub const VIRTUAL_NODE_PREFIX: &str = "mcsched-";
 pub const FIELD_MANAGER: &str = "mcsched";
 /// The scheduler name the agent serves when none is given.
 pub const DEFAULT_SCHEDULER_NAME: &str = "mcsched";
+/// kube-scheduler's profile: what a pod without `spec.schedulerName` (or a profile without
+/// `schedulerName`) names.
+pub const KUBE_DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";
 
 /// Whether a taint key marks a node as a leaf cluster's virtual node.
 pub fn is_leaf_taint(key: &str) -> bool {

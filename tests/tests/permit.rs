@@ -124,14 +124,13 @@ async fn permit_wait_allow_timeout_delete_and_preemption() -> anyhow::Result<()>
     let options = SchedulerOptions {
         parallel_bindings: 4,
         namespace: "mcsched-system".into(),
-        leaf: mcsched_agent::leaf::registry::LeafSettings {
-            pending_timeout: Duration::from_secs(120),
-            avoid_for: Duration::from_secs(300),
-        },
         initial_backoff: Duration::from_secs(1),
         max_backoff: Duration::from_secs(10),
     };
-    let shared = Shared::new(cp.client.clone(), profile()?, Vec::new(), &options);
+    let leaves = Arc::new(mcsched_agent::leaf::registry::Leaves::new(
+        Default::default(),
+    ));
+    let shared = Shared::new(cp.client.clone(), profile()?, Vec::new(), leaves, &options);
     let (_leader_tx, leader) = tokio::sync::watch::channel(true);
     let (stop_tx, stop) = tokio::sync::oneshot::channel::<()>();
     let scheduler = tokio::spawn(mcsched_agent::scheduler::run(

@@ -40,6 +40,8 @@ pub enum ClusterEvent {
     StorageClassChange,
     CsiNodeChange,
     NamespaceChange,
+    /// A leaf cluster changed (its nodes, pods or storage), or one connected.
+    LeafChange,
 }
 
 /// What a plugin may use of its profile's framework, given once the framework is built

@@ -15,5 +15,5 @@ pub use runtime::{
     Filtered, Framework, FrameworkError, ProfileSpec, ScheduleResult, fit_error,
     num_feasible_nodes_to_find,
 };
-pub use status::{Code, Status};
+pub use status::{Cause, Code, Status};
 pub use waiting_pods::{MAX_WAIT, WaitingPod};

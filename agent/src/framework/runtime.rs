@@ -14,7 +14,7 @@ use rayon::prelude::*;
 use super::waiting_pods::{MAX_WAIT, WaitingPods};
 use super::{
     BindContext, Code, CycleState, Diagnosis, FitError, Handle, NodeStatuses, Plugin,
-    PostFilterResult, QueuedPodInfo, Status,
+    PostFilterResult, Status,
 };
 use crate::snapshot::{NodeInfo, NodeList, PodInfo, Snapshot};
 
@@ -80,8 +80,6 @@ pub struct Framework {
     pool: Arc<rayon::ThreadPool>,
     /// Where the next cycle starts looking, so nodes share the work of being checked.
     next_start: AtomicUsize,
-    /// Decides virtual nodes on their leaves' own nodes.
-    leaf: crate::leaf::feasibility::LeafChecker,
     /// Pods a Permit plugin holds before binding.
     waiting_pods: Arc<WaitingPods>,
 }
@@ -150,7 +148,8 @@ pub struct CycleRecord {
     pub totals: Vec<i64>,
     /// What each extender answered.
     pub extenders: Vec<mcsched_shared::explain::ExtenderAnswer>,
-    /// Virtual node → the leaf node found able to host the pod.
+    /// Virtual node → the leaf node found able to host the pod (filled by the scheduling
+    /// cycle from what the leaf check found).
     pub leaf_nodes: HashMap<String, String>,
 }
 
@@ -247,7 +246,6 @@ impl Framework {
             percentage_of_nodes_to_score: spec.percentage_of_nodes_to_score,
             pool: Arc::new(pool),
             next_start: AtomicUsize::new(0),
-            leaf: crate::leaf::feasibility::LeafChecker::from_registry(plugins),
             waiting_pods: Arc::default(),
         };
         let handle = fw.handle();
@@ -284,10 +282,9 @@ impl Framework {
         all.filter(|p| seen.insert(p.name())).cloned().collect()
     }
 
-    pub fn less(&self, a: &QueuedPodInfo, b: &QueuedPodInfo) -> bool {
-        self.queue_sort
-            .as_queue_sort()
-            .is_some_and(|q| q.less(a, b))
+    /// The profile's QueueSort plugin (exactly one, checked when built).
+    pub fn queue_sort(&self) -> &P {
+        &self.queue_sort
     }
 
     pub fn run_pre_enqueue(&self, pod: &k8s_openapi::api::core::v1::Pod) -> Status {
@@ -405,7 +402,6 @@ impl Framework {
         {
             record.num_evaluated = 1;
             record.num_feasible = 1;
-            record.leaf_nodes = leaf_choices(state);
             return Ok(Filtered::Nominated(nominated.to_string()));
         }
 
@@ -414,7 +410,6 @@ impl Framework {
             self.find_feasible(state, pod, snapshot, allowed.as_ref(), record, record_all);
         record.timed("Filter", started);
         record.num_feasible = feasible.len();
-        record.leaf_nodes = leaf_choices(state);
         if feasible.is_empty() {
             return Err(Box::new(fit_error(num_all_nodes, statuses)));
         }
@@ -539,21 +534,7 @@ impl Framework {
                 return Some(s.with_plugin(name));
             }
         }
-        if node.cluster.is_some() {
-            let s = self.leaf_check(state, pod, node);
-            if !s.is_success() {
-                return Some(s.with_plugin(crate::leaf::feasibility::LEAF_NODE_FIT));
-            }
-        }
         None
-    }
-
-    fn leaf_check(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        use crate::leaf::feasibility::{LEAF_CYCLE_KEY, LeafCycle};
-        match state.read::<LeafCycle>(LEAF_CYCLE_KEY) {
-            Some(cycle) => self.leaf.check(cycle, pod, node),
-            None => self.leaf.check(&LeafCycle::default(), pod, node),
-        }
     }
 
     fn run_active_filters(
@@ -582,17 +563,6 @@ impl Framework {
                 if !record_all {
                     break;
                 }
-            }
-        }
-        // A virtual node that passed the host's view is checked on its leaf's nodes.
-        if node.cluster.is_some() && (first_failure.is_none() || record_all) {
-            let name = crate::leaf::feasibility::LEAF_NODE_FIT;
-            let s = self.leaf_check(state, pod, node);
-            if record_all {
-                verdicts.push(verdict(name, &s));
-            }
-            if !s.is_success() && first_failure.is_none() {
-                first_failure = Some(s.with_plugin(name));
             }
         }
         (
@@ -974,13 +944,6 @@ impl Framework {
             }
         }
     }
-}
-
-fn leaf_choices(state: &CycleState) -> HashMap<String, String> {
-    state
-        .read::<crate::leaf::feasibility::LeafCycle>(crate::leaf::feasibility::LEAF_CYCLE_KEY)
-        .map(|c| c.choices())
-        .unwrap_or_default()
 }
 
 /// scheduler_plugin_execution_duration_seconds for one call, in sampled cycles only.

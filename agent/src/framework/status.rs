@@ -21,12 +21,22 @@ impl fmt::Display for Code {
     }
 }
 
+/// What the scheduler acts on beyond the code, typed so that no decision depends on a
+/// message's wording.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// The API server no longer has the pod as it was (404 or 409 on its binding): it was
+    /// deleted, or bound elsewhere, meanwhile; the watch will tell.
+    PodGone,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Status {
     pub code: Code,
     pub reasons: Vec<String>,
     /// The plugin that returned it, filled in by the framework.
     pub plugin: &'static str,
+    pub cause: Option<Cause>,
 }
 
 impl Status {
@@ -39,6 +49,7 @@ impl Status {
             code,
             reasons,
             plugin: "",
+            cause: None,
         }
     }
 
@@ -71,6 +82,11 @@ impl Status {
             self.code,
             Code::Unschedulable | Code::UnschedulableAndUnresolvable | Code::Pending
         )
+    }
+
+    pub fn with_cause(mut self, cause: Cause) -> Self {
+        self.cause = Some(cause);
+        self
     }
 
     pub fn with_plugin(mut self, plugin: &'static str) -> Self {

@@ -15,10 +15,10 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tracing::{debug, info};
 
+use super::OnEvent;
 use crate::cache::Cache;
 use crate::framework::ClusterEvent;
-use crate::queue::SchedulingQueue;
-use crate::scheduler::{Change, key_of, watch_kind};
+use crate::watch::{self, Change, SharedCache, key_of, watch_kind};
 
 /// A leaf that has not answered for this long is NotReady (as a node whose kubelet
 /// stopped posting, after kube-controller-manager's node-monitor-grace-period).
@@ -44,7 +44,7 @@ const WATCHED: [&str; 5] = [
 pub struct LeafCluster {
     pub name: String,
     pub client: Client,
-    cache: Mutex<Cache>,
+    cache: SharedCache,
     /// Leaf pods that mirror host pods, by `namespace/name`.
     managed: Mutex<HashMap<String, Arc<Pod>>>,
     /// The kinds whose first list has arrived; synced once all of [`WATCHED`] have.
@@ -64,7 +64,7 @@ impl LeafCluster {
         Arc::new(LeafCluster {
             name,
             client,
-            cache: Mutex::new(Cache::new()),
+            cache: Arc::new(Mutex::new(Cache::new())),
             managed: Mutex::default(),
             synced: Mutex::default(),
             changed: Arc::new(Notify::new()),
@@ -76,7 +76,7 @@ impl LeafCluster {
     }
 
     pub fn cache(&self) -> MutexGuard<'_, Cache> {
-        self.cache.lock().unwrap_or_else(|e| e.into_inner())
+        watch::lock(&self.cache)
     }
 
     pub fn managed(&self) -> HashMap<String, Arc<Pod>> {
@@ -126,80 +126,64 @@ impl LeafCluster {
         }
     }
 
-    /// Starts the leaf's watches; leaf changes also wake the host queue, as they change
-    /// what the virtual node can take.
-    pub fn start(self: &Arc<Self>, queue: Arc<SchedulingQueue>) {
+    /// Starts the leaf's watches; every leaf change is a [`ClusterEvent::LeafChange`] to
+    /// the host queue, as it changes what the virtual node can take.
+    pub fn start(self: &Arc<Self>, on_event: OnEvent) {
         let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<&'static str>(4);
         let mut tasks = Vec::new();
         let me = self.clone();
-        let q = queue.clone();
+        let on = on_event.clone();
         tasks.push(tokio::spawn(watch_kind(
             Api::<Node>::all(self.client.clone()),
             watcher::Config::default(),
             "leaf node",
             ready_tx.clone(),
             move |ev| {
-                match ev {
-                    Change::Apply(n, _) => me.cache().apply_node(n),
-                    Change::Delete(n) => me.cache().delete_node(&n.name_any()),
-                }
+                watch::apply_node(&mut me.cache(), ev);
                 me.changed.notify_one();
-                q.on_event(ClusterEvent::NodeUpdate);
+                on(ClusterEvent::LeafChange);
             },
         )));
         let me = self.clone();
-        let q = queue.clone();
+        let on = on_event.clone();
         tasks.push(tokio::spawn(watch_kind(
             Api::<Pod>::all(self.client.clone()),
             watcher::Config::default(),
             "leaf pod",
             ready_tx.clone(),
-            move |ev| me.on_pod(ev, &q),
+            move |ev| me.on_pod(ev, &on),
         )));
-        tasks.push(self.watch_volumes(
-            Api::<PersistentVolume>::all(self.client.clone()),
+        let storage_event = {
+            let (me, on) = (self.clone(), on_event.clone());
+            move || {
+                let (me, on) = (me.clone(), on.clone());
+                move |_| {
+                    me.changed.notify_one();
+                    on(ClusterEvent::LeafChange);
+                }
+            }
+        };
+        let client = &self.client;
+        tasks.push(watch::spawn_storage::<PersistentVolume>(
+            client,
+            self.cache.clone(),
             "leaf persistentvolume",
             ready_tx.clone(),
-            queue.clone(),
-            ClusterEvent::PvChange,
-            |v, ev| match ev {
-                Change::Apply(o, _) => {
-                    v.volumes.insert(o.name_any(), o);
-                }
-                Change::Delete(o) => {
-                    v.volumes.remove(&o.name_any());
-                }
-            },
+            storage_event(),
         ));
-        tasks.push(self.watch_volumes(
-            Api::<PersistentVolumeClaim>::all(self.client.clone()),
+        tasks.push(watch::spawn_storage::<PersistentVolumeClaim>(
+            client,
+            self.cache.clone(),
             "leaf persistentvolumeclaim",
             ready_tx.clone(),
-            queue.clone(),
-            ClusterEvent::PvcChange,
-            |v, ev| match ev {
-                Change::Apply(o, _) => {
-                    v.claims.insert(key_of(&*o), o);
-                }
-                Change::Delete(o) => {
-                    v.claims.remove(&key_of(&*o));
-                }
-            },
+            storage_event(),
         ));
-        tasks.push(self.watch_volumes(
-            Api::<StorageClass>::all(self.client.clone()),
+        tasks.push(watch::spawn_storage::<StorageClass>(
+            client,
+            self.cache.clone(),
             "leaf storageclass",
             ready_tx,
-            queue,
-            ClusterEvent::StorageClassChange,
-            |v, ev| match ev {
-                Change::Apply(o, _) => {
-                    v.storage_classes.insert(o.name_any(), o);
-                }
-                Change::Delete(o) => {
-                    v.storage_classes.remove(&o.name_any());
-                }
-            },
+            storage_event(),
         ));
         let me = self.clone();
         tasks.push(tokio::spawn(async move {
@@ -212,6 +196,7 @@ impl LeafCluster {
                     info!(cluster = %me.name, nodes = me.cache().node_count(), "leaf cluster synced");
                     me.changed.notify_one();
                     me.sync_wake.notify_one();
+                    on_event(ClusterEvent::LeafChange);
                 }
             }
         }));
@@ -221,40 +206,7 @@ impl LeafCluster {
             .extend(tasks);
     }
 
-    /// One watch of a storage kind into the leaf cache's volume objects.
-    fn watch_volumes<K>(
-        self: &Arc<Self>,
-        api: Api<K>,
-        kind: &'static str,
-        ready: tokio::sync::mpsc::Sender<&'static str>,
-        queue: Arc<SchedulingQueue>,
-        event: ClusterEvent,
-        apply: fn(&mut crate::snapshot::VolumeObjects, Change<K>),
-    ) -> JoinHandle<()>
-    where
-        K: kube::Resource
-            + Clone
-            + std::fmt::Debug
-            + serde::de::DeserializeOwned
-            + Send
-            + Sync
-            + 'static,
-        K::DynamicType: Default,
-    {
-        let me = self.clone();
-        tokio::spawn(watch_kind(
-            api,
-            watcher::Config::default(),
-            kind,
-            ready,
-            move |ev| {
-                apply(me.cache().volumes_mut(), ev);
-                queue.on_event(event);
-            },
-        ))
-    }
-
-    fn on_pod(&self, ev: Change<Pod>, queue: &SchedulingQueue) {
+    fn on_pod(&self, ev: Change<Pod>, on_event: &OnEvent) {
         let (pod, deleted) = match ev {
             Change::Apply(p, _) => (p, false),
             Change::Delete(p) => (p, true),
@@ -286,7 +238,7 @@ impl LeafCluster {
         }
         if deleted || terminal {
             debug!(cluster = %self.name, pod = %key, "leaf pod gone; room in the leaf");
-            queue.on_event(ClusterEvent::PodDelete);
+            on_event(ClusterEvent::LeafChange);
         }
         self.changed.notify_one();
         if ours {

@@ -2,10 +2,12 @@
 //! and shown to the host as one virtual node.
 
 pub mod cluster;
-pub mod feasibility;
-pub mod leaf_claims;
+pub mod cycle;
 pub mod pod_sync;
 pub mod registry;
 pub mod rescheduling;
 pub mod transform;
 pub mod virtual_node;
+
+/// What a leaf's watches tell the host's scheduling queue.
+pub type OnEvent = std::sync::Arc<dyn Fn(crate::framework::ClusterEvent) + Send + Sync>;

@@ -19,9 +19,27 @@ use serde_json::json;
 use tracing::{debug, info, warn};
 
 use super::cluster::LeafCluster;
+use super::registry::Leaves;
 use super::rescheduling;
 use super::transform;
-use crate::scheduler::Shared;
+use crate::events::EventSink;
+use crate::watch::SharedCache;
+
+/// What pod sync uses of the host besides its API: the host's cache (pods on the virtual
+/// node), whether it is synced yet, the leaves' settings and avoidance, and events.
+#[derive(Clone)]
+pub struct HostSide {
+    pub cache: SharedCache,
+    pub synced: Arc<std::sync::atomic::AtomicBool>,
+    pub leaves: Arc<Leaves>,
+    pub events: EventSink,
+}
+
+impl HostSide {
+    fn cache(&self) -> std::sync::MutexGuard<'_, crate::cache::Cache> {
+        crate::watch::lock(&self.cache)
+    }
+}
 
 /// Host pod condition saying the leaf copy exists, and where it runs.
 pub const LEAF_POD_CONDITION: &str = "mcsched.io/LeafPod";
@@ -55,7 +73,7 @@ fn api_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> SyncError {
 /// Keeps `leaf`'s pods in step with the host pods on its virtual node while leading.
 pub async fn run(
     host: Client,
-    shared: Arc<Shared>,
+    host_side: HostSide,
     leaf: Arc<LeafCluster>,
     mut leader: tokio::sync::watch::Receiver<bool>,
 ) {
@@ -66,17 +84,17 @@ pub async fn run(
             r = leader.changed() => if r.is_err() { return },
         }
         let ready = *leader.borrow()
-            && shared.synced.load(std::sync::atomic::Ordering::Acquire)
+            && host_side.synced.load(std::sync::atomic::Ordering::Acquire)
             && leaf.is_synced();
         if ready {
-            reconcile(&host, &shared, &leaf).await;
+            reconcile(&host, &host_side, &leaf).await;
         }
     }
 }
 
 /// The host pods bound (not merely assumed) to the leaf's virtual node.
-fn host_pods(shared: &Shared, node: &str) -> BTreeMap<String, Arc<Pod>> {
-    let mut cache = shared.cache();
+fn host_pods(host_side: &HostSide, node: &str) -> BTreeMap<String, Arc<Pod>> {
+    let mut cache = host_side.cache();
     let snapshot = cache.snapshot();
     let Some(info) = snapshot.get(node) else {
         return BTreeMap::new();
@@ -88,12 +106,12 @@ fn host_pods(shared: &Shared, node: &str) -> BTreeMap<String, Arc<Pod>> {
         .collect()
 }
 
-async fn reconcile(host: &Client, shared: &Shared, leaf: &LeafCluster) {
+async fn reconcile(host: &Client, host_side: &HostSide, leaf: &LeafCluster) {
     let node = keys::virtual_node_name(&leaf.name);
-    let hosts = host_pods(shared, &node);
+    let hosts = host_pods(host_side, &node);
     let copies = leaf.managed();
     for (key, pod) in &hosts {
-        if let Err(e) = sync_one(host, shared, leaf, pod, copies.get(key)).await {
+        if let Err(e) = sync_one(host, host_side, leaf, pod, copies.get(key)).await {
             warn!(cluster = %leaf.name, pod = %key, error = %e, "pod sync failed; retrying");
         }
     }
@@ -118,7 +136,7 @@ fn condition<'a>(status: Option<&'a PodStatus>, type_: &str) -> Option<&'a PodCo
 
 async fn sync_one(
     host: &Client,
-    shared: &Shared,
+    host_side: &HostSide,
     leaf: &LeafCluster,
     pod: &Pod,
     copy: Option<&Arc<Pod>>,
@@ -198,10 +216,10 @@ async fn sync_one(
                 debug!(pod = %format!("{ns}/{name}"), phase = ?new.phase, "leaf status to host");
                 write_host_status(&host_pods, &name, &new).await?;
             }
-            let settings = shared.leaves.settings;
+            let settings = host_side.leaves.settings;
             match rescheduling::pending_for(c) {
                 Some(waited) if waited >= settings.pending_timeout => {
-                    take_back(shared, leaf, &host_pods, pod, c, waited).await
+                    take_back(host_side, leaf, &host_pods, pod, c, waited).await
                 }
                 _ => Ok(()),
             }
@@ -213,7 +231,7 @@ async fn sync_one(
 /// with this leaf avoided for the owner; a bare pod is recreated only when its annotation
 /// allows it (its nodeName cannot change), else left with a Warning saying why.
 async fn take_back(
-    shared: &Shared,
+    host_side: &HostSide,
     leaf: &LeafCluster,
     host_pods: &Api<Pod>,
     pod: &Pod,
@@ -222,7 +240,7 @@ async fn take_back(
 ) -> Result<(), SyncError> {
     let name = pod.metadata.name.clone().unwrap_or_default();
     let uid = pod.metadata.uid.clone().unwrap_or_default();
-    let settings = shared.leaves.settings;
+    let settings = host_side.leaves.settings;
     let owner = rescheduling::owner_key(pod);
     let recreate = pod
         .metadata
@@ -246,9 +264,9 @@ async fn take_back(
             rescheduling::RECREATE_ANNOTATION
         )
     } else {
-        if shared.leaves.avoidance.first_warning(&uid) {
+        if host_side.leaves.avoidance.first_warning(&uid) {
             warn_event(
-                shared,
+                host_side,
                 pod,
                 format!(
                     "pod has been Pending in leaf cluster {} for {waited_s}s; a bare pod cannot be moved (spec.nodeName is immutable): set annotation {}=true to let mcsched recreate it elsewhere",
@@ -260,11 +278,11 @@ async fn take_back(
         return Ok(());
     };
     info!(cluster = %leaf.name, pod = %name, "taking a pod back from its leaf");
-    shared
+    host_side
         .leaves
         .avoidance
         .avoid(owner, &leaf.name, settings.avoid_for);
-    warn_event(shared, pod, note);
+    warn_event(host_side, pod, note);
     delete_copy(leaf, copy, Some(0)).await?;
     if !delete_host_pod_now(host_pods, &name, &uid)
         .await
@@ -302,13 +320,9 @@ async fn take_back(
     Ok(())
 }
 
-fn warn_event(shared: &Shared, pod: &Pod, note: String) {
-    let scheduler = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.scheduler_name.clone())
-        .unwrap_or_else(|| keys::DEFAULT_SCHEDULER_NAME.into());
-    shared.events.send(crate::events::Message::Event {
+fn warn_event(host_side: &HostSide, pod: &Pod, note: String) {
+    let scheduler = crate::profiles::scheduler_name_of(pod).to_string();
+    host_side.events.send(crate::events::Message::Event {
         reporting_controller: scheduler,
         regarding: crate::events::object_ref(pod),
         type_: kube::runtime::events::EventType::Warning,

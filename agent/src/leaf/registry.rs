@@ -12,11 +12,11 @@ use kube::{Client, Config, ResourceExt};
 use mcsched_shared::keys;
 use tracing::{info, warn};
 
+use super::OnEvent;
 use super::cluster::LeafCluster;
-use super::feasibility::{LeafCycle, LeafView};
-use crate::queue::SchedulingQueue;
-use crate::scheduler::{Change, watch_kind};
+use super::cycle::{LeafCycle, LeafSnapshots, LeafView};
 use crate::snapshot::{PodInfo, VolumeObjects};
+use crate::watch::{Change, watch_kind};
 
 #[derive(Debug, thiserror::Error)]
 pub enum JoinSecretError {
@@ -82,9 +82,24 @@ impl Leaves {
         self.clusters.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The synced leaves' snapshots for one scheduling cycle, with the host's storage
-    /// objects the leaf volume check needs.
-    pub fn cycle(&self, host_volumes: Arc<VolumeObjects>) -> LeafCycle {
+    /// Host pods on `cluster`'s virtual node changed: pod sync has work.
+    pub fn host_changed(&self, cluster: &str) {
+        if let Some(c) = self.get(cluster) {
+            c.sync_wake.notify_one();
+        }
+    }
+
+    fn insert(&self, cluster: Arc<LeafCluster>) -> Option<Arc<LeafCluster>> {
+        self.write().insert(cluster.name.clone(), cluster)
+    }
+
+    fn remove(&self, name: &str) -> Option<Arc<LeafCluster>> {
+        self.write().remove(name)
+    }
+}
+
+impl LeafSnapshots for Leaves {
+    fn cycle(&self, host_volumes: Arc<VolumeObjects>) -> LeafCycle {
         let views = self
             .read()
             .iter()
@@ -103,33 +118,18 @@ impl Leaves {
         cycle
     }
 
-    /// Counts `pod` on `leaf_node` until the leaf's own scheduler has placed its copy, so
-    /// pods sent in quick succession do not overfill the leaf.
-    pub fn assume(&self, cluster: &str, pod: Arc<PodInfo>, leaf_node: &str) {
+    /// Counted until the leaf's own scheduler has placed the copy, so pods sent in quick
+    /// succession do not overfill the leaf.
+    fn assume(&self, cluster: &str, pod: Arc<PodInfo>, leaf_node: &str) {
         if let Some(c) = self.get(cluster) {
             c.cache().assume(pod, leaf_node);
         }
     }
 
-    pub fn forget(&self, cluster: &str, key: &str) {
+    fn forget(&self, cluster: &str, key: &str) {
         if let Some(c) = self.get(cluster) {
             c.cache().forget(key);
         }
-    }
-
-    /// Host pods on `cluster`'s virtual node changed: pod sync has work.
-    pub fn host_changed(&self, cluster: &str) {
-        if let Some(c) = self.get(cluster) {
-            c.sync_wake.notify_one();
-        }
-    }
-
-    fn insert(&self, cluster: Arc<LeafCluster>) -> Option<Arc<LeafCluster>> {
-        self.write().insert(cluster.name.clone(), cluster)
-    }
-
-    fn remove(&self, name: &str) -> Option<Arc<LeafCluster>> {
-        self.write().remove(name)
     }
 }
 
@@ -171,7 +171,7 @@ pub async fn run(
     host: Client,
     namespace: String,
     leaves: Arc<Leaves>,
-    queue: Arc<SchedulingQueue>,
+    on_event: OnEvent,
     on_leaf: impl Fn(Arc<LeafCluster>) + Send + 'static,
 ) {
     let (ready, _ready_rx) = tokio::sync::mpsc::channel(1);
@@ -199,7 +199,7 @@ pub async fn run(
                     continue;
                 }
                 let leaf = LeafCluster::new(cluster.clone(), client, version);
-                leaf.start(queue.clone());
+                leaf.start(on_event.clone());
                 if let Some(old) = leaves.insert(leaf.clone()) {
                     old.stop();
                 }

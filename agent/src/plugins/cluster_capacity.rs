@@ -20,7 +20,7 @@ use super::cluster_policy::{
     controller_uid, could_host, favour, largest_deficit, placed_per_cluster, replicas_that_fit,
 };
 use crate::framework::{CycleState, Plugin, PreScorePlugin, ScorePlugin, Status};
-use crate::leaf::feasibility::{LEAF_CYCLE_KEY, LeafCycle};
+use crate::leaf::cycle::{LEAF_CYCLE_KEY, LeafCycle};
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 
 pub const NAME: &str = "ClusterCapacity";
@@ -149,7 +149,7 @@ impl ScorePlugin for ClusterCapacity {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::leaf::feasibility::LeafView;
+    use crate::leaf::cycle::LeafView;
     use crate::plugins::cluster_policy::tests_support::{ready, virtual_node, with_owner};
     use crate::plugins::testing::{node_with, pod_requesting, quantities};
     use std::collections::BTreeMap;

@@ -7,7 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::PostParams;
 
-use crate::framework::{BindContext, BindPlugin, Code, CycleState, Plugin, Status};
+use crate::framework::{BindContext, BindPlugin, Cause, CycleState, Plugin, Status};
 use crate::snapshot::PodInfo;
 
 pub const NAME: &str = "DefaultBinder";
@@ -66,10 +66,10 @@ impl BindPlugin for DefaultBinder {
         async move {
             match bind_pod(&ctx.client, &pod.namespace, &pod.name, &pod.uid, node).await {
                 Ok(()) => Status::success(),
-                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Status::new(
-                    Code::Error,
-                    vec![format!("binding rejected: {}", s.message)],
-                ),
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
+                    Status::error(format!("binding rejected: {}", s.message))
+                        .with_cause(Cause::PodGone)
+                }
                 Err(e) => Status::error(format!("binding failed: {e}")),
             }
         }

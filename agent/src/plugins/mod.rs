@@ -11,6 +11,7 @@ pub mod dynamic_resources;
 pub mod helper;
 pub mod image_locality;
 pub mod inter_pod_affinity;
+pub mod leaf_node_fit;
 pub mod leaf_node_taint_toleration;
 pub mod leaf_node_volume_binding;
 pub mod node_affinity;
@@ -75,8 +76,19 @@ impl Default for PluginArgs {
     }
 }
 
-/// Every plugin this agent implements, built with one profile's arguments.
+/// Every plugin this agent implements, built with one profile's arguments, without
+/// leaves (every virtual node is a leaf not connected).
 pub fn registry(args: &PluginArgs) -> HashMap<String, Arc<dyn Plugin>> {
+    registry_with_leaves(args, Arc::new(crate::leaf::cycle::NoLeaves))
+}
+
+/// Every plugin this agent implements; LeafNodeFit reads `leaves`.
+pub fn registry_with_leaves(
+    args: &PluginArgs,
+    leaves: Arc<dyn crate::leaf::cycle::LeafSnapshots>,
+) -> HashMap<String, Arc<dyn Plugin>> {
+    let fit: Arc<dyn Plugin> =
+        Arc::new(node_resources_fit::NodeResourcesFit::new(args.fit.clone()));
     let plugins: Vec<Arc<dyn Plugin>> = vec![
         Arc::new(scheduling_gates::SchedulingGates),
         Arc::new(priority_sort::PrioritySort),
@@ -100,7 +112,8 @@ pub fn registry(args: &PluginArgs) -> HashMap<String, Arc<dyn Plugin>> {
             args.node_affinity_added.clone(),
         )),
         Arc::new(node_ports::NodePorts),
-        Arc::new(node_resources_fit::NodeResourcesFit::new(args.fit.clone())),
+        fit.clone(),
+        Arc::new(leaf_node_fit::LeafNodeFit::new(Some(fit), leaves)),
         Arc::new(match &args.balanced_resources {
             Some(r) => node_resources_balanced_allocation::BalancedAllocation::new(r.clone()),
             None => node_resources_balanced_allocation::BalancedAllocation::default(),

@@ -74,7 +74,7 @@ pub async fn run(kube: &KubeArgs, args: ExplainArgs) -> anyhow::Result<()> {
         .spec
         .as_ref()
         .and_then(|s| s.scheduler_name.clone())
-        .unwrap_or_else(|| "default-scheduler".into());
+        .unwrap_or_else(|| keys::KUBE_DEFAULT_SCHEDULER_NAME.into());
     let bound = pod
         .spec
         .as_ref()

@@ -64,6 +64,8 @@ pub const PLUGINS: &[(&str, &[Point])] = &[
     ("NodeName", &[Filter]),
     ("TaintToleration", &[Filter, PreScore, Score]),
     ("LeafNodeTaintToleration", &[Filter]),
+    // Always on (see [`ALWAYS_ON`]).
+    ("LeafNodeFit", &[PreFilter, Filter, Reserve]),
     (
         "LeafNodeVolumeBinding",
         &[PreFilter, Filter, Reserve, PreBind],
@@ -91,6 +93,11 @@ pub const PLUGINS: &[(&str, &[Point])] = &[
     ("ClusterCost", &[Score]),
     ("ClusterTiers", &[Score]),
 ];
+
+/// mcsched plugins every profile runs, last at each of their extension points, whatever
+/// the configuration says: without LeafNodeFit a virtual node would take pods none of its
+/// leaf's nodes can run.
+pub const ALWAYS_ON: &[&str] = &["LeafNodeFit"];
 
 pub fn points_of(plugin: &str) -> Option<&'static [Point]> {
     PLUGINS.iter().find(|(n, _)| *n == plugin).map(|(_, p)| *p)

@@ -8,8 +8,6 @@ use super::model::*;
 use super::raw::*;
 use super::{ConfigErrors, GROUP, VERSIONS, duration, plugin_args};
 
-const DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";
-
 pub fn decode(text: &str) -> Result<SchedulerConfig, ConfigErrors> {
     let mut errs = ConfigErrors(Vec::new());
     let raw: RawConfig = match serde_yaml::from_str(text) {
@@ -154,7 +152,7 @@ pub fn decode(text: &str) -> Result<SchedulerConfig, ConfigErrors> {
         let name = rp
             .scheduler_name
             .clone()
-            .unwrap_or_else(|| DEFAULT_SCHEDULER_NAME.to_string());
+            .unwrap_or_else(|| crate::keys::KUBE_DEFAULT_SCHEDULER_NAME.to_string());
         if name.is_empty() {
             errs.push(
                 format!("{path}.schedulerName"),
@@ -605,6 +603,17 @@ fn resolve_plugins(
                 },
             })
             .collect();
+    }
+    for name in catalog::ALWAYS_ON {
+        for &point in catalog::points_of(name).unwrap_or_default() {
+            let list = plugins.get_mut(point);
+            if !list.iter().any(|r| r.name == *name) {
+                list.push(PluginRef {
+                    name: name.to_string(),
+                    weight: 0,
+                });
+            }
+        }
     }
     for (f, m) in weight_errs {
         errs.push(f, m);

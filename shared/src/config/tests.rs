@@ -69,7 +69,9 @@ fn v1_defaults() {
             "VolumeBinding",
             "VolumeZone",
             "PodTopologySpread",
-            "InterPodAffinity"
+            "InterPodAffinity",
+            // mcsched's, always on (catalog::ALWAYS_ON).
+            "LeafNodeFit"
         ]
     );
     let weights: Vec<(&str, i32)> = p

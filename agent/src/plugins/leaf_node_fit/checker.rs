@@ -2,77 +2,18 @@
 //! leaf does, judged by the same filter plugins on the leaf's own snapshot. A summed
 //! allocatable hides fragmentation; this does not.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use rayon::prelude::*;
 
 use crate::framework::{CycleState, Plugin, Status};
+use crate::leaf::cycle::LeafCycle;
 use crate::plugins::{
     node_affinity, node_ports, node_resources_fit, node_unschedulable, taint_toleration,
     volume_binding,
 };
-use crate::snapshot::{NodeInfo, PodInfo, Snapshot, VolumeObjects};
-
-/// The name the leaf check carries in explanations and FailedScheduling messages.
-pub const LEAF_NODE_FIT: &str = "LeafNodeFit";
-/// CycleState key of [`LeafCycle`].
-pub const LEAF_CYCLE_KEY: &str = "mcsched.io/leaf-cycle";
-
-/// One leaf as the agent sees it at the start of a cycle.
-pub struct LeafView {
-    pub cluster: String,
-    pub snapshot: Snapshot,
-}
-
-/// The leaves for one scheduling cycle, and what the check found per virtual node.
-#[derive(Clone, Default)]
-pub struct LeafCycle {
-    pub views: Arc<BTreeMap<String, Arc<LeafView>>>,
-    leaf_pod: Arc<OnceLock<Result<Arc<PodInfo>, String>>>,
-    /// Virtual node → the leaf node found able to host the pod.
-    choices: Arc<Mutex<HashMap<String, String>>>,
-    /// Owner → clusters its pods are kept away from (they stayed Pending there).
-    pub avoid: Arc<HashMap<String, Vec<String>>>,
-    /// The host's claims, whose leaf copies the volume check judges.
-    pub host_volumes: Arc<VolumeObjects>,
-}
-
-impl LeafCycle {
-    pub fn new(views: Arc<BTreeMap<String, Arc<LeafView>>>) -> Self {
-        LeafCycle {
-            views,
-            ..Default::default()
-        }
-    }
-
-    /// The leaf node the check picked for `virtual_node` in this cycle.
-    pub fn choice(&self, virtual_node: &str) -> Option<String> {
-        self.choices
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(virtual_node)
-            .cloned()
-    }
-
-    pub fn choices(&self) -> HashMap<String, String> {
-        self.choices
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    /// The pod as it would be created in a leaf, built once per cycle.
-    pub fn leaf_pod(&self, host: &PodInfo) -> Result<Arc<PodInfo>, String> {
-        self.leaf_pod
-            .get_or_init(|| {
-                super::transform::leaf_pod(&host.pod, "")
-                    .map(|p| Arc::new(PodInfo::new(Arc::new(p))))
-                    .map_err(|e| e.to_string())
-            })
-            .clone()
-    }
-}
+use crate::snapshot::{NodeInfo, PodInfo};
 
 /// The filter plugins that judge a leaf node: those whose subject is the node itself.
 /// Affinity and spreading were settled in the host; TaintToleration here is the plain
@@ -83,16 +24,12 @@ pub struct LeafChecker {
 }
 
 impl LeafChecker {
-    /// NodeResourcesFit comes from the profile's registry, so its pluginConfig (ignored
-    /// resources) holds in leaves too; NodeAffinity's addedAffinity aims at host nodes
-    /// and does not.
-    pub fn from_registry(registry: &HashMap<String, Arc<dyn Plugin>>) -> Self {
-        let fit = registry
-            .get(node_resources_fit::NAME)
-            .cloned()
-            .unwrap_or_else(|| {
-                Arc::new(node_resources_fit::NodeResourcesFit::new(Default::default()))
-            });
+    /// `fit`: the profile's NodeResourcesFit, so its pluginConfig (ignored resources)
+    /// holds in leaves too; NodeAffinity's addedAffinity aims at host nodes and does not.
+    pub fn new(fit: Option<Arc<dyn Plugin>>) -> Self {
+        let fit = fit.unwrap_or_else(|| {
+            Arc::new(node_resources_fit::NodeResourcesFit::new(Default::default()))
+        });
         LeafChecker {
             plugins: vec![
                 Arc::new(node_unschedulable::NodeUnschedulable),
@@ -115,7 +52,7 @@ impl LeafChecker {
         if !cycle.avoid.is_empty()
             && cycle
                 .avoid
-                .get(&super::rescheduling::owner_key(&pod.pod))
+                .get(&crate::leaf::rescheduling::owner_key(&pod.pod))
                 .is_some_and(|cs| cs.iter().any(|c| c == cluster))
         {
             return Status::unschedulable(format!(
@@ -165,11 +102,7 @@ impl LeafChecker {
         };
         let nodes = &snapshot.nodes;
         if let Some(found) = nodes.par_iter().position_first(|n| run(n).is_none()) {
-            cycle
-                .choices
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(node.name.clone(), nodes[found].name.clone());
+            cycle.record_choice(&node.name, cluster, &nodes[found].name);
             return Status::success();
         }
         let mut counts: BTreeMap<String, usize> = BTreeMap::new();
@@ -238,6 +171,8 @@ fn format_bytes(b: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::leaf::cycle::LeafView;
+    use crate::snapshot::{Snapshot, VolumeObjects};
     use k8s_openapi::api::core::v1::{Node, Pod};
     use serde_json::json;
 
@@ -292,7 +227,7 @@ mod tests {
 
     #[test]
     fn a_pod_larger_than_every_leaf_node_is_refused_despite_the_summed_allocatable() {
-        let checker = LeafChecker::from_registry(&HashMap::new());
+        let checker = LeafChecker::new(None);
         let cycle = fragmented_leaf();
         let s = checker.check(&cycle, &pod("big", "3", None, json!({})), &virtual_node());
         assert!(!s.is_success());
@@ -306,7 +241,7 @@ mod tests {
 
     #[test]
     fn a_pod_that_fits_one_leaf_node_passes_and_names_it() {
-        let checker = LeafChecker::from_registry(&HashMap::new());
+        let checker = LeafChecker::new(None);
         let cycle = fragmented_leaf();
         let ssd = json!({"mcsched.io/leaf-node-selector": "{\"disk\":\"ssd\"}"});
         let s = checker.check(&cycle, &pod("small", "2", None, ssd), &virtual_node());
@@ -316,7 +251,7 @@ mod tests {
 
     #[test]
     fn an_unknown_leaf_is_unschedulable_not_an_error() {
-        let checker = LeafChecker::from_registry(&HashMap::new());
+        let checker = LeafChecker::new(None);
         let cycle = LeafCycle::default();
         let s = checker.check(&cycle, &pod("p", "1", None, json!({})), &virtual_node());
         assert_eq!(
@@ -390,7 +325,7 @@ mod tests {
 
     #[test]
     fn a_claim_goes_only_to_a_leaf_that_can_bind_it() {
-        let checker = LeafChecker::from_registry(&HashMap::new());
+        let checker = LeafChecker::new(None);
         let vn = virtual_node();
 
         // A volume on east-2: the check passes and picks the node the volume is on.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::transform::leaf_claim_spec;
+use crate::leaf::transform::leaf_claim_spec;
 use crate::plugins::volume_binding::{claim_names, class_of};
 use crate::snapshot::{PodInfo, Snapshot, VolumeObjects};
 

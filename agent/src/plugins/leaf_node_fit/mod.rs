@@ -1,0 +1,225 @@
+//! LeafNodeFit: a virtual node fits a pod only when some real node of its leaf does.
+//! PreFilter takes the leaves' snapshots for the cycle, Filter judges each virtual node on
+//! its leaf's own nodes (see [`checker`]), and Reserve counts the pod on the leaf node
+//! found for it until the leaf's scheduler has placed the copy. Host nodes pass.
+
+pub mod checker;
+pub mod leaf_claims;
+
+use std::sync::Arc;
+
+use crate::framework::{
+    ClusterEvent, CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult,
+    ReservePlugin, Status,
+};
+use crate::leaf::cycle::{LEAF_CYCLE_KEY, LeafCycle, LeafSnapshots};
+use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
+use checker::LeafChecker;
+
+pub const NAME: &str = "LeafNodeFit";
+
+pub struct LeafNodeFit {
+    checker: LeafChecker,
+    leaves: Arc<dyn LeafSnapshots>,
+}
+
+impl LeafNodeFit {
+    /// `fit` is the profile's NodeResourcesFit, so its pluginConfig holds in leaves too.
+    pub fn new(fit: Option<Arc<dyn Plugin>>, leaves: Arc<dyn LeafSnapshots>) -> Self {
+        LeafNodeFit {
+            checker: LeafChecker::new(fit),
+            leaves,
+        }
+    }
+}
+
+/// Virtual node → the leaf node this cycle's check found for the pod.
+pub fn leaf_nodes(state: &CycleState) -> std::collections::HashMap<String, String> {
+    state
+        .read::<LeafCycle>(LEAF_CYCLE_KEY)
+        .map(LeafCycle::choices)
+        .unwrap_or_default()
+}
+
+impl Plugin for LeafNodeFit {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    /// Only a new node (a leaf joining shows as one), leaves gaining room (their nodes,
+    /// pods, storage, a leaf connecting) or the host claims a copy would take along can
+    /// change its verdict.
+    fn events_to_register(&self) -> Vec<ClusterEvent> {
+        vec![
+            ClusterEvent::NodeAdd,
+            ClusterEvent::LeafChange,
+            ClusterEvent::PvcChange,
+        ]
+    }
+    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        Some(self)
+    }
+    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+    fn as_reserve(&self) -> Option<&dyn ReservePlugin> {
+        Some(self)
+    }
+}
+
+impl PreFilterPlugin for LeafNodeFit {
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        _pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> (PreFilterResult, Status) {
+        if !snapshot.nodes.iter().any(|n| n.cluster.is_some()) {
+            return (None, Status::skip());
+        }
+        state.write(LEAF_CYCLE_KEY, self.leaves.cycle(snapshot.volumes.clone()));
+        (None, Status::success())
+    }
+}
+
+impl FilterPlugin for LeafNodeFit {
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        if node.cluster.is_none() {
+            return Status::success();
+        }
+        match state.read::<LeafCycle>(LEAF_CYCLE_KEY) {
+            Some(cycle) => self.checker.check(cycle, pod, node),
+            None => self.checker.check(&LeafCycle::default(), pod, node),
+        }
+    }
+}
+
+impl ReservePlugin for LeafNodeFit {
+    fn reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
+        let Some(cycle) = state.read::<LeafCycle>(LEAF_CYCLE_KEY) else {
+            return Status::success();
+        };
+        if let Some(choice) = cycle.placement(node)
+            && let Ok(leaf_pod) = cycle.leaf_pod(pod)
+        {
+            self.leaves
+                .assume(&choice.cluster, leaf_pod, &choice.leaf_node);
+        }
+        Status::success()
+    }
+
+    fn unreserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) {
+        if let Some(choice) = state
+            .read::<LeafCycle>(LEAF_CYCLE_KEY)
+            .and_then(|c| c.placement(node))
+        {
+            self.leaves.forget(&choice.cluster, &pod.key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::leaf::cycle::LeafView;
+    use crate::plugins::testing::{node_with, pod_requesting};
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+
+    /// One leaf `east` with one 4-CPU node; assumptions recorded.
+    #[derive(Default)]
+    struct FakeLeaves {
+        assumed: Mutex<Vec<(String, String, String)>>,
+        forgotten: Mutex<Vec<(String, String)>>,
+    }
+
+    impl LeafSnapshots for FakeLeaves {
+        fn cycle(&self, host_volumes: Arc<crate::snapshot::VolumeObjects>) -> LeafCycle {
+            let n = node_with("east-1", |_| {});
+            let view = LeafView {
+                cluster: "east".into(),
+                snapshot: Snapshot::from_nodes(vec![Arc::new(n)]),
+            };
+            let mut c = LeafCycle::new(Arc::new(BTreeMap::from([(
+                "east".to_string(),
+                Arc::new(view),
+            )])));
+            c.host_volumes = host_volumes;
+            c
+        }
+        fn assume(&self, cluster: &str, pod: Arc<PodInfo>, leaf_node: &str) {
+            self.assumed.lock().expect("lock").push((
+                cluster.into(),
+                pod.key.clone(),
+                leaf_node.into(),
+            ));
+        }
+        fn forget(&self, cluster: &str, key: &str) {
+            self.forgotten
+                .lock()
+                .expect("lock")
+                .push((cluster.into(), key.into()));
+        }
+    }
+
+    fn virtual_node() -> Arc<NodeInfo> {
+        Arc::new(node_with("mcsched-east", |n| {
+            n.metadata.labels = Some(BTreeMap::from([(
+                mcsched_shared::keys::CLUSTER_LABEL.to_string(),
+                "east".to_string(),
+            )]));
+        }))
+    }
+
+    #[test]
+    fn judges_virtual_nodes_on_their_leaf_and_reserves_there() {
+        let leaves = Arc::new(FakeLeaves::default());
+        let plugin = LeafNodeFit::new(None, leaves.clone());
+        let host = Arc::new(node_with("host-1", |_| {}));
+        let vn = virtual_node();
+        let snap = Snapshot::from_nodes(vec![host.clone(), vn.clone()]);
+        let mut state = CycleState::new();
+        let pod = pod_requesting("p", &[("cpu", "1")]);
+        let (_, s) = plugin.pre_filter(&mut state, &pod, &snap);
+        assert!(s.is_success(), "{s}");
+        assert!(plugin.filter(&state, &pod, &host).is_success());
+        assert!(plugin.filter(&state, &pod, &vn).is_success());
+        assert_eq!(
+            leaf_nodes(&state).get("mcsched-east").map(String::as_str),
+            Some("east-1")
+        );
+
+        assert!(
+            plugin
+                .reserve(&mut state, &pod, "mcsched-east")
+                .is_success()
+        );
+        plugin.unreserve(&mut state, &pod, "mcsched-east");
+        assert_eq!(
+            *leaves.assumed.lock().expect("lock"),
+            [("east".to_string(), pod.key.clone(), "east-1".to_string())]
+        );
+        assert_eq!(
+            *leaves.forgotten.lock().expect("lock"),
+            [("east".to_string(), pod.key.clone())]
+        );
+
+        let big = pod_requesting("big", &[("cpu", "64")]);
+        let mut state = CycleState::new();
+        plugin.pre_filter(&mut state, &big, &snap);
+        let s = plugin.filter(&state, &big, &vn);
+        assert!(s.is_rejected());
+        assert!(
+            s.message()
+                .starts_with("leaf cluster east has no node that fits"),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn skips_a_cluster_without_virtual_nodes() {
+        let plugin = LeafNodeFit::new(None, Arc::new(crate::leaf::cycle::NoLeaves));
+        let snap = Snapshot::from_nodes(vec![Arc::new(node_with("host-1", |_| {}))]);
+        let (_, s) = plugin.pre_filter(&mut CycleState::new(), &pod_requesting("p", &[]), &snap);
+        assert!(s.is_skip());
+    }
+}

@@ -1,0 +1,103 @@
+//! kube's `bindingCycle`, run as its own task: WaitOnPermit, PreBind, Bind (an interested
+//! binder extender instead of the Bind plugins), PostBind; on failure the placement is
+//! undone and the pod handed to the failure handler.
+
+use std::sync::Arc;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tracing::{debug, warn};
+
+use super::Shared;
+use super::failure::{Failure, forget, handle_failure};
+use super::scheduling_cycle::Placed;
+use crate::framework::{Cause, ClusterEvent, Status};
+
+pub(super) async fn binding_cycle(
+    shared: Arc<Shared>,
+    leader: tokio::sync::watch::Receiver<bool>,
+    placed: Placed,
+    slot: Option<OwnedSemaphorePermit>,
+    bindings: Arc<Semaphore>,
+) {
+    let Placed {
+        fw,
+        mut state,
+        pod,
+        node,
+        info,
+        started,
+        waiting,
+    } = placed;
+    let scheduler_name = fw.scheduler_name.clone();
+    let waited = fw.wait_on_permit(&pod).await;
+    if !waited.is_success() {
+        forget(&shared, &fw, &mut state, &pod, &node);
+        let failure = if waited.is_rejected() {
+            debug!(pod = %pod.key, %node, status = %waited, "rejected while waiting on permit");
+            Failure::on_node(&node, waited)
+        } else {
+            Failure::Error(waited.message())
+        };
+        handle_failure(
+            &shared,
+            &scheduler_name,
+            info,
+            failure,
+            waiting.as_ref(),
+            started,
+        );
+        // The room it held is free again (kube's AssignedPodDelete), the pod itself
+        // already requeued.
+        shared.queue.on_event(ClusterEvent::PodDelete);
+        return;
+    }
+    let _slot = match slot {
+        Some(slot) => slot,
+        None => match bindings.acquire_owned().await {
+            Ok(slot) => slot,
+            Err(_) => return,
+        },
+    };
+    if !*leader.borrow() {
+        // Lost the lease since this pod was placed: the new leader decides.
+        forget(&shared, &fw, &mut state, &pod, &node);
+        shared.queue.add_backoff(info);
+        return;
+    }
+    let ctx = shared.bind_ctx.clone();
+    let mut status = fw.run_pre_bind(&ctx, &state, &pod, &node).await;
+    if status.is_success() {
+        let binder = shared
+            .extenders
+            .iter()
+            .find(|e| e.is_binder() && e.is_interested(&pod));
+        status = match binder {
+            Some(ext) => match ext.bind(&pod, &node).await {
+                Ok(()) => Status::success(),
+                Err(e) => Status::error(e.to_string()),
+            },
+            None => fw.run_bind(&ctx, &state, &pod, &node).await,
+        };
+    }
+    if status.is_success() {
+        debug!(pod = %pod.key, %node, "bound");
+        crate::metrics::global().attempt(
+            "scheduled",
+            &scheduler_name,
+            started.elapsed().as_secs_f64(),
+        );
+        shared.events.scheduled(&scheduler_name, &pod.pod, &node);
+        fw.run_post_bind(&state, &pod, &node);
+        shared.queue.done(&pod.key);
+        return;
+    }
+    forget(&shared, &fw, &mut state, &pod, &node);
+    warn!(pod = %pod.key, %node, status = %status, "binding failed");
+    if status.cause == Some(Cause::PodGone) {
+        // Deleted or bound elsewhere meanwhile: the watch will tell.
+        shared.queue.done(&pod.key);
+    } else {
+        let failure = Failure::Error(format!("Binding rejected: {status}"));
+        handle_failure(&shared, &scheduler_name, info, failure, None, started);
+    }
+}

@@ -1,0 +1,103 @@
+//! kube's FailureHandler and the one way an assumed placement is undone.
+
+use std::time::Instant;
+
+use tracing::debug;
+
+use super::Shared;
+use crate::events::Message;
+use crate::framework::runtime::CycleRecord;
+use crate::framework::{CycleState, FitError, Framework, QueuedPodInfo, Status, fit_error};
+use crate::snapshot::PodInfo;
+
+/// Why an attempt ended without a binding.
+pub(super) enum Failure {
+    /// No node fits (Filter), or the chosen one was refused (Reserve, Permit): the pod
+    /// waits in unschedulablePods for an event that may help.
+    Unschedulable {
+        fit: Box<FitError>,
+        nominated: Option<String>,
+    },
+    /// Anything else: retried after backoff.
+    Error(String),
+}
+
+impl Failure {
+    /// kube's FitError for a pod rejected after its node was chosen (Reserve, Permit,
+    /// WaitOnPermit): one node, rejected by that plugin.
+    pub(super) fn on_node(node: &str, status: Status) -> Self {
+        let mut statuses = crate::framework::NodeStatuses::new();
+        statuses.insert(node.to_string(), status);
+        Failure::Unschedulable {
+            fit: Box::new(fit_error(1, statuses)),
+            nominated: None,
+        }
+    }
+}
+
+/// Metrics, the FailedScheduling event and PodScheduled condition, the explanation (when
+/// the attempt's `record` is given), and the queue: unschedulablePods or backoff.
+pub(super) fn handle_failure(
+    shared: &Shared,
+    scheduler_name: &str,
+    info: QueuedPodInfo,
+    failure: Failure,
+    record: Option<&CycleRecord>,
+    started: Instant,
+) {
+    let metrics = crate::metrics::global();
+    let (reason, message, nominated) = match &failure {
+        Failure::Unschedulable { fit, nominated } => {
+            let message = fit.to_string();
+            debug!(pod = %info.pod.key, %message, "unschedulable");
+            metrics.attempt(
+                "unschedulable",
+                scheduler_name,
+                started.elapsed().as_secs_f64(),
+            );
+            if let Some(record) = record {
+                shared.explanations.record_failure(
+                    scheduler_name,
+                    &info.pod.key,
+                    record,
+                    fit,
+                    nominated.clone(),
+                );
+            }
+            ("Unschedulable", message, nominated.clone())
+        }
+        Failure::Error(message) => {
+            metrics.attempt("error", scheduler_name, 0.0);
+            ("SchedulerError", message.clone(), None)
+        }
+    };
+    shared
+        .events
+        .failed_scheduling(scheduler_name, &info.pod.pod, message.clone());
+    shared.events.send(Message::Unschedulable {
+        namespace: info.pod.namespace.clone(),
+        name: info.pod.name.clone(),
+        reason,
+        message,
+        nominated_node: nominated,
+    });
+    match failure {
+        Failure::Unschedulable { fit, .. } => shared
+            .queue
+            .add_unschedulable(info, fit.diagnosis.unschedulable_plugins),
+        Failure::Error(_) => shared.queue.add_backoff(info),
+    }
+}
+
+/// A placement that will not happen: Unreserve runs (in reverse order) and the pod's
+/// assumption leaves the cache.
+pub(super) fn forget(
+    shared: &Shared,
+    fw: &Framework,
+    state: &mut CycleState,
+    pod: &PodInfo,
+    node: &str,
+) {
+    fw.run_unreserve(state, pod, node);
+    shared.cache().forget(&pod.key);
+}

@@ -1,0 +1,205 @@
+//! The scheduler, along kube-scheduler's `pkg/scheduler` seams: the host's watches feed
+//! the cache and the queue ([`event_handlers`]); the loop pops a pod into the
+//! [`scheduling_cycle`] (one [`schedule_pod`] with extenders, PostFilter, assume, Reserve,
+//! Permit) and hands what it placed to a [`binding_cycle`] task; failures take one path
+//! ([`failure`]). Leaves plug in through the registry (their watches, virtual nodes and
+//! pod sync) and through LeafNodeFit, an ordinary plugin.
+
+mod binding_cycle;
+mod event_handlers;
+mod failure;
+pub mod schedule_pod;
+mod scheduling_cycle;
+mod shared;
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::Client;
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+pub use schedule_pod::{run_post_filter, schedule_pod};
+pub use shared::Shared;
+
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum SchedulerError {
+    #[error("the {0} watch never delivered its first list")]
+    CacheNotReady(&'static str),
+}
+
+#[derive(Debug, Clone)]
+pub struct SchedulerOptions {
+    pub parallel_bindings: usize,
+    /// Where the join Secrets of leaf clusters are read from.
+    pub namespace: String,
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+}
+
+/// Runs until `shutdown` completes, then lets bindings in flight finish.
+/// `leader` says whether this instance may schedule; without leader election it is
+/// always true.
+pub async fn run(
+    shared: Arc<Shared>,
+    options: SchedulerOptions,
+    mut leader: tokio::sync::watch::Receiver<bool>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), SchedulerError> {
+    let client = shared.bind_ctx.client.clone();
+    let queue = shared.queue.clone();
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<&'static str>(16);
+    let mut watches = event_handlers::spawn_watches(&client, &shared, ready_tx);
+    let host_watches = watches.len();
+    watches.push(spawn_leaves(&client, &shared, &options.namespace, &leader));
+    watches.push(spawn_flusher(&shared));
+
+    tokio::pin!(shutdown);
+    // Pods and nodes must be listed before the first decision, or capacity looks free.
+    // Every kind, storage included: a decision on a half-listed cluster can be wrong.
+    let mut synced = HashSet::new();
+    while synced.len() < host_watches {
+        tokio::select! {
+            _ = &mut shutdown => { abort_all(&watches); return Ok(()); }
+            r = ready_rx.recv() => match r {
+                Some(kind) => { synced.insert(kind); }
+                None => return Err(SchedulerError::CacheNotReady("pod, node or storage")),
+            },
+        }
+    }
+    shared
+        .synced
+        .store(true, std::sync::atomic::Ordering::Release);
+    info!(profiles = ?shared.profiles.frameworks.keys().collect::<Vec<_>>(), "caches synced");
+
+    let bindings = Arc::new(Semaphore::new(options.parallel_bindings));
+    loop {
+        if !*leader.borrow() {
+            info!("standing by: another instance holds the leader lease");
+            tokio::select! {
+                _ = &mut shutdown => break,
+                r = leader.wait_for(|l| *l) => if r.is_err() { break },
+            }
+            info!("leading: scheduling");
+        }
+        tokio::select! {
+            _ = &mut shutdown => break,
+            _ = leader.changed() => continue,
+            next = queue.pop() => match next {
+                Some(info) => schedule_one(&shared, &bindings, &leader, info).await,
+                None => break,
+            },
+        }
+    }
+    info!("shutting down; waiting for bindings in flight");
+    queue.close();
+    if tokio::time::timeout(
+        SHUTDOWN_GRACE,
+        bindings.acquire_many(options.parallel_bindings as u32),
+    )
+    .await
+    .is_err()
+    {
+        warn!("bindings still in flight after {SHUTDOWN_GRACE:?}; leaving them");
+    }
+    abort_all(&watches);
+    Ok(())
+}
+
+/// kube's scheduleOne: the scheduling cycle inline, the binding cycle as its own task.
+async fn schedule_one(
+    shared: &Arc<Shared>,
+    bindings: &Arc<Semaphore>,
+    leader: &tokio::sync::watch::Receiver<bool>,
+    info: crate::framework::QueuedPodInfo,
+) {
+    let Some(placed) = scheduling_cycle::scheduling_cycle(shared, info).await else {
+        return;
+    };
+    // A waiting pod takes a binding slot only once allowed: the pods whose scheduling
+    // would allow it must not be kept from binding by it.
+    let slot = if placed.waiting.is_some() {
+        None
+    } else {
+        match bindings.clone().acquire_owned().await {
+            Ok(slot) => Some(slot),
+            Err(_) => return,
+        }
+    };
+    tokio::spawn(binding_cycle::binding_cycle(
+        shared.clone(),
+        leader.clone(),
+        placed,
+        slot,
+        bindings.clone(),
+    ));
+}
+
+/// Backoff and unschedulable pods back into circulation, and the pending-pods gauges.
+fn spawn_flusher(shared: &Arc<Shared>) -> JoinHandle<()> {
+    let q = shared.queue.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            q.flush();
+            let p = q.pending();
+            let m = crate::metrics::global();
+            m.set_pending("active", p.active);
+            m.set_pending("backoff", p.backoff);
+            m.set_pending("unschedulable", p.unschedulable);
+            m.set_pending("gated", p.gated);
+        }
+    })
+}
+
+/// The leaf registry; every leaf it connects gets its virtual-node and pod-sync loops,
+/// and its changes reach the queue as leaf events.
+fn spawn_leaves(
+    client: &Client,
+    shared: &Arc<Shared>,
+    namespace: &str,
+    leader: &tokio::sync::watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    let (host, host_side, l) = (client.clone(), shared.host_side(), leader.clone());
+    let on_leaf = move |leaf: Arc<crate::leaf::cluster::LeafCluster>| {
+        leaf.adopt(tokio::spawn(crate::leaf::virtual_node::run(
+            host.clone(),
+            leaf.clone(),
+            l.clone(),
+        )));
+        leaf.adopt(tokio::spawn(crate::leaf::pod_sync::run(
+            host.clone(),
+            host_side.clone(),
+            leaf.clone(),
+            l.clone(),
+        )));
+    };
+    let queue = shared.queue.clone();
+    tokio::spawn(crate::leaf::registry::run(
+        client.clone(),
+        namespace.to_string(),
+        shared.leaves.clone(),
+        Arc::new(move |event| queue.on_event(event)),
+        on_leaf,
+    ))
+}
+
+fn abort_all(tasks: &[JoinHandle<()>]) {
+    for t in tasks {
+        t.abort();
+    }
+}
+
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}

@@ -1,0 +1,144 @@
+//! kube's `schedulingCycle`: one pod through schedule_pod (PostFilter when nothing fits),
+//! then assume, Reserve and Permit. What it places goes to the binding cycle.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::Shared;
+use super::failure::{Failure, forget, handle_failure};
+use super::schedule_pod::{run_post_filter, schedule_pod};
+use crate::framework::runtime::CycleRecord;
+use crate::framework::{Code, CycleState, Framework, QueuedPodInfo, Status};
+use crate::snapshot::PodInfo;
+
+/// A pod assumed on its node, Reserve and Permit passed (or Permit said Wait).
+pub(super) struct Placed {
+    pub fw: Arc<Framework>,
+    pub state: CycleState,
+    pub pod: Arc<PodInfo>,
+    pub node: String,
+    pub info: QueuedPodInfo,
+    pub started: Instant,
+    /// Permit said Wait: the record turns into a failure's explanation if rejected.
+    pub waiting: Option<CycleRecord>,
+}
+
+pub(super) async fn scheduling_cycle(shared: &Arc<Shared>, info: QueuedPodInfo) -> Option<Placed> {
+    let pod = info.pod.clone();
+    let Some(fw) = shared.profiles.for_pod(&pod.pod).cloned() else {
+        shared.queue.done(&pod.key);
+        return None;
+    };
+    let scheduler_name = fw.scheduler_name.as_str();
+    if shared.cache().is_assumed(&pod.key) {
+        shared.queue.done(&pod.key);
+        return None;
+    }
+    let started = Instant::now();
+    let snapshot = shared.cache().snapshot();
+    let mut state = CycleState::new();
+    // Plugin timings for a sample of cycles only, as kube-scheduler.
+    state.set_record_plugin_metrics(crate::metrics::sample_plugin_metrics(&mut rand::rng()));
+    let mut record = CycleRecord::default();
+    let result = schedule_pod(
+        &fw,
+        &shared.extenders,
+        &mut state,
+        &pod,
+        &snapshot,
+        &mut record,
+        false,
+    )
+    .await;
+    let metrics = crate::metrics::global();
+    let outcome = if result.is_ok() {
+        "Success"
+    } else {
+        "Unschedulable"
+    };
+    for d in &record.durations {
+        metrics.extension_point(
+            &d.extension_point,
+            outcome,
+            scheduler_name,
+            d.micros as f64 / 1e6,
+        );
+    }
+    let node = match result {
+        Ok(r) => r.node,
+        Err(mut fit) => {
+            let mut nominated = None;
+            if fw.has_post_filter() && fit.num_all_nodes > 0 {
+                metrics.preemption_attempts.inc();
+            }
+            if let Some((res, plugin)) = run_post_filter(&fw, &state, &pod, &snapshot, &mut fit) {
+                nominated = res.nominated_node.clone();
+                crate::preemption::evict(
+                    &shared.bind_ctx.client,
+                    &shared.events,
+                    &fw,
+                    plugin,
+                    &pod,
+                    &res.victims,
+                );
+            }
+            let failure = Failure::Unschedulable { fit, nominated };
+            handle_failure(
+                shared,
+                scheduler_name,
+                info,
+                failure,
+                Some(&record),
+                started,
+            );
+            return None;
+        }
+    };
+    shared
+        .explanations
+        .record_success(scheduler_name, &pod.key, &record, &node, snapshot.len());
+
+    shared.cache().assume(pod.clone(), &node);
+    let reserved = fw.run_reserve(&mut state, &pod, &node);
+    let (permit, waits) = if reserved.is_success() {
+        fw.run_permit(&state, &pod, &node)
+    } else if reserved.is_rejected() {
+        (reserved, Vec::new())
+    } else {
+        let msg = format!(
+            "running Reserve plugin {:?}: {}",
+            reserved.plugin,
+            reserved.message()
+        );
+        (Status::error(msg).with_plugin(reserved.plugin), Vec::new())
+    };
+    let waiting = permit.code == Code::Wait;
+    if waiting {
+        fw.add_waiting_pod(pod.clone(), &node, &waits);
+    } else if !permit.is_success() {
+        forget(shared, &fw, &mut state, &pod, &node);
+        let failure = if permit.is_rejected() {
+            Failure::on_node(&node, permit)
+        } else {
+            Failure::Error(permit.message())
+        };
+        handle_failure(
+            shared,
+            scheduler_name,
+            info,
+            failure,
+            Some(&record),
+            started,
+        );
+        return None;
+    }
+    Some(Placed {
+        fw: fw.clone(),
+        state,
+        pod,
+        node,
+        info,
+        started,
+        waiting: waiting.then_some(record),
+    })
+}

@@ -1,0 +1,73 @@
+//! What the loop, the binding tasks and the HTTP server share.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use kube::Client;
+
+use super::SchedulerOptions;
+use crate::cache::Cache;
+use crate::events::EventSink;
+use crate::explain::ExplanationStore;
+use crate::extender::Extender;
+use crate::framework::BindContext;
+use crate::leaf::registry::Leaves;
+use crate::profiles::Profiles;
+use crate::queue::SchedulingQueue;
+use crate::watch::SharedCache;
+
+pub struct Shared {
+    pub profiles: Profiles,
+    pub cache: SharedCache,
+    pub queue: Arc<SchedulingQueue>,
+    pub events: EventSink,
+    pub explanations: ExplanationStore,
+    pub bind_ctx: BindContext,
+    pub extenders: Vec<Arc<Extender>>,
+    /// Joined leaf clusters; the same the profiles' LeafNodeFit reads.
+    pub leaves: Arc<Leaves>,
+    /// Set once pods and nodes are listed.
+    pub synced: Arc<AtomicBool>,
+}
+
+impl Shared {
+    pub fn new(
+        client: Client,
+        profiles: Profiles,
+        extenders: Vec<Arc<Extender>>,
+        leaves: Arc<Leaves>,
+        options: &SchedulerOptions,
+    ) -> Arc<Self> {
+        let queue = SchedulingQueue::new(
+            options.initial_backoff,
+            options.max_backoff,
+            profiles.plugin_events.clone(),
+            profiles.less.clone(),
+        );
+        Arc::new(Shared {
+            profiles,
+            cache: Arc::new(Mutex::new(Cache::new())),
+            queue,
+            events: EventSink::start(client.clone(), super::hostname()),
+            explanations: ExplanationStore::default(),
+            bind_ctx: BindContext { client },
+            extenders,
+            leaves,
+            synced: Arc::default(),
+        })
+    }
+
+    pub fn cache(&self) -> MutexGuard<'_, Cache> {
+        crate::watch::lock(&self.cache)
+    }
+
+    /// What pod sync needs of the host side.
+    pub(super) fn host_side(&self) -> crate::leaf::pod_sync::HostSide {
+        crate::leaf::pod_sync::HostSide {
+            cache: self.cache.clone(),
+            synced: self.synced.clone(),
+            leaves: self.leaves.clone(),
+            events: self.events.clone(),
+        }
+    }
+}
