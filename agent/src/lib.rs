@@ -9,6 +9,8 @@ pub mod config_bridge;
 pub mod events;
 pub mod explain;
 pub mod extender;
+#[cfg(test)]
+pub(crate) mod fake_api;
 pub mod framework;
 pub mod leader;
 pub mod leaf;

@@ -1,5 +1,6 @@
 //! mcsched with a scheduler extender (seed 002's `extenders:` block): the extender's
-//! filter, prioritize and bind verbs decide, through a configuration file.
+//! filter, prioritize and bind verbs decide, through a configuration file, and decide
+//! explanations and what-ifs the same way.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -11,6 +12,7 @@ use k8s_openapi::api::core::v1::{Binding, Pod};
 use kube::Api;
 use kube::api::PostParams;
 use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, wait};
+use mcsched_shared::explain::{Explanation, Outcome};
 use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -178,5 +180,175 @@ extenders:
         3,
         "the extender, not DefaultBinder, binds"
     );
+    Ok(())
+}
+
+/// The explanation the agent gives for `pod` (never created) through `kubectl mcsched
+/// explain --what-if -o json`.
+fn what_if(cp: &ControlPlane, agent: &Agent, pod: &Value) -> anyhow::Result<Explanation> {
+    let file = cp.dir().join(format!(
+        "{}.json",
+        pod["metadata"]["name"].as_str().unwrap_or("what-if")
+    ));
+    std::fs::write(&file, serde_json::to_vec(pod)?)?;
+    let file = file.to_string_lossy().to_string();
+    let out = mcsched_e2e::cli::run(
+        &cp.kubeconfig,
+        &[
+            "explain",
+            "--what-if",
+            "-f",
+            &file,
+            "-o",
+            "json",
+            "--agent-url",
+            &agent.url,
+            "--insecure-skip-tls-verify",
+        ],
+    )?;
+    anyhow::ensure!(out.status.success(), "{}", mcsched_e2e::cli::text(&out));
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
+/// One path for every decision: an extender that rejects a node changes what-if
+/// explanations (and the PostFilter dry run in them) exactly as it changes the live
+/// decision. Before the engine's one schedule_pod, a what-if of a pod that fits only on
+/// the rejected node answered "scheduled on" it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extenders_rejection_changes_what_if_as_it_changes_the_live_decision()
+-> anyhow::Result<()> {
+    let cp = ControlPlane::start("extender-what-if", ControlPlaneOptions::default()).await?;
+    for n in ["n1", "n2", "n3"] {
+        node(&cp.client, n).await?;
+    }
+    let calls = Arc::new(Calls::default());
+    let port = serve_extender(cp.client.clone(), calls.clone()).await?;
+    let config = cp.dir().join("scheduler-config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+  - schedulerName: with-extender
+leaderElection:
+  leaderElect: false
+extenders:
+- urlPrefix: \"http://127.0.0.1:{port}\"
+  filterVerb: \"filter\"
+  prioritizeVerb: \"prioritize\"
+  weight: 1
+"
+        ),
+    )?;
+    let config_arg = format!("--config={}", config.display());
+    let agent = Agent::start_with(
+        &cp.kubeconfig,
+        "unused",
+        cp.dir(),
+        "what-if",
+        &[&config_arg],
+    )?;
+    let pod = |name: &str, pinned: bool| {
+        let mut spec = json!({"schedulerName": "with-extender",
+            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "100m"}}}]});
+        if pinned {
+            spec["nodeSelector"] = json!({"kubernetes.io/hostname": "n2"});
+        }
+        json!({"metadata": {"name": name, "namespace": "default"}, "spec": spec})
+    };
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
+
+    // Live: a pod only n2 could take stays Pending with the extender's reason.
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(pod("pinned", true))?,
+    )
+    .await?;
+    let live = wait::until(TIMEOUT, "pinned reported unschedulable", || async {
+        let p = pods.get("pinned").await?;
+        Ok(p.status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.type_ == "PodScheduled" && c.reason.as_deref() == Some("Unschedulable"))
+            .and_then(|c| c.message))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e:#}\nagent log:\n{}", agent.logs()))?;
+    assert!(live.contains("extender says no"), "{live}");
+    assert_eq!(
+        pods.get("pinned").await?.spec.and_then(|s| s.node_name),
+        None
+    );
+
+    // What-if of the same pod: the same verdict, word for word, PostFilter's part too.
+    let e = what_if(&cp, &agent, &pod("pinned-what-if", true))?;
+    match &e.outcome {
+        Outcome::Unschedulable {
+            message,
+            nominated_node,
+        } => {
+            assert_eq!(message, &live, "what-if and live disagree");
+            assert_eq!(nominated_node, &None);
+        }
+        other => panic!("what-if of a pod only n2 fits: {other:?}, live: {live}"),
+    }
+    let n2 = e
+        .nodes
+        .iter()
+        .find(|n| n.node == "n2")
+        .expect("n2 explained");
+    assert!(!n2.feasible);
+    assert!(
+        e.extenders
+            .iter()
+            .any(|a| a.verb == "filter" && a.failed_nodes.iter().any(|(n, _)| n == "n2")),
+        "the extender's answer is in the explanation: {:?}",
+        e.extenders
+    );
+
+    // The explanation of the Pending pod itself says the same.
+    let out = mcsched_e2e::cli::run(
+        &cp.kubeconfig,
+        &[
+            "explain",
+            "pod",
+            "pinned",
+            "-o",
+            "json",
+            "--agent-url",
+            &agent.url,
+            "--insecure-skip-tls-verify",
+        ],
+    )?;
+    let pending: Explanation = serde_json::from_slice(&out.stdout)
+        .map_err(|err| anyhow::anyhow!("{err}: {}", mcsched_e2e::cli::text(&out)))?;
+    assert!(
+        matches!(&pending.outcome, Outcome::Unschedulable { message, .. } if message == &live),
+        "{:?}",
+        pending.outcome
+    );
+
+    // A free pod: the extender's priority picks n3, live and in the what-if alike.
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(pod("free", false))?,
+    )
+    .await?;
+    let bound = wait::until(TIMEOUT, "free bound", || async {
+        Ok(pods.get("free").await?.spec.and_then(|s| s.node_name))
+    })
+    .await?;
+    assert_eq!(bound, "n3");
+    let e = what_if(&cp, &agent, &pod("free-what-if", false))?;
+    assert_eq!(
+        e.outcome,
+        Outcome::Scheduled {
+            node: "n3".into(),
+            leaf_node: None
+        }
+    );
+    assert!(calls.prioritize.load(Ordering::SeqCst) >= 2);
     Ok(())
 }

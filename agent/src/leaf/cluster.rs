@@ -86,6 +86,15 @@ impl LeafCluster {
             .clone()
     }
 
+    /// As if every watch had delivered its first list.
+    #[cfg(test)]
+    pub(crate) fn mark_synced(&self) {
+        self.synced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(WATCHED);
+    }
+
     pub fn is_synced(&self) -> bool {
         self.synced.lock().unwrap_or_else(|e| e.into_inner()).len() == WATCHED.len()
     }

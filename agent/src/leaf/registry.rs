@@ -217,3 +217,60 @@ pub async fn run(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use serde_json::json;
+
+    fn leaf(name: &str, synced: bool) -> Arc<LeafCluster> {
+        let (client, _) = crate::fake_api::client(|_, _| (200, json!({})));
+        let leaf = LeafCluster::new(name.into(), client, "1".into());
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": format!("{name}-1")},
+            "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}}
+        }))
+        .expect("node");
+        leaf.cache().apply_node(Arc::new(node));
+        if synced {
+            leaf.mark_synced();
+        }
+        leaf
+    }
+
+    #[tokio::test]
+    async fn cycles_see_synced_leaves_and_assumptions_land_in_their_leaf() {
+        let leaves = Leaves::new(LeafSettings::default());
+        let (east, west) = (leaf("east", true), leaf("west", false));
+        leaves.insert(east.clone());
+        leaves.insert(west.clone());
+
+        let cycle = leaves.cycle(Arc::default());
+        assert_eq!(cycle.views.keys().collect::<Vec<_>>(), ["east"]);
+        assert_eq!(cycle.views["east"].snapshot.len(), 1);
+
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}
+        }))
+        .expect("pod");
+        let pod = Arc::new(PodInfo::new(Arc::new(pod)));
+        leaves.assume("east", pod.clone(), "east-1");
+        assert!(east.cache().is_assumed("default/p"));
+        assert!(!west.cache().is_assumed("default/p"));
+        leaves.forget("east", "default/p");
+        assert!(!east.cache().is_assumed("default/p"));
+        // Unknown clusters are ignored, not a panic.
+        leaves.assume("gone", pod, "x");
+
+        let woken = east.sync_wake.notified();
+        leaves.host_changed("east");
+        tokio::time::timeout(std::time::Duration::from_secs(1), woken)
+            .await
+            .expect("pod sync woken");
+
+        assert!(leaves.remove("east").is_some());
+        assert!(leaves.cycle(Arc::default()).views.is_empty());
+    }
+}

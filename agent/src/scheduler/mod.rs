@@ -11,6 +11,8 @@ mod failure;
 pub mod schedule_pod;
 mod scheduling_cycle;
 mod shared;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashSet;
 use std::future::Future;

@@ -1,0 +1,138 @@
+//! The scheduling and binding cycles against an in-memory API (see `fake_api`): what
+//! they bind, undo and requeue.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use serde_json::json;
+use tokio::sync::Semaphore;
+
+use super::binding_cycle::binding_cycle;
+use super::scheduling_cycle::scheduling_cycle;
+use super::{SchedulerOptions, Shared};
+use crate::fake_api::{self, Calls};
+use crate::leaf::registry::Leaves;
+use crate::snapshot::PodInfo;
+
+fn shared_with(binding: (u16, serde_json::Value)) -> (Arc<Shared>, Calls) {
+    let (client, calls) = fake_api::client(move |method, path| {
+        if method == "POST" && path.ends_with("/binding") {
+            binding.clone()
+        } else {
+            (201, json!({}))
+        }
+    });
+    let spec = crate::config_bridge::default_spec("mcsched").expect("default profile");
+    let leaves = Arc::new(Leaves::new(Default::default()));
+    let registry = crate::plugins::registry_with_leaves(&Default::default(), leaves.clone());
+    let profiles = crate::profiles::Profiles::build(&[(spec, registry)], 1).expect("profiles");
+    let options = SchedulerOptions {
+        parallel_bindings: 2,
+        namespace: "mcsched-system".into(),
+        initial_backoff: Duration::from_secs(1),
+        max_backoff: Duration::from_secs(10),
+    };
+    let shared = Shared::new(client, profiles, Vec::new(), leaves, &options);
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": "n1", "labels": {"kubernetes.io/hostname": "n1"}},
+        "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True"}]}
+    }))
+    .expect("node");
+    shared.cache().apply_node(Arc::new(node));
+    (shared, calls)
+}
+
+fn pod(name: &str, cpu: &str) -> Arc<PodInfo> {
+    let p: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
+        "spec": {"schedulerName": "mcsched",
+            "containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": cpu}}}]}
+    }))
+    .expect("pod");
+    Arc::new(PodInfo::new(Arc::new(p)))
+}
+
+/// Queues `name` and runs its scheduling cycle, then its binding cycle.
+async fn schedule(shared: &Arc<Shared>, name: &str, cpu: &str, leading: bool) {
+    shared.queue.add(pod(name, cpu), false);
+    let info = shared.queue.pop().await.expect("queued");
+    let placed = scheduling_cycle(shared, info).await;
+    let Some(placed) = placed else { return };
+    assert_eq!(placed.node, "n1");
+    assert!(shared.cache().is_assumed(&format!("default/{name}")));
+    let (_tx, leader) = tokio::sync::watch::channel(leading);
+    binding_cycle(
+        shared.clone(),
+        leader,
+        placed,
+        None,
+        Arc::new(Semaphore::new(1)),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_placed_pod_is_bound_and_stays_assumed_until_the_watch_sees_it() {
+    let (shared, calls) = shared_with((201, json!({})));
+    schedule(&shared, "p", "1", true).await;
+    assert!(fake_api::called(
+        &calls,
+        "POST",
+        "/namespaces/default/pods/p/binding"
+    ));
+    assert!(shared.cache().is_assumed("default/p"));
+    let q = shared.queue.pending();
+    assert_eq!((q.active, q.backoff, q.unschedulable), (0, 0, 0));
+    let e = shared.explanations.get("default/p").expect("explained");
+    assert!(
+        matches!(e.outcome, mcsched_shared::explain::Outcome::Scheduled { ref node, .. } if node == "n1")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binding_answered_not_found_forgets_the_pod_without_a_retry() {
+    let (shared, _) = shared_with((
+        404,
+        fake_api::status(404, "NotFound", "pods \"p\" not found"),
+    ));
+    schedule(&shared, "p", "1", true).await;
+    assert!(!shared.cache().is_assumed("default/p"));
+    let q = shared.queue.pending();
+    assert_eq!((q.active, q.backoff, q.unschedulable), (0, 0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_binding_is_undone_and_retried_after_backoff() {
+    let (shared, _) = shared_with((500, fake_api::status(500, "InternalError", "etcd")));
+    schedule(&shared, "p", "1", true).await;
+    assert!(!shared.cache().is_assumed("default/p"));
+    assert_eq!(shared.queue.pending().backoff, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lease_leaves_binding_to_the_new_leader() {
+    let (shared, calls) = shared_with((201, json!({})));
+    schedule(&shared, "p", "1", false).await;
+    assert!(!fake_api::called(&calls, "POST", "/binding"));
+    assert!(!shared.cache().is_assumed("default/p"));
+    assert_eq!(shared.queue.pending().backoff, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_that_fits_nowhere_waits_unschedulable_with_its_explanation() {
+    let (shared, calls) = shared_with((201, json!({})));
+    schedule(&shared, "big", "64", true).await;
+    assert!(!fake_api::called(&calls, "POST", "/binding"));
+    assert!(!shared.cache().is_assumed("default/big"));
+    assert_eq!(shared.queue.pending().unschedulable, 1);
+    let e = shared.explanations.get("default/big").expect("explained");
+    match e.outcome {
+        mcsched_shared::explain::Outcome::Unschedulable { message, .. } => assert!(
+            message.starts_with("0/1 nodes are available: 1 Insufficient cpu."),
+            "{message}"
+        ),
+        other => panic!("{other:?}"),
+    }
+}
