@@ -112,7 +112,7 @@ fn stored_nodes(record: &CycleRecord, limit: usize) -> Vec<StoredNode> {
                 }
                 out.push(success(p));
             }
-            // A rejection by no profile plugin: the leaf check (LeafNodeFit) of a virtual node.
+            // A rejection after the profile's filters all passed: an extender's.
             if !status.plugin.is_empty() {
                 out.push(PluginVerdict {
                     plugin: status.plugin.to_string(),

@@ -16,14 +16,13 @@ use mcsched_shared::config::{self, SchedulerConfig};
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{error, info, warn};
 
-/// The configuration to run: the file, or kube-scheduler's v1 defaults with the flags'
-/// scheduler name, leader election and client limits.
+/// The configuration to run: the file, or mcsched's default profile (the one `install`
+/// ships) with the flags' scheduler name, leader election and client limits.
 fn configuration(args: &Args) -> Result<SchedulerConfig, config::ConfigErrors> {
     if let Some(path) = &args.config {
         return config::load_file(path);
     }
-    let mut cfg = config::default_config(&args.scheduler_name)?;
-    mixed_scheduling(&mut cfg);
+    let mut cfg = config::load(&config::mcsched_default::text(&args.scheduler_name, None))?;
     let le = &mut cfg.leader_election;
     le.leader_elect = args.leader_elect;
     le.resource_name = args
@@ -34,35 +33,6 @@ fn configuration(args: &Args) -> Result<SchedulerConfig, config::ConfigErrors> {
     cfg.client_connection.qps = args.kube_api_qps;
     cfg.client_connection.burst = args.kube_api_burst;
     Ok(cfg)
-}
-
-/// mcsched's own default profile schedules onto host and virtual nodes alike: the leaf
-/// taint is tolerated (LeafNodeTaintToleration in TaintToleration's place at Filter) and
-/// volumes are judged by LeafNodeVolumeBinding in VolumeBinding's place, at the same
-/// positions, so the order of reasons stays kube-scheduler's. A --config file says so
-/// explicitly, as seed 000 does.
-fn mixed_scheduling(cfg: &mut SchedulerConfig) {
-    for p in &mut cfg.profiles {
-        for r in &mut p.plugins.filter {
-            if r.name == "TaintToleration" {
-                r.name = "LeafNodeTaintToleration".into();
-            }
-        }
-        let pl = &mut p.plugins;
-        for point in [
-            &mut pl.pre_filter,
-            &mut pl.filter,
-            &mut pl.reserve,
-            &mut pl.pre_bind,
-        ] {
-            for r in point.iter_mut() {
-                if r.name == "VolumeBinding" {
-                    r.name = "LeafNodeVolumeBinding".into();
-                }
-            }
-        }
-        p.args.leaf_volume_binding_timeout_seconds = p.args.volume_binding_timeout_seconds;
-    }
 }
 
 // glibc's allocator hands the large per-cycle buffers (score columns, node lists) back to

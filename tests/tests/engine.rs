@@ -104,7 +104,8 @@ async fn health_metrics_explain_and_simulate() -> anyhow::Result<()> {
         |f| f.plugin == "NodeResourcesFit" && f.reasons == vec!["Insufficient cpu".to_string()]
     ));
 
-    // A what-if: 9 cores fit nowhere; nothing is created.
+    // A what-if: 9 cores fit nowhere; nothing is created. The message is the live one,
+    // PostFilter's part included (nothing to preempt: every node lacks cpu outright).
     let sim: Explanation = http
         .post(format!("{}/simulate", agent.url))
         .json(&pod("what-if", "9"))
@@ -115,7 +116,11 @@ async fn health_metrics_explain_and_simulate() -> anyhow::Result<()> {
         .await?;
     match &sim.outcome {
         Outcome::Unschedulable { message, .. } => {
-            assert_eq!(message, "0/2 nodes are available: 2 Insufficient cpu.")
+            assert_eq!(
+                message,
+                "0/2 nodes are available: 2 Insufficient cpu. no new claims to deallocate, \
+                 preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+            )
         }
         other => panic!("unexpected outcome {other:?}"),
     }

@@ -255,7 +255,8 @@ extenders:
         if pinned {
             spec["nodeSelector"] = json!({"kubernetes.io/hostname": "n2"});
         }
-        json!({"metadata": {"name": name, "namespace": "default"}, "spec": spec})
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"}, "spec": spec})
     };
     let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
 

@@ -143,6 +143,11 @@ async fn filter_by_extenders(
         match ext.filter(&pod.pod, &nodes).await {
             Ok(res) => {
                 let keep: HashSet<&str> = res.nodes.iter().map(String::as_str).collect();
+                let dropped: Vec<_> = feasible
+                    .iter()
+                    .filter(|n| !keep.contains(n.name.as_str()))
+                    .cloned()
+                    .collect();
                 feasible.retain(|n| keep.contains(n.name.as_str()));
                 for (node, reason) in &res.failed {
                     statuses.insert(
@@ -158,6 +163,7 @@ async fn filter_by_extenders(
                     );
                     answer.failed_nodes.push((node.clone(), reason.clone()));
                 }
+                record_dropped(record, ext, dropped, statuses);
             }
             Err(e) if ext.config.ignorable => {
                 warn!(extender = %ext.name(), error = %e, "ignorable extender failed; skipping it");
@@ -172,6 +178,30 @@ async fn filter_by_extenders(
         record.extenders.push(answer);
     }
     Ok(())
+}
+
+/// Nodes an extender dropped join the explanation's rejected nodes, after the filters
+/// they passed; one it dropped without a reason says so.
+fn record_dropped(
+    record: &mut CycleRecord,
+    ext: &Extender,
+    dropped: Vec<Arc<crate::snapshot::NodeInfo>>,
+    statuses: &NodeStatuses,
+) {
+    for node in dropped {
+        let status = statuses.get(&node.name).cloned().unwrap_or_else(|| {
+            Status::unschedulable(format!("filtered out by extender {}", ext.name()))
+                .with_plugin("extender")
+        });
+        if let Some(verdicts) = record.verdicts.get_mut(&node.name) {
+            verdicts.push(mcsched_shared::explain::PluginVerdict {
+                plugin: status.plugin.to_string(),
+                code: status.code.to_string(),
+                reasons: status.reasons.clone(),
+            });
+        }
+        record.rejected.push((node, status));
+    }
 }
 
 /// Extenders' priorities, weighted and scaled to node scores as kube's prioritizeNodes

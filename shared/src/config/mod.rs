@@ -6,6 +6,7 @@ pub mod catalog;
 pub mod cluster_policies;
 mod decode;
 pub mod duration;
+pub mod mcsched_default;
 pub mod model;
 mod plugin_args;
 mod raw;

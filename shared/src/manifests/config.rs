@@ -18,33 +18,10 @@ pub struct AgentConfig {
     pub lease_name: Option<String>,
 }
 
-/// One profile, leader election on a Lease named after it in the install namespace. The
-/// profile schedules onto host and virtual nodes alike: the LeafNode plugins take the
-/// place of TaintToleration's Filter and of VolumeBinding, as seed 000 configures them.
+/// mcsched's default profile (see [`config::mcsched_default`]), leader election on a
+/// Lease named after it in the install namespace.
 pub fn default_config_text(scheduler_name: &str, namespace: &str) -> String {
-    format!(
-        "apiVersion: {group}/v1\n\
-         kind: KubeSchedulerConfiguration\n\
-         leaderElection:\n  \
-           leaderElect: true\n  \
-           resourceLock: leases\n  \
-           resourceName: {scheduler_name}\n  \
-           resourceNamespace: {namespace}\n\
-         profiles:\n\
-         - schedulerName: {scheduler_name}\n  \
-           plugins:\n    \
-             filter:\n      \
-               disabled:\n      \
-               - name: TaintToleration\n      \
-               enabled:\n      \
-               - name: LeafNodeTaintToleration\n    \
-             multiPoint:\n      \
-               disabled:\n      \
-               - name: VolumeBinding\n      \
-               enabled:\n      \
-               - name: LeafNodeVolumeBinding\n",
-        group = config::GROUP
-    )
+    config::mcsched_default::text(scheduler_name, Some((scheduler_name, namespace)))
 }
 
 /// RFC 1123 subdomain: what the API server accepts as a pod's `spec.schedulerName`.
