@@ -6,14 +6,6 @@ use std::sync::Arc;
 use crate::framework::{ClusterEvent, Framework, FrameworkError, Plugin, ProfileSpec};
 use crate::queue::{Less, priority_sort};
 
-/// The profile a pod names: `spec.schedulerName`, kube's default-scheduler when unset.
-pub fn scheduler_name_of(pod: &k8s_openapi::api::core::v1::Pod) -> &str {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.scheduler_name.as_deref())
-        .unwrap_or(mcsched_shared::keys::KUBE_DEFAULT_SCHEDULER_NAME)
-}
-
 /// Plugin instances by name.
 pub type Registry = HashMap<String, Arc<dyn Plugin>>;
 
@@ -61,7 +53,7 @@ impl Profiles {
 
     /// The framework serving `pod`, if this agent serves its scheduler name.
     pub fn for_pod(&self, pod: &k8s_openapi::api::core::v1::Pod) -> Option<&Arc<Framework>> {
-        self.get(scheduler_name_of(pod))
+        self.get(mcsched_shared::pod::scheduler_name(pod))
     }
 }
 

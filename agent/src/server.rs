@@ -132,7 +132,7 @@ async fn dry_run(shared: &Shared, pod: Pod) -> Result<Explanation, String> {
     let Some(fw) = shared.profiles.for_pod(&pod).cloned() else {
         return Err(format!(
             "spec.schedulerName {:?} is not served by this agent",
-            crate::profiles::scheduler_name_of(&pod)
+            mcsched_shared::pod::scheduler_name(&pod)
         ));
     };
     let scheduler = fw.scheduler_name.clone();

@@ -5,6 +5,7 @@ pub mod explain;
 pub mod keys;
 pub mod manifests;
 pub mod node;
+pub mod pod;
 pub mod quantity;
 pub mod resources;
 pub mod selectors;

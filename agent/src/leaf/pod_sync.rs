@@ -321,7 +321,7 @@ async fn take_back(
 }
 
 fn warn_event(host_side: &HostSide, pod: &Pod, note: String) {
-    let scheduler = crate::profiles::scheduler_name_of(pod).to_string();
+    let scheduler = mcsched_shared::pod::scheduler_name(pod).to_string();
     host_side.events.send(crate::events::Message::Event {
         reporting_controller: scheduler,
         regarding: crate::events::object_ref(pod),

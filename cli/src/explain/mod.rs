@@ -70,11 +70,7 @@ pub async fn run(kube: &KubeArgs, args: ExplainArgs) -> anyhow::Result<()> {
     let Some(pod) = pods.get_opt(&args.name).await? else {
         bail!("pod {ns}/{} not found", args.name);
     };
-    let scheduler = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.scheduler_name.clone())
-        .unwrap_or_else(|| keys::KUBE_DEFAULT_SCHEDULER_NAME.into());
+    let scheduler = mcsched_shared::pod::scheduler_name(&pod).to_string();
     let bound = pod
         .spec
         .as_ref()
