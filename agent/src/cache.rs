@@ -207,13 +207,9 @@ impl Cache {
         if let Some(s) = &self.snapshot {
             return s.clone();
         }
-        let mut image_nodes: HashMap<String, usize> = HashMap::new();
-        for n in &self.nodes {
-            for image in n.images.keys() {
-                *image_nodes.entry(image.clone()).or_default() += 1;
-            }
-        }
+        let (image_nodes, virtual_nodes) = crate::snapshot::node_counts(&self.nodes);
         let snap = Snapshot {
+            virtual_nodes,
             nodes: Arc::new(self.nodes.clone()),
             index: self.index.clone(),
             namespaces: self.namespaces.clone(),

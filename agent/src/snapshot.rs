@@ -309,6 +309,9 @@ pub struct Snapshot {
     pub pdbs: Arc<Vec<Arc<PodDisruptionBudget>>>,
     /// What selects pods (Services, controllers), for PodTopologySpread's defaults.
     pub pod_selectors: Arc<crate::pod_selectors::PodSelectors>,
+    /// How many nodes are leaves' virtual nodes, counted once per snapshot so that the
+    /// leaf check can step aside without walking every node.
+    pub virtual_nodes: usize,
 }
 
 /// The storage objects volume plugins read; claims keyed `namespace/name`, the rest by name.
@@ -320,6 +323,19 @@ pub struct VolumeObjects {
     pub csi_nodes: HashMap<String, Arc<CSINode>>,
 }
 
+/// How many nodes hold each image, and how many nodes are virtual.
+pub(crate) fn node_counts(nodes: &[Arc<NodeInfo>]) -> (HashMap<String, usize>, usize) {
+    let mut image_nodes: HashMap<String, usize> = HashMap::new();
+    let mut virtual_nodes = 0;
+    for n in nodes {
+        for image in n.images.keys() {
+            *image_nodes.entry(image.clone()).or_default() += 1;
+        }
+        virtual_nodes += usize::from(n.cluster.is_some());
+    }
+    (image_nodes, virtual_nodes)
+}
+
 impl Snapshot {
     pub fn from_nodes(nodes: Vec<Arc<NodeInfo>>) -> Self {
         let index = nodes
@@ -327,13 +343,9 @@ impl Snapshot {
             .enumerate()
             .map(|(i, n)| (n.name.clone(), i))
             .collect();
-        let mut image_nodes: HashMap<String, usize> = HashMap::new();
-        for n in &nodes {
-            for image in n.images.keys() {
-                *image_nodes.entry(image.clone()).or_default() += 1;
-            }
-        }
+        let (image_nodes, virtual_nodes) = node_counts(&nodes);
         Snapshot {
+            virtual_nodes,
             nodes: Arc::new(nodes),
             index: Arc::new(index),
             namespaces: Arc::default(),

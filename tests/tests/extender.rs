@@ -278,6 +278,10 @@ extenders:
     .await
     .map_err(|e| anyhow::anyhow!("{e:#}\nagent log:\n{}", agent.logs()))?;
     assert!(live.contains("extender says no"), "{live}");
+    assert!(
+        live.contains("preemption: 0/3 nodes are available"),
+        "PostFilter ran on the extender's verdict: {live}"
+    );
     assert_eq!(
         pods.get("pinned").await?.spec.and_then(|s| s.node_name),
         None

@@ -73,7 +73,7 @@ impl PreFilterPlugin for LeafNodeFit {
         _pod: &PodInfo,
         snapshot: &Snapshot,
     ) -> (PreFilterResult, Status) {
-        if !snapshot.nodes.iter().any(|n| n.cluster.is_some()) {
+        if snapshot.virtual_nodes == 0 {
             return (None, Status::skip());
         }
         state.write(LEAF_CYCLE_KEY, self.leaves.cycle(snapshot.volumes.clone()));
