@@ -8,6 +8,7 @@ use anyhow::Context;
 use clap::Parser;
 use mcsched_agent::args::Args;
 use mcsched_agent::leader::{ElectionConfig, Elector};
+use mcsched_agent::leaf::grants::Grants;
 use mcsched_agent::leaf::registry::{LeafSettings, Leaves};
 use mcsched_agent::scheduler::{self, SchedulerOptions, Shared};
 use mcsched_agent::server::{self, ServerOptions};
@@ -55,10 +56,13 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let leaves = Arc::new(Leaves::new(LeafSettings {
+    let settings = LeafSettings {
         pending_timeout: Duration::from_secs(args.leaf_pending_timeout),
         avoid_for: Duration::from_secs(args.leaf_avoid_duration),
-    }));
+    };
+    // Pods go to leaves only when the agent may read what pod sync copies there.
+    let grants = Grants::new(args.namespace.clone());
+    let leaves = Arc::new(Leaves::with_grants(settings, grants));
     // Building the frameworks checks what the file cannot: that every plugin is ours.
     let profiles = match config_bridge::profiles(&cfg, leaves.clone()) {
         Ok(p) => p,

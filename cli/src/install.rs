@@ -139,6 +139,34 @@ pub async fn run(kube: &KubeArgs, args: InstallArgs) -> anyhow::Result<()> {
             }
         }
     }
+    // What an earlier version installed and this one no longer does (a broader role, say)
+    // must not outlive the upgrade.
+    let mut pruned = 0;
+    if !server_dry_run {
+        let rendered: Vec<(String, Option<String>)> = objects
+            .iter()
+            .map(|o| (o.reference(), o.namespace().map(String::from)))
+            .collect();
+        for f in apply::find(&client, &manifests::install_selector(&namespace)).await? {
+            if rendered.contains(&(f.reference(), f.namespace.clone())) {
+                continue;
+            }
+            let step = progress.step(format!("pruning {}", f.located()));
+            match apply::delete(&client, &f).await {
+                Ok(()) => {
+                    pruned += 1;
+                    step.finish(
+                        Mark::Done,
+                        format!("{} pruned (no longer part of the install)", f.located()),
+                    );
+                }
+                Err(e) => {
+                    step.finish(Mark::Failed, format!("{} not pruned", f.located()));
+                    return Err(e.into());
+                }
+            }
+        }
+    }
     if args.wait && !server_dry_run {
         let step = progress.step(format!(
             "waiting up to {} for deployment/{} to become available",
@@ -165,8 +193,13 @@ pub async fn run(kube: &KubeArgs, args: InstallArgs) -> anyhow::Result<()> {
     } else {
         "installed"
     };
+    let pruned = if pruned > 0 {
+        format!(", {pruned} pruned")
+    } else {
+        String::new()
+    };
     println!(
-        "mcsched {verb} in namespace {namespace}: {} objects ({} created, {} configured, {} unchanged)",
+        "mcsched {verb} in namespace {namespace}: {} objects ({} created, {} configured, {} unchanged{pruned})",
         counts.iter().sum::<usize>(),
         counts[Action::Created as usize],
         counts[Action::Configured as usize],

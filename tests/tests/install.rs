@@ -125,7 +125,7 @@ async fn install_twice_then_uninstall_with_least_privilege() -> anyhow::Result<(
     println!("{first}");
     assert!(out.status.success(), "{first}");
     assert!(
-        first.contains("mcsched installed in namespace mcsched-system: 15 objects (15 created, 0 configured, 0 unchanged)"),
+        first.contains("mcsched installed in namespace mcsched-system: 14 objects (14 created, 0 configured, 0 unchanged)"),
         "{first}"
     );
     assert!(
@@ -145,21 +145,33 @@ async fn install_twice_then_uninstall_with_least_privilege() -> anyhow::Result<(
         text(&out)
     );
 
-    // Twice: nothing changes.
+    // Twice: nothing changes, except that what an older install left and this one no
+    // longer has goes: the cluster-wide role that let the agent create pods anywhere.
+    let crs: Api<ClusterRole> = Api::all(cp.client.clone());
+    let stale: ClusterRole = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "mcsched-agent", "labels": {keys::INSTALL_LABEL: keys::SYSTEM_NAMESPACE}},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}]
+    }))?;
+    crs.create(&Default::default(), &stale).await?;
     let out = run(&kc, &["install", "--image", "mcsched/agent:test"])?;
     assert!(out.status.success(), "{}", text(&out));
     assert!(
-        text(&out).contains("15 objects (0 created, 0 configured, 15 unchanged)"),
+        text(&out).contains("14 objects (0 created, 0 configured, 14 unchanged, 1 pruned)"),
         "{}",
         text(&out)
     );
+    assert!(
+        text(&out).contains("clusterrole/mcsched-agent pruned (no longer part of the install)"),
+        "{}",
+        text(&out)
+    );
+    assert!(crs.get_opt("mcsched-agent").await?.is_none());
 
     // What the agent needs.
     for args in [
         &["create", "pods", "--subresource=binding", "-n", "shop"][..],
         &["patch", "pods", "--subresource=status", "-n", "shop"],
         &["delete", "pods", "-n", "shop"],
-        &["create", "pods", "-n", "shop"],
         &["watch", "nodes"],
         &["watch", "persistentvolumes"],
         &["patch", "persistentvolumeclaims", "-n", "shop"],
@@ -172,8 +184,9 @@ async fn install_twice_then_uninstall_with_least_privilege() -> anyhow::Result<(
         &["watch", "replicasets.apps"],
         &["watch", "statefulsets.apps"],
         &["create", "events.events.k8s.io", "-n", "shop"],
-        &["get", "configmaps/app", "-n", "shop"],
         &["watch", "secrets", "-n", "mcsched-system"],
+        // Whether it may read what pod sync copies, namespace by namespace.
+        &["create", "selfsubjectaccessreviews.authorization.k8s.io"],
         &[
             "create",
             "leases.coordination.k8s.io",
@@ -205,6 +218,13 @@ async fn install_twice_then_uninstall_with_least_privilege() -> anyhow::Result<(
     for args in [
         &["get", "secrets/db", "-n", "shop"][..],
         &["list", "secrets", "-n", "default"],
+        // No pod creation anywhere (a pod can run as any ServiceAccount of its namespace).
+        &["create", "pods", "-n", "shop"],
+        &["create", "pods", "-n", "default"],
+        &["create", "pods", "-n", "mcsched-system"],
+        // ConfigMaps only where the operator grants them.
+        &["get", "configmaps/app", "-n", "shop"],
+        &["get", "configmaps/app", "-n", "default"],
         &["list", "configmaps", "-n", "shop"],
         &[
             "update",
@@ -237,6 +257,24 @@ async fn install_twice_then_uninstall_with_least_privilege() -> anyhow::Result<(
     assert!(out.status.success(), "{}", text(&out));
     assert!(agent_can(&kc, &["get", "secrets/db", "-n", "default"])?);
     assert!(!agent_can(&kc, &["list", "secrets", "-n", "default"])?);
+    // ConfigMaps likewise, and only in that namespace.
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kc)
+        .args([
+            "create",
+            "rolebinding",
+            "mcsched-configmaps",
+            "-n",
+            "default",
+            "--clusterrole=mcsched-agent-configmap-reader",
+            "--serviceaccount=mcsched-system:mcsched-agent",
+        ])
+        .output()?;
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(agent_can(&kc, &["get", "configmaps/app", "-n", "default"])?);
+    assert!(!agent_can(&kc, &["get", "configmaps/app", "-n", "shop"])?);
+    assert!(!agent_can(&kc, &["list", "configmaps", "-n", "default"])?);
 
     // Uninstall refuses without a terminal unless --yes, and then removes everything.
     let out = run(&kc, &["uninstall"])?;
@@ -247,9 +285,8 @@ async fn install_twice_then_uninstall_with_least_privilege() -> anyhow::Result<(
     let removed = text(&out);
     println!("{removed}");
     assert!(out.status.success(), "{removed}");
-    assert!(removed.contains("15 objects deleted"), "{removed}");
+    assert!(removed.contains("14 objects deleted"), "{removed}");
     let crbs: Api<ClusterRoleBinding> = Api::all(cp.client.clone());
-    let crs: Api<ClusterRole> = Api::all(cp.client.clone());
     for name in [
         "mcsched-agent",
         "mcsched-agent:kube-scheduler",
@@ -259,6 +296,11 @@ async fn install_twice_then_uninstall_with_least_privilege() -> anyhow::Result<(
     }
     assert!(crs.get_opt("mcsched-agent").await?.is_none());
     assert!(crs.get_opt("mcsched-agent-secret-reader").await?.is_none());
+    assert!(
+        crs.get_opt("mcsched-agent-configmap-reader")
+            .await?
+            .is_none()
+    );
     wait::until(
         std::time::Duration::from_secs(60),
         "the namespace gone",

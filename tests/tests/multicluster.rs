@@ -421,8 +421,8 @@ fn preferring_west() -> serde_json::Value {
     ]}})
 }
 
-/// West has no scheduler, so copies sent there stay Pending: taken back (controlled
-/// pods, annotated bare pods) or left with a Warning (other bare pods). Then east goes
+/// West has no scheduler, so copies sent there stay Pending: taken back (a controlled
+/// pod is replaced by its owner, a bare pod deleted). Then east goes
 /// silent: NotReady, its pods evicted and recreated on the host, and Ready again after.
 #[tokio::test(flavor = "multi_thread")]
 async fn pending_copies_come_back_and_a_silent_leaf_fails_over() -> anyhow::Result<()> {
@@ -530,49 +530,33 @@ async fn pending_copies_come_back_and_a_silent_leaf_fails_over() -> anyhow::Resu
         "the Pending copy in west is deleted"
     );
 
-    // A bare pod bound to west cannot move: a Warning says why, and it stays.
+    // A bare pod whose copy stays Pending in west: deleted, as Kubernetes deletes a bare
+    // pod on a lost node (no controller recreates it, and the agent creates no pods), with
+    // a Warning saying why.
     let mut solo = pod("solo", "1", None);
     solo["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
         {"nodeSelectorTerms": [{"matchExpressions": [{"key": "mcsched.io/cluster", "operator": "In", "values": ["west"]}]}]}}});
     pods.create(&PostParams::default(), &serde_json::from_value(solo)?)
         .await?;
-    let note = wait::until(TIMEOUT, "the Warning on default/solo", || async {
-        Ok(events_of(&host.client, "solo", "LeafPodPending")
-            .await?
-            .into_iter()
-            .next())
+    wait::until(TIMEOUT, "default/solo deleted", || async {
+        Ok(pods.get_opt("solo").await?.is_none().then_some(()))
     })
     .await
     .map_err(|e| e.context(agent.logs()))?;
+    let notes = events_of(&host.client, "solo", "LeafPodPending").await?;
     assert!(
-        note.contains("a bare pod cannot be moved (spec.nodeName is immutable)"),
-        "{note}"
+        notes.iter().any(|n| n.contains(
+            "deleted, as a bare pod on a lost node is: it has no controller to recreate it elsewhere"
+        )),
+        "{notes:?}"
     );
-    assert_eq!(
-        node_of(&pods.get("solo").await?).as_deref(),
-        Some("mcsched-west")
+    assert!(
+        Api::<Pod>::namespaced(west.client.clone(), "default")
+            .get_opt("solo")
+            .await?
+            .is_none(),
+        "its copy in west is deleted"
     );
-
-    // An annotated bare pod is recreated, and west is avoided for it.
-    let mut phoenix = pod("phoenix", "1", None);
-    phoenix["metadata"]["annotations"] = json!({"mcsched.io/recreate-on-leaf-pending": "true"});
-    phoenix["spec"]["affinity"] = preferring_west();
-    let created: Pod = pods
-        .create(&PostParams::default(), &serde_json::from_value(phoenix)?)
-        .await?;
-    wait::until(
-        TIMEOUT,
-        "default/phoenix recreated on mcsched-east",
-        || async {
-            let p = pods.get_opt("phoenix").await?;
-            Ok(p.filter(|p| {
-                p.metadata.uid != created.metadata.uid
-                    && node_of(p).as_deref() == Some("mcsched-east")
-            }))
-        },
-    )
-    .await
-    .map_err(|e| e.context(agent.logs()))?;
 
     // East goes silent: NotReady after 40 s; its app pod is evicted and replaced on the
     // host (west is avoided for the Deployment, east is tainted).
@@ -781,5 +765,180 @@ async fn seed_000_mysql_one_replica_on_the_host_one_in_the_leaf() -> anyhow::Res
         Some("east")
     );
     agent.stop();
+    Ok(())
+}
+
+/// The agent as installed (its ServiceAccount's RBAC, impersonated) and a leaf joined with
+/// the real `kubectl mcsched join`: a pod mounting a ConfigMap goes to the leaf only from
+/// a namespace where the operator let the agent read ConfigMaps; elsewhere it stays
+/// Pending, and `explain` names the grant to add. Once granted, it goes.
+#[tokio::test(flavor = "multi_thread")]
+async fn configmaps_go_to_leaves_only_from_granted_namespaces() -> anyhow::Result<()> {
+    let mut cps =
+        ControlPlane::start_many(&["cm-host", "cm-east"], ControlPlaneOptions::full()).await?;
+    let leaf = cps.pop().ok_or_else(|| anyhow::anyhow!("no leaf"))?;
+    let host = cps.pop().ok_or_else(|| anyhow::anyhow!("no host"))?;
+    node(
+        &leaf.client,
+        "east-1",
+        "4",
+        json!({"kubernetes.io/hostname": "east-1"}),
+    )
+    .await?;
+    let kc = host.kubeconfig.clone();
+    let cli = |args: &[&str]| -> anyhow::Result<String> {
+        let out = mcsched_e2e::cli::run(&kc, args)?;
+        let shown = mcsched_e2e::cli::text(&out);
+        anyhow::ensure!(out.status.success(), "{args:?}: {shown}");
+        Ok(shown)
+    };
+    cli(&["install", "--image", "mcsched/agent:test"])?;
+    let leaf_kc = leaf.kubeconfig.to_string_lossy().to_string();
+    cli(&[
+        "join",
+        "cluster",
+        "--name",
+        "east",
+        "--cluster-kubeconfig",
+        &leaf_kc,
+    ])?;
+    // The admin kubeconfig impersonating the agent's ServiceAccount.
+    let admin = std::fs::read_to_string(&host.kubeconfig)?;
+    let mut as_agent = String::new();
+    for line in admin.lines() {
+        as_agent.push_str(line);
+        as_agent.push('\n');
+        if line == "  user:" {
+            as_agent.push_str("    as: system:serviceaccount:mcsched-system:mcsched-agent\n");
+        }
+    }
+    anyhow::ensure!(as_agent.contains("    as: "), "no user in {admin}");
+    let agent_kc = host.dir().join("agent.kubeconfig");
+    std::fs::write(&agent_kc, as_agent)?;
+    let agent = Agent::start_with(
+        &agent_kc,
+        "mcsched",
+        host.dir(),
+        "as-installed",
+        &["--leader-elect=false"],
+    )?;
+    let nodes: Api<Node> = Api::all(host.client.clone());
+    wait_ready(&nodes, "mcsched-east", "True", TIMEOUT)
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
+
+    let namespaces: Api<Namespace> = Api::all(host.client.clone());
+    for ns in ["granted", "shop"] {
+        namespaces
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
+            )
+            .await?;
+        Api::<ConfigMap>::namespaced(host.client.clone(), ns)
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": "app"}, "data": {"k": "v"}}))?,
+            )
+            .await?;
+    }
+    let grant = |ns: &str| {
+        let out = std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&host.kubeconfig)
+            .args([
+                "create",
+                "rolebinding",
+                "mcsched-configmaps",
+                "-n",
+                ns,
+                "--clusterrole=mcsched-agent-configmap-reader",
+                "--serviceaccount=mcsched-system:mcsched-agent",
+            ])
+            .output()?;
+        anyhow::ensure!(out.status.success(), "{}", mcsched_e2e::cli::text(&out));
+        Ok(())
+    };
+    grant("granted")?;
+    let web = |ns: &str| -> anyhow::Result<Pod> {
+        Ok(serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": ns},
+            "spec": {"schedulerName": "mcsched",
+                "nodeSelector": {"mcsched.io/cluster": "east"},
+                "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "100m"}},
+                    "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}]}],
+                "volumes": [{"name": "cfg", "configMap": {"name": "app"}}]}
+        }))?)
+    };
+    let granted: Api<Pod> = Api::namespaced(host.client.clone(), "granted");
+    let shop: Api<Pod> = Api::namespaced(host.client.clone(), "shop");
+    granted
+        .create(&PostParams::default(), &web("granted")?)
+        .await?;
+    shop.create(&PostParams::default(), &web("shop")?).await?;
+
+    // Granted: on the leaf, with its ConfigMap copied there.
+    wait::until(TIMEOUT, "granted/web Running in east", || async {
+        let p = granted.get("web").await?;
+        Ok((node_of(&p).as_deref() == Some("mcsched-east")
+            && phase_of(&p).as_deref() == Some("Running"))
+        .then_some(()))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    assert!(
+        Api::<ConfigMap>::namespaced(leaf.client.clone(), "granted")
+            .get_opt("app")
+            .await?
+            .is_some()
+    );
+
+    // Not granted: Pending, and explain names the grant.
+    let want = "kubectl create rolebinding mcsched-configmaps -n shop \
+                --clusterrole=mcsched-agent-configmap-reader \
+                --serviceaccount=mcsched-system:mcsched-agent";
+    let agent_url = agent.url.clone();
+    let reason = wait::until(TIMEOUT, "shop/web kept off the leaf", || async {
+        let out = mcsched_e2e::cli::run(
+            &kc,
+            &[
+                "explain",
+                "pod",
+                "web",
+                "-n",
+                "shop",
+                "--agent-url",
+                &agent_url,
+                "--insecure-skip-tls-verify",
+            ],
+        )?;
+        let shown = mcsched_e2e::cli::text(&out);
+        Ok(shown.contains(want).then_some(shown))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    assert!(
+        reason.contains("the agent may not read ConfigMaps in namespace shop"),
+        "{reason}"
+    );
+    assert_eq!(node_of(&shop.get("web").await?), None);
+    assert!(
+        Api::<ConfigMap>::namespaced(leaf.client.clone(), "shop")
+            .get_opt("app")
+            .await?
+            .is_none()
+    );
+
+    // The operator grants it: the agent sees the grant and the pod goes.
+    grant("shop")?;
+    wait::until(
+        Duration::from_secs(90),
+        "shop/web bound to mcsched-east",
+        || async {
+            Ok((node_of(&shop.get("web").await?).as_deref() == Some("mcsched-east")).then_some(()))
+        },
+    )
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
     Ok(())
 }

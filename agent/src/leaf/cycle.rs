@@ -4,7 +4,18 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use super::grants::{ReadAccess, ReadAll};
 use crate::snapshot::{PodInfo, Snapshot, VolumeObjects};
+
+/// What the agent may read for pod sync to copy (everything when nobody asked).
+#[derive(Clone)]
+pub struct Access(pub Arc<dyn ReadAccess>);
+
+impl Default for Access {
+    fn default() -> Self {
+        Access(Arc::new(ReadAll))
+    }
+}
 
 /// CycleState key of [`LeafCycle`].
 pub const LEAF_CYCLE_KEY: &str = "mcsched.io/leaf-cycle";
@@ -33,6 +44,8 @@ pub struct LeafCycle {
     pub avoid: Arc<HashMap<String, Vec<String>>>,
     /// The host's claims, whose leaf copies the volume check judges.
     pub host_volumes: Arc<VolumeObjects>,
+    /// Whether pod sync may read the ConfigMaps and Secrets a pod refers to.
+    pub access: Access,
 }
 
 impl LeafCycle {

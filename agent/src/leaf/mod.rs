@@ -3,6 +3,7 @@
 
 pub mod cluster;
 pub mod cycle;
+pub mod grants;
 pub mod pod_sync;
 pub mod registry;
 pub mod rescheduling;

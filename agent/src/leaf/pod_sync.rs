@@ -43,6 +43,8 @@ impl HostSide {
 
 /// Host pod condition saying the leaf copy exists, and where it runs.
 pub const LEAF_POD_CONDITION: &str = "mcsched.io/LeafPod";
+/// kube's condition on a pod about to be deleted by a controller (taint manager, PodGC).
+const DISRUPTION_TARGET: &str = "DisruptionTarget";
 /// Periodic reconcile, for what no watch event announces.
 const RESYNC: Duration = Duration::from_secs(30);
 
@@ -227,9 +229,11 @@ async fn sync_one(
     }
 }
 
-/// A copy Pending too long: controlled pods are deleted so their owner recreates them,
-/// with this leaf avoided for the owner; a bare pod is recreated only when its annotation
-/// allows it (its nodeName cannot change), else left with a Warning saying why.
+/// A copy Pending too long is taken back: a pod with a controller is deleted so that its
+/// owner recreates it elsewhere, with this leaf avoided for the owner; a bare pod is
+/// deleted as Kubernetes deletes a bare pod on a lost node (nothing recreates it, and
+/// mcsched creates no pods). Either way a Warning event and a DisruptionTarget condition
+/// say why before the pod goes.
 async fn take_back(
     host_side: &HostSide,
     leaf: &LeafCluster,
@@ -241,82 +245,45 @@ async fn take_back(
     let name = pod.metadata.name.clone().unwrap_or_default();
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let settings = host_side.leaves.settings;
-    let owner = rescheduling::owner_key(pod);
-    let recreate = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(rescheduling::RECREATE_ANNOTATION))
-        .is_some_and(|v| v == "true");
-    let controlled = rescheduling::has_controller(pod);
     let waited_s = waited.as_secs();
-    let note = if controlled {
+    let note = if rescheduling::has_controller(pod) {
+        host_side.leaves.avoidance.avoid(
+            rescheduling::owner_key(pod),
+            &leaf.name,
+            settings.avoid_for,
+        );
         format!(
             "pod stayed Pending in leaf cluster {} for {waited_s}s; taken back so that its owner recreates it elsewhere; {} is avoided for the owner's pods for {}s",
             leaf.name,
             leaf.name,
             settings.avoid_for.as_secs()
         )
-    } else if recreate {
-        format!(
-            "pod stayed Pending in leaf cluster {} for {waited_s}s; recreated from its spec ({}=true) to be placed elsewhere",
-            leaf.name,
-            rescheduling::RECREATE_ANNOTATION
-        )
     } else {
-        if host_side.leaves.avoidance.first_warning(&uid) {
-            warn_event(
-                host_side,
-                pod,
-                format!(
-                    "pod has been Pending in leaf cluster {} for {waited_s}s; a bare pod cannot be moved (spec.nodeName is immutable): set annotation {}=true to let mcsched recreate it elsewhere",
-                    leaf.name,
-                    rescheduling::RECREATE_ANNOTATION
-                ),
-            );
-        }
-        return Ok(());
+        format!(
+            "pod stayed Pending in leaf cluster {} for {waited_s}s; deleted, as a bare pod on a lost node is: it has no controller to recreate it elsewhere",
+            leaf.name
+        )
     };
     info!(cluster = %leaf.name, pod = %name, "taking a pod back from its leaf");
-    host_side
-        .leaves
-        .avoidance
-        .avoid(owner, &leaf.name, settings.avoid_for);
-    warn_event(host_side, pod, note);
-    delete_copy(leaf, copy, Some(0)).await?;
-    if !delete_host_pod_now(host_pods, &name, &uid)
+    warn_event(host_side, pod, note.clone());
+    let condition = json!({"status": {"conditions": [{
+        "type": DISRUPTION_TARGET,
+        "status": "True",
+        "reason": "LeafPodPending",
+        "message": note,
+        "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
+    }]}});
+    // Strategic merge keys conditions by type: the others stay.
+    if let Err(e) = host_pods
+        .patch_status(&name, &PatchParams::default(), &Patch::Strategic(condition))
         .await
-        .map_err(api_err(format!("deleting host pod {name}")))?
     {
-        return Ok(());
+        warn!(pod = %name, error = %e, "cannot set the DisruptionTarget condition");
     }
-    if controlled {
-        return Ok(());
-    }
-    // The same name can only be taken again once the old pod is gone.
-    for _ in 0..50 {
-        match host_pods.get_opt(&name).await {
-            Ok(None) => break,
-            _ => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
-    let mut spec = pod.spec.clone().unwrap_or_default();
-    spec.node_name = None;
-    let fresh = Pod {
-        metadata: ObjectMeta {
-            name: pod.metadata.name.clone(),
-            namespace: pod.metadata.namespace.clone(),
-            labels: pod.metadata.labels.clone(),
-            annotations: pod.metadata.annotations.clone(),
-            ..Default::default()
-        },
-        spec: Some(spec),
-        status: None,
-    };
-    host_pods
-        .create(&PostParams::default(), &fresh)
+    delete_copy(leaf, copy, Some(0)).await?;
+    delete_host_pod_now(host_pods, &name, &uid)
         .await
-        .map_err(api_err(format!("recreating host pod {name}")))?;
+        .map_err(api_err(format!("deleting host pod {name}")))?;
     Ok(())
 }
 

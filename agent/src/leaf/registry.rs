@@ -14,7 +14,8 @@ use tracing::{info, warn};
 
 use super::OnEvent;
 use super::cluster::LeafCluster;
-use super::cycle::{LeafCycle, LeafSnapshots, LeafView};
+use super::cycle::{Access, LeafCycle, LeafSnapshots, LeafView};
+use super::grants::Grants;
 use crate::snapshot::{PodInfo, VolumeObjects};
 use crate::watch::{Change, watch_kind};
 
@@ -56,12 +57,27 @@ pub struct Leaves {
     clusters: RwLock<BTreeMap<String, Arc<LeafCluster>>>,
     pub settings: LeafSettings,
     pub avoidance: super::rescheduling::Avoidance,
+    /// What the agent may read for pod sync; checked against RBAC when `grants` is set.
+    access: Access,
+    grants: Option<Arc<Grants>>,
 }
 
 impl Leaves {
+    /// Leaves whose pods' ConfigMaps and Secrets are taken as readable: for tests and
+    /// in-process use; the agent uses [`Leaves::with_grants`].
     pub fn new(settings: LeafSettings) -> Self {
         Leaves {
             settings,
+            ..Default::default()
+        }
+    }
+
+    /// Leaves whose pods go to a leaf only when the agent may read what pod sync copies.
+    pub fn with_grants(settings: LeafSettings, grants: Arc<Grants>) -> Self {
+        Leaves {
+            settings,
+            access: Access(grants.clone()),
+            grants: Some(grants),
             ..Default::default()
         }
     }
@@ -115,6 +131,7 @@ impl LeafSnapshots for Leaves {
         let mut cycle = LeafCycle::new(Arc::new(views));
         cycle.avoid = self.avoidance.current();
         cycle.host_volumes = host_volumes;
+        cycle.access = self.access.clone();
         cycle
     }
 
@@ -174,6 +191,9 @@ pub async fn run(
     on_event: OnEvent,
     on_leaf: impl Fn(Arc<LeafCluster>) + Send + 'static,
 ) {
+    if let Some(grants) = &leaves.grants {
+        tokio::spawn(grants.clone().run(host.clone(), on_event.clone()));
+    }
     let (ready, _ready_rx) = tokio::sync::mpsc::channel(1);
     let api: Api<Secret> = Api::namespaced(host, &namespace);
     let config = watcher::Config::default().labels(keys::CLUSTER_LABEL);

@@ -1,15 +1,11 @@
 //! Taking pods back from a leaf where they stay Pending: the leaf accepted the pod on
 //! paper (its nodes fit) but something the host cannot see keeps it from running.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-
-/// Annotation that lets the agent recreate a bare pod (no controller) from its own spec
-/// when its leaf copy stays Pending; without it a bare pod stays where it is bound.
-pub const RECREATE_ANNOTATION: &str = "mcsched.io/recreate-on-leaf-pending";
 
 /// The identity a placement is avoided for: the controlling owner, so the replacement
 /// pod its controller creates is kept away too; a bare pod is its own owner.
@@ -53,8 +49,6 @@ pub fn pending_for(copy: &Pod) -> Option<Duration> {
 #[derive(Default)]
 pub struct Avoidance {
     entries: Mutex<HashMap<String, Vec<(String, Instant)>>>,
-    /// Host pods already warned about (bare pods that cannot move), by UID.
-    warned: Mutex<HashSet<String>>,
 }
 
 impl Avoidance {
@@ -79,14 +73,6 @@ impl Avoidance {
                 .map(|(k, v)| (k.clone(), v.iter().map(|(c, _)| c.clone()).collect()))
                 .collect(),
         )
-    }
-
-    /// True the first time a pod is named.
-    pub fn first_warning(&self, uid: &str) -> bool {
-        self.warned
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(uid.to_string())
     }
 }
 
@@ -116,8 +102,6 @@ mod tests {
         let now = a.current();
         assert_eq!(now.get("owner:rs-1"), Some(&vec!["west".to_string()]));
         assert!(!now.contains_key("owner:rs-2"), "expired entries go");
-        assert!(a.first_warning("u1"));
-        assert!(!a.first_warning("u1"));
     }
 
     #[test]

@@ -74,8 +74,6 @@ pub fn leaf_pod(host: &Pod, cluster: &str) -> Result<Pod, TransformError> {
     })
 }
 
-/// The host admission's token volume (`kube-api-access-*`) names a Secret-less projected
-/// token valid only in the host; the leaf's admission adds its own.
 /// A host claim's spec as its leaf copy carries it: bound in the leaf by the leaf's own
 /// volumes or provisioner, so without the host's volume name.
 pub fn leaf_claim_spec(host: &PersistentVolumeClaimSpec) -> PersistentVolumeClaimSpec {
@@ -89,16 +87,20 @@ pub fn leaf_claim_spec(host: &PersistentVolumeClaimSpec) -> PersistentVolumeClai
     }
 }
 
+/// The host admission's token volume (`kube-api-access-*`): a projected token valid only
+/// in the host, with the host's `kube-root-ca.crt`; the leaf's admission adds its own.
+fn is_token_volume(v: &Volume) -> bool {
+    v.name.starts_with("kube-api-access-")
+        && v.projected.as_ref().is_some_and(|p| {
+            p.sources
+                .iter()
+                .flatten()
+                .any(|s| s.service_account_token.is_some())
+        })
+}
+
 fn strip_service_account_token(spec: &mut PodSpec) {
-    let is_token = |v: &Volume| {
-        v.name.starts_with("kube-api-access-")
-            && v.projected.as_ref().is_some_and(|p| {
-                p.sources
-                    .iter()
-                    .flatten()
-                    .any(|s| s.service_account_token.is_some())
-            })
-    };
+    let is_token = is_token_volume;
     let dropped: Vec<String> = spec
         .volumes
         .iter()
@@ -199,7 +201,13 @@ pub fn dependencies(pod: &Pod) -> Dependencies {
             v.push(n.clone());
         }
     };
-    for vol in spec.volumes.iter().flatten() {
+    // The token volume is not copied (the leaf gives its own), nor is what it projects.
+    for vol in spec
+        .volumes
+        .iter()
+        .flatten()
+        .filter(|v| !is_token_volume(v))
+    {
         push(&mut d.config_maps, vol.config_map.as_ref().map(|c| &c.name));
         push(
             &mut d.secrets,
@@ -346,7 +354,9 @@ mod tests {
                     {"name": "a", "configMap": {"name": "cm-vol"}},
                     {"name": "b", "secret": {"secretName": "s-vol"}},
                     {"name": "c", "persistentVolumeClaim": {"claimName": "data"}},
-                    {"name": "d", "projected": {"sources": [{"configMap": {"name": "cm-proj"}}, {"secret": {"name": "s-proj"}}]}}
+                    {"name": "d", "projected": {"sources": [{"configMap": {"name": "cm-proj"}}, {"secret": {"name": "s-proj"}}]}},
+                    {"name": "kube-api-access-x1", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}},
+                        {"configMap": {"name": "kube-root-ca.crt"}}]}}
                 ]
             }
         }));

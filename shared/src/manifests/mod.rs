@@ -12,7 +12,7 @@ mod workload;
 
 pub use config::{AgentConfig, default_config_text};
 pub use object::{Object, to_json_list, to_yaml_stream};
-pub use rbac::secret_reader_name;
+pub use rbac::{configmap_reader_name, secret_reader_name};
 
 use std::collections::BTreeMap;
 

@@ -69,22 +69,24 @@ pub fn secret_reader_name() -> String {
     format!("{}-secret-reader", keys::AGENT_NAME)
 }
 
+/// The ClusterRole an operator binds in a namespace to let pod sync copy its ConfigMaps.
+pub fn configmap_reader_name() -> String {
+    format!("{}-configmap-reader", keys::AGENT_NAME)
+}
+
 pub(super) fn objects(ns: &str, cfg: &AgentConfig) -> Vec<Object> {
     let agent = keys::AGENT_NAME;
-    // Pod sync copies the ConfigMaps a pod references into its leaf: it reads them by
-    // name, so `get` only. It recreates a bare pod taken back from a leaf when the pod
-    // allows it (kube-scheduler's role has no pod `create`).
-    let cluster_role = ClusterRole {
-        metadata: meta(agent, None, ns),
-        rules: Some(vec![
-            rule(&[""], &["configmaps"], &["get"], &[]),
-            rule(&[""], &["pods"], &["create"], &[]),
-        ]),
+    // Pod sync copies the ConfigMaps and Secrets a pod references into its leaf, reading
+    // them by name (`get` only). Reading either cluster-wide is more than an operator
+    // should have to grant: these roles are bound per namespace, by the operator, for the
+    // namespaces whose pods may run in leaves with them; other pods stay off the leaves.
+    // Nothing here creates pods: a bare pod taken back from a leaf is deleted, as
+    // Kubernetes deletes a bare pod on a lost node.
+    let configmap_reader = ClusterRole {
+        metadata: meta(&configmap_reader_name(), None, ns),
+        rules: Some(vec![rule(&[""], &["configmaps"], &["get"], &[])]),
         ..Default::default()
     };
-    // Secrets a pod references are copied too, but reading Secrets cluster-wide is more
-    // than an operator should have to grant: this role is bound per namespace, by the
-    // operator, for the namespaces whose pods may run in leaves with Secrets.
     let secret_reader = ClusterRole {
         metadata: meta(&secret_reader_name(), None, ns),
         rules: Some(vec![rule(&[""], &["secrets"], &["get"], &[])]),
@@ -118,7 +120,7 @@ pub(super) fn objects(ns: &str, cfg: &AgentConfig) -> Vec<Object> {
     };
 
     vec![
-        Object::ClusterRole(cluster_role),
+        Object::ClusterRole(configmap_reader),
         Object::ClusterRole(secret_reader),
         cluster_binding(
             ns,
@@ -130,7 +132,6 @@ pub(super) fn objects(ns: &str, cfg: &AgentConfig) -> Vec<Object> {
             &format!("{agent}:volume-scheduler"),
             "system:volume-scheduler",
         ),
-        cluster_binding(ns, agent, agent),
         Object::Role(own_role),
         Object::Role(node_lease_role),
         role_binding(ns, ns, agent, "Role", agent),

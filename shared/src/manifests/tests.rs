@@ -93,10 +93,27 @@ fn rbac_has_no_wildcards_and_the_lease_is_named() {
         .find(|r| r.resources == Some(vec!["secrets".to_string()]))
         .expect("secrets rule");
     assert_eq!(secrets.verbs, vec!["get", "list", "watch"]);
-    let Object::ClusterRole(cr) = by_ref(&objects, "clusterrole/mcsched-agent", None) else {
-        unreachable!()
-    };
-    assert_eq!(cr.rules.clone().unwrap_or_default()[0].verbs, vec!["get"]);
+    // No pod creation and no ConfigMap or Secret reads cluster-wide: only roles the
+    // operator binds per namespace.
+    for o in &objects {
+        if let Object::ClusterRole(cr) = o {
+            let name = cr.metadata.name.clone().unwrap_or_default();
+            assert!(
+                name == "mcsched-agent-configmap-reader" || name == "mcsched-agent-secret-reader",
+                "unexpected ClusterRole {name}"
+            );
+            for r in cr.rules.iter().flatten() {
+                assert_eq!(r.verbs, vec!["get"], "{name}");
+            }
+        }
+        if let Object::ClusterRoleBinding(b) = o {
+            let role = &b.role_ref.name;
+            assert!(
+                role.starts_with("system:"),
+                "cluster-wide binding to {role}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -9,6 +9,7 @@ use rayon::prelude::*;
 
 use crate::framework::{CycleState, Plugin, Status};
 use crate::leaf::cycle::LeafCycle;
+use crate::leaf::grants::{Copied, grant_command};
 use crate::plugins::{
     node_affinity, node_ports, node_resources_fit, node_unschedulable, taint_toleration,
     volume_binding,
@@ -58,6 +59,9 @@ impl LeafChecker {
             return Status::unschedulable(format!(
                 "leaf cluster {cluster} is avoided for a while: this owner's pods stayed Pending there"
             ));
+        }
+        if let Some(refused) = copies_unreadable(cycle, pod) {
+            return refused;
         }
         let Some(view) = cycle.views.get(cluster) else {
             return Status::unschedulable(format!(
@@ -113,6 +117,39 @@ impl LeafChecker {
         }
         Status::unschedulable(rejection(cluster, nodes, &counts))
     }
+}
+
+/// A pod whose ConfigMaps or Secrets the agent may not read cannot be copied into any
+/// leaf: UnschedulableAndUnresolvable with the grant to add, or Unschedulable while the
+/// API server is still being asked (the answer is a leaf event that retries the pod).
+fn copies_unreadable(cycle: &LeafCycle, pod: &PodInfo) -> Option<Status> {
+    let deps = crate::leaf::transform::dependencies(&pod.pod);
+    let access = &cycle.access.0;
+    for (kind, names, label) in [
+        (Copied::ConfigMaps, &deps.config_maps, "ConfigMaps"),
+        (Copied::Secrets, &deps.secrets, "Secrets"),
+    ] {
+        if names.is_empty() {
+            continue;
+        }
+        let ns = &pod.namespace;
+        match access.may_read(ns, kind) {
+            Some(true) => {}
+            Some(false) => {
+                return Some(Status::unresolvable(format!(
+                    "the agent may not read {label} in namespace {ns}, which pod sync copies into the leaf ({}): {}",
+                    names.join(", "),
+                    grant_command(kind, ns, access.agent_namespace())
+                )));
+            }
+            None => {
+                return Some(Status::unschedulable(format!(
+                    "checking whether the agent may read {label} in namespace {ns}"
+                )));
+            }
+        }
+    }
+    None
 }
 
 /// `leaf cluster east has no node that fits: 4 Insufficient cpu; largest free node
@@ -357,5 +394,51 @@ mod tests {
         let cycle = leaf_with_storage(Some("Immediate"), false);
         let s = checker.check(&cycle, &pod_with_claim(), &vn);
         assert!(s.is_success(), "{s:?}");
+    }
+
+    /// ConfigMaps readable, Secrets not, another namespace not asked yet.
+    struct Access;
+    impl crate::leaf::grants::ReadAccess for Access {
+        fn may_read(&self, ns: &str, kind: Copied) -> Option<bool> {
+            (ns == "default").then_some(kind == Copied::ConfigMaps)
+        }
+        fn agent_namespace(&self) -> &str {
+            "mcsched-system"
+        }
+    }
+
+    #[test]
+    fn a_pod_whose_objects_the_agent_may_not_read_stays_off_the_leaves() {
+        let checker = LeafChecker::new(None);
+        let mut cycle = fragmented_leaf();
+        cycle.access = crate::leaf::cycle::Access(Arc::new(Access));
+        let with = |ns: &str, volume: serde_json::Value| {
+            let p: Pod = serde_json::from_value(json!({
+                "metadata": {"name": "p", "namespace": ns},
+                "spec": {"containers": [{"name": "c", "image": "i"}], "volumes": [volume]}
+            }))
+            .expect("pod");
+            PodInfo::new(Arc::new(p))
+        };
+        let cm = json!({"name": "v", "configMap": {"name": "app"}});
+        let s = checker.check(&cycle, &with("default", cm.clone()), &virtual_node());
+        assert!(s.is_success(), "{s}");
+
+        let secret = json!({"name": "v", "secret": {"secretName": "db"}});
+        let s = checker.check(&cycle, &with("default", secret), &virtual_node());
+        assert_eq!(s.code, crate::framework::Code::UnschedulableAndUnresolvable);
+        assert_eq!(
+            s.message(),
+            "the agent may not read Secrets in namespace default, which pod sync copies into \
+             the leaf (db): kubectl create rolebinding mcsched-secrets -n default \
+             --clusterrole=mcsched-agent-secret-reader --serviceaccount=mcsched-system:mcsched-agent"
+        );
+
+        let s = checker.check(&cycle, &with("shop", cm), &virtual_node());
+        assert_eq!(s.code, crate::framework::Code::Unschedulable);
+        assert_eq!(
+            s.message(),
+            "checking whether the agent may read ConfigMaps in namespace shop"
+        );
     }
 }

@@ -1,0 +1,251 @@
+//! Which namespaces' ConfigMaps and Secrets the agent may read, as the API server's RBAC
+//! says (SelfSubjectAccessReview). Pod sync copies what a pod refers to into its leaf; the
+//! install grants neither kind cluster-wide, so a pod whose objects the agent may not read
+//! is kept off the leaves, with the grant to add named, instead of failing in pod sync.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use kube::Api;
+use kube::api::PostParams;
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
+
+use super::OnEvent;
+use crate::framework::ClusterEvent;
+
+/// An answer is asked again after this long, so a grant added or removed is seen.
+const RECHECK: Duration = Duration::from_secs(30);
+/// Namespaces not looked up for this long are no longer rechecked.
+const FORGET_AFTER: Duration = Duration::from_secs(600);
+
+/// What pod sync copies from the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Copied {
+    ConfigMaps,
+    Secrets,
+}
+
+impl Copied {
+    pub fn resource(self) -> &'static str {
+        match self {
+            Copied::ConfigMaps => "configmaps",
+            Copied::Secrets => "secrets",
+        }
+    }
+
+    /// The ClusterRole an operator binds in a namespace to grant it.
+    pub fn reader_role(self) -> String {
+        match self {
+            Copied::ConfigMaps => mcsched_shared::manifests::configmap_reader_name(),
+            Copied::Secrets => mcsched_shared::manifests::secret_reader_name(),
+        }
+    }
+}
+
+/// Whether the agent may read a kind in a namespace: `None` while not known yet (a check
+/// is then under way).
+pub trait ReadAccess: Send + Sync {
+    fn may_read(&self, namespace: &str, kind: Copied) -> Option<bool>;
+    /// The namespace of the agent's ServiceAccount, for the grant to suggest.
+    fn agent_namespace(&self) -> &str;
+}
+
+/// Everything readable: for tests and tools without an API server behind them.
+pub struct ReadAll;
+
+impl ReadAccess for ReadAll {
+    fn may_read(&self, _: &str, _: Copied) -> Option<bool> {
+        Some(true)
+    }
+    fn agent_namespace(&self) -> &str {
+        mcsched_shared::keys::SYSTEM_NAMESPACE
+    }
+}
+
+struct Entry {
+    allowed: Option<bool>,
+    checked: Option<Instant>,
+    wanted: Instant,
+}
+
+/// Answers from SelfSubjectAccessReviews, asked in the background on first use and
+/// again every 30 s while wanted; a change of answer is a `LeafChange` for the queue.
+pub struct Grants {
+    entries: Mutex<HashMap<(String, Copied), Entry>>,
+    ask: mpsc::UnboundedSender<(String, Copied)>,
+    asked: Mutex<Option<mpsc::UnboundedReceiver<(String, Copied)>>>,
+    agent_namespace: String,
+}
+
+/// The grant an operator adds so that pod sync may copy `kind` from `namespace`.
+pub fn grant_command(kind: Copied, namespace: &str, agent_namespace: &str) -> String {
+    format!(
+        "kubectl create rolebinding mcsched-{} -n {namespace} --clusterrole={} --serviceaccount={agent_namespace}:{}",
+        kind.resource(),
+        kind.reader_role(),
+        mcsched_shared::keys::AGENT_NAME
+    )
+}
+
+impl Grants {
+    /// `agent_namespace`: where the agent's ServiceAccount lives, for the grants it names.
+    pub fn new(agent_namespace: String) -> Arc<Self> {
+        let (ask, asked) = mpsc::unbounded_channel();
+        Arc::new(Grants {
+            entries: Mutex::default(),
+            ask,
+            asked: Mutex::new(Some(asked)),
+            agent_namespace,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<(String, Copied), Entry>> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records an answer; true when it changed a known one or was the first.
+    fn record(&self, namespace: &str, kind: Copied, allowed: bool) -> bool {
+        let mut entries = self.lock();
+        let e = entries
+            .entry((namespace.to_string(), kind))
+            .or_insert(Entry {
+                allowed: None,
+                checked: None,
+                wanted: Instant::now(),
+            });
+        let changed = e.allowed != Some(allowed);
+        e.allowed = Some(allowed);
+        e.checked = Some(Instant::now());
+        changed
+    }
+
+    /// Asks the API server, on each request and every 30 s for what is still wanted; tells
+    /// `on_event` when an answer arrives or changes, so pods waiting on it are retried.
+    pub async fn run(self: Arc<Self>, client: kube::Client, on_event: OnEvent) {
+        let Some(mut asked) = self.asked.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            return;
+        };
+        let api: Api<SelfSubjectAccessReview> = Api::all(client);
+        let mut tick = tokio::time::interval(RECHECK);
+        loop {
+            let due: BTreeSet<(String, Copied)> = tokio::select! {
+                next = asked.recv() => match next {
+                    Some(one) => BTreeSet::from([one]),
+                    None => return,
+                },
+                _ = tick.tick() => {
+                    let now = Instant::now();
+                    let mut entries = self.lock();
+                    entries.retain(|_, e| now.duration_since(e.wanted) < FORGET_AFTER);
+                    entries
+                        .iter()
+                        .filter(|(_, e)| e.checked.is_none_or(|c| now.duration_since(c) >= RECHECK))
+                        .map(|(k, _)| k.clone())
+                        .collect()
+                }
+            };
+            let mut changed = false;
+            for (namespace, kind) in due {
+                match review(&api, &namespace, kind).await {
+                    Ok(allowed) => {
+                        debug!(%namespace, kind = kind.resource(), allowed, "read access checked");
+                        changed |= self.record(&namespace, kind, allowed);
+                    }
+                    Err(e) => {
+                        warn!(%namespace, kind = kind.resource(), error = %e, "cannot check read access; retrying")
+                    }
+                }
+            }
+            if changed {
+                on_event(ClusterEvent::LeafChange);
+            }
+        }
+    }
+}
+
+impl ReadAccess for Grants {
+    fn may_read(&self, namespace: &str, kind: Copied) -> Option<bool> {
+        let now = Instant::now();
+        let mut entries = self.lock();
+        let key = (namespace.to_string(), kind);
+        if let Some(e) = entries.get_mut(&key) {
+            e.wanted = now;
+            return e.allowed;
+        }
+        entries.insert(
+            key.clone(),
+            Entry {
+                allowed: None,
+                checked: None,
+                wanted: now,
+            },
+        );
+        let _ = self.ask.send(key);
+        None
+    }
+
+    fn agent_namespace(&self) -> &str {
+        &self.agent_namespace
+    }
+}
+
+/// `get` on the kind in the namespace, as pod sync reads it (by name).
+async fn review(
+    api: &Api<SelfSubjectAccessReview>,
+    namespace: &str,
+    kind: Copied,
+) -> Result<bool, kube::Error> {
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                namespace: Some(namespace.to_string()),
+                verb: Some("get".into()),
+                resource: Some(kind.resource().into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let answer = api.create(&PostParams::default(), &review).await?;
+    Ok(answer.status.is_some_and(|s| s.allowed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[tokio::test]
+    async fn unknown_until_the_api_server_answers_then_a_leaf_event() {
+        let (client, calls) = crate::fake_api::client(|_, _| {
+            (
+                201,
+                json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                "spec": {}, "status": {"allowed": false}}),
+            )
+        });
+        let grants = Grants::new("mcsched-system".into());
+        assert_eq!(grants.may_read("shop", Copied::ConfigMaps), None);
+        let (tx, mut events) = mpsc::unbounded_channel();
+        let on_event: OnEvent = Arc::new(move |e| {
+            let _ = tx.send(e);
+        });
+        tokio::spawn(grants.clone().run(client, on_event));
+        let event = tokio::time::timeout(Duration::from_secs(5), events.recv())
+            .await
+            .expect("answered");
+        assert_eq!(event, Some(ClusterEvent::LeafChange));
+        assert_eq!(grants.may_read("shop", Copied::ConfigMaps), Some(false));
+        assert!(crate::fake_api::called(
+            &calls,
+            "POST",
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+        ));
+    }
+}
