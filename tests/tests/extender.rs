@@ -113,15 +113,19 @@ async fn serve_extender(client: kube::Client, calls: Arc<Calls>) -> anyhow::Resu
     Ok(port)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_extender_filters_prioritizes_and_binds() -> anyhow::Result<()> {
-    let cp = ControlPlane::start("extender", ControlPlaneOptions::default()).await?;
+/// A control plane with nodes n1, n2 and n3, the extender above, and mcsched-agent
+/// serving profile `scheduler` with an `extenders:` entry of `verbs` pointed at it.
+async fn with_extender(
+    name: &str,
+    scheduler: &str,
+    verbs: &str,
+) -> anyhow::Result<(ControlPlane, Arc<Calls>, Agent)> {
+    let cp = ControlPlane::start(name, ControlPlaneOptions::default()).await?;
     for n in ["n1", "n2", "n3"] {
         node(&cp.client, n).await?;
     }
     let calls = Arc::new(Calls::default());
     let port = serve_extender(cp.client.clone(), calls.clone()).await?;
-    // seed 002's configuration, pointed at this extender.
     let config = cp.dir().join("scheduler-config.yaml");
     std::fs::write(
         &config,
@@ -129,28 +133,34 @@ async fn an_extender_filters_prioritizes_and_binds() -> anyhow::Result<()> {
             "apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 profiles:
-  - schedulerName: my-scheduler-with-extender
+  - schedulerName: {scheduler}
 leaderElection:
   leaderElect: false
 extenders:
 - urlPrefix: \"http://127.0.0.1:{port}\"
-  enableHTTPS: false
+{verbs}"
+        ),
+    )?;
+    let config_arg = format!("--config={}", config.display());
+    let agent = Agent::start_with(&cp.kubeconfig, "unused", cp.dir(), name, &[&config_arg])?;
+    Ok((cp, calls, agent))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extender_filters_prioritizes_and_binds() -> anyhow::Result<()> {
+    // seed 002's configuration, pointed at this extender.
+    let (cp, calls, agent) = with_extender(
+        "extender",
+        "my-scheduler-with-extender",
+        "  enableHTTPS: false
   filterVerb: \"filter\"
   prioritizeVerb: \"prioritize\"
   bindVerb: \"bind\"
   weight: 1
   nodeCacheCapable: false
-"
-        ),
-    )?;
-    let config_arg = format!("--config={}", config.display());
-    let agent = Agent::start_with(
-        &cp.kubeconfig,
-        "unused",
-        cp.dir(),
-        "extender",
-        &[&config_arg],
-    )?;
+",
+    )
+    .await?;
 
     let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
     for i in 0..3 {
@@ -217,38 +227,15 @@ fn what_if(cp: &ControlPlane, agent: &Agent, pod: &Value) -> anyhow::Result<Expl
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_extenders_rejection_changes_what_if_as_it_changes_the_live_decision()
 -> anyhow::Result<()> {
-    let cp = ControlPlane::start("extender-what-if", ControlPlaneOptions::default()).await?;
-    for n in ["n1", "n2", "n3"] {
-        node(&cp.client, n).await?;
-    }
-    let calls = Arc::new(Calls::default());
-    let port = serve_extender(cp.client.clone(), calls.clone()).await?;
-    let config = cp.dir().join("scheduler-config.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-profiles:
-  - schedulerName: with-extender
-leaderElection:
-  leaderElect: false
-extenders:
-- urlPrefix: \"http://127.0.0.1:{port}\"
-  filterVerb: \"filter\"
+    let (cp, calls, agent) = with_extender(
+        "extender-what-if",
+        "with-extender",
+        "  filterVerb: \"filter\"
   prioritizeVerb: \"prioritize\"
   weight: 1
-"
-        ),
-    )?;
-    let config_arg = format!("--config={}", config.display());
-    let agent = Agent::start_with(
-        &cp.kubeconfig,
-        "unused",
-        cp.dir(),
-        "what-if",
-        &[&config_arg],
-    )?;
+",
+    )
+    .await?;
     let pod = |name: &str, pinned: bool| {
         let mut spec = json!({"schedulerName": "with-extender",
             "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "100m"}}}]});

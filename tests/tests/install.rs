@@ -18,6 +18,25 @@ use serde_json::json;
 
 const AGENT: &str = "system:serviceaccount:mcsched-system:mcsched-agent";
 
+/// What the operator does to let pod sync copy `kind` (secret, configmap) from `default`.
+fn grant(kc: &Path, kind: &str) -> anyhow::Result<()> {
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kc)
+        .args([
+            "create",
+            "rolebinding",
+            &format!("mcsched-{kind}s"),
+            "-n",
+            "default",
+        ])
+        .arg(format!("--clusterrole=mcsched-agent-{kind}-reader"))
+        .arg("--serviceaccount=mcsched-system:mcsched-agent")
+        .output()?;
+    anyhow::ensure!(out.status.success(), "{}", text(&out));
+    Ok(())
+}
+
 /// `kubectl auth can-i VERB RESOURCE... --as` the agent's ServiceAccount.
 fn agent_can(kubeconfig: &Path, args: &[&str]) -> anyhow::Result<bool> {
     let out = Command::new("kubectl")
@@ -241,37 +260,11 @@ async fn install_twice_then_uninstall_with_least_privilege() -> anyhow::Result<(
         assert!(!agent_can(&kc, args)?, "the agent can {args:?}");
     }
     // Secrets of a namespace become readable once the operator binds the reader role there.
-    let out = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(&kc)
-        .args([
-            "create",
-            "rolebinding",
-            "mcsched-secrets",
-            "-n",
-            "default",
-            "--clusterrole=mcsched-agent-secret-reader",
-            "--serviceaccount=mcsched-system:mcsched-agent",
-        ])
-        .output()?;
-    assert!(out.status.success(), "{}", text(&out));
+    grant(&kc, "secret")?;
     assert!(agent_can(&kc, &["get", "secrets/db", "-n", "default"])?);
     assert!(!agent_can(&kc, &["list", "secrets", "-n", "default"])?);
     // ConfigMaps likewise, and only in that namespace.
-    let out = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(&kc)
-        .args([
-            "create",
-            "rolebinding",
-            "mcsched-configmaps",
-            "-n",
-            "default",
-            "--clusterrole=mcsched-agent-configmap-reader",
-            "--serviceaccount=mcsched-system:mcsched-agent",
-        ])
-        .output()?;
-    assert!(out.status.success(), "{}", text(&out));
+    grant(&kc, "configmap")?;
     assert!(agent_can(&kc, &["get", "configmaps/app", "-n", "default"])?);
     assert!(!agent_can(&kc, &["get", "configmaps/app", "-n", "shop"])?);
     assert!(!agent_can(&kc, &["list", "configmaps", "-n", "default"])?);

@@ -128,6 +128,17 @@ pub struct ScheduleResult {
     pub feasible_nodes: usize,
 }
 
+impl ScheduleResult {
+    /// The nominated node still fits: nothing else was looked at.
+    pub fn nominated(node: String) -> Self {
+        ScheduleResult {
+            node,
+            evaluated_nodes: 1,
+            feasible_nodes: 1,
+        }
+    }
+}
+
 /// What one cycle found out, kept compact (numbers and shared pointers) so recording
 /// costs little; explain.rs turns it into an explanation when one is wanted.
 #[derive(Default, Clone)]
@@ -314,11 +325,7 @@ impl Framework {
         // runs inline, and the parallel sections start from a worker.
         self.pool.install(
             || match self.filter_phase(state, pod, snapshot, record, record_all)? {
-                Filtered::Nominated(node) => Ok(ScheduleResult {
-                    node,
-                    evaluated_nodes: 1,
-                    feasible_nodes: 1,
-                }),
+                Filtered::Nominated(node) => Ok(ScheduleResult::nominated(node)),
                 Filtered::Feasible(feasible, _) => {
                     let feasible_nodes = feasible.len();
                     let node = self.score_phase(state, pod, feasible, snapshot, record, None);

@@ -79,13 +79,7 @@ async fn with_extenders(
     let filtered =
         tokio::task::block_in_place(|| fw.filter_phase(state, pod, snapshot, record, record_all))?;
     let (mut feasible, mut statuses) = match filtered {
-        Filtered::Nominated(node) => {
-            return Ok(ScheduleResult {
-                node,
-                evaluated_nodes: 1,
-                feasible_nodes: 1,
-            });
-        }
+        Filtered::Nominated(node) => return Ok(ScheduleResult::nominated(node)),
         Filtered::Feasible(f, s) => (f, s),
     };
     if let Err(e) = filter_by_extenders(interested, pod, &mut feasible, &mut statuses, record).await
