@@ -2,6 +2,9 @@
 
 use std::time::Duration;
 
+/// The longest Go duration, in seconds (i64::MAX nanoseconds).
+const MAX_SECONDS: f64 = 9_223_372_036.854_775;
+
 pub fn parse(text: &str) -> Result<Duration, String> {
     let s = text.trim();
     if s.is_empty() {
@@ -35,6 +38,13 @@ pub fn parse(text: &str) -> Result<Duration, String> {
         };
         total += value * secs;
         rest = next;
+    }
+    // Go's durations are int64 nanoseconds; larger ones are refused there, and would
+    // overflow here.
+    if !total.is_finite() || total > MAX_SECONDS {
+        return Err(format!(
+            "duration {text:?} is out of range (at most 2562047h47m16s)"
+        ));
     }
     Ok(Duration::from_secs_f64(total))
 }
@@ -100,6 +110,10 @@ mod tests {
         assert!(parse("15").is_err());
         assert!(parse("15x").is_err());
         assert!(parse("").is_err());
+        // Out of range is an error, not a panic.
+        assert!(parse("9999999999999999999999h").is_err());
+        assert!(parse(&format!("{}s", "9".repeat(400))).is_err());
+        assert!(parse("2562047h").is_ok());
         assert_eq!(format(Duration::from_secs(15)), "15s");
         assert_eq!(format(Duration::from_secs(120)), "2m");
     }
