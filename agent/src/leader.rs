@@ -2,7 +2,13 @@
 //! taken when its holder has not renewed within leaseDuration (judged by our own clock
 //! since we last saw it change), renewed every retryPeriod, and given up when a renewal
 //! has not succeeded for renewDeadline. Standbys keep watching; only the leader binds.
+//!
+//! Fencing: leadership ends at the renew deadline, measured on the monotonic clock from
+//! the last successful renewal, whatever the requests are doing — a renewal that hangs is
+//! cut off there — and an agent that lost the Lease ends (`Ended::Lost`), as
+//! kube-scheduler exits, so that it restarts as a standby with fresh caches.
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -22,9 +28,67 @@ pub struct ElectionConfig {
     pub retry_period: Duration,
 }
 
+/// Fencing: whether this agent may act as the leader right now — it leads, and its last
+/// renewal is within renewDeadline. Checked right before every write a leader makes.
+pub fn may_act(leader: &watch::Receiver<bool>, lease: &LeaseHealth) -> bool {
+    *leader.borrow() && lease.within_deadline()
+}
+
+/// How an election ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// Asked to stop; the Lease was released if held.
+    Stopped,
+    /// Leadership was lost: not renewed within renewDeadline, or taken by another.
+    Lost,
+}
+
+/// When the Lease was last renewed by this agent, for the health check: kube-scheduler's
+/// `/healthz` fails when its leader has not renewed for longer than it may lead.
+#[derive(Clone, Default)]
+pub struct LeaseHealth {
+    inner: Arc<Mutex<Option<(Instant, Duration)>>>,
+}
+
+/// How much longer than renewDeadline a leader may go unrenewed before it is unhealthy
+/// (client-go's HealthzAdaptor timeout).
+pub const HEALTH_GRACE: Duration = Duration::from_secs(20);
+
+impl LeaseHealth {
+    fn renewed(&self, deadline: Duration) {
+        *self.inner.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), deadline));
+    }
+
+    fn cleared(&self) {
+        *self.inner.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// False once renewDeadline has passed since the last renewal, even before the
+    /// elector (which may not have run yet, say after the process was frozen) says so.
+    pub fn within_deadline(&self) -> bool {
+        match *self.inner.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some((at, deadline)) => at.elapsed() < deadline,
+            None => true,
+        }
+    }
+
+    /// An error when this agent leads but has not renewed within its deadline + grace.
+    pub fn check(&self) -> Result<(), String> {
+        match *self.inner.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some((at, deadline)) if at.elapsed() > deadline + HEALTH_GRACE => Err(format!(
+                "leader election: the Lease was last renewed {:.0?} ago (renewDeadline {:?})",
+                at.elapsed(),
+                deadline
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
 pub struct Elector {
     api: Api<Lease>,
     cfg: ElectionConfig,
+    health: LeaseHealth,
     /// The holder and renew time we last saw, and when we saw them change.
     observed: Option<(Option<String>, Option<MicroTime>, Instant)>,
 }
@@ -36,10 +100,13 @@ enum Attempt {
 }
 
 impl Elector {
-    pub fn new(client: kube::Client, cfg: ElectionConfig) -> Self {
+    /// `client` should be the election's own, so that no other traffic queues the
+    /// renewals behind it.
+    pub fn new(client: kube::Client, cfg: ElectionConfig, health: LeaseHealth) -> Self {
         Elector {
             api: Api::namespaced(client, &cfg.lease_namespace),
             cfg,
+            health,
             observed: None,
         }
     }
@@ -137,35 +204,61 @@ impl Elector {
         }
     }
 
-    /// Campaigns until `stop` is set; `leader` tells the scheduler whether it may bind.
-    pub async fn run(mut self, leader: watch::Sender<bool>, mut stop: watch::Receiver<bool>) {
+    /// Campaigns until `stop` is set or leadership is lost; `leader` tells the scheduler
+    /// whether it may act. While leading, each renewal must succeed before the renew
+    /// deadline (last renewal + renewDeadline); one still running then is abandoned and
+    /// leadership ends at that instant.
+    pub async fn run(
+        mut self,
+        leader: watch::Sender<bool>,
+        mut stop: watch::Receiver<bool>,
+    ) -> Ended {
         let mut last_renew: Option<Instant> = None;
         loop {
             if *stop.borrow() {
                 break;
             }
-            let result = self.try_acquire_or_renew().await;
             let is_leader = *leader.borrow();
+            // A standby's attempt is bounded by the retry period, a leader's by its deadline.
+            let deadline = match last_renew {
+                Some(t) if is_leader => t + self.cfg.renew_deadline,
+                _ => Instant::now() + self.cfg.retry_period.max(Duration::from_secs(1)),
+            };
+            let attempt = tokio::time::timeout_at(
+                tokio::time::Instant::from_std(deadline),
+                self.try_acquire_or_renew(),
+            );
+            let result = tokio::select! {
+                r = attempt => r,
+                _ = stop.changed() => break,
+            };
             match result {
-                Ok(Attempt::Held) => {
+                Ok(Ok(Attempt::Held)) => {
                     last_renew = Some(Instant::now());
+                    self.health.renewed(self.cfg.renew_deadline);
                     if !is_leader {
                         info!(lease = %self.cfg.lease_name, identity = %self.cfg.identity, "became leader");
                         let _ = leader.send(true);
                     }
                 }
-                Ok(Attempt::HeldByOther(holder)) => {
+                Ok(Ok(Attempt::HeldByOther(holder))) => {
                     if is_leader {
-                        warn!(%holder, "lost the leader lease to another holder; stop binding");
-                        let _ = leader.send(false);
+                        warn!(%holder, "lost the leader lease to another holder");
+                        return self.lost(&leader);
                     }
                     last_renew = None;
                 }
-                Err(e) => {
+                Ok(Err(e)) => {
                     let expired = last_renew.is_none_or(|t| t.elapsed() >= self.cfg.renew_deadline);
                     if is_leader && expired {
-                        warn!(error = %e, "could not renew the leader lease within renewDeadline; stop binding");
-                        let _ = leader.send(false);
+                        warn!(error = %e, "could not renew the leader lease within renewDeadline");
+                        return self.lost(&leader);
+                    }
+                }
+                Err(_) => {
+                    if is_leader {
+                        warn!(deadline = ?self.cfg.renew_deadline, "the leader lease renewal did not finish within renewDeadline");
+                        return self.lost(&leader);
                     }
                 }
             }
@@ -176,7 +269,108 @@ impl Elector {
         }
         if *leader.borrow() {
             let _ = leader.send(false);
+            self.health.cleared();
             self.release().await;
         }
+        Ended::Stopped
+    }
+
+    fn lost(&self, leader: &watch::Sender<bool>) -> Ended {
+        let _ = leader.send(false);
+        self.health.cleared();
+        Ended::Lost
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// An API server holding one Lease, whose answers hang once `hang` is set.
+    fn lease_server(hang: Arc<AtomicBool>) -> kube::Client {
+        let created = Arc::new(AtomicBool::new(false));
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let (hang, created) = (hang.load(Ordering::SeqCst), created.clone());
+            let method = req.method().clone();
+            async move {
+                if hang {
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                }
+                let lease = serde_json::json!({
+                    "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": "s", "namespace": "ns", "resourceVersion": "1"},
+                    "spec": {"holderIdentity": "me", "leaseDurationSeconds": 2,
+                        "renewTime": MicroTime(Timestamp::now())}
+                });
+                let (code, body) = if method == http::Method::GET && !created.load(Ordering::SeqCst)
+                {
+                    (
+                        404,
+                        serde_json::json!({"kind": "Status", "apiVersion": "v1",
+                        "status": "Failure", "code": 404, "reason": "NotFound"}),
+                    )
+                } else {
+                    created.store(true, Ordering::SeqCst);
+                    (200, lease)
+                };
+                let body = serde_json::to_vec(&body).unwrap_or_default();
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder()
+                        .status(code)
+                        .header("content-type", "application/json")
+                        .body(kube::client::Body::from(body))
+                        .unwrap_or_else(|_| http::Response::new(kube::client::Body::empty())),
+                )
+            }
+        });
+        kube::Client::new(service, "ns")
+    }
+
+    #[tokio::test]
+    async fn a_renewal_that_hangs_ends_leadership_at_the_renew_deadline() {
+        let hang = Arc::new(AtomicBool::new(false));
+        let cfg = ElectionConfig {
+            lease_name: "s".into(),
+            lease_namespace: "ns".into(),
+            identity: "me".into(),
+            lease_duration: Duration::from_secs(2),
+            renew_deadline: Duration::from_millis(800),
+            retry_period: Duration::from_millis(100),
+        };
+        let health = LeaseHealth::default();
+        let elector = Elector::new(lease_server(hang.clone()), cfg, health.clone());
+        let (leader_tx, mut leader) = watch::channel(false);
+        let (_stop_tx, stop) = watch::channel(false);
+        let run = tokio::spawn(elector.run(leader_tx, stop));
+        tokio::time::timeout(Duration::from_secs(5), leader.wait_for(|l| *l))
+            .await
+            .expect("became leader")
+            .expect("elector running");
+        assert!(health.check().is_ok());
+        let hung_at = Instant::now();
+        hang.store(true, Ordering::SeqCst);
+        let ended = tokio::time::timeout(Duration::from_secs(5), run)
+            .await
+            .expect("ended by the deadline, not by the hung request")
+            .expect("elector task");
+        assert_eq!(ended, Ended::Lost);
+        assert!(!*leader.borrow());
+        // At the latest renewDeadline after the last renewal.
+        assert!(hung_at.elapsed() < Duration::from_millis(800) + Duration::from_millis(500));
+    }
+
+    #[test]
+    fn health_fails_once_the_lease_is_older_than_the_deadline_and_grace() {
+        let health = LeaseHealth::default();
+        assert!(health.check().is_ok(), "a standby is healthy");
+        health.renewed(Duration::from_secs(10));
+        assert!(health.check().is_ok());
+        let old = Instant::now()
+            .checked_sub(Duration::from_secs(31))
+            .expect("uptime above 31 s");
+        *health.inner.lock().expect("lock") = Some((old, Duration::from_secs(10)));
+        let err = health.check().expect_err("stale lease");
+        assert!(err.contains("renewDeadline 10s"), "{err}");
     }
 }

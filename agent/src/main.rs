@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use mcsched_agent::args::Args;
-use mcsched_agent::leader::{ElectionConfig, Elector};
+use mcsched_agent::leader::{ElectionConfig, Elector, Ended};
 use mcsched_agent::leaf::grants::Grants;
 use mcsched_agent::leaf::registry::{LeafSettings, Leaves};
 use mcsched_agent::scheduler::{self, SchedulerOptions, Shared};
@@ -115,10 +115,14 @@ async fn run(
     )
     .await?;
     let mut sigterm = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+    // Losing the Lease ends the agent as a signal would, then it exits non-zero (as
+    // kube-scheduler does) and restarts as a standby.
+    let (lost_tx, mut lost_rx) = tokio::sync::oneshot::channel::<()>();
     let shutdown = async move {
         tokio::select! {
             _ = sigterm.recv() => info!("SIGTERM received"),
             _ = tokio::signal::ctrl_c() => info!("interrupt received"),
+            Ok(()) = &mut lost_rx => error!("leader election lost; stopping"),
         }
     };
     let options = SchedulerOptions {
@@ -163,18 +167,38 @@ async fn run(
             retry_period: le.retry_period,
         };
         info!(lease = %ec.lease_name, namespace = %ec.lease_namespace, identity = %ec.identity, "leader election on");
-        Some(tokio::spawn(
-            Elector::new(shared.bind_ctx.client.clone(), ec).run(leader_tx, stop_rx),
-        ))
+        // Its own client, so that no scheduling or API traffic queues the renewals.
+        let lease_client = client::connect(
+            kubeconfig.as_deref(),
+            args.context.as_deref(),
+            cc.qps,
+            cc.burst,
+        )
+        .await?;
+        let elector = Elector::new(lease_client, ec, shared.lease_health.clone());
+        Some(tokio::spawn(async move {
+            let ended = elector.run(leader_tx, stop_rx).await;
+            if ended == Ended::Lost {
+                let _ = lost_tx.send(());
+            }
+            ended
+        }))
     };
     scheduler::run(shared, options, leader, shutdown).await?;
     drop(fixed_leader);
     let _ = stop_tx.send(true);
+    let mut lost = false;
     if let Some(e) = election {
         // Releasing the lease lets a standby take over at once.
-        let _ = tokio::time::timeout(Duration::from_secs(5), e).await;
+        lost = matches!(
+            tokio::time::timeout(Duration::from_secs(5), e).await,
+            Ok(Ok(Ended::Lost))
+        );
     }
     handle.graceful_shutdown(Some(Duration::from_secs(2)));
+    if lost {
+        anyhow::bail!("leader election lost");
+    }
     info!("stopped");
     Ok(())
 }

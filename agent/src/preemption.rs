@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::DeleteParams;
+use kube::api::{DeleteParams, Preconditions};
 use kube::runtime::events::EventType;
 use tracing::{info, warn};
 
@@ -51,10 +51,18 @@ pub fn evict(
         let name = victim.name.clone();
         let key = victim.key.clone();
         let by = preemptor.key.clone();
+        // Only the pod judged a victim: not a new pod that took its name meanwhile.
+        let params = DeleteParams {
+            preconditions: (!victim.uid.is_empty()).then(|| Preconditions {
+                uid: Some(victim.uid.clone()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
         tokio::spawn(async move {
-            match pods.delete(&name, &DeleteParams::default()).await {
+            match pods.delete(&name, &params).await {
                 Ok(_) => info!(victim = %key, preemptor = %by, "preempted"),
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
                 Err(e) => warn!(victim = %key, error = %e, "could not delete preemption victim"),
             }
         });

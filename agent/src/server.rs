@@ -44,7 +44,7 @@ pub struct ServerOptions {
 
 pub fn router(shared: Arc<Shared>) -> Router {
     Router::new()
-        .route("/healthz", get(ok))
+        .route("/healthz", get(healthz))
         .route("/livez", get(ok))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -95,6 +95,15 @@ pub async fn serve(
 
 async fn ok() -> &'static str {
     "ok"
+}
+
+/// kube-scheduler's health: ok, unless this agent leads and has not renewed its Lease
+/// within renewDeadline plus a grace period.
+async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
+    match shared.lease_health.check() {
+        Ok(()) => "ok".into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+    }
 }
 
 async fn readyz(State(shared): State<Arc<Shared>>) -> Response {

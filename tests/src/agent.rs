@@ -89,6 +89,36 @@ impl Agent {
         self.process.stop(Duration::from_secs(20))
     }
 
+    /// Sends `signal` (libc's SIGSTOP, SIGCONT, ...) to the agent.
+    pub fn signal(&self, signal: i32) -> anyhow::Result<()> {
+        let pid = self
+            .process
+            .pid()
+            .and_then(|p| i32::try_from(p).ok())
+            .ok_or_else(|| anyhow::anyhow!("the agent is not running"))?;
+        // SAFETY: kill(2) on our own child, not yet reaped.
+        if unsafe { libc::kill(pid, signal) } != 0 {
+            bail!("kill({pid}, {signal}): {}", std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// How the agent ended, waiting up to `timeout`; None if it still runs.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < deadline {
+            if let Some(status) = self
+                .process
+                .child_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        None
+    }
+
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }

@@ -335,3 +335,80 @@ async fn only_the_leader_binds_and_a_standby_takes_over() -> anyhow::Result<()> 
     .await?;
     Ok(())
 }
+
+/// Fencing: a leader frozen (SIGSTOP) past its renew deadline loses the Lease to the
+/// standby, which binds what comes meanwhile; resumed, the old leader acts no more — its
+/// deadline has passed before its elector even runs — and exits with "leader election
+/// lost" and status 1, to come back as a standby.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_leader_resumes_fenced_and_exits() -> anyhow::Result<()> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let cp = ControlPlane::start("fencing", ControlPlaneOptions::default()).await?;
+    node(&cp.client, "n1", "8", "a").await?;
+    let config = cp.dir().join("fast-lease.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection:
+  leaderElect: true
+  resourceName: fenced
+  resourceNamespace: kube-system
+  leaseDuration: 4s
+  renewDeadline: 3s
+  retryPeriod: 1s
+profiles:
+- schedulerName: mcsched
+",
+    )?;
+    let config_arg = format!("--config={}", config.display());
+    let leases: Api<Lease> = Api::namespaced(cp.client.clone(), "kube-system");
+    let holder = || async {
+        Ok(leases
+            .get_opt("fenced")
+            .await?
+            .and_then(|l| l.spec)
+            .and_then(|s| s.holder_identity)
+            .filter(|h| !h.is_empty()))
+    };
+    let mut first = Agent::start_with(&cp.kubeconfig, "x", cp.dir(), "fenced-1", &[&config_arg])?;
+    let first_id = wait::until(TIMEOUT, "a leader", holder).await?;
+    let second = Agent::start_with(&cp.kubeconfig, "x", cp.dir(), "fenced-2", &[&config_arg])?;
+    wait::until(TIMEOUT, "the second agent to stand by", || async {
+        Ok(second.logs().contains("standing by").then_some(()))
+    })
+    .await?;
+
+    first.signal(libc::SIGSTOP)?;
+    let frozen_at = std::time::Instant::now();
+    wait::until(TIMEOUT, "the standby to take the Lease", || async {
+        Ok(holder().await?.filter(|h| *h != first_id))
+    })
+    .await?;
+    println!("takeover after {:?} frozen", frozen_at.elapsed());
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(pod("during", "100m"))?,
+    )
+    .await?;
+    wait::until(
+        TIMEOUT,
+        "default/during bound by the new leader",
+        || async { Ok(pods.get("during").await?.spec.and_then(|s| s.node_name)) },
+    )
+    .await?;
+
+    first.signal(libc::SIGCONT)?;
+    let status = first
+        .wait_exit(Duration::from_secs(30))
+        .ok_or_else(|| anyhow::anyhow!("the old leader still runs:\n{}", first.logs()))?;
+    assert_eq!(status.code(), Some(1), "{}", first.logs());
+    let log = first.logs();
+    assert!(log.contains("leader election lost"), "{log}");
+    assert!(
+        !log.contains("default/during"),
+        "the fenced leader touched the new leader's pod: {log}"
+    );
+    Ok(())
+}

@@ -33,11 +33,23 @@ pub struct HostSide {
     pub synced: Arc<std::sync::atomic::AtomicBool>,
     pub leaves: Arc<Leaves>,
     pub events: EventSink,
+    /// Whether this agent leads; checked right before each pod's writes.
+    pub leader: tokio::sync::watch::Receiver<bool>,
+    pub lease: crate::leader::LeaseHealth,
 }
 
 impl HostSide {
     fn cache(&self) -> std::sync::MutexGuard<'_, crate::cache::Cache> {
         crate::watch::lock(&self.cache)
+    }
+
+    /// Fencing: an agent that no longer leads writes nothing, in the host or the leaf.
+    fn fence(&self) -> Result<(), SyncError> {
+        if crate::leader::may_act(&self.leader, &self.lease) {
+            Ok(())
+        } else {
+            Err(SyncError::NotLeader)
+        }
     }
 }
 
@@ -58,6 +70,8 @@ pub enum SyncError {
     },
     #[error(transparent)]
     Transform(#[from] transform::TransformError),
+    #[error("no longer the leader: nothing written")]
+    NotLeader,
 }
 
 fn code(e: &kube::Error) -> Option<u16> {
@@ -114,12 +128,19 @@ async fn reconcile(host: &Client, host_side: &HostSide, leaf: &LeafCluster) {
     let copies = leaf.managed();
     for (key, pod) in &hosts {
         if let Err(e) = sync_one(host, host_side, leaf, pod, copies.get(key)).await {
+            if matches!(e, SyncError::NotLeader) {
+                return;
+            }
             warn!(cluster = %leaf.name, pod = %key, error = %e, "pod sync failed; retrying");
         }
     }
     for (key, copy) in &copies {
         if hosts.contains_key(key) || copy.metadata.deletion_timestamp.is_some() {
             continue;
+        }
+        // A stale cache of an old leader would take the new leader's copies for orphans.
+        if host_side.fence().is_err() {
+            return;
         }
         info!(cluster = %leaf.name, pod = %key, "deleting leaf pod without a host pod");
         if let Err(e) = delete_copy(leaf, copy, None).await {
@@ -143,6 +164,7 @@ async fn sync_one(
     pod: &Pod,
     copy: Option<&Arc<Pod>>,
 ) -> Result<(), SyncError> {
+    host_side.fence()?;
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
     let name = pod.metadata.name.clone().unwrap_or_default();
     let uid = pod.metadata.uid.clone().unwrap_or_default();
@@ -264,6 +286,7 @@ async fn take_back(
             leaf.name
         )
     };
+    host_side.fence()?;
     info!(cluster = %leaf.name, pod = %name, "taking a pod back from its leaf");
     warn_event(host_side, pod, note.clone());
     let condition = json!({"status": {"conditions": [{

@@ -97,11 +97,13 @@ fn now_time() -> Time {
     Time(k8s_openapi::jiff::Timestamp::now())
 }
 
-/// Keeps `leaf`'s virtual node and Lease current while `leader` is true.
+/// Keeps `leaf`'s virtual node and Lease current while this agent may act as the leader
+/// (`leader`, and `lease` within its renew deadline).
 pub async fn run(
     host: Client,
     leaf: Arc<LeafCluster>,
     mut leader: tokio::sync::watch::Receiver<bool>,
+    lease: crate::leader::LeaseHealth,
 ) {
     let node_name = keys::virtual_node_name(&leaf.name);
     let nodes: Api<Node> = Api::all(host.clone());
@@ -121,7 +123,7 @@ pub async fn run(
                 debug!(cluster = %leaf.name, error = ?leaf.health().last_error, "leaf did not answer");
             }
         }
-        if !*leader.borrow() {
+        if !crate::leader::may_act(&leader, &lease) {
             written = None;
             continue;
         }
@@ -150,6 +152,11 @@ pub async fn run(
             .as_ref()
             .is_some_and(|(w, at)| *w == status && at.elapsed() < STATUS_REFRESH);
         if fresh {
+            continue;
+        }
+        // Fencing: leadership may have ended while the leaf was probed and read.
+        if !crate::leader::may_act(&leader, &lease) {
+            written = None;
             continue;
         }
         let previous_ready = written.as_ref().map(|(w, _)| w.ready);

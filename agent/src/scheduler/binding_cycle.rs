@@ -58,7 +58,7 @@ pub(super) async fn binding_cycle(
             Err(_) => return,
         },
     };
-    if !*leader.borrow() {
+    if !crate::leader::may_act(&leader, &shared.lease_health) {
         // Lost the lease since this pod was placed: the new leader decides.
         forget(&shared, &fw, &mut state, &pod, &node);
         shared.queue.add_backoff(info);

@@ -120,7 +120,12 @@ async fn schedule_one(
     leader: &tokio::sync::watch::Receiver<bool>,
     info: crate::framework::QueuedPodInfo,
 ) {
-    let Some(placed) = scheduling_cycle::scheduling_cycle(shared, info).await else {
+    // Fencing: past the renew deadline nothing is decided, even before the elector says so.
+    if !crate::leader::may_act(leader, &shared.lease_health) {
+        shared.queue.add_backoff(info);
+        return;
+    }
+    let Some(placed) = scheduling_cycle::scheduling_cycle(shared, leader, info).await else {
         return;
     };
     // A waiting pod takes a binding slot only once allowed: the pods whose scheduling
@@ -168,12 +173,18 @@ fn spawn_leaves(
     namespace: &str,
     leader: &tokio::sync::watch::Receiver<bool>,
 ) -> JoinHandle<()> {
-    let (host, host_side, l) = (client.clone(), shared.host_side(), leader.clone());
+    let (host, host_side, l) = (
+        client.clone(),
+        shared.host_side(leader.clone()),
+        leader.clone(),
+    );
+    let lease = shared.lease_health.clone();
     let on_leaf = move |leaf: Arc<crate::leaf::cluster::LeafCluster>| {
         leaf.adopt(tokio::spawn(crate::leaf::virtual_node::run(
             host.clone(),
             leaf.clone(),
             l.clone(),
+            lease.clone(),
         )));
         leaf.adopt(tokio::spawn(crate::leaf::pod_sync::run(
             host.clone(),

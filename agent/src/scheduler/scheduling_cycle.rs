@@ -23,7 +23,12 @@ pub(super) struct Placed {
     pub waiting: Option<CycleRecord>,
 }
 
-pub(super) async fn scheduling_cycle(shared: &Arc<Shared>, info: QueuedPodInfo) -> Option<Placed> {
+/// `leader`: checked right before preemption evicts anything (fencing).
+pub(super) async fn scheduling_cycle(
+    shared: &Arc<Shared>,
+    leader: &tokio::sync::watch::Receiver<bool>,
+    info: QueuedPodInfo,
+) -> Option<Placed> {
     let pod = info.pod.clone();
     let Some(fw) = shared.profiles.for_pod(&pod.pod).cloned() else {
         shared.queue.done(&pod.key);
@@ -71,7 +76,9 @@ pub(super) async fn scheduling_cycle(shared: &Arc<Shared>, info: QueuedPodInfo) 
             if fw.has_post_filter() && fit.num_all_nodes > 0 {
                 metrics.preemption_attempts.inc();
             }
-            if let Some((res, plugin)) = run_post_filter(&fw, &state, &pod, &snapshot, &mut fit) {
+            if let Some((res, plugin)) = run_post_filter(&fw, &state, &pod, &snapshot, &mut fit)
+                && crate::leader::may_act(leader, &shared.lease_health)
+            {
                 nominated = res.nominated_node.clone();
                 crate::preemption::evict(
                     &shared.bind_ctx.client,

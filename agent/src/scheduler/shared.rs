@@ -28,6 +28,8 @@ pub struct Shared {
     pub leaves: Arc<Leaves>,
     /// Set once pods and nodes are listed.
     pub synced: Arc<AtomicBool>,
+    /// When the leader Lease was last renewed, for `/healthz`.
+    pub lease_health: crate::leader::LeaseHealth,
 }
 
 impl Shared {
@@ -54,6 +56,7 @@ impl Shared {
             extenders,
             leaves,
             synced: Arc::default(),
+            lease_health: Default::default(),
         })
     }
 
@@ -62,12 +65,17 @@ impl Shared {
     }
 
     /// What pod sync needs of the host side.
-    pub(super) fn host_side(&self) -> crate::leaf::pod_sync::HostSide {
+    pub(super) fn host_side(
+        &self,
+        leader: tokio::sync::watch::Receiver<bool>,
+    ) -> crate::leaf::pod_sync::HostSide {
         crate::leaf::pod_sync::HostSide {
             cache: self.cache.clone(),
             synced: self.synced.clone(),
             leaves: self.leaves.clone(),
             events: self.events.clone(),
+            leader,
+            lease: self.lease_health.clone(),
         }
     }
 }

@@ -58,11 +58,11 @@ fn pod(name: &str, cpu: &str) -> Arc<PodInfo> {
 async fn schedule(shared: &Arc<Shared>, name: &str, cpu: &str, leading: bool) {
     shared.queue.add(pod(name, cpu), false);
     let info = shared.queue.pop().await.expect("queued");
-    let placed = scheduling_cycle(shared, info).await;
+    let (_tx, leader) = tokio::sync::watch::channel(leading);
+    let placed = scheduling_cycle(shared, &leader, info).await;
     let Some(placed) = placed else { return };
     assert_eq!(placed.node, "n1");
     assert!(shared.cache().is_assumed(&format!("default/{name}")));
-    let (_tx, leader) = tokio::sync::watch::channel(leading);
     binding_cycle(
         shared.clone(),
         leader,
