@@ -9,6 +9,9 @@ use std::time::{Duration, Instant};
 
 use tower::{Layer, Service};
 
+/// The smallest rate the bucket honours (larger waits would overflow a Duration).
+const MIN_QPS: f64 = 1e-6;
+
 /// A token bucket: `burst` tokens, refilled at `qps` per second.
 #[derive(Debug)]
 pub struct Bucket {
@@ -22,7 +25,9 @@ impl Bucket {
     pub fn new(qps: f64, burst: u32) -> Self {
         let burst = f64::from(burst.max(1));
         Bucket {
-            qps,
+            // A rate so small that the wait for a token would overflow a Duration is
+            // taken as one token in about 12 days.
+            qps: qps.max(MIN_QPS),
             burst,
             tokens: burst,
             last: Instant::now(),
@@ -131,5 +136,14 @@ mod tests {
             assert!(b.try_take(t0 + Duration::from_secs(10)).is_ok());
         }
         assert!(b.try_take(t0 + Duration::from_secs(10)).is_err());
+    }
+
+    #[test]
+    fn a_vanishing_rate_waits_long_but_does_not_panic() {
+        let t0 = Instant::now();
+        let mut b = Bucket::new(f64::from(1e-40f32), 1);
+        assert!(b.try_take(t0).is_ok());
+        let wait = b.try_take(t0).err().unwrap_or_default();
+        assert_eq!(wait, Duration::from_secs(1_000_000));
     }
 }

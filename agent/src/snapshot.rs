@@ -151,14 +151,14 @@ fn non_zero_requests(pod: &Pod) -> (i64, i64) {
     let (mut cpu, mut mem) = (0, 0);
     for c in &spec.containers {
         let (c_cpu, c_mem) = get(c);
-        cpu += c_cpu;
-        mem += c_mem;
+        cpu = i64::saturating_add(cpu, c_cpu);
+        mem = i64::saturating_add(mem, c_mem);
     }
     for ic in spec.init_containers.iter().flatten() {
         let (c_cpu, c_mem) = get(ic);
         if ic.restart_policy.as_deref() == Some("Always") {
-            cpu += c_cpu;
-            mem += c_mem;
+            cpu = i64::saturating_add(cpu, c_cpu);
+            mem = i64::saturating_add(mem, c_mem);
         } else {
             cpu = cpu.max(c_cpu);
             mem = mem.max(c_mem);
@@ -244,8 +244,10 @@ impl NodeInfo {
 
     pub fn add_pod(&mut self, pod: Arc<PodInfo>) {
         self.requested.add(&pod.requests);
-        self.non_zero_milli_cpu += pod.non_zero_milli_cpu;
-        self.non_zero_memory += pod.non_zero_memory;
+        self.non_zero_milli_cpu = self
+            .non_zero_milli_cpu
+            .saturating_add(pod.non_zero_milli_cpu);
+        self.non_zero_memory = self.non_zero_memory.saturating_add(pod.non_zero_memory);
         for p in &pod.host_ports {
             self.used_ports.insert(p.clone());
         }
@@ -264,8 +266,10 @@ impl NodeInfo {
         self.affinity_pods -= usize::from(pod.has_affinity);
         self.required_anti_affinity_pods -= usize::from(pod.has_required_anti_affinity);
         self.requested.sub(&pod.requests);
-        self.non_zero_milli_cpu -= pod.non_zero_milli_cpu;
-        self.non_zero_memory -= pod.non_zero_memory;
+        self.non_zero_milli_cpu = self
+            .non_zero_milli_cpu
+            .saturating_sub(pod.non_zero_milli_cpu);
+        self.non_zero_memory = self.non_zero_memory.saturating_sub(pod.non_zero_memory);
         if !pod.host_ports.is_empty() {
             self.used_ports = self
                 .pods

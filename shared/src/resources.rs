@@ -45,23 +45,31 @@ impl Resources {
         Ok(r)
     }
 
+    /// Saturating: requests come from whoever creates a pod, and absurd ones must not
+    /// overflow (a debug build would panic, a release build wrap to a negative request).
     pub fn add(&mut self, other: &Resources) {
-        self.milli_cpu += other.milli_cpu;
-        self.memory += other.memory;
-        self.ephemeral_storage += other.ephemeral_storage;
-        self.allowed_pods += other.allowed_pods;
+        self.milli_cpu = self.milli_cpu.saturating_add(other.milli_cpu);
+        self.memory = self.memory.saturating_add(other.memory);
+        self.ephemeral_storage = self
+            .ephemeral_storage
+            .saturating_add(other.ephemeral_storage);
+        self.allowed_pods = self.allowed_pods.saturating_add(other.allowed_pods);
         for (k, v) in &other.scalar {
-            *self.scalar.entry(k.clone()).or_default() += v;
+            let e = self.scalar.entry(k.clone()).or_default();
+            *e = e.saturating_add(*v);
         }
     }
 
     pub fn sub(&mut self, other: &Resources) {
-        self.milli_cpu -= other.milli_cpu;
-        self.memory -= other.memory;
-        self.ephemeral_storage -= other.ephemeral_storage;
-        self.allowed_pods -= other.allowed_pods;
+        self.milli_cpu = self.milli_cpu.saturating_sub(other.milli_cpu);
+        self.memory = self.memory.saturating_sub(other.memory);
+        self.ephemeral_storage = self
+            .ephemeral_storage
+            .saturating_sub(other.ephemeral_storage);
+        self.allowed_pods = self.allowed_pods.saturating_sub(other.allowed_pods);
         for (k, v) in &other.scalar {
-            *self.scalar.entry(k.clone()).or_default() -= v;
+            let e = self.scalar.entry(k.clone()).or_default();
+            *e = e.saturating_sub(*v);
         }
     }
 
@@ -218,5 +226,27 @@ mod tests {
         let err = pod_requests(&p).unwrap_err();
         assert_eq!(err.resource, "cpu");
         assert!(err.to_string().contains("\"lots\""), "{err}");
+    }
+
+    #[test]
+    fn absurd_requests_saturate_instead_of_overflowing() {
+        let huge = "9223372036854775807";
+        let p = pod(
+            vec![
+                container("a", huge, huge, None),
+                container("b", huge, huge, None),
+            ],
+            vec![],
+            Some((huge, huge)),
+        );
+        let r = pod_requests(&p).unwrap();
+        assert_eq!(r.milli_cpu, i64::MAX);
+        assert_eq!(r.memory, i64::MAX);
+        let mut sum = r.clone();
+        sum.add(&r);
+        assert_eq!(sum.milli_cpu, i64::MAX);
+        sum.sub(&r);
+        sum.sub(&r);
+        assert!(sum.milli_cpu <= 0);
     }
 }

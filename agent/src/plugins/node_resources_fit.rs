@@ -100,7 +100,7 @@ pub fn fits_request(
         return out;
     }
     let mut check = |name: &str, want: i64, have: i64, taken: i64| {
-        if want > 0 && want > have - taken {
+        if want > 0 && want > have.saturating_sub(taken) {
             out.push(Insufficient {
                 resource: name.into(),
                 reason: format!("Insufficient {name}"),
@@ -195,19 +195,28 @@ pub fn allocatable_and_requested(
     match resource {
         ResourceKind::Cpu if use_requested => (
             a.milli_cpu,
-            node.requested.milli_cpu + pod.requests.milli_cpu,
+            node.requested
+                .milli_cpu
+                .saturating_add(pod.requests.milli_cpu),
         ),
         ResourceKind::Cpu => (
             a.milli_cpu,
-            node.non_zero_milli_cpu + pod.non_zero_milli_cpu,
+            node.non_zero_milli_cpu
+                .saturating_add(pod.non_zero_milli_cpu),
         ),
-        ResourceKind::Memory if use_requested => {
-            (a.memory, node.requested.memory + pod.requests.memory)
-        }
-        ResourceKind::Memory => (a.memory, node.non_zero_memory + pod.non_zero_memory),
+        ResourceKind::Memory if use_requested => (
+            a.memory,
+            node.requested.memory.saturating_add(pod.requests.memory),
+        ),
+        ResourceKind::Memory => (
+            a.memory,
+            node.non_zero_memory.saturating_add(pod.non_zero_memory),
+        ),
         ResourceKind::EphemeralStorage => (
             a.ephemeral_storage,
-            node.requested.ephemeral_storage + pod.requests.ephemeral_storage,
+            node.requested
+                .ephemeral_storage
+                .saturating_add(pod.requests.ephemeral_storage),
         ),
         ResourceKind::Scalar(name) => {
             let want = pod.requests.scalar.get(name).copied().unwrap_or(0);
@@ -217,7 +226,7 @@ pub fn allocatable_and_requested(
             }
             let alloc = a.scalar.get(name).copied().unwrap_or(0);
             let used = node.requested.scalar.get(name).copied().unwrap_or(0);
-            (alloc, used + want)
+            (alloc, used.saturating_add(want))
         }
     }
 }
@@ -226,14 +235,16 @@ fn least_requested(requested: i64, capacity: i64) -> i64 {
     if capacity == 0 || requested > capacity {
         return 0;
     }
-    (capacity - requested) * MAX_NODE_SCORE / capacity
+    // In i128: capacities in bytes times 100 can pass i64.
+    ((i128::from(capacity) - i128::from(requested)) * i128::from(MAX_NODE_SCORE)
+        / i128::from(capacity)) as i64
 }
 
 fn most_requested(requested: i64, capacity: i64) -> i64 {
     if capacity == 0 {
         return 0;
     }
-    requested.min(capacity) * MAX_NODE_SCORE / capacity
+    (i128::from(requested.min(capacity)) * i128::from(MAX_NODE_SCORE) / i128::from(capacity)) as i64
 }
 
 /// `helper.BuildBrokenLinearFunction` over the shape, scores scaled to 0..=100.
@@ -426,5 +437,23 @@ mod tests {
             .score(&CycleState::new(), &pod, &n)
             .unwrap_or(-1);
         assert_eq!(s, 97);
+    }
+
+    /// Requests and capacities at the edge of i64 are judged, never overflowed.
+    #[test]
+    fn absurd_sizes_neither_panic_nor_fit() {
+        let max = "9223372036854775807";
+        let huge = [("cpu", max), ("memory", max)];
+        let n = node(max, max, "110", &[&huge, &huge]);
+        let fit = NodeResourcesFit::new(FitArgs::default());
+        let state = CycleState::new();
+        let p = pod_requesting("p", &huge);
+        let s = fit.filter(&state, &p, &n);
+        assert!(s.is_rejected(), "{s}");
+        assert!(fit.score(&state, &p, &n).is_ok());
+        let roomy = node(max, max, "110", &[]);
+        let small = pod_requesting("s", &[("cpu", "1"), ("memory", "1Gi")]);
+        assert!(fit.filter(&state, &small, &roomy).is_success());
+        assert!(fit.score(&state, &small, &roomy).is_ok());
     }
 }

@@ -164,8 +164,10 @@ fn rejection(cluster: &str, nodes: &[Arc<NodeInfo>], counts: &BTreeMap<String, u
     }
     let free = |n: &NodeInfo| {
         (
-            n.allocatable.milli_cpu - n.requested.milli_cpu,
-            n.allocatable.memory - n.requested.memory,
+            n.allocatable
+                .milli_cpu
+                .saturating_sub(n.requested.milli_cpu),
+            n.allocatable.memory.saturating_sub(n.requested.memory),
         )
     };
     if let Some(best) = nodes
@@ -179,7 +181,9 @@ fn rejection(cluster: &str, nodes: &[Arc<NodeInfo>], counts: &BTreeMap<String, u
             best.name,
             format_cpu(cpu),
             format_bytes(mem),
-            best.allocatable.allowed_pods - best.pods.len() as i64
+            best.allocatable
+                .allowed_pods
+                .saturating_sub(best.pods.len() as i64)
         ));
     }
     msg
