@@ -159,15 +159,28 @@ impl Cache {
         self.add_pod(key, node.to_string(), pod, true);
     }
 
-    /// The binding failed: the assumption is dropped.
-    pub fn forget(&mut self, key: &str) {
-        if self.pods.get(key).is_some_and(|e| e.assumed) {
+    /// The binding failed: the assumption is dropped — only that pod's (`uid`; empty: any),
+    /// not a later pod of the same name assumed meanwhile.
+    pub fn forget(&mut self, key: &str, uid: &str) {
+        if self
+            .pods
+            .get(key)
+            .is_some_and(|e| e.assumed && (uid.is_empty() || e.info.uid == uid))
+        {
             self.remove_pod(key);
         }
     }
 
     pub fn is_assumed(&self, key: &str) -> bool {
         self.pods.get(key).is_some_and(|e| e.assumed)
+    }
+
+    /// The UID of the pod assumed under `key`, if any.
+    pub fn assumed_uid(&self, key: &str) -> Option<&str> {
+        self.pods
+            .get(key)
+            .filter(|e| e.assumed)
+            .map(|e| e.info.uid.as_str())
     }
 
     pub fn bound_pod_keys(&self) -> HashSet<String> {
@@ -278,7 +291,10 @@ mod tests {
         // The watch still shows it unbound: the assumption holds.
         c.apply_pod(pod("p", None, "2"));
         assert!(c.is_assumed("ns/p"));
-        c.forget("ns/p");
+        // Forgetting another pod of the same name (another UID) leaves this one.
+        c.forget("ns/p", "someone-else");
+        assert_eq!(c.assumed_uid("ns/p"), Some(info.uid.as_str()));
+        c.forget("ns/p", &info.uid);
         assert!(pods_on(&mut c, "n1").is_empty());
         c.assume(info, "n1");
         c.apply_pod(pod("p", Some("n1"), "3"));

@@ -25,9 +25,11 @@ impl fmt::Display for Code {
 /// message's wording.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cause {
-    /// The API server no longer has the pod as it was (404 or 409 on its binding): it was
-    /// deleted, or bound elsewhere, meanwhile; the watch will tell.
-    PodGone,
+    /// The API server has no such pod any more (404 on its binding): deleted meanwhile.
+    NotFound,
+    /// The API server refused the change as conflicting (409 on a binding: the pod is
+    /// bound already, or its UID changed); what happened must be read back.
+    Conflict,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

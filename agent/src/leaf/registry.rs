@@ -145,7 +145,7 @@ impl LeafSnapshots for Leaves {
 
     fn forget(&self, cluster: &str, key: &str) {
         if let Some(c) = self.get(cluster) {
-            c.cache().forget(key);
+            c.cache().forget(key, "");
         }
     }
 }

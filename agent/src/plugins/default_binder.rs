@@ -67,8 +67,12 @@ impl BindPlugin for DefaultBinder {
             match bind_pod(&ctx.client, &pod.namespace, &pod.name, &pod.uid, node).await {
                 Ok(()) => Status::success(),
                 Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
-                    Status::error(format!("binding rejected: {}", s.message))
-                        .with_cause(Cause::PodGone)
+                    let cause = if s.code == 404 {
+                        Cause::NotFound
+                    } else {
+                        Cause::Conflict
+                    };
+                    Status::error(format!("binding rejected: {}", s.message)).with_cause(cause)
                 }
                 Err(e) => Status::error(format!("binding failed: {e}")),
             }

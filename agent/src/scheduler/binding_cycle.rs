@@ -11,6 +11,9 @@ use super::Shared;
 use super::failure::{Failure, forget, handle_failure};
 use super::scheduling_cycle::Placed;
 use crate::framework::{Cause, ClusterEvent, Status};
+use crate::snapshot::PodInfo;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
 
 pub(super) async fn binding_cycle(
     shared: Arc<Shared>,
@@ -93,11 +96,38 @@ pub(super) async fn binding_cycle(
     }
     forget(&shared, &fw, &mut state, &pod, &node);
     warn!(pod = %pod.key, %node, status = %status, "binding failed");
-    if status.cause == Some(Cause::PodGone) {
-        // Deleted or bound elsewhere meanwhile: the watch will tell.
-        shared.queue.done(&pod.key);
-    } else {
+    if still_to_bind(&shared, &pod, status.cause).await {
         let failure = Failure::Error(format!("Binding rejected: {status}"));
         handle_failure(&shared, &scheduler_name, info, failure, None, started);
+    } else {
+        // Deleted, replaced by a pod of the same name (queued on its own), or bound
+        // elsewhere: the watch tells the rest.
+        shared.queue.done(&pod.key);
+    }
+}
+
+/// Whether a pod whose binding failed still waits for one, from the API's answer: a 404
+/// means it is gone; after a 409 the pod is read back (gone, another UID, or bound
+/// already: nothing to do; the same pod unbound: retry); other errors retry.
+async fn still_to_bind(shared: &Shared, pod: &PodInfo, cause: Option<Cause>) -> bool {
+    match cause {
+        Some(Cause::NotFound) => false,
+        Some(Cause::Conflict) => {
+            let pods: Api<Pod> = Api::namespaced(shared.bind_ctx.client.clone(), &pod.namespace);
+            match pods.get_opt(&pod.name).await {
+                Ok(Some(now)) => {
+                    now.metadata.uid.as_deref() == Some(pod.uid.as_str())
+                        && now
+                            .spec
+                            .as_ref()
+                            .and_then(|s| s.node_name.as_deref())
+                            .is_none_or(str::is_empty)
+                }
+                Ok(None) => false,
+                // Unknown: retrying is safe, the next binding answers again.
+                Err(_) => true,
+            }
+        }
+        None => true,
     }
 }

@@ -99,5 +99,5 @@ pub(super) fn forget(
     node: &str,
 ) {
     fw.run_unreserve(state, pod, node);
-    shared.cache().forget(&pod.key);
+    shared.cache().forget(&pod.key, &pod.uid);
 }

@@ -35,9 +35,20 @@ pub(super) async fn scheduling_cycle(
         return None;
     };
     let scheduler_name = fw.scheduler_name.as_str();
-    if shared.cache().is_assumed(&pod.key) {
-        shared.queue.done(&pod.key);
-        return None;
+    let assumed = shared.cache().assumed_uid(&pod.key).map(String::from);
+    match assumed {
+        // Placed already; its binding is in flight.
+        Some(uid) if uid == pod.uid => {
+            shared.queue.done(&pod.key);
+            return None;
+        }
+        // An earlier pod of this name is still being bound: this one waits its turn
+        // instead of being dropped.
+        Some(_) => {
+            shared.queue.add_backoff(info);
+            return None;
+        }
+        None => {}
     }
     let started = Instant::now();
     let snapshot = shared.cache().snapshot();

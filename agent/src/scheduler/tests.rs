@@ -16,9 +16,19 @@ use crate::leaf::registry::Leaves;
 use crate::snapshot::PodInfo;
 
 fn shared_with(binding: (u16, serde_json::Value)) -> (Arc<Shared>, Calls) {
+    shared_reading_back(binding, (404, fake_api::status(404, "NotFound", "gone")))
+}
+
+/// As `shared_with`, the pod read back (GET) answered with `pod`.
+fn shared_reading_back(
+    binding: (u16, serde_json::Value),
+    pod: (u16, serde_json::Value),
+) -> (Arc<Shared>, Calls) {
     let (client, calls) = fake_api::client(move |method, path| {
         if method == "POST" && path.ends_with("/binding") {
             binding.clone()
+        } else if method == "GET" && path.starts_with("/api/v1/namespaces/default/pods/") {
+            pod.clone()
         } else {
             (201, json!({}))
         }
@@ -135,4 +145,67 @@ async fn a_pod_that_fits_nowhere_waits_unschedulable_with_its_explanation() {
         ),
         other => panic!("{other:?}"),
     }
+}
+
+fn conflict() -> (u16, serde_json::Value) {
+    (
+        409,
+        fake_api::status(409, "Conflict", "pod p is already assigned to node n2"),
+    )
+}
+
+fn read_back(node: Option<&str>, uid: &str) -> (u16, serde_json::Value) {
+    (
+        200,
+        json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "default", "uid": uid},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]}}),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflict_on_a_pod_bound_elsewhere_ends_its_attempts() {
+    let (shared, calls) = shared_reading_back(conflict(), read_back(Some("n2"), "uid-p"));
+    schedule(&shared, "p", "1", true).await;
+    assert!(fake_api::called(
+        &calls,
+        "GET",
+        "/namespaces/default/pods/p"
+    ));
+    let q = shared.queue.pending();
+    assert_eq!((q.active, q.backoff, q.unschedulable), (0, 0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflict_on_the_same_unbound_pod_is_retried() {
+    let (shared, _) = shared_reading_back(conflict(), read_back(None, "uid-p"));
+    schedule(&shared, "p", "1", true).await;
+    assert_eq!(shared.queue.pending().backoff, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflict_on_a_replaced_pod_leaves_the_new_one_to_its_own_attempt() {
+    let (shared, _) = shared_reading_back(conflict(), read_back(None, "uid-other"));
+    schedule(&shared, "p", "1", true).await;
+    let q = shared.queue.pending();
+    assert_eq!((q.active, q.backoff, q.unschedulable), (0, 0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_whose_namesake_is_still_being_bound_waits_instead_of_being_dropped() {
+    let (shared, _) = shared_with((201, json!({})));
+    // An earlier pod of this name is assumed, its binding in flight.
+    let earlier: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "p", "namespace": "default", "uid": "uid-earlier"},
+        "spec": {"schedulerName": "mcsched", "containers": [{"name": "c", "image": "i"}]}
+    }))
+    .expect("pod");
+    shared
+        .cache()
+        .assume(Arc::new(PodInfo::new(Arc::new(earlier))), "n1");
+    shared.queue.add(pod("p", "1"), false);
+    let info = shared.queue.pop().await.expect("queued");
+    let (_tx, leader) = tokio::sync::watch::channel(true);
+    assert!(scheduling_cycle(&shared, &leader, info).await.is_none());
+    assert_eq!(shared.queue.pending().backoff, 1);
 }
