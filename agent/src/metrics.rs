@@ -46,6 +46,11 @@ pub struct ResultLabels {
     pub result: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResourceLabels {
+    pub resource: String,
+}
+
 pub struct Metrics {
     pub schedule_attempts: Family<AttemptLabels, Counter>,
     pub attempt_duration: Family<AttemptLabels, Histogram>,
@@ -55,6 +60,7 @@ pub struct Metrics {
     pub plugin_duration: Family<PluginLabels, Histogram>,
     pub preemption_attempts: Counter,
     pub permit_wait_duration: Family<ResultLabels, Histogram>,
+    pub watch_restarts: Family<ResourceLabels, Counter>,
     registry: Registry,
 }
 
@@ -119,7 +125,15 @@ impl Metrics {
             "Duration of waiting on permit.",
             permit_wait_duration.clone(),
         );
+        // mcsched's own: kube-scheduler's informers have no such counter.
+        let watch_restarts = Family::<ResourceLabels, Counter>::default();
+        registry.register(
+            "mcsched_watch_restarts",
+            "Restarts of a watch whose stream ended or whose change handling failed, by resource.",
+            watch_restarts.clone(),
+        );
         Metrics {
+            watch_restarts,
             permit_wait_duration,
             schedule_attempts,
             attempt_duration,
@@ -138,6 +152,14 @@ impl Metrics {
             out.clear();
         }
         out
+    }
+
+    pub fn watch_restart(&self, resource: &str) {
+        self.watch_restarts
+            .get_or_create(&ResourceLabels {
+                resource: resource.into(),
+            })
+            .inc();
     }
 
     pub fn attempt(&self, result: &str, profile: &str, seconds: f64) {

@@ -107,11 +107,15 @@ async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
 }
 
 async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
-    if shared.synced.load(Ordering::Acquire) {
-        "ok".into_response()
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "caches not synced\n").into_response()
+    if !shared.synced.load(Ordering::Acquire) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "caches not synced\n").into_response();
     }
+    let down = shared.watch_health.down();
+    if !down.is_empty() {
+        let msg = format!("watches down, restarting: {}\n", down.join(", "));
+        return (StatusCode::SERVICE_UNAVAILABLE, msg).into_response();
+    }
+    "ok".into_response()
 }
 
 async fn metrics() -> Response {

@@ -28,8 +28,61 @@ pub fn lock(cache: &Mutex<Cache>) -> MutexGuard<'_, Cache> {
     cache.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Tells that a kind's first complete list has arrived.
-pub type Ready = tokio::sync::mpsc::Sender<&'static str>;
+/// The watches that are down: ended or failed, until their restart has listed again.
+#[derive(Clone, Default)]
+pub struct WatchHealth(Arc<Mutex<std::collections::BTreeSet<&'static str>>>);
+
+impl WatchHealth {
+    fn set(&self, kind: &'static str, down: bool) {
+        let mut set = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if down {
+            set.insert(kind);
+        } else {
+            set.remove(kind);
+        }
+    }
+
+    pub fn down(&self) -> Vec<&'static str> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .copied()
+            .collect()
+    }
+}
+
+/// Where a watch reports its first complete list, and (host watches) its health.
+#[derive(Clone)]
+pub struct Ready {
+    tx: tokio::sync::mpsc::Sender<&'static str>,
+    health: Option<WatchHealth>,
+}
+
+impl Ready {
+    /// A watch whose downtime counts for `/readyz`.
+    pub fn supervised(tx: tokio::sync::mpsc::Sender<&'static str>, health: WatchHealth) -> Self {
+        Ready {
+            tx,
+            health: Some(health),
+        }
+    }
+
+    fn set_down(&self, kind: &'static str, down: bool) {
+        if let Some(h) = &self.health {
+            h.set(kind, down);
+        }
+    }
+}
+
+impl From<tokio::sync::mpsc::Sender<&'static str>> for Ready {
+    fn from(tx: tokio::sync::mpsc::Sender<&'static str>) -> Self {
+        Ready { tx, health: None }
+    }
+}
+
+/// The longest pause before a watch that ended is started again.
+const MAX_RESTART_BACKOFF: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// `namespace/name`, or `/name` for cluster-scoped objects.
 pub fn key_of<K: Resource>(o: &K) -> String {
@@ -62,22 +115,70 @@ impl<K> Change<K> {
 }
 
 /// Streams one kind, turning re-lists into applies and deletions of objects that vanished
-/// meanwhile, and reports the first complete list on `ready`.
+/// meanwhile, and reports the first complete list on `ready`. Supervised: a stream that
+/// ends, or a change whose handling panics, restarts the watch with backoff and a relist
+/// (counted in `mcsched_watch_restarts_total`); the kind is down until that relist is done.
 pub async fn watch_kind<K, F>(
     api: Api<K>,
     config: watcher::Config,
     kind: &'static str,
-    ready: Ready,
+    ready: impl Into<Ready> + Send,
     mut apply: F,
 ) where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Default,
     F: FnMut(Change<K>) + Send,
 {
+    let ready: Ready = ready.into();
     let mut known: HashMap<String, Arc<K>> = HashMap::new();
-    let mut relist: Option<HashMap<String, Arc<K>>> = None;
-    let mut stream = watcher::watcher(api, config).default_backoff().boxed();
     let mut reported = false;
+    let mut backoff = std::time::Duration::from_millis(500);
+    loop {
+        let ended = watch_once(
+            &api,
+            &config,
+            kind,
+            &ready,
+            &mut apply,
+            &mut known,
+            &mut reported,
+        )
+        .await;
+        ready.set_down(kind, true);
+        crate::metrics::global().watch_restart(kind);
+        tracing::error!(
+            kind,
+            reason = ended,
+            ?backoff,
+            "watch down; restarting with a relist"
+        );
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_RESTART_BACKOFF);
+    }
+}
+
+/// One run of a watch, until its stream ends or handling a change panics; why it ended.
+async fn watch_once<K, F>(
+    api: &Api<K>,
+    config: &watcher::Config,
+    kind: &'static str,
+    ready: &Ready,
+    apply: &mut F,
+    known: &mut HashMap<String, Arc<K>>,
+    reported: &mut bool,
+) -> &'static str
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default,
+    F: FnMut(Change<K>) + Send,
+{
+    let mut relist: Option<HashMap<String, Arc<K>>> = None;
+    let mut stream = watcher::watcher(api.clone(), config.clone())
+        .default_backoff()
+        .boxed();
+    let mut apply = |change: Change<K>| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| apply(change))).is_ok()
+    };
     while let Some(ev) = stream.next().await {
         match ev {
             Ok(Event::Init) => relist = Some(HashMap::new()),
@@ -88,34 +189,43 @@ pub async fn watch_kind<K, F>(
                 if let Some(seen) = relist.as_mut() {
                     seen.insert(key, o.clone());
                 }
-                apply(Change::Apply(o, is_new));
+                if !apply(Change::Apply(o, is_new)) {
+                    return "handling a change panicked";
+                }
             }
             Ok(Event::InitDone) => {
                 if let Some(seen) = relist.take() {
                     for (key, o) in known.drain() {
-                        if !seen.contains_key(&key) {
-                            apply(Change::Delete(o));
+                        if !seen.contains_key(&key) && !apply(Change::Delete(o)) {
+                            return "handling a change panicked";
                         }
                     }
-                    known = seen;
+                    *known = seen;
                 }
-                if !reported {
-                    reported = true;
-                    let _ = ready.send(kind).await;
+                ready.set_down(kind, false);
+                if !*reported {
+                    *reported = true;
+                    let _ = ready.tx.send(kind).await;
                 }
             }
             Ok(Event::Apply(o)) => {
                 let o = Arc::new(without_managed_fields(o));
                 let is_new = known.insert(key_of(&*o), o.clone()).is_none();
-                apply(Change::Apply(o, is_new));
+                if !apply(Change::Apply(o, is_new)) {
+                    return "handling a change panicked";
+                }
             }
             Ok(Event::Delete(o)) => {
                 known.remove(&key_of(&o));
-                apply(Change::Delete(Arc::new(o)));
+                if !apply(Change::Delete(Arc::new(o))) {
+                    return "handling a change panicked";
+                }
             }
+            // The watcher retries these itself, relisting when it must.
             Err(e) => warn!(kind, error = %e, "watch failed; retrying"),
         }
     }
+    "the stream ended"
 }
 
 /// Applies a node change to `cache`; the cluster event it is, if any can help a pod (a
@@ -207,7 +317,7 @@ pub fn spawn_storage<K: StorageKind>(
     client: &Client,
     cache: SharedCache,
     label: &'static str,
-    ready: Ready,
+    ready: impl Into<Ready> + Send + 'static,
     on_event: impl Fn(ClusterEvent) + Send + 'static,
 ) -> JoinHandle<()>
 where
@@ -251,5 +361,67 @@ mod tests {
         assert!(cache.volumes_mut().claims.is_empty());
         apply_storage(&mut cache, Change::Delete(Arc::new(sc)));
         assert!(cache.volumes_mut().storage_classes.is_empty());
+    }
+
+    /// An API server that lists one ConfigMap and holds every watch open.
+    fn one_configmap() -> kube::Client {
+        let service = tower::service_fn(|req: http::Request<kube::client::Body>| {
+            let watching = req.uri().query().is_some_and(|q| q.contains("watch=true"));
+            async move {
+                if watching {
+                    tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+                }
+                let list = serde_json::json!({"kind": "ConfigMapList", "apiVersion": "v1",
+                    "metadata": {"resourceVersion": "1"},
+                    "items": [{"metadata": {"name": "a", "namespace": "ns", "resourceVersion": "1"}}]});
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder()
+                        .header("content-type", "application/json")
+                        .body(kube::client::Body::from(
+                            serde_json::to_vec(&list).unwrap_or_default(),
+                        ))
+                        .unwrap_or_else(|_| http::Response::new(kube::client::Body::empty())),
+                )
+            }
+        });
+        kube::Client::new(service, "ns")
+    }
+
+    #[tokio::test]
+    async fn a_panicking_handler_restarts_the_watch_with_a_relist() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let health = WatchHealth::default();
+        let (tx, mut listed) = tokio::sync::mpsc::channel(4);
+        let ready = Ready::supervised(tx, health.clone());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (calls, names) = (
+            Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+            seen.clone(),
+        );
+        let apply = move |c: Change<ConfigMap>| {
+            if calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                panic!("the first change fails");
+            }
+            names.lock().expect("lock").push(c.object().name_any());
+        };
+        tokio::spawn(watch_kind(
+            Api::<ConfigMap>::all(one_configmap()),
+            watcher::Config::default(),
+            "test-configmap",
+            ready,
+            apply,
+        ));
+        let kind = tokio::time::timeout(std::time::Duration::from_secs(10), listed.recv())
+            .await
+            .expect("listed after the restart");
+        assert_eq!(kind, Some("test-configmap"));
+        assert_eq!(*seen.lock().expect("lock"), ["a"]);
+        assert!(health.down().is_empty());
+        assert!(
+            crate::metrics::global()
+                .encode()
+                .contains("mcsched_watch_restarts_total{resource=\"test-configmap\"} 1"),
+            "restart counted"
+        );
     }
 }

@@ -56,7 +56,8 @@ pub async fn run(
     let client = shared.bind_ctx.client.clone();
     let queue = shared.queue.clone();
     let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<&'static str>(16);
-    let mut watches = event_handlers::spawn_watches(&client, &shared, ready_tx);
+    let ready = crate::watch::Ready::supervised(ready_tx, shared.watch_health.clone());
+    let mut watches = event_handlers::spawn_watches(&client, &shared, ready);
     let host_watches = watches.len();
     watches.push(spawn_leaves(&client, &shared, &options.namespace, &leader));
     watches.push(spawn_flusher(&shared));

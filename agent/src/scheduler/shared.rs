@@ -30,6 +30,8 @@ pub struct Shared {
     pub synced: Arc<AtomicBool>,
     /// When the leader Lease was last renewed, for `/healthz`.
     pub lease_health: crate::leader::LeaseHealth,
+    /// Host watches that are down, for `/readyz`.
+    pub watch_health: crate::watch::WatchHealth,
 }
 
 impl Shared {
@@ -57,6 +59,7 @@ impl Shared {
             leaves,
             synced: Arc::default(),
             lease_health: Default::default(),
+            watch_health: Default::default(),
         })
     }
 
