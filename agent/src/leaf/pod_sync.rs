@@ -200,6 +200,16 @@ async fn sync_one(
     let status = pod.status.as_ref();
     match copy {
         None if condition(status, LEAF_POD_CONDITION).is_some() => {
+            // The leaf's watch may not show a copy created a moment ago: the leaf's API
+            // server answers for it before the pod is given up.
+            let leaf_pods: Api<Pod> = Api::namespaced(leaf.client.clone(), &ns);
+            let there = leaf_pods
+                .get_opt(&name)
+                .await
+                .map_err(api_err(format!("reading leaf pod {ns}/{name}")))?;
+            if there.is_some_and(|c| copy_uid(&c).as_deref() == Some(uid.as_str())) {
+                return Ok(());
+            }
             // The copy existed and is gone without the host asking: the pod is lost.
             if status.and_then(|s| s.phase.as_deref()) != Some("Failed") {
                 info!(cluster = %leaf.name, pod = %format!("{ns}/{name}"), "leaf pod vanished; host pod failed");
