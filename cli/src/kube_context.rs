@@ -30,17 +30,22 @@ pub struct KubeArgs {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ContextError {
-    #[error("reading kubeconfig {path}: {source}")]
+    // Causes are printed by the caller's error chain, so messages do not repeat them.
+    #[error("reading kubeconfig {path}")]
     Read {
         path: String,
         #[source]
         source: KubeconfigError,
     },
-    #[error("no kubeconfig found ($KUBECONFIG unset and ~/.kube/config unreadable): {0}")]
-    Default(#[source] KubeconfigError),
-    #[error("kubeconfig: {0}")]
+    #[error("reading kubeconfig {from}")]
+    Default {
+        from: String,
+        #[source]
+        source: KubeconfigError,
+    },
+    #[error("kubeconfig")]
     Config(#[source] KubeconfigError),
-    #[error("creating the Kubernetes client: {0}")]
+    #[error("creating the Kubernetes client")]
     Client(#[source] kube::Error),
 }
 
@@ -80,7 +85,13 @@ pub async fn load_config(
             path: p.display().to_string(),
             source,
         })?,
-        None => Kubeconfig::read().map_err(ContextError::Default)?,
+        None => Kubeconfig::read().map_err(|source| ContextError::Default {
+            from: match std::env::var_os("KUBECONFIG") {
+                Some(v) if !v.is_empty() => format!("$KUBECONFIG ({})", v.to_string_lossy()),
+                _ => "~/.kube/config ($KUBECONFIG is unset)".into(),
+            },
+            source,
+        })?,
     };
     let options = KubeConfigOptions {
         context: context.map(str::to_owned),

@@ -117,10 +117,27 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", causes(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, each said once: libraries often repeat their source's text
+/// in their own message, which a plain `{:#}` would print again.
+fn causes(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -161,5 +178,20 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             );
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn each_cause_is_said_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file");
+        let e = anyhow::Error::new(io)
+            .context("failed to read kubeconfig from '/x': No such file")
+            .context("reading kubeconfig /x");
+        assert_eq!(
+            super::causes(&e),
+            "reading kubeconfig /x: failed to read kubeconfig from '/x': No such file"
+        );
     }
 }
