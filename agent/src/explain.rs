@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use mcsched_shared::explain::{Explanation, NodeExplanation, Outcome, PluginScore, PluginVerdict};
 
 use crate::framework::FitError;
-use crate::framework::runtime::CycleRecord;
+use crate::framework::runtime::{CycleRecord, verdict};
 
 /// How many pods' explanations are kept; the oldest goes first.
 pub const CAPACITY: usize = 2000;
@@ -103,22 +103,14 @@ fn stored_nodes(record: &CycleRecord, limit: usize) -> Vec<StoredNode> {
             let mut out = Vec::new();
             for p in &record.filter_plugins {
                 if status.plugin == *p {
-                    out.push(PluginVerdict {
-                        plugin: p.to_string(),
-                        code: status.code.to_string(),
-                        reasons: status.reasons.clone(),
-                    });
+                    out.push(verdict(p, status));
                     return Some(out);
                 }
                 out.push(success(p));
             }
             // A rejection after the profile's filters all passed: an extender's.
             if !status.plugin.is_empty() {
-                out.push(PluginVerdict {
-                    plugin: status.plugin.to_string(),
-                    code: status.code.to_string(),
-                    reasons: status.reasons.clone(),
-                });
+                out.push(verdict(status.plugin, status));
             }
             Some(out)
         };

@@ -981,7 +981,8 @@ fn observe_timings(point: &str, timings: Timings) {
     }
 }
 
-fn verdict(plugin: &str, s: &Status) -> PluginVerdict {
+/// What one plugin said of one node, as explanations show it.
+pub fn verdict(plugin: &str, s: &Status) -> PluginVerdict {
     PluginVerdict {
         plugin: plugin.to_string(),
         code: s.code.to_string(),

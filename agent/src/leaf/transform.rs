@@ -100,12 +100,11 @@ fn is_token_volume(v: &Volume) -> bool {
 }
 
 fn strip_service_account_token(spec: &mut PodSpec) {
-    let is_token = is_token_volume;
     let dropped: Vec<String> = spec
         .volumes
         .iter()
         .flatten()
-        .filter(|v| is_token(v))
+        .filter(|v| is_token_volume(v))
         .map(|v| v.name.clone())
         .collect();
     if dropped.is_empty() {

@@ -188,11 +188,7 @@ fn record_dropped(
                 .with_plugin("extender")
         });
         if let Some(verdicts) = record.verdicts.get_mut(&node.name) {
-            verdicts.push(mcsched_shared::explain::PluginVerdict {
-                plugin: status.plugin.to_string(),
-                code: status.code.to_string(),
-                reasons: status.reasons.clone(),
-            });
+            verdicts.push(crate::framework::runtime::verdict(status.plugin, &status));
         }
         record.rejected.push((node, status));
     }
