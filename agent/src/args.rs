@@ -1,5 +1,6 @@
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::Parser;
 
@@ -52,7 +53,40 @@ pub struct Args {
     #[arg(long, default_value = "0.0.0.0")]
     pub bind_address: IpAddr,
 
-    /// Serving certificate (PEM); a self-signed one is generated when not given.
+    /// The address the API server reaches this agent at when it leads (written to the
+    /// EndpointSlice of the mcsched.io API's Service). In a cluster, the pod's IP.
+    #[arg(long, env = "POD_IP", value_name = "IP")]
+    pub advertise_address: Option<IpAddr>,
+
+    /// Paths served without authentication or authorization (exact, or a prefix ending
+    /// in *), as kube-scheduler's flag.
+    #[arg(long, value_delimiter = ',', value_name = "PATHS",
+          default_values_t = crate::server::ALWAYS_ALLOW_PATHS.iter().map(|p| p.to_string()))]
+    pub authorization_always_allow_paths: Vec<String>,
+
+    /// How long TokenReview answers are kept (e.g. 10s).
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
+    pub authentication_token_webhook_cache_ttl: Duration,
+
+    /// How long allowed SubjectAccessReview answers are kept.
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
+    pub authorization_webhook_cache_authorized_ttl: Duration,
+
+    /// How long denied SubjectAccessReview answers are kept.
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
+    pub authorization_webhook_cache_unauthorized_ttl: Duration,
+
+    /// What-ifs and explanations of pending pods computed at once; more get 429.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..), value_name = "N")]
+    pub max_concurrent_what_ifs: u16,
+
+    /// Deadline of each request to the secure port (e.g. 30s).
+    #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+
+    /// Serving certificate (PEM); without it the agent makes a CA and a certificate of
+    /// its own at every start (valid a year), and, leading, puts that CA in the
+    /// mcsched.io APIService's caBundle.
     #[arg(long, value_name = "FILE", requires = "tls_private_key_file")]
     pub tls_cert_file: Option<PathBuf>,
 
@@ -89,4 +123,8 @@ pub struct Args {
     /// Log filter in tracing's EnvFilter syntax (RUST_LOG overrides it).
     #[arg(long, default_value = "info", value_name = "FILTER")]
     pub log: String,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    mcsched_shared::config::duration::parse(s)
 }

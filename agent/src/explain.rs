@@ -274,6 +274,19 @@ impl ExplanationStore {
         guard.0.get(key).map(Stored::expand)
     }
 
+    /// Every kept explanation of pods in `namespace` (all namespaces: None).
+    pub fn list(&self, namespace: Option<&str>) -> Vec<Explanation> {
+        let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        guard
+            .0
+            .iter()
+            .filter(|(key, _)| {
+                namespace.is_none_or(|ns| key.split_once('/').is_some_and(|(n, _)| n == ns))
+            })
+            .map(|(_, e)| e.expand())
+            .collect()
+    }
+
     pub fn len(&self) -> usize {
         self.inner.lock().unwrap_or_else(|p| p.into_inner()).0.len()
     }

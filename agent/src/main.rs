@@ -11,9 +11,12 @@ use mcsched_agent::leader::{ElectionConfig, Elector, Ended};
 use mcsched_agent::leaf::grants::Grants;
 use mcsched_agent::leaf::registry::{LeafSettings, Leaves};
 use mcsched_agent::scheduler::{self, SchedulerOptions, Shared};
+use mcsched_agent::server::publish::Publisher;
+use mcsched_agent::server::tls::ServingCert;
 use mcsched_agent::server::{self, ServerOptions};
 use mcsched_agent::{client, config_bridge, telemetry};
 use mcsched_shared::config::{self, SchedulerConfig};
+use mcsched_shared::keys;
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{error, info, warn};
 
@@ -133,12 +136,46 @@ async fn run(
     };
     let shared = Shared::new(client, profiles, extenders, leaves, &options);
 
+    let le = &cfg.leader_election;
+    let (leader_tx, leader) = tokio::sync::watch::channel(!le.leader_elect);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let handle = axum_server::Handle::new();
     if args.secure_port != 0 {
+        let cert = serving_cert(&args)?;
+        if let Some(address) = args.advertise_address {
+            let publisher = Publisher {
+                client: shared.bind_ctx.client.clone(),
+                namespace: args.namespace.clone(),
+                address,
+                port: args.secure_port,
+                ca_bundle: cert.ca_pem.clone(),
+            };
+            let (rx, lease) = (leader.clone(), shared.lease_health.clone());
+            tokio::spawn(publisher.run(rx, lease));
+        } else {
+            info!(
+                "no --advertise-address (POD_IP): the mcsched.io API is not published to the API server"
+            );
+        }
+        // Its own client: authentication and authorization calls made for a flood of
+        // requests queue behind neither scheduling nor the Lease.
+        let auth_client = client::connect(
+            kubeconfig.as_deref(),
+            args.context.as_deref(),
+            cc.qps,
+            cc.burst,
+        )
+        .await?;
         let opts = ServerOptions {
             addr: SocketAddr::new(args.bind_address, args.secure_port),
-            cert_file: args.tls_cert_file.clone(),
-            key_file: args.tls_private_key_file.clone(),
+            cert,
+            auth_client,
+            always_allow_paths: args.authorization_always_allow_paths.clone(),
+            token_ttl: args.authentication_token_webhook_cache_ttl,
+            authorized_ttl: args.authorization_webhook_cache_authorized_ttl,
+            unauthorized_ttl: args.authorization_webhook_cache_unauthorized_ttl,
+            max_dry_runs: usize::from(args.max_concurrent_what_ifs),
+            request_timeout: args.request_timeout,
         };
         let (s, h) = (Arc::clone(&shared), handle.clone());
         tokio::spawn(async move {
@@ -147,10 +184,6 @@ async fn run(
             }
         });
     }
-
-    let le = &cfg.leader_election;
-    let (leader_tx, leader) = tokio::sync::watch::channel(!le.leader_elect);
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     // Without election the sender must outlive the scheduler: the leaf tasks stop when
     // it is dropped.
     let mut fixed_leader = None;
@@ -167,22 +200,60 @@ async fn run(
             retry_period: le.retry_period,
         };
         info!(lease = %ec.lease_name, namespace = %ec.lease_namespace, identity = %ec.identity, "leader election on");
-        // Its own client, so that no scheduling or API traffic queues the renewals.
-        let lease_client = client::connect(
-            kubeconfig.as_deref(),
-            args.context.as_deref(),
-            cc.qps,
-            cc.burst,
-        )
-        .await?;
-        let elector = Elector::new(lease_client, ec, shared.lease_health.clone());
-        Some(tokio::spawn(async move {
-            let ended = elector.run(leader_tx, stop_rx).await;
-            if ended == Ended::Lost {
-                let _ = lost_tx.send(());
-            }
-            ended
-        }))
+        // Its own client on its own thread and runtime, so that neither scheduling, nor
+        // API requests, nor dry runs keeping the main runtime's workers busy can delay
+        // a renewal.
+        let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<Ended>();
+        let (kc, context, qps, burst) =
+            (kubeconfig.clone(), args.context.clone(), cc.qps, cc.burst);
+        let health = shared.lease_health.clone();
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<Result<(), String>>();
+        std::thread::Builder::new()
+            .name("leader-election".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ =
+                            ready_tx.send(Err(format!("cannot start the election's runtime: {e}")));
+                        return;
+                    }
+                };
+                rt.block_on(async move {
+                    let lease_client = match client::connect(
+                        kc.as_deref(),
+                        context.as_deref(),
+                        qps,
+                        burst,
+                    )
+                    .await
+                    {
+                        Ok(c) => c,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e.to_string()));
+                            return;
+                        }
+                    };
+                    let _ = ready_tx.send(Ok(()));
+                    let ended = Elector::new(lease_client, ec, health)
+                        .run(leader_tx, stop_rx)
+                        .await;
+                    if ended == Ended::Lost {
+                        let _ = lost_tx.send(());
+                    }
+                    let _ = ended_tx.send(ended);
+                });
+            })
+            .context("cannot start the leader election thread")?;
+        match ready_rx.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => anyhow::bail!("leader election: {e}"),
+            Err(_) => anyhow::bail!("leader election: its thread ended before starting"),
+        }
+        Some(ended_rx)
     };
     scheduler::run(shared, options, leader, shutdown).await?;
     drop(fixed_leader);
@@ -201,4 +272,28 @@ async fn run(
     }
     info!("stopped");
     Ok(())
+}
+
+/// The serving certificate: the operator's files, or one the agent makes for the names
+/// it is reached by (the API's Service, this host, the advertised address).
+fn serving_cert(args: &Args) -> anyhow::Result<ServingCert> {
+    if let (Some(cert), Some(key)) = (&args.tls_cert_file, &args.tls_private_key_file) {
+        return Ok(ServingCert::from_files(cert, key)?);
+    }
+    let ns = &args.namespace;
+    let mut names = vec![
+        "localhost".to_string(),
+        "127.0.0.1".to_string(),
+        scheduler::hostname(),
+    ];
+    for service in [keys::API_SERVICE, keys::AGENT_NAME] {
+        names.push(format!("{service}.{ns}.svc"));
+        names.push(format!("{service}.{ns}.svc.cluster.local"));
+    }
+    if let Some(a) = args.advertise_address {
+        names.push(a.to_string());
+    }
+    names.sort();
+    names.dedup();
+    Ok(ServingCert::generate(names)?)
 }

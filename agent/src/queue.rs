@@ -367,6 +367,35 @@ impl SchedulingQueue {
         }
     }
 
+    /// A pod waiting in the queue (not in a scheduling cycle right now), for its
+    /// explanation.
+    pub fn waiting(&self, key: &str) -> Option<Arc<PodInfo>> {
+        let st = self.lock();
+        if let Some(seq) = st.active_seq.get(key)
+            && let Some(a) = st.active.iter().find(|a| a.seq == *seq)
+        {
+            return Some(a.info.pod.clone());
+        }
+        st.backoff
+            .get(key)
+            .or_else(|| st.unschedulable.get(key).map(|u| &u.info))
+            .or_else(|| st.gated.get(key))
+            .map(|i| i.pod.clone())
+    }
+
+    /// Keys of every pod not yet bound: waiting or in a cycle.
+    pub fn pending_keys(&self) -> HashSet<String> {
+        let st = self.lock();
+        st.active_seq
+            .keys()
+            .chain(st.backoff.keys())
+            .chain(st.unschedulable.keys())
+            .chain(st.gated.keys())
+            .chain(st.in_flight.keys())
+            .cloned()
+            .collect()
+    }
+
     pub fn pending(&self) -> PendingCounts {
         let st = self.lock();
         PendingCounts {

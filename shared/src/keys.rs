@@ -95,3 +95,25 @@ pub const CONFIG_HASH_ANNOTATION: &str = "mcsched.io/config-hash";
 pub const LEAF_NODE_COUNT_ANNOTATION: &str = "mcsched.io/leaf-nodes";
 /// The image `install` deploys unless `--image` says otherwise.
 pub const AGENT_IMAGE_REPOSITORY: &str = "ghcr.io/mcsched/mcsched-agent";
+
+/// The API group and version the agent serves as an aggregated API (explanations and
+/// what-ifs), registered by `install` as APIService [`API_SERVICE_NAME`].
+pub const API_GROUP: &str = "mcsched.io";
+pub const API_VERSION: &str = "v1alpha1";
+pub const API_GROUP_VERSION: &str = "mcsched.io/v1alpha1";
+pub const API_SERVICE_NAME: &str = "v1alpha1.mcsched.io";
+/// The selector-less Service the APIService points at; the leader writes its one
+/// EndpointSlice (of the same name), so the API server always reaches the leader.
+pub const API_SERVICE: &str = "mcsched-api";
+/// Port of [`API_SERVICE`] (the APIService's `spec.service.port`).
+pub const API_SERVICE_PORT: u16 = 443;
+/// The namespaced, read-only resource holding a pod's explanation.
+pub const EXPLANATIONS: &str = "explanations";
+pub const EXPLANATION_KIND: &str = "Explanation";
+/// The create-only resource answering a what-if (nothing is stored).
+pub const WHATIFS: &str = "whatifs";
+pub const WHATIF_KIND: &str = "WhatIf";
+/// ClusterRoles aggregated into the built-in roles: reading explanations (view, edit,
+/// admin) and creating what-ifs (edit, admin).
+pub const EXPLANATION_READER_ROLE: &str = "mcsched:explanation-reader";
+pub const WHATIF_CREATOR_ROLE: &str = "mcsched:whatif-creator";

@@ -1,5 +1,6 @@
 //! Pure data and rules shared by the agent and the CLI: no tokio, no network.
 
+pub mod api;
 pub mod config;
 pub mod explain;
 pub mod keys;

@@ -24,6 +24,20 @@ func runAPIServer(ctx context.Context, dataDir string, port int, etcdURL string,
 		"--tls-cert-file=" + p.servingCert,
 		"--tls-private-key-file=" + p.servingKey,
 		"--client-ca-file=" + p.caCert,
+		// Aggregated APIs as kubeadm serves them: the aggregator proxies to extension API
+		// servers with the front-proxy client certificate and names the user in
+		// X-Remote-* headers, which they trust because kube-apiserver publishes these
+		// settings in kube-system/extension-apiserver-authentication.
+		"--requestheader-client-ca-file=" + p.frontProxyCACert,
+		"--requestheader-allowed-names=front-proxy-client",
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file=" + p.frontProxyCert,
+		"--proxy-client-key-file=" + p.frontProxyKey,
+		// There is no kube-proxy to route a Service's cluster IP: the aggregator dials an
+		// address from the APIService's Service's EndpointSlices instead.
+		"--enable-aggregator-routing=true",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + p.saPub,
 		"--service-account-signing-key-file=" + p.saKey,

@@ -16,18 +16,26 @@ import (
 )
 
 // pki holds the files kube-apiserver and the components read, and the PEM bytes the
-// kubeconfig embeds.
+// kubeconfig embeds. As in a kubeadm cluster, the front proxy (the aggregator, calling
+// extension API servers) has a CA of its own, which those servers trust for the
+// X-Remote-* request headers only, never for client certificates in general.
 type pki struct {
-	dir          string
-	caCert       string
-	caKey        string
-	servingCert  string
-	servingKey   string
-	saKey        string
-	saPub        string
-	caPEM        []byte
-	adminCertPEM []byte
-	adminKeyPEM  []byte
+	dir              string
+	caCert           string
+	caKey            string
+	servingCert      string
+	servingKey       string
+	adminCert        string
+	adminKey         string
+	frontProxyCACert string
+	frontProxyCAKey  string
+	frontProxyCert   string
+	frontProxyKey    string
+	saKey            string
+	saPub            string
+	caPEM            []byte
+	adminCertPEM     []byte
+	adminKeyPEM      []byte
 }
 
 func generatePKI(dir string) (*pki, error) {
@@ -40,40 +48,61 @@ func generatePKI(dir string) (*pki, error) {
 		caKey:       filepath.Join(dir, "ca.key"),
 		servingCert: filepath.Join(dir, "apiserver.crt"),
 		servingKey:  filepath.Join(dir, "apiserver.key"),
-		saKey:       filepath.Join(dir, "sa.key"),
-		saPub:       filepath.Join(dir, "sa.pub"),
+		adminCert:   filepath.Join(dir, "admin.crt"),
+		adminKey:    filepath.Join(dir, "admin.key"),
+		// kubeadm's names for the front proxy's CA and client certificate.
+		frontProxyCACert: filepath.Join(dir, "front-proxy-ca.crt"),
+		frontProxyCAKey:  filepath.Join(dir, "front-proxy-ca.key"),
+		frontProxyCert:   filepath.Join(dir, "front-proxy-client.crt"),
+		frontProxyKey:    filepath.Join(dir, "front-proxy-client.key"),
+		saKey:            filepath.Join(dir, "sa.key"),
+		saPub:            filepath.Join(dir, "sa.pub"),
 	}
 	now := time.Now().Add(-time.Hour)
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	// newCA makes a self-signed CA and writes its certificate and key.
+	newCA := func(cn, certPath, keyPath string) (*x509.Certificate, *ecdsa.PrivateKey, []byte, error) {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		tmpl := &x509.Certificate{
+			SerialNumber:          big.NewInt(1),
+			Subject:               pkix.Name{CommonName: cn},
+			NotBefore:             now,
+			NotAfter:              now.Add(10 * 365 * 24 * time.Hour),
+			KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+			BasicConstraintsValid: true,
+			IsCA:                  true,
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		cert, err := x509.ParseCertificate(der)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		certPEM := pemBlock("CERTIFICATE", der)
+		if err := writeKey(keyPath, key); err != nil {
+			return nil, nil, nil, err
+		}
+		if err := os.WriteFile(certPath, certPEM, 0o600); err != nil {
+			return nil, nil, nil, err
+		}
+		return cert, key, certPEM, nil
+	}
+	ca, caKey, caPEM, err := newCA("mcsched-test-ca", p.caCert, p.caKey)
 	if err != nil {
 		return nil, err
 	}
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "mcsched-test-ca"},
-		NotBefore:             now,
-		NotAfter:              now.Add(10 * 365 * 24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	p.caPEM = caPEM
+	frontProxyCA, frontProxyCAKey, _, err := newCA("front-proxy-ca", p.frontProxyCACert, p.frontProxyCAKey)
 	if err != nil {
-		return nil, err
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return nil, err
-	}
-	p.caPEM = pemBlock("CERTIFICATE", caDER)
-	if err := writeKey(p.caKey, caKey); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(p.caCert, p.caPEM, 0o600); err != nil {
 		return nil, err
 	}
 
-	issue := func(serial int64, subject pkix.Name, usage x509.ExtKeyUsage, dns []string, ips []net.IP) ([]byte, []byte, error) {
+	// issueBy signs a leaf certificate with the given CA.
+	issueBy := func(ca *x509.Certificate, caKey *ecdsa.PrivateKey, serial int64, subject pkix.Name, usage x509.ExtKeyUsage, dns []string, ips []net.IP) ([]byte, []byte, error) {
 		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		if err != nil {
 			return nil, nil, err
@@ -98,6 +127,9 @@ func generatePKI(dir string) (*pki, error) {
 		}
 		return pemBlock("CERTIFICATE", der), pemBlock("EC PRIVATE KEY", keyDER), nil
 	}
+	issue := func(serial int64, subject pkix.Name, usage x509.ExtKeyUsage, dns []string, ips []net.IP) ([]byte, []byte, error) {
+		return issueBy(ca, caKey, serial, subject, usage, dns, ips)
+	}
 
 	srvCert, srvKey, err := issue(2, pkix.Name{CommonName: "kube-apiserver"}, x509.ExtKeyUsageServerAuth,
 		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
@@ -115,6 +147,27 @@ func generatePKI(dir string) (*pki, error) {
 	p.adminCertPEM, p.adminKeyPEM, err = issue(3, pkix.Name{CommonName: "mcsched-admin", Organization: []string{"system:masters"}},
 		x509.ExtKeyUsageClientAuth, nil, nil)
 	if err != nil {
+		return nil, err
+	}
+	// Also on disk, so a test can call a component directly with the admin's identity.
+	if err := os.WriteFile(p.adminCert, p.adminCertPEM, 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(p.adminKey, p.adminKeyPEM, 0o600); err != nil {
+		return nil, err
+	}
+	// The aggregator's identity towards extension API servers (--proxy-client-cert-file):
+	// they accept its X-Remote-* headers only from a certificate the front-proxy CA signed
+	// with this name (--requestheader-allowed-names).
+	fpCert, fpKey, err := issueBy(frontProxyCA, frontProxyCAKey, 2, pkix.Name{CommonName: "front-proxy-client"},
+		x509.ExtKeyUsageClientAuth, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(p.frontProxyCert, fpCert, 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(p.frontProxyKey, fpKey, 0o600); err != nil {
 		return nil, err
 	}
 

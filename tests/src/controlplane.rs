@@ -150,6 +150,32 @@ impl ControlPlane {
         self.dir.path()
     }
 
+    /// Where `controlplane` writes its certificates and keys (`--data-dir`/pki).
+    fn pki_dir(&self) -> PathBuf {
+        self.dir.path().join("data").join("pki")
+    }
+
+    /// The front-proxy CA, as kubeadm names it: what an extension API server trusts the
+    /// aggregator's X-Remote-* headers from (`--requestheader-client-ca-file`).
+    pub fn front_proxy_ca(&self) -> PathBuf {
+        self.pki_dir().join("front-proxy-ca.crt")
+    }
+
+    /// The cluster CA certificate (PEM), which signed kube-apiserver's serving certificate
+    /// and the admin's client certificate.
+    pub fn ca_pem(&self) -> anyhow::Result<Vec<u8>> {
+        read(&self.pki_dir().join("ca.crt"))
+    }
+
+    /// The admin's client certificate followed by its private key (PEM), the identity of
+    /// `kubeconfig` (user `mcsched-admin`, group `system:masters`): for calling a component
+    /// directly, e.g. with `reqwest::Identity::from_pem`.
+    pub fn admin_identity_pem(&self) -> anyhow::Result<Vec<u8>> {
+        let mut pem = read(&self.pki_dir().join("admin.crt"))?;
+        pem.extend(read(&self.pki_dir().join("admin.key"))?);
+        Ok(pem)
+    }
+
     /// Freezes the whole control plane (SIGSTOP): its API server stops answering, as a
     /// cluster cut off by the network would.
     pub fn pause(&self) {
@@ -180,6 +206,10 @@ pub async fn client_for(kubeconfig: &Path) -> anyhow::Result<Client> {
     let kc = Kubeconfig::read_from(kubeconfig)?;
     let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
     Ok(Client::try_from(config)?)
+}
+
+fn read(path: &Path) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
 }
 
 /// The last lines of a log, to show why a process failed.

@@ -2,6 +2,7 @@
 //! friends, built from Go modules) and the mcsched binaries as child processes.
 
 pub mod agent;
+pub mod api;
 pub mod cli;
 pub mod controlplane;
 pub mod objects;

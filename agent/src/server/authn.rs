@@ -1,0 +1,281 @@
+//! Who is calling, as kube-scheduler's delegated authentication decides it: the API
+//! server's front proxy (its client certificate, then the user from request headers),
+//! a client certificate of the cluster's CA, or a bearer token checked by TokenReview.
+
+use std::collections::BTreeMap;
+use std::sync::RwLock;
+use std::time::Duration;
+
+use axum::http::HeaderMap;
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use kube::Api;
+use kube::api::PostParams;
+
+use super::auth_config::AuthConfig;
+use super::tls::{ClientVerifiers, subject, verified};
+use super::ttl_cache::TtlCache;
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct UserInfo {
+    pub name: String,
+    pub uid: Option<String>,
+    pub groups: Vec<String>,
+    pub extra: BTreeMap<String, Vec<String>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AuthnError {
+    #[error("TokenReview failed: {0}")]
+    TokenReview(#[source] kube::Error),
+}
+
+/// How many token answers are kept at most.
+const TOKEN_CACHE_CAPACITY: usize = 10_000;
+
+pub struct Authenticator {
+    published: RwLock<(AuthConfig, ClientVerifiers)>,
+    client: kube::Client,
+    tokens: TtlCache<String, Option<UserInfo>>,
+    token_ttl: Duration,
+}
+
+impl Authenticator {
+    pub fn new(client: kube::Client, token_ttl: Duration) -> Self {
+        Authenticator {
+            published: RwLock::new(Default::default()),
+            client,
+            tokens: TtlCache::new(TOKEN_CACHE_CAPACITY),
+            token_ttl,
+        }
+    }
+
+    /// The published CAs and headers changed (or were read for the first time).
+    pub fn set_config(&self, cfg: AuthConfig, verifiers: ClientVerifiers) {
+        *self.published.write().unwrap_or_else(|e| e.into_inner()) = (cfg, verifiers);
+    }
+
+    /// The caller, or None when no method names one (401).
+    pub async fn authenticate(
+        &self,
+        peer_certificates: &[Vec<u8>],
+        headers: &HeaderMap,
+    ) -> Result<Option<UserInfo>, AuthnError> {
+        if let Some(user) = self.by_certificate(peer_certificates, headers) {
+            return Ok(Some(user));
+        }
+        match bearer_token(headers) {
+            Some(token) => self.by_token(token).await,
+            None => Ok(None),
+        }
+    }
+
+    fn by_certificate(&self, chain: &[Vec<u8>], headers: &HeaderMap) -> Option<UserInfo> {
+        let leaf = chain.first()?;
+        let published = self.published.read().unwrap_or_else(|e| e.into_inner());
+        let (cfg, verifiers) = &*published;
+        // Request headers name the user only when the front proxy's own certificate
+        // came with them; anyone else's X-Remote-User is ignored.
+        if let (Some(rh), Some(v)) = (&cfg.request_header, &verifiers.front_proxy)
+            && verified(v.as_ref(), chain)
+        {
+            let (cn, _) = subject(leaf)?;
+            if !rh.allowed_names.is_empty() && !rh.allowed_names.contains(&cn) {
+                return None;
+            }
+            return from_request_headers(rh, headers);
+        }
+        if let Some(v) = &verifiers.cluster
+            && verified(v.as_ref(), chain)
+        {
+            let (name, groups) = subject(leaf)?;
+            let mut groups = groups;
+            groups.push("system:authenticated".into());
+            return Some(UserInfo {
+                name,
+                groups,
+                ..Default::default()
+            });
+        }
+        None
+    }
+
+    async fn by_token(&self, token: &str) -> Result<Option<UserInfo>, AuthnError> {
+        if let Some(known) = self.tokens.get(&token.to_string()) {
+            return Ok(known);
+        }
+        let api: Api<TokenReview> = Api::all(self.client.clone());
+        let review = TokenReview {
+            spec: TokenReviewSpec {
+                token: Some(token.to_string()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let answer = api
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(AuthnError::TokenReview)?;
+        let status = answer.status.unwrap_or_default();
+        let user = match (status.authenticated, status.user) {
+            (Some(true), Some(u)) => Some(UserInfo {
+                name: u.username.unwrap_or_default(),
+                uid: u.uid,
+                groups: u.groups.unwrap_or_default(),
+                extra: u.extra.unwrap_or_default(),
+            }),
+            _ => None,
+        };
+        self.tokens
+            .put(token.to_string(), user.clone(), self.token_ttl);
+        Ok(user)
+    }
+}
+
+fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+    let value = headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
+    let (scheme, token) = value.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+fn values<'a>(headers: &'a HeaderMap, name: &str) -> impl Iterator<Item = &'a str> {
+    headers
+        .get_all(name)
+        .into_iter()
+        .filter_map(|v| v.to_str().ok())
+}
+
+/// kube's requestheader authenticator: the first non-empty user header, every group
+/// header's values, and the extras named by the prefixed headers (unescaped, lowercased).
+fn from_request_headers(
+    rh: &super::auth_config::RequestHeader,
+    headers: &HeaderMap,
+) -> Option<UserInfo> {
+    let name = rh
+        .username_headers
+        .iter()
+        .flat_map(|h| values(headers, h))
+        .find(|v| !v.is_empty())?
+        .to_string();
+    let uid = rh
+        .uid_headers
+        .iter()
+        .flat_map(|h| values(headers, h))
+        .find(|v| !v.is_empty())
+        .map(String::from);
+    let groups = rh
+        .group_headers
+        .iter()
+        .flat_map(|h| values(headers, h))
+        .map(String::from)
+        .collect();
+    let mut extra: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (header, value) in headers {
+        let header = header.as_str();
+        for prefix in &rh.extra_headers_prefix {
+            let prefix = prefix.to_ascii_lowercase();
+            if let Some(key) = header.strip_prefix(prefix.as_str())
+                && let Ok(v) = value.to_str()
+            {
+                extra
+                    .entry(unescape(key).to_lowercase())
+                    .or_default()
+                    .push(v.to_string());
+            }
+        }
+    }
+    Some(UserInfo {
+        name,
+        uid,
+        groups,
+        extra,
+    })
+}
+
+/// Header names cannot hold every character of an extra's key: the front proxy
+/// percent-encodes them.
+fn unescape(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let Some(b) = std::str::from_utf8(&bytes[i + 1..i + 3])
+                .ok()
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        {
+            out.push(b);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::auth_config::RequestHeader;
+    use axum::http::HeaderValue;
+
+    fn rh() -> RequestHeader {
+        RequestHeader {
+            username_headers: vec!["X-Remote-User".into()],
+            group_headers: vec!["X-Remote-Group".into()],
+            extra_headers_prefix: vec!["X-Remote-Extra-".into()],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn request_headers_name_the_user_groups_and_extras() {
+        let mut h = HeaderMap::new();
+        h.insert("x-remote-user", HeaderValue::from_static("alice"));
+        h.append("x-remote-group", HeaderValue::from_static("dev"));
+        h.append(
+            "x-remote-group",
+            HeaderValue::from_static("system:authenticated"),
+        );
+        h.insert("x-remote-extra-scopes%2fa", HeaderValue::from_static("one"));
+        let u = from_request_headers(&rh(), &h).unwrap();
+        assert_eq!(u.name, "alice");
+        assert_eq!(u.groups, vec!["dev", "system:authenticated"]);
+        assert_eq!(u.extra.get("scopes/a"), Some(&vec!["one".to_string()]));
+    }
+
+    #[test]
+    fn no_user_header_no_user() {
+        let mut h = HeaderMap::new();
+        h.insert("x-remote-group", HeaderValue::from_static("dev"));
+        assert!(from_request_headers(&rh(), &h).is_none());
+        h.insert("x-remote-user", HeaderValue::from_static(""));
+        assert!(from_request_headers(&rh(), &h).is_none());
+    }
+
+    #[test]
+    fn bearer_tokens_are_read_as_kube_reads_them() {
+        let mut h = HeaderMap::new();
+        assert_eq!(bearer_token(&h), None);
+        h.insert("authorization", HeaderValue::from_static("Bearer abc"));
+        assert_eq!(bearer_token(&h), Some("abc"));
+        h.insert("authorization", HeaderValue::from_static("bearer  xyz "));
+        assert_eq!(bearer_token(&h), Some("xyz"));
+        h.insert("authorization", HeaderValue::from_static("Basic Zm9v"));
+        assert_eq!(bearer_token(&h), None);
+        h.insert("authorization", HeaderValue::from_static("Bearer "));
+        assert_eq!(bearer_token(&h), None);
+    }
+
+    #[test]
+    fn percent_escapes_are_undone_and_bad_ones_kept() {
+        assert_eq!(unescape("a%2fb"), "a/b");
+        assert_eq!(unescape("50%"), "50%");
+        assert_eq!(unescape("%zz"), "%zz");
+    }
+}
