@@ -291,15 +291,9 @@ async fn cluster_policies_on_a_host_and_two_leaves() -> anyhow::Result<()> {
     let placed = bound(&pods, &["cheap".into()], &agent).await?;
     assert_eq!(placed, ["mcsched-east"]);
     // The explanation shows the policy as a score column: raw cost, normalised, weighted.
-    let http = reqwest::Client::builder()
-        .danger_accept_invalid_certs(true)
-        .build()?;
-    let explanation: Explanation = http
-        .get(format!("{}/explain/default/cheap", agent.url))
-        .send()
-        .await?
-        .json()
-        .await?;
+    let http = mcsched_e2e::api::admin_https(&host)?;
+    let explanation: Explanation =
+        mcsched_e2e::api::explain(&http, &agent.url, "default", "cheap").await?;
     assert!(
         matches!(&explanation.outcome, Outcome::Scheduled { node, .. } if node == "mcsched-east")
     );

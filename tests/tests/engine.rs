@@ -12,14 +12,6 @@ use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
-fn https() -> anyhow::Result<reqwest::Client> {
-    // The agent serves a self-signed certificate unless given one.
-    Ok(reqwest::Client::builder()
-        .danger_accept_invalid_certs(true)
-        .timeout(Duration::from_secs(10))
-        .build()?)
-}
-
 async fn node(client: &kube::Client, name: &str, cpu: &str, zone: &str) -> anyhow::Result<()> {
     mcsched_e2e::objects::create_node(
         client,
@@ -52,7 +44,7 @@ async fn health_metrics_explain_and_simulate() -> anyhow::Result<()> {
     node(&cp.client, "small", "1", "a").await?;
     node(&cp.client, "big", "8", "b").await?;
     let agent = Agent::start(&cp.kubeconfig, "mcsched", cp.dir())?;
-    let http = https()?;
+    let http = mcsched_e2e::api::admin_https(&cp)?;
 
     wait::until(TIMEOUT, "/readyz", || async {
         let r = http.get(format!("{}/readyz", agent.url)).send().await;
@@ -80,13 +72,8 @@ async fn health_metrics_explain_and_simulate() -> anyhow::Result<()> {
     })
     .await?;
 
-    let explained: Explanation = http
-        .get(format!("{}/explain/default/web", agent.url))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
+    let explained: Explanation =
+        mcsched_e2e::api::explain(&http, &agent.url, "default", "web").await?;
     assert_eq!(
         explained.outcome,
         Outcome::Scheduled {
@@ -106,14 +93,8 @@ async fn health_metrics_explain_and_simulate() -> anyhow::Result<()> {
 
     // A what-if: 9 cores fit nowhere; nothing is created. The message is the live one,
     // PostFilter's part included (nothing to preempt: every node lacks cpu outright).
-    let sim: Explanation = http
-        .post(format!("{}/simulate", agent.url))
-        .json(&pod("what-if", "9"))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
+    let sim: Explanation =
+        mcsched_e2e::api::what_if(&http, &agent.url, "default", &pod("what-if", "9")).await?;
     match &sim.outcome {
         Outcome::Unschedulable { message, .. } => {
             assert_eq!(
@@ -127,7 +108,11 @@ async fn health_metrics_explain_and_simulate() -> anyhow::Result<()> {
     assert_eq!(sim.nodes.len(), 2);
     assert!(pods.get_opt("what-if").await?.is_none());
     let bad = http
-        .post(format!("{}/simulate", agent.url))
+        .post(format!(
+            "{}{}",
+            agent.url,
+            mcsched_shared::api::namespaced_path("default", "whatifs")
+        ))
         .body("not json")
         .send()
         .await?;
@@ -157,14 +142,7 @@ async fn health_metrics_explain_and_simulate() -> anyhow::Result<()> {
         async move {
             let mut p = pod("spread", "100m");
             p["metadata"]["labels"] = json!({"app": app});
-            let sim: Explanation = http
-                .post(format!("{url}/simulate"))
-                .json(&p)
-                .send()
-                .await?
-                .error_for_status()?
-                .json()
-                .await?;
+            let sim: Explanation = mcsched_e2e::api::what_if(&http, &url, "default", &p).await?;
             let mut raw: Vec<(String, i64)> = sim
                 .nodes
                 .iter()

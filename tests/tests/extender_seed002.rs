@@ -78,13 +78,6 @@ fn config(dir: &Path, name: &str, prioritize_verb: &str) -> anyhow::Result<PathB
     Ok(path)
 }
 
-fn https() -> anyhow::Result<reqwest::Client> {
-    Ok(reqwest::Client::builder()
-        .danger_accept_invalid_certs(true)
-        .timeout(Duration::from_secs(10))
-        .build()?)
-}
-
 async fn create_pods(pods: &Api<Pod>, names: &[&str]) -> anyhow::Result<()> {
     for name in names {
         let p: Pod = serde_json::from_value(json!({
@@ -120,7 +113,7 @@ async fn seed_002_go_extender_filters_and_binds_unchanged() -> anyhow::Result<()
     let mut cmd = Command::new(&bin);
     cmd.env("KUBECONFIG", &cp.kubeconfig);
     let _extender = Guarded::spawn(cmd, "seed 002 extender", &ext_log)?;
-    let http = https()?;
+    let http = mcsched_e2e::api::admin_https(&cp)?;
     wait::until(TIMEOUT, "the extender listening", || async {
         // GET is refused with 405 by the seed's handlers: it is up.
         let r = http
@@ -178,13 +171,8 @@ async fn seed_002_go_extender_filters_and_binds_unchanged() -> anyhow::Result<()
     for name in ["b0", "b1", "b2"] {
         create_pods(&pods, &[name]).await?;
         let node = bound(&pods, name, &agent).await?;
-        let explained: Explanation = http
-            .get(format!("{}/explain/default/{name}", agent.url))
-            .send()
-            .await?
-            .error_for_status()?
-            .json()
-            .await?;
+        let explained: Explanation =
+            mcsched_e2e::api::explain(&http, &agent.url, "default", name).await?;
         assert_eq!(
             explained.outcome,
             Outcome::Scheduled {

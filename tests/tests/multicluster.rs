@@ -231,15 +231,9 @@ async fn a_leaf_cluster_as_a_virtual_node() -> anyhow::Result<()> {
     );
 
     // The explanation names the leaf node the check found.
-    let http = reqwest::Client::builder()
-        .danger_accept_invalid_certs(true)
-        .build()?;
-    let explanation: Explanation = http
-        .get(format!("{}/explain/default/web", agent.url))
-        .send()
-        .await?
-        .json()
-        .await?;
+    let http = mcsched_e2e::api::admin_https(&host)?;
+    let explanation: Explanation =
+        mcsched_e2e::api::explain(&http, &agent.url, "default", "web").await?;
     match &explanation.outcome {
         Outcome::Scheduled { node, leaf_node } => {
             assert_eq!(node, "mcsched-east");

@@ -368,3 +368,235 @@ async fn the_secure_port_authenticates_and_authorizes_every_other_path() -> anyh
     assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
     Ok(())
 }
+
+/// The Lease's renewTime every time it changes, until `stop`.
+async fn watch_renewals(
+    client: kube::Client,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Vec<(std::time::Instant, String, i32)> {
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client, "kube-system");
+    let mut seen: Vec<(std::time::Instant, String, i32)> = Vec::new();
+    let mut last = None;
+    while !*stop.borrow() {
+        if let Ok(Some(l)) = leases.get_opt("mcsched").await
+            && let Some(spec) = l.spec
+        {
+            let renew = spec.renew_time.map(|t| format!("{:?}", t.0));
+            if renew != last {
+                seen.push((
+                    std::time::Instant::now(),
+                    spec.holder_identity.unwrap_or_default(),
+                    spec.lease_transitions.unwrap_or(0),
+                ));
+                last = renew;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    seen
+}
+
+#[tokio::test]
+async fn a_flood_of_what_ifs_is_turned_away_and_the_leader_keeps_its_lease() -> anyhow::Result<()> {
+    use futures::StreamExt;
+    const NODES: usize = 5000;
+    const WHAT_IFS: usize = 200;
+    let cp = ControlPlane::start("security-flood", ControlPlaneOptions::default()).await?;
+    futures::stream::iter(0..NODES)
+        .map(|i| create_node(&cp.client, node(&format!("n{i:04}"))))
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<anyhow::Result<Vec<()>>>()?;
+    let agent = Agent::start(&cp.kubeconfig, "mcsched", cp.dir())?;
+    let http = api::admin_https(&cp)?;
+    wait::until(TIMEOUT, "the agent ready and leading", || async {
+        let ready = http
+            .get(format!("{}/readyz", agent.url))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success());
+        let lease = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
+            cp.client.clone(),
+            "kube-system",
+        )
+        .get_opt("mcsched")
+        .await?;
+        Ok((ready && lease.is_some()).then_some(()))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let renewals = tokio::spawn(watch_renewals(cp.client.clone(), stop_rx));
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
+    let flood = futures::stream::iter(0..WHAT_IFS)
+        .map(|i| {
+            let http = http.clone();
+            let url = agent.url.clone();
+            async move {
+                let r = api::post_what_if(&http, &url, "default", &pod(&format!("what-if-{i}")))
+                    .await?;
+                let retry_after = r.headers().get("retry-after").is_some();
+                anyhow::Ok((r.status(), retry_after))
+            }
+        })
+        .buffer_unordered(WHAT_IFS)
+        .collect::<Vec<_>>();
+    // Pods created while the flood runs are scheduled all the same.
+    let creating = async {
+        for i in 0..10 {
+            pods.create(
+                &PostParams::default(),
+                &serde_json::from_value(pod(&format!("live-{i}")))?,
+            )
+            .await?;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        anyhow::Ok(())
+    };
+    let (answers, created) = tokio::join!(flood, creating);
+    created?;
+    let answers = answers.into_iter().collect::<anyhow::Result<Vec<_>>>()?;
+    let ok = answers
+        .iter()
+        .filter(|(s, _)| *s == StatusCode::CREATED)
+        .count();
+    let turned_away = answers
+        .iter()
+        .filter(|(s, retry)| *s == StatusCode::TOO_MANY_REQUESTS && *retry)
+        .count();
+    println!(
+        "{WHAT_IFS} concurrent what-ifs at {NODES} nodes: {ok} answered, {turned_away} got 429 with Retry-After"
+    );
+    assert_eq!(
+        ok + turned_away,
+        WHAT_IFS,
+        "every answer is 201 or 429: {answers:?}"
+    );
+    assert!(ok >= 1, "the limit lets some through");
+    assert!(
+        turned_away >= WHAT_IFS / 2,
+        "the limit holds: {ok} answered at once"
+    );
+    for i in 0..10 {
+        let name = format!("live-{i}");
+        wait::until(TIMEOUT, &format!("{name} bound"), || async {
+            Ok(pods.get(&name).await?.spec.and_then(|s| s.node_name))
+        })
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
+    }
+    // A few more renewals after the flood, then the Lease's history.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let _ = stop_tx.send(true);
+    let seen = renewals.await?;
+    let holders: std::collections::BTreeSet<&str> =
+        seen.iter().map(|(_, h, _)| h.as_str()).collect();
+    let transitions: std::collections::BTreeSet<i32> = seen.iter().map(|(_, _, t)| *t).collect();
+    let gaps: Vec<Duration> = seen.windows(2).map(|w| w[1].0 - w[0].0).collect();
+    let max_gap = gaps.iter().max().copied().unwrap_or_default();
+    println!(
+        "Lease renewals seen: {}, renew gaps: max {max_gap:?}, all {gaps:?}",
+        seen.len()
+    );
+    assert_eq!(holders.len(), 1, "no leader change: {holders:?}");
+    assert_eq!(transitions.len(), 1, "no leader change: {transitions:?}");
+    assert!(seen.len() >= 3, "the Lease kept being renewed: {seen:?}");
+    Ok(())
+}
+
+/// The port the API's EndpointSlice sends the API server to.
+async fn published_port(client: &kube::Client) -> anyhow::Result<Option<i32>> {
+    let slices: Api<k8s_openapi::api::discovery::v1::EndpointSlice> =
+        Api::namespaced(client.clone(), mcsched_shared::keys::SYSTEM_NAMESPACE);
+    Ok(slices
+        .get_opt(mcsched_shared::keys::API_SERVICE)
+        .await?
+        .and_then(|s| s.ports)
+        .and_then(|p| p.first().and_then(|p| p.port)))
+}
+
+fn port_of(agent: &Agent) -> i32 {
+    agent
+        .url
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn the_api_server_reaches_the_leader_and_follows_a_takeover() -> anyhow::Result<()> {
+    let cp = ControlPlane::start("security-leader", ControlPlaneOptions::default()).await?;
+    api::register(&cp.client).await?;
+    create_node(&cp.client, node("node-a")).await?;
+    let address = api::routable_address()?;
+    let extra = ["--advertise-address", address.as_str()];
+    let mut first = Agent::start_on(
+        &address,
+        &cp.kubeconfig,
+        "mcsched",
+        cp.dir(),
+        "first",
+        &extra,
+    )?;
+    api::wait_available(&cp.client, TIMEOUT)
+        .await
+        .map_err(|e| e.context(first.logs()))?;
+    let second = Agent::start_on(
+        &address,
+        &cp.kubeconfig,
+        "mcsched",
+        cp.dir(),
+        "second",
+        &extra,
+    )?;
+    assert_eq!(published_port(&cp.client).await?, Some(port_of(&first)));
+    bound(&cp.client, "default", "web").await?;
+
+    let explanation = |client: kube::Client| async move {
+        let req = http::Request::get(format!(
+            "{}/web",
+            mcsched_shared::api::namespaced_path("default", "explanations")
+        ))
+        .body(Vec::<u8>::new())?;
+        let e: mcsched_shared::api::Explanation = client.request(req).await?;
+        anyhow::Ok(e)
+    };
+    let e = explanation(cp.client.clone()).await?;
+    assert!(
+        matches!(&e.status.outcome, mcsched_shared::explain::Outcome::Scheduled { node, .. } if node == "node-a"),
+        "{e:?}"
+    );
+
+    // The leader goes: the standby takes the Lease and the API with it.
+    first.stop();
+    wait::until(
+        Duration::from_secs(90),
+        "the API's EndpointSlice on the new leader",
+        || async {
+            Ok((published_port(&cp.client).await? == Some(port_of(&second))).then_some(()))
+        },
+    )
+    .await
+    .map_err(|e| e.context(second.logs()))?;
+    api::wait_available(&cp.client, TIMEOUT).await?;
+    bound(&cp.client, "default", "after").await?;
+    let req = http::Request::get(format!(
+        "{}/after",
+        mcsched_shared::api::namespaced_path("default", "explanations")
+    ))
+    .body(Vec::<u8>::new())?;
+    let after: mcsched_shared::api::Explanation =
+        wait::until(TIMEOUT, "the new leader's explanation", || {
+            let client = cp.client.clone();
+            let req = http::Request::get(req.uri().to_string()).body(Vec::<u8>::new());
+            async move { Ok(client.request(req?).await.ok()) }
+        })
+        .await?;
+    assert_eq!(after.metadata.name.as_deref(), Some("after"));
+    Ok(())
+}

@@ -23,7 +23,7 @@ use crate::leader::{LeaseHealth, may_act};
 
 /// The EndpointSlice's `endpointslice.kubernetes.io/managed-by`: not the endpointslice
 /// controller's, so it leaves the slice alone.
-pub const SLICE_MANAGER: &str = "mcsched.io/agent";
+pub const SLICE_MANAGER: &str = "mcsched-agent.mcsched.io";
 const FIELD_MANAGER: &str = "mcsched-agent";
 /// How often the leader checks that both objects still say what it wrote.
 const RECHECK: Duration = Duration::from_secs(30);
