@@ -114,12 +114,7 @@ impl Authorizer {
     /// Paths served to anyone, without authentication (health probes): exact, or a
     /// prefix ending in `*`, as `--authorization-always-allow-paths` says.
     pub fn always_allowed(&self, path: &str) -> bool {
-        self.always_allow_paths
-            .iter()
-            .any(|p| match p.strip_suffix('*') {
-                Some(prefix) => path.starts_with(prefix),
-                None => path == p,
-            })
+        path_allowed(&self.always_allow_paths, path)
     }
 
     pub async fn authorize(
@@ -155,6 +150,13 @@ impl Authorizer {
         self.decisions.put(key, decision.clone(), ttl);
         Ok(decision)
     }
+}
+
+fn path_allowed(patterns: &[String], path: &str) -> bool {
+    patterns.iter().any(|p| match p.strip_suffix('*') {
+        Some(prefix) => path.starts_with(prefix),
+        None => path == p,
+    })
 }
 
 fn review(user: &UserInfo, attrs: &Attributes) -> SubjectAccessReview {
@@ -225,6 +227,15 @@ mod tests {
             explanation.forbidden_message("alice", "no RBAC policy matched"),
             r#"explanations.mcsched.io "web" is forbidden: User "alice" cannot get resource "explanations" in API group "mcsched.io" in the namespace "b": no RBAC policy matched"#
         );
+    }
+
+    #[test]
+    fn always_allowed_paths_are_exact_or_prefixes() {
+        let p = vec!["/healthz".to_string(), "/debug/*".to_string()];
+        assert!(path_allowed(&p, "/healthz"));
+        assert!(!path_allowed(&p, "/healthz/extra"));
+        assert!(!path_allowed(&p, "/metrics"));
+        assert!(path_allowed(&p, "/debug/pprof"));
     }
 
     #[test]

@@ -224,3 +224,86 @@ pub fn subject(der: &[u8]) -> Option<(String, Vec<String>)> {
         .collect();
     Some((cn, groups))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::auth_config::RequestHeader;
+
+    /// A CA and a client certificate it signs for `cn` in `orgs` (rcgen keeps one
+    /// value per attribute type).
+    fn ca_and_client(cn: &str, orgs: &[&str]) -> (String, Vec<u8>) {
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        for o in orgs {
+            params
+                .distinguished_name
+                .push(rcgen::DnType::OrganizationName, *o);
+        }
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &ca).unwrap();
+        (ca.pem(), cert.der().to_vec())
+    }
+
+    #[test]
+    fn a_client_certificate_is_told_apart_by_the_ca_that_signed_it() {
+        let (front_proxy_ca, proxy) = ca_and_client("front-proxy-client", &[]);
+        let (cluster_ca, alice) = ca_and_client("alice", &["dev"]);
+        let cfg = AuthConfig {
+            client_ca: Some(cluster_ca.into_bytes()),
+            request_header: Some(RequestHeader {
+                client_ca: front_proxy_ca.into_bytes(),
+                ..Default::default()
+            }),
+        };
+        let v = ClientVerifiers::new(&cfg).unwrap();
+        let (fp, cluster) = (v.front_proxy.unwrap(), v.cluster.unwrap());
+        assert!(verified(fp.as_ref(), std::slice::from_ref(&proxy)));
+        assert!(!verified(cluster.as_ref(), std::slice::from_ref(&proxy)));
+        assert!(verified(cluster.as_ref(), std::slice::from_ref(&alice)));
+        assert!(!verified(fp.as_ref(), std::slice::from_ref(&alice)));
+        assert!(!verified(fp.as_ref(), &[]));
+        assert_eq!(
+            subject(&alice),
+            Some(("alice".to_string(), vec!["dev".to_string()]))
+        );
+    }
+
+    #[test]
+    fn a_generated_certificate_is_signed_by_its_own_ca_and_expires() {
+        let cert =
+            ServingCert::generate(vec!["mcsched-api.ns.svc".into(), "10.0.0.1".into()]).unwrap();
+        let ca = cert.ca_pem.clone().unwrap();
+        let roots = roots(ca.as_bytes()).unwrap();
+        let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+            roots,
+            Arc::new(rustls::crypto::ring::default_provider()),
+        )
+        .build()
+        .unwrap();
+        use rustls::client::danger::ServerCertVerifier;
+        let name = rustls::pki_types::ServerName::try_from("mcsched-api.ns.svc").unwrap();
+        verifier
+            .verify_server_cert(
+                &cert.chain[0],
+                &cert.chain[1..],
+                &name,
+                &[],
+                UnixTime::now(),
+            )
+            .unwrap();
+        let (_, parsed) = x509_parser::parse_x509_certificate(&cert.chain[0]).unwrap();
+        let validity = parsed.validity();
+        let lifetime = validity.not_after.timestamp() - validity.not_before.timestamp();
+        assert!(lifetime <= GENERATED_LIFETIME.as_secs() as i64 + 3600);
+        // And TLS takes it, with or without client CAs.
+        server_config(&cert, &AuthConfig::default()).unwrap();
+    }
+}
