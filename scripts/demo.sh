@@ -8,8 +8,9 @@
 # `kubectl mcsched install` installs the agent for real. There is no kubelet here, so the
 # simulated kubelet gives the agent's pod this machine's address and the agent binary runs
 # beside the control plane, on that address, as the installed ServiceAccount and with the
-# installed configuration: `kubectl mcsched explain` reaches it through the API server's
-# service proxy as it would in a real cluster.
+# installed configuration: as the leader it points Service mcsched-api at that address, and
+# `kubectl mcsched explain` reaches it through the API server as the APIService
+# v1alpha1.mcsched.io, as it would in a real cluster.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,12 +38,17 @@ kc() { local c=$1; shift; kubectl --kubeconfig "$WORK/$c.kubeconfig" "$@"; }
 k() { kc host "$@"; }
 mcsched() { "$CLI" --kubeconfig "$WORK/host.kubeconfig" "$@"; }
 
-# A non-loopback address of this machine: the API server's service proxy refuses loopback.
+# A non-loopback address of this machine: the API server refuses loopback addresses in
+# EndpointSlices, and dials the agent there.
 ADDRESS=$(hostname -I 2>/dev/null | tr ' ' '\n' | grep -E '^[0-9]+(\.[0-9]+){3}$' | grep -v '^127\.' | head -1 || true)
+if [ -z "$ADDRESS" ]; then
+  echo "this machine has no IPv4 address but loopback (hostname -I): the API server could not reach the agent"
+  exit 1
+fi
 
 start_cluster() {
   local extra=()
-  if [ "$1" = host ] && [ -n "$ADDRESS" ]; then extra=(--pod-address "mcsched-system/mcsched-agent-=$ADDRESS"); fi
+  if [ "$1" = host ]; then extra=(--pod-address "mcsched-system/mcsched-agent-=$ADDRESS"); fi
   "$CONTROLPLANE" --name "$1" --data-dir "$WORK/$1" --kubeconfig "$WORK/$1.kubeconfig" \
     --with-controller-manager --with-scheduler --simulate-kubelets "${extra[@]}" >"$WORK/$1.out" 2>"$WORK/$1.log" &
   PIDS+=($!)
@@ -113,13 +119,11 @@ k get configmap -n mcsched-system mcsched-agent-config -o jsonpath='{.data.confi
 # The admin kubeconfig, impersonating the ServiceAccount (kubeconfig's `as`).
 awk '{print} /^  user:$/ {print "    as: system:serviceaccount:mcsched-system:mcsched-agent"}' \
   "$WORK/host.kubeconfig" >"$WORK/agent.kubeconfig"
-AGENT_ADDRESS=${ADDRESS:-127.0.0.1}
 POD_NAMESPACE=mcsched-system "$AGENT" --config "$WORK/agent-config.yaml" --kubeconfig "$WORK/agent.kubeconfig" \
-  --bind-address "$AGENT_ADDRESS" 2>"$WORK/agent.log" &
+  --bind-address "$ADDRESS" --advertise-address "$ADDRESS" 2>"$WORK/agent.log" &
 PIDS+=($!)
-# Through the service proxy unless this machine has no address but loopback.
-EXPLAIN_VIA=()
-[ -n "$ADDRESS" ] || EXPLAIN_VIA=(--agent-url https://127.0.0.1:10259 --insecure-skip-tls-verify)
+# The leader publishes itself (EndpointSlice, caBundle); then the API server serves mcsched.io.
+k wait --for=condition=Available apiservice/v1alpha1.mcsched.io --timeout=60s >/dev/null
 mcsched version
 
 say "kubectl mcsched join cluster: east (eu, on-premises) and west (us, cloud)"
@@ -207,7 +211,7 @@ leaf_replica=$(k get pods -l app=mysql -o jsonpath='{range .items[*]}{.metadata.
 host_replica=$(k get pods -l app=mysql -o jsonpath='{range .items[*]}{.metadata.name} {.spec.nodeName}{"\n"}{end}' | awk '$2 !~ /^mcsched-/ && $2 != "" {print $1; exit}')
 if [ -n "$leaf_replica" ]; then
   say "kubectl mcsched explain pod $leaf_replica"
-  mcsched explain pod "$leaf_replica" "${EXPLAIN_VIA[@]}"
+  mcsched explain pod "$leaf_replica"
 fi
 
 say "kubectl mcsched get clusters (pods synced into each leaf)"
@@ -225,10 +229,10 @@ spec:
     image: registry.k8s.io/pause:3.10
     resources: {requests: {cpu: "16"}}
 YAML
-mcsched explain pod big "${EXPLAIN_VIA[@]}"
+mcsched explain pod big
 
 say "what if: kubectl mcsched explain --what-if -f web.yaml (a Deployment asking for 3 CPUs a replica in the us region; nothing is created)"
-mcsched explain --what-if -f - "${EXPLAIN_VIA[@]}" <<'YAML'
+mcsched explain --what-if -f - <<'YAML'
 apiVersion: apps/v1
 kind: Deployment
 metadata: {name: web, namespace: default}

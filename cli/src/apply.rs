@@ -10,7 +10,7 @@ use kube::api::{
 };
 use kube::{Api, Client};
 use mcsched_shared::keys;
-use mcsched_shared::manifests::Object;
+use mcsched_shared::manifests::{APIService, Object};
 
 /// The kinds `install` creates, in apply order; `uninstall` walks them backwards.
 pub fn kinds() -> Vec<(ApiResource, bool)> {
@@ -25,6 +25,7 @@ pub fn kinds() -> Vec<(ApiResource, bool)> {
         (ApiResource::erase::<Service>(&()), true),
         (ApiResource::erase::<Deployment>(&()), true),
         (ApiResource::erase::<PodDisruptionBudget>(&()), true),
+        (ApiResource::erase::<APIService>(&()), false),
     ]
 }
 
@@ -40,6 +41,7 @@ pub fn api_resource(o: &Object) -> ApiResource {
         Object::Service(_) => ApiResource::erase::<Service>(&()),
         Object::Deployment(_) => ApiResource::erase::<Deployment>(&()),
         Object::PodDisruptionBudget(_) => ApiResource::erase::<PodDisruptionBudget>(&()),
+        Object::APIService(_) => ApiResource::erase::<APIService>(&()),
     }
 }
 
@@ -189,5 +191,36 @@ pub async fn delete(client: &Client, f: &Found) -> Result<(), ApplyError> {
             reference: f.reference(),
             source,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mcsched_shared::manifests::{InstallOptions, render};
+
+    /// Uninstall and pruning find objects only among `kinds()`: every rendered kind must be
+    /// there, with its scope.
+    #[test]
+    fn every_rendered_kind_is_found_again() {
+        let objects = render(&InstallOptions {
+            replicas: 2,
+            ..Default::default()
+        })
+        .expect("renders");
+        let kinds = kinds();
+        for o in &objects {
+            let ar = api_resource(o);
+            assert_eq!(ar.kind, o.kind());
+            assert_eq!(ar.api_version, o.api_version());
+            let (_, namespaced) = kinds
+                .iter()
+                .find(|(k, _)| k == &ar)
+                .unwrap_or_else(|| panic!("{} is not in kinds()", ar.kind));
+            assert_eq!(*namespaced, o.namespace().is_some(), "{}", o.reference());
+        }
+        let api = ApiResource::erase::<APIService>(&());
+        assert_eq!(api.group, "apiregistration.k8s.io");
+        assert_eq!(api.plural, "apiservices");
     }
 }

@@ -59,15 +59,26 @@ impl KubeArgs {
         Client::try_from(self.config().await?).map_err(ContextError::Client)
     }
 
+    /// A client that takes a 429, 503 or 504 as the answer, where [`client`](Self::client)
+    /// retries it with kube's controller backoff (15 attempts, up to minutes apart): for a
+    /// user waiting on an aggregated API whose 503 means its server is not there.
+    pub async fn client_without_retries(&self) -> Result<Client, ContextError> {
+        let mut config = self.config().await?;
+        config.default_retry = false;
+        Client::try_from(config).map_err(ContextError::Client)
+    }
+
     /// `-n` if given, else `default` (commands differ in their default namespace).
     pub fn namespace_or<'a>(&'a self, default: &'a str) -> &'a str {
         self.namespace.as_deref().unwrap_or(default)
     }
 
+    /// kube's client logs every 5xx answer as an ERROR; each one the CLI gets is its error
+    /// (said once, with what was asked), so those lines show from -v 4 only.
     pub fn tracing_filter(&self) -> &'static str {
         match self.verbosity {
-            0..=1 => "warn",
-            2..=3 => "info",
+            0..=1 => "warn,kube_client::client::builder=off",
+            2..=3 => "info,kube_client::client::builder=off",
             4..=5 => "debug",
             _ => "trace",
         }

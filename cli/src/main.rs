@@ -43,7 +43,7 @@ enum Command {
         args_conflicts_with_subcommands = true,
         subcommand_negates_reqs = true,
         arg_required_else_help = true,
-        after_help = "Examples:\n  kubectl mcsched explain pod web-0 -n shop\n  kubectl mcsched explain pod web-0 -o wide\n  kubectl mcsched explain --what-if -f deployment.yaml"
+        after_help = "Both ask mcsched's aggregated API (mcsched.io/v1alpha1) through the API server, as you:\n  explain pod     get explanations.mcsched.io in the pod's namespace (roles view, edit, admin)\n  --what-if       create whatifs.mcsched.io in the pod's namespace (roles edit, admin)\n\nExamples:\n  kubectl mcsched explain pod web-0 -n shop\n  kubectl mcsched explain pod web-0 -o wide\n  kubectl mcsched explain --what-if -f deployment.yaml"
     )]
     Explain {
         #[command(subcommand)]
@@ -51,7 +51,7 @@ enum Command {
         #[command(flatten)]
         what_if: explain::WhatIfArgs,
     },
-    /// Install the mcsched agent: RBAC, configuration, Deployment, Service (server-side apply).
+    /// Install the mcsched agent: RBAC, configuration, Deployment, Services, APIService (server-side apply).
     Install(install::InstallArgs),
     /// Remove everything install created (asks first).
     Uninstall(uninstall::UninstallArgs),

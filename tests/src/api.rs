@@ -170,3 +170,30 @@ pub async fn what_if(
         .status
         .ok_or_else(|| anyhow::anyhow!("what-if answered without a status: {body}"))
 }
+
+/// An agent serving the API through `cp`'s API server: the API registered as `install`
+/// registers it, the agent on a routable address advertising it, the APIService
+/// Available (`kubectl mcsched explain` works).
+pub async fn start_agent(
+    cp: &ControlPlane,
+    scheduler_name: &str,
+    id: &str,
+    extra: &[&str],
+) -> anyhow::Result<crate::Agent> {
+    register(&cp.client).await?;
+    let address = routable_address()?;
+    let mut args = vec!["--advertise-address", address.as_str()];
+    args.extend_from_slice(extra);
+    let agent = crate::Agent::start_on(
+        &address,
+        &cp.kubeconfig,
+        scheduler_name,
+        cp.dir(),
+        id,
+        &args,
+    )?;
+    wait_available(&cp.client, Duration::from_secs(60))
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
+    Ok(agent)
+}

@@ -1,16 +1,17 @@
 //! `kubectl mcsched explain` against a real API server and agent: a bound pod, a Pending
 //! pod with its reasons grouped and what would make it schedulable, `--what-if` on a
-//! manifest that is never created, the service-proxy path, and the errors.
+//! manifest that is never created, all through the API server's mcsched.io API, and the
+//! errors (no API installed, the agent gone).
 
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Endpoints, Namespace, Pod, Service};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 use mcsched_e2e::cli::{run, text};
 use mcsched_e2e::objects::create_node;
-use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, wait};
+use mcsched_e2e::{ControlPlane, ControlPlaneOptions, wait};
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -38,22 +39,6 @@ fn pod(name: &str, scheduler: &str, cpu: &str) -> serde_json::Value {
     })
 }
 
-/// The first IPv4 address of this machine that is not loopback: the API server's service
-/// proxy refuses loopback endpoints.
-fn routable_address() -> anyhow::Result<String> {
-    let out = std::process::Command::new("hostname").arg("-I").output()?;
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .find(|a| {
-            a.parse::<std::net::Ipv4Addr>()
-                .is_ok_and(|ip| !ip.is_loopback())
-        })
-        .map(String::from)
-        .ok_or_else(|| {
-            anyhow::anyhow!("this machine has no non-loopback IPv4 address (hostname -I)")
-        })
-}
-
 #[tokio::test]
 async fn explain_bound_pending_and_what_if_pods() -> anyhow::Result<()> {
     let cp = ControlPlane::start("explain", ControlPlaneOptions::default()).await?;
@@ -69,10 +54,6 @@ async fn explain_bound_pending_and_what_if_pods() -> anyhow::Result<()> {
         ),
     )
     .await?;
-    let address = routable_address()?;
-    let agent = Agent::start_on(&address, &kubeconfig, "mcsched", cp.dir(), "agent", &[])?;
-    let url = agent.url.clone();
-    let direct = ["--agent-url", url.as_str(), "--insecure-skip-tls-verify"];
 
     let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
     pods.create(
@@ -80,16 +61,22 @@ async fn explain_bound_pending_and_what_if_pods() -> anyhow::Result<()> {
         &serde_json::from_value(pod("web", "mcsched", "3"))?,
     )
     .await?;
+    // No API registered yet: explain says so instead of failing obscurely.
+    let out = run(&kubeconfig, &["explain", "pod", "web"])?;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("mcsched's API is not installed"),
+        "{}",
+        text(&out)
+    );
+    let mut agent = mcsched_e2e::api::start_agent(&cp, "mcsched", "agent", &[]).await?;
     wait::until(TIMEOUT, "default/web bound", || async {
         Ok(pods.get("web").await?.spec.and_then(|s| s.node_name))
     })
     .await?;
 
     // A bound pod: the winner first, the others with their first rejection.
-    let out = run(
-        &kubeconfig,
-        &[&["explain", "pod", "web"], &direct[..]].concat(),
-    )?;
+    let out = run(&kubeconfig, &["explain", "pod", "web"])?;
     let shown = text(&out);
     assert!(out.status.success(), "{shown}");
     assert!(shown.contains("scheduled on node-a"), "{shown}");
@@ -118,10 +105,7 @@ async fn explain_bound_pending_and_what_if_pods() -> anyhow::Result<()> {
         &serde_json::from_value(pod("big", "mcsched", "6"))?,
     )
     .await?;
-    let out = run(
-        &kubeconfig,
-        &[&["explain", "pod", "big"], &direct[..]].concat(),
-    )?;
+    let out = run(&kubeconfig, &["explain", "pod", "big"])?;
     let shown = text(&out);
     assert!(out.status.success(), "{shown}");
     assert!(
@@ -165,10 +149,7 @@ async fn explain_bound_pending_and_what_if_pods() -> anyhow::Result<()> {
         "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: trainer}\nspec:\n  selector: {matchLabels: {app: trainer}}\n  template:\n    metadata: {labels: {app: trainer}}\n    spec:\n      tolerations: [{key: example.com/gpu, operator: Exists, effect: NoSchedule}]\n      containers:\n      - {name: c, image: pause, resources: {requests: {cpu: '6'}}}\n",
     )?;
     let file = manifest.to_string_lossy().to_string();
-    let out = run(
-        &kubeconfig,
-        &[&["explain", "--what-if", "-f", file.as_str()], &direct[..]].concat(),
-    )?;
+    let out = run(&kubeconfig, &["explain", "--what-if", "-f", file.as_str()])?;
     let shown = text(&out);
     assert!(out.status.success(), "{shown}");
     assert!(
@@ -190,7 +171,6 @@ async fn explain_bound_pending_and_what_if_pods() -> anyhow::Result<()> {
     let mut child = std::process::Command::new(mcsched_e2e::cli::binary())
         .args(["--kubeconfig", &kubeconfig.to_string_lossy()])
         .args(["explain", "--what-if", "-f", "-", "-o", "json"])
-        .args(direct)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -229,7 +209,7 @@ async fn explain_bound_pending_and_what_if_pods() -> anyhow::Result<()> {
         ),
     ];
     for (args, want) in cases {
-        let out = run(&kubeconfig, &[args, &direct[..]].concat())?;
+        let out = run(&kubeconfig, args)?;
         let shown = text(&out);
         if want.is_empty() {
             // The manifest sets no scheduler: default-scheduler is not this agent's.
@@ -250,10 +230,7 @@ async fn explain_bound_pending_and_what_if_pods() -> anyhow::Result<()> {
         &serde_json::from_value(pod("plain", "default-scheduler", "1"))?,
     )
     .await?;
-    let out = run(
-        &kubeconfig,
-        &[&["explain", "pod", "plain"], &direct[..]].concat(),
-    )?;
+    let out = run(&kubeconfig, &["explain", "pod", "plain"])?;
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
         text(&out).contains("another scheduler may own it"),
@@ -281,93 +258,9 @@ async fn explain_bound_pending_and_what_if_pods() -> anyhow::Result<()> {
         assert_eq!(out.status.code(), Some(2), "{usage:?}: {}", text(&out));
     }
 
-    // Through the API server's service proxy, as by default: first with no agent
-    // installed, then with the Service in front of this agent.
-    let out = run(&kubeconfig, &["explain", "pod", "web"])?;
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out).contains(
-            "the mcsched agent is not installed: no Service mcsched-system/mcsched-agent"
-        ),
-        "{}",
-        text(&out)
-    );
-    let namespaces: Api<Namespace> = Api::all(cp.client.clone());
-    namespaces
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "mcsched-system"}}))?,
-        )
-        .await?;
-    let services: Api<Service> = Api::namespaced(cp.client.clone(), "mcsched-system");
-    services
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": {"name": "mcsched-agent"},
-                "spec": {"ports": [{"name": "https", "port": 10259, "protocol": "TCP"}]}
-            }))?,
-        )
-        .await?;
-    let out = run(&kubeconfig, &["explain", "pod", "web"])?;
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out).contains("the mcsched agent is not ready"),
-        "{}",
-        text(&out)
-    );
-    // The API server proxies only to addresses of pods: the agent's pod, as a kubelet
-    // would report it, and the Endpoints the endpoints controller would write.
-    let port: i32 = url.rsplit(':').next().unwrap_or_default().parse()?;
-    let system_pods: Api<Pod> = Api::namespaced(cp.client.clone(), "mcsched-system");
-    system_pods
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": {"name": "mcsched-agent-0"},
-                "spec": {"nodeName": "node-a", "containers": [{"name": "agent", "image": "mcsched/agent:test"}]}
-            }))?,
-        )
-        .await?;
-    system_pods
-        .patch_status(
-            "mcsched-agent-0",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"phase": "Running", "podIP": address, "podIPs": [{"ip": address}]}})),
-        )
-        .await?;
-    let endpoints: Api<Endpoints> = Api::namespaced(cp.client.clone(), "mcsched-system");
-    endpoints
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": {"name": "mcsched-agent"},
-                "subsets": [{
-                    "addresses": [{"ip": address, "targetRef": {"kind": "Pod", "namespace": "mcsched-system", "name": "mcsched-agent-0"}}],
-                    "ports": [{"name": "https", "port": port}]
-                }]
-            }))?,
-        )
-        .await?;
-    let last = std::sync::Mutex::new(String::new());
-    let out = wait::until(
-        Duration::from_secs(20),
-        "explain through the service proxy",
-        || async {
-            let out = run(&kubeconfig, &["explain", "pod", "big", "-o", "yaml"])?;
-            if let Ok(mut l) = last.lock() {
-                *l = text(&out);
-            }
-            Ok(out.status.success().then_some(out))
-        },
-    )
-    .await
-    .map_err(|e| {
-        anyhow::anyhow!(
-            "{e}; last answer: {}",
-            last.lock().map(|l| l.clone()).unwrap_or_default()
-        )
-    })?;
+    // The explanation as YAML, as the API serves it.
+    let out = run(&kubeconfig, &["explain", "pod", "big", "-o", "yaml"])?;
+    assert!(out.status.success(), "{}", text(&out));
     let e: mcsched_shared::explain::Explanation = serde_yaml::from_slice(&out.stdout)?;
     assert_eq!(e.pod, "default/big");
     assert_eq!(e.num_all_nodes, 3);
@@ -377,6 +270,18 @@ async fn explain_bound_pending_and_what_if_pods() -> anyhow::Result<()> {
         text(&out).contains("would be scheduled on node-gpu"),
         "{}",
         text(&out)
+    );
+    // The agent gone: the API server says the APIService is unavailable, and so does explain.
+    agent.stop();
+    let shown = wait::until(TIMEOUT, "explain with the agent gone", || async {
+        let out = run(&kubeconfig, &["explain", "pod", "big"])?;
+        let shown = text(&out);
+        Ok((!out.status.success() && shown.contains("is not available")).then_some(shown))
+    })
+    .await?;
+    assert!(
+        shown.contains("the APIService v1alpha1.mcsched.io is not available"),
+        "{shown}"
     );
     Ok(())
 }

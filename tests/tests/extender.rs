@@ -142,7 +142,7 @@ extenders:
         ),
     )?;
     let config_arg = format!("--config={}", config.display());
-    let agent = Agent::start_with(&cp.kubeconfig, "unused", cp.dir(), name, &[&config_arg])?;
+    let agent = mcsched_e2e::api::start_agent(&cp, "unused", name, &[&config_arg]).await?;
     Ok((cp, calls, agent))
 }
 
@@ -195,7 +195,7 @@ async fn an_extender_filters_prioritizes_and_binds() -> anyhow::Result<()> {
 
 /// The explanation the agent gives for `pod` (never created) through `kubectl mcsched
 /// explain --what-if -o json`.
-fn what_if(cp: &ControlPlane, agent: &Agent, pod: &Value) -> anyhow::Result<Explanation> {
+fn what_if(cp: &ControlPlane, pod: &Value) -> anyhow::Result<Explanation> {
     let file = cp.dir().join(format!(
         "{}.json",
         pod["metadata"]["name"].as_str().unwrap_or("what-if")
@@ -204,17 +204,7 @@ fn what_if(cp: &ControlPlane, agent: &Agent, pod: &Value) -> anyhow::Result<Expl
     let file = file.to_string_lossy().to_string();
     let out = mcsched_e2e::cli::run(
         &cp.kubeconfig,
-        &[
-            "explain",
-            "--what-if",
-            "-f",
-            &file,
-            "-o",
-            "json",
-            "--agent-url",
-            &agent.url,
-            "--insecure-skip-tls-verify",
-        ],
+        &["explain", "--what-if", "-f", &file, "-o", "json"],
     )?;
     anyhow::ensure!(out.status.success(), "{}", mcsched_e2e::cli::text(&out));
     Ok(serde_json::from_slice(&out.stdout)?)
@@ -275,7 +265,7 @@ async fn an_extenders_rejection_changes_what_if_as_it_changes_the_live_decision(
     );
 
     // What-if of the same pod: the same verdict, word for word, PostFilter's part too.
-    let e = what_if(&cp, &agent, &pod("pinned-what-if", true))?;
+    let e = what_if(&cp, &pod("pinned-what-if", true))?;
     match &e.outcome {
         Outcome::Unschedulable {
             message,
@@ -301,19 +291,7 @@ async fn an_extenders_rejection_changes_what_if_as_it_changes_the_live_decision(
     );
 
     // The explanation of the Pending pod itself says the same.
-    let out = mcsched_e2e::cli::run(
-        &cp.kubeconfig,
-        &[
-            "explain",
-            "pod",
-            "pinned",
-            "-o",
-            "json",
-            "--agent-url",
-            &agent.url,
-            "--insecure-skip-tls-verify",
-        ],
-    )?;
+    let out = mcsched_e2e::cli::run(&cp.kubeconfig, &["explain", "pod", "pinned", "-o", "json"])?;
     let pending: Explanation = serde_json::from_slice(&out.stdout)
         .map_err(|err| anyhow::anyhow!("{err}: {}", mcsched_e2e::cli::text(&out)))?;
     assert!(
@@ -333,7 +311,7 @@ async fn an_extenders_rejection_changes_what_if_as_it_changes_the_live_decision(
     })
     .await?;
     assert_eq!(bound, "n3");
-    let e = what_if(&cp, &agent, &pod("free-what-if", false))?;
+    let e = what_if(&cp, &pod("free-what-if", false))?;
     assert_eq!(
         e.outcome,
         Outcome::Scheduled {

@@ -46,7 +46,15 @@ fn agent_can(kubeconfig: &Path, args: &[&str]) -> anyhow::Result<bool> {
         .args(args)
         .output()
         .context("kubectl must be on PATH")?;
-    Ok(String::from_utf8_lossy(&out.stdout).trim() == "yes")
+    // "no" exits 1 as a failure would: only a "yes" or a "no" is an answer.
+    match String::from_utf8_lossy(&out.stdout).trim() {
+        "yes" => Ok(true),
+        "no" => Ok(false),
+        other => anyhow::bail!(
+            "kubectl auth can-i {args:?} answered {other:?}: {}",
+            text(&out)
+        ),
+    }
 }
 
 #[test]
@@ -144,7 +152,7 @@ async fn install_twice_then_uninstall_with_least_privilege() -> anyhow::Result<(
     println!("{first}");
     assert!(out.status.success(), "{first}");
     assert!(
-        first.contains("mcsched installed in namespace mcsched-system: 14 objects (14 created, 0 configured, 0 unchanged)"),
+        first.contains("mcsched installed in namespace mcsched-system: 21 objects (21 created, 0 configured, 0 unchanged)"),
         "{first}"
     );
     assert!(
@@ -168,23 +176,60 @@ async fn install_twice_then_uninstall_with_least_privilege() -> anyhow::Result<(
     // longer has goes: the cluster-wide role that let the agent create pods anywhere.
     let crs: Api<ClusterRole> = Api::all(cp.client.clone());
     let stale: ClusterRole = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "mcsched-agent", "labels": {keys::INSTALL_LABEL: keys::SYSTEM_NAMESPACE}},
+        "metadata": {"name": "mcsched-agent-pod-creator", "labels": {keys::INSTALL_LABEL: keys::SYSTEM_NAMESPACE}},
         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}]
     }))?;
     crs.create(&Default::default(), &stale).await?;
     let out = run(&kc, &["install", "--image", "mcsched/agent:test"])?;
     assert!(out.status.success(), "{}", text(&out));
     assert!(
-        text(&out).contains("14 objects (0 created, 0 configured, 14 unchanged, 1 pruned)"),
+        text(&out).contains("21 objects (0 created, 0 configured, 21 unchanged, 1 pruned)"),
         "{}",
         text(&out)
     );
     assert!(
-        text(&out).contains("clusterrole/mcsched-agent pruned (no longer part of the install)"),
+        text(&out).contains(
+            "clusterrole/mcsched-agent-pod-creator pruned (no longer part of the install)"
+        ),
         "{}",
         text(&out)
     );
-    assert!(crs.get_opt("mcsched-agent").await?.is_none());
+    assert!(crs.get_opt("mcsched-agent-pod-creator").await?.is_none());
+
+    // The aggregated API: registered with no TLS shortcut (the agent sets caBundle when
+    // it leads), and readable through the built-in roles.
+    let apiservices: Api<kube::api::DynamicObject> = Api::all_with(
+        cp.client.clone(),
+        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "apiregistration.k8s.io",
+            "v1",
+            "APIService",
+        )),
+    );
+    let registered = apiservices.get(keys::API_SERVICE_NAME).await?;
+    assert_eq!(registered.data["spec"]["group"], "mcsched.io");
+    assert_eq!(
+        registered.data["spec"]["service"]["name"],
+        keys::API_SERVICE
+    );
+    assert!(registered.data["spec"]["insecureSkipTLSVerify"].is_null());
+    for (role, aggregated_into) in [
+        (
+            keys::EXPLANATION_READER_ROLE,
+            &["view", "edit", "admin"][..],
+        ),
+        (keys::WHATIF_CREATOR_ROLE, &["edit", "admin"]),
+    ] {
+        let labels = crs.get(role).await?.metadata.labels.unwrap_or_default();
+        for r in aggregated_into {
+            let key = format!("rbac.authorization.k8s.io/aggregate-to-{r}");
+            assert_eq!(
+                labels.get(&key).map(String::as_str),
+                Some("true"),
+                "{role} {key}"
+            );
+        }
+    }
 
     // What the agent needs.
     for args in [
@@ -230,6 +275,26 @@ async fn install_twice_then_uninstall_with_least_privilege() -> anyhow::Result<(
             "-n",
             "kube-system",
         ],
+        // Delegated authentication and authorization on the secure port.
+        &["create", "tokenreviews.authentication.k8s.io"],
+        &["create", "subjectaccessreviews.authorization.k8s.io"],
+        // The leader as the aggregated API's backend.
+        &[
+            "patch",
+            "endpointslices.discovery.k8s.io/mcsched-api",
+            "-n",
+            "mcsched-system",
+        ],
+        &[
+            "create",
+            "endpointslices.discovery.k8s.io/mcsched-api",
+            "-n",
+            "mcsched-system",
+        ],
+        &[
+            "patch",
+            "apiservices.apiregistration.k8s.io/v1alpha1.mcsched.io",
+        ],
     ] {
         assert!(agent_can(&kc, args)?, "the agent cannot {args:?}");
     }
@@ -255,6 +320,17 @@ async fn install_twice_then_uninstall_with_least_privilege() -> anyhow::Result<(
         &["delete", "nodes/node-1"],
         &["create", "deployments.apps", "-n", "shop"],
         &["create", "clusterrolebindings.rbac.authorization.k8s.io"],
+        &[
+            "patch",
+            "endpointslices.discovery.k8s.io/other",
+            "-n",
+            "mcsched-system",
+        ],
+        &["patch", "endpointslices.discovery.k8s.io/web", "-n", "shop"],
+        &[
+            "patch",
+            "apiservices.apiregistration.k8s.io/v1beta1.metrics.k8s.io",
+        ],
         &["*", "*"],
     ] {
         assert!(!agent_can(&kc, args)?, "the agent can {args:?}");
@@ -278,7 +354,14 @@ async fn install_twice_then_uninstall_with_least_privilege() -> anyhow::Result<(
     let removed = text(&out);
     println!("{removed}");
     assert!(out.status.success(), "{removed}");
-    assert!(removed.contains("14 objects deleted"), "{removed}");
+    assert!(removed.contains("21 objects deleted"), "{removed}");
+    assert!(
+        apiservices.get_opt(keys::API_SERVICE_NAME).await?.is_none(),
+        "the APIService left"
+    );
+    for role in [keys::EXPLANATION_READER_ROLE, keys::WHATIF_CREATOR_ROLE] {
+        assert!(crs.get_opt(role).await?.is_none(), "{role} left");
+    }
     let crbs: Api<ClusterRoleBinding> = Api::all(cp.client.clone());
     for name in [
         "mcsched-agent",

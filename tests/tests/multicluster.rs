@@ -809,13 +809,20 @@ async fn configmaps_go_to_leaves_only_from_granted_namespaces() -> anyhow::Resul
     anyhow::ensure!(as_agent.contains("    as: "), "no user in {admin}");
     let agent_kc = host.dir().join("agent.kubeconfig");
     std::fs::write(&agent_kc, as_agent)?;
-    let agent = Agent::start_with(
+    // `explain` reads the agent through the API server, as installed.
+    mcsched_e2e::api::register(&host.client).await?;
+    let address = mcsched_e2e::api::routable_address()?;
+    let agent = Agent::start_on(
+        &address,
         &agent_kc,
         "mcsched",
         host.dir(),
         "as-installed",
-        &["--leader-elect=false"],
+        &["--leader-elect=false", "--advertise-address", &address],
     )?;
+    mcsched_e2e::api::wait_available(&host.client, TIMEOUT)
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
     let nodes: Api<Node> = Api::all(host.client.clone());
     wait_ready(&nodes, "mcsched-east", "True", TIMEOUT)
         .await
@@ -891,21 +898,8 @@ async fn configmaps_go_to_leaves_only_from_granted_namespaces() -> anyhow::Resul
     let want = "kubectl create rolebinding mcsched-configmaps -n shop \
                 --clusterrole=mcsched-agent-configmap-reader \
                 --serviceaccount=mcsched-system:mcsched-agent";
-    let agent_url = agent.url.clone();
     let reason = wait::until(TIMEOUT, "shop/web kept off the leaf", || async {
-        let out = mcsched_e2e::cli::run(
-            &kc,
-            &[
-                "explain",
-                "pod",
-                "web",
-                "-n",
-                "shop",
-                "--agent-url",
-                &agent_url,
-                "--insecure-skip-tls-verify",
-            ],
-        )?;
+        let out = mcsched_e2e::cli::run(&kc, &["explain", "pod", "web", "-n", "shop"])?;
         let shown = mcsched_e2e::cli::text(&out);
         Ok(shown.contains(want).then_some(shown))
     })

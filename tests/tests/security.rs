@@ -195,8 +195,36 @@ async fn explanations_are_read_through_the_api_server_under_the_callers_rbac() -
     let shown = text(&out);
     assert!(!out.status.success(), "{shown}");
     assert!(
-        shown.contains("explanations.mcsched.io")
-            && shown.contains("team-b")
+        shown.starts_with(
+            "error: you may not get pods in namespace team-b: pods \"web\" is forbidden"
+        ),
+        "{shown}"
+    );
+    assert!(
+        !shown.contains("node-a"),
+        "nothing of team-b leaks: {shown}"
+    );
+    // Even when the pod itself is readable, the explanation follows RBAC on its own.
+    let reader = user_token(&cp.client, "team-b", "pod-reader").await?;
+    Api::<ClusterRole>::all(cp.client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "pod-reader"},
+                "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]
+            }))?,
+        )
+        .await?;
+    bind_in(&cp.client, "team-b", "pod-reader", "team-b", "pod-reader").await?;
+    let reader_kc = kubeconfig_for(&cp, "pod-reader", &reader)?;
+    let shown = wait::until(TIMEOUT, "pod-reader refused the explanation", || async {
+        let out = run(&reader_kc, &["explain", "pod", "web", "-n", "team-b"])?;
+        let shown = text(&out);
+        Ok((!out.status.success() && shown.contains("explanations")).then_some(shown))
+    })
+    .await?;
+    assert!(
+        shown.contains("you may not get explanations.mcsched.io in namespace team-b")
             && shown.contains("forbidden"),
         "{shown}"
     );
@@ -240,6 +268,17 @@ async fn explanations_are_read_through_the_api_server_under_the_callers_rbac() -
             .any(|l| l.starts_with("web") && l.contains("Scheduled") && l.contains("node-a")),
         "{table}"
     );
+    // The aggregator takes the agent's OpenAPI: kubectl explains the new kinds.
+    let schema = wait::until(TIMEOUT, "kubectl explain whatifs.spec", || async {
+        let out = std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&cp.kubeconfig)
+            .args(["explain", "whatifs.spec"])
+            .output()?;
+        Ok(out.status.success().then(|| text(&out)))
+    })
+    .await?;
+    assert!(schema.contains("template"), "{schema}");
     let out = std::process::Command::new("kubectl")
         .arg("--kubeconfig")
         .arg(&cp.kubeconfig)

@@ -60,13 +60,14 @@ impl Authenticator {
         peer_certificates: &[Vec<u8>],
         headers: &HeaderMap,
     ) -> Result<Option<UserInfo>, AuthnError> {
-        if let Some(user) = self.by_certificate(peer_certificates, headers) {
-            return Ok(Some(user));
-        }
-        match bearer_token(headers) {
-            Some(token) => self.by_token(token).await,
-            None => Ok(None),
-        }
+        let user = match self.by_certificate(peer_certificates, headers) {
+            Some(user) => Some(user),
+            None => match bearer_token(headers) {
+                Some(token) => self.by_token(token).await?,
+                None => None,
+            },
+        };
+        Ok(user.map(authenticated))
     }
 
     fn by_certificate(&self, chain: &[Vec<u8>], headers: &HeaderMap) -> Option<UserInfo> {
@@ -88,8 +89,6 @@ impl Authenticator {
             && verified(v.as_ref(), chain)
         {
             let (name, groups) = subject(leaf)?;
-            let mut groups = groups;
-            groups.push("system:authenticated".into());
             return Some(UserInfo {
                 name,
                 groups,
@@ -130,6 +129,22 @@ impl Authenticator {
         Ok(user)
     }
 }
+
+/// kube's AuthenticatedGroupAdder: every authenticated user is in
+/// `system:authenticated` (the group RBAC's discovery and public-info roles name), even
+/// when the front proxy or a token review did not say so.
+fn authenticated(mut user: UserInfo) -> UserInfo {
+    if !user
+        .groups
+        .iter()
+        .any(|g| g == AUTHENTICATED || g == "system:unauthenticated")
+    {
+        user.groups.push(AUTHENTICATED.into());
+    }
+    user
+}
+
+const AUTHENTICATED: &str = "system:authenticated";
 
 fn bearer_token(headers: &HeaderMap) -> Option<&str> {
     let value = headers
@@ -247,6 +262,17 @@ mod tests {
         assert_eq!(u.name, "alice");
         assert_eq!(u.groups, vec!["dev", "system:authenticated"]);
         assert_eq!(u.extra.get("scopes/a"), Some(&vec!["one".to_string()]));
+    }
+
+    #[test]
+    fn every_authenticated_user_is_in_system_authenticated() {
+        let u = authenticated(UserInfo {
+            name: "system:kube-aggregator".into(),
+            ..Default::default()
+        });
+        assert_eq!(u.groups, vec!["system:authenticated"]);
+        let u = authenticated(u);
+        assert_eq!(u.groups, vec!["system:authenticated"], "added once");
     }
 
     #[test]

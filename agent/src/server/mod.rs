@@ -8,6 +8,7 @@ pub mod auth_config;
 pub mod authn;
 pub mod authz;
 pub mod dry_run;
+pub mod openapi;
 pub mod publish;
 pub mod request_info;
 pub mod tls;
@@ -84,6 +85,7 @@ pub fn router(state: Arc<ServerState>) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .merge(apis::routes())
+        .merge(openapi::routes())
         .fallback(|| async {
             failure(
                 StatusCode::NOT_FOUND,

@@ -1,10 +1,11 @@
 //! `kubectl mcsched explain pod NAME`: why the agent placed a pod where it did (or why it
 //! fits nowhere, and what would change that), plugin by plugin and node by node, down to
 //! the leaf node behind a virtual node. `explain --what-if -f FILE` asks the same of a
-//! manifest that is never created.
+//! manifest that is never created. Both go through the API server to mcsched's aggregated
+//! API (`explanations` and `whatifs` of `mcsched.io/v1alpha1`), as the caller.
 
 mod advice;
-mod agent;
+mod api;
 mod manifest;
 mod render;
 
@@ -12,13 +13,14 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, PodTemplateSpec};
 use kube::Api;
+use mcsched_shared::api::WhatIf;
 use mcsched_shared::explain::Explanation;
 use mcsched_shared::keys;
 
 use crate::kube_context::KubeArgs;
-use agent::{AgentArgs, Answer};
+use api::ApiError;
 pub use render::Mode;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -34,8 +36,6 @@ pub struct ViewArgs {
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
     pub output: Format,
-    #[command(flatten)]
-    pub agent: AgentArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -48,8 +48,8 @@ pub struct ExplainArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct WhatIfArgs {
-    /// Simulate the pod of a manifest (-f) on the agent's current view: nothing is
-    /// created or bound.
+    /// Simulate the pod of a manifest (-f) on the agent's current view (a WhatIf of
+    /// mcsched.io, created in the pod's namespace): nothing is created or bound.
     #[arg(long, required = true, requires = "filename")]
     pub what_if: bool,
     /// The manifest: a Pod, or a workload whose pod template is simulated (Deployment,
@@ -64,11 +64,18 @@ pub struct WhatIfArgs {
 }
 
 pub async fn run(kube: &KubeArgs, args: ExplainArgs) -> anyhow::Result<()> {
-    let client = kube.client().await?;
+    let client = kube.client_without_retries().await?;
     let ns = kube.namespace_or("default").to_string();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let Some(pod) = pods.get_opt(&args.name).await? else {
-        bail!("pod {ns}/{} not found", args.name);
+    let pod = match pods.get_opt(&args.name).await {
+        Ok(Some(p)) => p,
+        Ok(None) => bail!("pod {ns}/{} not found", args.name),
+        Err(kube::Error::Api(s)) if s.code == 403 => {
+            bail!("you may not get pods in namespace {ns}: {}", s.message)
+        }
+        Err(e) => {
+            return Err(anyhow::Error::new(e).context(format!("reading pod {ns}/{}", args.name)));
+        }
     };
     let scheduler = mcsched_shared::pod::scheduler_name(&pod).to_string();
     let bound = pod
@@ -76,18 +83,20 @@ pub async fn run(kube: &KubeArgs, args: ExplainArgs) -> anyhow::Result<()> {
         .as_ref()
         .and_then(|s| s.node_name.as_deref())
         .is_some_and(|n| !n.is_empty());
-    let path = format!("/explain/{ns}/{}", args.name);
-    let body = match agent::call(&client, &args.view.agent, &path, None).await? {
-        Answer::Body(b) => b,
-        Answer::Refused { message, .. } => {
+    let explanation = match api::get_explanation(&client, &ns, &args.name).await {
+        Ok(e) => e.status,
+        Err(ApiError::Refused {
+            code: 404, message, ..
+        }) => {
             bail!(
-                "the agent has no explanation for pod {ns}/{} (spec.schedulerName {scheduler:?}; another scheduler may own it): {message}",
+                "no explanation for pod {ns}/{} (spec.schedulerName {scheduler:?}; another scheduler may own it): {message}",
                 args.name
             )
         }
+        Err(e) => return Err(e.into()),
     };
     let mode = if bound { Mode::Decided } else { Mode::Pending };
-    show(&client, &body, pod, mode, args.view.output).await
+    show(&client, explanation, pod, mode, args.view.output).await
 }
 
 pub async fn what_if(kube: &KubeArgs, args: WhatIfArgs) -> anyhow::Result<()> {
@@ -100,30 +109,39 @@ pub async fn what_if(kube: &KubeArgs, args: WhatIfArgs) -> anyhow::Result<()> {
     {
         spec.scheduler_name = Some(args.scheduler_name.clone());
     }
-    let client = kube.client().await?;
-    let body = serde_json::to_vec(&pod)?;
-    let answer = agent::call(&client, &args.view.agent, "/simulate", Some(body)).await?;
-    let body = match answer {
-        Answer::Body(b) => b,
-        Answer::Refused { code, message } => {
+    let client = kube.client_without_retries().await?;
+    // The pod's namespace: the manifest's own, else -n.
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let template = PodTemplateSpec {
+        metadata: Some(pod.metadata.clone()),
+        spec: pod.spec.clone(),
+    };
+    let answer = match api::create_what_if(&client, &WhatIf::new(&namespace, template)).await {
+        Ok(w) => w,
+        Err(ApiError::Refused { code, message, .. }) => {
             bail!(
-                "the agent refused to simulate {} (HTTP {code}): {message}",
+                "the agent refused to simulate {} ({code}): {message}",
                 file.display()
             )
         }
+        Err(e) => return Err(e.into()),
     };
-    show(&client, &body, pod, Mode::WhatIf, args.view.output).await
+    let explanation = answer.status.with_context(|| {
+        format!(
+            "the agent answered the WhatIf for {} without a status",
+            file.display()
+        )
+    })?;
+    show(&client, explanation, pod, Mode::WhatIf, args.view.output).await
 }
 
 async fn show(
     client: &kube::Client,
-    body: &str,
+    explanation: Explanation,
     pod: Pod,
     mode: Mode,
     output: Format,
 ) -> anyhow::Result<()> {
-    let explanation: Explanation =
-        serde_json::from_str(body).context("the agent's answer is not an explanation")?;
     match output {
         Format::Json => println!("{}", serde_json::to_string_pretty(&explanation)?),
         Format::Yaml => print!("{}", serde_yaml::to_string(&explanation)?),

@@ -1,15 +1,18 @@
 //! Every object `kubectl mcsched install` creates, rendered from one options struct.
 //!
 //! Pure: options in, k8s-openapi objects out, in the order they must be applied (a
-//! namespace before what lives in it, RBAC before the Deployment that needs it). The CLI
+//! namespace before what lives in it, RBAC before the Deployment that needs it, the
+//! APIService after the Service and Deployment that serve it). The CLI
 //! applies them with server-side apply; `manifests/` in the repository holds the default
 //! rendering as YAML.
 
+mod apiservice;
 mod config;
 mod object;
 mod rbac;
 mod workload;
 
+pub use apiservice::{APIService, APIServiceSpec, ServiceReference};
 pub use config::{AgentConfig, default_config_text};
 pub use object::{Object, to_json_list, to_yaml_stream};
 pub use rbac::{configmap_reader_name, secret_reader_name};
@@ -156,10 +159,13 @@ pub fn render(opts: &InstallOptions) -> Result<Vec<Object>, ManifestError> {
     objects.extend(rbac::objects(ns, &cfg));
     objects.push(Object::ConfigMap(config::config_map(ns, &cfg)));
     objects.push(Object::Service(workload::service(ns)));
+    objects.push(Object::Service(apiservice::api_service_backend(ns)));
     objects.push(Object::Deployment(workload::deployment(ns, opts, &cfg)));
     if opts.replicas > 1 {
         objects.push(Object::PodDisruptionBudget(workload::pdb(ns)));
     }
+    // Last: the API server routes mcsched.io to the Service from the moment it exists.
+    objects.push(Object::APIService(apiservice::api_service(ns)));
     Ok(objects)
 }
 

@@ -8,7 +8,9 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBind
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 
-// A dozen objects per install: the Deployment's size does not matter.
+use super::APIService;
+
+// A score of objects per install: the Deployment's size does not matter.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Object {
@@ -22,6 +24,7 @@ pub enum Object {
     Service(Service),
     Deployment(Deployment),
     PodDisruptionBudget(PodDisruptionBudget),
+    APIService(APIService),
 }
 
 /// Calls `$f` with the typed object inside, whatever its kind.
@@ -38,6 +41,7 @@ macro_rules! each {
             Object::Service($o) => $f,
             Object::Deployment($o) => $f,
             Object::PodDisruptionBudget($o) => $f,
+            Object::APIService($o) => $f,
         }
     };
 }

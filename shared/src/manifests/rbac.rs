@@ -7,10 +7,16 @@
 //! Per virtual node permissions (update that node and its status, its Lease, delete it)
 //! are not here either: `join` grants them per leaf (`mcsched-virtual-node-<name>`), so
 //! the agent can never touch a real node.
+//!
+//! Also here: the ClusterRoles that let users read explanations and create what-ifs of
+//! the agent's aggregated API, aggregated into the built-in user-facing roles.
+
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::config::AgentConfig;
 use super::{Object, meta};
@@ -19,6 +25,8 @@ use crate::keys;
 const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 const COORDINATION: &str = "coordination.k8s.io";
 const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+const APIREGISTRATION: &str = "apiregistration.k8s.io";
+const DISCOVERY: &str = "discovery.k8s.io";
 
 fn rule(groups: &[&str], resources: &[&str], verbs: &[&str], names: &[&str]) -> PolicyRule {
     let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
@@ -62,6 +70,51 @@ fn role_binding(ns: &str, in_ns: &str, name: &str, kind: &str, role: &str) -> Ob
         role_ref: role_ref(kind, role),
         subjects: Some(subject(ns)),
     })
+}
+
+/// The labels that aggregate a ClusterRole into the built-in `roles` (view, edit, admin).
+fn aggregated_meta(ns: &str, name: &str, roles: &[&str]) -> ObjectMeta {
+    let mut m = meta(name, None, ns);
+    let labels = m.labels.get_or_insert_with(BTreeMap::new);
+    for r in roles {
+        labels.insert(format!("{RBAC_GROUP}/aggregate-to-{r}"), "true".to_string());
+    }
+    m
+}
+
+/// Who may use the aggregated API, given through the roles users already have in a
+/// namespace: whoever may read its pods (view, edit, admin) may read why they went where
+/// they did; a what-if runs a scheduling cycle on the agent, so only those who may create
+/// pods there (edit, admin) may ask for one.
+fn user_roles(ns: &str) -> Vec<Object> {
+    let explanation_reader = ClusterRole {
+        metadata: aggregated_meta(
+            ns,
+            keys::EXPLANATION_READER_ROLE,
+            &["view", "edit", "admin"],
+        ),
+        rules: Some(vec![rule(
+            &[keys::API_GROUP],
+            &[keys::EXPLANATIONS],
+            &["get", "list"],
+            &[],
+        )]),
+        ..Default::default()
+    };
+    let whatif_creator = ClusterRole {
+        metadata: aggregated_meta(ns, keys::WHATIF_CREATOR_ROLE, &["edit", "admin"]),
+        rules: Some(vec![rule(
+            &[keys::API_GROUP],
+            &[keys::WHATIFS],
+            &["create"],
+            &[],
+        )]),
+        ..Default::default()
+    };
+    vec![
+        Object::ClusterRole(explanation_reader),
+        Object::ClusterRole(whatif_creator),
+    ]
 }
 
 /// The ClusterRole an operator binds in a namespace to let pod sync copy its Secrets.
@@ -108,6 +161,15 @@ pub(super) fn objects(ns: &str, cfg: &AgentConfig) -> Vec<Object> {
     // The join Secrets (leaf kubeconfigs) live in the agent's own namespace: the cluster
     // registry watches them.
     own_rules.push(rule(&[""], &["secrets"], &["get", "list", "watch"], &[]));
+    // The leader points Service mcsched-api at itself through the one EndpointSlice of that
+    // name, by server-side apply. Limited to that name, `create` included: an apply that
+    // creates checks `create` with the object's name, unlike a POST.
+    own_rules.push(rule(
+        &[DISCOVERY],
+        &["endpointslices"],
+        &["get", "create", "patch"],
+        &[keys::API_SERVICE],
+    ));
     let own_role = Role {
         metadata: meta(agent, Some(ns), ns),
         rules: Some(own_rules),
@@ -118,10 +180,27 @@ pub(super) fn objects(ns: &str, cfg: &AgentConfig) -> Vec<Object> {
         metadata: meta(agent, Some(NODE_LEASE_NAMESPACE), ns),
         rules: Some(vec![rule(&[COORDINATION], &["leases"], &["create"], &[])]),
     };
+    // The leader publishes its serving CA as the caBundle of our APIService, and of no
+    // other: the API server trusts whatever certificate an APIService's caBundle vouches for.
+    let agent_role = ClusterRole {
+        metadata: meta(agent, None, ns),
+        rules: Some(vec![rule(
+            &[APIREGISTRATION],
+            &["apiservices"],
+            &["get", "patch"],
+            &[keys::API_SERVICE_NAME],
+        )]),
+        ..Default::default()
+    };
 
-    vec![
+    let mut objects = vec![
         Object::ClusterRole(configmap_reader),
         Object::ClusterRole(secret_reader),
+        Object::ClusterRole(agent_role),
+    ];
+    objects.extend(user_roles(ns));
+    objects.extend([
+        cluster_binding(ns, agent, agent),
         cluster_binding(
             ns,
             &format!("{agent}:kube-scheduler"),
@@ -132,12 +211,21 @@ pub(super) fn objects(ns: &str, cfg: &AgentConfig) -> Vec<Object> {
             &format!("{agent}:volume-scheduler"),
             "system:volume-scheduler",
         ),
+        // Serving the aggregated API with delegated authentication and authorization: the
+        // agent asks the API server about bearer tokens (TokenReview) and about what the
+        // user the API server forwards may do (SubjectAccessReview).
+        cluster_binding(
+            ns,
+            &format!("{agent}:auth-delegator"),
+            "system:auth-delegator",
+        ),
         Object::Role(own_role),
         Object::Role(node_lease_role),
         role_binding(ns, ns, agent, "Role", agent),
         role_binding(ns, NODE_LEASE_NAMESPACE, agent, "Role", agent),
         // Delegated authentication (as kube-scheduler): read the client CA the API server
-        // publishes in kube-system.
+        // publishes in kube-system, and the request-header CA that vouches for the user it
+        // forwards with a request for mcsched.io.
         role_binding(
             ns,
             "kube-system",
@@ -145,5 +233,6 @@ pub(super) fn objects(ns: &str, cfg: &AgentConfig) -> Vec<Object> {
             "Role",
             "extension-apiserver-authentication-reader",
         ),
-    ]
+    ]);
+    objects
 }

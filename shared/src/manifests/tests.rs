@@ -1,6 +1,14 @@
 use super::*;
 use crate::config;
 
+/// API groups, resources, verbs and resource names of a rule.
+type ExpectedRule = (
+    &'static [&'static str],
+    &'static [&'static str],
+    &'static [&'static str],
+    Option<&'static [&'static str]>,
+);
+
 fn by_ref<'a>(objects: &'a [Object], reference: &str, ns: Option<&str>) -> &'a Object {
     objects
         .iter()
@@ -18,6 +26,11 @@ fn default_install_renders_in_dependency_order() {
     assert!(pos("RoleBinding") < pos("ConfigMap"));
     assert!(pos("ConfigMap") < pos("Deployment"));
     assert!(pos("Service") < pos("Deployment"));
+    // The APIService last: the API server routes to the Service as soon as it exists.
+    assert_eq!(kinds.last(), Some(&"APIService"));
+    let refs: Vec<String> = objects.iter().map(Object::reference).collect();
+    let at = |r: &str| refs.iter().position(|x| x == r).expect(r);
+    assert!(at("service/mcsched-api") < at("deployment/mcsched-agent"));
     // One replica: no PodDisruptionBudget.
     assert!(!kinds.contains(&"PodDisruptionBudget"));
     for o in &objects {
@@ -94,26 +107,173 @@ fn rbac_has_no_wildcards_and_the_lease_is_named() {
         .expect("secrets rule");
     assert_eq!(secrets.verbs, vec!["get", "list", "watch"]);
     // No pod creation and no ConfigMap or Secret reads cluster-wide: only roles the
-    // operator binds per namespace.
+    // operator binds per namespace, the agent's own APIService, and the users' roles.
+    let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let mut cluster_roles = Vec::new();
     for o in &objects {
         if let Object::ClusterRole(cr) = o {
             let name = cr.metadata.name.clone().unwrap_or_default();
-            assert!(
-                name == "mcsched-agent-configmap-reader" || name == "mcsched-agent-secret-reader",
-                "unexpected ClusterRole {name}"
-            );
-            for r in cr.rules.iter().flatten() {
-                assert_eq!(r.verbs, vec!["get"], "{name}");
-            }
+            let rules = cr.rules.clone().unwrap_or_default();
+            assert_eq!(rules.len(), 1, "{name}");
+            let r = &rules[0];
+            let (groups, resources, verbs, names): ExpectedRule = match name.as_str() {
+                "mcsched-agent-configmap-reader" => (&[""], &["configmaps"], &["get"], None),
+                "mcsched-agent-secret-reader" => (&[""], &["secrets"], &["get"], None),
+                "mcsched-agent" => (
+                    &["apiregistration.k8s.io"],
+                    &["apiservices"],
+                    &["get", "patch"],
+                    Some(&["v1alpha1.mcsched.io"]),
+                ),
+                "mcsched:explanation-reader" => {
+                    (&["mcsched.io"], &["explanations"], &["get", "list"], None)
+                }
+                "mcsched:whatif-creator" => (&["mcsched.io"], &["whatifs"], &["create"], None),
+                _ => panic!("unexpected ClusterRole {name}"),
+            };
+            assert_eq!(r.api_groups, Some(strings(groups)), "{name}");
+            assert_eq!(r.resources, Some(strings(resources)), "{name}");
+            assert_eq!(r.verbs, strings(verbs), "{name}");
+            assert_eq!(r.resource_names, names.map(strings), "{name}");
+            cluster_roles.push(name);
         }
         if let Object::ClusterRoleBinding(b) = o {
             let role = &b.role_ref.name;
             assert!(
-                role.starts_with("system:"),
+                role.starts_with("system:") || role == "mcsched-agent",
                 "cluster-wide binding to {role}"
             );
         }
     }
+    assert_eq!(cluster_roles.len(), 5, "{cluster_roles:?}");
+    for (name, role) in [
+        ("clusterrolebinding/mcsched-agent", "mcsched-agent"),
+        (
+            "clusterrolebinding/mcsched-agent:auth-delegator",
+            "system:auth-delegator",
+        ),
+    ] {
+        let Object::ClusterRoleBinding(b) = by_ref(&objects, name, None) else {
+            unreachable!()
+        };
+        assert_eq!(b.role_ref.kind, "ClusterRole");
+        assert_eq!(b.role_ref.name, role);
+        let subjects = b.subjects.clone().unwrap_or_default();
+        assert_eq!(subjects.len(), 1);
+        assert_eq!(subjects[0].name, "mcsched-agent");
+        assert_eq!(subjects[0].namespace.as_deref(), Some("mcsched-system"));
+    }
+    // The leader's EndpointSlice, by name only.
+    let slices = rules
+        .iter()
+        .find(|r| r.resources == Some(vec!["endpointslices".to_string()]))
+        .expect("endpointslices rule");
+    assert_eq!(slices.api_groups, Some(strings(&["discovery.k8s.io"])));
+    assert_eq!(slices.verbs, strings(&["get", "create", "patch"]));
+    assert_eq!(slices.resource_names, Some(strings(&["mcsched-api"])));
+}
+
+#[test]
+fn user_roles_aggregate_into_the_built_in_ones() {
+    let objects = render(&InstallOptions::default()).expect("renders");
+    let aggregated = |name: &str| {
+        let Object::ClusterRole(cr) = by_ref(&objects, &format!("clusterrole/{name}"), None) else {
+            unreachable!()
+        };
+        let labels = cr.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(
+            labels.get(crate::keys::INSTALL_LABEL).map(String::as_str),
+            Some("mcsched-system"),
+            "{name}"
+        );
+        let mut into: Vec<String> = labels
+            .iter()
+            .filter_map(|(k, v)| {
+                let role = k.strip_prefix("rbac.authorization.k8s.io/aggregate-to-")?;
+                assert_eq!(v, "true", "{k}");
+                Some(role.to_string())
+            })
+            .collect();
+        into.sort();
+        into
+    };
+    assert_eq!(
+        aggregated(crate::keys::EXPLANATION_READER_ROLE),
+        vec!["admin", "edit", "view"]
+    );
+    assert_eq!(
+        aggregated(crate::keys::WHATIF_CREATOR_ROLE),
+        vec!["admin", "edit"]
+    );
+}
+
+#[test]
+fn the_api_service_points_at_the_selector_less_service() {
+    let objects = render(&InstallOptions {
+        namespace: "mc".into(),
+        ..Default::default()
+    })
+    .expect("renders");
+    let Object::APIService(api) = by_ref(&objects, "apiservice/v1alpha1.mcsched.io", None) else {
+        unreachable!()
+    };
+    assert_eq!(api.spec.group, "mcsched.io");
+    assert_eq!(api.spec.version, "v1alpha1");
+    assert_eq!(api.spec.group_priority_minimum, 100);
+    assert_eq!(api.spec.version_priority, 100);
+    assert_eq!(
+        api.spec.service,
+        Some(ServiceReference {
+            namespace: "mc".into(),
+            name: "mcsched-api".into(),
+            port: Some(443),
+        })
+    );
+    // Applied as sent: apiVersion and kind, and neither caBundle (the leader's) nor
+    // insecureSkipTLSVerify.
+    let json = Object::APIService(api.clone()).to_json();
+    assert_eq!(json["apiVersion"], "apiregistration.k8s.io/v1");
+    assert_eq!(json["kind"], "APIService");
+    assert_eq!(json["metadata"]["name"], "v1alpha1.mcsched.io");
+    assert_eq!(json["metadata"]["labels"]["mcsched.io/install"], "mc");
+    let spec = json["spec"].as_object().expect("spec");
+    let mut fields: Vec<&str> = spec.keys().map(String::as_str).collect();
+    fields.sort();
+    assert_eq!(
+        fields,
+        vec![
+            "group",
+            "groupPriorityMinimum",
+            "service",
+            "version",
+            "versionPriority"
+        ]
+    );
+    let back: APIService = serde_json::from_value(json).expect("reads back");
+    assert_eq!(&back, api);
+
+    let Object::Service(svc) = by_ref(&objects, "service/mcsched-api", Some("mc")) else {
+        unreachable!()
+    };
+    let spec = svc.spec.clone().expect("spec");
+    assert_eq!(spec.selector, None, "the leader writes its EndpointSlice");
+    assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
+    let ports = spec.ports.unwrap_or_default();
+    assert_eq!(ports.len(), 1);
+    assert_eq!(ports[0].name.as_deref(), Some("https"));
+    assert_eq!(ports[0].port, 443);
+    assert_eq!(
+        ports[0].target_port,
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(10259))
+    );
+    // The metrics Service stays, selecting every replica.
+    let Object::Service(metrics) = by_ref(&objects, "service/mcsched-agent", Some("mc")) else {
+        unreachable!()
+    };
+    assert_eq!(
+        metrics.spec.as_ref().and_then(|s| s.selector.clone()),
+        Some(pod_selector())
+    );
 }
 
 #[test]
@@ -140,6 +300,30 @@ fn deployment_is_hardened_and_probed() {
     );
     let c = &pod.containers[0];
     assert_eq!(c.image.as_deref(), Some("example.com/agent:dev"));
+    let env: Vec<(String, String)> = c
+        .env
+        .iter()
+        .flatten()
+        .map(|e| {
+            let field = e
+                .value_from
+                .as_ref()
+                .and_then(|v| v.field_ref.as_ref())
+                .map(|f| f.field_path.clone())
+                .unwrap_or_default();
+            (e.name.clone(), field)
+        })
+        .collect();
+    assert_eq!(
+        env,
+        vec![
+            (
+                "POD_NAMESPACE".to_string(),
+                "metadata.namespace".to_string()
+            ),
+            ("POD_IP".to_string(), "status.podIP".to_string()),
+        ]
+    );
     assert_eq!(
         c.args,
         Some(vec![
@@ -249,8 +433,14 @@ fn user_config_without_election_gets_no_lease_rules() {
         unreachable!()
     };
     let rules = role.rules.clone().unwrap_or_default();
-    assert_eq!(rules.len(), 1);
-    assert_eq!(rules[0].resources, Some(vec!["secrets".to_string()]));
+    let resources: Vec<_> = rules.iter().map(|r| r.resources.clone()).collect();
+    assert_eq!(
+        resources,
+        vec![
+            Some(vec!["secrets".to_string()]),
+            Some(vec!["endpointslices".to_string()])
+        ]
+    );
 }
 
 #[test]

@@ -48,6 +48,8 @@ fn selector() -> LabelSelector {
     }
 }
 
+/// Every replica's HTTPS port (health, metrics), for scraping; the aggregated API goes to
+/// the leader alone, through Service `mcsched-api`.
 pub(super) fn service(ns: &str) -> Service {
     Service {
         metadata: meta(keys::AGENT_NAME, Some(ns), ns),
@@ -66,24 +68,33 @@ pub(super) fn service(ns: &str) -> Service {
     }
 }
 
+fn from_field(name: &str, field_path: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: field_path.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 fn container(image: &str) -> Container {
     let config_file = format!("{}/{}", keys::AGENT_CONFIG_DIR, keys::AGENT_CONFIG_KEY);
     Container {
         name: "agent".into(),
         image: Some(image.into()),
         args: Some(vec!["--config".into(), config_file]),
-        // The agent looks for join Secrets in its own namespace.
-        env: Some(vec![EnvVar {
-            name: "POD_NAMESPACE".into(),
-            value_from: Some(EnvVarSource {
-                field_ref: Some(ObjectFieldSelector {
-                    field_path: "metadata.namespace".into(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }]),
+        env: Some(vec![
+            // The agent looks for join Secrets in its own namespace.
+            from_field("POD_NAMESPACE", "metadata.namespace"),
+            // Its --advertise-address: the address the leader writes into the
+            // EndpointSlice of Service mcsched-api.
+            from_field("POD_IP", "status.podIP"),
+        ]),
         ports: Some(vec![ContainerPort {
             name: Some(keys::AGENT_PORT_NAME.into()),
             container_port: i32::from(keys::AGENT_PORT),
@@ -91,8 +102,8 @@ fn container(image: &str) -> Container {
             ..Default::default()
         }]),
         // Liveness and start-up on /healthz as kube-scheduler's; readiness on /readyz,
-        // which waits for the caches, so the Service (and `explain`) only reaches an agent
-        // that has seen the cluster.
+        // which waits for the caches, so the Service only reaches an agent that has seen
+        // the cluster.
         startup_probe: Some(probe("/healthz", 2, 30)),
         liveness_probe: Some(probe("/healthz", 10, 3)),
         readiness_probe: Some(probe("/readyz", 5, 3)),
