@@ -117,3 +117,23 @@ pub const WHATIF_KIND: &str = "WhatIf";
 /// admin) and creating what-ifs (edit, admin).
 pub const EXPLANATION_READER_ROLE: &str = "mcsched:explanation-reader";
 pub const WHATIF_CREATOR_ROLE: &str = "mcsched:whatif-creator";
+
+/// Label on every object pod sync (or `join`) creates in a leaf: the host cluster's id
+/// (the UID of the host's `kube-system` namespace). Pod sync and `unjoin` touch only
+/// objects with their own host's id, so two hosts joined to one leaf never touch each
+/// other's objects, and nothing of the leaf owner's is used, changed or deleted.
+pub const HOST_ID_LABEL: &str = "mcsched.io/host-id";
+/// Annotation on every object pod sync creates in a leaf: the UID of the host object it
+/// copies (pod, ConfigMap, Secret, PersistentVolumeClaim).
+pub const HOST_UID_ANNOTATION: &str = "mcsched.io/host-uid";
+/// Annotation on a join Secret: the lifetime of the leaf tokens the agent requests when
+/// it renews the one in the Secret (a Go duration, e.g. `1h`).
+pub const TOKEN_LIFETIME_ANNOTATION: &str = "mcsched.io/token-lifetime";
+/// In a leaf: the read-only ClusterRole bound cluster-wide to [`LEAF_ACCOUNT`], and the
+/// ClusterRole of what pod sync writes, bound by RoleBindings (named [`LEAF_ACCOUNT`]) in
+/// the namespaces the leaf's admin grants.
+pub const LEAF_WRITER_ROLE: &str = "mcsched-leaf-writer";
+/// In a leaf's [`SYSTEM_NAMESPACE`]: the Role (and RoleBinding) letting [`LEAF_ACCOUNT`]
+/// request tokens for itself only (`serviceaccounts/token`, by name), so the agent renews
+/// its token before it expires.
+pub const LEAF_TOKEN_ROLE: &str = "mcsched-leaf-token";

@@ -4,6 +4,7 @@ pub mod api;
 pub mod config;
 pub mod explain;
 pub mod keys;
+pub mod leaf_kubeconfig;
 pub mod manifests;
 pub mod node;
 pub mod pod;
