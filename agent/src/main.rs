@@ -117,6 +117,13 @@ async fn run(
         cc.burst,
     )
     .await?;
+    // The mark on every object pod sync creates in a leaf: another host's, or the leaf
+    // owner's, are never touched.
+    leaves.set_host_id(
+        mcsched_agent::leaf::registry::host_id(&client)
+            .await
+            .context("reading the host's id (the UID of namespace kube-system)")?,
+    );
     let mut sigterm = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
     // Losing the Lease ends the agent as a signal would, then it exits non-zero (as
     // kube-scheduler does) and restarts as a standby.

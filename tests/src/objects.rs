@@ -40,8 +40,73 @@ pub async fn ready_node(
     .await
 }
 
+/// The only kubeconfig form a join Secret may hold — server, CA and an expiring token —
+/// for a leaf ServiceAccount bound to cluster-admin: the harness's stand-in for `join`'s
+/// least-privilege account, whose own rights `leaf_safety.rs` and `join.rs` test.
+pub async fn leaf_token_kubeconfig(leaf: &crate::ControlPlane) -> anyhow::Result<String> {
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+    use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+    use mcsched_shared::keys;
+
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": keys::SYSTEM_NAMESPACE}}))?;
+    let exists = |e: &kube::Error| matches!(e, kube::Error::Api(s) if s.code == 409);
+    if let Err(e) = Api::<Namespace>::all(leaf.client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        && !exists(&e)
+    {
+        return Err(e.into());
+    }
+    let accounts: Api<ServiceAccount> =
+        Api::namespaced(leaf.client.clone(), keys::SYSTEM_NAMESPACE);
+    let sa: ServiceAccount =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": keys::LEAF_ACCOUNT}}))?;
+    if let Err(e) = accounts.create(&PostParams::default(), &sa).await
+        && !exists(&e)
+    {
+        return Err(e.into());
+    }
+    let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "mcsched-leaf-test-admin"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": keys::LEAF_ACCOUNT, "namespace": keys::SYSTEM_NAMESPACE}]
+    }))?;
+    if let Err(e) = Api::<ClusterRoleBinding>::all(leaf.client.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        && !exists(&e)
+    {
+        return Err(e.into());
+    }
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec![],
+            expiration_seconds: Some(3600),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let token = accounts
+        .create_token_request(keys::LEAF_ACCOUNT, &PostParams::default(), &request)
+        .await?
+        .status
+        .map(|s| s.token)
+        .unwrap_or_default();
+    let ca = serde_json::to_value(ByteString(leaf.ca_pem()?))?;
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: leaf\n  cluster:\n    server: {}\n    certificate-authority-data: {}\nusers:\n- name: mcsched-leaf\n  user:\n    token: {token}\ncontexts:\n- name: leaf\n  context:\n    cluster: leaf\n    user: mcsched-leaf\ncurrent-context: leaf\n",
+        leaf.url,
+        ca.as_str().unwrap_or_default()
+    );
+    mcsched_shared::leaf_kubeconfig::check(&text)?;
+    Ok(text)
+}
+
 /// What `kubectl mcsched join cluster --name CLUSTER` leaves in the host for the agent:
-/// the join Secret (here with the leaf's admin kubeconfig) and the tainted virtual node,
+/// the join Secret (with [`leaf_token_kubeconfig`]) and the tainted virtual node,
 /// labelled as join labels it plus `labels`.
 pub async fn join_as_join_does(
     host: &Client,
@@ -73,7 +138,7 @@ pub async fn join_as_join_does(
         },
         data: Some(std::collections::BTreeMap::from([(
             keys::KUBECONFIG_KEY.to_string(),
-            ByteString(std::fs::read(&leaf.kubeconfig)?),
+            ByteString(leaf_token_kubeconfig(leaf).await?.into_bytes()),
         )])),
         ..Default::default()
     };

@@ -50,6 +50,8 @@ fn ready_status(n: &Node) -> Option<String> {
         .map(|c| c.status.clone())
 }
 
+/// The pod's FailedScheduling message once the leaf has answered what the leaf check
+/// asks it (a first attempt may say "checking ..." while a leaf is being asked).
 async fn failed_scheduling(client: &Client, pod: &str) -> anyhow::Result<Option<String>> {
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
     let lp = ListParams::default().fields(&format!("regarding.name={pod}"));
@@ -59,7 +61,8 @@ async fn failed_scheduling(client: &Client, pod: &str) -> anyhow::Result<Option<
         .items
         .into_iter()
         .filter(|e| e.reason.as_deref() == Some("FailedScheduling"))
-        .find_map(|e| e.note))
+        .filter_map(|e| e.note)
+        .find(|n| !n.contains("checking")))
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -795,6 +798,8 @@ async fn configmaps_go_to_leaves_only_from_granted_namespaces() -> anyhow::Resul
         "east",
         "--cluster-kubeconfig",
         &leaf_kc,
+        "--namespaces",
+        "granted,shop",
     ])?;
     // The admin kubeconfig impersonating the agent's ServiceAccount.
     let admin = std::fs::read_to_string(&host.kubeconfig)?;

@@ -7,10 +7,9 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
+use kube::Client;
 use kube::api::Api;
 use kube::runtime::watcher;
-use kube::{Client, ResourceExt};
-use mcsched_shared::keys;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tracing::{debug, info};
@@ -44,6 +43,10 @@ const WATCHED: [&str; 5] = [
 pub struct LeafCluster {
     pub name: String,
     pub client: Client,
+    /// This host's id (its kube-system namespace's UID): the mark on what pod sync owns.
+    pub host_id: String,
+    /// Namespace grants and name clashes, asked of the leaf for the leaf check.
+    pub checks: Arc<super::leaf_checks::LeafChecks>,
     cache: SharedCache,
     /// Leaf pods that mirror host pods, by `namespace/name`.
     managed: Mutex<HashMap<String, Arc<Pod>>>,
@@ -57,13 +60,17 @@ pub struct LeafCluster {
     tasks: Mutex<Vec<JoinHandle<()>>>,
     /// The join Secret's resourceVersion this connection was made from.
     pub secret_version: String,
+    /// The join Secret itself, for the token's renewal.
+    pub join: Mutex<Option<super::token_renewal::JoinSecret>>,
 }
 
 impl LeafCluster {
-    pub fn new(name: String, client: Client, secret_version: String) -> Arc<Self> {
+    pub fn new(name: String, client: Client, secret_version: String, host_id: String) -> Arc<Self> {
         Arc::new(LeafCluster {
+            checks: super::leaf_checks::LeafChecks::new(&name, &host_id),
             name,
             client,
+            host_id,
             cache: Arc::new(Mutex::new(Cache::new())),
             managed: Mutex::default(),
             synced: Mutex::default(),
@@ -72,6 +79,7 @@ impl LeafCluster {
             health: Mutex::default(),
             tasks: Mutex::default(),
             secret_version,
+            join: Mutex::default(),
         })
     }
 
@@ -139,7 +147,11 @@ impl LeafCluster {
     /// the host queue, as it changes what the virtual node can take.
     pub fn start(self: &Arc<Self>, on_event: OnEvent) {
         let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<&'static str>(4);
-        let mut tasks = Vec::new();
+        let mut tasks = vec![tokio::spawn(
+            self.checks
+                .clone()
+                .run(self.client.clone(), on_event.clone()),
+        )];
         let me = self.clone();
         let on = on_event.clone();
         tasks.push(tokio::spawn(watch_kind(
@@ -233,10 +245,9 @@ impl LeafCluster {
                 cache.apply_pod(pod.clone());
             }
         }
-        let ours = pod
-            .labels()
-            .get(keys::MANAGED_CLUSTER_LABEL)
-            .is_some_and(|c| *c == self.name);
+        // Only this host's copies: another host's, or the leaf owner's pods of the same
+        // names, are never synced, adopted or deleted.
+        let ours = super::leaf_checks::is_ours(&pod.metadata, &self.name, &self.host_id);
         if ours {
             let mut managed = self.managed.lock().unwrap_or_else(|e| e.into_inner());
             if deleted {

@@ -24,6 +24,9 @@ pub const LEAF_CYCLE_KEY: &str = "mcsched.io/leaf-cycle";
 pub struct LeafView {
     pub cluster: String,
     pub snapshot: Snapshot,
+    /// The leaf's namespace grants and name clashes, as far as known.
+    pub checks: Arc<super::leaf_checks::LeafChecks>,
+    pub host_id: String,
 }
 
 /// Where a virtual node's pod would run: its cluster and the leaf node found for it.
@@ -92,7 +95,7 @@ impl LeafCycle {
     pub fn leaf_pod(&self, host: &PodInfo) -> Result<Arc<PodInfo>, String> {
         self.leaf_pod
             .get_or_init(|| {
-                super::transform::leaf_pod(&host.pod, "")
+                super::transform::leaf_pod(&host.pod, "", "")
                     .map(|p| Arc::new(PodInfo::new(Arc::new(p))))
                     .map_err(|e| e.to_string())
             })

@@ -4,9 +4,11 @@
 pub mod cluster;
 pub mod cycle;
 pub mod grants;
+pub mod leaf_checks;
 pub mod pod_sync;
 pub mod registry;
 pub mod rescheduling;
+pub mod token_renewal;
 pub mod transform;
 pub mod virtual_node;
 

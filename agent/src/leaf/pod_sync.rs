@@ -19,6 +19,7 @@ use serde_json::json;
 use tracing::{debug, info, warn};
 
 use super::cluster::LeafCluster;
+use super::leaf_checks::{Question, Synced, is_ours};
 use super::registry::Leaves;
 use super::rescheduling;
 use super::transform;
@@ -72,6 +73,18 @@ pub enum SyncError {
     Transform(#[from] transform::TransformError),
     #[error("no longer the leader: nothing written")]
     NotLeader,
+    /// The leaf has an object of that name that mcsched did not create (or another host
+    /// did): it is neither used nor touched, and the pod is not placed there.
+    #[error("leaf has a {kind} {object} that this host's mcsched did not create; it is left alone")]
+    Clash { kind: &'static str, object: String },
+    /// The leaf's admin has not granted the namespace to mcsched.
+    #[error(
+        "leaf has not granted namespace {namespace} to mcsched (kubectl mcsched join cluster ... --namespaces ...,{namespace})"
+    )]
+    NotGranted { namespace: String },
+    /// What the pod refers to is missing on the host: the copy waits, as a kubelet waits.
+    #[error("{kind} {object} not found on the host; the leaf copy waits for it")]
+    MissingOnHost { kind: &'static str, object: String },
 }
 
 fn code(e: &kube::Error) -> Option<u16> {
@@ -177,16 +190,35 @@ async fn sync_one(
             .cloned()
     };
     if pod.metadata.deletion_timestamp.is_some() {
-        // An unreachable leaf cannot confirm; the host pod goes now (its owner replaces
-        // it elsewhere) and the copy is removed as an orphan once the leaf answers.
-        let copy = copy.filter(|_| leaf.is_ready());
-        match copy {
+        // As a node partition in Kubernetes: the host pod stays Terminating until its leaf
+        // confirms the copy is gone (or an operator force-deletes it), so a StatefulSet
+        // never runs two copies; Deployments fail over through their ReplicaSets.
+        if !leaf.is_ready() {
+            debug!(cluster = %leaf.name, pod = %format!("{ns}/{name}"), "leaf not answering; the host pod stays Terminating");
+            return Ok(());
+        }
+        match copy.filter(|c| copy_uid(c).as_deref() == Some(uid.as_str())) {
             Some(c) if c.metadata.deletion_timestamp.is_none() => {
                 let grace = pod.metadata.deletion_grace_period_seconds;
                 delete_copy(leaf, c, grace).await?;
             }
             Some(_) => {}
             None => {
+                // The leaf's own answer, not a watch gap, says the copy is gone.
+                let leaf_pods: Api<Pod> = Api::namespaced(leaf.client.clone(), &ns);
+                let there = leaf_pods
+                    .get_opt(&name)
+                    .await
+                    .map_err(api_err(format!("reading leaf pod {ns}/{name}")))?;
+                if let Some(c) = there.filter(|c| {
+                    is_ours(&c.metadata, &leaf.name, &leaf.host_id)
+                        && copy_uid(c).as_deref() == Some(uid.as_str())
+                }) {
+                    if c.metadata.deletion_timestamp.is_none() {
+                        delete_copy(leaf, &c, pod.metadata.deletion_grace_period_seconds).await?;
+                    }
+                    return Ok(());
+                }
                 // No kubelet will finish this deletion: the leaf copy is gone, so do it.
                 delete_host_pod_now(&host_pods, &name, &uid)
                     .await
@@ -226,7 +258,17 @@ async fn sync_one(
             Ok(())
         }
         None => {
-            create_copy(host, leaf, pod).await?;
+            match create_copy(host, leaf, pod).await {
+                Ok(()) => {}
+                Err(e @ SyncError::MissingOnHost { .. }) => {
+                    warn_event(host_side, pod, "LeafPodWaiting", "Syncing", e.to_string());
+                    return Err(e);
+                }
+                Err(e @ (SyncError::Clash { .. } | SyncError::NotGranted { .. })) => {
+                    return clash(host_side, leaf, &host_pods, pod, e).await;
+                }
+                Err(e) => return Err(e),
+            }
             let mut new = pod.status.clone().unwrap_or_default();
             set_leaf_condition(&mut new, leaf, None);
             write_host_status(&host_pods, &name, &new).await
@@ -298,21 +340,14 @@ async fn take_back(
     };
     host_side.fence()?;
     info!(cluster = %leaf.name, pod = %name, "taking a pod back from its leaf");
-    warn_event(host_side, pod, note.clone());
-    let condition = json!({"status": {"conditions": [{
-        "type": DISRUPTION_TARGET,
-        "status": "True",
-        "reason": "LeafPodPending",
-        "message": note,
-        "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
-    }]}});
-    // Strategic merge keys conditions by type: the others stay.
-    if let Err(e) = host_pods
-        .patch_status(&name, &PatchParams::default(), &Patch::Strategic(condition))
-        .await
-    {
-        warn!(pod = %name, error = %e, "cannot set the DisruptionTarget condition");
-    }
+    warn_event(
+        host_side,
+        pod,
+        "LeafPodPending",
+        "Rescheduling",
+        note.clone(),
+    );
+    disruption_target(host_pods, &name, "LeafPodPending", &note).await;
     delete_copy(leaf, copy, Some(0)).await?;
     delete_host_pod_now(host_pods, &name, &uid)
         .await
@@ -320,16 +355,76 @@ async fn take_back(
     Ok(())
 }
 
-fn warn_event(host_side: &HostSide, pod: &Pod, note: String) {
+fn warn_event(
+    host_side: &HostSide,
+    pod: &Pod,
+    reason: &'static str,
+    action: &'static str,
+    note: String,
+) {
     let scheduler = mcsched_shared::pod::scheduler_name(pod).to_string();
     host_side.events.send(crate::events::Message::Event {
         reporting_controller: scheduler,
         regarding: crate::events::object_ref(pod),
         type_: kube::runtime::events::EventType::Warning,
-        reason: "LeafPodPending",
-        action: "Rescheduling",
+        reason,
+        action,
         note,
     });
+}
+
+/// The leaf holds an object of a name the pod needs that is not this host's, or has not
+/// granted the pod's namespace: nothing is created there. A pod with a controller goes (its owner recreates it, and the leaf
+/// check, which now knows the clash, sends it elsewhere); a bare pod waits with a Warning
+/// event, as mcsched deletes no user's pod for a conflict it did not cause.
+async fn clash(
+    host_side: &HostSide,
+    leaf: &LeafCluster,
+    host_pods: &Api<Pod>,
+    pod: &Pod,
+    e: SyncError,
+) -> Result<(), SyncError> {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    if !rescheduling::has_controller(pod) {
+        warn_event(
+            host_side,
+            pod,
+            "LeafRefused",
+            "Syncing",
+            format!("leaf cluster {}: {e}", leaf.name),
+        );
+        return Err(e);
+    }
+    host_side.fence()?;
+    let note = format!(
+        "leaf cluster {}: {e}; the pod is deleted so that its owner recreates it elsewhere",
+        leaf.name
+    );
+    warn_event(host_side, pod, "LeafRefused", "Rescheduling", note.clone());
+    disruption_target(host_pods, &name, "LeafRefused", &note).await;
+    delete_host_pod_now(host_pods, &name, &uid)
+        .await
+        .map_err(api_err(format!("deleting host pod {name}")))?;
+    Ok(())
+}
+
+/// kube's DisruptionTarget condition, saying why a pod is about to go.
+async fn disruption_target(host_pods: &Api<Pod>, name: &str, reason: &str, note: &str) {
+    let condition = json!({"status": {"conditions": [{
+        "type": DISRUPTION_TARGET,
+        "status": "True",
+        "reason": reason,
+        "message": note,
+        "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
+    }]}});
+    // Strategic merge keys conditions by type: the others stay.
+    if let Err(e) = host_pods
+        .patch_status(name, &PatchParams::default(), &Patch::Strategic(condition))
+        .await
+    {
+        warn!(pod = %name, error = %e, "cannot set the DisruptionTarget condition");
+    }
 }
 
 fn set_leaf_condition(status: &mut PodStatus, leaf: &LeafCluster, leaf_node: Option<&str>) {
@@ -388,19 +483,28 @@ async fn delete_copy(leaf: &LeafCluster, copy: &Pod, grace: Option<i64>) -> Resu
     }
 }
 
+/// The mark of an object pod sync creates: this host's id and the cluster, and the host
+/// object's UID.
 fn owned_meta(leaf: &LeafCluster, name: &str, ns: Option<&str>, from: &ObjectMeta) -> ObjectMeta {
     let mut labels = from.labels.clone().unwrap_or_default();
     labels.insert(keys::MANAGED_BY_LABEL.into(), keys::MANAGED_BY_VALUE.into());
     labels.insert(keys::MANAGED_CLUSTER_LABEL.into(), leaf.name.clone());
+    labels.insert(keys::HOST_ID_LABEL.into(), leaf.host_id.clone());
+    let mut annotations: BTreeMap<String, String> = from
+        .annotations
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with("kubectl.kubernetes.io/"))
+        .collect();
+    if let Some(uid) = &from.uid {
+        annotations.insert(keys::HOST_UID_ANNOTATION.into(), uid.clone());
+    }
     ObjectMeta {
         name: Some(name.to_string()),
         namespace: ns.map(String::from),
         labels: Some(labels),
-        annotations: from.annotations.clone().map(|a: BTreeMap<String, String>| {
-            a.into_iter()
-                .filter(|(k, _)| !k.starts_with("kubectl.kubernetes.io/"))
-                .collect()
-        }),
+        annotations: Some(annotations),
         ..Default::default()
     }
 }
@@ -409,16 +513,71 @@ fn apply_params() -> PatchParams {
     PatchParams::apply(keys::FIELD_MANAGER).force()
 }
 
-/// The namespace, the objects the pod refers to, then the pod.
+/// Whether the leaf already has `kind` `ns/name`: not at all, as this host's copy, or as
+/// someone else's object (a clash: never used, changed or deleted).
+async fn leaf_object<K>(
+    leaf: &LeafCluster,
+    ns: &str,
+    name: &str,
+    kind: Synced,
+) -> Result<bool, SyncError>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(leaf.client.clone(), ns);
+    let found = api
+        .get_metadata_opt(name)
+        .await
+        .map_err(api_err(format!("reading leaf {} {ns}/{name}", kind.kind())))?;
+    match found {
+        None => Ok(false),
+        Some(m) if is_ours(&m.metadata, &leaf.name, &leaf.host_id) => Ok(true),
+        Some(_) => {
+            leaf.checks.learned(
+                Question::Foreign(kind, ns.to_string(), name.to_string()),
+                true,
+            );
+            Err(SyncError::Clash {
+                kind: kind.kind(),
+                object: format!("{ns}/{name}"),
+            })
+        }
+    }
+}
+
+/// A host object the copy needs is missing, unless every reference to it is optional.
+fn missing(
+    deps: &transform::Dependencies,
+    kind: &'static str,
+    ns: &str,
+    name: &str,
+) -> Result<(), SyncError> {
+    if deps.is_optional(kind, name) {
+        Ok(())
+    } else {
+        Err(SyncError::MissingOnHost {
+            kind,
+            object: format!("{ns}/{name}"),
+        })
+    }
+}
+
+/// The namespace, the objects the pod refers to, then the pod. Nothing in the leaf that
+/// is not this host's is used, overwritten or adopted; nothing missing on the host is
+/// replaced by the leaf's object of the same name.
 async fn create_copy(host: &Client, leaf: &LeafCluster, pod: &Pod) -> Result<(), SyncError> {
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
     let name = pod.metadata.name.clone().unwrap_or_default();
     let namespaces: Api<Namespace> = Api::all(leaf.client.clone());
     let present = namespaces
-        .get_opt(&ns)
+        .get_metadata_opt(&ns)
         .await
         .map_err(api_err(format!("reading leaf namespace {ns}")))?;
     if present.is_none() {
+        // Only a leaf that granted all namespaces lets the account create one.
         let created = Namespace {
             metadata: owned_meta(leaf, &ns, None, &ObjectMeta::default()),
             ..Default::default()
@@ -426,6 +585,7 @@ async fn create_copy(host: &Client, leaf: &LeafCluster, pod: &Pod) -> Result<(),
         match namespaces.create(&PostParams::default(), &created).await {
             Ok(_) => {}
             Err(e) if code(&e) == Some(409) => {}
+            Err(e) if code(&e) == Some(403) => return Err(not_granted(leaf, &ns)),
             Err(e) => return Err(api_err(format!("creating leaf namespace {ns}"))(e)),
         }
     }
@@ -438,8 +598,10 @@ async fn create_copy(host: &Client, leaf: &LeafCluster, pod: &Pod) -> Result<(),
             .await
             .map_err(api_err(format!("reading host ConfigMap {ns}/{cm_name}")))?
         else {
+            missing(&deps, "ConfigMap", &ns, cm_name)?;
             continue;
         };
+        leaf_object::<ConfigMap>(leaf, &ns, cm_name, Synced::ConfigMap).await?;
         let copy = ConfigMap {
             metadata: owned_meta(leaf, cm_name, Some(&ns), &cm.metadata),
             data: cm.data,
@@ -473,11 +635,13 @@ async fn create_copy(host: &Client, leaf: &LeafCluster, pod: &Pod) -> Result<(),
                 api_err(format!("reading host Secret {ns}/{s_name}{hint}"))(e)
             })?
         else {
+            missing(&deps, "Secret", &ns, s_name)?;
             continue;
         };
         if s.type_.as_deref() == Some("kubernetes.io/service-account-token") {
             continue;
         }
+        leaf_object::<Secret>(leaf, &ns, s_name, Synced::Secret).await?;
         let copy = Secret {
             metadata: owned_meta(leaf, s_name, Some(&ns), &s.metadata),
             data: s.data,
@@ -498,14 +662,13 @@ async fn create_copy(host: &Client, leaf: &LeafCluster, pod: &Pod) -> Result<(),
             .await
             .map_err(api_err(format!("reading host PVC {ns}/{c_name}")))?
         else {
-            continue;
+            return Err(SyncError::MissingOnHost {
+                kind: "PersistentVolumeClaim",
+                object: format!("{ns}/{c_name}"),
+            });
         };
-        if leaf_claims
-            .get_opt(c_name)
-            .await
-            .map_err(api_err(format!("reading leaf PVC {ns}/{c_name}")))?
-            .is_some()
-        {
+        // This host's copy from an earlier pod keeps its data: reused as it is.
+        if leaf_object::<PersistentVolumeClaim>(leaf, &ns, c_name, Synced::Claim).await? {
             continue;
         }
         let spec = c.spec.unwrap_or_default();
@@ -516,6 +679,7 @@ async fn create_copy(host: &Client, leaf: &LeafCluster, pod: &Pod) -> Result<(),
                 Some(&ns),
                 &ObjectMeta {
                     labels: c.metadata.labels,
+                    uid: c.metadata.uid,
                     ..Default::default()
                 },
             ),
@@ -524,7 +688,10 @@ async fn create_copy(host: &Client, leaf: &LeafCluster, pod: &Pod) -> Result<(),
         };
         match leaf_claims.create(&PostParams::default(), &copy).await {
             Ok(_) => {}
-            Err(e) if code(&e) == Some(409) => {}
+            // Created meanwhile: whose it is decides, on the next pass.
+            Err(e) if code(&e) == Some(409) => {
+                leaf_object::<PersistentVolumeClaim>(leaf, &ns, c_name, Synced::Claim).await?;
+            }
             Err(e) => return Err(api_err(format!("creating leaf PVC {ns}/{c_name}"))(e)),
         }
         // From now on the claim's data lives in this leaf: LeafNodeVolumeBinding keeps
@@ -536,16 +703,40 @@ async fn create_copy(host: &Client, leaf: &LeafCluster, pod: &Pod) -> Result<(),
             .await
             .map_err(api_err(format!("marking host PVC {ns}/{c_name}")))?;
     }
-    let copy = transform::leaf_pod(pod, &leaf.name)?;
+    let copy = transform::leaf_pod(pod, &leaf.name, &leaf.host_id)?;
     let leaf_pods: Api<Pod> = Api::namespaced(leaf.client.clone(), &ns);
     match leaf_pods.create(&PostParams::default(), &copy).await {
         Ok(_) => {
             info!(cluster = %leaf.name, pod = %format!("{ns}/{name}"), "leaf pod created");
             Ok(())
         }
-        // Created by an earlier run whose watch event has not arrived yet.
-        Err(e) if code(&e) == Some(409) => Ok(()),
+        // Created by an earlier run whose watch event has not arrived yet, or a pod of
+        // the same name that is not this host's.
+        Err(e) if code(&e) == Some(409) => {
+            let there = leaf_pods
+                .get_metadata_opt(&name)
+                .await
+                .map_err(api_err(format!("reading leaf pod {ns}/{name}")))?;
+            match there {
+                Some(m) if !is_ours(&m.metadata, &leaf.name, &leaf.host_id) => {
+                    Err(SyncError::Clash {
+                        kind: "Pod",
+                        object: format!("{ns}/{name}"),
+                    })
+                }
+                _ => Ok(()),
+            }
+        }
+        Err(e) if code(&e) == Some(403) => Err(not_granted(leaf, &ns)),
         Err(e) => Err(api_err(format!("creating leaf pod {ns}/{name}"))(e)),
+    }
+}
+
+fn not_granted(leaf: &LeafCluster, ns: &str) -> SyncError {
+    leaf.checks
+        .learned(Question::Granted(ns.to_string()), false);
+    SyncError::NotGranted {
+        namespace: ns.to_string(),
     }
 }
 

@@ -60,6 +60,8 @@ pub struct Leaves {
     /// What the agent may read for pod sync; checked against RBAC when `grants` is set.
     access: Access,
     grants: Option<Arc<Grants>>,
+    /// This host's id, the mark on every object pod sync creates in a leaf.
+    host_id: std::sync::OnceLock<String>,
 }
 
 impl Leaves {
@@ -80,6 +82,15 @@ impl Leaves {
             grants: Some(grants),
             ..Default::default()
         }
+    }
+
+    /// Set once at start, from the host's kube-system namespace.
+    pub fn set_host_id(&self, id: String) {
+        let _ = self.host_id.set(id);
+    }
+
+    pub fn host_id(&self) -> &str {
+        self.host_id.get().map(String::as_str).unwrap_or_default()
     }
 
     pub fn get(&self, name: &str) -> Option<Arc<LeafCluster>> {
@@ -124,6 +135,8 @@ impl LeafSnapshots for Leaves {
                 let view = LeafView {
                     cluster: name.clone(),
                     snapshot: c.cache().snapshot(),
+                    checks: c.checks.clone(),
+                    host_id: c.host_id.clone(),
                 };
                 (name.clone(), Arc::new(view))
             })
@@ -148,6 +161,20 @@ impl LeafSnapshots for Leaves {
             c.cache().forget(key, "");
         }
     }
+}
+
+/// This host's id: the UID of its kube-system namespace (listed by name: the scheduler's
+/// rights include listing namespaces, not getting them), as `join` and `unjoin` read it.
+pub async fn host_id(host: &Client) -> Result<String, kube::Error> {
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(host.clone());
+    let list = api
+        .list_metadata(&kube::api::ListParams::default().fields("metadata.name=kube-system"))
+        .await?;
+    Ok(list
+        .items
+        .into_iter()
+        .find_map(|n| n.metadata.uid)
+        .unwrap_or_default())
 }
 
 /// A client for the leaf named by a join Secret.
@@ -175,12 +202,29 @@ pub async fn connect(secret: &Secret) -> Result<(String, Client), JoinSecretErro
         reason,
     };
     let text = std::str::from_utf8(&raw.0).map_err(|e| bad(e.to_string()))?;
+    // Nothing in it may run a program, read a file or present another identity.
+    mcsched_shared::leaf_kubeconfig::check(text).map_err(|e| bad(e.to_string()))?;
     let kubeconfig = Kubeconfig::from_yaml(text).map_err(|e| bad(e.to_string()))?;
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .map_err(|e| bad(e.to_string()))?;
     let client = Client::try_from(config).map_err(|e| bad(e.to_string()))?;
     Ok((cluster, client))
+}
+
+/// What token renewal needs of a join Secret (its kubeconfig was checked by `connect`).
+fn join_secret(secret: &Secret) -> Option<super::token_renewal::JoinSecret> {
+    let raw = secret.data.as_ref()?.get(keys::KUBECONFIG_KEY)?;
+    let lifetime = secret
+        .annotations()
+        .get(keys::TOKEN_LIFETIME_ANNOTATION)
+        .and_then(|d| mcsched_shared::config::duration::parse(d).ok());
+    Some(super::token_renewal::JoinSecret {
+        name: secret.name_any(),
+        namespace: secret.namespace().unwrap_or_default(),
+        kubeconfig: String::from_utf8(raw.0.clone()).ok()?,
+        lifetime,
+    })
 }
 
 /// Watches the join Secrets of `namespace` and keeps `leaves` connected to them.
@@ -190,6 +234,7 @@ pub async fn run(
     leaves: Arc<Leaves>,
     on_event: OnEvent,
     on_leaf: impl Fn(Arc<LeafCluster>) + Send + 'static,
+    on_refused: impl Fn(String, String) + Send + 'static,
 ) {
     if let Some(grants) = &leaves.grants {
         tokio::spawn(grants.clone().run(host.clone(), on_event.clone()));
@@ -208,7 +253,15 @@ pub async fn run(
                 let (cluster, client) = match connect(&secret).await {
                     Ok(c) => c,
                     Err(e) => {
-                        warn!(error = %e, "ignoring join secret");
+                        warn!(error = %e, "refusing join secret");
+                        // A leaf whose Secret turned unusable is disconnected, not kept
+                        // on credentials its owner no longer vouches for.
+                        if let Some(cluster) = secret.labels().get(keys::CLUSTER_LABEL) {
+                            if let Some(old) = leaves.remove(cluster) {
+                                old.stop();
+                            }
+                            on_refused(cluster.clone(), e.to_string());
+                        }
                         continue;
                     }
                 };
@@ -218,7 +271,9 @@ pub async fn run(
                 {
                     continue;
                 }
-                let leaf = LeafCluster::new(cluster.clone(), client, version);
+                let leaf =
+                    LeafCluster::new(cluster.clone(), client, version, leaves.host_id().into());
+                *leaf.join.lock().unwrap_or_else(|e| e.into_inner()) = join_secret(&secret);
                 leaf.start(on_event.clone());
                 if let Some(old) = leaves.insert(leaf.clone()) {
                     old.stop();
@@ -246,7 +301,7 @@ mod tests {
 
     fn leaf(name: &str, synced: bool) -> Arc<LeafCluster> {
         let (client, _) = crate::fake_api::client(|_, _| (200, json!({})));
-        let leaf = LeafCluster::new(name.into(), client, "1".into());
+        let leaf = LeafCluster::new(name.into(), client, "1".into(), "h1".into());
         let node: Node = serde_json::from_value(json!({
             "metadata": {"name": format!("{name}-1")},
             "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}}

@@ -36,10 +36,11 @@ pub fn leaf_node_selector(pod: &Pod) -> Result<BTreeMap<String, String>, Transfo
 /// the leaf node selector annotation becomes the node selector; the host's ServiceAccount
 /// token volume dropped, as the leaf mounts its own. The result is exactly what the
 /// leaf feasibility check ran its filters on.
-pub fn leaf_pod(host: &Pod, cluster: &str) -> Result<Pod, TransformError> {
+pub fn leaf_pod(host: &Pod, cluster: &str, host_id: &str) -> Result<Pod, TransformError> {
     let selector = leaf_node_selector(host)?;
     let mut labels = host.metadata.labels.clone().unwrap_or_default();
     labels.insert(keys::MANAGED_CLUSTER_LABEL.into(), cluster.into());
+    labels.insert(keys::HOST_ID_LABEL.into(), host_id.into());
     labels.insert(keys::MANAGED_BY_LABEL.into(), keys::MANAGED_BY_VALUE.into());
     let mut annotations = host.metadata.annotations.clone().unwrap_or_default();
     annotations.insert(
@@ -186,6 +187,15 @@ pub struct Dependencies {
     pub config_maps: Vec<String>,
     pub secrets: Vec<String>,
     pub claims: Vec<String>,
+    /// ConfigMaps and Secrets every reference to which is `optional: true`: the pod
+    /// starts without them, as a kubelet starts it.
+    pub optional: std::collections::BTreeSet<String>,
+}
+
+impl Dependencies {
+    pub fn is_optional(&self, kind: &str, name: &str) -> bool {
+        self.optional.contains(&format!("{kind}/{name}"))
+    }
 }
 
 pub fn dependencies(pod: &Pod) -> Dependencies {
@@ -200,6 +210,19 @@ pub fn dependencies(pod: &Pod) -> Dependencies {
             v.push(n.clone());
         }
     };
+    // Names seen with `optional: true`, and names some reference requires.
+    let mut maybe = std::collections::BTreeSet::new();
+    let mut required = std::collections::BTreeSet::new();
+    let mut note = |kind: &str, name: Option<&String>, optional: Option<bool>| {
+        if let Some(n) = name {
+            let key = format!("{kind}/{n}");
+            if optional == Some(true) {
+                maybe.insert(key);
+            } else {
+                required.insert(key);
+            }
+        }
+    };
     // The token volume is not copied (the leaf gives its own), nor is what it projects.
     for vol in spec
         .volumes
@@ -208,9 +231,19 @@ pub fn dependencies(pod: &Pod) -> Dependencies {
         .filter(|v| !is_token_volume(v))
     {
         push(&mut d.config_maps, vol.config_map.as_ref().map(|c| &c.name));
+        note(
+            "ConfigMap",
+            vol.config_map.as_ref().map(|c| &c.name),
+            vol.config_map.as_ref().and_then(|c| c.optional),
+        );
         push(
             &mut d.secrets,
             vol.secret.as_ref().and_then(|s| s.secret_name.as_ref()),
+        );
+        note(
+            "Secret",
+            vol.secret.as_ref().and_then(|s| s.secret_name.as_ref()),
+            vol.secret.as_ref().and_then(|s| s.optional),
         );
         push(
             &mut d.claims,
@@ -224,11 +257,23 @@ pub fn dependencies(pod: &Pod) -> Dependencies {
             .flatten()
         {
             push(&mut d.config_maps, src.config_map.as_ref().map(|c| &c.name));
+            note(
+                "ConfigMap",
+                src.config_map.as_ref().map(|c| &c.name),
+                src.config_map.as_ref().and_then(|c| c.optional),
+            );
             push(&mut d.secrets, src.secret.as_ref().map(|s| &s.name));
+            note(
+                "Secret",
+                src.secret.as_ref().map(|s| &s.name),
+                src.secret.as_ref().and_then(|s| s.optional),
+            );
         }
     }
     for s in spec.image_pull_secrets.iter().flatten() {
         push(&mut d.secrets, Some(&s.name));
+        // A missing pull secret does not stop a kubelet either.
+        note("Secret", Some(&s.name), Some(true));
     }
     let containers = spec
         .containers
@@ -240,7 +285,17 @@ pub fn dependencies(pod: &Pod) -> Dependencies {
                 &mut d.config_maps,
                 from.config_map_ref.as_ref().map(|r| &r.name),
             );
+            note(
+                "ConfigMap",
+                from.config_map_ref.as_ref().map(|r| &r.name),
+                from.config_map_ref.as_ref().and_then(|r| r.optional),
+            );
             push(&mut d.secrets, from.secret_ref.as_ref().map(|r| &r.name));
+            note(
+                "Secret",
+                from.secret_ref.as_ref().map(|r| &r.name),
+                from.secret_ref.as_ref().and_then(|r| r.optional),
+            );
         }
         for env in c.env.iter().flatten() {
             let Some(from) = env.value_from.as_ref() else {
@@ -250,12 +305,23 @@ pub fn dependencies(pod: &Pod) -> Dependencies {
                 &mut d.config_maps,
                 from.config_map_key_ref.as_ref().map(|r| &r.name),
             );
+            note(
+                "ConfigMap",
+                from.config_map_key_ref.as_ref().map(|r| &r.name),
+                from.config_map_key_ref.as_ref().and_then(|r| r.optional),
+            );
             push(
                 &mut d.secrets,
                 from.secret_key_ref.as_ref().map(|r| &r.name),
             );
+            note(
+                "Secret",
+                from.secret_key_ref.as_ref().map(|r| &r.name),
+                from.secret_key_ref.as_ref().and_then(|r| r.optional),
+            );
         }
     }
+    d.optional = maybe.difference(&required).cloned().collect();
     d
 }
 
@@ -287,7 +353,7 @@ mod tests {
                 "volumes": [{"name": "kube-api-access-x1", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}]
             }
         }));
-        let leaf = leaf_pod(&host, "east").expect("transform");
+        let leaf = leaf_pod(&host, "east", "h1").expect("transform");
         let spec = leaf.spec.as_ref().expect("spec");
         assert_eq!(spec.node_name, None);
         assert_eq!(spec.scheduler_name, None);
@@ -332,7 +398,7 @@ mod tests {
             "metadata": {"name": "p", "annotations": {"mcsched.io/leaf-node-selector": "disk=ssd"}},
             "spec": {"containers": []}
         }));
-        let err = leaf_pod(&host, "east").expect_err("must fail");
+        let err = leaf_pod(&host, "east", "h1").expect_err("must fail");
         assert!(
             err.to_string().contains("mcsched.io/leaf-node-selector"),
             "{err}"

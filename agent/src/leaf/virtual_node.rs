@@ -185,6 +185,25 @@ pub async fn run(
     }
 }
 
+/// The leaf's join Secret was refused: the virtual node is NotReady and says why (its
+/// pods stay where they are; nothing new goes there).
+pub async fn refuse(host: &Client, cluster: &str, why: &str) -> Result<(), kube::Error> {
+    let nodes: Api<Node> = Api::all(host.clone());
+    let now = now_time();
+    let patch = json!({"status": {"conditions": [{
+        "type": "Ready", "status": "False", "reason": "LeafKubeconfigRefused",
+        "message": why, "lastHeartbeatTime": now, "lastTransitionTime": now,
+    }]}});
+    nodes
+        .patch_status(
+            &keys::virtual_node_name(cluster),
+            &PatchParams::default(),
+            &Patch::Strategic(patch),
+        )
+        .await?;
+    Ok(())
+}
+
 async fn write_status(
     nodes: &Api<Node>,
     name: &str,

@@ -184,6 +184,8 @@ mod tests {
                     let view = LeafView {
                         cluster: name.clone(),
                         snapshot: Snapshot::from_nodes(nodes.clone()),
+                        checks: crate::leaf::leaf_checks::LeafChecks::settled("east"),
+                        host_id: String::new(),
                     };
                     (name.clone(), Arc::new(view))
                 })

@@ -180,6 +180,9 @@ fn spawn_leaves(
         leader.clone(),
     );
     let lease = shared.lease_health.clone();
+    let events = shared.events.clone();
+    let (refuse_host, refuse_leader, refuse_lease) =
+        (client.clone(), leader.clone(), shared.lease_health.clone());
     let on_leaf = move |leaf: Arc<crate::leaf::cluster::LeafCluster>| {
         leaf.adopt(tokio::spawn(crate::leaf::virtual_node::run(
             host.clone(),
@@ -193,6 +196,17 @@ fn spawn_leaves(
             leaf.clone(),
             l.clone(),
         )));
+        let join = leaf.join.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(join) = join {
+            leaf.adopt(tokio::spawn(crate::leaf::token_renewal::run(
+                host.clone(),
+                leaf.clone(),
+                join,
+                l.clone(),
+                lease.clone(),
+                events.clone(),
+            )));
+        }
     };
     let queue = shared.queue.clone();
     tokio::spawn(crate::leaf::registry::run(
@@ -201,6 +215,21 @@ fn spawn_leaves(
         shared.leaves.clone(),
         Arc::new(move |event| queue.on_event(event)),
         on_leaf,
+        move |cluster: String, why: String| {
+            let (host, leader, lease) = (
+                refuse_host.clone(),
+                refuse_leader.clone(),
+                refuse_lease.clone(),
+            );
+            tokio::spawn(async move {
+                if !crate::leader::may_act(&leader, &lease) {
+                    return;
+                }
+                if let Err(e) = crate::leaf::virtual_node::refuse(&host, &cluster, &why).await {
+                    tracing::warn!(%cluster, error = %e, "cannot mark the virtual node refused");
+                }
+            });
+        },
     ))
 }
 

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 use crate::framework::{CycleState, Plugin, Status};
-use crate::leaf::cycle::LeafCycle;
+use crate::leaf::cycle::{LeafCycle, LeafView};
 use crate::leaf::grants::{Copied, grant_command};
+use crate::leaf::leaf_checks::{Question, Synced};
 use crate::plugins::{
     node_affinity, node_ports, node_resources_fit, node_unschedulable, taint_toleration,
     volume_binding,
@@ -68,6 +69,9 @@ impl LeafChecker {
                 "leaf cluster {cluster} is not connected to the agent"
             ));
         };
+        if let Some(refused) = leaf_refuses(view, pod) {
+            return refused;
+        }
         let leaf_pod = match cycle.leaf_pod(pod) {
             Ok(p) => p,
             Err(e) => return Status::unresolvable(e),
@@ -147,6 +151,53 @@ fn copies_unreadable(cycle: &LeafCycle, pod: &PodInfo) -> Option<Status> {
                     "checking whether the agent may read {label} in namespace {ns}"
                 )));
             }
+        }
+    }
+    None
+}
+
+/// What the leaf's admin and owner decide: the pod's namespace must be granted to
+/// mcsched there, and no object the copy needs (the pod itself, its ConfigMaps, Secrets
+/// and claims) may exist there without this host's mark. What the leaf has not answered
+/// yet does not hold the pod back (it is asked now; pod sync checks again before it
+/// writes, and what it finds is known here from then on).
+fn leaf_refuses(view: &LeafView, pod: &PodInfo) -> Option<Status> {
+    let cluster = &view.cluster;
+    let ns = &pod.namespace;
+    if view.checks.answer(&Question::Granted(ns.clone())) == Some(false) {
+        return Some(Status::unresolvable(format!(
+            "leaf cluster {cluster} has not granted namespace {ns} to mcsched: its admin adds it with `kubectl mcsched join cluster {cluster} --namespaces <granted namespaces>,{ns}`"
+        )));
+    }
+    let foreign_pod = view
+        .snapshot
+        .nodes
+        .iter()
+        .flat_map(|n| n.pods.iter())
+        .any(|p| {
+            p.key == pod.key
+                && !crate::leaf::leaf_checks::is_ours(&p.pod.metadata, cluster, &view.host_id)
+        });
+    if foreign_pod {
+        return Some(Status::unresolvable(format!(
+            "leaf cluster {cluster} has a pod {} that this host's mcsched did not create; it is left alone",
+            pod.key
+        )));
+    }
+    let deps = crate::leaf::transform::dependencies(&pod.pod);
+    let wanted = deps
+        .config_maps
+        .iter()
+        .map(|n| (Synced::ConfigMap, n))
+        .chain(deps.secrets.iter().map(|n| (Synced::Secret, n)))
+        .chain(deps.claims.iter().map(|n| (Synced::Claim, n)));
+    for (kind, name) in wanted {
+        let q = Question::Foreign(kind, ns.clone(), name.clone());
+        if view.checks.answer(&q) == Some(true) {
+            return Some(Status::unresolvable(format!(
+                "leaf cluster {cluster} has a {} {ns}/{name} that this host's mcsched did not create: the pod is not sent there, so that it neither uses nor overwrites it",
+                kind.kind()
+            )));
         }
     }
     None
@@ -255,6 +306,8 @@ mod tests {
         let view = LeafView {
             cluster: "east".into(),
             snapshot: Snapshot::from_nodes(nodes),
+            checks: crate::leaf::leaf_checks::LeafChecks::settled("east"),
+            host_id: String::new(),
         };
         LeafCycle::new(Arc::new(BTreeMap::from([(
             "east".to_string(),
@@ -339,6 +392,8 @@ mod tests {
             Arc::new(LeafView {
                 cluster: "east".into(),
                 snapshot,
+                checks: crate::leaf::leaf_checks::LeafChecks::settled("east"),
+                host_id: String::new(),
             }),
         )])));
         let claim: k8s_openapi::api::core::v1::PersistentVolumeClaim =

@@ -138,6 +138,8 @@ mod tests {
             let view = LeafView {
                 cluster: "east".into(),
                 snapshot: Snapshot::from_nodes(vec![Arc::new(n)]),
+                checks: crate::leaf::leaf_checks::LeafChecks::settled("east"),
+                host_id: String::new(),
             };
             let mut c = LeafCycle::new(Arc::new(BTreeMap::from([(
                 "east".to_string(),

@@ -1,0 +1,212 @@
+//! The leaf token in a join Secret expires (a bound token from the TokenRequest API):
+//! the leader asks the leaf for a new one at 80 % of its lifetime — the leaf account may
+//! request tokens for itself only — and writes it back into the Secret, whose change
+//! reconnects the leaf. A failure is a Warning event on the virtual node, retried every
+//! 30 s until the token runs out.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{ObjectReference, Secret, ServiceAccount};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use mcsched_shared::{keys, leaf_kubeconfig};
+use serde_json::json;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use super::cluster::LeafCluster;
+use crate::events::{EventSink, Message};
+use crate::leader::{LeaseHealth, may_act};
+
+/// The fraction of a token's lifetime after which it is renewed.
+const RENEW_AT: f64 = 0.8;
+const RETRY: Duration = Duration::from_secs(30);
+/// The lifetime asked for when the Secret does not say (join's default).
+const DEFAULT_LIFETIME: Duration = Duration::from_secs(3600);
+
+/// What the agent keeps of the join Secret a leaf was connected from.
+#[derive(Debug, Clone)]
+pub struct JoinSecret {
+    pub name: String,
+    pub namespace: String,
+    pub kubeconfig: String,
+    pub lifetime: Option<Duration>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RenewalError {
+    #[error("requesting a token for {account} in the leaf: {source}")]
+    Request {
+        account: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("the leaf answered the token request without a token")]
+    Empty,
+    #[error("writing the renewed token into secret {secret}: {source}")]
+    Write {
+        secret: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("the join Secret's kubeconfig: {0}")]
+    Kubeconfig(#[from] leaf_kubeconfig::LeafKubeconfigError),
+}
+
+/// When a JWT was issued and when it expires (seconds since the epoch), from its claims;
+/// None for a token that is not a JWT or never expires.
+pub fn validity(token: &str) -> Option<(u64, u64)> {
+    let payload = token.split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .ok()?;
+    let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    let exp = claims.get("exp")?.as_u64()?;
+    let iat = claims
+        .get("iat")
+        .and_then(|v| v.as_u64())
+        .or_else(|| claims.get("nbf").and_then(|v| v.as_u64()))
+        .unwrap_or(exp.saturating_sub(DEFAULT_LIFETIME.as_secs()));
+    Some((iat, exp))
+}
+
+/// How long from `now` until the token should be renewed.
+pub fn renew_in(iat: u64, exp: u64, now: u64) -> Duration {
+    let lifetime = exp.saturating_sub(iat) as f64;
+    let at = iat + (lifetime * RENEW_AT) as u64;
+    Duration::from_secs(at.saturating_sub(now))
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
+}
+
+/// Keeps `leaf`'s token fresh while this agent leads.
+pub async fn run(
+    host: Client,
+    leaf: Arc<LeafCluster>,
+    join: JoinSecret,
+    mut leader: watch::Receiver<bool>,
+    lease: LeaseHealth,
+    events: EventSink,
+) {
+    let Some(token) = leaf_kubeconfig::token(&join.kubeconfig) else {
+        return;
+    };
+    let Some((iat, exp)) = validity(&token) else {
+        warn!(cluster = %leaf.name, "the leaf token has no expiry: it is not renewed (re-join the leaf for an expiring token)");
+        return;
+    };
+    tokio::time::sleep(renew_in(iat, exp, now())).await;
+    loop {
+        if leader.wait_for(|l| *l).await.is_err() {
+            return;
+        }
+        if may_act(&leader, &lease) {
+            match renew(&host, &leaf, &join).await {
+                // The Secret's change reconnects the leaf; this task ends with it.
+                Ok(()) => {
+                    info!(cluster = %leaf.name, "leaf token renewed");
+                    return;
+                }
+                Err(e) => {
+                    warn!(cluster = %leaf.name, error = %e, "cannot renew the leaf token; retrying");
+                    let left = exp.saturating_sub(now());
+                    events.send(Message::Event {
+                        reporting_controller: keys::AGENT_NAME.into(),
+                        regarding: ObjectReference {
+                            api_version: Some("v1".into()),
+                            kind: Some("Node".into()),
+                            name: Some(keys::virtual_node_name(&leaf.name)),
+                            ..Default::default()
+                        },
+                        type_: kube::runtime::events::EventType::Warning,
+                        reason: "LeafTokenRenewalFailed",
+                        action: "RenewToken",
+                        note: format!("{e}; the current token expires in {left}s"),
+                    });
+                }
+            }
+        }
+        tokio::time::sleep(RETRY).await;
+    }
+}
+
+async fn renew(host: &Client, leaf: &LeafCluster, join: &JoinSecret) -> Result<(), RenewalError> {
+    let lifetime = join.lifetime.unwrap_or(DEFAULT_LIFETIME);
+    let accounts: Api<ServiceAccount> =
+        Api::namespaced(leaf.client.clone(), keys::SYSTEM_NAMESPACE);
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec![],
+            expiration_seconds: Some(lifetime.as_secs() as i64),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let answer = accounts
+        .create_token_request(keys::LEAF_ACCOUNT, &PostParams::default(), &request)
+        .await
+        .map_err(|source| RenewalError::Request {
+            account: format!("{}/{}", keys::SYSTEM_NAMESPACE, keys::LEAF_ACCOUNT),
+            source,
+        })?;
+    let token = answer
+        .status
+        .map(|s| s.token)
+        .filter(|t| !t.is_empty())
+        .ok_or(RenewalError::Empty)?;
+    let kubeconfig = leaf_kubeconfig::with_token(&join.kubeconfig, &token)?;
+    let secrets: Api<Secret> = Api::namespaced(host.clone(), &join.namespace);
+    let patch = json!({"data": {keys::KUBECONFIG_KEY: ByteString(kubeconfig.into_bytes())}});
+    secrets
+        .patch(&join.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|source| RenewalError::Write {
+            secret: join.name.clone(),
+            source,
+        })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn jwt(claims: serde_json::Value) -> String {
+        let enc = |v: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v);
+        format!(
+            "{}.{}.sig",
+            enc(br#"{"alg":"RS256"}"#),
+            enc(claims.to_string().as_bytes())
+        )
+    }
+
+    #[test]
+    fn a_token_is_renewed_at_four_fifths_of_its_lifetime() {
+        let t = jwt(
+            json!({"iat": 1000, "exp": 4600, "sub": "system:serviceaccount:mcsched-system:mcsched-leaf"}),
+        );
+        assert_eq!(validity(&t), Some((1000, 4600)));
+        assert_eq!(renew_in(1000, 4600, 1000), Duration::from_secs(2880));
+        assert_eq!(
+            renew_in(1000, 4600, 4000),
+            Duration::ZERO,
+            "overdue: at once"
+        );
+    }
+
+    #[test]
+    fn a_token_without_expiry_or_not_a_jwt_has_no_validity() {
+        assert_eq!(validity(&jwt(json!({"sub": "x"}))), None);
+        assert_eq!(validity("opaque-token"), None);
+        assert_eq!(validity("a.!!!.c"), None);
+    }
+}
