@@ -120,6 +120,11 @@ pub struct Args {
     #[arg(long, default_value_t = 300, value_name = "SECONDS")]
     pub leaf_avoid_duration: u64,
 
+    /// Renew a leaf's token at most this long (seconds) after it was issued; 0: at 80 %
+    /// of its lifetime (join's --token-lifetime), as is the default.
+    #[arg(long, default_value_t = 0, value_name = "SECONDS")]
+    pub leaf_token_renew_after: u64,
+
     /// Log filter in tracing's EnvFilter syntax (RUST_LOG overrides it).
     #[arg(long, default_value = "info", value_name = "FILTER")]
     pub log: String,

@@ -62,6 +62,8 @@ fn main() -> ExitCode {
     let settings = LeafSettings {
         pending_timeout: Duration::from_secs(args.leaf_pending_timeout),
         avoid_for: Duration::from_secs(args.leaf_avoid_duration),
+        token_renew_after: (args.leaf_token_renew_after > 0)
+            .then(|| Duration::from_secs(args.leaf_token_renew_after)),
     };
     // Pods go to leaves only when the agent may read what pod sync copies there.
     let grants = Grants::new(args.namespace.clone());

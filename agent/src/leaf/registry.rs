@@ -40,6 +40,9 @@ pub struct LeafSettings {
     pub pending_timeout: std::time::Duration,
     /// The cluster is then avoided for the pod's owner this long.
     pub avoid_for: std::time::Duration,
+    /// A leaf token is renewed at most this long after it was issued (else at 80 % of
+    /// its lifetime).
+    pub token_renew_after: Option<std::time::Duration>,
 }
 
 impl Default for LeafSettings {
@@ -47,6 +50,7 @@ impl Default for LeafSettings {
         LeafSettings {
             pending_timeout: std::time::Duration::from_secs(120),
             avoid_for: std::time::Duration::from_secs(300),
+            token_renew_after: None,
         }
     }
 }

@@ -96,6 +96,7 @@ pub async fn run(
     mut leader: watch::Receiver<bool>,
     lease: LeaseHealth,
     events: EventSink,
+    renew_after: Option<Duration>,
 ) {
     let Some(token) = leaf_kubeconfig::token(&join.kubeconfig) else {
         return;
@@ -104,7 +105,12 @@ pub async fn run(
         warn!(cluster = %leaf.name, "the leaf token has no expiry: it is not renewed (re-join the leaf for an expiring token)");
         return;
     };
-    tokio::time::sleep(renew_in(iat, exp, now())).await;
+    let mut wait = renew_in(iat, exp, now());
+    if let Some(max) = renew_after {
+        let issued_ago = Duration::from_secs(now().saturating_sub(iat));
+        wait = wait.min(max.saturating_sub(issued_ago));
+    }
+    tokio::time::sleep(wait).await;
     loop {
         if leader.wait_for(|l| *l).await.is_err() {
             return;

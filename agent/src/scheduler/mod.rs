@@ -181,6 +181,7 @@ fn spawn_leaves(
     );
     let lease = shared.lease_health.clone();
     let events = shared.events.clone();
+    let renew_after = shared.leaves.settings.token_renew_after;
     let (refuse_host, refuse_leader, refuse_lease) =
         (client.clone(), leader.clone(), shared.lease_health.clone());
     let on_leaf = move |leaf: Arc<crate::leaf::cluster::LeafCluster>| {
@@ -205,6 +206,7 @@ fn spawn_leaves(
                 l.clone(),
                 lease.clone(),
                 events.clone(),
+                renew_after,
             )));
         }
     };

@@ -1,0 +1,484 @@
+//! What mcsched may touch in a leaf, on real control planes: only objects with its own
+//! host's mark (never the leaf owner's, never another host's), only credentials of the
+//! one allowed form, renewed before they expire, and at most one copy of a pod while a
+//! leaf is cut off.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolumeClaim, Pod, Secret};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, wait};
+use mcsched_shared::keys;
+use serde_json::json;
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+async fn node(client: &Client, name: &str) -> anyhow::Result<()> {
+    mcsched_e2e::objects::ready_node(
+        client,
+        name,
+        "4",
+        "8Gi",
+        json!({"kubernetes.io/hostname": name}),
+    )
+    .await
+}
+
+async fn namespace(client: &Client, name: &str) -> anyhow::Result<()> {
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    match api
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": name}}))?,
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn ready_status(n: &Node) -> Option<(String, Option<String>, Option<String>)> {
+    let c = n
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+async fn wait_ready(client: &Client, name: &str, want: &str) -> anyhow::Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    wait::until(
+        Duration::from_secs(90),
+        &format!("{name} Ready={want}"),
+        || async {
+            let n = nodes.get(name).await?;
+            Ok((ready_status(&n).map(|r| r.0).as_deref() == Some(want)).then_some(()))
+        },
+    )
+    .await
+}
+
+/// Spec of a pod that can only go to leaf `east` (or stay pending).
+fn to_east(containers: serde_json::Value) -> serde_json::Value {
+    json!({
+        "schedulerName": "mcsched",
+        "nodeSelector": {keys::CLUSTER_LABEL: "east"},
+        "tolerations": [{"key": keys::LEAF_TAINT, "operator": "Exists"}],
+        "containers": containers
+    })
+}
+
+async fn failed_scheduling(client: &Client, ns: &str, prefix: &str) -> anyhow::Result<Vec<String>> {
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    Ok(events
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some("FailedScheduling")
+                && e.regarding
+                    .as_ref()
+                    .and_then(|r| r.name.as_deref())
+                    .is_some_and(|n| n.starts_with(prefix))
+        })
+        .filter_map(|e| e.note)
+        .collect())
+}
+
+/// A leaf namespace holding its owner's ConfigMap, Secret, claim and pod of the names a
+/// host workload uses: none is used, changed or deleted, the workload is not sent there,
+/// and the scheduler says why.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_leaf_owners_objects_are_never_used_changed_or_deleted() -> anyhow::Result<()> {
+    let [host, leaf]: [ControlPlane; 2] =
+        ControlPlane::start_many(&["own-host", "own-east"], ControlPlaneOptions::full())
+            .await?
+            .try_into()
+            .map_err(|_| anyhow::anyhow!("two control planes"))?;
+    node(&leaf.client, "east-1").await?;
+    for c in [&host.client, &leaf.client] {
+        namespace(c, "shop").await?;
+        Api::<k8s_openapi::api::storage::v1::StorageClass>::all(c.clone())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": "local-wffc"},
+                    "provisioner": "kubernetes.io/no-provisioner",
+                    "volumeBindingMode": "WaitForFirstConsumer"}))?,
+            )
+            .await?;
+    }
+    // The leaf owner's objects.
+    let leaf_cms: Api<ConfigMap> = Api::namespaced(leaf.client.clone(), "shop");
+    let leaf_secrets: Api<Secret> = Api::namespaced(leaf.client.clone(), "shop");
+    let leaf_claims: Api<PersistentVolumeClaim> = Api::namespaced(leaf.client.clone(), "shop");
+    let leaf_pods: Api<Pod> = Api::namespaced(leaf.client.clone(), "shop");
+    leaf_cms
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": "settings"}, "data": {"owner": "leaf"}}),
+            )?,
+        )
+        .await?;
+    leaf_secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": "creds"}, "stringData": {"password": "leaf"}}),
+            )?,
+        )
+        .await?;
+    leaf_claims
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "data"}, "spec": {
+                "storageClassName": "local-wffc",
+                "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}))?,
+        )
+        .await?;
+    leaf_pods
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": {
+                "nodeName": "east-1", "containers": [{"name": "c", "image": "pause"}]}}))?,
+        )
+        .await?;
+    let versions = || async {
+        anyhow::Ok([
+            leaf_cms.get("settings").await?.metadata.resource_version,
+            leaf_secrets.get("creds").await?.metadata.resource_version,
+            leaf_claims.get("data").await?.metadata.resource_version,
+            leaf_pods.get("web").await?.metadata.resource_version,
+        ])
+    };
+    // The pod's own status is the leaf kubelet's to change; the rest must not move.
+    let before = versions().await?;
+
+    // The host has a ConfigMap and a Secret of the same names, and workloads using each.
+    let host_cms: Api<ConfigMap> = Api::namespaced(host.client.clone(), "shop");
+    host_cms
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": "settings"}, "data": {"owner": "host"}}),
+            )?,
+        )
+        .await?;
+    Api::<Secret>::namespaced(host.client.clone(), "shop")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": "creds"}, "stringData": {"password": "host"}}),
+            )?,
+        )
+        .await?;
+    Api::<PersistentVolumeClaim>::namespaced(host.client.clone(), "shop")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "data"}, "spec": {
+                "storageClassName": "local-wffc",
+                "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}))?,
+        )
+        .await?;
+    mcsched_e2e::objects::join_as_join_does(&host.client, &leaf, "east", json!({})).await?;
+    let agent = Agent::start(&host.kubeconfig, "mcsched", host.dir())?;
+    wait_ready(&host.client, "mcsched-east", "True")
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
+
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(host.client.clone(), "shop");
+    let container =
+        |mount: serde_json::Value| json!([{"name": "c", "image": "pause", "envFrom": mount}]);
+    for (name, spec) in [
+        (
+            "uses-settings",
+            to_east(container(json!([{"configMapRef": {"name": "settings"}}]))),
+        ),
+        (
+            "uses-creds",
+            to_east(container(json!([{"secretRef": {"name": "creds"}}]))),
+        ),
+        ("uses-data", {
+            let mut s = to_east(json!([{"name": "c", "image": "pause"}]));
+            s["volumes"] = json!([{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]);
+            s
+        }),
+    ] {
+        deployments
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
+                    "metadata": {"name": name},
+                    "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                        "template": {"metadata": {"labels": {"app": name}}, "spec": spec}}
+                }))?,
+            )
+            .await?;
+    }
+    // A bare pod named as the leaf owner's.
+    Api::<Pod>::namespaced(host.client.clone(), "shop")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "web"},
+                "spec": to_east(json!([{"name": "c", "image": "pause"}]))}))?,
+        )
+        .await?;
+
+    for (prefix, want) in [
+        (
+            "uses-settings",
+            "has a ConfigMap shop/settings that this host's mcsched did not create",
+        ),
+        (
+            "uses-creds",
+            "has a Secret shop/creds that this host's mcsched did not create",
+        ),
+        (
+            "uses-data",
+            "has a PersistentVolumeClaim shop/data that this host's mcsched did not create",
+        ),
+        (
+            "web",
+            "has a pod shop/web that this host's mcsched did not create",
+        ),
+    ] {
+        wait::until(
+            TIMEOUT,
+            &format!("{prefix} refused by leaf east"),
+            || async {
+                let notes = failed_scheduling(&host.client, "shop", prefix).await?;
+                Ok(notes.iter().any(|n| n.contains(want)).then_some(()))
+            },
+        )
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
+    }
+    // Nothing of the leaf owner's was touched, and no copy was made next to it.
+    assert_eq!(
+        versions().await?,
+        before,
+        "the leaf owner's objects are unchanged"
+    );
+    let copies = leaf_pods
+        .list(&ListParams::default().labels(keys::HOST_ID_LABEL))
+        .await?
+        .items;
+    assert!(
+        copies.is_empty(),
+        "no copy in the leaf: {:?}",
+        copies.iter().map(|p| &p.metadata.name).collect::<Vec<_>>()
+    );
+    let cm = leaf_cms.get("settings").await?;
+    assert_eq!(
+        cm.data.and_then(|d| d.get("owner").cloned()).as_deref(),
+        Some("leaf")
+    );
+    Ok(())
+}
+
+/// A join Secret rewritten to run a program or read a file: refused, the virtual node
+/// says why, and nothing runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_join_secret_that_would_run_or_read_anything_is_refused() -> anyhow::Result<()> {
+    let [host, leaf]: [ControlPlane; 2] =
+        ControlPlane::start_many(&["ref-host", "ref-east"], ControlPlaneOptions::default())
+            .await?
+            .try_into()
+            .map_err(|_| anyhow::anyhow!("two control planes"))?;
+    node(&leaf.client, "east-1").await?;
+    mcsched_e2e::objects::join_as_join_does(&host.client, &leaf, "east", json!({})).await?;
+    let agent = Agent::start(&host.kubeconfig, "mcsched", host.dir())?;
+    wait_ready(&host.client, "mcsched-east", "True")
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
+
+    let marker = host.dir().join("exec-ran");
+    let secrets: Api<Secret> = Api::namespaced(host.client.clone(), keys::SYSTEM_NAMESPACE);
+    let name = keys::cluster_secret_name("east");
+    let current = secrets.get(&name).await?;
+    let text = String::from_utf8(
+        current
+            .data
+            .and_then(|d| d.get(keys::KUBECONFIG_KEY).cloned())
+            .map(|b| b.0)
+            .unwrap_or_default(),
+    )?;
+    let token = mcsched_shared::leaf_kubeconfig::token(&text).unwrap_or_default();
+    let exec = text.replace(
+        &format!("token: {token}"),
+        &format!(
+            "exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: /bin/sh\n      args: [\"-c\", \"touch {}\"]",
+            marker.display()
+        ),
+    );
+    assert_ne!(exec, text);
+    let patch = json!({"data": {keys::KUBECONFIG_KEY: ByteString(exec.into_bytes())}});
+    secrets
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    let nodes: Api<Node> = Api::all(host.client.clone());
+    let (_, reason, message) = wait::until(TIMEOUT, "the virtual node refused", || async {
+        let n = nodes.get("mcsched-east").await?;
+        Ok(ready_status(&n).filter(|r| r.1.as_deref() == Some("LeafKubeconfigRefused")))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    assert_eq!(reason.as_deref(), Some("LeafKubeconfigRefused"));
+    let message = message.unwrap_or_default();
+    assert!(message.contains("users[0].user.exec"), "{message}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!marker.exists(), "the exec plugin ran");
+    Ok(())
+}
+
+/// Tokens renewed early (the flag caps their age at 5 s): the agent requests a new token
+/// as the leaf account, writes it into the join Secret, and the leaf stays Ready with it.
+#[tokio::test(flavor = "multi_thread")]
+async fn leaf_tokens_are_renewed_and_the_leaf_stays_ready() -> anyhow::Result<()> {
+    let [host, leaf]: [ControlPlane; 2] =
+        ControlPlane::start_many(&["tok-host", "tok-east"], ControlPlaneOptions::default())
+            .await?
+            .try_into()
+            .map_err(|_| anyhow::anyhow!("two control planes"))?;
+    node(&leaf.client, "east-1").await?;
+    mcsched_e2e::objects::join_as_join_does(&host.client, &leaf, "east", json!({})).await?;
+    let agent = Agent::start_with(
+        &host.kubeconfig,
+        "mcsched",
+        host.dir(),
+        "tokens",
+        &["--leaf-token-renew-after=5"],
+    )?;
+    let secrets: Api<Secret> = Api::namespaced(host.client.clone(), keys::SYSTEM_NAMESPACE);
+    let name = keys::cluster_secret_name("east");
+    let token = || async {
+        let s = secrets.get(&name).await?;
+        let text = String::from_utf8(
+            s.data
+                .and_then(|d| d.get(keys::KUBECONFIG_KEY).cloned())
+                .map(|b| b.0)
+                .unwrap_or_default(),
+        )?;
+        mcsched_shared::leaf_kubeconfig::check(&text)?;
+        anyhow::Ok(mcsched_shared::leaf_kubeconfig::token(&text).unwrap_or_default())
+    };
+    let mut seen = vec![token().await?];
+    for round in 1..=2 {
+        let last = seen.last().cloned().unwrap_or_default();
+        let next = wait::until(
+            Duration::from_secs(60),
+            &format!("renewal {round}"),
+            || async {
+                let t = token().await?;
+                Ok((t != last).then_some(t))
+            },
+        )
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
+        seen.push(next);
+        wait_ready(&host.client, "mcsched-east", "True")
+            .await
+            .map_err(|e| e.context(agent.logs()))?;
+    }
+    // Each one a bound token of the leaf account, with an expiry.
+    for t in &seen {
+        let (iat, exp) = mcsched_agent::leaf::token_renewal::validity(t)
+            .ok_or_else(|| anyhow::anyhow!("token without expiry"))?;
+        assert!(exp > iat);
+    }
+    assert!(agent.logs().contains("leaf token renewed"));
+    Ok(())
+}
+
+/// Two hosts join one leaf under the same name: each one's pods run there, and each
+/// leaves the other's copies alone, also when its own pods go.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_hosts_share_a_leaf_without_touching_each_others_copies() -> anyhow::Result<()> {
+    let [one, two, leaf]: [ControlPlane; 3] = ControlPlane::start_many(
+        &["two-host-a", "two-host-b", "two-east"],
+        ControlPlaneOptions::full(),
+    )
+    .await?
+    .try_into()
+    .map_err(|_| anyhow::anyhow!("three control planes"))?;
+    node(&leaf.client, "east-1").await?;
+    let mut agents = Vec::new();
+    for (host, pod) in [(&one, "from-one"), (&two, "from-two")] {
+        mcsched_e2e::objects::join_as_join_does(&host.client, &leaf, "east", json!({})).await?;
+        agents.push(Agent::start(&host.kubeconfig, "mcsched", host.dir())?);
+        wait_ready(&host.client, "mcsched-east", "True").await?;
+        Api::<Pod>::namespaced(host.client.clone(), "default")
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": pod},
+                    "spec": to_east(json!([{"name": "c", "image": "pause"}]))}))?,
+            )
+            .await?;
+    }
+    let leaf_pods: Api<Pod> = Api::namespaced(leaf.client.clone(), "default");
+    let running = |name: &'static str| {
+        let leaf_pods = leaf_pods.clone();
+        async move {
+            let p = leaf_pods.get_opt(name).await?;
+            anyhow::Ok(p.is_some_and(|p| {
+                p.status.and_then(|s| s.phase).as_deref() == Some("Running")
+                    && p.metadata.deletion_timestamp.is_none()
+            }))
+        }
+    };
+    for name in ["from-one", "from-two"] {
+        wait::until(TIMEOUT, &format!("{name} running in the leaf"), || async {
+            Ok(running(name).await?.then_some(()))
+        })
+        .await
+        .map_err(|e| {
+            e.context(
+                agents
+                    .iter()
+                    .map(|a| a.logs())
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            )
+        })?;
+    }
+    // Marked by different hosts.
+    let ids: BTreeMap<String, String> = leaf_pods
+        .list(&ListParams::default().labels(keys::HOST_ID_LABEL))
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|p| {
+            let id = p
+                .metadata
+                .labels
+                .as_ref()?
+                .get(keys::HOST_ID_LABEL)?
+                .clone();
+            Some((p.metadata.name?, id))
+        })
+        .collect();
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    assert_ne!(ids["from-one"], ids["from-two"]);
+    // Host one's pod goes: its copy goes; host two's stays through both agents' resyncs.
+    Api::<Pod>::namespaced(one.client.clone(), "default")
+        .delete("from-one", &DeleteParams::default())
+        .await?;
+    wait::until(TIMEOUT, "from-one's copy gone", || async {
+        Ok(leaf_pods.get_opt("from-one").await?.is_none().then_some(()))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(35)).await;
+    assert!(running("from-two").await?, "host two's copy was touched");
+    Ok(())
+}
