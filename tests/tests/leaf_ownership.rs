@@ -482,3 +482,179 @@ async fn two_hosts_share_a_leaf_without_touching_each_others_copies() -> anyhow:
     assert!(running("from-two").await?, "host two's copy was touched");
     Ok(())
 }
+
+fn running_on(p: &Pod) -> Option<String> {
+    let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+    (running && p.metadata.deletion_timestamp.is_none())
+        .then(|| p.spec.as_ref().and_then(|s| s.node_name.clone()))
+        .flatten()
+}
+
+/// A leaf cut off (its control plane frozen past the eviction timeouts, then resumed)
+/// with a 3-replica StatefulSet and a 3-replica Deployment on it: no StatefulSet pod ever
+/// runs twice (host and leaf counted together), the Deployment runs elsewhere meanwhile,
+/// and after the resume nothing is duplicated or lost.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cut_off_leaf_never_leaves_two_copies_of_a_statefulset_pod() -> anyhow::Result<()> {
+    let [host, leaf]: [ControlPlane; 2] =
+        ControlPlane::start_many(&["part-host", "part-east"], ControlPlaneOptions::full())
+            .await?
+            .try_into()
+            .map_err(|_| anyhow::anyhow!("two control planes"))?;
+    node(&leaf.client, "east-1").await?;
+    mcsched_e2e::objects::join_as_join_does(&host.client, &leaf, "east", json!({})).await?;
+    let agent = Agent::start(&host.kubeconfig, "mcsched", host.dir())?;
+    wait_ready(&host.client, "mcsched-east", "True")
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
+    let evict_at_once = |key: &str| json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 0});
+    let spec = json!({
+        "schedulerName": "mcsched",
+        "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 100, "preference": {"matchExpressions": [
+                {"key": keys::CLUSTER_LABEL, "operator": "In", "values": ["east"]}]}}]}},
+        "tolerations": [
+            {"key": keys::LEAF_TAINT, "operator": "Exists"},
+            evict_at_once("node.kubernetes.io/not-ready"),
+            evict_at_once("node.kubernetes.io/unreachable")],
+        "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "100m"}}}]
+    });
+    let workload = |kind: &str, name: &str| {
+        let mut w = json!({
+            "metadata": {"name": name},
+            "spec": {"replicas": 3, "selector": {"matchLabels": {"app": name}},
+                "template": {"metadata": {"labels": {"app": name}}, "spec": spec.clone()}}
+        });
+        if kind == "StatefulSet" {
+            w["spec"]["serviceName"] = json!(name);
+            w["spec"]["podManagementPolicy"] = json!("Parallel");
+        }
+        w
+    };
+    Api::<k8s_openapi::api::apps::v1::StatefulSet>::namespaced(host.client.clone(), "default")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(workload("StatefulSet", "db"))?,
+        )
+        .await?;
+    Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(host.client.clone(), "default")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(workload("Deployment", "app"))?,
+        )
+        .await?;
+    let host_pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
+    let leaf_pods: Api<Pod> = Api::namespaced(leaf.client.clone(), "default");
+    let listed = |api: &Api<Pod>, app: &str| {
+        let (api, lp) = (
+            api.clone(),
+            ListParams::default().labels(&format!("app={app}")),
+        );
+        async move { anyhow::Ok(api.list(&lp).await?.items) }
+    };
+    wait::until(
+        Duration::from_secs(90),
+        "6 copies running in east",
+        || async {
+            let n = listed(&leaf_pods, "db").await?.len() + listed(&leaf_pods, "app").await?.len();
+            let running = [
+                listed(&host_pods, "db").await?,
+                listed(&host_pods, "app").await?,
+            ]
+            .concat()
+            .iter()
+            .filter(|p| running_on(p).as_deref() == Some("mcsched-east"))
+            .count();
+            Ok((n == 6 && running == 6).then_some(()))
+        },
+    )
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    // Room on the host for what must move.
+    node(&host.client, "host-a").await?;
+
+    // Cut off: the leaf copies keep running in there, unseen.
+    let db_in_leaf: Vec<String> = listed(&leaf_pods, "db")
+        .await?
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    leaf.pause();
+    let host_copies = |pods: &[Pod], name: &str| {
+        pods.iter()
+            .filter(|p| p.metadata.name.as_deref() == Some(name))
+            .filter(|p| running_on(p).is_some_and(|n| n != "mcsched-east"))
+            .count()
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(150);
+    let mut samples = 0;
+    let mut moved = false;
+    while tokio::time::Instant::now() < deadline {
+        let db = listed(&host_pods, "db").await?;
+        for name in &db_in_leaf {
+            // Its copy still runs in the frozen leaf: the host must run none.
+            assert_eq!(
+                host_copies(&db, name),
+                0,
+                "{name} runs twice during the partition"
+            );
+        }
+        samples += 1;
+        let apps = listed(&host_pods, "app").await?;
+        let on_host = apps
+            .iter()
+            .filter(|p| running_on(p).as_deref() == Some("host-a"))
+            .count();
+        if on_host == 3 {
+            moved = true;
+            // Keep sampling a while after the Deployment moved.
+            if tokio::time::Instant::now() + Duration::from_secs(100) > deadline {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert!(
+        moved,
+        "the Deployment's replicas did not run elsewhere: {}",
+        agent.logs()
+    );
+    println!("partition: {samples} samples, no StatefulSet pod ran twice");
+
+    leaf.resume();
+    wait_ready(&host.client, "mcsched-east", "True")
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
+    // After: each StatefulSet pod runs exactly once, the Deployment has its 3, and no
+    // leftover copy of an evicted pod runs in the leaf.
+    wait::until(
+        Duration::from_secs(120),
+        "settled after the partition",
+        || async {
+            let (db_host, db_leaf) = (
+                listed(&host_pods, "db").await?,
+                listed(&leaf_pods, "db").await?,
+            );
+            for name in &db_in_leaf {
+                let copies = host_copies(&db_host, name)
+                    + db_leaf
+                        .iter()
+                        .filter(|p| p.metadata.name.as_deref() == Some(name.as_str()))
+                        .filter(|p| running_on(p).is_some())
+                        .count();
+                anyhow::ensure!(
+                    copies <= 1,
+                    "{name} runs {copies} times after the partition"
+                );
+            }
+            let db_running = db_host.iter().filter(|p| running_on(p).is_some()).count();
+            let apps = listed(&host_pods, "app").await?;
+            let app_running = apps.iter().filter(|p| running_on(p).is_some()).count();
+            let app_in_leaf = listed(&leaf_pods, "app").await?.len();
+            Ok((db_running == 3 && app_running == 3 && app_in_leaf == 0).then_some(()))
+        },
+    )
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    Ok(())
+}
