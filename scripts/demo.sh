@@ -127,8 +127,8 @@ k wait --for=condition=Available apiservice/v1alpha1.mcsched.io --timeout=60s >/
 mcsched version
 
 say "kubectl mcsched join cluster: east (eu, on-premises) and west (us, cloud)"
-mcsched join cluster --name east --cluster-kubeconfig "$WORK/east.kubeconfig" --region eu --provider onprem --cost 1
-mcsched join cluster --name west --cluster-kubeconfig "$WORK/west.kubeconfig" --region us --provider cloud --cost 3
+mcsched join cluster --name east --cluster-kubeconfig "$WORK/east.kubeconfig" --namespaces default --region eu --provider onprem --cost 1
+mcsched join cluster --name west --cluster-kubeconfig "$WORK/west.kubeconfig" --namespaces default --region us --provider cloud --cost 3
 for _ in $(seq 1 150); do
   ready=$(k get nodes -l mcsched.io/cluster -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -c True || true)
   [ "$ready" -eq 2 ] && break

@@ -28,3 +28,31 @@ pub fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stderr)
     )
 }
+
+/// `kubectl auth can-i ARGS...` with `kubeconfig`, read strictly: `yes` (exit 0) is true,
+/// `no` (exit 1, with or without the authorizer's ` - reason`) is false, and anything
+/// else — kubectl failing, an unknown resource type — is an error, never a "no".
+pub fn can_i(kubeconfig: &Path, args: &[&str]) -> anyhow::Result<bool> {
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["auth", "can-i"])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .context("running kubectl (it must be on PATH)")?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let answer = stdout.trim();
+    anyhow::ensure!(
+        !stderr.contains("doesn't have a resource type"),
+        "kubectl auth can-i {args:?}: {stderr}"
+    );
+    match (out.status.code(), answer) {
+        (Some(0), "yes") => Ok(true),
+        (Some(1), a) if a == "no" || a.starts_with("no - ") => Ok(false),
+        (code, _) => anyhow::bail!(
+            "kubectl auth can-i {args:?} answered neither yes nor no (exit {code:?}): {stdout}{stderr}"
+        ),
+    }
+}

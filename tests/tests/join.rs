@@ -1,31 +1,20 @@
 //! `kubectl mcsched join cluster` and `unjoin cluster`, run as the real binary against a
-//! real host and a real leaf API server (the leaf with kube-controller-manager, whose token
-//! controller issues the leaf ServiceAccount's token).
+//! real host and a real leaf API server (the leaf's token comes from its TokenRequest API;
+//! no token controller is needed). What the leaf account may and may not do in detail is
+//! in `leaf_safety.rs`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::Context;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
-use mcsched_e2e::cli::{run, text};
+use mcsched_e2e::cli::{can_i, run, text};
 use mcsched_e2e::{ControlPlane, ControlPlaneOptions};
 use mcsched_shared::keys;
 use serde_json::json;
-
-/// `kubectl auth can-i` as whoever the kubeconfig names.
-fn can_i(kubeconfig: &Path, args: &[&str]) -> anyhow::Result<bool> {
-    let out = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(["auth", "can-i"])
-        .args(args)
-        .output()
-        .context("kubectl must be on PATH")?;
-    Ok(String::from_utf8_lossy(&out.stdout).trim() == "yes")
-}
 
 async fn exists<K>(api: &Api<K>, name: &str) -> anyhow::Result<bool>
 where
@@ -50,13 +39,7 @@ async fn leaf_node(client: &Client, name: &str, zone: &str) -> anyhow::Result<()
 async fn join_and_unjoin_a_leaf() -> anyhow::Result<()> {
     let (host, leaf) = tokio::try_join!(
         ControlPlane::start("join-host", ControlPlaneOptions::default()),
-        ControlPlane::start(
-            "join-leaf",
-            ControlPlaneOptions {
-                with_controller_manager: true,
-                ..Default::default()
-            }
-        )
+        ControlPlane::start("join-leaf", ControlPlaneOptions::default())
     )?;
     leaf_node(&leaf.client, "leaf-1", "eu-1").await?;
     leaf_node(&leaf.client, "leaf-2", "eu-2").await?;
@@ -75,6 +58,8 @@ async fn join_and_unjoin_a_leaf() -> anyhow::Result<()> {
             "east",
             "--cluster-kubeconfig",
             &garbage.to_string_lossy(),
+            "--namespaces",
+            "shop",
         ],
     )?;
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
@@ -98,6 +83,8 @@ async fn join_and_unjoin_a_leaf() -> anyhow::Result<()> {
             "east",
             "--cluster-kubeconfig",
             &unreachable.to_string_lossy(),
+            "--namespaces",
+            "shop",
         ],
     )?;
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
@@ -116,6 +103,8 @@ async fn join_and_unjoin_a_leaf() -> anyhow::Result<()> {
             "East!",
             "--cluster-kubeconfig",
             &leaf_kc,
+            "--namespaces",
+            "shop",
         ],
     )?;
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
@@ -123,9 +112,34 @@ async fn join_and_unjoin_a_leaf() -> anyhow::Result<()> {
 
     let out = run(
         &host.kubeconfig,
-        &["join", "cluster", "--cluster-kubeconfig", &leaf_kc],
+        &[
+            "join",
+            "cluster",
+            "--cluster-kubeconfig",
+            &leaf_kc,
+            "--namespaces",
+            "shop",
+        ],
     )?;
     assert_eq!(out.status.code(), Some(2), "a usage error: {}", text(&out));
+    // Where the host may write in the leaf is never left implicit.
+    let out = run(
+        &host.kubeconfig,
+        &[
+            "join",
+            "cluster",
+            "--name",
+            "east",
+            "--cluster-kubeconfig",
+            &leaf_kc,
+        ],
+    )?;
+    assert_eq!(out.status.code(), Some(2), "a usage error: {}", text(&out));
+    assert!(
+        text(&out).contains("--namespaces"),
+        "names the missing flag: {}",
+        text(&out)
+    );
 
     // A leaf user without the rights join needs: refused before anything is created.
     let limited = limited_kubeconfig(&leaf, dir.path()).await?;
@@ -138,6 +152,8 @@ async fn join_and_unjoin_a_leaf() -> anyhow::Result<()> {
             "east",
             "--cluster-kubeconfig",
             &limited.to_string_lossy(),
+            "--namespaces",
+            "shop",
         ],
     )?;
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
@@ -162,6 +178,8 @@ async fn join_and_unjoin_a_leaf() -> anyhow::Result<()> {
             "east",
             "--cluster-kubeconfig",
             &leaf_kc,
+            "--namespaces",
+            "shop",
             "--provider",
             "onprem",
             "--cost",
@@ -259,9 +277,21 @@ async fn join_and_unjoin_a_leaf() -> anyhow::Result<()> {
         .context("no kubeconfig in the join Secret")?;
     let kc_path = dir.path().join("leaf-sa.yaml");
     std::fs::write(&kc_path, &kc.0)?;
-    assert!(
-        !String::from_utf8_lossy(&kc.0).contains("client-certificate"),
-        "never the caller's credentials"
+    let kc_text = String::from_utf8_lossy(&kc.0).into_owned();
+    assert_eq!(
+        mcsched_shared::leaf_kubeconfig::check(&kc_text),
+        Ok(()),
+        "server, CA and token only: {kc_text}"
+    );
+    assert_eq!(
+        secret
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(keys::TOKEN_LIFETIME_ANNOTATION))
+            .map(String::as_str),
+        Some("1h0m0s"),
+        "the default lifetime"
     );
     // The leaf ServiceAccount can do what the agent needs there, and not more.
     assert!(can_i(&kc_path, &["watch", "nodes"])?);
@@ -272,8 +302,10 @@ async fn join_and_unjoin_a_leaf() -> anyhow::Result<()> {
     )?);
     assert!(!can_i(&kc_path, &["delete", "persistentvolumes"])?);
     assert!(can_i(&kc_path, &["create", "pods", "-n", "shop"])?);
-    assert!(can_i(&kc_path, &["create", "namespaces"])?);
+    assert!(!can_i(&kc_path, &["create", "pods", "-n", "default"])?);
+    assert!(!can_i(&kc_path, &["create", "namespaces"])?);
     assert!(can_i(&kc_path, &["create", "secrets", "-n", "shop"])?);
+    assert!(!can_i(&kc_path, &["list", "secrets", "-n", "shop"])?);
     assert!(!can_i(&kc_path, &["delete", "nodes"])?);
     assert!(!can_i(&kc_path, &["update", "nodes"])?);
     assert!(!can_i(&kc_path, &["create", "deployments"])?);
@@ -314,6 +346,29 @@ async fn join_and_unjoin_a_leaf() -> anyhow::Result<()> {
         &host.kubeconfig,
         &["update", "nodes/some-real-node", "--as", &agent]
     )?);
+    // ... and write the renewed token into its join Secret, no other.
+    assert!(can_i(
+        &host.kubeconfig,
+        &[
+            "patch",
+            "secrets/mcsched-cluster-east",
+            "-n",
+            keys::SYSTEM_NAMESPACE,
+            "--as",
+            &agent
+        ]
+    )?);
+    assert!(!can_i(
+        &host.kubeconfig,
+        &[
+            "patch",
+            "secrets/another",
+            "-n",
+            keys::SYSTEM_NAMESPACE,
+            "--as",
+            &agent
+        ]
+    )?);
 
     // Joining again updates.
     let out = run(
@@ -325,6 +380,8 @@ async fn join_and_unjoin_a_leaf() -> anyhow::Result<()> {
             "east",
             "--cluster-kubeconfig",
             &leaf_kc,
+            "--namespaces",
+            "shop",
             "--cost",
             "5",
         ],
@@ -354,6 +411,8 @@ async fn join_and_unjoin_a_leaf() -> anyhow::Result<()> {
             "west",
             "--cluster-kubeconfig",
             &leaf_kc,
+            "--namespaces",
+            "shop",
         ],
     )?;
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
@@ -389,6 +448,8 @@ async fn join_and_unjoin_a_leaf() -> anyhow::Result<()> {
             "taken",
             "--cluster-kubeconfig",
             &leaf_kc,
+            "--namespaces",
+            "shop",
         ],
     )?;
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
@@ -399,17 +460,36 @@ async fn join_and_unjoin_a_leaf() -> anyhow::Result<()> {
     );
     assert!(!exists(&host_nodes, "mcsched-taken").await?);
 
-    // Unjoin refuses without a terminal or --yes, then removes everything.
-    let leaf_pods: Api<Pod> = Api::namespaced(leaf.client.clone(), "default");
-    leaf_pods
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": {"name": "synced", "labels": {keys::MANAGED_CLUSTER_LABEL: "east"}},
-                "spec": {"containers": [{"name": "c", "image": "pause"}]}
-            }))?,
-        )
-        .await?;
+    // Unjoin refuses without a terminal or --yes, then removes everything this host's
+    // join and sync created, and nothing else.
+    let host_id = Api::<Namespace>::all(host.client.clone())
+        .get("kube-system")
+        .await?
+        .metadata
+        .uid
+        .context("no host id")?;
+    let leaf_pods: Api<Pod> = Api::namespaced(leaf.client.clone(), "shop");
+    for (name, labels) in [
+        (
+            "synced",
+            json!({keys::MANAGED_CLUSTER_LABEL: "east", keys::HOST_ID_LABEL: host_id}),
+        ),
+        // Another host's copy, under the same leaf name.
+        (
+            "other-host",
+            json!({keys::MANAGED_CLUSTER_LABEL: "east", keys::HOST_ID_LABEL: "another-host"}),
+        ),
+    ] {
+        leaf_pods
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
+                    "metadata": {"name": name, "labels": labels},
+                    "spec": {"containers": [{"name": "c", "image": "pause"}]}
+                }))?,
+            )
+            .await?;
+    }
     let host_pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
     host_pods
         .create(
@@ -475,6 +555,34 @@ async fn join_and_unjoin_a_leaf() -> anyhow::Result<()> {
             .get_opt("synced")
             .await?
             .is_none_or(|p| p.metadata.deletion_timestamp.is_some())
+    );
+    assert!(
+        leaf_pods
+            .get_opt("other-host")
+            .await?
+            .is_some_and(|p| p.metadata.deletion_timestamp.is_none()),
+        "another host's copy stays"
+    );
+    assert!(
+        !exists(
+            &Api::<RoleBinding>::namespaced(leaf.client.clone(), "shop"),
+            keys::LEAF_ACCOUNT
+        )
+        .await?
+    );
+    assert!(
+        !exists(
+            &Api::<ClusterRole>::all(leaf.client.clone()),
+            keys::LEAF_WRITER_ROLE
+        )
+        .await?
+    );
+    assert!(
+        leaf_ns
+            .get_opt("shop")
+            .await?
+            .is_some_and(|n| n.metadata.deletion_timestamp.is_none()),
+        "join created shop, but another host's pod is still there"
     );
     assert!(
         !exists(

@@ -1,6 +1,8 @@
-//! `kubectl mcsched join cluster`: the leaf gets a least-privilege ServiceAccount, the host
-//! a Secret with a kubeconfig for it, the virtual node and the agent's per-leaf RBAC.
-//! Checks come first; whatever this run created is removed again if a later step fails.
+//! `kubectl mcsched join cluster`: the leaf gets a least-privilege ServiceAccount (reading
+//! cluster-wide what scheduling needs, writing only in the namespaces granted), the host a
+//! Secret with the leaf's server, CA and an expiring token for it, the virtual node and the
+//! agent's per-leaf RBAC. Checks come first; whatever this run created is removed again if
+//! a later step fails.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -9,19 +11,22 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{Namespace, Node, NodeSpec, Secret, Taint};
+use k8s_openapi::api::core::v1::{Namespace, Node, NodeSpec, Secret, ServiceAccount, Taint};
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
 };
-use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions,
+};
 use kube::{Client, Resource, ResourceExt};
 use mcsched_shared::keys;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-use super::leaf_access::{self, managed_labels};
+use super::leaf_access::{self, Grant, managed_labels};
 use super::{code, names, step, warn};
+use crate::duration;
 use crate::kube_context::{KubeArgs, load_config};
 
 #[derive(Debug, clap::Args)]
@@ -35,6 +40,25 @@ pub struct JoinArgs {
     /// Context of --cluster-kubeconfig (its current context when not given).
     #[arg(long, value_name = "NAME")]
     pub cluster_context: Option<String>,
+    /// Leaf namespaces the host may run pods in (comma-separated): the leaf account may
+    /// write pods, ConfigMaps, Secrets and PVCs there and nowhere else. Missing ones are
+    /// created. Joining again with another list adds and removes grants.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "NS,...",
+        required_unless_present = "all_namespaces",
+        conflicts_with = "all_namespaces"
+    )]
+    pub namespaces: Vec<String>,
+    /// Let the host run pods in every leaf namespace, kube-system included, and create
+    /// namespaces: only for a host trusted as much as the leaf's admins.
+    #[arg(long)]
+    pub all_namespaces: bool,
+    /// Lifetime of the leaf account's tokens (at least 10m); the agent renews the token
+    /// in the join Secret before it expires.
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = crate::duration::parse)]
+    pub token_lifetime: Duration,
     /// Region label of the virtual node (default: the leaf nodes' common region).
     #[arg(long)]
     pub region: Option<String>,
@@ -50,10 +74,11 @@ pub struct JoinArgs {
     /// Extra label of the virtual node; repeatable.
     #[arg(long = "label", value_name = "KEY=VALUE")]
     pub labels: Vec<String>,
-    /// How long to wait for the leaf to issue the ServiceAccount token.
-    #[arg(long, default_value_t = 60, value_name = "SECONDS")]
-    pub token_timeout: u64,
 }
+
+/// How long join waits for the leaf's kube-root-ca.crt ConfigMap when the leaf's
+/// kubeconfig names no CA.
+const CA_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Objects this run created (not ones that existed before), undone in reverse order.
 type Undo = Box<dyn FnOnce(Client) -> futures::future::BoxFuture<'static, ()> + Send>;
@@ -157,6 +182,81 @@ where
     Ok(!existed)
 }
 
+/// Whether mcsched created the object (`app.kubernetes.io/managed-by=mcsched`).
+pub fn is_managed(meta: &ObjectMeta) -> bool {
+    meta.labels
+        .as_ref()
+        .and_then(|l| l.get(keys::MANAGED_BY_LABEL))
+        .is_some_and(|v| v == keys::MANAGED_BY_VALUE)
+}
+
+fn describe<K: Resource<DynamicType = ()>>(meta: &ObjectMeta) -> String {
+    let name = meta.name.as_deref().unwrap_or_default();
+    match meta.namespace.as_deref() {
+        Some(ns) => format!("{} {ns}/{name}", K::kind(&())),
+        None => format!("{} {name}", K::kind(&())),
+    }
+}
+
+/// [`apply`] in the leaf, refusing to take over an object of the same name that mcsched
+/// did not create: the leaf owner's objects are never changed.
+async fn apply_in_leaf<K>(api: &Api<K>, obj: &K) -> anyhow::Result<bool>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug,
+{
+    let name = obj.meta().name.clone().unwrap_or_default();
+    if let Some(existing) = api.get_opt(&name).await?
+        && !is_managed(existing.meta())
+    {
+        bail!(
+            "{} exists in the leaf and is not mcsched's (no label {}={}): join does not take it over; remove or rename it",
+            describe::<K>(existing.meta()),
+            keys::MANAGED_BY_LABEL,
+            keys::MANAGED_BY_VALUE
+        );
+    }
+    apply(api, obj)
+        .await
+        .with_context(|| format!("writing leaf {}", describe::<K>(obj.meta())))
+}
+
+/// Deletes exactly the object that was read (its UID as precondition), ignoring what is
+/// already gone.
+pub async fn delete_exactly<K>(api: &Api<K>, obj: &K) -> Result<bool, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let dp = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: obj.meta().uid.clone(),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match api.delete(&obj.name_any(), &dp).await {
+        Ok(_) => Ok(true),
+        Err(e) if code(&e) == Some(404) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Everything join decided before it touches a cluster.
+struct Plan<'a> {
+    args: &'a JoinArgs,
+    /// The host namespace of the agent and the join Secrets.
+    namespace: String,
+    server: String,
+    leaf_id: String,
+    host_id: String,
+    version: String,
+    cost: Option<u64>,
+    extra: BTreeMap<String, String>,
+    grant: Grant,
+    /// The leaf's CA (PEM) from its kubeconfig, when that names one.
+    ca: Option<Vec<u8>>,
+    tls_server_name: Option<String>,
+}
+
 pub async fn run(kube: &KubeArgs, args: JoinArgs) -> anyhow::Result<()> {
     names::cluster(&args.name)?;
     let extra = names::labels(&args.labels)?;
@@ -170,6 +270,12 @@ pub async fn run(kube: &KubeArgs, args: JoinArgs) -> anyhow::Result<()> {
             names::topology(flag, v)?;
         }
     }
+    let grant = if args.all_namespaces {
+        Grant::AllNamespaces
+    } else {
+        Grant::Namespaces(names::namespaces(&args.namespaces)?)
+    };
+    names::token_lifetime(args.token_lifetime)?;
     let namespace = kube.namespace_or(keys::SYSTEM_NAMESPACE).to_string();
     let host = kube.client().await.context("host cluster")?;
     let leaf_config = load_config(
@@ -183,6 +289,12 @@ pub async fn run(kube: &KubeArgs, args: JoinArgs) -> anyhow::Result<()> {
         .to_string()
         .trim_end_matches('/')
         .to_string();
+    let ca = leaf_config
+        .root_cert
+        .as_deref()
+        .filter(|certs| !certs.is_empty())
+        .map(leaf_access::ca_pem);
+    let tls_server_name = leaf_config.tls_server_name.clone();
     let leaf = Client::try_from(leaf_config).context("creating the leaf client")?;
     let version =
         match tokio::time::timeout(Duration::from_secs(10), leaf.apiserver_version()).await {
@@ -191,7 +303,7 @@ pub async fn run(kube: &KubeArgs, args: JoinArgs) -> anyhow::Result<()> {
             Err(_) => bail!("cannot reach leaf cluster at {server}: no answer within 10s"),
         };
     step(&format!("leaf cluster reachable at {server} ({version})"));
-    let missing = leaf_access::missing_permissions(&leaf)
+    let missing = leaf_access::missing_permissions(&leaf, &grant)
         .await
         .context("checking permissions in the leaf")?;
     if !missing.is_empty() {
@@ -200,13 +312,11 @@ pub async fn run(kube: &KubeArgs, args: JoinArgs) -> anyhow::Result<()> {
             missing.join(", ")
         );
     }
-    let leaf_id = Api::<Namespace>::all(leaf.clone())
-        .get("kube-system")
-        .await
-        .context("reading the leaf's kube-system namespace")?
-        .metadata
-        .uid
-        .unwrap_or_default();
+    let host_id = super::host_id(&host).await?;
+    let leaf_id = super::cluster_id(&leaf, "leaf").await?;
+    if leaf_id == host_id {
+        bail!("--cluster-kubeconfig names the host cluster itself: a leaf must be another cluster");
+    }
 
     let secret_name = keys::cluster_secret_name(&args.name);
     let secrets: Api<Secret> = Api::namespaced(host.clone(), &namespace);
@@ -247,6 +357,8 @@ pub async fn run(kube: &KubeArgs, args: JoinArgs) -> anyhow::Result<()> {
     {
         bail!("node {node_name} exists in the host and is not this leaf's virtual node");
     }
+    // Joining a joined leaf again updates it: labels, token, and which namespaces are
+    // granted (the way to add or remove one later).
     let rejoin = joined.items.iter().any(|s| s.name_any() == secret_name);
 
     let mut rollback = Rollback {
@@ -254,20 +366,20 @@ pub async fn run(kube: &KubeArgs, args: JoinArgs) -> anyhow::Result<()> {
         leaf: leaf.clone(),
         created: Vec::new(),
     };
-    let result = join_steps(
-        &args,
-        &host,
-        &leaf,
-        &namespace,
-        &server,
-        &leaf_id,
-        &version,
+    let plan = Plan {
+        args: &args,
+        namespace,
+        server,
+        leaf_id,
+        host_id,
+        version,
         cost,
         extra,
-        &mut rollback,
-    )
-    .await;
-    match result {
+        grant,
+        ca,
+        tls_server_name,
+    };
+    match join_steps(&plan, &host, &leaf, &mut rollback).await {
         Ok(()) => {
             let verb = if rejoin { "updated" } else { "joined" };
             println!("cluster {} {verb}: virtual node {node_name}", args.name);
@@ -280,76 +392,102 @@ pub async fn run(kube: &KubeArgs, args: JoinArgs) -> anyhow::Result<()> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn join_steps(
-    args: &JoinArgs,
+    p: &Plan<'_>,
     host: &Client,
     leaf: &Client,
-    namespace: &str,
-    server: &str,
-    leaf_id: &str,
-    version: &str,
-    cost: Option<u64>,
-    extra: BTreeMap<String, String>,
     rb: &mut Rollback,
 ) -> anyhow::Result<()> {
-    // Leaf side.
+    let args = p.args;
+    let system = keys::SYSTEM_NAMESPACE;
+    // Leaf side: the account, what it reads, what it may write, its own tokens.
     let leaf_ns: Api<Namespace> = Api::all(leaf.clone());
-    if leaf_ns.get_opt(keys::SYSTEM_NAMESPACE).await?.is_none() {
+    if leaf_ns.get_opt(system).await?.is_none() {
         leaf_ns
-            .create(
-                &PostParams::default(),
-                &namespace_object(keys::SYSTEM_NAMESPACE),
-            )
+            .create(&PostParams::default(), &namespace_object(system))
             .await
             .context("creating the leaf namespace")?;
-        rb.record_cluster::<Namespace>(true, keys::SYSTEM_NAMESPACE.into());
+        rb.record_cluster::<Namespace>(true, system.into());
     }
-    let sa_api = Api::namespaced(leaf.clone(), keys::SYSTEM_NAMESPACE);
-    if apply(&sa_api, &leaf_access::service_account()).await? {
-        rb.record_namespaced::<k8s_openapi::api::core::v1::ServiceAccount>(
-            true,
-            keys::SYSTEM_NAMESPACE.into(),
-            keys::LEAF_ACCOUNT.into(),
-        );
-    }
-    if apply(&Api::all(leaf.clone()), &leaf_access::cluster_role()).await? {
-        rb.record_cluster::<ClusterRole>(true, keys::LEAF_ACCOUNT.into());
-    }
-    if apply(
-        &Api::all(leaf.clone()),
-        &leaf_access::cluster_role_binding(),
+    if apply_in_leaf(
+        &Api::namespaced(leaf.clone(), system),
+        &leaf_access::service_account(),
     )
     .await?
     {
+        rb.record_namespaced::<ServiceAccount>(true, system.into(), keys::LEAF_ACCOUNT.into());
+    }
+    if apply_in_leaf(&Api::all(leaf.clone()), &leaf_access::reader_role()).await? {
+        rb.record_cluster::<ClusterRole>(true, keys::LEAF_ACCOUNT.into());
+    }
+    if apply_in_leaf(&Api::all(leaf.clone()), &leaf_access::reader_binding()).await? {
         rb.record_cluster::<ClusterRoleBinding>(true, keys::LEAF_ACCOUNT.into());
     }
-    let token_api: Api<Secret> = Api::namespaced(leaf.clone(), keys::SYSTEM_NAMESPACE);
-    if apply(&token_api, &leaf_access::token_secret()).await? {
-        rb.record_namespaced::<Secret>(
-            true,
-            keys::SYSTEM_NAMESPACE.into(),
-            leaf_access::TOKEN_SECRET.into(),
+    if apply_in_leaf(&Api::all(leaf.clone()), &leaf_access::writer_role()).await? {
+        rb.record_cluster::<ClusterRole>(true, keys::LEAF_WRITER_ROLE.into());
+    }
+    if apply_in_leaf(
+        &Api::namespaced(leaf.clone(), system),
+        &leaf_access::token_role(),
+    )
+    .await?
+    {
+        rb.record_namespaced::<Role>(true, system.into(), keys::LEAF_TOKEN_ROLE.into());
+    }
+    if apply_in_leaf(
+        &Api::namespaced(leaf.clone(), system),
+        &leaf_access::token_binding(),
+    )
+    .await?
+    {
+        rb.record_namespaced::<RoleBinding>(true, system.into(), keys::LEAF_TOKEN_ROLE.into());
+    }
+    step(&format!(
+        "leaf: ServiceAccount {system}/{} reading cluster-wide what scheduling needs (ClusterRole {}) and requesting its own tokens (Role {})",
+        keys::LEAF_ACCOUNT,
+        keys::LEAF_ACCOUNT,
+        keys::LEAF_TOKEN_ROLE
+    ));
+    grant_writes(p, leaf, rb).await?;
+
+    let ca = match &p.ca {
+        Some(ca) => ca.clone(),
+        None => leaf_access::published_ca(leaf, CA_TIMEOUT)
+            .await
+            .context("reading the leaf's CA")?
+            .with_context(|| {
+                format!(
+                    "no CA for the leaf: --cluster-kubeconfig names none (certificate-authority-data or certificate-authority) and ConfigMap {system}/{} did not appear in the leaf within {}s",
+                    leaf_access::ROOT_CA_CONFIGMAP,
+                    CA_TIMEOUT.as_secs()
+                )
+            })?,
+    };
+    let (token, expires) = leaf_access::request_token(leaf, args.token_lifetime)
+        .await
+        .with_context(|| {
+            format!(
+                "requesting a token for ServiceAccount {system}/{} (TokenRequest)",
+                keys::LEAF_ACCOUNT
+            )
+        })?;
+    if token.is_empty() {
+        bail!(
+            "the leaf answered the TokenRequest for {system}/{} without a token",
+            keys::LEAF_ACCOUNT
         );
     }
-    let Some((token, ca)) =
-        leaf_access::wait_for_token(leaf, Duration::from_secs(args.token_timeout)).await?
-    else {
-        bail!(
-            "the leaf did not issue a token for ServiceAccount {}/{} within {}s (is its kube-controller-manager's token controller running?)",
-            keys::SYSTEM_NAMESPACE,
-            keys::LEAF_ACCOUNT,
-            args.token_timeout
-        );
-    };
+    let lifetime = duration::display(args.token_lifetime);
     step(&format!(
-        "leaf: ServiceAccount {}/{} with ClusterRole {} and its token",
-        keys::SYSTEM_NAMESPACE,
+        "leaf: a token for {} valid for {lifetime}{}",
         keys::LEAF_ACCOUNT,
-        keys::LEAF_ACCOUNT
+        expires
+            .map(|t| format!(" (until {})", t.0))
+            .unwrap_or_default()
     ));
 
     // Host side.
+    let namespace = p.namespace.as_str();
     let host_ns: Api<Namespace> = Api::all(host.clone());
     if host_ns.get_opt(namespace).await?.is_none() {
         host_ns
@@ -366,7 +504,7 @@ async fn join_steps(
             (args.region.clone().or(r), args.zone.clone().or(z))
         }
     };
-    let mut labels = extra;
+    let mut labels = p.extra.clone();
     labels.insert(keys::CLUSTER_LABEL.into(), args.name.clone());
     labels.insert("kubernetes.io/hostname".into(), node_name.clone());
     labels.insert("kubernetes.io/os".into(), "linux".into());
@@ -376,7 +514,7 @@ async fn join_steps(
         (keys::REGION_LABEL, region),
         (keys::ZONE_LABEL, zone),
         (keys::PROVIDER_LABEL, args.provider.clone()),
-        (keys::COST_LABEL, cost.map(|c| c.to_string())),
+        (keys::COST_LABEL, p.cost.map(|c| c.to_string())),
     ] {
         if let Some(v) = v {
             labels.insert(k.into(), v);
@@ -388,7 +526,7 @@ async fn join_steps(
             labels: Some(labels),
             annotations: Some(BTreeMap::from([(
                 keys::CLUSTER_ID_ANNOTATION.to_string(),
-                leaf_id.to_string(),
+                p.leaf_id.clone(),
             )])),
             ..Default::default()
         },
@@ -407,7 +545,7 @@ async fn join_steps(
     if apply(&nodes, &node).await? {
         rb.record_cluster::<Node>(false, node_name.clone());
         let status = json!({"status": {
-            "nodeInfo": {"kubeletVersion": version},
+            "nodeInfo": {"kubeletVersion": p.version},
             "conditions": [{"type": "Ready", "status": "Unknown", "reason": "LeafClusterJoined",
                 "message": "waiting for the mcsched agent to report the leaf's state"}]}});
         nodes
@@ -417,23 +555,29 @@ async fn join_steps(
     }
     step(&format!("host: virtual node {node_name}"));
 
-    for (created, kind) in agent_rbac(host, namespace, &node_name).await? {
+    let secret_name = keys::cluster_secret_name(&args.name);
+    for (created, kind) in agent_rbac(host, namespace, &node_name, &secret_name).await? {
         if created {
-            rb.record_host_rbac(kind, &node_name);
+            rb.record_host_rbac(kind, &node_name, namespace);
         }
     }
     step(&format!(
-        "host: RBAC {}{} for the agent (this node and its Lease only)",
+        "host: RBAC {}{} for the agent (this node, its Lease and its join Secret only)",
         keys::VIRTUAL_NODE_RBAC_PREFIX,
         args.name
     ));
 
     // Last, so the agent only takes the leaf up once its virtual node and RBAC exist.
-    let kubeconfig =
-        serde_yaml::to_string(&leaf_access::kubeconfig(&args.name, server, &ca, &token))?;
+    let kubeconfig = leaf_access::kubeconfig(
+        &args.name,
+        &p.server,
+        &ca,
+        p.tls_server_name.as_deref(),
+        &token,
+    )?;
     let secret = Secret {
         metadata: ObjectMeta {
-            name: Some(keys::cluster_secret_name(&args.name)),
+            name: Some(secret_name.clone()),
             namespace: Some(namespace.into()),
             labels: Some(
                 managed_labels()
@@ -441,10 +585,10 @@ async fn join_steps(
                     .chain([(keys::CLUSTER_LABEL.to_string(), args.name.clone())])
                     .collect(),
             ),
-            annotations: Some(BTreeMap::from([(
-                keys::CLUSTER_ID_ANNOTATION.to_string(),
-                leaf_id.to_string(),
-            )])),
+            annotations: Some(BTreeMap::from([
+                (keys::CLUSTER_ID_ANNOTATION.to_string(), p.leaf_id.clone()),
+                (keys::TOKEN_LIFETIME_ANNOTATION.to_string(), lifetime),
+            ])),
             ..Default::default()
         },
         data: Some(BTreeMap::from([(
@@ -455,41 +599,242 @@ async fn join_steps(
         ..Default::default()
     };
     if apply(&Api::namespaced(host.clone(), namespace), &secret).await? {
-        rb.record_namespaced::<Secret>(
-            false,
-            namespace.into(),
-            keys::cluster_secret_name(&args.name),
-        );
+        rb.record_namespaced::<Secret>(false, namespace.into(), secret_name.clone());
     }
     step(&format!(
-        "host: Secret {namespace}/{} with a kubeconfig for the leaf's ServiceAccount",
-        keys::cluster_secret_name(&args.name)
+        "host: Secret {namespace}/{secret_name} with the leaf's server, CA and token"
     ));
+    // What the Secret no longer needs, and grants no longer asked for, go once all else
+    // is in place.
+    remove_legacy_token(leaf).await?;
+    remove_stale_grants(p, leaf).await
+}
+
+/// The never-expiring token Secret earlier joins created: the join Secret now holds an
+/// expiring token, so the old one is revoked.
+async fn remove_legacy_token(leaf: &Client) -> anyhow::Result<()> {
+    let api: Api<Secret> = Api::namespaced(leaf.clone(), keys::SYSTEM_NAMESPACE);
+    if let Some(s) = api.get_opt(leaf_access::LEGACY_TOKEN_SECRET).await?
+        && is_managed(&s.metadata)
+    {
+        delete_exactly(&api, &s)
+            .await
+            .context("removing the leaf's legacy token Secret")?;
+        step(&format!(
+            "leaf: legacy token Secret {}/{} removed (its token never expired)",
+            keys::SYSTEM_NAMESPACE,
+            leaf_access::LEGACY_TOKEN_SECRET
+        ));
+    }
+    Ok(())
+}
+
+/// The leaf account's write rights: a RoleBinding of [`keys::LEAF_WRITER_ROLE`] in each
+/// granted namespace (created, marked as this host's, when missing), or with
+/// `--all-namespaces` one ClusterRoleBinding.
+async fn grant_writes(p: &Plan<'_>, leaf: &Client, rb: &mut Rollback) -> anyhow::Result<()> {
+    match &p.grant {
+        Grant::Namespaces(list) => {
+            let namespaces: Api<Namespace> = Api::all(leaf.clone());
+            let mut created = Vec::new();
+            for ns in list {
+                if namespaces.get_opt(ns).await?.is_none() {
+                    namespaces
+                        .create(
+                            &PostParams::default(),
+                            &leaf_access::granted_namespace(ns, &p.host_id, &p.args.name),
+                        )
+                        .await
+                        .with_context(|| format!("creating leaf namespace {ns}"))?;
+                    rb.record_cluster::<Namespace>(true, ns.clone());
+                    created.push(ns.as_str());
+                }
+                let api: Api<RoleBinding> = Api::namespaced(leaf.clone(), ns);
+                let binding = leaf_access::writer_binding(ns, &p.host_id);
+                if put_grant(&api, &binding, &binding.role_ref, &p.host_id).await? {
+                    rb.record_namespaced::<RoleBinding>(
+                        true,
+                        ns.clone(),
+                        keys::LEAF_ACCOUNT.into(),
+                    );
+                }
+            }
+            let created = if created.is_empty() {
+                String::new()
+            } else {
+                format!("; created {}", created.join(", "))
+            };
+            step(&format!(
+                "leaf: {} may write in namespace(s) {} only (RoleBinding {} to ClusterRole {}{created})",
+                keys::LEAF_ACCOUNT,
+                list.join(", "),
+                keys::LEAF_ACCOUNT,
+                keys::LEAF_WRITER_ROLE
+            ));
+        }
+        Grant::AllNamespaces => {
+            warn(
+                "--all-namespaces: the host may create pods and write Secrets in every namespace of the leaf, kube-system included, and so act as any ServiceAccount there; name the namespaces with --namespaces unless the host is trusted as much as the leaf's admins",
+            );
+            let api: Api<ClusterRoleBinding> = Api::all(leaf.clone());
+            let binding = leaf_access::writer_cluster_binding(&p.host_id);
+            if put_grant(&api, &binding, &binding.role_ref, &p.host_id).await? {
+                rb.record_cluster::<ClusterRoleBinding>(true, keys::LEAF_WRITER_ROLE.into());
+            }
+            step(&format!(
+                "leaf: {} may write in every namespace (ClusterRoleBinding {})",
+                keys::LEAF_ACCOUNT,
+                keys::LEAF_WRITER_ROLE
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Creates a grant binding, or keeps the one there: this host's is re-applied, another
+/// host's (the same grant of the same account) is left as it is. A binding of that name
+/// that is not mcsched's, or binds another role, is refused. True when created.
+async fn put_grant<K>(
+    api: &Api<K>,
+    binding: &K,
+    role: &RoleRef,
+    host_id: &str,
+) -> anyhow::Result<bool>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug + HasRoleRef,
+{
+    let name = binding.meta().name.clone().unwrap_or_default();
+    let Some(existing) = api.get_opt(&name).await? else {
+        api.create(&PostParams::default(), binding)
+            .await
+            .with_context(|| format!("creating leaf {}", describe::<K>(binding.meta())))?;
+        return Ok(true);
+    };
+    if !is_managed(existing.meta()) || existing.role_ref() != role {
+        bail!(
+            "{} exists in the leaf and is not mcsched's grant (label {}={}, role {} {}): join does not take it over; remove or rename it",
+            describe::<K>(existing.meta()),
+            keys::MANAGED_BY_LABEL,
+            keys::MANAGED_BY_VALUE,
+            role.kind,
+            role.name
+        );
+    }
+    let owner = existing
+        .meta()
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(keys::HOST_ID_LABEL));
+    if owner.is_some_and(|o| o == host_id) {
+        apply(api, binding)
+            .await
+            .with_context(|| format!("writing leaf {}", describe::<K>(binding.meta())))?;
+    }
+    Ok(false)
+}
+
+/// RoleBinding and ClusterRoleBinding alike.
+trait HasRoleRef {
+    fn role_ref(&self) -> &RoleRef;
+}
+
+impl HasRoleRef for RoleBinding {
+    fn role_ref(&self) -> &RoleRef {
+        &self.role_ref
+    }
+}
+
+impl HasRoleRef for ClusterRoleBinding {
+    fn role_ref(&self) -> &RoleRef {
+        &self.role_ref
+    }
+}
+
+/// Removes this host's grants that the run no longer asks for: RoleBindings in
+/// namespaces not listed, or the all-namespaces binding when namespaces are listed. The
+/// namespaces themselves and what runs there stay.
+async fn remove_stale_grants(p: &Plan<'_>, leaf: &Client) -> anyhow::Result<()> {
+    let ours = format!(
+        "{}={},{}={}",
+        keys::MANAGED_BY_LABEL,
+        keys::MANAGED_BY_VALUE,
+        keys::HOST_ID_LABEL,
+        p.host_id
+    );
+    let keep: &[String] = match &p.grant {
+        Grant::Namespaces(list) => list,
+        Grant::AllNamespaces => &[],
+    };
+    let bindings = Api::<RoleBinding>::all(leaf.clone())
+        .list(&ListParams::default().labels(&ours))
+        .await
+        .context("listing this host's grants in the leaf")?;
+    for b in bindings.items {
+        let ns = b.namespace().unwrap_or_default();
+        if b.name_any() != keys::LEAF_ACCOUNT
+            || b.role_ref.name != keys::LEAF_WRITER_ROLE
+            || keep.contains(&ns)
+        {
+            continue;
+        }
+        delete_exactly(&Api::<RoleBinding>::namespaced(leaf.clone(), &ns), &b)
+            .await
+            .with_context(|| format!("removing the grant in leaf namespace {ns}"))?;
+        step(&format!(
+            "leaf: grant in namespace {ns} removed (RoleBinding {ns}/{}); the namespace and what runs there stay",
+            keys::LEAF_ACCOUNT
+        ));
+    }
+    if matches!(p.grant, Grant::Namespaces(_)) {
+        let api: Api<ClusterRoleBinding> = Api::all(leaf.clone());
+        if let Some(b) = api.get_opt(keys::LEAF_WRITER_ROLE).await?
+            && b.labels().get(keys::HOST_ID_LABEL) == Some(&p.host_id)
+            && is_managed(&b.metadata)
+        {
+            delete_exactly(&api, &b)
+                .await
+                .context("removing the all-namespaces grant in the leaf")?;
+            step(&format!(
+                "leaf: the all-namespaces grant removed (ClusterRoleBinding {})",
+                keys::LEAF_WRITER_ROLE
+            ));
+        }
+    }
     Ok(())
 }
 
 impl Rollback {
-    fn record_host_rbac(&mut self, kind: RbacKind, node: &str) {
+    fn record_host_rbac(&mut self, kind: RbacKind, node: &str, namespace: &str) {
         let name = rbac_name(node);
         match kind {
             RbacKind::ClusterRole => self.record_cluster::<ClusterRole>(false, name),
             RbacKind::ClusterRoleBinding => self.record_cluster::<ClusterRoleBinding>(false, name),
-            RbacKind::Role => self.record_namespaced::<Role>(false, NODE_LEASE_NS.into(), name),
-            RbacKind::RoleBinding => {
+            RbacKind::LeaseRole => {
+                self.record_namespaced::<Role>(false, NODE_LEASE_NS.into(), name)
+            }
+            RbacKind::LeaseRoleBinding => {
                 self.record_namespaced::<RoleBinding>(false, NODE_LEASE_NS.into(), name)
+            }
+            RbacKind::SecretRole => self.record_namespaced::<Role>(false, namespace.into(), name),
+            RbacKind::SecretRoleBinding => {
+                self.record_namespaced::<RoleBinding>(false, namespace.into(), name)
             }
         }
     }
 }
 
-const NODE_LEASE_NS: &str = "kube-node-lease";
+pub const NODE_LEASE_NS: &str = "kube-node-lease";
 
 #[derive(Clone, Copy)]
 pub enum RbacKind {
     ClusterRole,
     ClusterRoleBinding,
-    Role,
-    RoleBinding,
+    /// In `kube-node-lease`: the virtual node's Lease.
+    LeaseRole,
+    LeaseRoleBinding,
+    /// In the agent's namespace: the join Secret, where the agent writes renewed tokens.
+    SecretRole,
+    SecretRoleBinding,
 }
 
 /// `mcsched-virtual-node-<cluster>`, from the node name `mcsched-<cluster>`.
@@ -523,11 +868,13 @@ async fn leaf_topology(leaf: &Client) -> anyhow::Result<(Option<String>, Option<
     Ok((common(keys::REGION_LABEL), common(keys::ZONE_LABEL)))
 }
 
-/// What the agent may do with this virtual node and its Lease, and nothing else.
+/// What the agent may do with this virtual node, its Lease and its join Secret, and
+/// nothing else.
 async fn agent_rbac(
     host: &Client,
     namespace: &str,
     node: &str,
+    secret: &str,
 ) -> anyhow::Result<Vec<(bool, RbacKind)>> {
     let name = rbac_name(node);
     let meta = |ns: Option<&str>| ObjectMeta {
@@ -536,10 +883,10 @@ async fn agent_rbac(
         labels: Some(managed_labels()),
         ..Default::default()
     };
-    let only = |resources: &[&str], verbs: &[&str], group: &str| PolicyRule {
+    let only = |resources: &[&str], verbs: &[&str], group: &str, object: &str| PolicyRule {
         api_groups: Some(vec![group.to_string()]),
         resources: Some(resources.iter().map(|s| s.to_string()).collect()),
-        resource_names: Some(vec![node.to_string()]),
+        resource_names: Some(vec![object.to_string()]),
         verbs: verbs.iter().map(|s| s.to_string()).collect(),
         ..Default::default()
     };
@@ -557,8 +904,8 @@ async fn agent_rbac(
     let cr = ClusterRole {
         metadata: meta(None),
         rules: Some(vec![
-            only(&["nodes"], &["get", "update", "patch", "delete"], ""),
-            only(&["nodes/status"], &["get", "update", "patch"], ""),
+            only(&["nodes"], &["get", "update", "patch", "delete"], "", node),
+            only(&["nodes/status"], &["get", "update", "patch"], "", node),
         ]),
         ..Default::default()
     };
@@ -567,19 +914,38 @@ async fn agent_rbac(
         role_ref: role_ref("ClusterRole"),
         subjects: Some(vec![subject.clone()]),
     };
-    let role = Role {
+    let lease_role = Role {
         metadata: meta(Some(NODE_LEASE_NS)),
         rules: Some(vec![only(
             &["leases"],
             &["get", "update", "patch", "delete"],
             "coordination.k8s.io",
+            node,
         )]),
     };
-    let rb = RoleBinding {
+    let lease_binding = RoleBinding {
         metadata: meta(Some(NODE_LEASE_NS)),
+        role_ref: role_ref("Role"),
+        subjects: Some(vec![subject.clone()]),
+    };
+    let secret_role = Role {
+        metadata: meta(Some(namespace)),
+        rules: Some(vec![only(
+            &["secrets"],
+            &["get", "patch", "update"],
+            "",
+            secret,
+        )]),
+    };
+    let secret_binding = RoleBinding {
+        metadata: meta(Some(namespace)),
         role_ref: role_ref("Role"),
         subjects: Some(vec![subject]),
     };
+    let leases = Api::<Role>::namespaced(host.clone(), NODE_LEASE_NS);
+    let lease_bindings = Api::<RoleBinding>::namespaced(host.clone(), NODE_LEASE_NS);
+    let roles = Api::<Role>::namespaced(host.clone(), namespace);
+    let bindings = Api::<RoleBinding>::namespaced(host.clone(), namespace);
     Ok(vec![
         (
             apply(&Api::all(host.clone()), &cr).await?,
@@ -589,13 +955,15 @@ async fn agent_rbac(
             apply(&Api::all(host.clone()), &crb).await?,
             RbacKind::ClusterRoleBinding,
         ),
+        (apply(&leases, &lease_role).await?, RbacKind::LeaseRole),
         (
-            apply(&Api::namespaced(host.clone(), NODE_LEASE_NS), &role).await?,
-            RbacKind::Role,
+            apply(&lease_bindings, &lease_binding).await?,
+            RbacKind::LeaseRoleBinding,
         ),
+        (apply(&roles, &secret_role).await?, RbacKind::SecretRole),
         (
-            apply(&Api::namespaced(host.clone(), NODE_LEASE_NS), &rb).await?,
-            RbacKind::RoleBinding,
+            apply(&bindings, &secret_binding).await?,
+            RbacKind::SecretRoleBinding,
         ),
     ])
 }

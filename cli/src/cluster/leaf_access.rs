@@ -1,19 +1,40 @@
 //! What `join` creates in a leaf so the agent can work there, and nothing more: a
-//! ServiceAccount with a least-privilege ClusterRole, and a token for it.
+//! ServiceAccount that reads cluster-wide what feasibility needs, writes only in the
+//! namespaces the leaf's admin grants, and may request tokens for itself alone; and the
+//! expiring token, CA and server the host's join Secret holds.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
-use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
 use kube::api::{Api, ObjectMeta, PostParams};
 use mcsched_shared::keys;
+use mcsched_shared::leaf_kubeconfig::{self, LeafKubeconfigError};
 
-pub const TOKEN_SECRET: &str = "mcsched-leaf-token";
+/// The never-expiring token Secret that joins made before tokens came from the
+/// TokenRequest API; joining again or `unjoin` removes it.
+pub const LEGACY_TOKEN_SECRET: &str = "mcsched-leaf-token";
+/// The ConfigMap every namespace gets from kube-controller-manager with the cluster's CA.
+pub const ROOT_CA_CONFIGMAP: &str = "kube-root-ca.crt";
+
+const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+
+/// Where the leaf account may write: the leaf namespaces the admin names, or (opt-in)
+/// every namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Grant {
+    Namespaces(Vec<String>),
+    AllNamespaces,
+}
 
 fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
     let v = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
@@ -32,136 +53,215 @@ pub fn managed_labels() -> BTreeMap<String, String> {
     )])
 }
 
-/// Read nodes, pods, events, PersistentVolumes and StorageClasses; manage the pods, ConfigMaps, Secrets and PVCs that pod
-/// sync creates, and create the namespaces they go in. No wildcard, no node writes.
-pub fn cluster_role() -> ClusterRole {
+/// [`managed_labels`] and the host's id: what one host's join created, told apart from
+/// another host's.
+pub fn host_labels(host_id: &str) -> BTreeMap<String, String> {
+    let mut l = managed_labels();
+    l.insert(keys::HOST_ID_LABEL.into(), host_id.into());
+    l
+}
+
+/// The selector of what this host synced (or join created) for leaf `cluster`.
+pub fn ours_selector(host_id: &str, cluster: &str) -> String {
+    format!(
+        "{}={host_id},{}={cluster}",
+        keys::HOST_ID_LABEL,
+        keys::MANAGED_CLUSTER_LABEL
+    )
+}
+
+fn meta(name: &str, namespace: Option<&str>, labels: BTreeMap<String, String>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.into()),
+        namespace: namespace.map(String::from),
+        labels: Some(labels),
+        ..Default::default()
+    }
+}
+
+fn leaf_subject() -> Subject {
+    Subject {
+        kind: "ServiceAccount".into(),
+        name: keys::LEAF_ACCOUNT.into(),
+        namespace: Some(keys::SYSTEM_NAMESPACE.into()),
+        ..Default::default()
+    }
+}
+
+fn role_ref(kind: &str, name: &str) -> RoleRef {
+    RoleRef {
+        api_group: RBAC_GROUP.into(),
+        kind: kind.into(),
+        name: name.into(),
+    }
+}
+
+/// Cluster-wide, read only: what the agent's leaf watches and the leaf check read (nodes,
+/// pods, volumes, claims, classes, CSI nodes, namespaces, events). No Secret, no
+/// ConfigMap, no write.
+pub fn reader_role() -> ClusterRole {
+    let read = ["get", "list", "watch"];
     ClusterRole {
-        metadata: ObjectMeta {
-            name: Some(keys::LEAF_ACCOUNT.into()),
-            labels: Some(managed_labels()),
-            ..Default::default()
-        },
+        metadata: meta(keys::LEAF_ACCOUNT, None, managed_labels()),
         rules: Some(vec![
             rule(
                 &[""],
-                &["nodes", "persistentvolumes"],
-                &["get", "list", "watch"],
-            ),
-            // The leaf check judges a pod's claims on the leaf's own volumes and classes.
-            rule(
-                &["storage.k8s.io"],
-                &["storageclasses"],
-                &["get", "list", "watch"],
-            ),
-            rule(
-                &[""],
-                &["pods"],
                 &[
-                    "get", "list", "watch", "create", "update", "patch", "delete",
+                    "nodes",
+                    "pods",
+                    "persistentvolumes",
+                    "persistentvolumeclaims",
+                    "namespaces",
                 ],
+                &read,
             ),
-            rule(&[""], &["pods/status"], &["get"]),
-            rule(
-                &[""],
-                &["configmaps", "secrets", "persistentvolumeclaims"],
-                &[
-                    "get", "list", "watch", "create", "update", "patch", "delete",
-                ],
-            ),
-            rule(
-                &[""],
-                &["namespaces"],
-                &["get", "list", "watch", "create", "delete"],
-            ),
-            rule(
-                &["", "events.k8s.io"],
-                &["events"],
-                &["get", "list", "watch"],
-            ),
+            rule(&["storage.k8s.io"], &["storageclasses", "csinodes"], &read),
+            rule(&["", "events.k8s.io"], &["events"], &read),
         ]),
         ..Default::default()
     }
 }
 
-pub fn cluster_role_binding() -> ClusterRoleBinding {
+pub fn reader_binding() -> ClusterRoleBinding {
     ClusterRoleBinding {
-        metadata: ObjectMeta {
-            name: Some(keys::LEAF_ACCOUNT.into()),
-            labels: Some(managed_labels()),
-            ..Default::default()
-        },
-        role_ref: RoleRef {
-            api_group: "rbac.authorization.k8s.io".into(),
-            kind: "ClusterRole".into(),
-            name: keys::LEAF_ACCOUNT.into(),
-        },
-        subjects: Some(vec![Subject {
-            kind: "ServiceAccount".into(),
-            name: keys::LEAF_ACCOUNT.into(),
-            namespace: Some(keys::SYSTEM_NAMESPACE.into()),
-            ..Default::default()
+        metadata: meta(keys::LEAF_ACCOUNT, None, managed_labels()),
+        role_ref: role_ref("ClusterRole", keys::LEAF_ACCOUNT),
+        subjects: Some(vec![leaf_subject()]),
+    }
+}
+
+/// What pod sync writes, granted per namespace by RoleBindings: pods, and the ConfigMaps,
+/// Secrets and claims they use (by name: no list or watch of Secrets or ConfigMaps), and
+/// events. `namespaces` `create` is cluster-scoped, which a RoleBinding cannot grant: it
+/// takes effect only through the `--all-namespaces` ClusterRoleBinding. Never `bind`,
+/// `escalate`, RBAC objects or namespace deletion.
+pub fn writer_role() -> ClusterRole {
+    let write = ["get", "create", "update", "patch", "delete"];
+    ClusterRole {
+        metadata: meta(keys::LEAF_WRITER_ROLE, None, managed_labels()),
+        rules: Some(vec![
+            rule(&[""], &["pods"], &write),
+            rule(&[""], &["pods/status"], &["get"]),
+            rule(
+                &[""],
+                &["configmaps", "secrets", "persistentvolumeclaims"],
+                &write,
+            ),
+            rule(&["", "events.k8s.io"], &["events"], &["create"]),
+            rule(&[""], &["namespaces"], &["create"]),
+        ]),
+        ..Default::default()
+    }
+}
+
+/// The writer role bound in one granted leaf namespace.
+pub fn writer_binding(namespace: &str, host_id: &str) -> RoleBinding {
+    RoleBinding {
+        metadata: meta(keys::LEAF_ACCOUNT, Some(namespace), host_labels(host_id)),
+        role_ref: role_ref("ClusterRole", keys::LEAF_WRITER_ROLE),
+        subjects: Some(vec![leaf_subject()]),
+    }
+}
+
+/// The writer role bound cluster-wide: `--all-namespaces` only.
+pub fn writer_cluster_binding(host_id: &str) -> ClusterRoleBinding {
+    ClusterRoleBinding {
+        metadata: meta(keys::LEAF_WRITER_ROLE, None, host_labels(host_id)),
+        role_ref: role_ref("ClusterRole", keys::LEAF_WRITER_ROLE),
+        subjects: Some(vec![leaf_subject()]),
+    }
+}
+
+/// Tokens for the leaf account itself, and for no other account: how the agent renews.
+pub fn token_role() -> Role {
+    Role {
+        metadata: meta(
+            keys::LEAF_TOKEN_ROLE,
+            Some(keys::SYSTEM_NAMESPACE),
+            managed_labels(),
+        ),
+        rules: Some(vec![PolicyRule {
+            resource_names: Some(vec![keys::LEAF_ACCOUNT.into()]),
+            ..rule(&[""], &["serviceaccounts/token"], &["create"])
         }]),
+    }
+}
+
+pub fn token_binding() -> RoleBinding {
+    RoleBinding {
+        metadata: meta(
+            keys::LEAF_TOKEN_ROLE,
+            Some(keys::SYSTEM_NAMESPACE),
+            managed_labels(),
+        ),
+        role_ref: role_ref("Role", keys::LEAF_TOKEN_ROLE),
+        subjects: Some(vec![leaf_subject()]),
     }
 }
 
 pub fn service_account() -> ServiceAccount {
     ServiceAccount {
-        metadata: ObjectMeta {
-            name: Some(keys::LEAF_ACCOUNT.into()),
-            namespace: Some(keys::SYSTEM_NAMESPACE.into()),
-            labels: Some(managed_labels()),
-            ..Default::default()
-        },
+        metadata: meta(
+            keys::LEAF_ACCOUNT,
+            Some(keys::SYSTEM_NAMESPACE),
+            managed_labels(),
+        ),
         ..Default::default()
     }
 }
 
-/// A long-lived token Secret, filled by the leaf's token controller.
-pub fn token_secret() -> Secret {
-    Secret {
-        metadata: ObjectMeta {
-            name: Some(TOKEN_SECRET.into()),
-            namespace: Some(keys::SYSTEM_NAMESPACE.into()),
-            labels: Some(managed_labels()),
-            annotations: Some(BTreeMap::from([(
-                "kubernetes.io/service-account.name".to_string(),
-                keys::LEAF_ACCOUNT.to_string(),
-            )])),
-            ..Default::default()
-        },
-        type_: Some("kubernetes.io/service-account-token".into()),
+/// A granted leaf namespace that join creates: marked with the host and the leaf name,
+/// as pod sync marks what it creates, so that only this host's `unjoin` removes it.
+pub fn granted_namespace(name: &str, host_id: &str, cluster: &str) -> Namespace {
+    let mut labels = host_labels(host_id);
+    labels.insert(keys::MANAGED_CLUSTER_LABEL.into(), cluster.into());
+    Namespace {
+        metadata: meta(name, None, labels),
         ..Default::default()
     }
 }
 
-/// What the caller must be allowed in the leaf for join to succeed.
-const NEEDED: &[(&str, &str, &str, bool)] = &[
-    ("create", "", "namespaces", false),
-    ("create", "", "serviceaccounts", true),
-    ("create", "", "secrets", true),
-    ("get", "", "secrets", true),
-    ("create", "rbac.authorization.k8s.io", "clusterroles", false),
-    (
-        "create",
-        "rbac.authorization.k8s.io",
-        "clusterrolebindings",
-        false,
-    ),
-    ("get", "", "namespaces", false),
-];
+/// What the caller must be allowed in the leaf for join to succeed, as (verb, group,
+/// resource, namespace).
+fn needed(grant: &Grant) -> Vec<(&'static str, &'static str, &'static str, Option<String>)> {
+    let system = || Some(keys::SYSTEM_NAMESPACE.to_string());
+    let mut out = vec![
+        ("get", "", "namespaces", None),
+        ("create", "", "namespaces", None),
+        ("create", "", "serviceaccounts", system()),
+        ("create", "", "serviceaccounts/token", system()),
+        ("create", RBAC_GROUP, "clusterroles", None),
+        ("create", RBAC_GROUP, "clusterrolebindings", None),
+        ("create", RBAC_GROUP, "roles", system()),
+        ("create", RBAC_GROUP, "rolebindings", system()),
+        // Grants no longer asked for are found and removed.
+        ("list", RBAC_GROUP, "rolebindings", None),
+    ];
+    if let Grant::Namespaces(namespaces) = grant {
+        for ns in namespaces {
+            out.push(("create", RBAC_GROUP, "rolebindings", Some(ns.clone())));
+        }
+    }
+    out
+}
 
 /// The permissions join needs that the caller lacks in the leaf, as `verb resource`.
-pub async fn missing_permissions(leaf: &Client) -> Result<Vec<String>, kube::Error> {
+pub async fn missing_permissions(leaf: &Client, grant: &Grant) -> Result<Vec<String>, kube::Error> {
     let api: Api<SelfSubjectAccessReview> = Api::all(leaf.clone());
     let mut missing = Vec::new();
-    for (verb, group, resource, namespaced) in NEEDED {
+    for (verb, group, resource, namespace) in needed(grant) {
+        let (resource, subresource) = match resource.split_once('/') {
+            Some((r, s)) => (r, Some(s.to_string())),
+            None => (resource, None),
+        };
         let review = SelfSubjectAccessReview {
             spec: SelfSubjectAccessReviewSpec {
                 resource_attributes: Some(ResourceAttributes {
                     verb: Some(verb.to_string()),
                     group: Some(group.to_string()),
                     resource: Some(resource.to_string()),
-                    namespace: namespaced.then(|| keys::SYSTEM_NAMESPACE.to_string()),
+                    subresource: subresource.clone(),
+                    namespace: namespace.clone(),
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -170,39 +270,80 @@ pub async fn missing_permissions(leaf: &Client) -> Result<Vec<String>, kube::Err
         };
         let answer = api.create(&PostParams::default(), &review).await?;
         if !answer.status.is_some_and(|s| s.allowed) {
-            let scope = if *namespaced {
-                format!(" in namespace {}", keys::SYSTEM_NAMESPACE)
-            } else {
-                String::new()
+            let scope = match &namespace {
+                Some(ns) => format!(" in namespace {ns}"),
+                None => String::new(),
             };
             let group = if group.is_empty() {
                 String::new()
             } else {
                 format!(".{group}")
             };
-            missing.push(format!("{verb} {resource}{group}{scope}"));
+            let sub = subresource.map(|s| format!("/{s}")).unwrap_or_default();
+            missing.push(format!("{verb} {resource}{group}{sub}{scope}"));
         }
     }
     Ok(missing)
 }
 
-/// Waits for the token controller to fill the token Secret: (token, ca.crt).
-pub async fn wait_for_token(
+/// A bound, expiring token for the leaf account (TokenRequest, the API server's default
+/// audiences), with when it expires.
+pub async fn request_token(
+    leaf: &Client,
+    lifetime: Duration,
+) -> Result<(String, Option<Time>), kube::Error> {
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: Vec::new(),
+            expiration_seconds: Some(i64::try_from(lifetime.as_secs()).unwrap_or(i64::MAX)),
+            bound_object_ref: None,
+        },
+        ..Default::default()
+    };
+    let answer = Api::<ServiceAccount>::namespaced(leaf.clone(), keys::SYSTEM_NAMESPACE)
+        .create_token_request(keys::LEAF_ACCOUNT, &PostParams::default(), &request)
+        .await?;
+    Ok(match answer.status {
+        Some(s) => (
+            s.token,
+            Some(s.expiration_timestamp).filter(|t| t.0.as_second() > 0),
+        ),
+        None => (String::new(), None),
+    })
+}
+
+/// The CA bundle (PEM) a kubeconfig's cluster entry was loaded with (kube keeps it as DER).
+pub fn ca_pem(root_cert: &[Vec<u8>]) -> Vec<u8> {
+    let mut pem = String::new();
+    for der in root_cert {
+        pem.push_str("-----BEGIN CERTIFICATE-----\n");
+        let b64 = base64(der);
+        for line in b64.as_bytes().chunks(64) {
+            pem.push_str(&String::from_utf8_lossy(line));
+            pem.push('\n');
+        }
+        pem.push_str("-----END CERTIFICATE-----\n");
+    }
+    pem.into_bytes()
+}
+
+/// The leaf's CA as kube-controller-manager publishes it in every namespace, waiting up
+/// to `timeout` for it to appear in a namespace just created.
+pub async fn published_ca(
     leaf: &Client,
     timeout: Duration,
-) -> Result<Option<(String, Vec<u8>)>, kube::Error> {
-    let api: Api<Secret> = Api::namespaced(leaf.clone(), keys::SYSTEM_NAMESPACE);
+) -> Result<Option<Vec<u8>>, kube::Error> {
+    let api: Api<ConfigMap> = Api::namespaced(leaf.clone(), keys::SYSTEM_NAMESPACE);
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
-        let s = api.get(TOKEN_SECRET).await?;
-        let data = s.data.unwrap_or_default();
-        if let (Some(t), Some(ca)) = (data.get("token"), data.get("ca.crt"))
-            && !t.0.is_empty()
-        {
-            return Ok(Some((
-                String::from_utf8_lossy(&t.0).into_owned(),
-                ca.0.clone(),
-            )));
+        let ca = api
+            .get_opt(ROOT_CA_CONFIGMAP)
+            .await?
+            .and_then(|cm| cm.data)
+            .and_then(|d| d.get("ca.crt").cloned())
+            .filter(|c| !c.trim().is_empty());
+        if let Some(ca) = ca {
+            return Ok(Some(ca.into_bytes()));
         }
         if tokio::time::Instant::now() >= deadline {
             return Ok(None);
@@ -211,46 +352,179 @@ pub async fn wait_for_token(
     }
 }
 
-/// A kubeconfig that reaches `server` as the leaf ServiceAccount: never the caller's
-/// credentials.
-pub fn kubeconfig(cluster: &str, server: &str, ca: &[u8], token: &str) -> serde_json::Value {
-    // ByteString serialises as standard base64, which `*-data` fields want.
-    let ca_b64 = serde_json::to_value(k8s_openapi::ByteString(ca.to_vec()))
-        .unwrap_or(serde_json::Value::Null);
+/// Standard base64 with padding, as the `*-data` fields of a kubeconfig want.
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// The kubeconfig of a join Secret: a server, its CA inline (and the name to verify it
+/// for, when the leaf's kubeconfig gives one) and the leaf account's token; never the
+/// caller's credentials, and nothing [`leaf_kubeconfig::check`] refuses.
+pub fn kubeconfig(
+    cluster: &str,
+    server: &str,
+    ca_pem: &[u8],
+    tls_server_name: Option<&str>,
+    token: &str,
+) -> Result<String, LeafKubeconfigError> {
     let name = format!("mcsched-{cluster}");
-    serde_json::json!({
+    let mut entry =
+        serde_json::json!({"server": server, "certificate-authority-data": base64(ca_pem)});
+    if let Some(sni) = tls_server_name {
+        entry["tls-server-name"] = sni.into();
+    }
+    let doc = serde_json::json!({
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": name, "cluster": {"server": server, "certificate-authority-data": ca_b64}}],
+        "clusters": [{"name": name, "cluster": entry}],
         "users": [{"name": keys::LEAF_ACCOUNT, "user": {"token": token}}],
         "contexts": [{"name": name, "context": {"cluster": name, "user": keys::LEAF_ACCOUNT}}],
         "current-context": name,
-    })
+    });
+    let text =
+        serde_yaml::to_string(&doc).map_err(|e| LeafKubeconfigError::NotYaml(e.to_string()))?;
+    leaf_kubeconfig::check(&text)?;
+    Ok(text)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn verbs(r: &PolicyRule) -> Vec<&str> {
+        r.verbs.iter().map(String::as_str).collect()
+    }
+
     #[test]
-    fn the_leaf_role_has_no_wildcard_and_no_node_writes() {
-        for r in cluster_role().rules.unwrap_or_default() {
-            assert!(!r.verbs.iter().any(|v| v == "*"));
-            assert!(!r.resources.iter().flatten().any(|x| x == "*"));
-            if r.resources.iter().flatten().any(|x| x == "nodes") {
-                assert_eq!(r.verbs, ["get", "list", "watch"]);
+    fn cluster_wide_the_leaf_account_only_reads_and_never_secrets() {
+        for r in reader_role().rules.unwrap_or_default() {
+            assert_eq!(verbs(&r), ["get", "list", "watch"], "{r:?}");
+            for res in r.resources.iter().flatten() {
+                assert!(
+                    !["secrets", "configmaps", "*"].contains(&res.as_str()),
+                    "{r:?}"
+                );
             }
         }
     }
 
     #[test]
-    fn kubeconfig_carries_the_token_and_ca() {
-        let k = kubeconfig("east", "https://10.0.0.1:6443", b"hello", "tok");
+    fn the_writer_role_cannot_grant_itself_anything() {
+        let rules = writer_role().rules.unwrap_or_default();
+        for r in &rules {
+            for v in &r.verbs {
+                assert!(
+                    ![
+                        "*",
+                        "bind",
+                        "escalate",
+                        "impersonate",
+                        "list",
+                        "watch",
+                        "deletecollection"
+                    ]
+                    .contains(&v.as_str()),
+                    "{r:?}"
+                );
+            }
+            for g in r.api_groups.iter().flatten() {
+                assert!(["", "events.k8s.io"].contains(&g.as_str()), "{r:?}");
+            }
+            for res in r.resources.iter().flatten() {
+                assert!(
+                    !["*", "serviceaccounts", "serviceaccounts/token", "nodes"]
+                        .contains(&res.as_str()),
+                    "{r:?}"
+                );
+                if res == "namespaces" {
+                    assert_eq!(verbs(r), ["create"]);
+                }
+            }
+        }
+        let token = token_role().rules.unwrap_or_default();
+        assert_eq!(token.len(), 1);
+        assert_eq!(verbs(&token[0]), ["create"]);
         assert_eq!(
-            k["clusters"][0]["cluster"]["certificate-authority-data"],
-            "aGVsbG8="
+            token[0].resource_names.as_deref(),
+            Some(&[keys::LEAF_ACCOUNT.to_string()][..])
         );
-        assert_eq!(k["users"][0]["user"]["token"], "tok");
-        assert_eq!(k["current-context"], "mcsched-east");
+    }
+
+    #[test]
+    fn grants_are_marked_with_the_host() {
+        let b = writer_binding("apps", "host-1");
+        assert_eq!(b.metadata.namespace.as_deref(), Some("apps"));
+        assert_eq!(b.metadata.name.as_deref(), Some(keys::LEAF_ACCOUNT));
+        assert_eq!(b.role_ref.name, keys::LEAF_WRITER_ROLE);
+        let labels = b.metadata.labels.unwrap_or_default();
+        assert_eq!(
+            labels.get(keys::HOST_ID_LABEL).map(String::as_str),
+            Some("host-1")
+        );
+        let ns = granted_namespace("apps", "host-1", "east");
+        let labels = ns.metadata.labels.unwrap_or_default();
+        assert_eq!(
+            labels.get(keys::MANAGED_CLUSTER_LABEL).map(String::as_str),
+            Some("east")
+        );
+        assert_eq!(
+            ours_selector("h", "east"),
+            "mcsched.io/host-id=h,mcsched.io/managed-by-cluster=east"
+        );
+    }
+
+    #[test]
+    fn base64_and_pem_as_kubeconfigs_want_them() {
+        assert_eq!(base64(b""), "");
+        assert_eq!(base64(b"h"), "aA==");
+        assert_eq!(base64(b"he"), "aGU=");
+        assert_eq!(base64(b"hello"), "aGVsbG8=");
+        assert_eq!(base64(&[0xfb, 0xff, 0xbf]), "+/+/");
+        let pem = String::from_utf8(ca_pem(&[vec![0u8; 60]])).unwrap_or_default();
+        let lines: Vec<&str> = pem.lines().collect();
+        assert_eq!(lines[0], "-----BEGIN CERTIFICATE-----");
+        assert_eq!(lines[1].len(), 64);
+        assert_eq!(lines[2], "AAAAAAAAAAAAAAAA");
+        assert_eq!(lines[3], "-----END CERTIFICATE-----");
+    }
+
+    #[test]
+    fn the_kubeconfig_holds_server_ca_and_token_only() {
+        let text = kubeconfig("east", "https://10.0.0.1:6443", b"hello", None, "tok")
+            .expect("a valid kubeconfig");
+        assert_eq!(leaf_kubeconfig::check(&text), Ok(()));
+        assert_eq!(leaf_kubeconfig::token(&text).as_deref(), Some("tok"));
+        let doc: serde_yaml::Value = serde_yaml::from_str(&text).expect("YAML");
+        assert_eq!(
+            doc["clusters"][0]["cluster"]["certificate-authority-data"].as_str(),
+            Some("aGVsbG8=")
+        );
+        assert_eq!(doc["current-context"].as_str(), Some("mcsched-east"));
+        let sni = kubeconfig(
+            "east",
+            "https://10.0.0.1:6443",
+            b"x",
+            Some("kube.local"),
+            "t",
+        )
+        .expect("a valid kubeconfig");
+        assert!(sni.contains("tls-server-name: kube.local"), "{sni}");
     }
 }

@@ -7,7 +7,10 @@ pub mod leaf_access;
 pub mod names;
 pub mod unjoin;
 
+use anyhow::Context;
 use console::style;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::{Api, Client};
 
 /// One line of progress, as each step completes.
 pub fn step(done: &str) {
@@ -24,4 +27,25 @@ pub fn code(e: &kube::Error) -> Option<u16> {
         kube::Error::Api(s) => Some(s.code),
         _ => None,
     }
+}
+
+/// A cluster's id: the UID of its `kube-system` namespace, which lives as long as the
+/// cluster does.
+pub async fn cluster_id(client: &Client, which: &str) -> anyhow::Result<String> {
+    Api::<Namespace>::all(client.clone())
+        .get("kube-system")
+        .await
+        .with_context(|| {
+            format!("reading the {which}'s kube-system namespace (its UID is the {which}'s id)")
+        })?
+        .metadata
+        .uid
+        .filter(|u| !u.is_empty())
+        .with_context(|| format!("the {which}'s kube-system namespace has no UID"))
+}
+
+/// The host's id, as the agent computes it: what every object mcsched creates in a leaf
+/// carries in [`mcsched_shared::keys::HOST_ID_LABEL`].
+pub async fn host_id(host: &Client) -> anyhow::Result<String> {
+    cluster_id(host, "host").await
 }

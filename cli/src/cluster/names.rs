@@ -14,6 +14,10 @@ pub enum NameError {
     Cost(String),
     #[error("--{0} {1:?}: {2}")]
     Topology(&'static str, String, String),
+    #[error("--namespaces {0:?}: {1}")]
+    Namespace(String, String),
+    #[error("--token-lifetime {0}: must be at least {1} (the API server's shortest token)")]
+    TokenLifetime(String, String),
 }
 
 fn dns_label(s: &str, max: usize) -> Result<(), String> {
@@ -96,6 +100,53 @@ pub fn topology(flag: &'static str, raw: &str) -> Result<(), NameError> {
     label_value(raw).map_err(|e| NameError::Topology(flag, raw.into(), e))
 }
 
+/// Leaf namespaces never granted by name: a pod created there may run as any of their
+/// ServiceAccounts (the leaf's controllers in `kube-system`), and a Secret created in
+/// [`keys::SYSTEM_NAMESPACE`] could be a token that never expires for the leaf account
+/// itself. `--all-namespaces` grants them too, knowingly.
+const NEVER_GRANTED: &[&str] = &[
+    "kube-system",
+    "kube-public",
+    "kube-node-lease",
+    keys::SYSTEM_NAMESPACE,
+];
+
+/// The leaf namespaces of `--namespaces`, sorted and each once.
+pub fn namespaces(raw: &[String]) -> Result<Vec<String>, NameError> {
+    let mut out = std::collections::BTreeSet::new();
+    for ns in raw {
+        dns_label(ns, 63).map_err(|e| NameError::Namespace(ns.clone(), e))?;
+        if NEVER_GRANTED.contains(&ns.as_str()) {
+            return Err(NameError::Namespace(
+                ns.clone(),
+                "a system namespace is never granted by name (pods there could run as its ServiceAccounts); --all-namespaces grants every namespace, knowingly".into(),
+            ));
+        }
+        out.insert(ns.clone());
+    }
+    if out.is_empty() {
+        return Err(NameError::Namespace(
+            String::new(),
+            "name at least one leaf namespace, or pass --all-namespaces".into(),
+        ));
+    }
+    Ok(out.into_iter().collect())
+}
+
+/// The shortest token lifetime the API server issues (TokenRequest's
+/// `expirationSeconds` minimum).
+pub const MIN_TOKEN_LIFETIME: std::time::Duration = std::time::Duration::from_secs(600);
+
+pub fn token_lifetime(d: std::time::Duration) -> Result<(), NameError> {
+    if d < MIN_TOKEN_LIFETIME {
+        return Err(NameError::TokenLifetime(
+            crate::duration::display(d),
+            crate::duration::display(MIN_TOKEN_LIFETIME),
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,5 +172,36 @@ mod tests {
         assert!(cost("cheap").is_err());
         assert!(topology("region", "eu-west-1").is_ok());
         assert!(topology("region", "eu west").is_err());
+    }
+
+    #[test]
+    fn namespaces_and_token_lifetimes_are_checked() {
+        let ns = |xs: &[&str]| namespaces(&xs.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(
+            ns(&["web", "apps", "web"]),
+            Ok(vec!["apps".to_string(), "web".to_string()])
+        );
+        assert!(matches!(ns(&["Apps"]), Err(NameError::Namespace(n, _)) if n == "Apps"));
+        assert!(matches!(ns(&[""]), Err(NameError::Namespace(..))));
+        assert!(ns(&[]).is_err());
+        for system in [
+            "kube-system",
+            "kube-public",
+            "kube-node-lease",
+            "mcsched-system",
+        ] {
+            let e = ns(&["apps", system]).unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!("--namespaces \"{system}\": a system namespace")),
+                "{e}"
+            );
+        }
+        assert!(token_lifetime(std::time::Duration::from_secs(600)).is_ok());
+        assert_eq!(
+            token_lifetime(std::time::Duration::from_secs(300))
+                .unwrap_err()
+                .to_string(),
+            "--token-lifetime 5m0s: must be at least 10m0s (the API server's shortest token)"
+        );
     }
 }
