@@ -658,3 +658,95 @@ async fn a_cut_off_leaf_never_leaves_two_copies_of_a_statefulset_pod() -> anyhow
     .map_err(|e| e.context(agent.logs()))?;
     Ok(())
 }
+
+/// Joined as `join` joins, granting one namespace: pods there run in the leaf under the
+/// leaf account's least privilege; a workload in a namespace the leaf did not grant is
+/// kept off it, and the scheduler and `explain` name the grant to add.
+#[tokio::test(flavor = "multi_thread")]
+async fn only_the_namespaces_a_leaf_grants_are_sent_there() -> anyhow::Result<()> {
+    let [host, leaf]: [ControlPlane; 2] =
+        ControlPlane::start_many(&["ns-host", "ns-east"], ControlPlaneOptions::full())
+            .await?
+            .try_into()
+            .map_err(|_| anyhow::anyhow!("two control planes"))?;
+    node(&leaf.client, "east-1").await?;
+    for ns in ["apps", "web"] {
+        namespace(&host.client, ns).await?;
+    }
+    let leaf_kc = leaf.kubeconfig.to_string_lossy().to_string();
+    let out = mcsched_e2e::cli::run(
+        &host.kubeconfig,
+        &[
+            "join",
+            "cluster",
+            "--name",
+            "east",
+            "--cluster-kubeconfig",
+            &leaf_kc,
+            "--namespaces",
+            "apps",
+        ],
+    )?;
+    anyhow::ensure!(out.status.success(), "{}", mcsched_e2e::cli::text(&out));
+    let agent = mcsched_e2e::api::start_agent(&host, "mcsched", "grants", &[]).await?;
+    wait_ready(&host.client, "mcsched-east", "True")
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
+    for ns in ["apps", "web"] {
+        Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(host.client.clone(), ns)
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
+                    "metadata": {"name": "site"},
+                    "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "site"}},
+                        "template": {"metadata": {"labels": {"app": "site"}},
+                            "spec": to_east(json!([{"name": "c", "image": "pause"}]))}}
+                }))?,
+            )
+            .await?;
+    }
+    // Granted: its copy runs in the leaf (created with the leaf account's own rights).
+    let leaf_apps: Api<Pod> = Api::namespaced(leaf.client.clone(), "apps");
+    wait::until(TIMEOUT, "apps/site running in the leaf", || async {
+        let running = leaf_apps
+            .list(&ListParams::default().labels("app=site"))
+            .await?
+            .items
+            .iter()
+            .any(|p| running_on(p).is_some());
+        Ok(running.then_some(()))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    // Not granted: kept off, with the grant named.
+    let want = "leaf cluster east has not granted namespace web to mcsched";
+    let note = wait::until(TIMEOUT, "web/site refused by east", || async {
+        let notes = failed_scheduling(&host.client, "web", "site").await?;
+        Ok(notes.into_iter().find(|n| n.contains(want)))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    assert!(
+        note.contains("--namespaces <granted namespaces>,web"),
+        "{note}"
+    );
+    let pending = Api::<Pod>::namespaced(host.client.clone(), "web")
+        .list(&ListParams::default().labels("app=site"))
+        .await?
+        .items
+        .into_iter()
+        .find(|p| p.metadata.deletion_timestamp.is_none() && running_on(p).is_none())
+        .and_then(|p| p.metadata.name)
+        .ok_or_else(|| anyhow::anyhow!("no pending web/site pod"))?;
+    let out = mcsched_e2e::cli::run(&host.kubeconfig, &["explain", "pod", &pending, "-n", "web"])?;
+    let shown = mcsched_e2e::cli::text(&out);
+    assert!(shown.contains(want), "{shown}");
+    assert!(
+        Api::<k8s_openapi::api::core::v1::Namespace>::all(leaf.client.clone())
+            .get_opt("web")
+            .await?
+            .is_none(),
+        "no namespace made in the leaf"
+    );
+    Ok(())
+}
