@@ -51,7 +51,8 @@ fn ready_status(n: &Node) -> Option<String> {
 }
 
 /// The pod's FailedScheduling message once the leaf has answered what the leaf check
-/// asks it (a first attempt may say "checking ..." while a leaf is being asked).
+/// asks it (a first attempt may say "asking leaf cluster ..." or "checking ..." while the
+/// leaf or the API server is being asked).
 async fn failed_scheduling(client: &Client, pod: &str) -> anyhow::Result<Option<String>> {
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
     let lp = ListParams::default().fields(&format!("regarding.name={pod}"));
@@ -62,7 +63,7 @@ async fn failed_scheduling(client: &Client, pod: &str) -> anyhow::Result<Option<
         .into_iter()
         .filter(|e| e.reason.as_deref() == Some("FailedScheduling"))
         .filter_map(|e| e.note)
-        .find(|n| !n.contains("checking")))
+        .find(|n| !n.contains("checking") && !n.contains("asking leaf cluster")))
 }
 
 #[tokio::test(flavor = "multi_thread")]

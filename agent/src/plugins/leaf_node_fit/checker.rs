@@ -156,11 +156,49 @@ fn copies_unreadable(cycle: &LeafCycle, pod: &PodInfo) -> Option<Status> {
     None
 }
 
+/// What the leaf check asks a leaf about `pod`: its namespace's grant, and each object
+/// of the pod's names the copy would need.
+fn questions(pod: &PodInfo) -> Vec<Question> {
+    let ns = &pod.namespace;
+    let deps = crate::leaf::transform::dependencies(&pod.pod);
+    let mut qs = vec![Question::Granted(ns.clone())];
+    qs.extend(
+        deps.config_maps
+            .iter()
+            .map(|n| (Synced::ConfigMap, n))
+            .chain(deps.secrets.iter().map(|n| (Synced::Secret, n)))
+            .chain(deps.claims.iter().map(|n| (Synced::Claim, n)))
+            .map(|(kind, n)| Question::Foreign(kind, ns.clone(), n.clone())),
+    );
+    qs
+}
+
+/// The first leaf still being asked something about `pod` (every question is sent
+/// now), so that the pod waits for the answers instead of going elsewhere for lack of
+/// them; the answers are leaf events that retry it.
+pub fn unanswered(cycle: &LeafCycle, pod: &PodInfo) -> Option<String> {
+    let qs = questions(pod);
+    let mut waiting = None;
+    for view in cycle.views.values() {
+        let unknown = qs
+            .iter()
+            .filter(|q| view.checks.answer(q).is_none())
+            .count();
+        if unknown > 0 && waiting.is_none() {
+            waiting = Some(format!(
+                "asking leaf cluster {} whether it grants namespace {} and holds objects of the pod's names",
+                view.cluster, pod.namespace
+            ));
+        }
+    }
+    waiting
+}
+
 /// What the leaf's admin and owner decide: the pod's namespace must be granted to
 /// mcsched there, and no object the copy needs (the pod itself, its ConfigMaps, Secrets
-/// and claims) may exist there without this host's mark. What the leaf has not answered
-/// yet does not hold the pod back (it is asked now; pod sync checks again before it
-/// writes, and what it finds is known here from then on).
+/// and claims) may exist there without this host's mark. PreFilter waits for the answers
+/// ([`unanswered`]); pod sync checks again before it writes, and what it finds is known
+/// here from then on.
 fn leaf_refuses(view: &LeafView, pod: &PodInfo) -> Option<Status> {
     let cluster = &view.cluster;
     let ns = &pod.namespace;
@@ -184,16 +222,10 @@ fn leaf_refuses(view: &LeafView, pod: &PodInfo) -> Option<Status> {
             pod.key
         )));
     }
-    let deps = crate::leaf::transform::dependencies(&pod.pod);
-    let wanted = deps
-        .config_maps
-        .iter()
-        .map(|n| (Synced::ConfigMap, n))
-        .chain(deps.secrets.iter().map(|n| (Synced::Secret, n)))
-        .chain(deps.claims.iter().map(|n| (Synced::Claim, n)));
-    for (kind, name) in wanted {
-        let q = Question::Foreign(kind, ns.clone(), name.clone());
-        if view.checks.answer(&q) == Some(true) {
+    for q in questions(pod) {
+        if let Question::Foreign(kind, _, name) = &q
+            && view.checks.answer(&q) == Some(true)
+        {
             return Some(Status::unresolvable(format!(
                 "leaf cluster {cluster} has a {} {ns}/{name} that this host's mcsched did not create: the pod is not sent there, so that it neither uses nor overwrites it",
                 kind.kind()
@@ -498,6 +530,59 @@ mod tests {
         assert_eq!(
             s.message(),
             "checking whether the agent may read ConfigMaps in namespace shop"
+        );
+    }
+}
+
+#[cfg(test)]
+mod leaf_question_tests {
+    use super::*;
+    use crate::leaf::leaf_checks::LeafChecks;
+    use crate::snapshot::Snapshot;
+
+    #[test]
+    fn a_pod_waits_for_the_leafs_answers_then_a_clash_keeps_it_off() {
+        let checks = LeafChecks::new("east", "h1");
+        let view = Arc::new(LeafView {
+            cluster: "east".into(),
+            snapshot: Snapshot::from_nodes(vec![]),
+            checks: checks.clone(),
+            host_id: "h1".into(),
+        });
+        let cycle = LeafCycle::new(Arc::new(BTreeMap::from([("east".into(), view.clone())])));
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"containers": [{"name": "c", "image": "i",
+                "envFrom": [{"configMapRef": {"name": "settings"}}]}]}
+        }))
+        .unwrap();
+        let pod = PodInfo::new(Arc::new(pod));
+        let waiting = unanswered(&cycle, &pod).unwrap_or_default();
+        assert!(waiting.contains("asking leaf cluster east"), "{waiting}");
+        checks.learned(Question::Granted("shop".into()), true);
+        assert!(
+            unanswered(&cycle, &pod).is_some(),
+            "the ConfigMap is still unknown"
+        );
+        checks.learned(
+            Question::Foreign(Synced::ConfigMap, "shop".into(), "settings".into()),
+            true,
+        );
+        assert_eq!(unanswered(&cycle, &pod), None);
+        let refused = leaf_refuses(&view, &pod).expect("a clash");
+        assert!(
+            refused
+                .message()
+                .contains("has a ConfigMap shop/settings that this host's mcsched did not create"),
+            "{}",
+            refused.message()
+        );
+        checks.learned(Question::Granted("shop".into()), false);
+        let refused = leaf_refuses(&view, &pod).expect("not granted");
+        assert!(
+            refused
+                .message()
+                .contains("--namespaces <granted namespaces>,shop")
         );
     }
 }

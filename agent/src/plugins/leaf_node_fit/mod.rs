@@ -70,14 +70,22 @@ impl PreFilterPlugin for LeafNodeFit {
     fn pre_filter(
         &self,
         state: &mut CycleState,
-        _pod: &PodInfo,
+        pod: &PodInfo,
         snapshot: &Snapshot,
     ) -> (PreFilterResult, Status) {
         if snapshot.virtual_nodes == 0 {
             return (None, Status::skip());
         }
-        state.write(LEAF_CYCLE_KEY, self.leaves.cycle(snapshot.volumes.clone()));
-        (None, Status::success())
+        let cycle = self.leaves.cycle(snapshot.volumes.clone());
+        // The pod waits for what the leaves have not answered yet (a profile may ignore
+        // the leaf taint, so any pod may go to a leaf), rather than land elsewhere for
+        // want of an answer; it is asked once per namespace and object name.
+        let waiting = checker::unanswered(&cycle, pod);
+        state.write(LEAF_CYCLE_KEY, cycle);
+        match waiting {
+            Some(msg) => (None, Status::unschedulable(msg)),
+            None => (None, Status::success()),
+        }
     }
 }
 
