@@ -112,6 +112,57 @@ fn string_map(v: Option<&Value>) -> HashMap<String, String> {
         .unwrap_or_default()
 }
 
+/// An ExtenderFilterResult as kube reads it; its `Error`, if any, as the error.
+pub fn decode_filter(answer: &Value, node_cache_capable: bool) -> Result<FilterResult, String> {
+    if let Some(e) = field(answer, "Error")
+        .and_then(|e| e.as_str())
+        .filter(|e| !e.is_empty())
+    {
+        return Err(e.to_string());
+    }
+    let names: Vec<String> = if node_cache_capable {
+        field(answer, "NodeNames")
+            .and_then(|v| v.as_array())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|n| n.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    } else {
+        field(answer, "Nodes")
+            .and_then(|v| field(v, "items"))
+            .and_then(|v| v.as_array())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|n| field(n, "metadata").and_then(|m| field(m, "name")))
+                    .filter_map(|n| n.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    Ok(FilterResult {
+        nodes: names,
+        failed: string_map(field(answer, "FailedNodes")),
+        failed_unresolvable: string_map(field(answer, "FailedAndUnresolvableNodes")),
+    })
+}
+
+/// A HostPriorityList: node name → score as the extender gave it.
+pub fn decode_priorities(answer: &Value) -> Result<HashMap<String, i64>, String> {
+    let list = answer
+        .as_array()
+        .ok_or_else(|| "expected a HostPriorityList (a JSON array)".to_string())?;
+    Ok(list
+        .iter()
+        .filter_map(|hp| {
+            let host = field(hp, "Host")?.as_str()?.to_string();
+            let score = field(hp, "Score")?.as_i64()?;
+            Some((host, score))
+        })
+        .collect())
+}
+
 fn read_pem(
     data: &Option<Vec<u8>>,
     file: &Option<PathBuf>,
@@ -238,40 +289,11 @@ impl Extender {
             });
         };
         let answer = self.post(verb, &self.args(pod, nodes)).await?;
-        if let Some(e) = field(&answer, "Error")
-            .and_then(|e| e.as_str())
-            .filter(|e| !e.is_empty())
-        {
-            return Err(ExtenderError::Remote {
+        decode_filter(&answer, self.config.node_cache_capable).map_err(|message| {
+            ExtenderError::Remote {
                 url: self.url(verb),
-                message: e.to_string(),
-            });
-        }
-        let names: Vec<String> = if self.config.node_cache_capable {
-            field(&answer, "NodeNames")
-                .and_then(|v| v.as_array())
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|n| n.as_str().map(String::from))
-                        .collect()
-                })
-                .unwrap_or_default()
-        } else {
-            field(&answer, "Nodes")
-                .and_then(|v| field(v, "items"))
-                .and_then(|v| v.as_array())
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|n| field(n, "metadata").and_then(|m| field(m, "name")))
-                        .filter_map(|n| n.as_str().map(String::from))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        Ok(FilterResult {
-            nodes: names,
-            failed: string_map(field(&answer, "FailedNodes")),
-            failed_unresolvable: string_map(field(&answer, "FailedAndUnresolvableNodes")),
+                message,
+            }
         })
     }
 
@@ -286,18 +308,7 @@ impl Extender {
         };
         let url = self.url(verb);
         let answer = self.post(verb, &self.args(pod, nodes)).await?;
-        let list = answer.as_array().ok_or_else(|| ExtenderError::Invalid {
-            url: url.clone(),
-            message: "expected a HostPriorityList (a JSON array)".into(),
-        })?;
-        Ok(list
-            .iter()
-            .filter_map(|hp| {
-                let host = field(hp, "Host")?.as_str()?.to_string();
-                let score = field(hp, "Score")?.as_i64()?;
-                Some((host, score))
-            })
-            .collect())
+        decode_priorities(&answer).map_err(|message| ExtenderError::Invalid { url, message })
     }
 
     pub fn is_binder(&self) -> bool {
