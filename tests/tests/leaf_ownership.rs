@@ -750,3 +750,83 @@ async fn only_the_namespaces_a_leaf_grants_are_sent_there() -> anyhow::Result<()
     );
     Ok(())
 }
+
+/// The soak behind `make soak`: joined with the shortest token the API server issues
+/// (10 minutes), the leaf stays Ready across two expiries, the agent renewing each token
+/// at 80 % of its lifetime.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "21 minutes: run with `make soak`"]
+async fn the_leaf_stays_ready_across_two_token_expiries() -> anyhow::Result<()> {
+    let [host, leaf]: [ControlPlane; 2] =
+        ControlPlane::start_many(&["soak-host", "soak-east"], ControlPlaneOptions::default())
+            .await?
+            .try_into()
+            .map_err(|_| anyhow::anyhow!("two control planes"))?;
+    node(&leaf.client, "east-1").await?;
+    let leaf_kc = leaf.kubeconfig.to_string_lossy().to_string();
+    let out = mcsched_e2e::cli::run(
+        &host.kubeconfig,
+        &[
+            "join",
+            "cluster",
+            "--name",
+            "east",
+            "--cluster-kubeconfig",
+            &leaf_kc,
+            "--namespaces",
+            "default",
+            "--token-lifetime",
+            "10m",
+        ],
+    )?;
+    anyhow::ensure!(out.status.success(), "{}", mcsched_e2e::cli::text(&out));
+    let agent = Agent::start(&host.kubeconfig, "mcsched", host.dir())?;
+    wait_ready(&host.client, "mcsched-east", "True")
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
+    let secrets: Api<Secret> = Api::namespaced(host.client.clone(), keys::SYSTEM_NAMESPACE);
+    let name = keys::cluster_secret_name("east");
+    let token = || async {
+        let s = secrets.get(&name).await?;
+        let text = String::from_utf8(
+            s.data
+                .and_then(|d| d.get(keys::KUBECONFIG_KEY).cloned())
+                .map(|b| b.0)
+                .unwrap_or_default(),
+        )?;
+        anyhow::Ok(mcsched_shared::leaf_kubeconfig::token(&text).unwrap_or_default())
+    };
+    let first = token().await?;
+    let (_, first_exp) = mcsched_agent::leaf::token_renewal::validity(&first)
+        .ok_or_else(|| anyhow::anyhow!("no expiry"))?;
+    let nodes: Api<Node> = Api::all(host.client.clone());
+    let mut tokens = vec![first];
+    let end = std::time::SystemTime::now() + Duration::from_secs(21 * 60);
+    while std::time::SystemTime::now() < end {
+        let n = nodes.get("mcsched-east").await?;
+        let ready = ready_status(&n).map(|r| r.0);
+        assert_eq!(ready.as_deref(), Some("True"), "{}", agent.logs());
+        let t = token().await?;
+        if tokens.last() != Some(&t) {
+            tokens.push(t);
+        }
+        tokio::time::sleep(Duration::from_secs(10)).await;
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs();
+    assert!(
+        now > first_exp + 600,
+        "two lifetimes of the first token passed"
+    );
+    assert!(
+        tokens.len() >= 3,
+        "renewed at least twice: {} tokens",
+        tokens.len()
+    );
+    println!(
+        "{} tokens over 21 minutes, the leaf Ready throughout",
+        tokens.len()
+    );
+    Ok(())
+}
