@@ -174,8 +174,15 @@ async fn health_metrics_explain_and_simulate() -> anyhow::Result<()> {
         .await?
         .text()
         .await?;
+    // One pod scheduled (web; web-0 came with its node): the whole line, so that 10 to 19
+    // do not pass for 1.
+    let scheduled = "scheduler_schedule_attempts_total{result=\"scheduled\",profile=\"mcsched\"} ";
+    let count = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(scheduled))
+        .and_then(|n| n.trim().parse::<u64>().ok());
+    assert_eq!(count, Some(1), "{scheduled}\n{metrics}");
     for name in [
-        "scheduler_schedule_attempts_total{result=\"scheduled\",profile=\"mcsched\"} 1",
         "scheduler_scheduling_attempt_duration_seconds_bucket",
         "scheduler_pending_pods{queue=\"active\"}",
         "scheduler_framework_extension_point_duration_seconds_bucket",
@@ -228,11 +235,28 @@ async fn preemption_evicts_a_lower_priority_pod_and_nominates_its_node() -> anyh
 
     pods.create(&PostParams::default(), &with_class("important", "high")?)
         .await?;
+    // Nominated to the node its victim is evicted from, until it is bound there (the API
+    // server clears the nomination with the binding).
+    let nominated = std::sync::Mutex::new(None);
     let node = wait::until(TIMEOUT, "important bound after preemption", || async {
-        Ok(pods.get("important").await?.spec.and_then(|s| s.node_name))
+        let p = pods.get("important").await?;
+        if let Some(n) = p
+            .status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.clone())
+            && let Ok(mut seen) = nominated.lock()
+        {
+            *seen = Some(n);
+        }
+        Ok(p.spec.and_then(|s| s.node_name))
     })
     .await?;
     assert_eq!(node, "only");
+    assert_eq!(
+        nominated.lock().ok().and_then(|n| n.clone()).as_deref(),
+        Some("only"),
+        "important was never seen nominated"
+    );
     assert!(
         pods.get_opt("victim").await?.is_none(),
         "victim still exists"

@@ -281,13 +281,9 @@ async fn a_pod_waits_for_the_agent_and_is_bound_once_it_starts() -> anyhow::Resu
     )
     .await?;
 
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Nothing here can bind it (no scheduler runs), so waiting would prove nothing: it is
+    // Pending now, and the agent started later binds it.
     let p = pods.get("early").await?;
-    assert_eq!(
-        node_of(&pods, "early").await?,
-        None,
-        "bound with no agent running"
-    );
     assert_eq!(p.status.and_then(|s| s.phase).as_deref(), Some("Pending"));
 
     let _agent = Agent::start(&cp.kubeconfig, "mcsched", cp.dir())?;
