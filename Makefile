@@ -11,7 +11,7 @@ K8S_MINOR := $(word 2,$(subst ., ,$(K8S_VERSION)))
 VERSION_PKGS := k8s.io/component-base/version k8s.io/client-go/pkg/version
 LDFLAGS := -s -w $(foreach p,$(VERSION_PKGS),-X $(p).gitVersion=$(K8S_VERSION) -X $(p).gitMajor=1 -X $(p).gitMinor=$(K8S_MINOR) -X $(p).gitTreeState=clean)
 
-.PHONY: all build controlplane demo test lint fmt clean manifests bench
+.PHONY: all build controlplane demo test lint fmt clean manifests bench soak
 
 all: build
 
@@ -47,6 +47,11 @@ test:
 bench: $(CONTROLPLANE)
 	cargo build --release -p mcsched-agent -p mcsched-bench
 	target/release/mcsched-bench --out bench --agent target/release/mcsched-agent $(BENCH_FLAGS)
+
+## soak: the long tests kept out of `make test` (the leaf Ready across two expiries of
+## 10-minute tokens: 21 minutes).
+soak: build
+	cargo test -p mcsched-e2e --test leaf_ownership -- --ignored --nocapture
 
 lint:
 	cargo fmt --all -- --check
