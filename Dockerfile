@@ -1,26 +1,33 @@
 # syntax=docker/dockerfile:1
-# The mcsched-agent image, published as ghcr.io/mcsched/mcsched-agent:v<version>:
+# The mcsched-agent image, published as ghcr.io/mcsched/mcsched-agent:v<version>
+# (scripts/image-ref.sh prints it), for a machine with Docker or BuildKit:
 #
-#   docker build -t ghcr.io/mcsched/mcsched-agent:v0.1.0 .
+#   docker build -t "$(scripts/image-ref.sh)" .
+#   docker buildx build --platform linux/amd64,linux/arm64 -t "$(scripts/image-ref.sh)" --push .
 #
-# Not built or tested in this repository's CI machine, which has no container engine;
-# `make test` runs the agent as a plain process instead.
+# `make image` builds the same image with no container engine and no registry (the root
+# filesystem from scripts/image-rootfs.sh, packed by tools/image): same files, user,
+# working directory, environment, port and entrypoint.
 
 # Builder: the whole workspace is copied (cargo needs every member's Cargo.toml), only the
-# agent is built, with the versions pinned in Cargo.lock.
+# agent is built, with the versions pinned in Cargo.lock; then the image's root filesystem
+# is laid out by the script `make image` uses.
 FROM rust:1.95 AS builder
 WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked -p mcsched-agent \
-    && cp target/release/mcsched-agent /mcsched-agent
+    && bash scripts/image-rootfs.sh target/release/mcsched-agent LICENSE /rootfs
 
-# Runtime: glibc and libgcc only (rustls and ring, no OpenSSL), no shell, non-root.
-FROM gcr.io/distroless/cc-debian12:nonroot
-COPY --from=builder /mcsched-agent /mcsched-agent
-COPY LICENSE /LICENSE
+# Runtime: the agent, glibc and libgcc only (rustls and ring, no OpenSSL), CA
+# certificates, passwd/group with nonroot (65532); no shell, non-root.
+FROM scratch
+COPY --from=builder /rootfs/ /
+ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt
 USER 65532:65532
-# The secure port: /healthz, /readyz, /metrics and the explanations (HTTPS).
+WORKDIR /home/nonroot
+# The secure port: /healthz, /readyz, /metrics and the mcsched.io API (HTTPS).
 EXPOSE 10259
 ENTRYPOINT ["/mcsched-agent"]

@@ -10,8 +10,16 @@ K8S_VERSION := $(shell awk '$$1=="k8s.io/kubernetes" {print $$2; exit}' tests/co
 K8S_MINOR := $(word 2,$(subst ., ,$(K8S_VERSION)))
 VERSION_PKGS := k8s.io/component-base/version k8s.io/client-go/pkg/version
 LDFLAGS := -s -w $(foreach p,$(VERSION_PKGS),-X $(p).gitVersion=$(K8S_VERSION) -X $(p).gitMajor=1 -X $(p).gitMinor=$(K8S_MINOR) -X $(p).gitTreeState=clean)
+# Flags that change how packages compile, the same for `go build` and `go vet`: vet then
+# finds every k8s.io/kubernetes package the build compiled in the build cache instead of
+# compiling the whole graph again (link flags like LDFLAGS do not matter to vet).
+GO_FLAGS := -trimpath
+# Every Go module of the repository; seed 002's extender is kept as the seed wrote it
+# (vetted, not reformatted).
+GO_MODULES := tests/controlplane tests/extender-seed002 tools/image tools/lint
+GO_FORMATTED := tests/controlplane tools/image tools/lint
 
-.PHONY: all build controlplane demo test lint fmt clean manifests bench soak
+.PHONY: all build controlplane demo test lint fmt clean manifests bench soak image test-images vet actionlint
 
 all: build
 
@@ -21,11 +29,23 @@ controlplane: $(CONTROLPLANE)
 
 $(CONTROLPLANE): $(CONTROLPLANE_SRC)
 	@mkdir -p $(BUILD)
-	cd tests/controlplane && go build -trimpath -ldflags '$(LDFLAGS)' -o ../../$(CONTROLPLANE) .
+	cd tests/controlplane && go build $(GO_FLAGS) -ldflags '$(LDFLAGS)' -o ../../$(CONTROLPLANE) .
 
 ## build: the control plane and every Rust binary.
 build: $(CONTROLPLANE)
 	cargo build --workspace --bins
+
+## image: the agent image without a container engine or registry: the release build of
+## mcsched-agent with its shared libraries, CA certificates and a nonroot user, written to
+## .build/image/mcsched-agent.tar (docker load / ctr images import / kind load
+## image-archive) and .build/image/oci (OCI layout). IMAGE=REF tags it otherwise than
+## `scripts/image-ref.sh` (what `kubectl mcsched install` deploys by default).
+image:
+	bash scripts/image.sh agent
+
+## test-images: the pause and hello images the real-node tests import into containerd.
+test-images:
+	bash scripts/image.sh test
 
 ## demo: a local host cluster, the agent, pods bound by mcsched; everything stopped after.
 demo: build
@@ -53,15 +73,24 @@ bench: $(CONTROLPLANE)
 soak: build
 	cargo test -p mcsched-e2e --test leaf_ownership -- --ignored --nocapture
 
-lint:
+## vet: gofmt and go vet on the Go modules, with the build's compile flags (GO_FLAGS).
+vet:
+	@unformatted=$$(gofmt -l $(GO_FORMATTED)); if [ -n "$$unformatted" ]; then echo "gofmt -l: $$unformatted"; exit 1; fi
+	@for m in $(GO_MODULES); do (cd $$m && go vet $(GO_FLAGS) ./...) || exit 1; done
+
+## actionlint: the GitHub workflows, with actionlint pinned in tools/lint/go.mod.
+actionlint:
+	@mkdir -p $(BUILD)
+	cd tools/lint && go build $(GO_FLAGS) -o ../../$(BUILD)/actionlint github.com/rhysd/actionlint/cmd/actionlint
+	$(BUILD)/actionlint -shellcheck= -pyflakes= -no-color
+
+lint: vet actionlint
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
-	cd tests/controlplane && go vet ./...
-	cd tests/extender-seed002 && go vet ./...
 
 fmt:
 	cargo fmt --all
-	gofmt -w tests/controlplane
+	gofmt -w $(GO_FORMATTED)
 
 clean:
 	rm -rf $(BUILD)

@@ -2,6 +2,7 @@
 # Packages `kubectl mcsched` for krew on this machine's platform.
 #
 #   scripts/package.sh [--debug]
+#   scripts/package.sh --manifest-only
 #
 # MCSCHED_DIST_DIR puts the output somewhere else than dist/ (the e2e test uses a temporary
 # directory, so that it never overwrites a release's dist/); CARGO_TARGET_DIR is honoured.
@@ -17,10 +18,12 @@
 #    archive is in dist/ (this one, just built, and any other put there); the others keep
 #    the committed value.
 #
-# A release runs this on (or for) each platform of the manifest — linux/amd64, linux/arm64,
-# darwin/amd64, darwin/arm64 — gathers the four archives in one dist/, runs it once more
-# there so that dist/mcsched.yaml carries all four sums, and publishes the archives and
-# that manifest under the tag v<version>. Test the result with
+# With --manifest-only, nothing is built: only step 3, for the archives already in dist/.
+#
+# A release (.github/workflows/release.yml) runs this on each platform of the manifest —
+# linux/amd64, linux/arm64, darwin/amd64, darwin/arm64 — gathers the four archives in one
+# dist/, runs it there with --manifest-only so that dist/mcsched.yaml carries all four
+# sums, and publishes the archives and that manifest under the tag v<version>. Test the result with
 #   kubectl krew install --manifest=dist/mcsched.yaml --archive=dist/kubectl-mcsched_<os>_<arch>.tar.gz
 set -euo pipefail
 
@@ -37,14 +40,16 @@ die() {
 say() { echo "package.sh: $*"; }
 
 profile=release
+manifest_only=false
 for arg in "$@"; do
     case "$arg" in
         --debug) profile=debug ;;
+        --manifest-only) manifest_only=true ;;
         -h | --help)
             sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
             exit 0
             ;;
-        *) die "unknown argument '$arg' (usage: scripts/package.sh [--debug])" ;;
+        *) die "unknown argument '$arg' (usage: scripts/package.sh [--debug | --manifest-only])" ;;
     esac
 done
 
@@ -58,21 +63,6 @@ manifest_version="$(awk '$1 == "version:" { gsub(/"/, "", $2); print $2; exit }'
 [[ "$manifest_version" == "v$version" ]] ||
     die "krew/mcsched.yaml has version '$manifest_version' but Cargo.toml says $version: update spec.version and the uris to v$version"
 
-case "$(uname -s)" in
-    Linux) os=linux ;;
-    Darwin) os=darwin ;;
-    *) die "unsupported OS $(uname -s) (the manifest has linux and darwin)" ;;
-esac
-case "$(uname -m)" in
-    x86_64 | amd64) arch=amd64 ;;
-    aarch64 | arm64) arch=arm64 ;;
-    *) die "unsupported architecture $(uname -m) (the manifest has amd64 and arm64)" ;;
-esac
-platform="${os}_${arch}"
-archive="$DIST/kubectl-mcsched_${platform}.tar.gz"
-grep -q "kubectl-mcsched_${platform}.tar.gz" "$MANIFEST" ||
-    die "krew/mcsched.yaml has no platform $os/$arch"
-
 sha256_of() {
     if command -v sha256sum >/dev/null; then
         sha256sum "$1" | awk '{print $1}'
@@ -81,26 +71,45 @@ sha256_of() {
     fi
 }
 
-say "building kubectl-mcsched v$version for $os/$arch ($profile profile)"
-if [[ "$profile" == release ]]; then
-    cargo build --manifest-path "$ROOT/Cargo.toml" --release -p kubectl-mcsched
-else
-    say "warning: --debug builds an archive for tests only; do not publish it"
-    cargo build --manifest-path "$ROOT/Cargo.toml" --workspace --bins
-fi
-binary="$TARGET_DIR/$profile/kubectl-mcsched"
-[[ -x "$binary" ]] || die "cargo built no $binary (is CARGO_TARGET_DIR set the same as for cargo?)"
+if [[ "$manifest_only" == false ]]; then
+    case "$(uname -s)" in
+        Linux) os=linux ;;
+        Darwin) os=darwin ;;
+        *) die "unsupported OS $(uname -s) (the manifest has linux and darwin)" ;;
+    esac
+    case "$(uname -m)" in
+        x86_64 | amd64) arch=amd64 ;;
+        aarch64 | arm64) arch=arm64 ;;
+        *) die "unsupported architecture $(uname -m) (the manifest has amd64 and arm64)" ;;
+    esac
+    platform="${os}_${arch}"
+    archive="$DIST/kubectl-mcsched_${platform}.tar.gz"
+    grep -q "kubectl-mcsched_${platform}.tar.gz" "$MANIFEST" ||
+        die "krew/mcsched.yaml has no platform $os/$arch"
 
-mkdir -p "$DIST"
-stage="$(mktemp -d)"
-trap 'rm -rf "$stage"' EXIT
-cp "$binary" "$stage/kubectl-mcsched"
-cp "$ROOT/LICENSE" "$stage/LICENSE"
-chmod 0755 "$stage/kubectl-mcsched"
-chmod 0644 "$stage/LICENSE"
-tar -C "$stage" -czf "$archive.tmp" kubectl-mcsched LICENSE
-mv "$archive.tmp" "$archive"
-say "wrote $archive ($(wc -c <"$archive" | tr -d ' ') bytes)"
+    say "building kubectl-mcsched v$version for $os/$arch ($profile profile)"
+    if [[ "$profile" == release ]]; then
+        cargo build --manifest-path "$ROOT/Cargo.toml" --release -p kubectl-mcsched
+    else
+        say "warning: --debug builds an archive for tests only; do not publish it"
+        cargo build --manifest-path "$ROOT/Cargo.toml" --workspace --bins
+    fi
+    binary="$TARGET_DIR/$profile/kubectl-mcsched"
+    [[ -x "$binary" ]] || die "cargo built no $binary (is CARGO_TARGET_DIR set the same as for cargo?)"
+
+    mkdir -p "$DIST"
+    stage="$(mktemp -d)"
+    trap 'rm -rf "$stage"' EXIT
+    cp "$binary" "$stage/kubectl-mcsched"
+    cp "$ROOT/LICENSE" "$stage/LICENSE"
+    chmod 0755 "$stage/kubectl-mcsched"
+    chmod 0644 "$stage/LICENSE"
+    tar -C "$stage" -czf "$archive.tmp" kubectl-mcsched LICENSE
+    mv "$archive.tmp" "$archive"
+    say "wrote $archive ($(wc -c <"$archive" | tr -d ' ') bytes)"
+else
+    ls "$DIST"/kubectl-mcsched_*.tar.gz >/dev/null 2>&1 || die "--manifest-only: no kubectl-mcsched_<os>_<arch>.tar.gz in $DIST"
+fi
 
 # "os_arch=sum ..." for every platform whose archive is in dist/.
 sums=""
@@ -140,4 +149,6 @@ awk -v sums="$sums" '
 ' "$MANIFEST" >"$DIST/mcsched.yaml.tmp" || die "could not fill the sha256 values into $DIST/mcsched.yaml"
 mv "$DIST/mcsched.yaml.tmp" "$DIST/mcsched.yaml"
 say "wrote $DIST/mcsched.yaml (sha256 filled for:${filled})"
-say "try it: kubectl krew install --manifest=$DIST/mcsched.yaml --archive=$archive"
+if [[ "$manifest_only" == false ]]; then
+    say "try it: kubectl krew install --manifest=$DIST/mcsched.yaml --archive=$archive"
+fi

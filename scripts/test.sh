@@ -21,19 +21,32 @@ stage() {
   echo "<== ${name}: ${took}s"
 }
 
-go_vet() {
-  (cd tests/controlplane && go vet ./...)
-  # Seed 002's extender, kept as the seed wrote it (the extender_seed002 test builds it).
-  (cd tests/extender-seed002 && go vet ./...)
+# Every end-to-end test binary but real_node's, which has a stage of its own.
+e2e_except_real_node() {
+  local args=(--lib)
+  for f in tests/tests/*.rs; do
+    local name
+    name=$(basename "$f" .rs)
+    [[ "$name" == real_node ]] || args+=(--test "$name")
+  done
+  cargo test -p mcsched-e2e "${args[@]}"
 }
 
 stage "cargo fmt --check" cargo fmt --all -- --check
 stage "build controlplane (Go)" make --no-print-directory controlplane
-stage "go vet" go_vet
+# gofmt and go vet, with the build's compile flags: vet reuses what the build compiled.
+stage "go vet" make --no-print-directory vet
+stage "actionlint (workflows)" make --no-print-directory actionlint
 stage "cargo clippy -D warnings" cargo clippy --workspace --all-targets -- -D warnings
 stage "cargo build" cargo build --workspace --bins
 stage "unit tests" cargo test --workspace --exclude mcsched-e2e --exclude mcsched-bench
-stage "end-to-end tests" cargo test -p mcsched-e2e
+# The agent image (release build) and the test images, then the tests: control planes
+# with simulated kubelets, then the real node (kubelet + containerd + runc + CNI as root;
+# scripts/setup.sh installs the packages), where the agent runs from that image.
+stage "image (make image)" make --no-print-directory image
+stage "test images" make --no-print-directory test-images
+stage "end-to-end tests" e2e_except_real_node
+stage "real-node tests" cargo test -p mcsched-e2e --test real_node
 stage "bench (quick variant)" cargo test -p mcsched-bench
 
 echo

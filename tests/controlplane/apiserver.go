@@ -14,16 +14,28 @@ import (
 
 // runAPIServer runs kube-apiserver until ctx ends. TLS, client certificates and the RBAC
 // authorizer are on, so RBAC rules under test are really enforced.
-func runAPIServer(ctx context.Context, dataDir string, port int, etcdURL string, p *pki) error {
+func runAPIServer(ctx context.Context, cfg config, dataDir string, port int, etcdURL string, p *pki) error {
+	// There is no kubelet: TaintNodesByCondition would taint every hand-made Node
+	// not-ready forever, and ServiceAccount admission would refuse pods until a
+	// controller-manager creates the default ServiceAccount in each namespace. Real nodes
+	// need ServiceAccount admission: it mounts the pods' API token.
+	disabledAdmission := "--disable-admission-plugins=TaintNodesByCondition,ServiceAccount"
+	if cfg.realNodes {
+		disabledAdmission = "--disable-admission-plugins=TaintNodesByCondition"
+	}
 	args := []string{
 		"--etcd-servers=" + etcdURL,
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
+		"--bind-address=" + cfg.bindAddress,
+		"--advertise-address=" + cfg.bindAddress,
 		fmt.Sprintf("--secure-port=%d", port),
 		"--cert-dir=" + filepath.Join(dataDir, "apiserver-certs"),
 		"--tls-cert-file=" + p.servingCert,
 		"--tls-private-key-file=" + p.servingKey,
 		"--client-ca-file=" + p.caCert,
+		// Towards kubelets (logs, exec) as the cluster admin, as kubeadm's
+		// apiserver-kubelet-client is.
+		"--kubelet-client-certificate=" + p.adminCert,
+		"--kubelet-client-key=" + p.adminKey,
 		// Aggregated APIs as kubeadm serves them: the aggregator proxies to extension API
 		// servers with the front-proxy client certificate and names the user in
 		// X-Remote-* headers, which they trust because kube-apiserver publishes these
@@ -46,10 +58,7 @@ func runAPIServer(ctx context.Context, dataDir string, port int, etcdURL string,
 		"--allow-privileged=true",
 		"--endpoint-reconciler-type=none",
 		"--profiling=false",
-		// There is no kubelet: TaintNodesByCondition would taint every hand-made Node
-		// not-ready forever, and ServiceAccount admission would refuse pods until a
-		// controller-manager creates the default ServiceAccount in each namespace.
-		"--disable-admission-plugins=TaintNodesByCondition,ServiceAccount",
+		disabledAdmission,
 		// Benchmarks create thousands of objects a second through one loopback server.
 		"--max-requests-inflight=2000",
 		"--max-mutating-requests-inflight=1000",

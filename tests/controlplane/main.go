@@ -1,12 +1,18 @@
 // Command controlplane runs one real Kubernetes control plane in a single process:
 // embedded etcd and kube-apiserver, optionally kube-controller-manager, kube-scheduler
 // and a kubelet simulator. mcsched's end-to-end tests and benchmarks start one per cluster.
+//
+//	controlplane --name N --data-dir D --kubeconfig K [flags]   a control plane
+//	controlplane scheduler --kubeconfig K --data-dir D           kube-scheduler alone
+//	controlplane kubelet --cluster-kubeconfig K ...              a real kubelet (a node)
+//	controlplane remove-pods --container-runtime-endpoint E      every pod of a CRI runtime removed
 package main
 
 import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -21,6 +27,8 @@ type config struct {
 	dataDir               string
 	kubeconfig            string
 	port                  int
+	bindAddress           string
+	realNodes             bool
 	withControllerManager bool
 	withScheduler         bool
 	simulateKubelets      bool
@@ -37,6 +45,8 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.dataDir, "data-dir", "", "directory for etcd data and certificates")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "where to write the admin kubeconfig")
 	fs.IntVar(&c.port, "port", 0, "kube-apiserver secure port on 127.0.0.1 (0 picks a free one)")
+	fs.StringVar(&c.bindAddress, "bind-address", "127.0.0.1", "kube-apiserver's address (in its certificate and the kubeconfig); real nodes' pods need one that is not loopback")
+	fs.BoolVar(&c.realNodes, "real-nodes", false, "nodes will be real kubelets (`controlplane kubelet`): ServiceAccount admission gives pods their token volume, as in any cluster")
 	fs.BoolVar(&c.withControllerManager, "with-controller-manager", false, "run kube-controller-manager in-process")
 	fs.BoolVar(&c.withScheduler, "with-scheduler", false, "run kube-scheduler (profile default-scheduler) in-process")
 	fs.BoolVar(&c.simulateKubelets, "simulate-kubelets", false, "renew node Leases and mark pods on non-virtual nodes Running")
@@ -56,6 +66,9 @@ func parseFlags(args []string) (config, error) {
 	if c.kubeconfig == "" {
 		return c, fmt.Errorf("--kubeconfig is required")
 	}
+	if net.ParseIP(c.bindAddress) == nil {
+		return c, fmt.Errorf("--bind-address %q is not an IP address", c.bindAddress)
+	}
 	if c.port < 0 || c.port > 65535 {
 		return c, fmt.Errorf("--port %d is out of range", c.port)
 	}
@@ -63,6 +76,20 @@ func parseFlags(args []string) (config, error) {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "kubelet" {
+		if err := runKubelet(os.Args[2:]); err != nil {
+			fmt.Fprintf(os.Stderr, "controlplane kubelet: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "remove-pods" {
+		if err := runRemovePods(os.Args[2:]); err != nil {
+			fmt.Fprintf(os.Stderr, "controlplane remove-pods: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) > 1 && os.Args[1] == "scheduler" {
 		if err := runSchedulerOnly(os.Args[2:]); err != nil {
 			fmt.Fprintf(os.Stderr, "controlplane scheduler: %v\n", err)
@@ -93,7 +120,7 @@ func run(cfg config) error {
 	if err != nil {
 		return err
 	}
-	pki, err := generatePKI(filepath.Join(dataDir, "pki"))
+	pki, err := generatePKI(filepath.Join(dataDir, "pki"), cfg.bindAddress)
 	if err != nil {
 		return fmt.Errorf("certificates: %w", err)
 	}
@@ -110,13 +137,13 @@ func run(cfg config) error {
 			return err
 		}
 	}
-	url := fmt.Sprintf("https://127.0.0.1:%d", port)
+	url := "https://" + net.JoinHostPort(cfg.bindAddress, fmt.Sprint(port))
 	if err := writeKubeconfig(cfg.kubeconfig, cfg.name, url, pki); err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
 
 	apiErr := make(chan error, 1)
-	go func() { apiErr <- runAPIServer(ctx, dataDir, port, etcd.clientURL, pki) }()
+	go func() { apiErr <- runAPIServer(ctx, cfg, dataDir, port, etcd.clientURL, pki) }()
 
 	admin, err := adminClient(cfg.kubeconfig, cfg.clientQPS, cfg.clientBurst)
 	if err != nil {

@@ -38,7 +38,9 @@ type pki struct {
 	adminKeyPEM      []byte
 }
 
-func generatePKI(dir string) (*pki, error) {
+// generatePKI writes the cluster's certificates; kube-apiserver's serving certificate is
+// valid for bindAddress too.
+func generatePKI(dir, bindAddress string) (*pki, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -133,7 +135,7 @@ func generatePKI(dir string) (*pki, error) {
 
 	srvCert, srvKey, err := issue(2, pkix.Name{CommonName: "kube-apiserver"}, x509.ExtKeyUsageServerAuth,
 		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
-		[]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1")})
+		apiserverIPs(bindAddress))
 	if err != nil {
 		return nil, err
 	}
@@ -198,4 +200,13 @@ func writeKey(path string, key *ecdsa.PrivateKey) error {
 
 func pemBlock(kind string, der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der})
+}
+
+// apiserverIPs: loopback, the `kubernetes` Service's cluster IP and the bind address.
+func apiserverIPs(bindAddress string) []net.IP {
+	ips := []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1")}
+	if ip := net.ParseIP(bindAddress); ip != nil && !ip.Equal(ips[0]) && !ip.IsUnspecified() {
+		ips = append(ips, ip)
+	}
+	return ips
 }

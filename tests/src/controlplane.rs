@@ -55,20 +55,34 @@ impl ControlPlane {
         all.pop().context("no control plane started")
     }
 
+    /// As [`start`](Self::start), with more `controlplane` flags (`--bind-address`,
+    /// `--real-nodes`, ...).
+    pub async fn start_with_args(
+        name: &str,
+        options: ControlPlaneOptions,
+        args: &[&str],
+    ) -> anyhow::Result<Self> {
+        Self::spawn(name, options, args).await
+    }
+
     /// Starts one control plane per name, all at once; any that started are stopped
     /// again if one fails.
     pub async fn start_many(
         names: &[&str],
         options: ControlPlaneOptions,
     ) -> anyhow::Result<Vec<Self>> {
-        let starts = names.iter().map(|name| Self::spawn(name, options));
+        let starts = names.iter().map(|name| Self::spawn(name, options, &[]));
         futures::future::join_all(starts)
             .await
             .into_iter()
             .collect()
     }
 
-    async fn spawn(name: &str, options: ControlPlaneOptions) -> anyhow::Result<Self> {
+    async fn spawn(
+        name: &str,
+        options: ControlPlaneOptions,
+        args: &[&str],
+    ) -> anyhow::Result<Self> {
         let bin = binary();
         if !bin.exists() {
             bail!(
@@ -97,6 +111,7 @@ impl ControlPlane {
         if options.simulate_kubelets {
             cmd.arg("--simulate-kubelets");
         }
+        cmd.args(args);
         let mut process = Guarded::spawn(cmd, &format!("control plane {name}"), &log)
             .with_context(|| format!("cannot start {}", bin.display()))?;
         let stdout = process
@@ -151,7 +166,7 @@ impl ControlPlane {
     }
 
     /// Where `controlplane` writes its certificates and keys (`--data-dir`/pki).
-    fn pki_dir(&self) -> PathBuf {
+    pub fn pki_dir(&self) -> PathBuf {
         self.dir.path().join("data").join("pki")
     }
 

@@ -7,6 +7,7 @@ pub mod cli;
 pub mod controlplane;
 pub mod objects;
 pub mod process;
+pub mod real_node;
 pub mod wait;
 
 pub use agent::Agent;

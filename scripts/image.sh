@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Builds container images without a container engine or registry (tools/image, a Go
+# program on go-containerregistry, packs a root filesystem into one layer):
+#
+#   scripts/image.sh agent     the agent image (`make image`): the release build of
+#                              mcsched-agent on the layout of scripts/image-rootfs.sh,
+#                              tagged $IMAGE (default: scripts/image-ref.sh), written to
+#                              .build/image/mcsched-agent.tar (docker load, ctr images
+#                              import, kind load image-archive) and .build/image/oci (an
+#                              OCI image layout, for skopeo/crane/oras to push)
+#   scripts/image.sh test      the images the real-node tests run (`make test-images`):
+#                              .build/image/pause.tar (mcsched.test/pause:1, the pod
+#                              sandbox) and .build/image/hello.tar (mcsched.test/hello:1,
+#                              an HTTP server saying hello), static Go programs
+#
+# The .test domain never resolves, so nothing can ever pull these two test images: they
+# exist only where a test imported them.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OUT="$ROOT/.build/image"
+TOOL="$ROOT/.build/mcsched-image"
+TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+
+say() { echo "image.sh: $*"; }
+die() {
+  echo "image.sh: error: $*" >&2
+  exit 1
+}
+
+# Same flags as the other Go builds, so the build cache is shared (see the Makefile).
+go_build() {
+  local dir=$1 out=$2 pkg=$3
+  (cd "$ROOT/$dir" && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$out" "$pkg")
+}
+
+platform() {
+  case "$(uname -m)" in
+    x86_64 | amd64) echo linux/amd64 ;;
+    aarch64 | arm64) echo linux/arm64 ;;
+    *) die "unsupported architecture $(uname -m)" ;;
+  esac
+}
+
+size_of() { du -h "$1" | cut -f1; }
+
+build_tool() {
+  mkdir -p "$OUT"
+  go_build tools/image "$TOOL" .
+}
+
+agent() {
+  local ref="${IMAGE:-$("$ROOT/scripts/image-ref.sh")}"
+  local version
+  version="$("$ROOT/scripts/image-ref.sh" --version)"
+  say "building mcsched-agent (release) for $ref"
+  cargo build --manifest-path "$ROOT/Cargo.toml" --release --locked -p mcsched-agent
+  build_tool
+  local rootfs="$OUT/rootfs"
+  bash "$ROOT/scripts/image-rootfs.sh" "$TARGET_DIR/release/mcsched-agent" "$ROOT/LICENSE" "$rootfs"
+  rm -rf "$OUT/oci"
+  # The same user, entrypoint, port and environment as the Dockerfile.
+  "$TOOL" --rootfs "$rootfs" --ref "$ref" --platform "$(platform)" \
+    --entrypoint /mcsched-agent --user 65532:65532 --workdir /home/nonroot \
+    --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    --env SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt \
+    --expose 10259/tcp \
+    --label org.opencontainers.image.title=mcsched-agent \
+    --label org.opencontainers.image.version="$version" \
+    --label org.opencontainers.image.licenses=Apache-2.0 \
+    --docker-archive "$OUT/mcsched-agent.tar" --oci-layout "$OUT/oci"
+  echo "$ref" >"$OUT/mcsched-agent.ref"
+  say "$ref: archive $(size_of "$OUT/mcsched-agent.tar"), root filesystem $(du -sh "$rootfs" | cut -f1)"
+  say "load it with: docker load -i $OUT/mcsched-agent.tar   (or: ctr -n k8s.io images import, kind load image-archive)"
+  say "install it with: kubectl mcsched install --image $ref"
+}
+
+test_images() {
+  build_tool
+  local work
+  work="$(mktemp -d)"
+  trap 'rm -rf "$work"' RETURN
+  for app in pause hello; do
+    mkdir -p "$work/$app"
+    go_build tools/image "$work/$app/$app" "./$app"
+    "$TOOL" --rootfs "$work/$app" --ref "mcsched.test/$app:1" --platform "$(platform)" \
+      --entrypoint "/$app" --user 65532:65532 \
+      --docker-archive "$OUT/$app.tar" >/dev/null
+    say "mcsched.test/$app:1: $OUT/$app.tar ($(size_of "$OUT/$app.tar"))"
+  done
+}
+
+case "${1:-}" in
+  agent) agent ;;
+  test) test_images ;;
+  *) die "usage: scripts/image.sh agent|test" ;;
+esac
