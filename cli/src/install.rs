@@ -39,7 +39,10 @@ pub struct InstallArgs {
     /// a profile of that file).
     #[arg(long, value_name = "NAME")]
     pub scheduler_name: Option<String>,
-    /// The agent's container image.
+    /// The agent's container image (default: the release of this CLI's version). For a
+    /// mirrored or locally built one (`make image`, then `docker load`, `ctr -n k8s.io
+    /// images import` or `kind load image-archive` onto the nodes) give its reference with
+    /// a tag other than `latest`: the kubelet then uses a loaded image as it is.
     #[arg(long, value_name = "IMAGE", default_value_t = manifests::default_image())]
     pub image: String,
     /// Agent replicas; more than one elect a leader and get a PodDisruptionBudget.
