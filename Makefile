@@ -47,7 +47,9 @@ image:
 test-images:
 	bash scripts/image.sh test
 
-## demo: a local host cluster, the agent, pods bound by mcsched; everything stopped after.
+## demo: a local host cluster and two leaves, the agent (in a container on a real node where
+## this machine can run one: root and scripts/setup.sh's packages), pods bound by mcsched;
+## everything stopped after. MCSCHED_DEMO_AGENT=host runs the agent binary on the host.
 demo: build
 	bash scripts/demo.sh
 

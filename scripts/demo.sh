@@ -2,26 +2,42 @@
 # The local demo: a host cluster and two leaf clusters (each: etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler, simulated kubelets), both leaves joined with
 # `kubectl mcsched join cluster`, mcsched-agent beside kube-scheduler in the host, pods for
-# each scheduler and seed 000's MySQL example; shows where everything runs, in every
+# each scheduler and Kosmos's MySQL example; shows where everything runs, in every
 # cluster, and why; then stops everything it started.
 #
-# `kubectl mcsched install` installs the agent for real. There is no kubelet here, so the
-# simulated kubelet gives the agent's pod this machine's address and the agent binary runs
-# beside the control plane, on that address, as the installed ServiceAccount and with the
-# installed configuration: as the leader it points Service mcsched-api at that address, and
-# `kubectl mcsched explain` reaches it through the API server as the APIService
-# v1alpha1.mcsched.io, as it would in a real cluster.
+# `kubectl mcsched install` installs the agent for real. Where this machine can run a real
+# node (root, containerd, runc, the CNI plugins: `scripts/setup.sh` installs them), the
+# host also gets one (a real kubelet on containerd, `mcsched-real-node`) and the agent runs
+# there as a container of the image `make image` builds, as in any cluster. Elsewhere (or
+# with MCSCHED_DEMO_AGENT=host) the simulated kubelet gives the agent's pod this machine's
+# address and the agent binary runs beside the control plane, on that address, as the
+# installed ServiceAccount and with the installed configuration. Either way, as the leader
+# the agent points Service mcsched-api at itself and `kubectl mcsched explain` reaches it
+# through the API server as the APIService v1alpha1.mcsched.io.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 CONTROLPLANE=${MCSCHED_CONTROLPLANE:-.build/controlplane}
 AGENT=${MCSCHED_AGENT:-target/debug/mcsched-agent}
 CLI=${MCSCHED_CLI:-target/debug/kubectl-mcsched}
+REAL_NODE=${MCSCHED_REAL_NODE:-target/debug/mcsched-real-node}
+# container: the agent in a container on a real node; host: its binary on this machine;
+# auto: container where this machine can run a real node.
+MODE=${MCSCHED_DEMO_AGENT:-auto}
 WORK=$(mktemp -d -t mcsched-demo-XXXXXX)
 PIDS=()
+NODE_PID=
 
 cleanup() {
   local pid
+  # The real node first, while its API server still answers: it removes its pods and
+  # everything it made on this machine (bridge, nftables table, cgroups).
+  if [ -n "$NODE_PID" ]; then
+    kill -TERM "$NODE_PID" 2>/dev/null || true
+    for _ in $(seq 1 600); do kill -0 "$NODE_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$NODE_PID" 2>/dev/null || true
+    wait "$NODE_PID" 2>/dev/null || true
+  fi
   for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${PIDS[@]}"; do
     for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
@@ -46,10 +62,45 @@ if [ -z "$ADDRESS" ]; then
   exit 1
 fi
 
+case "$MODE" in
+  auto)
+    if missing=$("$REAL_NODE" --check); then
+      MODE=container
+    else
+      MODE=host
+      echo "no real node here, so the agent binary runs on this machine instead of in a container; missing:"
+      printf '  %s\n' "$missing"
+      echo "(scripts/setup.sh, as root, installs the packages)"
+    fi ;;
+  container)
+    if ! missing=$("$REAL_NODE" --check); then
+      echo "MCSCHED_DEMO_AGENT=container, but this machine cannot run a real node; missing:"
+      printf '  %s\n' "$missing"
+      exit 1
+    fi ;;
+  host) ;;
+  *) echo "MCSCHED_DEMO_AGENT=$MODE: expected container, host or auto"; exit 1 ;;
+esac
+if [ "$MODE" = container ]; then
+  # The agent image (release build) and the pause and hello images, built here: nothing
+  # is pulled.
+  make --no-print-directory image test-images
+  APP_IMAGE=mcsched.test/hello:1
+else
+  APP_IMAGE=registry.k8s.io/pause:3.10
+fi
+
+# Every API server on that address: the agent, in a container or not, dials the leaves'.
 start_cluster() {
   local extra=()
-  if [ "$1" = host ]; then extra=(--pod-address "mcsched-system/mcsched-agent-=$ADDRESS"); fi
-  "$CONTROLPLANE" --name "$1" --data-dir "$WORK/$1" --kubeconfig "$WORK/$1.kubeconfig" \
+  if [ "$1" = host ]; then
+    if [ "$MODE" = container ]; then
+      extra=(--real-nodes)
+    else
+      extra=(--pod-address "mcsched-system/mcsched-agent-=$ADDRESS")
+    fi
+  fi
+  "$CONTROLPLANE" --name "$1" --data-dir "$WORK/$1" --kubeconfig "$WORK/$1.kubeconfig" --bind-address "$ADDRESS" \
     --with-controller-manager --with-scheduler --simulate-kubelets "${extra[@]}" >"$WORK/$1.out" 2>"$WORK/$1.log" &
   PIDS+=($!)
 }
@@ -111,17 +162,35 @@ node east east-1 4; node east east-2 4; node west west-1 4
 local_volume host node-a; local_volume east east-1   # west has no volume for MySQL
 for c in host east west; do kc "$c" wait --for=condition=Ready node --all --timeout=60s >/dev/null; done
 
-say "kubectl mcsched install --wait"
-mcsched install --image ghcr.io/mcsched/mcsched-agent:v0.1.0 --wait --timeout 90s
+if [ "$MODE" = container ]; then
+  say "a real node in the host: node-r (kubelet, containerd, runc, CNI bridge), the agent image imported"
+  "$REAL_NODE" --kubeconfig "$WORK/host.kubeconfig" --pki-dir "$WORK/host/pki" --name node-r \
+    --import .build/image/mcsched-agent.tar >"$WORK/node.out" 2>"$WORK/node.log" &
+  NODE_PID=$!
+  for _ in $(seq 1 900); do
+    grep -q '^READY' "$WORK/node.out" 2>/dev/null && break
+    kill -0 "$NODE_PID" 2>/dev/null || { echo "the real node did not start:"; tail -30 "$WORK/node.log"; exit 1; }
+    sleep 0.2
+  done
+  grep -q '^READY' "$WORK/node.out" || { echo "the real node is not Ready"; tail -30 "$WORK/node.log"; exit 1; }
+  k get node node-r -o wide
+  IMAGE=$(cat .build/image/mcsched-agent.ref)
+  say "kubectl mcsched install --image $IMAGE --node-selector kubernetes.io/hostname=node-r --wait"
+  mcsched install --image "$IMAGE" --node-selector kubernetes.io/hostname=node-r --wait --timeout 180s
+  k get pods -n mcsched-system -o wide
+else
+  say "kubectl mcsched install --wait"
+  mcsched install --image ghcr.io/mcsched/mcsched-agent:v0.1.0 --wait --timeout 90s
 
-say "starting mcsched-agent as the installed ServiceAccount, with the installed configuration"
-k get configmap -n mcsched-system mcsched-agent-config -o jsonpath='{.data.config\.yaml}' >"$WORK/agent-config.yaml"
-# The admin kubeconfig, impersonating the ServiceAccount (kubeconfig's `as`).
-awk '{print} /^  user:$/ {print "    as: system:serviceaccount:mcsched-system:mcsched-agent"}' \
-  "$WORK/host.kubeconfig" >"$WORK/agent.kubeconfig"
-POD_NAMESPACE=mcsched-system "$AGENT" --config "$WORK/agent-config.yaml" --kubeconfig "$WORK/agent.kubeconfig" \
-  --bind-address "$ADDRESS" --advertise-address "$ADDRESS" 2>"$WORK/agent.log" &
-PIDS+=($!)
+  say "starting mcsched-agent as the installed ServiceAccount, with the installed configuration"
+  k get configmap -n mcsched-system mcsched-agent-config -o jsonpath='{.data.config\.yaml}' >"$WORK/agent-config.yaml"
+  # The admin kubeconfig, impersonating the ServiceAccount (kubeconfig's `as`).
+  awk '{print} /^  user:$/ {print "    as: system:serviceaccount:mcsched-system:mcsched-agent"}' \
+    "$WORK/host.kubeconfig" >"$WORK/agent.kubeconfig"
+  POD_NAMESPACE=mcsched-system "$AGENT" --config "$WORK/agent-config.yaml" --kubeconfig "$WORK/agent.kubeconfig" \
+    --bind-address "$ADDRESS" --advertise-address "$ADDRESS" 2>"$WORK/agent.log" &
+  PIDS+=($!)
+fi
 # The leader publishes itself (EndpointSlice, caBundle); then the API server serves mcsched.io.
 k wait --for=condition=Available apiservice/v1alpha1.mcsched.io --timeout=60s >/dev/null
 mcsched version
@@ -140,6 +209,9 @@ k get nodes -L mcsched.io/cluster,topology.kubernetes.io/region,mcsched.io/provi
 say "kubectl mcsched get clusters"
 mcsched get clusters
 
+# ServiceAccount admission (on with a real node) wants the namespace's default account.
+for _ in $(seq 1 300); do k get serviceaccount default >/dev/null 2>&1 && break; sleep 0.2; done
+
 say "four pods for mcsched (1 CPU each), one for the default scheduler"
 for i in 1 2 3 4; do
   k apply -f - >/dev/null <<YAML
@@ -150,13 +222,13 @@ spec:
   schedulerName: mcsched
   containers:
   - name: app
-    image: registry.k8s.io/pause:3.10
+    image: $APP_IMAGE
     resources: {requests: {cpu: "1", memory: 128Mi}}
 YAML
 done
-k run plain --image=registry.k8s.io/pause:3.10 >/dev/null
+k run plain --image="$APP_IMAGE" >/dev/null
 
-say "seed 000's MySQL: two replicas, required anti-affinity on the hostname, a WaitForFirstConsumer claim each"
+say "Kosmos's MySQL: two replicas, required anti-affinity on the hostname, a WaitForFirstConsumer claim each"
 k apply -f - >/dev/null <<'YAML'
 apiVersion: apps/v1
 kind: StatefulSet
@@ -194,7 +266,28 @@ for _ in $(seq 1 600); do
   sleep 0.2
 done
 
-say "host: pods, their scheduler and their node (mcsched-* are leaf clusters)"
+if [ "$MODE" = container ]; then
+  say "a pod for mcsched on the real node: a container answering HTTP on 8080"
+  k apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: hello, namespace: default}
+spec:
+  schedulerName: mcsched
+  nodeSelector: {kubernetes.io/hostname: node-r}
+  containers:
+  - name: hello
+    image: $APP_IMAGE
+    ports: [{containerPort: 8080}]
+    readinessProbe: {httpGet: {path: /, port: 8080}, periodSeconds: 1}
+    resources: {requests: {cpu: 100m, memory: 32Mi}}
+YAML
+  k wait --for=condition=Ready pod/hello --timeout=90s >/dev/null
+  echo '$ kubectl get --raw /api/v1/namespaces/default/pods/hello:8080/proxy/'
+  k get --raw /api/v1/namespaces/default/pods/hello:8080/proxy/
+fi
+
+say "host: pods, their scheduler and their node (mcsched-* are leaf clusters; node-r, when there, is a real kubelet)"
 k get pods -o custom-columns='NAME:.metadata.name,SCHEDULER:.spec.schedulerName,NODE:.spec.nodeName,STATUS:.status.phase,IP:.status.podIP'
 say "host: claims"
 k get pvc -o custom-columns='NAME:.metadata.name,STATUS:.status.phase,VOLUME:.spec.volumeName,IN LEAF:.metadata.annotations.mcsched\.io/bound-in-cluster'
@@ -218,7 +311,7 @@ say "kubectl mcsched get clusters (pods synced into each leaf)"
 mcsched get clusters
 
 say "a pod that fits nowhere (16 CPUs): kubectl mcsched explain pod big"
-k apply -f - >/dev/null <<'YAML'
+k apply -f - >/dev/null <<YAML
 apiVersion: v1
 kind: Pod
 metadata: {name: big, namespace: default}
@@ -226,7 +319,7 @@ spec:
   schedulerName: mcsched
   containers:
   - name: app
-    image: registry.k8s.io/pause:3.10
+    image: $APP_IMAGE
     resources: {requests: {cpu: "16"}}
 YAML
 mcsched explain pod big
@@ -258,10 +351,25 @@ if [ -n "$leaf_replica" ]; then
     leaf_running=$((leaf_running + $(kc "$c" get pod "$leaf_replica" --no-headers 2>/dev/null | grep -c Running || true)))
   done
 fi
-if [ "$unbound" -ne 0 ] || [ "$by_mcsched" -ne 6 ] || [ -z "$host_replica" ] || [ "$leaf_running" -ne 1 ]; then
-  echo "demo failed: $unbound pods unbound, $by_mcsched bound by mcsched, MySQL on host: '${host_replica}', in a leaf: '${leaf_replica}' (running there: $leaf_running)"
-  tail -30 "$WORK/agent.log"
+agent_ok=true
+if [ "$MODE" = container ]; then
+  # The agent really ran in a container on the real node.
+  agent=$(k get pods -n mcsched-system -l app.kubernetes.io/name=mcsched-agent \
+    -o jsonpath='{range .items[*]}{.spec.nodeName} {.status.phase} {.status.containerStatuses[0].containerID}{"\n"}{end}')
+  echo "$agent" | grep -qE '^node-r Running containerd://' || agent_ok=false
+fi
+if ! $agent_ok || [ "$unbound" -ne 0 ] || [ "$by_mcsched" -ne 6 ] || [ -z "$host_replica" ] || [ "$leaf_running" -ne 1 ]; then
+  echo "demo failed: agent pods '${agent:-not checked}', $unbound pods unbound, $by_mcsched bound by mcsched, MySQL on host: '${host_replica}', in a leaf: '${leaf_replica}' (running there: $leaf_running)"
+  if [ "$MODE" = container ]; then
+    k logs -n mcsched-system deploy/mcsched-agent --tail 30 || true
+  else
+    tail -30 "$WORK/agent.log"
+  fi
   exit 1
 fi
 
-say "done: 6 pods bound by mcsched (MySQL: $host_replica on a host node, $leaf_replica in a leaf), 1 by default-scheduler; stopping everything"
+if [ "$MODE" = container ]; then
+  say "done: the agent ran in a container on node-r; it bound 7 pods (hello in a container on node-r, MySQL's $host_replica on a host node and $leaf_replica in a leaf), default-scheduler 1; stopping everything"
+else
+  say "done: 6 pods bound by mcsched (MySQL: $host_replica on a host node, $leaf_replica in a leaf), 1 by default-scheduler; stopping everything"
+fi

@@ -47,6 +47,8 @@ stage "image (make image)" make --no-print-directory image
 stage "test images" make --no-print-directory test-images
 stage "end-to-end tests" e2e_except_real_node
 stage "real-node tests" cargo test -p mcsched-e2e --test real_node
+# The README's first command: the demo, its agent in a container on a real node.
+stage "demo (make demo)" bash scripts/demo.sh
 stage "bench (quick variant)" cargo test -p mcsched-bench
 
 echo

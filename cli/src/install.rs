@@ -48,6 +48,10 @@ pub struct InstallArgs {
     /// Agent replicas; more than one elect a leader and get a PodDisruptionBudget.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub replicas: i32,
+    /// Run the agent only on nodes with these labels (the pods' nodeSelector), e.g. the
+    /// control-plane nodes; repeatable or comma-separated.
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub node_selector: Vec<String>,
     /// A KubeSchedulerConfiguration file to ship instead of the default one; checked by
     /// the agent's own parser before anything is applied.
     #[arg(long, value_name = "FILE")]
@@ -85,6 +89,7 @@ pub async fn run(kube: &KubeArgs, args: InstallArgs) -> anyhow::Result<()> {
         scheduler_name: args.scheduler_name.clone(),
         image: args.image.clone(),
         replicas: args.replicas,
+        node_selector: crate::cluster::names::node_selector(&args.node_selector)?,
         config,
     };
     // Everything is rendered, and the configuration checked, before the cluster is touched.

@@ -114,6 +114,7 @@ func runKubelet(args []string) error {
 		"--cert-dir=" + filepath.Join(rootDir, "pki"),
 		"--hostname-override=" + c.nodeName,
 		"--node-ip=" + c.nodeIP,
+		"--node-labels=" + realKubeletLabel + "=true",
 		fmt.Sprintf("--v=%d", c.verbosity),
 	})
 	fmt.Printf("KUBELET %s %s:%d\n", c.nodeName, c.nodeIP, c.port)

@@ -28,6 +28,16 @@ const (
 	simulatorWorkers     = 8
 )
 
+// realKubeletLabel marks the nodes of `controlplane kubelet`: a real kubelet keeps their
+// Lease, status and pods, so the simulator leaves them alone when both share a cluster.
+const realKubeletLabel = "controlplane.mcsched.test/real-kubelet"
+
+// isRealNode tells a node that a real kubelet registered.
+func isRealNode(n *corev1.Node) bool {
+	_, ok := n.Labels[realKubeletLabel]
+	return ok
+}
+
 // isVirtualNode tells a node that stands for a whole leaf cluster: mcsched's agent keeps
 // its Lease and status, so the simulator leaves it alone.
 func isVirtualNode(n *corev1.Node) bool {
@@ -145,7 +155,7 @@ func (s *kubeletSimulator) renewAll(ctx context.Context) {
 }
 
 func (s *kubeletSimulator) heartbeat(ctx context.Context, n *corev1.Node) {
-	if isVirtualNode(n) {
+	if isVirtualNode(n) || isRealNode(n) {
 		return
 	}
 	if err := s.renewLease(ctx, n); err != nil {
@@ -232,7 +242,7 @@ func (s *kubeletSimulator) syncPod(ctx context.Context, key string) error {
 		return err
 	}
 	node, err := s.nodes.Get(pod.Spec.NodeName)
-	if err != nil || isVirtualNode(node) {
+	if err != nil || isVirtualNode(node) || isRealNode(node) {
 		return nil
 	}
 	if pod.DeletionTimestamp != nil {

@@ -165,6 +165,48 @@ pub async fn wait_default_service_account(
     .await
 }
 
+/// What a node needs of its control plane: where the API server is, the admin kubeconfig
+/// (its server and CA) and the CA that signs the node's credentials.
+pub struct NodeCluster {
+    pub url: String,
+    pub kubeconfig: PathBuf,
+    pub pki_dir: PathBuf,
+    pub client: kube::Client,
+}
+
+impl NodeCluster {
+    pub fn of(cp: &ControlPlane) -> Self {
+        NodeCluster {
+            url: cp.url.clone(),
+            kubeconfig: cp.kubeconfig.clone(),
+            pki_dir: cp.pki_dir(),
+            client: cp.client.clone(),
+        }
+    }
+
+    /// A control plane started elsewhere (`controlplane --data-dir D --kubeconfig K`):
+    /// its certificates are in `D/pki`.
+    pub async fn from_files(kubeconfig: &Path, pki_dir: &Path) -> anyhow::Result<Self> {
+        let config = kube::config::Kubeconfig::read_from(kubeconfig)
+            .with_context(|| format!("reading {}", kubeconfig.display()))?;
+        let url = config
+            .clusters
+            .first()
+            .and_then(|c| c.cluster.as_ref())
+            .and_then(|c| c.server.clone())
+            .with_context(|| format!("{} names no server", kubeconfig.display()))?;
+        if !pki_dir.join("ca.key").exists() {
+            bail!("{} holds no ca.key", pki_dir.display());
+        }
+        Ok(NodeCluster {
+            url,
+            kubeconfig: kubeconfig.to_path_buf(),
+            pki_dir: pki_dir.to_path_buf(),
+            client: crate::controlplane::client_for(kubeconfig).await?,
+        })
+    }
+}
+
 /// One node: containerd and a kubelet registered in a control plane.
 pub struct RealNode {
     pub name: String,
@@ -184,6 +226,11 @@ impl RealNode {
     /// Starts containerd (with the pause and hello images imported) and a kubelet that
     /// registers Node `name` in `cp`; returns once the Node is Ready.
     pub async fn start(cp: &ControlPlane, name: &str) -> anyhow::Result<Self> {
+        Self::start_in(&NodeCluster::of(cp), name).await
+    }
+
+    /// [`RealNode::start`] for a control plane this process did not start.
+    pub async fn start_in(cp: &NodeCluster, name: &str) -> anyhow::Result<Self> {
         require()?;
         let address = crate::api::routable_address()?;
         let dir = tempfile::Builder::new()
@@ -216,7 +263,7 @@ impl RealNode {
     }
 
     /// The bridge, its nftables table and the CNI configuration.
-    fn network(&self, cp: &ControlPlane) -> anyhow::Result<()> {
+    fn network(&self, cp: &NodeCluster) -> anyhow::Result<()> {
         let slot = self.slot();
         let bridge = slot.bridge();
         let gateway = format!("10.89.{}.1", slot.n);
@@ -357,14 +404,14 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         .with_context(|| format!("containerd log:\n{}", crate::controlplane::tail(&log)))
     }
 
-    fn start_kubelet(&mut self, cp: &ControlPlane) -> anyhow::Result<()> {
+    fn start_kubelet(&mut self, cp: &NodeCluster) -> anyhow::Result<()> {
         let d = self.dir.path();
         let mut cmd = Command::new(crate::controlplane::binary());
         cmd.arg("kubelet")
             .arg("--cluster-kubeconfig")
             .arg(&cp.kubeconfig)
             .arg("--pki-dir")
-            .arg(cp.pki_dir())
+            .arg(&cp.pki_dir)
             .arg("--node-name")
             .arg(&self.name)
             .arg("--node-ip")
@@ -387,7 +434,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         Ok(())
     }
 
-    async fn wait_ready(&mut self, cp: &ControlPlane) -> anyhow::Result<()> {
+    async fn wait_ready(&mut self, cp: &NodeCluster) -> anyhow::Result<()> {
         let nodes: Api<Node> = Api::all(cp.client.clone());
         let name = self.name.clone();
         let ready = crate::wait::until(NODE_READY_TIMEOUT, &format!("node {name} Ready"), || {

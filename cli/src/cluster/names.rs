@@ -10,6 +10,8 @@ pub enum NameError {
     Cluster(String, String),
     #[error("--label {0:?}: {1}")]
     Label(String, String),
+    #[error("--node-selector {0:?}: {1}")]
+    NodeSelector(String, String),
     #[error("--cost {0:?}: must be a non-negative integer")]
     Cost(String),
     #[error("--{0} {1:?}: {2}")]
@@ -88,6 +90,23 @@ pub fn labels(raw: &[String]) -> Result<BTreeMap<String, String>, NameError> {
             ));
         }
         out.insert(k.to_string(), v.to_string());
+    }
+    Ok(out)
+}
+
+/// `--node-selector k=v[,k=v]`, repeatable: the labels the agent's nodes must have.
+pub fn node_selector(raw: &[String]) -> Result<BTreeMap<String, String>, NameError> {
+    let mut out = BTreeMap::new();
+    for pair in raw.iter().flat_map(|r| r.split(',')) {
+        let bad = |e: String| NameError::NodeSelector(pair.to_string(), e);
+        let Some((k, v)) = pair.split_once('=') else {
+            return Err(bad("expected key=value".into()));
+        };
+        label_key(k).map_err(bad)?;
+        label_value(v).map_err(bad)?;
+        if out.insert(k.to_string(), v.to_string()).is_some() {
+            return Err(bad(format!("{k} is given twice")));
+        }
     }
     Ok(out)
 }
@@ -172,6 +191,37 @@ mod tests {
         assert!(cost("cheap").is_err());
         assert!(topology("region", "eu-west-1").is_ok());
         assert!(topology("region", "eu west").is_err());
+    }
+
+    #[test]
+    fn node_selectors_are_checked() {
+        let sel =
+            |xs: &[&str]| node_selector(&xs.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(
+            sel(&[
+                "kubernetes.io/hostname=node-1,tier=infra",
+                "kubernetes.io/os=linux"
+            ])
+            .map(|m| m.into_iter().collect::<Vec<_>>()),
+            Ok(vec![
+                ("kubernetes.io/hostname".to_string(), "node-1".to_string()),
+                ("kubernetes.io/os".to_string(), "linux".to_string()),
+                ("tier".to_string(), "infra".to_string()),
+            ])
+        );
+        assert_eq!(
+            sel(&["node-role.kubernetes.io/control-plane="]).map(|m| m.len()),
+            Ok(1)
+        );
+        assert_eq!(
+            sel(&["tier"]).map_err(|e| e.to_string()),
+            Err("--node-selector \"tier\": expected key=value".to_string())
+        );
+        assert!(
+            matches!(sel(&["a=b,a=c"]), Err(NameError::NodeSelector(p, m)) if p == "a=c" && m == "a is given twice")
+        );
+        assert!(sel(&["bad key=x"]).is_err());
+        assert!(sel(&["k=bad value"]).is_err());
     }
 
     #[test]

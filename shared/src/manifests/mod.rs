@@ -34,6 +34,8 @@ pub struct InstallOptions {
     pub scheduler_name: Option<String>,
     pub image: String,
     pub replicas: i32,
+    /// Labels the agent's nodes must have (the pod template's `nodeSelector`).
+    pub node_selector: BTreeMap<String, String>,
     /// A KubeSchedulerConfiguration (YAML) to ship instead of the default one, and where
     /// it came from (for error messages).
     pub config: Option<(String, String)>,
@@ -46,6 +48,7 @@ impl Default for InstallOptions {
             scheduler_name: None,
             image: default_image(),
             replicas: 1,
+            node_selector: BTreeMap::new(),
             config: None,
         }
     }

@@ -493,3 +493,29 @@ fn yaml_stream_starts_each_document_with_api_version() {
     assert_eq!(list["items"].as_array().map(Vec::len), Some(objects.len()));
     assert_eq!(list["items"][0]["kind"], "Namespace");
 }
+
+#[test]
+fn node_selector_pins_the_agent_and_is_absent_by_default() {
+    let pod_spec = |opts: &InstallOptions| {
+        let objects = render(opts).expect("renders");
+        let Object::Deployment(d) =
+            by_ref(&objects, "deployment/mcsched-agent", Some("mcsched-system"))
+        else {
+            unreachable!()
+        };
+        d.spec
+            .as_ref()
+            .and_then(|s| s.template.spec.clone())
+            .expect("pod spec")
+    };
+    assert_eq!(pod_spec(&InstallOptions::default()).node_selector, None);
+    let selector = BTreeMap::from([(
+        "node-role.kubernetes.io/control-plane".to_string(),
+        String::new(),
+    )]);
+    let pinned = pod_spec(&InstallOptions {
+        node_selector: selector.clone(),
+        ..Default::default()
+    });
+    assert_eq!(pinned.node_selector, Some(selector));
+}

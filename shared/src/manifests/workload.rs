@@ -189,6 +189,8 @@ pub(super) fn deployment(ns: &str, opts: &InstallOptions, cfg: &AgentConfig) -> 
                         ..Default::default()
                     }]),
                     affinity,
+                    node_selector: (!opts.node_selector.is_empty())
+                        .then(|| opts.node_selector.clone()),
                     ..Default::default()
                 }),
             },
