@@ -2,6 +2,9 @@
 //! profiles' QueueSort plugin (PrioritySort: priority, then arrival), backoffQ for pods that failed recently (1 s
 //! doubling to the maximum), unschedulablePods waiting for a cluster event that may help
 //! them (or for the 5-minute flush), and gated pods held back by PreEnqueue.
+//!
+//! Pods are keyed by UID: a pod deleted and created again under the same name while the
+//! first is being scheduled or bound is another pod, with its own entry and attempts.
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap, HashSet};
@@ -10,8 +13,31 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
+use k8s_openapi::api::core::v1::Pod;
+
 use crate::framework::{ClusterEvent, QueuedPodInfo};
 use crate::snapshot::PodInfo;
+
+/// A pod's queue key: its UID (`namespace/name` for a pod without one, which the API server
+/// never sends).
+pub fn pod_id(pod: &Pod) -> String {
+    match pod.metadata.uid.as_deref() {
+        Some(uid) if !uid.is_empty() => uid.to_string(),
+        _ => format!(
+            "{}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+            pod.metadata.name.as_deref().unwrap_or_default()
+        ),
+    }
+}
+
+fn id(info: &PodInfo) -> &str {
+    if info.uid.is_empty() {
+        &info.key
+    } else {
+        &info.uid
+    }
+}
 
 pub const DEFAULT_INITIAL_BACKOFF: Duration = Duration::from_secs(1);
 pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(10);
@@ -66,13 +92,15 @@ struct Unschedulable {
 #[derive(Default)]
 struct State {
     active: BinaryHeap<Active>,
-    /// Keys in `active`, with the seq of their live entry (stale heap entries are skipped).
+    /// Pod ids in `active`, with the seq of their live entry (stale heap entries are
+    /// skipped).
     active_seq: HashMap<String, u64>,
     backoff: HashMap<String, QueuedPodInfo>,
     unschedulable: HashMap<String, Unschedulable>,
     gated: HashMap<String, QueuedPodInfo>,
-    /// Popped pods and the move-request cycle current when they were popped.
-    in_flight: HashMap<String, u64>,
+    /// Popped pods: their `namespace/name` and the move-request cycle current when they
+    /// were popped.
+    in_flight: HashMap<String, (String, u64)>,
     /// In-flight pods deleted (or bound by someone else) meanwhile: their attempt's
     /// result must not bring them back (kube checks its informer cache).
     gone: HashSet<String>,
@@ -154,7 +182,7 @@ impl SchedulingQueue {
         st.seq += 1;
         let seq = st.seq;
         info.timestamp = Instant::now();
-        st.active_seq.insert(info.pod.key.clone(), seq);
+        st.active_seq.insert(id(&info.pod).to_string(), seq);
         st.active.push(Active {
             less: self.less.clone(),
             seq,
@@ -173,7 +201,7 @@ impl SchedulingQueue {
         if st.closed {
             return;
         }
-        let key = pod.key.clone();
+        let key = id(&pod).to_string();
         if !gated {
             // kube's Update: a pod waiting out its backoff is updated where it is...
             if let Some(info) = st.backoff.get_mut(&key) {
@@ -206,24 +234,24 @@ impl SchedulingQueue {
             st.gated.insert(key, info);
             return;
         }
-        // Being scheduled right now, the result decides where it goes; unless it was
-        // deleted meanwhile and this is a new pod of the same name.
-        if st.in_flight.contains_key(&key) && !st.gone.remove(&key) {
+        // Being scheduled right now: the result decides where it goes.
+        if st.in_flight.contains_key(&key) {
             return;
         }
         crate::metrics::global().incoming("active", "PodAdd");
         self.push_active(&mut st, info);
     }
 
-    pub fn delete(&self, key: &str) {
+    /// The pod ([`pod_id`]) was deleted, or bound: it leaves the queue.
+    pub fn delete(&self, id: &str) {
         let mut st = self.lock();
-        if st.in_flight.contains_key(key) {
-            st.gone.insert(key.to_string());
+        if st.in_flight.contains_key(id) {
+            st.gone.insert(id.to_string());
         }
-        st.active_seq.remove(key);
-        st.backoff.remove(key);
-        st.unschedulable.remove(key);
-        st.gated.remove(key);
+        st.active_seq.remove(id);
+        st.backoff.remove(id);
+        st.unschedulable.remove(id);
+        st.gated.remove(id);
     }
 
     /// Waits for the next pod; `None` once closed.
@@ -236,17 +264,19 @@ impl SchedulingQueue {
                     return None;
                 }
                 while let Some(top) = st.active.pop() {
-                    let live = st.active_seq.get(&top.info.pod.key) == Some(&top.seq);
+                    let pod_id = id(&top.info.pod).to_string();
+                    let live = st.active_seq.get(&pod_id) == Some(&top.seq);
                     if !live {
                         continue;
                     }
                     let mut info = top.info;
-                    st.active_seq.remove(&info.pod.key);
+                    st.active_seq.remove(&pod_id);
                     info.attempts += 1;
                     info.initial_attempt.get_or_insert_with(Instant::now);
                     let cycle = st.move_request_cycle;
-                    st.in_flight.insert(info.pod.key.clone(), cycle);
-                    st.gone.remove(&info.pod.key);
+                    st.in_flight
+                        .insert(pod_id.clone(), (info.pod.key.clone(), cycle));
+                    st.gone.remove(&pod_id);
                     return Some(info);
                 }
             }
@@ -254,11 +284,12 @@ impl SchedulingQueue {
         }
     }
 
-    /// The pod was bound (or is gone): it leaves the queue.
-    pub fn done(&self, key: &str) {
+    /// The popped pod was bound (or is gone): it leaves the queue.
+    pub fn done(&self, pod: &PodInfo) {
         let mut st = self.lock();
-        st.in_flight.remove(key);
-        st.gone.remove(key);
+        let pod_id = id(pod);
+        st.in_flight.remove(pod_id);
+        st.gone.remove(pod_id);
     }
 
     /// The pod did not fit. If a cluster event came while it was being scheduled it may
@@ -266,8 +297,8 @@ impl SchedulingQueue {
     /// registered.
     pub fn add_unschedulable(&self, mut info: QueuedPodInfo, plugins: HashSet<&'static str>) {
         let mut st = self.lock();
-        let key = info.pod.key.clone();
-        let popped_at = st.in_flight.remove(&key);
+        let key = id(&info.pod).to_string();
+        let popped_at = st.in_flight.remove(&key).map(|(_, cycle)| cycle);
         if st.gone.remove(&key) || st.closed || st.active_seq.contains_key(&key) {
             return;
         }
@@ -291,7 +322,7 @@ impl SchedulingQueue {
     /// An error (not a misfit): retry after backoff.
     pub fn add_backoff(&self, mut info: QueuedPodInfo) {
         let mut st = self.lock();
-        let key = info.pod.key.clone();
+        let key = id(&info.pod).to_string();
         st.in_flight.remove(&key);
         if st.gone.remove(&key) || st.closed || st.active_seq.contains_key(&key) {
             return;
@@ -367,32 +398,35 @@ impl SchedulingQueue {
         }
     }
 
-    /// A pod waiting in the queue (not in a scheduling cycle right now), for its
-    /// explanation.
+    /// The pod `namespace/name` waiting in the queue (not in a scheduling cycle right
+    /// now), for its explanation.
     pub fn waiting(&self, key: &str) -> Option<Arc<PodInfo>> {
         let st = self.lock();
-        if let Some(seq) = st.active_seq.get(key)
-            && let Some(a) = st.active.iter().find(|a| a.seq == *seq)
-        {
-            return Some(a.info.pod.clone());
-        }
-        st.backoff
-            .get(key)
-            .or_else(|| st.unschedulable.get(key).map(|u| &u.info))
-            .or_else(|| st.gated.get(key))
+        let live_active = st
+            .active
+            .iter()
+            .filter(|a| st.active_seq.get(id(&a.info.pod)) == Some(&a.seq))
+            .map(|a| &a.info);
+        live_active
+            .chain(st.backoff.values())
+            .chain(st.unschedulable.values().map(|u| &u.info))
+            .chain(st.gated.values())
+            .find(|i| i.pod.key == key)
             .map(|i| i.pod.clone())
     }
 
-    /// Keys of every pod not yet bound: waiting or in a cycle.
+    /// `namespace/name` of every pod not yet bound: waiting or in a cycle.
     pub fn pending_keys(&self) -> HashSet<String> {
         let st = self.lock();
-        st.active_seq
-            .keys()
-            .chain(st.backoff.keys())
-            .chain(st.unschedulable.keys())
-            .chain(st.gated.keys())
-            .chain(st.in_flight.keys())
-            .cloned()
+        st.active
+            .iter()
+            .filter(|a| st.active_seq.get(id(&a.info.pod)) == Some(&a.seq))
+            .map(|a| &a.info)
+            .chain(st.backoff.values())
+            .chain(st.unschedulable.values().map(|u| &u.info))
+            .chain(st.gated.values())
+            .map(|i| i.pod.key.clone())
+            .chain(st.in_flight.values().map(|(key, _)| key.clone()))
             .collect()
     }
 
@@ -418,8 +452,13 @@ mod tests {
     use k8s_openapi::api::core::v1::{Pod, PodSpec};
 
     fn pod(name: &str, priority: i32) -> Arc<PodInfo> {
+        pod_with_uid(name, priority, &format!("uid-{name}"))
+    }
+
+    fn pod_with_uid(name: &str, priority: i32, uid: &str) -> Arc<PodInfo> {
         let mut p = Pod::default();
         p.metadata.name = Some(name.into());
+        p.metadata.uid = Some(uid.into());
         p.metadata.namespace = Some("ns".into());
         p.spec = Some(PodSpec {
             priority: Some(priority),
@@ -502,7 +541,7 @@ mod tests {
                 ..Default::default()
             }
         );
-        q.delete("ns/g");
+        q.delete("uid-g");
         assert_eq!(q.pending().active, 0);
     }
 
@@ -511,14 +550,14 @@ mod tests {
         let q = queue(&[]);
         q.add(pod("p", 0), false);
         let info = q.pop().await.expect("queued");
-        q.delete("ns/p");
+        q.delete("uid-p");
         q.add_unschedulable(info.clone(), HashSet::from(["X"]));
         assert_eq!(q.pending(), PendingCounts::default());
         // Nor through backoff; and a new pod of that name, created meanwhile, is queued.
-        q.add(pod("p", 0), false);
+        q.add(pod_with_uid("p", 0, "uid-p2"), false);
         let again = q.pop().await.expect("queued");
-        q.delete("ns/p");
-        q.add(pod("p", 0), false);
+        q.delete("uid-p2");
+        q.add(pod_with_uid("p", 0, "uid-p3"), false);
         q.add_backoff(again);
         assert_eq!(
             q.pending(),
@@ -528,6 +567,27 @@ mod tests {
             }
         );
     }
+
+    #[tokio::test]
+    async fn a_namesake_created_during_an_attempt_is_a_pod_of_its_own() {
+        let q = queue(&[]);
+        q.add(pod_with_uid("p", 0, "uid-1"), false);
+        let first = q.pop().await.expect("queued");
+        q.delete("uid-1");
+        // The new pod is queued at once, not held back by the first one's attempt.
+        q.add(pod_with_uid("p", 0, "uid-2"), false);
+        let second = q.pop().await.expect("queued");
+        assert_eq!(second.pod.uid, "uid-2");
+        assert_eq!(q.pending_keys(), HashSet::from(["ns/p".to_string()]));
+        // The first attempt ends while the second is in its cycle: the second is still
+        // known to be in flight, so its own deletion keeps it from coming back.
+        q.done(&first.pod);
+        q.delete("uid-2");
+        q.add_unschedulable(second, HashSet::from(["X"]));
+        assert_eq!(q.pending(), PendingCounts::default());
+        assert!(q.pending_keys().is_empty());
+    }
+
 
     #[tokio::test]
     async fn status_updates_leave_backoff_and_unschedulable_pods_where_they_are() {

@@ -91,7 +91,7 @@ pub(super) async fn binding_cycle(
         );
         shared.events.scheduled(&scheduler_name, &pod.pod, &node);
         fw.run_post_bind(&state, &pod, &node);
-        shared.queue.done(&pod.key);
+        shared.queue.done(&pod);
         return;
     }
     forget(&shared, &fw, &mut state, &pod, &node);
@@ -102,7 +102,7 @@ pub(super) async fn binding_cycle(
     } else {
         // Deleted, replaced by a pod of the same name (queued on its own), or bound
         // elsewhere: the watch tells the rest.
-        shared.queue.done(&pod.key);
+        shared.queue.done(&pod);
     }
 }
 

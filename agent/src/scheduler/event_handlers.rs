@@ -218,10 +218,10 @@ fn on_pod_event(shared: &Shared, change: Change<Pod>) {
     }
     match change {
         Change::Apply(pod, is_new) => {
-            let key = key_of(&*pod);
+            let id = crate::queue::pod_id(&pod);
             if !is_unbound(&pod) {
                 shared.cache().apply_pod(pod);
-                shared.queue.delete(&key);
+                shared.queue.delete(&id);
                 shared.queue.on_event(if is_new {
                     ClusterEvent::PodAdd
                 } else {
@@ -233,7 +233,7 @@ fn on_pod_event(shared: &Shared, change: Change<Pod>) {
                 return;
             };
             if pod.metadata.deletion_timestamp.is_some() {
-                shared.queue.delete(&key);
+                shared.queue.delete(&id);
                 return;
             }
             let gated = !fw.run_pre_enqueue(&pod).is_success();
@@ -251,7 +251,7 @@ fn on_pod_event(shared: &Shared, change: Change<Pod>) {
             }
             let was_bound = !is_unbound(&pod) || assumed;
             shared.cache().remove_pod(&key);
-            shared.queue.delete(&key);
+            shared.queue.delete(&crate::queue::pod_id(&pod));
             if was_bound {
                 shared.queue.on_event(ClusterEvent::PodDelete);
             }

@@ -31,7 +31,7 @@ pub(super) async fn scheduling_cycle(
 ) -> Option<Placed> {
     let pod = info.pod.clone();
     let Some(fw) = shared.profiles.for_pod(&pod.pod).cloned() else {
-        shared.queue.done(&pod.key);
+        shared.queue.done(&pod);
         return None;
     };
     let scheduler_name = fw.scheduler_name.as_str();
@@ -39,7 +39,7 @@ pub(super) async fn scheduling_cycle(
     match assumed {
         // Placed already; its binding is in flight.
         Some(uid) if uid == pod.uid => {
-            shared.queue.done(&pod.key);
+            shared.queue.done(&pod);
             return None;
         }
         // An earlier pod of this name is still being bound: this one waits its turn
