@@ -329,8 +329,29 @@ async fn cluster_policies_on_a_host_and_two_leaves() -> anyhow::Result<()> {
         BTreeMap::from([("host-a".into(), 2), ("mcsched-west".into(), 2)])
     );
 
-    // 6. ClusterCapacity Dynamic: west has 14 CPU free (two tiered pods), east 16, the host
-    // none; ten 1-CPU replicas divide 14:16, so 4.7 and 5.3, each within one of its share.
+    // 6. ClusterCapacity Dynamic: west's own 10-CPU pod and the two tiered pods leave it 4
+    // CPU free, east has 16, the host none; ten 1-CPU replicas divide 4:16, so 2 and 8 (an
+    // even split, 5 and 5, is what Dynamic must not do).
+    let local: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "west-local", "namespace": "default"},
+        "spec": {"nodeName": "west-1", "containers": [{"name": "c", "image": "pause",
+            "resources": {"requests": {"cpu": "10"}}}]}
+    }))?;
+    Api::<Pod>::namespaced(west.client.clone(), "default")
+        .create(&PostParams::default(), &local)
+        .await?;
+    // Until the agent's view of west has that pod, a 5-CPU pod would still fit there.
+    let probe = pod(
+        "probe",
+        "mcsched-capacity",
+        "5",
+        affinity(keys::CLUSTER_LABEL, "In", &["west"]),
+    );
+    wait::until(TIMEOUT, "the agent to see west's own pod", || async {
+        let answer = mcsched_e2e::api::what_if(&http, &agent.url, "default", &probe).await?;
+        Ok(matches!(answer.outcome, Outcome::Unschedulable { .. }).then_some(()))
+    })
+    .await?;
     let dynamic = replica_set(
         &host.client,
         &pods,
@@ -343,8 +364,8 @@ async fn cluster_policies_on_a_host_and_two_leaves() -> anyhow::Result<()> {
     let counts = per_node(&dynamic);
     let on = |n: &str| counts.get(n).copied().unwrap_or(0);
     assert!(
-        (4..=5).contains(&on("mcsched-west")) && (5..=6).contains(&on("mcsched-east")),
-        "Dynamic 14:16 over 10 gave {counts:?}"
+        (1..=3).contains(&on("mcsched-west")) && (7..=9).contains(&on("mcsched-east")),
+        "Dynamic 4:16 over 10 gave {counts:?}"
     );
     assert_eq!(on("mcsched-west") + on("mcsched-east"), 10, "{counts:?}");
 
