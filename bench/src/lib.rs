@@ -13,4 +13,5 @@ pub mod run;
 pub mod schedulers;
 pub mod stats;
 pub mod suite;
+pub mod validate;
 pub mod workloads;

@@ -225,8 +225,17 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
             )
         })
         .collect();
-    if !outcome.failures.is_empty() || !unbound.is_empty() {
-        for f in outcome.failures.iter().chain(&unbound) {
+    let broken: Vec<String> = outcome
+        .results
+        .iter()
+        .flat_map(|r| {
+            r.violations
+                .iter()
+                .map(move |v| format!("{} with {}: {v}", r.workload, r.scheduler))
+        })
+        .collect();
+    if !outcome.failures.is_empty() || !unbound.is_empty() || !broken.is_empty() {
+        for f in outcome.failures.iter().chain(&unbound).chain(&broken) {
             eprintln!("mcsched-bench: {f}");
         }
         return Ok(ExitCode::FAILURE);

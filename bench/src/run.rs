@@ -51,6 +51,9 @@ pub struct RunResult {
     pub leaf: Option<LeafOutcome>,
     /// Wall time of the measured phase, creation of the first pod to the last binding.
     pub measured_for: Duration,
+    /// Placements that break the workload's constraints (`validate`); bind-only's are not
+    /// judged.
+    pub violations: Vec<String>,
 }
 
 impl RunResult {
@@ -209,6 +212,11 @@ pub async fn run(
         let clients: Vec<&Client> = leaves.iter().map(|l| &l.client).collect();
         Some(settle_leaves(&clients, &leaf_names, &sent).await?)
     };
+    let violations = if scheduler == Scheduler::BindOnly {
+        Vec::new()
+    } else {
+        crate::validate::check(&host.client, kind).await?
+    };
     // The measured agent syncs the leaves' pods in its run: stopped only now.
     sched.stop();
     for h in &mut helpers {
@@ -231,6 +239,7 @@ pub async fn run(
         usage,
         leaf,
         measured_for,
+        violations,
     })
 }
 

@@ -1,6 +1,9 @@
 //! The quick variant of `make bench`, run by `make test`: every workload with every
-//! scheduler at small sizes. It asserts only that every pod got bound and that the
-//! results and the chart were written (to a temporary directory); no timing is asserted.
+//! scheduler at small sizes. It asserts that every pod got bound where the workload's
+//! constraints allow (no node over its allocatable, anti-affine pods on distinct hosts,
+//! zones within maxSkew, required zones kept: `mcsched-bench` exits non-zero otherwise) and
+//! that the results and the chart were written (to a temporary directory); no timing is
+//! asserted.
 
 use std::process::Command;
 
@@ -19,7 +22,8 @@ fn quick_variant_binds_every_pod_and_writes_results() {
         .arg(out.path().join("no-analysis.md"))
         .status()
         .expect("mcsched-bench runs");
-    // A non-zero exit means a run failed or left a pod unbound (it says which on stderr).
+    // A non-zero exit means a run failed, left a pod unbound or broke a constraint (it
+    // says which on stderr).
     assert!(status.success(), "mcsched-bench --quick: {status}");
 
     let results = std::fs::read_to_string(out.path().join("results.md")).expect("results.md");
