@@ -341,12 +341,11 @@ async fn a_leaf_cluster_as_a_virtual_node() -> anyhow::Result<()> {
     leaf_pods
         .delete("web", &DeleteParams::default().grace_period(0))
         .await?;
+    // A bare pod stays (nothing deletes it): phase Failed, reason LeafPodDeleted.
     wait::until(TIMEOUT, "host default/web Failed", || async {
-        let p = pods.get_opt("web").await?;
-        let failed = match p {
-            None => true,
-            Some(p) => p.status.and_then(|s| s.reason).as_deref() == Some("LeafPodDeleted"),
-        };
+        let status = pods.get("web").await?.status.unwrap_or_default();
+        let failed = status.phase.as_deref() == Some("Failed")
+            && status.reason.as_deref() == Some("LeafPodDeleted");
         Ok(failed.then_some(()))
     })
     .await
