@@ -1,12 +1,13 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use mcsched_bench::bind_only;
 use mcsched_bench::schedulers::{Binaries, Scheduler};
 use mcsched_bench::suite::{self, Suite};
 use mcsched_bench::workloads::{self, Kind, Size};
+use mcsched_bench::{bind_only, run};
 
 /// mcsched against kube-scheduler and a bind-only client, scheduler_perf's workloads on
 /// real control planes; writes results.md and results.png.
@@ -208,6 +209,11 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         reduced,
         analysis: args.analysis.clone(),
         repo,
+        // A copy still Pending after this long with nothing changing stays so: the leaf's
+        // scheduler binds copies within seconds when they fit at all.
+        settle: run::Settle {
+            idle: Duration::from_secs(if args.quick { 15 } else { 60 }),
+        },
     };
     let outcome = suite::run(&suite).await?;
     println!(

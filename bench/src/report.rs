@@ -36,6 +36,12 @@ fn opt<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {
     v.map(f).unwrap_or_else(|| "–".into())
 }
 
+/// CPU seconds per bound pod (the process's whole life divided by its bindings).
+fn cpu_per_pod(r: &RunResult) -> Option<f64> {
+    let u = r.usage?;
+    (r.bound > 0).then(|| u.cpu_seconds / r.bound as f64)
+}
+
 fn ms(d: Duration) -> String {
     format!("{:.0} ms", d.as_secs_f64() * 1000.0)
 }
@@ -88,13 +94,17 @@ pub fn render(r: &Report<'_>) -> String {
     );
     let _ = writeln!(
         s,
-        "| workload | size | scheduler | bound | pods/s | × kube-scheduler | × bind-only | per-second avg / p50 / p90 / p99 | p50 latency | p99 latency | CPU s | peak RSS | Pending in a leaf |"
+        "| workload | size | scheduler | bound | pods/s | × kube-scheduler | × bind-only | per-second avg / p50 / p90 / p99 | p50 latency | p99 latency | CPU s | CPU ms / pod | CPU × bind-only | peak RSS | Pending in a leaf |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(
+        s,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
     for res in r.results {
         let kube =
             find(r.results, res.workload, Scheduler::KubeScheduler).and_then(|k| k.throughput);
-        let bind = find(r.results, res.workload, Scheduler::BindOnly).and_then(|k| k.throughput);
+        let bind_run = find(r.results, res.workload, Scheduler::BindOnly);
+        let bind = bind_run.and_then(|k| k.throughput);
         let t = &res.per_second;
         let per_second = if t.samples == 0 {
             "– (under 1 s)".to_string()
@@ -108,20 +118,24 @@ pub fn render(r: &Report<'_>) -> String {
             || "".to_string(),
             |l| {
                 format!(
-                    "{} of {} sent{}",
+                    "{} of {} sent{}; {}",
                     l.pending + l.missing,
                     l.sent,
                     if l.missing > 0 {
                         format!(" ({} never synced)", l.missing)
                     } else {
                         String::new()
+                    },
+                    match l.all_running_after {
+                        Some(d) => format!("every pod running after {:.1} s", d.as_secs_f64()),
+                        None => "some pods never run".to_string(),
                     }
                 )
             },
         );
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {}/{} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {}/{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             res.workload,
             res.size,
             res.scheduler,
@@ -134,6 +148,11 @@ pub fn render(r: &Report<'_>) -> String {
             opt(res.latency_p50, ms),
             opt(res.latency_p99, ms),
             opt(res.usage, |u| format!("{:.1}", u.cpu_seconds)),
+            opt(cpu_per_pod(res), |c| format!("{:.2}", c * 1000.0)),
+            opt(
+                ratio(cpu_per_pod(res), bind_run.and_then(cpu_per_pod)),
+                |v| format!("{v:.1}")
+            ),
             opt(res.usage, |u| format!(
                 "{:.0} MiB",
                 u.peak_rss_bytes as f64 / MIB
@@ -185,7 +204,8 @@ const METHOD: &str = "How it is measured (after kube-scheduler's `scheduler_perf
   nearest-rank percentiles. **Latency** = binding seen − create request sent.
 - **CPU s** (utime + stime) and **peak RSS** (VmHWM) come from /proc of the scheduler's process
   at the end of the measured phase: its whole life (start, cache sync, warm-up, the measured
-  pods).
+  pods). **CPU ms / pod** divides that by the pods it bound; **CPU × bind-only** compares it
+  with bind-only's on the same workload.
 - **MultiCluster**: a host with its nodes and leaf control planes (each with its own
   kube-scheduler) joined as `kubectl mcsched join` leaves them; their virtual nodes carry the
   leaf's summed free allocatable and the leaf taint, which the pods tolerate, so every
@@ -193,7 +213,14 @@ const METHOD: &str = "How it is measured (after kube-scheduler's `scheduler_perf
   into the leaves: in the mcsched run that is the measured agent; in the others an agent whose
   profile no pod names does it (its CPU is not counted). *Pending in a leaf* counts, once
   nothing changed for a minute, the pods bound to a virtual node whose copy in the leaf has
-  no node (or never appeared).
+  no node (or never appeared), and *every pod running after* is the time from the first
+  measured pod's creation until every pod is bound on a host node or its leaf copy is bound
+  in the leaf (leaves polled every 2 s).
+- **MultiClusterFragmented**: the same, but each leaf node (4 CPU) already runs a pod of the
+  leaf's own asking 2.5 CPU, and the measured pods ask 2 CPU: a leaf's virtual node shows
+  1.5 CPU × its nodes free (Kosmos's aggregated view), while no leaf node fits one pod. The
+  host's nodes hold them all. A scheduler that trusts the aggregate sends pods to leaves
+  where they stay Pending.
 ";
 
 fn targets(results: &[RunResult]) -> Vec<(String, String, Option<bool>)> {
@@ -252,6 +279,72 @@ fn targets(results: &[RunResult]) -> Vec<(String, String, Option<bool>)> {
             format!("{} of {} sent", l.pending + l.missing, l.sent)
         }),
         multi.map(|l| l.pending + l.missing == 0),
+    ));
+    let fragmented =
+        find(results, Kind::MultiClusterFragmented, Scheduler::Mcsched).and_then(|r| r.leaf);
+    out.push((
+        "zero pods sent to a leaf that cannot run them (MultiClusterFragmented, mcsched)".into(),
+        opt(fragmented, |l| {
+            format!("{} of {} sent stay Pending", l.pending + l.missing, l.sent)
+        }),
+        fragmented.map(|l| l.pending + l.missing == 0),
+    ));
+    // Performance goals, as ratios to bind-only (the API server's pace) in this run.
+    for (kind, min) in [
+        (Kind::SchedulingPodAntiAffinity, 0.85),
+        (Kind::TopologySpreading, 0.85),
+        (Kind::SchedulingBasic, 0.95),
+        (Kind::SchedulingNodeAffinity, 0.95),
+        (Kind::MultiCluster, 0.95),
+    ] {
+        let r = ratio(mc(kind), tp(kind, Scheduler::BindOnly));
+        out.push((
+            format!("{kind} pods/s ≥ {min} × bind-only"),
+            opt(r, |v| format!("{v:.2}×")),
+            r.map(|v| v >= min),
+        ));
+    }
+    let cpu = |k, s| find(results, k, s).and_then(cpu_per_pod);
+    for (kind, max) in [
+        (Kind::SchedulingBasic, 2.0),
+        (Kind::SchedulingPodAntiAffinity, 4.0),
+        (Kind::TopologySpreading, 4.0),
+    ] {
+        let r = ratio(
+            cpu(kind, Scheduler::Mcsched),
+            cpu(kind, Scheduler::BindOnly),
+        );
+        out.push((
+            format!("{kind} CPU per bound pod ≤ {max} × bind-only's"),
+            opt(r, |v| format!("{v:.1}×")),
+            r.map(|v| v <= max),
+        ));
+    }
+    out.push((
+        "agent peak RSS ≤ 120 MiB at 5000 nodes and 11000 pods (SchedulingBasic)".into(),
+        opt(basic.and_then(|r| r.usage), |u| {
+            format!("{:.0} MiB", u.peak_rss_bytes as f64 / MIB)
+        }),
+        basic
+            .filter(|b| b.size.nodes >= 5000 && b.size.pods >= 10000)
+            .and_then(|r| r.usage)
+            .map(|u| u.peak_rss_bytes as f64 / MIB <= 120.0),
+    ));
+    let rss = |k, s| {
+        find(results, k, s)
+            .and_then(|r| r.usage)
+            .map(|u| u.peak_rss_bytes as f64)
+    };
+    let worst = Kind::ALL
+        .into_iter()
+        .filter_map(|k| {
+            ratio(rss(k, Scheduler::Mcsched), rss(k, Scheduler::KubeScheduler)).map(|r| (k, r))
+        })
+        .max_by(|a, b| a.1.total_cmp(&b.1));
+    out.push((
+        "agent peak RSS ≤ 0.7 × kube-scheduler's, every workload".into(),
+        opt(worst, |(k, r)| format!("at most {r:.2}× ({k})")),
+        worst.map(|(_, r)| r <= 0.7),
     ));
     out
 }

@@ -23,6 +23,7 @@ pub struct Suite {
     /// Hand-written analysis appended to results.md, read once the runs are over.
     pub analysis: PathBuf,
     pub repo: PathBuf,
+    pub settle: run::Settle,
 }
 
 pub const RESULTS_FILE: &str = "results.md";
@@ -41,7 +42,16 @@ pub async fn run(suite: &Suite) -> anyhow::Result<Outcome> {
     for (kind, size) in &suite.runs {
         for sched in &suite.schedulers {
             let t = Instant::now();
-            match run::run(*kind, *size, *sched, &suite.bins, &suite.log_dir).await {
+            match run::run(
+                *kind,
+                *size,
+                *sched,
+                &suite.bins,
+                &suite.log_dir,
+                &suite.settle,
+            )
+            .await
+            {
                 Ok(r) => {
                     info!(
                         workload = %kind, scheduler = %sched, bound = r.bound, pods = size.pods,

@@ -152,7 +152,7 @@ pub fn violations(kind: Kind, nodes: &[Node], pods: &[Pod]) -> Vec<String> {
                 }
             }
         }
-        Kind::SchedulingBasic | Kind::MultiCluster => {}
+        Kind::SchedulingBasic | Kind::MultiCluster | Kind::MultiClusterFragmented => {}
     }
     out
 }

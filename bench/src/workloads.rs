@@ -22,15 +22,19 @@ pub enum Kind {
     TopologySpreading,
     SchedulingNodeAffinity,
     MultiCluster,
+    /// Leaves whose nodes are each 2.5 of 4 CPUs used: a leaf's summed free room is large,
+    /// while no node of it fits a 2-CPU pod (the node-aware scheduling challenge).
+    MultiClusterFragmented,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; 6] = [
         Kind::SchedulingBasic,
         Kind::SchedulingPodAntiAffinity,
         Kind::TopologySpreading,
         Kind::SchedulingNodeAffinity,
         Kind::MultiCluster,
+        Kind::MultiClusterFragmented,
     ];
 
     pub fn name(self) -> &'static str {
@@ -40,7 +44,13 @@ impl Kind {
             Kind::TopologySpreading => "TopologySpreading",
             Kind::SchedulingNodeAffinity => "SchedulingNodeAffinity",
             Kind::MultiCluster => "MultiCluster",
+            Kind::MultiClusterFragmented => "MultiClusterFragmented",
         }
+    }
+
+    /// Workloads with leaf clusters joined as virtual nodes.
+    pub fn is_multi_cluster(self) -> bool {
+        matches!(self, Kind::MultiCluster | Kind::MultiClusterFragmented)
     }
 }
 
@@ -139,6 +149,15 @@ pub fn default_size(kind: Kind) -> Size {
             leaves: 4,
             leaf_nodes: 1000,
         },
+        // The host holds 2 × 250 of the 2-CPU pods; the leaves' 2000 nodes add 3000 CPUs
+        // of free room in their virtual nodes, on which none fits.
+        Kind::MultiClusterFragmented => Size {
+            nodes: 250,
+            init_pods: 0,
+            pods: 400,
+            leaves: 4,
+            leaf_nodes: 500,
+        },
     }
 }
 
@@ -152,6 +171,13 @@ pub fn quick_size(kind: Kind) -> Size {
             pods: 100,
             leaves: 2,
             leaf_nodes: 10,
+        },
+        Kind::MultiClusterFragmented => Size {
+            nodes: 10,
+            init_pods: 0,
+            pods: 16,
+            leaves: 2,
+            leaf_nodes: 5,
         },
         _ => Size::single(100, 20, 200),
     }
@@ -264,7 +290,13 @@ pub fn pod(
         }
         _ => {}
     }
-    if kind == Kind::MultiCluster {
+    if kind == Kind::MultiClusterFragmented && phase == Phase::Measured {
+        pod["spec"]["containers"][0]["resources"] = json!({
+            "limits": {"cpu": "2", "memory": "1Gi"},
+            "requests": {"cpu": "2", "memory": "1Gi"}
+        });
+    }
+    if kind.is_multi_cluster() {
         // Free to go anywhere, virtual nodes included, for every scheduler.
         pod["spec"]["tolerations"] = json!([{
             "key": keys::LEAF_TAINT, "operator": "Exists", "effect": "NoSchedule"
@@ -272,6 +304,26 @@ pub fn pod(
     }
     pod
 }
+
+/// The leaves' own pod on leaf node `node` in MultiClusterFragmented: 2.5 of its 4 CPUs
+/// used, so 1.5 are free, too little for a measured pod.
+pub fn leaf_filler(node: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": format!("filler-{node}"), "namespace": LEAF_LOCAL_NAMESPACE},
+        "spec": {
+            "nodeName": node,
+            "containers": [{
+                "image": "registry.k8s.io/pause:3.10",
+                "name": "pause",
+                "resources": {"requests": {"cpu": "2500m", "memory": "1Gi"}}
+            }]
+        }
+    })
+}
+
+/// The namespace of the leaves' own pods.
+pub const LEAF_LOCAL_NAMESPACE: &str = "leaf-local";
 
 #[cfg(test)]
 mod tests {
