@@ -1,12 +1,19 @@
 //! One pod against a snapshot of 5000 nodes holding 10000 pods, default plugins, every
-//! node scored (percentageOfNodesToScore 100) — the engine's per-pod cost.
+//! node scored (percentageOfNodesToScore 100) — the engine's per-pod cost: a plain pod, a
+//! pod with required anti-affinity (scheduler_perf's pod-with-pod-anti-affinity: 1000 of
+//! the existing pods carry the same term, one per node) and a pod with two spread
+//! constraints (zone DoNotSchedule, hostname ScheduleAnyway, over all 10000 pods).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use k8s_openapi::api::core::v1::{Container, Node, NodeStatus, Pod, PodSpec, ResourceRequirements};
+use k8s_openapi::api::core::v1::{
+    Affinity, Container, Node, NodeStatus, Pod, PodAffinityTerm, PodAntiAffinity, PodSpec,
+    ResourceRequirements, TopologySpreadConstraint,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use mcsched_agent::config_bridge::default_spec;
 use mcsched_agent::framework::runtime::CycleRecord;
 use mcsched_agent::framework::{CycleState, Framework};
@@ -20,6 +27,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const NODES: usize = 5000;
 const PODS: usize = 10_000;
+/// Existing pods with scheduler_perf's anti-affinity term, on nodes 0..ANTI_AFFINE.
+const ANTI_AFFINE: usize = 1000;
 
 fn q(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
     pairs
@@ -66,16 +75,63 @@ fn pod(name: &str, node: Option<String>) -> Pod {
     p
 }
 
+fn selector(key: &str, value: &str) -> LabelSelector {
+    LabelSelector {
+        match_labels: Some(BTreeMap::from([(key.to_string(), value.to_string())])),
+        ..Default::default()
+    }
+}
+
+/// A green pod that no other green pod may share a hostname with.
+fn anti_affine(mut p: Pod) -> Pod {
+    p.metadata
+        .labels
+        .get_or_insert_default()
+        .insert("color".into(), "green".into());
+    if let Some(spec) = p.spec.as_mut() {
+        spec.affinity = Some(Affinity {
+            pod_anti_affinity: Some(PodAntiAffinity {
+                required_during_scheduling_ignored_during_execution: Some(vec![PodAffinityTerm {
+                    label_selector: Some(selector("color", "green")),
+                    topology_key: "kubernetes.io/hostname".into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+    p
+}
+
+fn spread(mut p: Pod) -> Pod {
+    let constraint = |key: &str, when: &str| TopologySpreadConstraint {
+        max_skew: 1,
+        topology_key: key.into(),
+        when_unsatisfiable: when.into(),
+        label_selector: Some(selector("app", "bench")),
+        ..Default::default()
+    };
+    if let Some(spec) = p.spec.as_mut() {
+        spec.topology_spread_constraints = Some(vec![
+            constraint("topology.kubernetes.io/zone", "DoNotSchedule"),
+            constraint("kubernetes.io/hostname", "ScheduleAnyway"),
+        ]);
+    }
+    p
+}
+
 fn snapshot() -> Snapshot {
     let mut infos: Vec<NodeInfo> = (0..NODES)
         .map(|i| NodeInfo::new(Arc::new(node(i))))
         .collect();
     for i in 0..PODS {
         let n = i % NODES;
-        infos[n].add_pod(Arc::new(PodInfo::new(Arc::new(pod(
-            &format!("p{i}"),
-            Some(format!("node-{n}")),
-        )))));
+        let mut p = pod(&format!("p{i}"), Some(format!("node-{n}")));
+        if i < ANTI_AFFINE {
+            p = anti_affine(p);
+        }
+        infos[n].add_pod(Arc::new(PodInfo::new(Arc::new(p))));
     }
     Snapshot::from_nodes(infos.into_iter().map(Arc::new).collect())
 }
@@ -95,26 +151,54 @@ fn bench(c: &mut Criterion) {
         Err(e) => panic!("{e}"),
     };
     let snap = snapshot();
-    let incoming = PodInfo::new(Arc::new(pod("incoming", None)));
-    c.bench_function("schedule_one_5000_nodes_10000_pods", |b| {
-        b.iter(|| {
-            let mut state = CycleState::new();
-            let mut record = CycleRecord::default();
-            // The one path every caller takes; no extenders here, so it is the
-            // framework's cycle as such.
-            futures::executor::block_on(schedule_pod(
-                &fw,
-                &[],
-                &mut state,
-                &incoming,
-                &snap,
-                &mut record,
-                false,
-            ))
-            .map(|r| r.node)
-            .ok()
-        })
-    });
+    let cases = [
+        ("schedule_one_5000_nodes_10000_pods", pod("incoming", None)),
+        (
+            "schedule_one_anti_affinity_5000_nodes_10000_pods",
+            anti_affine(pod("incoming", None)),
+        ),
+        (
+            "schedule_one_two_spread_constraints_5000_nodes_10000_pods",
+            spread(pod("incoming", None)),
+        ),
+    ];
+    for (name, incoming) in cases {
+        let incoming = PodInfo::new(Arc::new(incoming));
+        // Each case must place its pod: a benchmark of a failing cycle measures nothing.
+        let mut state = CycleState::new();
+        let mut record = CycleRecord::default();
+        let placed = futures::executor::block_on(schedule_pod(
+            &fw,
+            &[],
+            &mut state,
+            &incoming,
+            &snap,
+            &mut record,
+            false,
+        ));
+        if let Err(e) = &placed {
+            panic!("{name}: the pod does not fit: {e:?}");
+        }
+        c.bench_function(name, |b| {
+            b.iter(|| {
+                let mut state = CycleState::new();
+                let mut record = CycleRecord::default();
+                // The one path every caller takes; no extenders here, so it is the
+                // framework's cycle as such.
+                futures::executor::block_on(schedule_pod(
+                    &fw,
+                    &[],
+                    &mut state,
+                    &incoming,
+                    &snap,
+                    &mut record,
+                    false,
+                ))
+                .map(|r| r.node)
+                .ok()
+            })
+        });
+    }
     println!(
         "snapshot: {} nodes, {} pods, about {} bytes per node",
         snap.len(),
