@@ -1,5 +1,5 @@
 //! ClusterCapacity: an owner's replicas placed by how many more each cluster can hold
-//! (Karmada's dynamic and aggregated division, seed 004), counted leaf-accurately: per
+//! (Karmada's dynamic and aggregated division), counted leaf-accurately: per
 //! real node, `min(floor(free/request))` over the pod's requests and the free pod slots,
 //! summed over the leaf's nodes from this cycle's leaf snapshots (the host's over its own
 //! nodes). A summed allocatable would count room no single node has.

@@ -1,4 +1,4 @@
-//! ClusterCost: the cheapest cluster first (seed 004's price-aware placement). A node's
+//! ClusterCost: the cheapest cluster first (Karmada's price-aware placement). A node's
 //! raw score is what a pod costs there: a virtual node's `mcsched.io/cost` label, the
 //! `hostCost` arg on the host's own nodes, `defaultCost` on a virtual node without a
 //! usable label. NormalizeScore maps the cheapest to 100 and the dearest to 0.

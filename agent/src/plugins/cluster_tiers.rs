@@ -1,4 +1,4 @@
-//! ClusterTiers: host first, then overflow to leaves tier by tier (seed 004's "local
+//! ClusterTiers: host first, then overflow to leaves tier by tier (Karmada's "local
 //! first, then the cloud"). A tier names clusters (the host is `host`) or selects nodes
 //! by label; a node belongs to the first tier that takes it and scores
 //! `100·(tiers − i)/tiers` for tier `i`, nodes in no tier 0. With a weight above the

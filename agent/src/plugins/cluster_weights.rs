@@ -1,5 +1,5 @@
 //! ClusterWeights: the replicas of one owner divided between clusters by static weights
-//! (Karmada's static weight division, seed 004). Each replica goes to the feasible
+//! (Karmada's static weight division). Each replica goes to the feasible
 //! cluster furthest below its share, so 2:1 over 30 replicas gives 20/10.
 
 use std::collections::{HashMap, HashSet};

@@ -1,4 +1,4 @@
-//! LeafNodeTaintToleration (Kosmos, seed 000): TaintToleration's Filter, except that the
+//! LeafNodeTaintToleration (Kosmos's): TaintToleration's Filter, except that the
 //! leaf taint (`mcsched.io/leaf`, and Kosmos' `kosmos.io/node`) counts as tolerated, so
 //! pods of this scheduler go to host nodes and virtual nodes alike. The taint still keeps
 //! every other scheduler off virtual nodes.

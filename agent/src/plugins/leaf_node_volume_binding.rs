@@ -1,9 +1,9 @@
-//! LeafNodeVolumeBinding (Kosmos, seed 000): VolumeBinding on host nodes; on a virtual
+//! LeafNodeVolumeBinding (Kosmos's): VolumeBinding on host nodes; on a virtual
 //! node, a pod whose claims are all unbound WaitForFirstConsumer claims passes and the
 //! binding is left to the leaf, where pod sync creates the claims. A claim bound to a host
 //! volume never follows its pod to a virtual node, and one whose copy lives in a leaf
 //! (annotated `mcsched.io/bound-in-cluster`) never goes to a host node or another leaf.
-//! Filter, Reserve, Unreserve and PreBind, as the seed lists them.
+//! Filter, Reserve, Unreserve and PreBind, as Kosmos lists them.
 
 use std::sync::Arc;
 
