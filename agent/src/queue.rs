@@ -588,7 +588,6 @@ mod tests {
         assert!(q.pending_keys().is_empty());
     }
 
-
     #[tokio::test]
     async fn status_updates_leave_backoff_and_unschedulable_pods_where_they_are() {
         let q = queue(&[]);
