@@ -130,41 +130,60 @@ fn no_terms() -> Arc<crate::affinity::PodAffinityTerms> {
 }
 
 /// Per-container requests with 100m / 200Mi standing in for an unset cpu / memory
-/// request, summed like `PodRequests` (init containers by peak) — as kube-scheduler's
-/// `NonZeroRequested`.
+/// request, summed like `PodRequests` (app containers and sidecars added, at least the
+/// largest init step: an init container plus the sidecars started before it), plus the
+/// pod overhead — as kube-scheduler's `NonZeroRequested`.
 fn non_zero_requests(pod: &Pod) -> (i64, i64) {
     let Some(spec) = pod.spec.as_ref() else {
         return (0, 0);
     };
+    let read = |map: Option<
+        &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    >,
+                name: &str,
+                milli: bool| {
+        map.and_then(|m| m.get(name))
+            .and_then(|q| mcsched_shared::quantity::Quantity::parse(&q.0).ok())
+            .map(|q| if milli { q.milli_value() } else { q.value() })
+    };
     let get = |c: &k8s_openapi::api::core::v1::Container| {
         let req = c.resources.as_ref().and_then(|r| r.requests.as_ref());
-        let read = |name: &str, milli: bool| {
-            req.and_then(|m| m.get(name))
-                .and_then(|q| mcsched_shared::quantity::Quantity::parse(&q.0).ok())
-                .map(|q| if milli { q.milli_value() } else { q.value() })
-        };
         (
-            read("cpu", true).unwrap_or(DEFAULT_MILLI_CPU_REQUEST),
-            read("memory", false).unwrap_or(DEFAULT_MEMORY_REQUEST),
+            read(req, "cpu", true).unwrap_or(DEFAULT_MILLI_CPU_REQUEST),
+            read(req, "memory", false).unwrap_or(DEFAULT_MEMORY_REQUEST),
         )
     };
-    let (mut cpu, mut mem) = (0, 0);
+    let (mut cpu, mut mem) = (0i64, 0i64);
     for c in &spec.containers {
         let (c_cpu, c_mem) = get(c);
-        cpu = i64::saturating_add(cpu, c_cpu);
-        mem = i64::saturating_add(mem, c_mem);
+        cpu = cpu.saturating_add(c_cpu);
+        mem = mem.saturating_add(c_mem);
     }
+    let (mut sidecar_cpu, mut sidecar_mem, mut peak_cpu, mut peak_mem) = (0i64, 0i64, 0i64, 0i64);
     for ic in spec.init_containers.iter().flatten() {
         let (c_cpu, c_mem) = get(ic);
-        if ic.restart_policy.as_deref() == Some("Always") {
-            cpu = i64::saturating_add(cpu, c_cpu);
-            mem = i64::saturating_add(mem, c_mem);
+        let step = if ic.restart_policy.as_deref() == Some("Always") {
+            cpu = cpu.saturating_add(c_cpu);
+            mem = mem.saturating_add(c_mem);
+            sidecar_cpu = sidecar_cpu.saturating_add(c_cpu);
+            sidecar_mem = sidecar_mem.saturating_add(c_mem);
+            (sidecar_cpu, sidecar_mem)
         } else {
-            cpu = cpu.max(c_cpu);
-            mem = mem.max(c_mem);
-        }
+            (
+                c_cpu.saturating_add(sidecar_cpu),
+                c_mem.saturating_add(sidecar_mem),
+            )
+        };
+        peak_cpu = peak_cpu.max(step.0);
+        peak_mem = peak_mem.max(step.1);
     }
-    (cpu, mem)
+    let overhead = spec.overhead.as_ref();
+    (
+        cpu.max(peak_cpu)
+            .saturating_add(read(overhead, "cpu", true).unwrap_or(0)),
+        mem.max(peak_mem)
+            .saturating_add(read(overhead, "memory", false).unwrap_or(0)),
+    )
 }
 
 /// A node and the pods on it, with their sums kept up to date.
@@ -453,5 +472,31 @@ mod erased_len {
         fn json_len(&self) -> usize {
             serde_json::to_vec(self).map(|v| v.len()).unwrap_or(0)
         }
+    }
+}
+
+#[cfg(test)]
+mod non_zero_tests {
+    use super::*;
+
+    /// An init container before a sidecar counts alone; the sidecar runs beside the app
+    /// containers; the overhead comes on top: kube's `PodRequests` with non-zero defaults.
+    #[test]
+    fn non_zero_requests_count_init_steps_sidecars_and_overhead() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {
+                "containers": [{"name": "app"}],
+                "initContainers": [
+                    {"name": "init", "resources": {"requests": {"cpu": "1"}}},
+                    {"name": "sidecar", "restartPolicy": "Always",
+                     "resources": {"requests": {"cpu": "300m", "memory": "100Mi"}}}
+                ],
+                "overhead": {"cpu": "50m", "memory": "10Mi"}
+            }
+        }))
+        .expect("pod");
+        // cpu: max(100m + 300m, 1) + 50m; memory: max(200Mi + 100Mi, 200Mi) + 10Mi.
+        assert_eq!(non_zero_requests(&pod), (1050, 310 * 1024 * 1024));
     }
 }

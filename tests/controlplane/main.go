@@ -6,6 +6,7 @@
 //	controlplane scheduler --kubeconfig K --data-dir D           kube-scheduler alone
 //	controlplane kubelet --cluster-kubeconfig K ...              a real kubelet (a node)
 //	controlplane remove-pods --container-runtime-endpoint E      every pod of a CRI runtime removed
+//	controlplane oracle --kubeconfig K [--config F]              kube-scheduler judging pods (oracle.go)
 package main
 
 import (
@@ -86,6 +87,13 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "remove-pods" {
 		if err := runRemovePods(os.Args[2:]); err != nil {
 			fmt.Fprintf(os.Stderr, "controlplane remove-pods: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "oracle" {
+		if err := runOracle(os.Args[2:]); err != nil {
+			fmt.Fprintf(os.Stderr, "controlplane oracle: %v\n", err)
 			os.Exit(1)
 		}
 		return

@@ -44,8 +44,9 @@ impl std::fmt::Display for FitError {
                 write!(f, " {}.", parts.join(", "))?;
             }
         }
+        // PostFilter's message as it is (preemption's own FitError ends in a period).
         if let Some(msg) = &self.diagnosis.post_filter_msg {
-            write!(f, " {msg}.")?;
+            write!(f, " {msg}")?;
         }
         Ok(())
     }
@@ -73,7 +74,7 @@ mod tests {
             Status::unresolvable("node(s) didn't match Pod's node affinity/selector"),
         );
         d.post_filter_msg = Some(
-            "preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod"
+            "preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod."
                 .into(),
         );
         let e = FitError {

@@ -61,6 +61,8 @@ pub struct ProfileSpec {
 }
 
 type P = Arc<dyn Plugin>;
+/// The nodes PreFilter allows, with the plugins that narrowed them down; None: every node.
+type Allowed = Option<(HashSet<String>, Vec<&'static str>)>;
 
 pub struct Framework {
     pub scheduler_name: String,
@@ -404,7 +406,7 @@ impl Framework {
                 .as_ref()
                 .and_then(|s| s.nominated_node_name.as_deref())
             && let Some(node) = snapshot.get(nominated)
-            && allowed.as_ref().is_none_or(|a| a.contains(nominated))
+            && allowed.as_ref().is_none_or(|(a, _)| a.contains(nominated))
             && self.run_filters(state, pod, node, false).0.is_success()
         {
             record.num_evaluated = 1;
@@ -413,9 +415,28 @@ impl Framework {
         }
 
         let started = Instant::now();
-        let (feasible, statuses) =
-            self.find_feasible(state, pod, snapshot, allowed.as_ref(), record, record_all);
+        let (feasible, mut statuses) = self.find_feasible(
+            state,
+            pod,
+            snapshot,
+            allowed.as_ref().map(|(a, _)| a),
+            record,
+            record_all,
+        );
         record.timed("Filter", started);
+        // Nodes PreFilter left out count in the FitError as kube's absent nodes do.
+        if let Some((allowed, narrowing)) = &allowed {
+            let mut names = narrowing.clone();
+            names.sort_unstable();
+            let absent = Status::unresolvable(format!(
+                "node(s) didn't satisfy plugin(s) [{}]",
+                names.join(" ")
+            ))
+            .with_plugin(narrowing.first().copied().unwrap_or_default());
+            for n in snapshot.nodes.iter().filter(|n| !allowed.contains(&n.name)) {
+                statuses.insert(n.name.clone(), absent.clone());
+            }
+        }
         record.num_feasible = feasible.len();
         if feasible.is_empty() {
             return Err(Box::new(fit_error(num_all_nodes, statuses)));
@@ -462,14 +483,16 @@ impl Framework {
         node
     }
 
+    /// The nodes PreFilter allows (None: all) and the plugins that narrowed them down.
     fn run_pre_filter(
         &self,
         state: &mut CycleState,
         pod: &PodInfo,
         snapshot: &Snapshot,
         record: &mut CycleRecord,
-    ) -> Result<Option<HashSet<String>>, Status> {
+    ) -> Result<Allowed, Status> {
         let mut allowed: Option<HashSet<String>> = None;
+        let mut narrowing: Vec<&'static str> = Vec::new();
         for p in &self.pre_filter {
             let Some(pf) = p.as_pre_filter() else {
                 continue;
@@ -486,19 +509,26 @@ impl Framework {
                 return Err(status.with_plugin(p.name()));
             }
             if let Some(nodes) = result {
+                narrowing.push(p.name());
                 allowed = Some(match allowed {
                     Some(prev) => prev.intersection(&nodes).cloned().collect(),
                     None => nodes,
                 });
                 if allowed.as_ref().is_some_and(|a| a.is_empty()) {
-                    return Err(Status::unresolvable(
-                        "node(s) didn't satisfy plugin(s) [".to_string() + p.name() + "]",
-                    )
-                    .with_plugin(p.name()));
+                    // kube's wording: one plugin, or several (sorted) "simultaneously".
+                    narrowing.sort_unstable();
+                    let msg = match narrowing.as_slice() {
+                        [one] => format!("node(s) didn't satisfy plugin {one}"),
+                        many => format!(
+                            "node(s) didn't satisfy plugin(s) [{}] simultaneously",
+                            many.join(" ")
+                        ),
+                    };
+                    return Err(Status::unresolvable(msg).with_plugin(p.name()));
                 }
             }
         }
-        Ok(allowed)
+        Ok(allowed.map(|a| (a, narrowing)))
     }
 
     /// Runs the filters on one node: the first rejection, or Success; with `record_all`,

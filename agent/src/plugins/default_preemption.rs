@@ -115,7 +115,7 @@ fn split_by_pdb(
 impl DefaultPreemption {
     /// kube's `SelectVictimsOnNode`: remove every lower-priority pod; if the pod then fits,
     /// add them back one by one (most important first, PDB-protected ones before the rest)
-    /// while it still fits.
+    /// while it still fits. A node where that fails says why, as the dry run's status.
     fn victims_on_node(
         &self,
         fw: &Framework,
@@ -123,7 +123,7 @@ impl DefaultPreemption {
         pod: &PodInfo,
         node: &NodeInfo,
         pdbs: &[Arc<PodDisruptionBudget>],
-    ) -> Option<Candidate> {
+    ) -> Result<Candidate, Status> {
         let mut state = state.clone();
         let mut node = node.clone();
         let mut lower: Vec<Arc<PodInfo>> = node
@@ -133,19 +133,19 @@ impl DefaultPreemption {
             .cloned()
             .collect();
         if lower.is_empty() {
-            return None;
+            return Err(Status::unresolvable(NO_VICTIMS));
         }
         for v in &lower {
             node.remove_pod(&v.key);
-            if !fw
-                .run_pre_filter_extension(&mut state, pod, v, &node, false)
-                .is_success()
-            {
-                return None;
+            let s = fw.run_pre_filter_extension(&mut state, pod, v, &node, false);
+            if !s.is_success() {
+                return Err(s);
             }
         }
-        if !fw.run_filters(&state, pod, &node, false).0.is_success() {
-            return None;
+        // Still no room without them: the filters' own verdict.
+        let (s, _) = fw.run_filters(&state, pod, &node, false);
+        if !s.is_success() {
+            return Err(s);
         }
         lower.sort_by(|a, b| more_important(a, b));
         let (violating, fine) = split_by_pdb(&lower, pdbs);
@@ -172,9 +172,9 @@ impl DefaultPreemption {
             reprieve(p, &mut state, &mut node);
         }
         if victims.is_empty() {
-            return None;
+            return Err(Status::unresolvable(NO_VICTIMS));
         }
-        Some(Candidate {
+        Ok(Candidate {
             node: node.name.clone(),
             victims,
             pdb_violations,
@@ -247,9 +247,11 @@ impl PostFilterPlugin for DefaultPreemption {
             .as_ref()
             .and_then(|s| s.preemption_policy.as_deref());
         if policy == Some("Never") {
+            // kube's PodEligibleToPreemptOthers: Unschedulable, so that the other
+            // PostFilter plugins' reasons stay in the message.
             return (
                 PostFilterResult::default(),
-                Status::unresolvable("not eligible due to preemptionPolicy=Never."),
+                Status::unschedulable("preemption: not eligible due to preemptionPolicy=Never."),
             );
         }
         // Nodes rejected for good (or not evaluated because PreFilter failed) cannot help.
@@ -262,37 +264,41 @@ impl PostFilterPlugin for DefaultPreemption {
                     .is_some_and(|s| s.code == Code::Unschedulable)
             })
             .collect();
-        if potential.is_empty() {
-            return (
-                PostFilterResult::default(),
-                Status::unschedulable(format!(
-                    "preemption: 0/{total} nodes are available: {total} {NOT_HELPFUL}"
-                )),
-            );
-        }
         let want = self.candidates_to_find(potential.len());
-        let offset = rand::rng().random_range(0..potential.len());
+        let offset = if potential.is_empty() {
+            0
+        } else {
+            rand::rng().random_range(0..potential.len())
+        };
         let mut candidates = Vec::new();
+        let mut failed: Vec<Status> = Vec::new();
         for i in 0..potential.len() {
             if candidates.len() >= want {
                 break;
             }
             let node = potential[(offset + i) % potential.len()];
-            if let Some(c) = self.victims_on_node(fw, state, pod, node, &snapshot.pdbs) {
-                candidates.push(c);
+            match self.victims_on_node(fw, state, pod, node, &snapshot.pdbs) {
+                Ok(c) => candidates.push(c),
+                Err(s) => failed.push(s),
             }
         }
         let Some(best) = pick_one(&candidates) else {
-            let unhelpful = total - potential.len();
-            let mut parts = vec![format!("{} {NO_VICTIMS}", potential.len())];
-            if unhelpful > 0 {
-                parts.push(format!("{unhelpful} {NOT_HELPFUL}"));
+            // kube's FitError of the dry run: each node's reasons, the nodes it did not
+            // try as not helpful.
+            let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+            for r in failed.iter().flat_map(|s| &s.reasons) {
+                *counts.entry(r.as_str()).or_default() += 1;
             }
+            let untried = total.saturating_sub(failed.len());
+            if untried > 0 {
+                *counts.entry(NOT_HELPFUL).or_default() += untried;
+            }
+            let mut parts: Vec<String> = counts.iter().map(|(r, n)| format!("{n} {r}")).collect();
             parts.sort();
             return (
                 PostFilterResult::default(),
                 Status::unschedulable(format!(
-                    "preemption: 0/{total} nodes are available: {}",
+                    "preemption: 0/{total} nodes are available: {}.",
                     parts.join(", ")
                 )),
             );
@@ -406,7 +412,42 @@ mod tests {
         assert!(res.nominated_node.is_none());
         assert_eq!(
             s.message(),
-            "preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod"
+            "preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+        );
+    }
+
+    /// A node still too small without its lower-priority pods keeps the filters' reasons,
+    /// as kube's SelectVictimsOnNode returns them to the dry run's FitError.
+    #[test]
+    fn nodes_too_small_even_when_emptied_say_why() {
+        // 4 cpu: a (priority 100, 2 cpu) stays, b (priority 10, 1 cpu) may go; 3 cpu
+        // still do not fit.
+        let mut n1 = node_with("n1", |_| {});
+        n1.add_pod(with_priority(
+            pod_requesting("a", &[("cpu", "2")]),
+            100,
+            "n1",
+        ));
+        n1.add_pod(with_priority(
+            pod_requesting("b", &[("cpu", "1")]),
+            10,
+            "n1",
+        ));
+        let snap = Snapshot::from_nodes(vec![Arc::new(n1)]);
+        let pod = with_priority(pod_requesting("p", &[("cpu", "3")]), 50, "");
+        let fw = framework();
+        let statuses = schedule_fails(&fw, &pod, &snap);
+        let (res, s) = DefaultPreemption::new(Default::default()).post_filter(
+            &fw,
+            &CycleState::new(),
+            &pod,
+            &snap,
+            &statuses,
+        );
+        assert!(res.nominated_node.is_none());
+        assert_eq!(
+            s.message(),
+            "preemption: 0/1 nodes are available: 1 Insufficient cpu."
         );
     }
 
@@ -427,7 +468,7 @@ mod tests {
         );
         assert_eq!(
             s.message(),
-            "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling"
+            "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
         );
     }
 
@@ -447,7 +488,10 @@ mod tests {
             &Snapshot::default(),
             &NodeStatuses::new(),
         );
-        assert_eq!(s.message(), "not eligible due to preemptionPolicy=Never.");
+        assert_eq!(
+            s.message(),
+            "preemption: not eligible due to preemptionPolicy=Never."
+        );
     }
 
     #[test]

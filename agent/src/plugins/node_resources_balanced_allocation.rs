@@ -1,5 +1,7 @@
-//! NodeResourcesBalancedAllocation: prefers nodes whose resource fractions stay close to
-//! each other after placing the pod (1 − standard deviation of the fractions).
+//! NodeResourcesBalancedAllocation: prefers nodes the pod leaves better balanced. As in
+//! kube-scheduler v1.36, the score is the change the pod makes: with `balance` = 100 ×
+//! (1 − standard deviation of the resource fractions), 50 + (50 + balance with the pod −
+//! balance without it) / 2.
 
 use mcsched_shared::resources::{CPU, MEMORY};
 
@@ -71,34 +73,61 @@ impl PreScorePlugin for BalancedAllocation {
     }
 }
 
+/// What the pod itself adds to `resource` in `allocatable_and_requested(.., true)`.
+fn pod_part(pod: &PodInfo, resource: &ResourceKind) -> i64 {
+    match resource {
+        ResourceKind::Cpu => pod.requests.milli_cpu,
+        ResourceKind::Memory => pod.requests.memory,
+        ResourceKind::EphemeralStorage => pod.requests.ephemeral_storage,
+        ResourceKind::Scalar(name) => pod.requests.scalar.get(name).copied().unwrap_or(0),
+    }
+}
+
+/// 100 × (1 − the standard deviation of `fractions`), truncated as kube does.
+fn balance(fractions: &[f64]) -> i64 {
+    let n = fractions.len();
+    let std = match n {
+        0 | 1 => 0.0,
+        2 => (fractions[0] - fractions[1]).abs() / 2.0,
+        _ => {
+            let mean = fractions.iter().sum::<f64>() / n as f64;
+            (fractions.iter().map(|f| (f - mean).powi(2)).sum::<f64>() / n as f64).sqrt()
+        }
+    };
+    ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
+}
+
+/// Fractions without allocating for the usual few resources: this runs for every node
+/// of every cycle.
+const INLINE: usize = 8;
+
 impl ScorePlugin for BalancedAllocation {
     fn score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        // A stack buffer: this runs for every node of every cycle.
-        let mut buf = [0f64; 16];
-        let mut spill = Vec::new();
+        let (mut with, mut without) = ([0f64; INLINE], [0f64; INLINE]);
+        let (mut with_spill, mut without_spill) = (Vec::new(), Vec::new());
         let mut n = 0;
         for r in &self.kinds {
             let (alloc, req) = allocatable_and_requested(node, pod, r, true);
             if alloc > 0 {
-                let f = (req as f64 / alloc as f64).min(1.0);
-                if n < buf.len() {
-                    buf[n] = f;
+                let fraction = |v: i64| (v as f64 / alloc as f64).min(1.0);
+                let (w, wo) = (fraction(req), fraction(req - pod_part(pod, r)));
+                if n < INLINE {
+                    (with[n], without[n]) = (w, wo);
                 } else {
-                    spill.push(f);
+                    with_spill.push(w);
+                    without_spill.push(wo);
                 }
                 n += 1;
             }
         }
-        let fractions = || buf.iter().take(n.min(16)).chain(spill.iter());
-        let std = match n {
-            0 | 1 => 0.0,
-            2 => (buf[0] - buf[1]).abs() / 2.0,
-            _ => {
-                let mean = fractions().sum::<f64>() / n as f64;
-                (fractions().map(|f| (f - mean).powi(2)).sum::<f64>() / n as f64).sqrt()
-            }
+        let (with, without) = if n <= INLINE {
+            (balance(&with[..n]), balance(&without[..n]))
+        } else {
+            with_spill.splice(0..0, with);
+            without_spill.splice(0..0, without);
+            (balance(&with_spill), balance(&without_spill))
         };
-        Ok(((1.0 - std) * MAX_NODE_SCORE as f64) as i64)
+        Ok(MAX_NODE_SCORE / 2 + (MAX_NODE_SCORE / 2 + with - without) / 2)
     }
 }
 
@@ -112,16 +141,25 @@ mod tests {
     fn balanced_nodes_score_higher() {
         let mut n = node_with("n", |_| {});
         n.add_pod(Arc::new(pod_requesting("e", &[("cpu", "2")])));
-        // After placement: cpu 3/4 = 0.75, memory 2Gi/8Gi = 0.25 → std 0.25 → 75.
+        // Before: cpu 2/4 = 0.5, memory 0 → std 0.25 → 75. After placement: cpu 3/4 = 0.75,
+        // memory 2Gi/8Gi = 0.25 → std 0.25 → 75: no change, 50 + 50 / 2.
         let pod = pod_requesting("p", &[("cpu", "1"), ("memory", "2Gi")]);
         let s = BalancedAllocation::default().score(&CycleState::new(), &pod, &n);
         assert_eq!(s, Ok(75));
-        // cpu 2/4, memory 4Gi/8Gi → perfectly balanced.
+        // A pod that balances the node: before 75 as above, after cpu 2/4 and memory
+        // 4Gi/8Gi → 100; 50 + (50 + 25) / 2 = 87.
+        let pod = pod_requesting("p", &[("memory", "4Gi")]);
+        let m = n;
+        assert_eq!(
+            BalancedAllocation::default().score(&CycleState::new(), &pod, &m),
+            Ok(87)
+        );
+        // An empty node the pod leaves balanced: 100 before and after → 75.
         let even = node_with("even", |_| {});
         let pod = pod_requesting("p", &[("cpu", "2"), ("memory", "4Gi")]);
         assert_eq!(
             BalancedAllocation::default().score(&CycleState::new(), &pod, &even),
-            Ok(100)
+            Ok(75)
         );
     }
 

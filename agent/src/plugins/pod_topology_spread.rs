@@ -365,6 +365,8 @@ impl FilterPlugin for PodTopologySpread {
 struct PreScoreState {
     constraints: Vec<Constraint>,
     ignored: HashSet<String>,
+    /// `ignored` by position in the scored node list (NormalizeScore sees no names).
+    ignored_at: Vec<bool>,
     counts: Vec<HashMap<String, i64>>,
     weights: Vec<f64>,
     namespace: String,
@@ -389,10 +391,13 @@ impl PreScorePlugin for PodTopologySpread {
         // node: with the system defaults a node without a zone still spreads by host.
         let require_all = !own_constraints(pod).is_empty() || !self.system_defaulted;
         let mut ignored = HashSet::new();
+        let mut ignored_at = Vec::with_capacity(filtered.len());
         let mut counts: Vec<HashMap<String, i64>> = vec![HashMap::new(); cs.len()];
         let mut sizes = vec![0usize; cs.len()];
         for node in filtered.iter() {
-            if require_all && !has_all_keys(node, &cs) {
+            let ignore = require_all && !has_all_keys(node, &cs);
+            ignored_at.push(ignore);
+            if ignore {
                 ignored.insert(node.name.clone());
                 continue;
             }
@@ -446,6 +451,7 @@ impl PreScorePlugin for PodTopologySpread {
             PreScoreState {
                 constraints: cs,
                 ignored,
+                ignored_at,
                 counts,
                 weights,
                 namespace: pod.namespace.clone(),
@@ -455,16 +461,14 @@ impl PreScorePlugin for PodTopologySpread {
     }
 }
 
-/// Marks a node with no score (missing topology labels) through normalisation.
-const INVALID_SCORE: i64 = -1;
-
 impl ScorePlugin for PodTopologySpread {
     fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         let Some(s) = state.read::<PreScoreState>(PRE_SCORE_KEY) else {
             return Ok(0);
         };
+        // kube scores a node without the topology labels 0, and NormalizeScore keeps it 0.
         if s.ignored.contains(&node.name) {
-            return Ok(INVALID_SCORE);
+            return Ok(0);
         }
         let mut score = 0f64;
         for (i, c) in s.constraints.iter().enumerate() {
@@ -482,13 +486,18 @@ impl ScorePlugin for PodTopologySpread {
 
     /// Fewer matching pods score higher; ignored nodes get 0.
     fn normalize(&self, state: &CycleState, _pod: &PodInfo, scores: &mut [i64]) -> Status {
-        if state.read::<PreScoreState>(PRE_SCORE_KEY).is_none() {
+        let Some(st) = state.read::<PreScoreState>(PRE_SCORE_KEY) else {
             return Status::success();
-        }
-        let valid = scores.iter().copied().filter(|s| *s != INVALID_SCORE);
+        };
+        let ignored = |i: usize| st.ignored_at.get(i).copied().unwrap_or(false);
+        let valid = scores
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| !ignored(i))
+            .map(|(_, s)| *s);
         let (min, max) = valid.fold((i64::MAX, 0i64), |(lo, hi), s| (lo.min(s), hi.max(s)));
-        for s in scores.iter_mut() {
-            *s = if *s == INVALID_SCORE {
+        for (i, s) in scores.iter_mut().enumerate() {
+            *s = if ignored(i) {
                 0
             } else if max == 0 {
                 MAX_NODE_SCORE

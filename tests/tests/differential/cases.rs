@@ -1,0 +1,460 @@
+//! Cases of the plugin-by-plugin comparison: one case is a few nodes, namespaces and pods
+//! of its own, and one incoming pod, all generated from (seed, case id) alone so that any
+//! case can be generated again without the others.
+//!
+//! Dimensions: taints of every effect, cordoned nodes, cpu/memory/pods and an extended
+//! resource, node images (ImageLocality), several containers, init containers and sidecars
+//! (init containers with restartPolicy Always), pod overhead (a RuntimeClass), host ports,
+//! priorities (with preemptionPolicy Never), node selectors, required and preferred node
+//! affinity (a `matchFields` pin too, which PreFilter turns into a node subset), required
+//! and preferred pod affinity and anti-affinity (namespaces, namespaceSelector, the empty
+//! selector, matchLabelKeys and mismatchLabelKeys; existing pods' terms for the symmetric
+//! checks), and topology spread (maxSkew, minDomains, both node inclusion policies,
+//! matchLabelKeys, topology keys missing on some nodes).
+//!
+//! Everything a case creates is named after it, and its incoming pod is pinned to its own
+//! nodes by a required node-affinity term; where kube-scheduler's semantics would reach
+//! other cases' nodes (nodeAffinityPolicy Ignore), the topology key is the case's own.
+//! The empty namespaceSelector and ImageLocality's spread (images counted over all nodes)
+//! do see the other cases of the batch: a batch is generated from the seed too, so a case
+//! is re-run with its batch.
+
+use serde_json::{Value, json};
+
+use super::{Rng, ZONES};
+
+/// The objects every case may refer to, created once per cluster.
+pub const PRIORITY_CLASSES: &[(&str, i64, &str)] = &[
+    ("diff-low", 100, "PreemptLowerPriority"),
+    ("diff-high", 1000, "PreemptLowerPriority"),
+    ("diff-high-never", 1000, "Never"),
+];
+pub const RUNTIME_CLASS: &str = "diff-overhead";
+/// The scheduler name of the incoming pods in the API: neither scheduler's.
+pub const NOBODY: &str = "diff-nobody";
+pub const INCOMING: &str = "incoming";
+pub const CASE_LABEL: &str = "diff-case";
+pub const BATCH_LABEL: &str = "diff-batch";
+
+const TAINT_KEYS: &[&str] = &["dedicated", "gpu", "spot"];
+const EFFECTS: &[&str] = &["NoSchedule", "PreferNoSchedule", "NoExecute"];
+const GPU: &str = "example.com/gpu";
+/// Images on nodes of every case: ImageLocality scales an image's size by the share of all
+/// nodes that have it, so an image of one case's nodes only would never count.
+const SHARED_IMAGES: &str = "diff.local/shared";
+const MB: i64 = 1024 * 1024;
+/// ImageLocality's thresholds are 23 MB and 1000 MB per container.
+const IMAGE_SIZES: &[(&str, i64)] = &[
+    ("tiny", 10 * MB),
+    ("small", 200 * MB),
+    ("medium", 600 * MB),
+    ("large", 1500 * MB),
+];
+
+pub struct Case {
+    pub seed: u64,
+    pub id: usize,
+    pub tag: String,
+    pub namespaces: Vec<Value>,
+    pub nodes: Vec<Value>,
+    /// Bound pods, each with its namespace.
+    pub existing: Vec<Value>,
+    /// The incoming pod with its namespace (schedulerName: neither scheduler).
+    pub pod: Value,
+    /// Services selecting the incoming pod: PodTopologySpread's system default
+    /// constraints then spread it from the pods they select.
+    pub services: Vec<Value>,
+}
+
+impl Case {
+    pub fn namespace(&self) -> &str {
+        &self.tag
+    }
+
+    pub fn node_names(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter_map(|n| n["metadata"]["name"].as_str().map(String::from))
+            .collect()
+    }
+
+    pub fn namespace_names(&self) -> Vec<String> {
+        self.namespaces
+            .iter()
+            .filter_map(|n| n["metadata"]["name"].as_str().map(String::from))
+            .collect()
+    }
+
+    pub fn existing_keys(&self) -> Vec<String> {
+        self.existing
+            .iter()
+            .map(|p| {
+                format!(
+                    "{}/{}",
+                    p["metadata"]["namespace"].as_str().unwrap_or_default(),
+                    p["metadata"]["name"].as_str().unwrap_or_default()
+                )
+            })
+            .collect()
+    }
+
+    pub fn service_keys(&self) -> Vec<String> {
+        self.services
+            .iter()
+            .map(|s| {
+                format!(
+                    "{}/{}",
+                    s["metadata"]["namespace"].as_str().unwrap_or_default(),
+                    s["metadata"]["name"].as_str().unwrap_or_default()
+                )
+            })
+            .collect()
+    }
+
+    pub fn to_json(&self) -> Value {
+        json!({"namespaces": self.namespaces, "nodes": self.nodes, "services": self.services,
+               "existing": self.existing, "pod": self.pod})
+    }
+}
+
+/// The tag of a case: in every name and label it creates.
+pub fn tag(seed: u64, id: usize) -> String {
+    format!("s{seed:x}-{id}")
+}
+
+fn quantity_cpu(rng: &mut Rng, max_milli: u64) -> String {
+    format!("{}m", 100 * (1 + rng.below(max_milli / 100)))
+}
+
+fn image(rng: &mut Rng) -> String {
+    let (name, _) = rng.pick(IMAGE_SIZES);
+    format!("{SHARED_IMAGES}/{name}:1")
+}
+
+pub fn generate(seed: u64, id: usize, batch: &str) -> Case {
+    let mut rng = Rng(seed ^ (id as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03));
+    rng.next();
+    let tag = tag(seed, id);
+    let rack = format!("diff.mcsched.io/rack-{tag}");
+    let second_ns = format!("{tag}-b");
+    let namespaces = vec![
+        json!({"metadata": {"name": tag, "labels": {CASE_LABEL: tag, "team": rng.pick(&["x", "y"])}}}),
+        json!({"metadata": {"name": second_ns, "labels": {CASE_LABEL: tag, "team": rng.pick(&["x", "y"])}}}),
+    ];
+
+    let n_nodes = 2 + rng.below(4) as usize;
+    let mut nodes = Vec::new();
+    for i in 0..n_nodes {
+        let name = format!("{tag}-n{i}");
+        let mut labels = json!({
+            "kubernetes.io/hostname": name,
+            "topology.kubernetes.io/zone": rng.pick(ZONES),
+            CASE_LABEL: tag,
+            BATCH_LABEL: batch,
+        });
+        if rng.chance(40) {
+            labels["disk"] = json!(rng.pick(&["ssd", "hdd"]));
+        }
+        if rng.chance(75) {
+            labels[rack.as_str()] = json!(rng.pick(&["r1", "r2"]));
+        }
+        let mut taints: Vec<Value> = Vec::new();
+        for _ in 0..usize::from(rng.chance(25)) + usize::from(rng.chance(8)) {
+            let t =
+                json!({"key": rng.pick(TAINT_KEYS), "value": "true", "effect": rng.pick(EFFECTS)});
+            // Taints are unique by key and effect.
+            if !taints
+                .iter()
+                .any(|o| o["key"] == t["key"] && o["effect"] == t["effect"])
+            {
+                taints.push(t);
+            }
+        }
+        let mut allocatable = json!({
+            "cpu": (1 + rng.below(6)).to_string(),
+            "memory": format!("{}Gi", 2 * (1 + rng.below(6))),
+            "pods": (3 + rng.below(8)).to_string(),
+        });
+        if rng.chance(40) {
+            allocatable[GPU] = json!((1 + rng.below(2)).to_string());
+        }
+        let mut status = json!({
+            "capacity": allocatable, "allocatable": allocatable,
+            "conditions": [{"type": "Ready", "status": "True"}],
+        });
+        if rng.chance(70) {
+            let mut images = Vec::new();
+            for (img, size) in IMAGE_SIZES {
+                if rng.chance(50) {
+                    images.push(
+                        json!({"names": [format!("{SHARED_IMAGES}/{img}:1")], "sizeBytes": size}),
+                    );
+                }
+            }
+            status["images"] = json!(images);
+        }
+        nodes.push(json!({
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"taints": taints, "unschedulable": rng.chance(5)},
+            "status": status,
+        }));
+    }
+    let node_names: Vec<String> = nodes
+        .iter()
+        .filter_map(|n| n["metadata"]["name"].as_str().map(String::from))
+        .collect();
+    let topology_keys = [
+        "kubernetes.io/hostname",
+        "topology.kubernetes.io/zone",
+        rack.as_str(),
+    ];
+
+    let mut existing = Vec::new();
+    for j in 0..rng.below(6) {
+        let ns = if rng.chance(75) {
+            tag.as_str()
+        } else {
+            second_ns.as_str()
+        };
+        let mut containers = Vec::new();
+        for k in 0..1 + rng.below(2) {
+            let mut c = json!({"name": format!("c{k}"), "image": "pause",
+                "resources": {"requests": {"cpu": quantity_cpu(&mut rng, 1200), "memory": format!("{}Mi", 128 * (1 + rng.below(8)))}}});
+            if rng.chance(15) {
+                c["ports"] = json!([{"containerPort": 80 + k as i64, "hostPort": 8080 + rng.below(2) as i64 + 10 * k as i64}]);
+            }
+            if rng.chance(10) {
+                c["resources"]["requests"][GPU] = json!("1");
+                c["resources"]["limits"] = json!({GPU: "1"});
+            }
+            containers.push(c);
+        }
+        let mut spec = json!({
+            "nodeName": rng.pick(&node_names),
+            "containers": containers,
+            "tolerations": [{"operator": "Exists"}],
+        });
+        if rng.chance(15) {
+            spec["initContainers"] = json!([{"name": "sidecar", "image": "pause", "restartPolicy": "Always",
+                "resources": {"requests": {"cpu": quantity_cpu(&mut rng, 500)}}}]);
+        }
+        if rng.chance(40) {
+            spec["priorityClassName"] = json!(rng.pick(&["diff-low", "diff-high"]));
+        }
+        let towards_incoming = |rng: &mut Rng| {
+            let mut t = json!({"labelSelector": {"matchLabels": {"app": INCOMING}},
+                               "topologyKey": rng.pick(&topology_keys)});
+            if ns != tag {
+                t["namespaces"] = json!([tag]);
+            }
+            t
+        };
+        if rng.chance(8) {
+            // The symmetric check: an existing pod that keeps the incoming one away.
+            spec["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [towards_incoming(&mut rng)]}});
+        } else if rng.chance(20) {
+            // Existing pods' preferred terms count in the incoming pod's score.
+            let kind = *rng.pick(&["podAffinity", "podAntiAffinity"]);
+            spec["affinity"] = json!({kind: {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1 + rng.below(100), "podAffinityTerm": towards_incoming(&mut rng)}]}});
+        }
+        existing.push(json!({
+            "metadata": {"name": format!("e{j}"), "namespace": ns,
+                         "labels": {"app": rng.pick(&["web", "db", "web", "db", INCOMING]), "version": rng.pick(&["v1", "v2"])}},
+            "spec": spec,
+        }));
+    }
+
+    // The incoming pod.
+    let mut containers = Vec::new();
+    for k in 0..1 + rng.below(2) + u64::from(rng.chance(15)) {
+        let img = if rng.chance(60) {
+            image(&mut rng)
+        } else {
+            "pause".to_string()
+        };
+        let mut c = json!({"name": format!("c{k}"), "image": img,
+            "resources": {"requests": {"cpu": quantity_cpu(&mut rng, 1500), "memory": format!("{}Mi", 256 * (1 + rng.below(6)))}}});
+        if rng.chance(20) {
+            c["ports"] = json!([{"containerPort": 80 + k as i64, "hostPort": 8080 + rng.below(2) as i64 + 10 * k as i64}]);
+        }
+        if rng.chance(15) {
+            c["resources"]["requests"][GPU] = json!("1");
+            c["resources"]["limits"] = json!({GPU: "1"});
+        }
+        containers.push(c);
+    }
+    let mut spec = json!({"schedulerName": NOBODY, "containers": containers});
+    let mut init = Vec::new();
+    if rng.chance(20) {
+        init.push(json!({"name": "init", "image": "pause",
+            "resources": {"requests": {"cpu": quantity_cpu(&mut rng, 3000)}}}));
+    }
+    if rng.chance(20) {
+        init.push(
+            json!({"name": "sidecar", "image": image(&mut rng), "restartPolicy": "Always",
+            "resources": {"requests": {"cpu": quantity_cpu(&mut rng, 800), "memory": "128Mi"}}}),
+        );
+    }
+    if !init.is_empty() {
+        spec["initContainers"] = json!(init);
+    }
+    if rng.chance(20) {
+        spec["runtimeClassName"] = json!(RUNTIME_CLASS);
+    }
+    if rng.chance(30) {
+        spec["priorityClassName"] =
+            json!(rng.pick(&["diff-low", "diff-high", "diff-high", "diff-high-never"]));
+    }
+    if rng.chance(45) {
+        let key = *rng.pick(TAINT_KEYS);
+        spec["tolerations"] = if rng.chance(50) {
+            json!([{"key": key, "operator": "Exists"}])
+        } else {
+            json!([{"key": key, "operator": "Equal", "value": "true", "effect": rng.pick(EFFECTS)}])
+        };
+    }
+    if rng.chance(15) {
+        spec["nodeSelector"] = json!({"disk": rng.pick(&["ssd", "hdd"])});
+    }
+    let mut term =
+        json!({"matchExpressions": [{"key": CASE_LABEL, "operator": "In", "values": [tag]}]});
+    if rng.chance(25)
+        && let Some(m) = term["matchExpressions"].as_array_mut()
+    {
+        m.push(json!({"key": "topology.kubernetes.io/zone",
+                      "operator": if rng.chance(70) { "In" } else { "NotIn" }, "values": [rng.pick(ZONES)]}));
+    }
+    let mut terms = vec![term];
+    if rng.chance(10) {
+        // NodeAffinity's PreFilter turns metadata.name pins into a node subset; a field
+        // selector takes one name, so one term per node.
+        let mut some: Vec<&String> = node_names.iter().filter(|_| rng.chance(60)).collect();
+        if some.is_empty() {
+            some.extend(node_names.first());
+        }
+        let base = terms.remove(0);
+        // A name no node has: PreFilter's node set may name nodes that do not exist.
+        let ghost = format!("{tag}-ghost");
+        if rng.chance(25) {
+            some.push(&ghost);
+        }
+        for name in some {
+            let mut t = base.clone();
+            t["matchFields"] =
+                json!([{"key": "metadata.name", "operator": "In", "values": [name]}]);
+            terms.push(t);
+        }
+    }
+    let mut node_affinity =
+        json!({"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}});
+    if rng.chance(30) {
+        node_affinity["preferredDuringSchedulingIgnoredDuringExecution"] = json!([{
+            "weight": 1 + rng.below(100),
+            "preference": {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]}
+        }]);
+    }
+    spec["affinity"] = json!({"nodeAffinity": node_affinity});
+    let pod_term = |rng: &mut Rng| {
+        let mut t = json!({"labelSelector": {"matchLabels": {"app": rng.pick(&["web", "db", INCOMING])}},
+                           "topologyKey": rng.pick(&topology_keys)});
+        match rng.below(10) {
+            0 | 1 => t["namespaces"] = json!([second_ns]),
+            2 => t["namespaces"] = json!([tag, second_ns]),
+            3 | 4 => {
+                t["namespaceSelector"] =
+                    json!({"matchLabels": {CASE_LABEL: tag, "team": rng.pick(&["x", "y"])}})
+            }
+            5 => t["namespaceSelector"] = json!({}),
+            _ => {}
+        }
+        if rng.chance(15) {
+            t[if rng.chance(50) {
+                "matchLabelKeys"
+            } else {
+                "mismatchLabelKeys"
+            }] = json!(["version"]);
+        }
+        t
+    };
+    if rng.chance(18) {
+        spec["affinity"]["podAntiAffinity"] =
+            json!({"requiredDuringSchedulingIgnoredDuringExecution": [pod_term(&mut rng)]});
+    } else if rng.chance(15) {
+        spec["affinity"]["podAffinity"] =
+            json!({"requiredDuringSchedulingIgnoredDuringExecution": [pod_term(&mut rng)]});
+    }
+    for kind in ["podAffinity", "podAntiAffinity"] {
+        if rng.chance(35) {
+            let terms: Vec<Value> = (0..1 + rng.below(2))
+                .map(|_| json!({"weight": 1 + rng.below(100), "podAffinityTerm": pod_term(&mut rng)}))
+                .collect();
+            spec["affinity"][kind]["preferredDuringSchedulingIgnoredDuringExecution"] =
+                json!(terms);
+        }
+    }
+    if rng.chance(35) {
+        let mut constraints = Vec::new();
+        for _ in 0..1 + usize::from(rng.chance(25)) {
+            let ignore = rng.chance(25);
+            // Ignore counts nodes outside the pod's node affinity: the case's own key keeps
+            // other cases' nodes out.
+            let key = if ignore {
+                rack.as_str()
+            } else {
+                *rng.pick(&topology_keys)
+            };
+            let mut c = json!({
+                "maxSkew": 1 + rng.below(2),
+                "topologyKey": key,
+                "whenUnsatisfiable": if rng.chance(50) { "DoNotSchedule" } else { "ScheduleAnyway" },
+                "labelSelector": {"matchLabels": {"app": rng.pick(&["web", "db", INCOMING])}},
+            });
+            if ignore {
+                c["nodeAffinityPolicy"] = json!("Ignore");
+            } else if rng.chance(20) {
+                c["nodeAffinityPolicy"] = json!("Honor");
+            }
+            if rng.chance(25) {
+                c["nodeTaintsPolicy"] = json!(rng.pick(&["Honor", "Ignore"]));
+            }
+            if rng.chance(15) {
+                c["minDomains"] = json!(2 + rng.below(3));
+                c["whenUnsatisfiable"] = json!("DoNotSchedule");
+            }
+            if rng.chance(15) {
+                c["matchLabelKeys"] = json!(["version"]);
+            }
+            constraints.push(c);
+        }
+        // One constraint per topology key and whenUnsatisfiable.
+        constraints.dedup_by(|a, b| {
+            a["topologyKey"] == b["topologyKey"] && a["whenUnsatisfiable"] == b["whenUnsatisfiable"]
+        });
+        spec["topologySpreadConstraints"] = json!(constraints);
+    }
+    let version = *rng.pick(&["v1", "v2"]);
+    let mut services = Vec::new();
+    if spec.get("topologySpreadConstraints").is_none() && rng.chance(40) {
+        let mut selector = json!({"app": INCOMING});
+        if rng.chance(30) {
+            selector["version"] = json!(version);
+        }
+        services.push(json!({"metadata": {"name": "svc", "namespace": tag},
+                             "spec": {"selector": selector, "ports": [{"port": 80}]}}));
+    }
+    Case {
+        seed,
+        id,
+        services,
+        namespaces,
+        nodes,
+        existing,
+        pod: json!({
+            "metadata": {"name": INCOMING, "namespace": tag,
+                         "labels": {"app": INCOMING, "version": version}},
+            "spec": spec,
+        }),
+        tag,
+    }
+}
