@@ -87,6 +87,9 @@ struct Unschedulable {
     info: QueuedPodInfo,
     plugins: HashSet<&'static str>,
     since: Instant,
+    /// Rejected with Pending (waiting for an answer, not for room): an event of its
+    /// plugins moves it to activeQ without backoff, as kube's PendingPlugins.
+    pending: bool,
 }
 
 #[derive(Default)]
@@ -295,7 +298,22 @@ impl SchedulingQueue {
     /// The pod did not fit. If a cluster event came while it was being scheduled it may
     /// already fit, so it goes to backoff; else it waits for an event one of `plugins`
     /// registered.
-    pub fn add_unschedulable(&self, mut info: QueuedPodInfo, plugins: HashSet<&'static str>) {
+    pub fn add_unschedulable(&self, info: QueuedPodInfo, plugins: HashSet<&'static str>) {
+        self.requeue_rejected(info, plugins, false);
+    }
+
+    /// A plugin answered Pending: the pod waits for an event of `plugins` (or went on
+    /// during the attempt) and then goes straight to activeQ.
+    pub fn add_pending(&self, info: QueuedPodInfo, plugins: HashSet<&'static str>) {
+        self.requeue_rejected(info, plugins, true);
+    }
+
+    fn requeue_rejected(
+        &self,
+        mut info: QueuedPodInfo,
+        plugins: HashSet<&'static str>,
+        pending: bool,
+    ) {
         let mut st = self.lock();
         let key = id(&info.pod).to_string();
         let popped_at = st.in_flight.remove(&key).map(|(_, cycle)| cycle);
@@ -303,7 +321,11 @@ impl SchedulingQueue {
             return;
         }
         info.timestamp = Instant::now();
-        if popped_at.is_some_and(|c| c < st.move_request_cycle) {
+        let event_meanwhile = popped_at.is_some_and(|c| c < st.move_request_cycle);
+        if event_meanwhile && pending {
+            crate::metrics::global().incoming("active", "ScheduleAttemptFailure");
+            self.push_active(&mut st, info);
+        } else if event_meanwhile {
             crate::metrics::global().incoming("backoff", "ScheduleAttemptFailure");
             st.backoff.insert(key, info);
         } else {
@@ -314,6 +336,7 @@ impl SchedulingQueue {
                     info,
                     plugins,
                     since: Instant::now(),
+                    pending,
                 },
             );
         }
@@ -354,7 +377,7 @@ impl SchedulingQueue {
         let event_name = format!("{event:?}");
         for key in keys {
             if let Some(u) = st.unschedulable.remove(&key) {
-                if self.backoff_expiry(&u.info) <= now {
+                if u.pending || self.backoff_expiry(&u.info) <= now {
                     crate::metrics::global().incoming("active", &event_name);
                     self.push_active(&mut st, u.info);
                 } else {
@@ -655,6 +678,33 @@ mod tests {
         q.on_event(ClusterEvent::LeafChange);
         let p = q.pending();
         assert_eq!((p.unschedulable, p.active + p.backoff), (0, 1));
+    }
+
+    /// A pod waiting for an answer (Pending) is not penalised: the answer's event, or one
+    /// during its attempt, sends it to activeQ at once; an Unschedulable one serves its
+    /// backoff first.
+    #[tokio::test]
+    async fn pending_pods_skip_backoff() {
+        let q = queue(&[("W", vec![ClusterEvent::LeafChange])]);
+        q.add(pod("waits", 0), false);
+        q.add(pod("misfit", 0), false);
+        for _ in 0..2 {
+            let info = q.pop().await.expect("queued");
+            if info.pod.name == "waits" {
+                q.add_pending(info, HashSet::from(["W"]));
+            } else {
+                q.add_unschedulable(info, HashSet::from(["W"]));
+            }
+        }
+        q.on_event(ClusterEvent::LeafChange);
+        let p = q.pending();
+        assert_eq!((p.active, p.backoff, p.unschedulable), (1, 1, 0));
+        let again = q.pop().await.expect("queued");
+        assert_eq!(again.pod.name, "waits");
+        // The answer comes while it is being scheduled: straight back to activeQ.
+        q.on_event(ClusterEvent::LeafChange);
+        q.add_pending(again, HashSet::from(["W"]));
+        assert_eq!(q.pending().active, 1);
     }
 
     #[tokio::test]

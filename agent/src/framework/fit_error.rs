@@ -9,6 +9,9 @@ pub struct Diagnosis {
     pub node_statuses: NodeStatuses,
     /// Plugins that rejected the pod somewhere: the queue requeues on their events.
     pub unschedulable_plugins: HashSet<&'static str>,
+    /// Plugins that answered Pending (kube's PendingPlugins): the pod is requeued on their
+    /// events without backoff, having waited for an answer, not wasted a cycle.
+    pub pending_plugins: HashSet<&'static str>,
     /// A PreFilter's rejection, which stands for every node.
     pub pre_filter_msg: Option<String>,
     pub post_filter_msg: Option<String>,

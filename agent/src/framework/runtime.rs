@@ -387,6 +387,9 @@ impl Framework {
                 if status.is_rejected() {
                     diagnosis.unschedulable_plugins.insert(status.plugin);
                 }
+                if status.code == Code::Pending {
+                    diagnosis.pending_plugins.insert(status.plugin);
+                }
                 diagnosis.pre_filter_msg = Some(status.message());
                 record.timed("PreFilter", started);
                 return Err(Box::new(FitError {

@@ -59,6 +59,12 @@ impl Status {
         Status::new(Code::Unschedulable, vec![reason.into()])
     }
 
+    /// kube's Pending: the pod waits for something outside the scheduler's objects (a
+    /// leaf's answer), not for room; it is requeued without backoff.
+    pub fn pending(reason: impl Into<String>) -> Self {
+        Status::new(Code::Pending, vec![reason.into()])
+    }
+
     pub fn unresolvable(reason: impl Into<String>) -> Self {
         Status::new(Code::UnschedulableAndUnresolvable, vec![reason.into()])
     }

@@ -82,6 +82,9 @@ pub(super) fn handle_failure(
         nominated_node: nominated,
     });
     match failure {
+        Failure::Unschedulable { fit, .. } if !fit.diagnosis.pending_plugins.is_empty() => shared
+            .queue
+            .add_pending(info, fit.diagnosis.unschedulable_plugins),
         Failure::Unschedulable { fit, .. } => shared
             .queue
             .add_unschedulable(info, fit.diagnosis.unschedulable_plugins),

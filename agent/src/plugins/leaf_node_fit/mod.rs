@@ -83,7 +83,8 @@ impl PreFilterPlugin for LeafNodeFit {
         let waiting = checker::unanswered(&cycle, pod);
         state.write(LEAF_CYCLE_KEY, cycle);
         match waiting {
-            Some(msg) => (None, Status::unschedulable(msg)),
+            // Pending: requeued as soon as a leaf answers, without backoff.
+            Some(msg) => (None, Status::pending(msg)),
             None => (None, Status::success()),
         }
     }
