@@ -78,21 +78,37 @@ fn to_east(containers: serde_json::Value) -> serde_json::Value {
 }
 
 async fn failed_scheduling(client: &Client, ns: &str, prefix: &str) -> anyhow::Result<Vec<String>> {
+    let named = |name: Option<&str>| name.is_some_and(|n| n.starts_with(prefix));
     let events: Api<Event> = Api::namespaced(client.clone(), ns);
-    Ok(events
+    let mut notes: Vec<String> = events
         .list(&ListParams::default())
         .await?
         .items
         .into_iter()
         .filter(|e| {
             e.reason.as_deref() == Some("FailedScheduling")
-                && e.regarding
-                    .as_ref()
-                    .and_then(|r| r.name.as_deref())
-                    .is_some_and(|n| n.starts_with(prefix))
+                && named(e.regarding.as_ref().and_then(|r| r.name.as_deref()))
         })
         .filter_map(|e| e.note)
-        .collect())
+        .collect();
+    // An event repeated within minutes for the same pod version only counts up its
+    // series (client-go's rule, and kube-rs's), keeping the first note: the PodScheduled
+    // condition carries the latest reason.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    for p in pods.list(&ListParams::default()).await?.items {
+        if !named(p.metadata.name.as_deref()) {
+            continue;
+        }
+        notes.extend(
+            p.status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|c| c.type_ == "PodScheduled" && c.status == "False")
+                .filter_map(|c| c.message),
+        );
+    }
+    Ok(notes)
 }
 
 /// A leaf namespace holding its owner's ConfigMap, Secret, claim and pod of the names a

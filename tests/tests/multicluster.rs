@@ -53,9 +53,21 @@ fn ready_status(n: &Node) -> Option<String> {
 /// The pod's FailedScheduling message once the leaf has answered what the leaf check
 /// asks it (a first attempt may say "asking leaf cluster ..." or "checking ..." while the
 /// leaf or the API server is being asked).
+/// A FailedScheduling repeated within minutes for the same pod version only counts up the
+/// first event's series (client-go's rule, and kube-rs's), so the PodScheduled condition,
+/// which carries the latest reason, is read too.
 async fn failed_scheduling(client: &Client, pod: &str) -> anyhow::Result<Option<String>> {
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
     let lp = ListParams::default().fields(&format!("regarding.name={pod}"));
+    let condition = Api::<Pod>::namespaced(client.clone(), "default")
+        .get_opt(pod)
+        .await?
+        .and_then(|p| p.status)
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| c.type_ == "PodScheduled" && c.status == "False")
+        .filter_map(|c| c.message);
     Ok(events
         .list(&lp)
         .await?
@@ -63,6 +75,7 @@ async fn failed_scheduling(client: &Client, pod: &str) -> anyhow::Result<Option<
         .into_iter()
         .filter(|e| e.reason.as_deref() == Some("FailedScheduling"))
         .filter_map(|e| e.note)
+        .chain(condition)
         .find(|n| !n.contains("checking") && !n.contains("asking leaf cluster")))
 }
 
