@@ -258,7 +258,7 @@ async fn sync_one(
             Ok(())
         }
         None => {
-            match create_copy(host, leaf, pod).await {
+            match create_copy(host, leaf, pod, host_side.leaves.agent_namespace()).await {
                 Ok(()) => {}
                 Err(e @ SyncError::MissingOnHost { .. }) => {
                     warn_event(host_side, pod, "LeafPodWaiting", "Syncing", e.to_string());
@@ -568,7 +568,12 @@ fn missing(
 /// The namespace, the objects the pod refers to, then the pod. Nothing in the leaf that
 /// is not this host's is used, overwritten or adopted; nothing missing on the host is
 /// replaced by the leaf's object of the same name.
-async fn create_copy(host: &Client, leaf: &LeafCluster, pod: &Pod) -> Result<(), SyncError> {
+async fn create_copy(
+    host: &Client,
+    leaf: &LeafCluster,
+    pod: &Pod,
+    agent_namespace: &str,
+) -> Result<(), SyncError> {
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
     let name = pod.metadata.name.clone().unwrap_or_default();
     let namespaces: Api<Namespace> = Api::all(leaf.client.clone());
@@ -618,22 +623,22 @@ async fn create_copy(host: &Client, leaf: &LeafCluster, pod: &Pod) -> Result<(),
     let host_secrets: Api<Secret> = Api::namespaced(host.clone(), &ns);
     let leaf_secrets: Api<Secret> = Api::namespaced(leaf.client.clone(), &ns);
     for s_name in &deps.secrets {
-        let Some(s) = host_secrets
-            .get_opt(s_name)
-            .await
-            .map_err(|e| {
-                // The install grants Secrets per namespace only: say how to grant this one.
-                let hint = if code(&e) == Some(403) {
-                    format!(
-                        " (let the agent read Secrets in {ns}: kubectl create rolebinding mcsched-secrets -n {ns} --clusterrole={} --serviceaccount=<agent namespace>:{})",
-                        mcsched_shared::manifests::secret_reader_name(),
-                        keys::AGENT_NAME
+        let Some(s) = host_secrets.get_opt(s_name).await.map_err(|e| {
+            // The install grants Secrets per namespace only: say how to grant this one.
+            let hint = if code(&e) == Some(403) {
+                format!(
+                    " (let the agent read Secrets in {ns}: {})",
+                    super::grants::grant_command(
+                        super::grants::Copied::Secrets,
+                        &ns,
+                        agent_namespace
                     )
-                } else {
-                    String::new()
-                };
-                api_err(format!("reading host Secret {ns}/{s_name}{hint}"))(e)
-            })?
+                )
+            } else {
+                String::new()
+            };
+            api_err(format!("reading host Secret {ns}/{s_name}{hint}"))(e)
+        })?
         else {
             missing(&deps, "Secret", &ns, s_name)?;
             continue;

@@ -88,6 +88,11 @@ impl Leaves {
         }
     }
 
+    /// Where the agent's ServiceAccount lives, for the grants pod sync suggests.
+    pub fn agent_namespace(&self) -> &str {
+        self.access.0.agent_namespace()
+    }
+
     /// Set once at start, from the host's kube-system namespace.
     pub fn set_host_id(&self, id: String) {
         let _ = self.host_id.set(id);
