@@ -23,7 +23,8 @@ pub enum Message {
         action: &'static str,
         note: String,
     },
-    /// PodScheduled=False with the reason and message, and the nominated node if any.
+    /// PodScheduled=False with the reason and message, and the nominated node if it
+    /// changes (an empty name clears it).
     Unschedulable {
         namespace: String,
         name: String,
@@ -145,8 +146,11 @@ async fn run(client: Client, instance: String, mut rx: mpsc::Receiver<Message>) 
                         "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
                     }]
                 });
-                if let Some(n) = nominated_node {
-                    status["nominatedNodeName"] = json!(n);
+                // An empty name clears it (null deletes the field in a merge patch).
+                match nominated_node.as_deref() {
+                    Some("") => status["nominatedNodeName"] = serde_json::Value::Null,
+                    Some(n) => status["nominatedNodeName"] = json!(n),
+                    None => {}
                 }
                 let patch = json!({ "status": status });
                 if let Err(e) = pods

@@ -39,6 +39,7 @@ struct StoredNode {
     scores: Box<[(i64, i64)]>,
     total_score: Option<i64>,
     leaf_node: Option<String>,
+    nominated_pods: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -88,6 +89,7 @@ fn expand_node(
             .collect(),
         total_score: n.total_score,
         leaf_node: n.leaf_node.clone(),
+        nominated_pods: n.nominated_pods.clone(),
     }
 }
 
@@ -138,6 +140,7 @@ fn stored_nodes(record: &CycleRecord, limit: usize) -> Vec<StoredNode> {
                     .collect(),
                 total_score: record.totals.get(j).copied(),
                 leaf_node: record.leaf_nodes.get(&n.name).cloned(),
+                nominated_pods: record.nominated.get(&n.name).cloned().unwrap_or_default(),
             }
         })
         .collect();
@@ -149,6 +152,7 @@ fn stored_nodes(record: &CycleRecord, limit: usize) -> Vec<StoredNode> {
         scores: Box::new([]),
         total_score: None,
         leaf_node: None,
+        nominated_pods: record.nominated.get(&n.name).cloned().unwrap_or_default(),
     }));
     nodes
 }
@@ -258,10 +262,12 @@ impl ExplanationStore {
         record: &CycleRecord,
         fit: &FitError,
         nominated_node: Option<String>,
+        victims: Vec<String>,
     ) {
         let outcome = Outcome::Unschedulable {
             message: fit.to_string(),
             nominated_node,
+            victims,
         };
         self.put(
             key,

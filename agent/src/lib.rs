@@ -15,6 +15,7 @@ pub mod framework;
 pub mod leader;
 pub mod leaf;
 pub mod metrics;
+pub mod nominator;
 pub mod plugins;
 pub mod pod_selectors;
 pub mod preemption;

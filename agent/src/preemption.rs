@@ -1,13 +1,16 @@
-//! Carrying out a preemption decision: the victims are deleted, each with a `Preempted`
-//! event, as kube-scheduler's preemption executor does; a victim still waiting on Permit
-//! in the preemptor's profile is stopped in memory instead (it was never bound).
+//! Carrying out a preemption decision as kube-scheduler's preemption executor does: the
+//! lower-priority pods nominated to the node lose their nomination, and each victim gets
+//! the DisruptionTarget condition, a `Preempted` event and is deleted; a victim still
+//! waiting on Permit in the preemptor's profile is stopped in memory instead (it was
+//! never bound).
 
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{DeleteParams, Preconditions};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::events::EventType;
+use serde_json::json;
 use tracing::{info, warn};
 
 use crate::events::{EventSink, Message, object_ref};
@@ -21,7 +24,25 @@ pub fn evict(
     plugin: &'static str,
     preemptor: &PodInfo,
     victims: &[Arc<PodInfo>],
+    lower_nominated: &[Arc<PodInfo>],
 ) {
+    for p in lower_nominated {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &p.namespace);
+        let (name, key) = (p.name.clone(), p.key.clone());
+        let patch = only_this(json!({"status": {"nominatedNodeName": null}}), &p.uid);
+        tokio::spawn(async move {
+            if let Err(e) = pods
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                warn!(pod = %key, error = %e, "could not clear a lower-priority pod's nomination");
+            }
+        });
+    }
+    let condition_message = format!(
+        "{}: preempting to accommodate a higher priority pod",
+        fw.scheduler_name
+    );
     let handle = fw.handle();
     for victim in victims {
         let waiting = handle.get_waiting_pod(&victim.uid);
@@ -51,6 +72,18 @@ pub fn evict(
         let name = victim.name.clone();
         let key = victim.key.clone();
         let by = preemptor.key.clone();
+        // Marked first, so that whoever sees it terminating knows why (kube's
+        // PreemptionByScheduler), and the preemptor waits for it rather than preempting more.
+        let condition = only_this(
+            json!({"status": {"conditions": [{
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": crate::plugins::default_preemption::PREEMPTED_REASON,
+                "message": condition_message,
+                "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
+            }]}}),
+            &victim.uid,
+        );
         // Only the pod judged a victim: not a new pod that took its name meanwhile.
         let params = DeleteParams {
             preconditions: (!victim.uid.is_empty()).then(|| Preconditions {
@@ -60,6 +93,20 @@ pub fn evict(
             ..Default::default()
         };
         tokio::spawn(async move {
+            match pods
+                .patch_status(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Strategic(&condition),
+                )
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => return,
+                Err(e) => {
+                    warn!(victim = %key, error = %e, "could not mark preemption victim; deleting it anyway")
+                }
+            }
             match pods.delete(&name, &params).await {
                 Ok(_) => info!(victim = %key, preemptor = %by, "preempted"),
                 Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
@@ -67,4 +114,13 @@ pub fn evict(
             }
         });
     }
+}
+
+/// A patch that applies only to the pod of this UID: the API server refuses it (409) for
+/// a new pod that took the name meanwhile.
+fn only_this(mut patch: serde_json::Value, uid: &str) -> serde_json::Value {
+    if !uid.is_empty() {
+        patch["metadata"] = json!({ "uid": uid });
+    }
+    patch
 }

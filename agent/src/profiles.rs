@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::framework::{ClusterEvent, Framework, FrameworkError, Plugin, ProfileSpec};
+use crate::nominator::Nominator;
 use crate::queue::{Less, priority_sort};
 
 /// Plugin instances by name.
@@ -17,6 +18,8 @@ pub struct Profiles {
     /// The QueueSort plugin's order; one for all profiles, as kube-scheduler requires (the
     /// configuration check enforces it), so the first profile's.
     pub less: Less,
+    /// Preemption's nominations, one for all profiles as kube's queue keeps them.
+    pub nominator: Arc<Nominator>,
 }
 
 impl Profiles {
@@ -28,8 +31,9 @@ impl Profiles {
         let mut frameworks = HashMap::new();
         let mut plugin_events = HashMap::new();
         let mut sort: Option<Arc<dyn Plugin>> = None;
+        let nominator = Nominator::new();
         for (spec, registry) in profiles {
-            let fw = Framework::new(spec, registry, parallelism)?;
+            let fw = Framework::new(spec, registry, parallelism)?.with_nominator(nominator.clone());
             sort.get_or_insert_with(|| fw.queue_sort().clone());
             for p in fw.plugins() {
                 plugin_events.insert(p.name(), p.events_to_register());
@@ -44,6 +48,7 @@ impl Profiles {
             frameworks,
             plugin_events,
             less,
+            nominator,
         })
     }
 

@@ -287,6 +287,11 @@ impl SchedulingQueue {
         }
     }
 
+    /// The in-flight pod ([`pod_id`]) was deleted, or bound by someone else, meanwhile.
+    pub fn is_gone(&self, id: &str) -> bool {
+        self.lock().gone.contains(id)
+    }
+
     /// The popped pod was bound (or is gone): it leaves the queue.
     pub fn done(&self, pod: &PodInfo) {
         let mut st = self.lock();

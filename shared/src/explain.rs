@@ -37,6 +37,9 @@ pub enum Outcome {
         message: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         nominated_node: Option<String>,
+        /// The pods preemption evicts to make room on the nominated node.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        victims: Vec<String>,
     },
     Error {
         message: String,
@@ -56,6 +59,10 @@ pub struct NodeExplanation {
     /// For a virtual node: the leaf cluster's node that would host the pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leaf_node: Option<String>,
+    /// Pods preemption nominated to this node, of the pod's priority or higher, whose room
+    /// Filter kept free for them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nominated_pods: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

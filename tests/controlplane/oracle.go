@@ -31,12 +31,15 @@ import (
 	"unsafe"
 
 	v1 "k8s.io/api/core/v1"
+	policy "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/events"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	scheduleroptions "k8s.io/kubernetes/cmd/kube-scheduler/app/options"
@@ -46,6 +49,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/validation"
 	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultpreemption"
 )
 
 // oracleRequest names the pod to judge (read from the informers: PostFilter's preemption
@@ -71,6 +75,8 @@ type expectation struct {
 	// Services: at least these Services (namespace/name), which select pods for
 	// PodTopologySpread's system default constraints.
 	Services []string `json:"services,omitempty"`
+	// Nominated: at least these nominations (namespace/name=node) in the queue's nominator.
+	Nominated []string `json:"nominated,omitempty"`
 }
 
 type verdict struct {
@@ -95,8 +101,11 @@ type nodeAnswer struct {
 	// Status: the framework's verdict (first rejection, nominated pods counted); absent
 	// for nodes PreFilter left out, whose status is the message's "didn't satisfy".
 	Status *verdict `json:"status,omitempty"`
-	// Filters: each filter plugin that PreFilter did not skip, called alone.
-	Filters    []verdict     `json:"filters,omitempty"`
+	// Filters: each filter plugin that PreFilter did not skip, called alone as the
+	// framework calls them (with the nominated pods, then without when that passes).
+	Filters []verdict `json:"filters,omitempty"`
+	// NominatedPods: the pods nominated here that Filter counted (namespace/name).
+	NominatedPods []string      `json:"nominatedPods,omitempty"`
 	Scores     []pluginScore `json:"scores,omitempty"`
 	TotalScore *int64        `json:"totalScore,omitempty"`
 }
@@ -118,6 +127,23 @@ type oracleAnswer struct {
 	Message       string   `json:"message,omitempty"`
 	PostFilter    *verdict `json:"postFilter,omitempty"`
 	NominatedNode string   `json:"nominatedNode,omitempty"`
+	// Candidates: DefaultPreemption's dry run on every node where preemption might help
+	// (SelectVictimsOnNode), the nodes PostFilter picks its nomination from.
+	Candidates []candidate `json:"candidates,omitempty"`
+}
+
+type candidate struct {
+	Node          string   `json:"node"`
+	Victims       []victim `json:"victims,omitempty"`
+	PDBViolations int      `json:"pdbViolations"`
+	// Status: why the node is no candidate.
+	Status *verdict `json:"status,omitempty"`
+}
+
+type victim struct {
+	Pod       string `json:"pod"`
+	Priority  int32  `json:"priority"`
+	StartTime string `json:"startTime,omitempty"`
 }
 
 type oracle struct {
@@ -129,6 +155,7 @@ type oracle struct {
 	getPod          func(namespace, name string) (*v1.Pod, error)
 	namespaceExists func(name string) bool
 	serviceExists   func(namespace, name string) bool
+	pdbs            func() ([]*policy.PodDisruptionBudget, error)
 }
 
 func runOracle(args []string) error {
@@ -203,6 +230,8 @@ func runOracle(args []string) error {
 	svcLister := informerFactory.Core().V1().Services().Lister()
 	o.serviceExists = func(ns, name string) bool { _, err := svcLister.Services(ns).Get(name); return err == nil }
 	o.getPod = func(ns, name string) (*v1.Pod, error) { return podLister.Pods(ns).Get(name) }
+	pdbLister := informerFactory.Policy().V1().PodDisruptionBudgets().Lister()
+	o.pdbs = func() ([]*policy.PodDisruptionBudget, error) { return pdbLister.List(labels.Everything()) }
 	informerFactory.Start(ctx.Done())
 	dynInformerFactory.Start(ctx.Done())
 	informerFactory.WaitForCacheSync(ctx.Done())
@@ -320,7 +349,7 @@ func (o *oracle) attempt(ctx context.Context, f framework.Framework, profile str
 	if err := o.sched.Cache.UpdateSnapshot(klog.FromContext(ctx), snapshot); err != nil {
 		return nil, "", err
 	}
-	pod, missing := o.ready(snapshot, req)
+	pod, missing := o.ready(f, snapshot, req)
 	if missing != "" {
 		return nil, missing, nil
 	}
@@ -329,7 +358,7 @@ func (o *oracle) attempt(ctx context.Context, f framework.Framework, profile str
 }
 
 // ready returns the pod to judge, or what the snapshot still lacks.
-func (o *oracle) ready(snapshot *internalcache.Snapshot, req *oracleRequest) (*v1.Pod, string) {
+func (o *oracle) ready(f framework.Framework, snapshot *internalcache.Snapshot, req *oracleRequest) (*v1.Pod, string) {
 	pod := req.Pod
 	if pod == nil {
 		p, err := o.getPod(req.Namespace, req.Name)
@@ -367,6 +396,16 @@ func (o *oracle) ready(snapshot *internalcache.Snapshot, req *oracleRequest) (*v
 		ns, name, _ := strings.Cut(key, "/")
 		if !o.serviceExists(ns, name) {
 			return nil, "service " + key
+		}
+	}
+	for _, want := range req.Expect.Nominated {
+		key, node, _ := strings.Cut(want, "=")
+		found := false
+		for _, pi := range f.NominatedPodsForNode(node) {
+			found = found || pi.GetPod().Namespace+"/"+pi.GetPod().Name == key
+		}
+		if !found {
+			return nil, "nomination " + want
 		}
 	}
 	return pod, ""
@@ -474,6 +513,11 @@ func (o *oracle) cycle(ctx context.Context, f framework.Framework, profile strin
 				diagnosis.NodeToStatus.Set(name, status)
 				diagnosis.AddPluginStatus(status)
 			}
+			added, withState, withNode, counted, err := withNominated(ctx, f, state, pod, n)
+			if err != nil {
+				return nil, err
+			}
+			na.NominatedPods = counted
 			for _, p := range enabled.Filter.Enabled {
 				if skipped.Has(p.Name) {
 					continue
@@ -482,7 +526,12 @@ func (o *oracle) cycle(ctx context.Context, f framework.Framework, profile strin
 				if !ok {
 					return nil, fmt.Errorf("Filter plugin %q not found", p.Name)
 				}
-				one := pl.Filter(ctx, state, pod, n)
+				// As RunFilterPluginsWithNominatedPods: with the nominated pods, and
+				// without them where that passes.
+				one := pl.Filter(ctx, withState, pod, withNode)
+				if added && one.IsSuccess() {
+					one = pl.Filter(ctx, state, pod, n)
+				}
 				if !one.IsSuccess() && !one.IsRejected() {
 					one = fwk.AsStatus(fmt.Errorf("running %q filter plugin: %w", p.Name, one.AsError()))
 				}
@@ -506,6 +555,9 @@ func (o *oracle) cycle(ctx context.Context, f framework.Framework, profile strin
 			answer.PostFilter = &v
 			if result != nil && result.NominatingInfo != nil && result.Mode() == fwk.ModeOverride {
 				answer.NominatedNode = result.NominatedNodeName
+			}
+			if answer.Candidates, err = o.candidates(ctx, plugins, snapshot, state, pod, fitErr.Diagnosis.NodeToStatus); err != nil {
+				return nil, err
 			}
 		}
 		answer.Message = fitErr.Error()
@@ -577,4 +629,73 @@ func (o *oracle) score(ctx context.Context, f framework.Framework, plugins map[s
 	}
 	sort.Strings(answer.Best)
 	return nil
+}
+
+// withNominated is kube's addGENominatedPods: the state and node with the pods nominated
+// to the node of the pod's priority or higher (not the pod itself) added.
+func withNominated(ctx context.Context, f framework.Framework, state fwk.CycleState, pod *v1.Pod, n fwk.NodeInfo) (bool, fwk.CycleState, fwk.NodeInfo, []string, error) {
+	nominated := f.NominatedPodsForNode(n.Node().Name)
+	if len(nominated) == 0 {
+		return false, state, n, nil, nil
+	}
+	nodeOut, stateOut := n.Snapshot(), state.Clone()
+	var counted []string
+	for _, pi := range nominated {
+		p := pi.GetPod()
+		if corev1helpers.PodPriority(p) < corev1helpers.PodPriority(pod) || p.UID == pod.UID {
+			continue
+		}
+		nodeOut.AddPodInfo(pi)
+		if s := f.RunPreFilterExtensionAddPod(ctx, stateOut, pod, pi, nodeOut); !s.IsSuccess() {
+			return false, state, n, nil, s.AsError()
+		}
+		counted = append(counted, p.Namespace+"/"+p.Name)
+	}
+	if len(counted) == 0 {
+		return false, state, n, nil, nil
+	}
+	sort.Strings(counted)
+	return true, stateOut, nodeOut, counted, nil
+}
+
+// candidates runs DefaultPreemption's SelectVictimsOnNode on every node where
+// preemption might help (status Unschedulable), as its dry run does.
+func (o *oracle) candidates(ctx context.Context, plugins map[string]fwk.Plugin, snapshot *internalcache.Snapshot,
+	state fwk.CycleState, pod *v1.Pod, statuses *framework.NodeToStatus) ([]candidate, error) {
+	dp, ok := plugins[defaultpreemption.Name].(*defaultpreemption.DefaultPreemption)
+	if !ok {
+		return nil, nil
+	}
+	potential, err := statuses.NodesForStatusCode(snapshot.NodeInfos(), fwk.Unschedulable)
+	if err != nil {
+		return nil, err
+	}
+	pdbs, err := o.pdbs()
+	if err != nil {
+		return nil, err
+	}
+	out := []candidate{}
+	for _, n := range potential {
+		c := candidate{Node: n.Node().Name}
+		victims, violations, s := dp.SelectVictimsOnNode(ctx, state.Clone(), pod, n.Snapshot(), pdbs)
+		switch {
+		case !s.IsSuccess():
+			v := toVerdict(s.Plugin(), s)
+			c.Status = &v
+		case len(victims) == 0:
+			c.Status = &verdict{Code: fwk.Error.String(), Reasons: []string{"no victims"}}
+		default:
+			c.PDBViolations = violations
+			for _, v := range victims {
+				vi := victim{Pod: v.Namespace + "/" + v.Name, Priority: corev1helpers.PodPriority(v)}
+				if v.Status.StartTime != nil {
+					vi.StartTime = v.Status.StartTime.UTC().Format(time.RFC3339)
+				}
+				c.Victims = append(c.Victims, vi)
+			}
+		}
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out, nil
 }

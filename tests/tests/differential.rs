@@ -39,6 +39,7 @@
 
 use std::time::Duration;
 
+use anyhow::Context;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -1008,6 +1009,10 @@ struct Judged {
     nominated: bool,
     /// The first answers disagreed, a later ask agreed.
     stale: bool,
+    /// The case's nodes on which Filter counted nominated pods.
+    nominated_nodes: usize,
+    /// mcsched's nomination and victims were held to kube's candidates.
+    preemption_compared: bool,
     stats: std::collections::BTreeMap<String, compare::PluginStats>,
     disagreement: Option<String>,
 }
@@ -1073,6 +1078,41 @@ fn as_stored_for_mcsched(stored: &Pod) -> anyhow::Result<Value> {
     }))
 }
 
+/// Creates the object, then writes the status it carries (which a create ignores): a
+/// nomination, a start time, a PodDisruptionBudget's allowed disruptions.
+async fn create_with_status<K>(client: &Client, v: Value) -> anyhow::Result<()>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::Serialize
+        + serde::de::DeserializeOwned,
+    K::DynamicType: Default,
+{
+    let ns = v["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let name = v["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let status = v.get("status").cloned();
+    let obj: K = serde_json::from_value(v)?;
+    let api = Api::<K>::namespaced(client.clone(), &ns);
+    api.create(&PostParams::default(), &obj).await?;
+    if let Some(status) = status {
+        api.patch_status(
+            &name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&json!({ "status": status })),
+        )
+        .await
+        .with_context(|| format!("status of {ns}/{name}"))?;
+    }
+    Ok(())
+}
+
 async fn write_all<T, F, Fut>(items: Vec<T>, f: F) -> anyhow::Result<()>
 where
     F: Fn(T) -> Fut,
@@ -1132,22 +1172,23 @@ async fn run_batch(
         Ok(())
     })
     .await?;
-    let pods: Vec<Value> = batch_cases
-        .iter()
-        .flat_map(|c| c.existing.iter().chain(std::iter::once(&c.pod)).cloned())
-        .collect();
-    write_all(pods, |p| async move {
-        let ns = p["metadata"]["namespace"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        let pod: Pod = serde_json::from_value(p)?;
-        Api::<Pod>::namespaced(j.client.clone(), &ns)
-            .create(&PostParams::default(), &pod)
-            .await?;
-        Ok(())
+    let pdbs: Vec<Value> = batch_cases.iter().flat_map(|c| c.pdbs.clone()).collect();
+    write_all(pdbs, |pdb| async move {
+        use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+        create_with_status::<PodDisruptionBudget>(&j.client, pdb).await
     })
     .await?;
+    let pods: Vec<Value> = batch_cases
+        .iter()
+        .flat_map(|c| {
+            c.existing
+                .iter()
+                .chain(&c.nominated)
+                .chain(std::iter::once(&c.pod))
+                .cloned()
+        })
+        .collect();
+    write_all(pods, |p| create_with_status::<Pod>(&j.client, p)).await?;
     let nodes: Vec<Value> = batch_cases.iter().flat_map(|c| c.nodes.clone()).collect();
     write_all(nodes, |n| create_node(&j.client, n)).await?;
 
@@ -1166,12 +1207,21 @@ async fn run_batch(
             .flat_map(|c| c.namespace_names())
             .collect(),
         services: batch_cases.iter().flat_map(|c| c.service_keys()).collect(),
+        nominated: batch_cases
+            .iter()
+            .flat_map(|c| c.nominated_keys())
+            .collect(),
     };
     // mcsched's cache: a what-if lists every node mcsched knows (a pod without constraints,
-    // so that no PreFilter narrows the nodes down).
+    // so that no PreFilter narrows the nodes down), and the nominated pods Filter counts
+    // there.
     let want: std::collections::BTreeSet<&str> = expect.nodes.iter().map(String::as_str).collect();
+    let want_nominated: std::collections::BTreeSet<String> =
+        expect.nominated.iter().cloned().collect();
+    // Its priority below every pod's (a what-if skips admission), so that Filter counts
+    // every nomination for it.
     let probe = json!({"metadata": {"name": "probe"}, "spec": {"schedulerName": "mcsched",
-        "containers": [{"name": "c", "image": "pause"}]}});
+        "priority": -1_000_000, "containers": [{"name": "c", "image": "pause"}]}});
     if let Some(c) = batch_cases.first() {
         let last = std::sync::Mutex::new(String::new());
         let seen = mcsched_e2e::wait::until(
@@ -1182,13 +1232,22 @@ async fn run_batch(
                     mcsched_e2e::api::what_if(&j.http, &j.agent_url, c.namespace(), &probe).await?;
                 let seen: std::collections::BTreeSet<&str> =
                     e.nodes.iter().map(|n| n.node.as_str()).collect();
-                if seen == want {
+                let nominated: std::collections::BTreeSet<String> = e
+                    .nodes
+                    .iter()
+                    .flat_map(|n| n.nominated_pods.iter().map(|p| format!("{p}={}", n.node)))
+                    .collect();
+                if seen == want && nominated == want_nominated {
                     return Ok(Some(()));
                 }
                 let missing: Vec<&&str> = want.difference(&seen).collect();
                 let extra: Vec<&&str> = seen.difference(&want).collect();
-                *last.lock().unwrap_or_else(|p| p.into_inner()) =
-                    format!("missing {missing:?}, unexpected {extra:?}");
+                let missing_nominated: Vec<&String> =
+                    want_nominated.difference(&nominated).collect();
+                *last.lock().unwrap_or_else(|p| p.into_inner()) = format!(
+                    "missing {missing:?}, unexpected {extra:?}, nominations missing \
+                     {missing_nominated:?}"
+                );
                 Ok(None)
             },
         )
@@ -1263,6 +1322,8 @@ async fn judge_case(
                 kube_schedulable: !kube.unschedulable,
                 nominated: !kube.nominated_node.is_empty(),
                 stale: ask > 0,
+                nominated_nodes: c.nominated_nodes,
+                preemption_compared: c.preemption_compared,
                 stats: c.stats,
                 disagreement: None,
             });
@@ -1294,6 +1355,8 @@ async fn judge_case(
         kube_schedulable: !kube.unschedulable,
         nominated: !kube.nominated_node.is_empty(),
         stale: false,
+        nominated_nodes: c.nominated_nodes,
+        preemption_compared: c.preemption_compared,
         stats: c.stats,
         disagreement: Some(format!(
             "case {} of seed {} ({}), written to {}; again alone: {rerun}\n    {}\n  pod: {}",
@@ -1331,18 +1394,33 @@ async fn mcsched_matches_kube_scheduler_plugin_by_plugin() -> anyhow::Result<()>
     }
     let cp = ControlPlane::start("diff-plugins", ControlPlaneOptions::default()).await?;
     create_shared_objects(&cp.client).await?;
+    // mcsched stands by (the test holds its Lease): it keeps its cache and queue, answers
+    // what-ifs and never schedules the nominated pods of its profile.
+    hold_lease(&cp.client, cases::NOMINATED_SCHEDULER).await?;
     let agent = Agent::start_with(
         &cp.kubeconfig,
         "mcsched",
         cp.dir(),
         "diff-plugins",
-        &["--leader-elect=false", "--max-concurrent-what-ifs=8"],
+        &["--leader-elect=true", "--max-concurrent-what-ifs=8"],
+    )?;
+    // The oracle judges with kube's default profile; its second profile makes the
+    // nominated pods its own, so that its queue holds their nominations.
+    let config = cp.dir().join("oracle-config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n\
+             leaderElection:\n  leaderElect: false\nprofiles:\n\
+             - schedulerName: default-scheduler\n- schedulerName: {}\n",
+            cases::NOMINATED_SCHEDULER
+        ),
     )?;
     let judge = Judge {
         client: cp.client.clone(),
         http: mcsched_e2e::api::admin_https(&cp)?,
         agent_url: agent.url.clone(),
-        oracle: oracle::Oracle::start(&cp).await?,
+        oracle: oracle::Oracle::start(&cp, Some(&config)).await?,
     };
     let started = std::time::Instant::now();
     let mut results = Vec::new();
@@ -1358,6 +1436,7 @@ async fn mcsched_matches_kube_scheduler_plugin_by_plugin() -> anyhow::Result<()>
     let mut stats: std::collections::BTreeMap<String, compare::PluginStats> = Default::default();
     let (mut failures, mut disagreements) = (Vec::new(), Vec::new());
     let (mut schedulable, mut stale, mut judged, mut nominated) = (0, 0, 0, 0);
+    let (mut with_nominations, mut nominated_nodes, mut preemptions) = (0, 0, 0);
     for r in results {
         match r {
             Ok(r) => {
@@ -1365,6 +1444,9 @@ async fn mcsched_matches_kube_scheduler_plugin_by_plugin() -> anyhow::Result<()>
                 schedulable += usize::from(r.kube_schedulable);
                 nominated += usize::from(r.nominated);
                 stale += usize::from(r.stale);
+                with_nominations += usize::from(r.nominated_nodes > 0);
+                nominated_nodes += r.nominated_nodes;
+                preemptions += usize::from(r.preemption_compared);
                 for (plugin, s) in r.stats {
                     stats.entry(plugin).or_default().add(&s);
                 }
@@ -1380,6 +1462,11 @@ async fn mcsched_matches_kube_scheduler_plugin_by_plugin() -> anyhow::Result<()>
         judged - schedulable,
         disagreements.len(),
         started.elapsed().as_secs_f64()
+    );
+    println!(
+        "differential (plugins): nominated pods counted by Filter on {nominated_nodes} nodes of \
+         {with_nominations} cases; {preemptions} nominations and their victims held to \
+         kube-scheduler's best candidates"
     );
     println!(
         "{:<32} {:>9} {:>9} {:>7} {:>8} {:>9}",
@@ -1429,6 +1516,37 @@ async fn mcsched_matches_kube_scheduler_plugin_by_plugin() -> anyhow::Result<()>
             stale * 100 <= judged,
             "{stale} of {judged} first answers were stale (more than 1 %)"
         );
+        // The cases must exercise what they are there for.
+        assert!(
+            with_nominations * 50 >= judged && preemptions * 50 >= judged,
+            "too few cases exercised nominations ({with_nominations}) or preemption's choice \
+             ({preemptions}) of {judged}"
+        );
     }
     Ok(())
+}
+
+/// A Lease the agent's election finds held for an hour by someone else.
+async fn hold_lease(client: &Client, name: &str) -> anyhow::Result<()> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let lease: Lease = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "kube-system"},
+        "spec": {"holderIdentity": "differential-test", "leaseDurationSeconds": 3600,
+                 "acquireTime": now, "renewTime": now, "leaseTransitions": 0},
+    }))?;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+    mcsched_e2e::wait::until(
+        Duration::from_secs(30),
+        "the Lease held for the test",
+        || async {
+            match leases.create(&PostParams::default(), &lease).await {
+                Ok(_) => Ok(Some(())),
+                // kube-system may not exist yet.
+                Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+                Err(e) => Err(e.into()),
+            }
+        },
+    )
+    .await
 }

@@ -270,6 +270,7 @@ async fn an_extenders_rejection_changes_what_if_as_it_changes_the_live_decision(
         Outcome::Unschedulable {
             message,
             nominated_node,
+            ..
         } => {
             assert_eq!(message, &live, "what-if and live disagree");
             assert_eq!(nominated_node, &None);

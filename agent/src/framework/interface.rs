@@ -44,6 +44,26 @@ pub enum ClusterEvent {
     LeafChange,
 }
 
+/// The pods nominated to each node by preemption, waiting for the room made for them
+/// (kube's `PodNominator`): Filter counts them on their node for pods of lower or equal
+/// priority. Nodes without nominated pods are absent.
+pub type NominatedPods = std::collections::HashMap<String, Vec<Arc<PodInfo>>>;
+
+/// Where the framework reads nominations; the scheduling queue's side keeps them.
+pub trait PodNominator: Send + Sync {
+    /// Every current nomination, as one consistent view.
+    fn nominated_pods(&self) -> Arc<NominatedPods>;
+}
+
+/// No nominations: a framework used without a queue (what-if tools, tests).
+pub struct NoNominations;
+
+impl PodNominator for NoNominations {
+    fn nominated_pods(&self) -> Arc<NominatedPods> {
+        Arc::default()
+    }
+}
+
 /// What a plugin may use of its profile's framework, given once the framework is built
 /// (kube's `framework.Handle`, which kube passes to plugin factories).
 #[derive(Clone)]
@@ -171,6 +191,12 @@ pub type NodeStatuses = std::collections::HashMap<String, Status>;
 #[derive(Debug, Clone, Default)]
 pub struct PostFilterResult {
     pub nominated_node: Option<String>,
+    /// No node is nominated and an earlier nomination no longer holds (kube's
+    /// `NewPostFilterResultWithNominatedNode("")`): the pod's nominatedNodeName is cleared.
+    pub clears_nomination: bool,
+    /// Lower-priority pods nominated to the nominated node, whose nominations preemption
+    /// clears: they may no longer fit there.
+    pub lower_nominated: Vec<Arc<PodInfo>>,
     pub victims: Vec<Arc<PodInfo>>,
 }
 

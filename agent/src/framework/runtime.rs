@@ -13,8 +13,8 @@ use rayon::prelude::*;
 
 use super::waiting_pods::{MAX_WAIT, WaitingPods};
 use super::{
-    BindContext, Code, CycleState, Diagnosis, FitError, Handle, NodeStatuses, Plugin,
-    PostFilterResult, Status,
+    BindContext, Code, CycleState, Diagnosis, FitError, Handle, NodeStatuses, NominatedPods,
+    Plugin, PodNominator, PostFilterResult, Status,
 };
 use crate::snapshot::{NodeInfo, NodeList, PodInfo, Snapshot};
 
@@ -84,6 +84,8 @@ pub struct Framework {
     next_start: AtomicUsize,
     /// Pods a Permit plugin holds before binding.
     waiting_pods: Arc<WaitingPods>,
+    /// Pods nominated by preemption, which Filter counts on their nodes.
+    nominator: Arc<dyn PodNominator>,
 }
 
 /// Nodes one parallel Filter task checks in a row.
@@ -98,6 +100,8 @@ struct FilterChunk {
     feasible: Vec<u32>,
     rejected: Vec<(Arc<NodeInfo>, Status)>,
     verdicts: Vec<(String, Vec<PluginVerdict>)>,
+    /// Nodes with nominated pods counted, and those pods' keys.
+    nominated: Vec<(String, Vec<String>)>,
     timings: Timings,
 }
 
@@ -155,6 +159,8 @@ pub struct CycleRecord {
     pub rejected: Vec<(Arc<NodeInfo>, Status)>,
     /// With `record_all`: every filter verdict of every node, by node name.
     pub verdicts: HashMap<String, Vec<PluginVerdict>>,
+    /// With `record_all`: the nominated pods Filter counted on a node, by node name.
+    pub nominated: HashMap<String, Vec<String>>,
     pub feasible: NodeList,
     /// One column per score plugin, aligned with `feasible`.
     pub scores: Vec<ScoreColumn>,
@@ -260,12 +266,28 @@ impl Framework {
             pool: Arc::new(pool),
             next_start: AtomicUsize::new(0),
             waiting_pods: Arc::default(),
+            nominator: Arc::new(super::NoNominations),
         };
         let handle = fw.handle();
         for p in fw.plugins() {
             p.set_handle(&handle);
         }
         Ok(fw)
+    }
+
+    /// Nominations are read from `nominator` (the queue's, shared by all profiles).
+    pub fn with_nominator(mut self, nominator: Arc<dyn PodNominator>) -> Self {
+        self.nominator = nominator;
+        self
+    }
+
+    /// The pods nominated to `node` (kube's `NominatedPodsForNode`).
+    pub fn nominated_pods_for_node(&self, node: &str) -> Vec<Arc<PodInfo>> {
+        self.nominator
+            .nominated_pods()
+            .get(node)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// What plugins may use of the framework (kube's `framework.Handle`).
@@ -534,8 +556,9 @@ impl Framework {
         Ok(allowed.map(|a| (a, narrowing)))
     }
 
-    /// Runs the filters on one node: the first rejection, or Success; with `record_all`,
-    /// every filter runs and each verdict is returned.
+    /// Runs the filters on one node, the pods nominated to it counted (kube's
+    /// RunFilterPluginsWithNominatedPods): the first rejection, or Success; with
+    /// `record_all`, every filter runs and each verdict is returned.
     pub fn run_filters(
         &self,
         state: &CycleState,
@@ -544,10 +567,112 @@ impl Framework {
         record_all: bool,
     ) -> (Status, Vec<PluginVerdict>) {
         let active = self.active_filters(state);
-        let (status, verdicts, timings) =
-            self.run_active_filters(&active, state, pod, node, record_all);
-        observe_timings("Filter", timings);
-        (status, verdicts)
+        let nominated = self.nominator.nominated_pods();
+        let eligible = eligible_nominated(&nominated, pod, &node.name);
+        let out = self.filter_node(&active, &eligible, state, pod, node, record_all, true);
+        observe_timings("Filter", out.timings);
+        (out.status, out.verdicts)
+    }
+
+    /// kube's `addGENominatedPods`: the state and node with `nominated` added, told to
+    /// the PreFilter extensions as pods on that node.
+    fn with_nominated(
+        &self,
+        nominated: &[Arc<PodInfo>],
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+    ) -> Result<(CycleState, NodeInfo), Status> {
+        let mut state = state.clone();
+        let mut node = node.clone();
+        for other in nominated {
+            node.add_pod(other.clone());
+            let s = self.run_pre_filter_extension(&mut state, pod, other, &node, true);
+            if !s.is_success() {
+                return Err(Status::error(format!(
+                    "adding nominated pod {} to node {}: {}",
+                    other.key,
+                    node.name,
+                    s.message()
+                ))
+                .with_plugin(s.plugin));
+            }
+        }
+        Ok((state, node))
+    }
+
+    /// The filters on one node. With nominated pods, as kube: once with them added and,
+    /// when that passes, once without (a pod may depend on nominated pods that have not
+    /// arrived yet, as with pod affinity); a plugin's recorded verdict is its rejection
+    /// with them, else its verdict without. `full`: every verdict and timing kept.
+    #[allow(clippy::too_many_arguments)]
+    fn filter_node(
+        &self,
+        active: &[(&'static str, &dyn super::FilterPlugin)],
+        nominated: &[Arc<PodInfo>],
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        record_all: bool,
+        full: bool,
+    ) -> NodeFiltered {
+        let plain = |state: &CycleState, node: &NodeInfo| {
+            if full || record_all {
+                let (status, verdicts, timings) =
+                    self.run_active_filters(active, state, pod, node, record_all);
+                (status, verdicts, timings)
+            } else {
+                let status = self
+                    .first_rejection(active, state, pod, node)
+                    .unwrap_or_else(Status::success);
+                (status, Vec::new(), Timings::new())
+            }
+        };
+        if nominated.is_empty() {
+            let (status, verdicts, timings) = plain(state, node);
+            return NodeFiltered {
+                status,
+                verdicts,
+                timings,
+                counted: Vec::new(),
+            };
+        }
+        let mut counted: Vec<String> = nominated.iter().map(|p| p.key.clone()).collect();
+        counted.sort_unstable();
+        let (with_state, with_node) = match self.with_nominated(nominated, state, pod, node) {
+            Ok(v) => v,
+            Err(status) => {
+                return NodeFiltered {
+                    status,
+                    verdicts: Vec::new(),
+                    timings: Timings::new(),
+                    counted,
+                };
+            }
+        };
+        let (first, with, mut timings) = plain(&with_state, &with_node);
+        let rejected_with = !first.is_success();
+        if rejected_with && (!record_all || first.code == Code::Error) {
+            return NodeFiltered {
+                status: first,
+                verdicts: with,
+                timings,
+                counted,
+            };
+        }
+        let (second, without, more) = plain(state, node);
+        timings.extend(more);
+        let verdicts = with
+            .into_iter()
+            .zip(without)
+            .map(|(w, wo)| if passes(&w.code) { wo } else { w })
+            .collect();
+        NodeFiltered {
+            status: if rejected_with { first } else { second },
+            verdicts,
+            timings,
+            counted,
+        }
     }
 
     /// The filter plugins not skipped by their PreFilter, resolved once per cycle.
@@ -642,6 +767,7 @@ impl Framework {
         let found = AtomicUsize::new(0);
         let active = self.active_filters(state);
         let timed = state.should_record_plugin_metrics();
+        let nominated = self.nominator.nominated_pods();
         // Check nodes in a rotating order, in parallel chunks, until enough are feasible.
         // A chunk keeps only what is needed of its nodes (feasible ones, rejections), so
         // the serial merge below does not walk every node again.
@@ -660,14 +786,23 @@ impl Framework {
                         let p = position((start + i) % total);
                         let node = &snapshot.nodes[p as usize];
                         out.processed += 1;
-                        let status = if record_all || timed {
-                            let (status, verdicts, timings) =
-                                self.run_active_filters(&active, state, pod, node, record_all);
-                            out.timings.extend(timings);
+                        let eligible = if nominated.is_empty() {
+                            Vec::new()
+                        } else {
+                            eligible_nominated(&nominated, pod, &node.name)
+                        };
+                        let status = if record_all || timed || !eligible.is_empty() {
+                            let f = self.filter_node(
+                                &active, &eligible, state, pod, node, record_all, timed,
+                            );
+                            out.timings.extend(f.timings);
                             if record_all {
-                                out.verdicts.push((node.name.clone(), verdicts));
+                                out.verdicts.push((node.name.clone(), f.verdicts));
+                                if !f.counted.is_empty() {
+                                    out.nominated.push((node.name.clone(), f.counted));
+                                }
                             }
-                            status
+                            f.status
                         } else {
                             match self.first_rejection(&active, state, pod, node) {
                                 Some(status) => status,
@@ -700,6 +835,7 @@ impl Framework {
                 record.rejected.push((node, status));
             }
             record.verdicts.extend(chunk.verdicts);
+            record.nominated.extend(chunk.nominated);
         }
         if total > 0 {
             self.next_start
@@ -805,6 +941,8 @@ impl Framework {
     ) -> (PostFilterResult, Status) {
         let mut reasons = Vec::new();
         let mut rejector: &'static str = "";
+        // The last rejecting plugin's result that changes the nomination, as kube.
+        let mut kept = PostFilterResult::default();
         for p in &self.post_filter {
             let Some(pf) = p.as_post_filter() else {
                 continue;
@@ -815,13 +953,16 @@ impl Framework {
             if s.is_success() || s.code == Code::UnschedulableAndUnresolvable || !s.is_rejected() {
                 return (result, s.with_plugin(p.name()));
             }
+            if result.clears_nomination || result.nominated_node.is_some() {
+                kept = result;
+            }
             reasons.extend(s.reasons);
             if rejector.is_empty() {
                 rejector = p.name();
             }
         }
         (
-            PostFilterResult::default(),
+            kept,
             Status::new(Code::Unschedulable, reasons).with_plugin(rejector),
         )
     }
@@ -1001,6 +1142,39 @@ fn observe(state: &CycleState, plugin: &str, point: &str, s: &Status, started: I
 
 /// Per-call plugin timings of a sampled cycle: plugin, code, seconds.
 type Timings = Vec<(&'static str, Code, f64)>;
+
+/// One node's Filter outcome.
+struct NodeFiltered {
+    status: Status,
+    verdicts: Vec<PluginVerdict>,
+    timings: Timings,
+    /// The nominated pods counted on the node.
+    counted: Vec<String>,
+}
+
+fn passes(code: &str) -> bool {
+    code == "Success" || code == "Skip"
+}
+
+/// The pods nominated to `node` that Filter counts for `pod`: of its priority or higher,
+/// and not the pod itself (kube's addGENominatedPods).
+fn eligible_nominated(nominated: &NominatedPods, pod: &PodInfo, node: &str) -> Vec<Arc<PodInfo>> {
+    let Some(pods) = nominated.get(node) else {
+        return Vec::new();
+    };
+    pods.iter()
+        .filter(|p| p.priority() >= pod.priority())
+        .filter(|p| {
+            // A pod without a UID (a what-if) is itself when its name is.
+            if p.uid.is_empty() || pod.uid.is_empty() {
+                p.key != pod.key
+            } else {
+                p.uid != pod.uid
+            }
+        })
+        .cloned()
+        .collect()
+}
 
 /// Records many calls' timings, one label lookup per plugin and code.
 fn observe_timings(point: &str, timings: Timings) {

@@ -18,6 +18,8 @@ use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 pub const NAME: &str = "DefaultPreemption";
 pub const NOT_HELPFUL: &str = "Preemption is not helpful for scheduling";
 pub const NO_VICTIMS: &str = "No preemption victims found for incoming pod";
+/// The DisruptionTarget condition's reason on a pod the scheduler preempts.
+pub const PREEMPTED_REASON: &str = "PreemptionByScheduler";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PreemptionArgs {
@@ -110,6 +112,46 @@ fn split_by_pdb(
         }
     }
     (violating, fine)
+}
+
+/// kube's `podTerminatingByPreemption`: being deleted after a scheduler preempted it.
+fn terminating_by_preemption(p: &PodInfo) -> bool {
+    p.pod.metadata.deletion_timestamp.is_some()
+        && p.pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "DisruptionTarget"))
+            .is_some_and(|c| c.status == "True" && c.reason.as_deref() == Some(PREEMPTED_REASON))
+}
+
+/// The rest of kube's `PodEligibleToPreemptOthers`: a pod nominated to a node that can
+/// still take it waits while lower-priority pods there terminate after preemption.
+fn terminating_victims_on_nominated_node(
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    statuses: &NodeStatuses,
+) -> bool {
+    let Some(nominated) = pod
+        .pod
+        .status
+        .as_ref()
+        .and_then(|s| s.nominated_node_name.as_deref())
+        .filter(|n| !n.is_empty())
+    else {
+        return false;
+    };
+    if statuses
+        .get(nominated)
+        .is_some_and(|s| s.code == Code::UnschedulableAndUnresolvable)
+    {
+        return false;
+    }
+    snapshot.get(nominated).is_some_and(|n| {
+        n.pods
+            .iter()
+            .any(|p| p.priority() < pod.priority() && terminating_by_preemption(p))
+    })
 }
 
 impl DefaultPreemption {
@@ -254,6 +296,15 @@ impl PostFilterPlugin for DefaultPreemption {
                 Status::unschedulable("preemption: not eligible due to preemptionPolicy=Never."),
             );
         }
+        if terminating_victims_on_nominated_node(pod, snapshot, statuses) {
+            // Its earlier victims are still going: it waits for them, not preempting more.
+            return (
+                PostFilterResult::default(),
+                Status::unschedulable(
+                    "preemption: not eligible due to a terminating pod on the nominated node.",
+                ),
+            );
+        }
         // Nodes rejected for good (or not evaluated because PreFilter failed) cannot help.
         let potential: Vec<&Arc<NodeInfo>> = snapshot
             .nodes
@@ -295,18 +346,31 @@ impl PostFilterPlugin for DefaultPreemption {
             }
             let mut parts: Vec<String> = counts.iter().map(|(r, n)| format!("{n} {r}")).collect();
             parts.sort();
+            // No candidate: an earlier nomination no longer holds.
             return (
-                PostFilterResult::default(),
+                PostFilterResult {
+                    clears_nomination: true,
+                    ..Default::default()
+                },
                 Status::unschedulable(format!(
                     "preemption: 0/{total} nodes are available: {}.",
                     parts.join(", ")
                 )),
             );
         };
+        // Lower-priority pods nominated there may no longer fit: their nominations go, so
+        // they look elsewhere at once (kube's getLowerPriorityNominatedPods).
+        let lower_nominated = fw
+            .nominated_pods_for_node(&best.node)
+            .into_iter()
+            .filter(|p| p.priority() < pod.priority())
+            .collect();
         (
             PostFilterResult {
                 nominated_node: Some(best.node.clone()),
                 victims: best.victims.clone(),
+                lower_nominated,
+                clears_nomination: false,
             },
             Status::success(),
         )
@@ -547,5 +611,153 @@ mod tests {
                 .collect::<Vec<_>>(),
             vec!["free"]
         );
+    }
+
+    /// A pod of `prio` nominated to `node` (not bound), and the nominator holding it.
+    fn nominated(
+        name: &str,
+        cpu: &str,
+        prio: i32,
+        node: &str,
+        nominator: &crate::nominator::Nominator,
+    ) {
+        let p = with_priority(pod_requesting(name, &[("cpu", cpu)]), prio, "");
+        nominator.add(p, crate::nominator::Nominating::Override(node.into()));
+    }
+
+    fn nominating_framework() -> (Framework, Arc<crate::nominator::Nominator>) {
+        let n = crate::nominator::Nominator::new();
+        (framework().with_nominator(n.clone()), n)
+    }
+
+    #[test]
+    fn filter_keeps_the_room_of_pods_nominated_with_equal_or_higher_priority() {
+        // n1 has 4 cpu free, 2 of them kept for q (priority 100).
+        let snap = Snapshot::from_nodes(vec![Arc::new(node_with("n1", |_| {}))]);
+        let (fw, n) = nominating_framework();
+        nominated("q", "2", 100, "n1", &n);
+        let state = CycleState::new();
+        let lower = with_priority(pod_requesting("p", &[("cpu", "3")]), 100, "");
+        let (s, verdicts) = fw.run_filters(&state, &lower, &snap.nodes[0], true);
+        assert_eq!(s.reasons, vec!["Insufficient cpu"], "{s}");
+        let fit = verdicts.iter().find(|v| v.plugin == "NodeResourcesFit");
+        assert_eq!(fit.map(|v| v.code.as_str()), Some("Unschedulable"));
+        // A higher-priority pod does not count q; nor does q count itself.
+        let higher = with_priority(pod_requesting("p", &[("cpu", "3")]), 101, "");
+        assert!(
+            fw.run_filters(&state, &higher, &snap.nodes[0], false)
+                .0
+                .is_success()
+        );
+        let itself = with_priority(pod_requesting("q", &[("cpu", "3")]), 100, "");
+        assert!(
+            fw.run_filters(&state, &itself, &snap.nodes[0], false)
+                .0
+                .is_success()
+        );
+        // The cycle records which nominated pods it counted where.
+        let mut rec = crate::framework::runtime::CycleRecord::default();
+        let mut state = CycleState::new();
+        assert!(
+            fw.schedule(&mut state, &lower, &snap, &mut rec, true)
+                .is_err()
+        );
+        assert_eq!(
+            rec.nominated.get("n1"),
+            Some(&vec!["default/q".to_string()])
+        );
+    }
+
+    #[test]
+    fn preemption_counts_nominated_pods_and_clears_lower_nominations() {
+        // n1: victim v (2 cpu, priority 10) and q (2 cpu, priority 100) nominated there.
+        let mut n1 = node_with("n1", |_| {});
+        n1.add_pod(with_priority(
+            pod_requesting("v", &[("cpu", "2")]),
+            10,
+            "n1",
+        ));
+        let snap = Snapshot::from_nodes(vec![Arc::new(n1)]);
+        let (fw, n) = nominating_framework();
+        nominated("q", "2", 100, "n1", &n);
+        let preempt = |cpu: &str| {
+            let pod = with_priority(pod_requesting("p", &[("cpu", cpu)]), 50, "");
+            let statuses = schedule_fails(&fw, &pod, &snap);
+            DefaultPreemption::new(Default::default()).post_filter(
+                &fw,
+                &CycleState::new(),
+                &pod,
+                &snap,
+                &statuses,
+            )
+        };
+        // 2 cpu: evicting v leaves room beside q.
+        let (res, s) = preempt("2");
+        assert!(s.is_success(), "{s}");
+        assert_eq!(res.nominated_node.as_deref(), Some("n1"));
+        assert!(res.lower_nominated.is_empty());
+        // 3 cpu: q keeps its 2, so no eviction helps, and an earlier nomination goes.
+        let (res, s) = preempt("3");
+        assert!(!s.is_success());
+        assert!(res.clears_nomination && res.nominated_node.is_none());
+        assert_eq!(
+            s.message(),
+            "preemption: 0/1 nodes are available: 1 Insufficient cpu."
+        );
+        // A lower-priority nomination on the chosen node is handed back to be cleared.
+        nominated("low", "1", 1, "n1", &n);
+        let (res, s) = preempt("2");
+        assert!(s.is_success(), "{s}");
+        let lower: Vec<&str> = res
+            .lower_nominated
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect();
+        assert_eq!(lower, vec!["low"]);
+    }
+
+    #[test]
+    fn a_preemptor_waits_for_its_terminating_victims() {
+        let terminating = {
+            let p = with_priority(pod_requesting("v", &[("cpu", "4")]), 10, "n1");
+            let mut raw = (*p.pod).clone();
+            raw.metadata.deletion_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ));
+            raw.status = Some(k8s_openapi::api::core::v1::PodStatus {
+                conditions: Some(vec![k8s_openapi::api::core::v1::PodCondition {
+                    type_: "DisruptionTarget".into(),
+                    status: "True".into(),
+                    reason: Some(PREEMPTED_REASON.into()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            });
+            Arc::new(PodInfo::new(Arc::new(raw)))
+        };
+        let mut n1 = node_with("n1", |_| {});
+        n1.add_pod(terminating);
+        let snap = Snapshot::from_nodes(vec![Arc::new(n1)]);
+        let fw = framework();
+        let mut raw = (*with_priority(pod_requesting("p", &[("cpu", "2")]), 50, "").pod).clone();
+        raw.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            nominated_node_name: Some("n1".into()),
+            ..Default::default()
+        });
+        let pod = PodInfo::new(Arc::new(raw));
+        let statuses = schedule_fails(&fw, &pod, &snap);
+        let (res, s) = DefaultPreemption::new(Default::default()).post_filter(
+            &fw,
+            &CycleState::new(),
+            &pod,
+            &snap,
+            &statuses,
+        );
+        assert_eq!(
+            s.message(),
+            "preemption: not eligible due to a terminating pod on the nominated node."
+        );
+        assert!(res.nominated_node.is_none() && !res.clears_nomination);
     }
 }

@@ -222,6 +222,7 @@ fn on_pod_event(shared: &Shared, change: Change<Pod>) {
             if !is_unbound(&pod) {
                 shared.cache().apply_pod(pod);
                 shared.queue.delete(&id);
+                shared.profiles.nominator.delete(&id);
                 shared.queue.on_event(if is_new {
                     ClusterEvent::PodAdd
                 } else {
@@ -234,10 +235,18 @@ fn on_pod_event(shared: &Shared, change: Change<Pod>) {
             };
             if pod.metadata.deletion_timestamp.is_some() {
                 shared.queue.delete(&id);
+                shared.profiles.nominator.delete(&id);
                 return;
             }
             let gated = !fw.run_pre_enqueue(&pod).is_success();
-            shared.queue.add(Arc::new(PodInfo::new(pod)), gated);
+            let info = Arc::new(PodInfo::new(pod));
+            // kube nominates only pods that reach activeQ: not gated ones.
+            if gated {
+                shared.profiles.nominator.delete(&id);
+            } else {
+                shared.profiles.nominator.update(info.clone());
+            }
+            shared.queue.add(info, gated);
         }
         Change::Delete(pod) => {
             let key = key_of(&*pod);
@@ -251,7 +260,9 @@ fn on_pod_event(shared: &Shared, change: Change<Pod>) {
             }
             let was_bound = !is_unbound(&pod) || assumed;
             shared.cache().remove_pod(&key);
-            shared.queue.delete(&crate::queue::pod_id(&pod));
+            let id = crate::queue::pod_id(&pod);
+            shared.queue.delete(&id);
+            shared.profiles.nominator.delete(&id);
             if was_bound {
                 shared.queue.on_event(ClusterEvent::PodDelete);
             }

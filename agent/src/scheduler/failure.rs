@@ -8,6 +8,7 @@ use super::Shared;
 use crate::events::Message;
 use crate::framework::runtime::CycleRecord;
 use crate::framework::{CycleState, FitError, Framework, QueuedPodInfo, Status, fit_error};
+use crate::nominator::Nominating;
 use crate::snapshot::PodInfo;
 
 /// Why an attempt ended without a binding.
@@ -16,7 +17,10 @@ pub(super) enum Failure {
     /// waits in unschedulablePods for an event that may help.
     Unschedulable {
         fit: Box<FitError>,
-        nominated: Option<String>,
+        /// What becomes of the pod's nomination (preemption's answer).
+        nominating: Nominating,
+        /// The pods preemption evicts for it.
+        victims: Vec<String>,
     },
     /// Anything else: retried after backoff.
     Error(String),
@@ -30,7 +34,8 @@ impl Failure {
         statuses.insert(node.to_string(), status);
         Failure::Unschedulable {
             fit: Box::new(fit_error(1, statuses)),
-            nominated: None,
+            nominating: Nominating::Override(String::new()),
+            victims: Vec::new(),
         }
     }
 }
@@ -46,8 +51,12 @@ pub(super) fn handle_failure(
     started: Instant,
 ) {
     let metrics = crate::metrics::global();
-    let (reason, message, nominated) = match &failure {
-        Failure::Unschedulable { fit, nominated } => {
+    let (reason, message, nominating) = match &failure {
+        Failure::Unschedulable {
+            fit,
+            nominating,
+            victims,
+        } => {
             let message = fit.to_string();
             debug!(pod = %info.pod.key, %message, "unschedulable");
             metrics.attempt(
@@ -56,20 +65,53 @@ pub(super) fn handle_failure(
                 started.elapsed().as_secs_f64(),
             );
             if let Some(record) = record {
+                let nominated = match nominating {
+                    Nominating::Override(n) if !n.is_empty() => Some(n.clone()),
+                    _ => None,
+                };
                 shared.explanations.record_failure(
                     scheduler_name,
                     &info.pod.key,
                     record,
                     fit,
-                    nominated.clone(),
+                    nominated,
+                    victims.clone(),
                 );
             }
-            ("Unschedulable", message, nominated.clone())
+            ("Unschedulable", message, nominating.clone())
         }
         Failure::Error(message) => {
             metrics.attempt("error", scheduler_name, 0.0);
-            ("SchedulerError", message.clone(), None)
+            // kube clears the nomination of a pod whose attempt failed with an error.
+            (
+                "SchedulerError",
+                message.clone(),
+                Nominating::Override(String::new()),
+            )
         }
+    };
+    // The nominator before the API: the next cycles keep the room made for the pod at
+    // once (kube's AddNominatedPod in its failure handler). A pod deleted meanwhile
+    // is not nominated again.
+    let id = crate::queue::pod_id(&info.pod.pod);
+    shared
+        .profiles
+        .nominator
+        .add(info.pod.clone(), nominating.clone());
+    if shared.queue.is_gone(&id) {
+        shared.profiles.nominator.delete(&id);
+    }
+    let current = info
+        .pod
+        .pod
+        .status
+        .as_ref()
+        .and_then(|s| s.nominated_node_name.as_deref())
+        .unwrap_or_default();
+    // Changed in the API only when it differs, as kube's updatePod.
+    let nominated_node = match nominating {
+        Nominating::Override(n) if n != current => Some(n),
+        _ => None,
     };
     shared
         .events
@@ -79,7 +121,7 @@ pub(super) fn handle_failure(
         name: info.pod.name.clone(),
         reason,
         message,
-        nominated_node: nominated,
+        nominated_node,
     });
     match failure {
         Failure::Unschedulable { fit, .. } if !fit.diagnosis.pending_plugins.is_empty() => shared

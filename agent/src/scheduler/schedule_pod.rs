@@ -44,7 +44,8 @@ pub async fn schedule_pod(
 }
 
 /// kube's RunPostFilterPlugins on a failed cycle: the nomination and victims when one
-/// succeeds (with the plugin that found them); otherwise its message goes into `fit`.
+/// succeeds (with the plugin that found them), or a result that clears an earlier
+/// nomination; a failure's message goes into `fit`.
 pub fn run_post_filter(
     fw: &Framework,
     state: &CycleState,
@@ -64,7 +65,7 @@ pub fn run_post_filter(
     if !status.reasons.is_empty() {
         fit.diagnosis.post_filter_msg = Some(status.message());
     }
-    None
+    res.clears_nomination.then_some((res, status.plugin))
 }
 
 async fn with_extenders(

@@ -9,6 +9,7 @@ use super::failure::{Failure, forget, handle_failure};
 use super::schedule_pod::{run_post_filter, schedule_pod};
 use crate::framework::runtime::CycleRecord;
 use crate::framework::{Code, CycleState, Framework, QueuedPodInfo, Status};
+use crate::nominator::Nominating;
 use crate::snapshot::PodInfo;
 
 /// A pod assumed on its node, Reserve and Permit passed (or Permit said Wait).
@@ -83,24 +84,42 @@ pub(super) async fn scheduling_cycle(
     let node = match result {
         Ok(r) => r.node,
         Err(mut fit) => {
-            let mut nominated = None;
+            // kube: no nodes at all is an error, which clears a nomination; PostFilter
+            // not run or not eligible keeps it.
+            let mut nominating = if fit.num_all_nodes == 0 {
+                Nominating::Override(String::new())
+            } else {
+                Nominating::Noop
+            };
+            let mut victims = Vec::new();
             if fw.has_post_filter() && fit.num_all_nodes > 0 {
                 metrics.preemption_attempts.inc();
             }
-            if let Some((res, plugin)) = run_post_filter(&fw, &state, &pod, &snapshot, &mut fit)
-                && crate::leader::may_act(leader, &shared.lease_health)
-            {
-                nominated = res.nominated_node.clone();
-                crate::preemption::evict(
-                    &shared.bind_ctx.client,
-                    &shared.events,
-                    &fw,
-                    plugin,
-                    &pod,
-                    &res.victims,
-                );
+            if let Some((res, plugin)) = run_post_filter(&fw, &state, &pod, &snapshot, &mut fit) {
+                if res.clears_nomination {
+                    nominating = Nominating::Override(String::new());
+                }
+                if let Some(node) = &res.nominated_node
+                    && crate::leader::may_act(leader, &shared.lease_health)
+                {
+                    nominating = Nominating::Override(node.clone());
+                    victims = res.victims.iter().map(|v| v.key.clone()).collect();
+                    crate::preemption::evict(
+                        &shared.bind_ctx.client,
+                        &shared.events,
+                        &fw,
+                        plugin,
+                        &pod,
+                        &res.victims,
+                        &res.lower_nominated,
+                    );
+                }
             }
-            let failure = Failure::Unschedulable { fit, nominated };
+            let failure = Failure::Unschedulable {
+                fit,
+                nominating,
+                victims,
+            };
             handle_failure(
                 shared,
                 scheduler_name,
@@ -117,6 +136,10 @@ pub(super) async fn scheduling_cycle(
         .record_success(scheduler_name, &pod.key, &record, &node, snapshot.len());
 
     shared.cache().assume(pod.clone(), &node);
+    shared
+        .profiles
+        .nominator
+        .delete(&crate::queue::pod_id(&pod.pod));
     let reserved = fw.run_reserve(&mut state, &pod, &node);
     let (permit, waits) = if reserved.is_success() {
         fw.run_permit(&state, &pod, &node)

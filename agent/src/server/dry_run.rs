@@ -98,9 +98,17 @@ async fn dry_run(shared: &Shared, pod: Pod) -> Result<Explanation, DryRunError> 
         },
         Err(mut fit) => {
             let preemption = run_post_filter(&fw, &state, &info, &snapshot, &mut fit);
+            let (nominated_node, victims) = match preemption {
+                Some((res, _)) => (
+                    res.nominated_node,
+                    res.victims.iter().map(|v| v.key.clone()).collect(),
+                ),
+                None => (None, Vec::new()),
+            };
             Outcome::Unschedulable {
                 message: fit.to_string(),
-                nominated_node: preemption.and_then(|(res, _)| res.nominated_node),
+                nominated_node,
+                victims,
             }
         }
     };

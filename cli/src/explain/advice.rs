@@ -391,6 +391,7 @@ mod tests {
             scores: vec![],
             total_score: None,
             leaf_node: None,
+            nominated_pods: vec![],
         }
     }
 
@@ -402,6 +403,7 @@ mod tests {
             outcome: Outcome::Unschedulable {
                 message: "0/3 nodes are available".into(),
                 nominated_node: None,
+                victims: vec![],
             },
             num_all_nodes: nodes.len(),
             num_evaluated_nodes: nodes.len(),

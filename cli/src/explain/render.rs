@@ -50,11 +50,13 @@ pub fn render(e: &Explanation, wide: bool, mode: Mode) -> String {
         Outcome::Unschedulable {
             message,
             nominated_node,
+            victims,
         } => {
-            let nominated = nominated_node
-                .as_ref()
-                .map(|n| format!("; nominated node {n}"))
-                .unwrap_or_default();
+            let nominated = match nominated_node {
+                Some(n) if victims.is_empty() => format!("; nominated node {n}"),
+                Some(n) => format!("; nominated node {n}, preempting {}", victims.join(", ")),
+                None => String::new(),
+            };
             (
                 None,
                 format!(
@@ -196,6 +198,7 @@ mod tests {
                     scores: vec![],
                     total_score: None,
                     leaf_node: None,
+                    nominated_pods: vec![],
                 },
                 NodeExplanation {
                     node: "mcsched-east".into(),
@@ -210,6 +213,7 @@ mod tests {
                     }],
                     total_score: Some(80),
                     leaf_node: Some("east-3".into()),
+                    nominated_pods: vec![],
                 },
             ],
             durations: vec![],

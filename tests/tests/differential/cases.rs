@@ -9,8 +9,15 @@
 //! affinity (a `matchFields` pin too, which PreFilter turns into a node subset), required
 //! and preferred pod affinity and anti-affinity (namespaces, namespaceSelector, the empty
 //! selector, matchLabelKeys and mismatchLabelKeys; existing pods' terms for the symmetric
-//! checks), and topology spread (maxSkew, minDomains, both node inclusion policies,
-//! matchLabelKeys, topology keys missing on some nodes).
+//! checks), topology spread (maxSkew, minDomains, both node inclusion policies,
+//! matchLabelKeys, topology keys missing on some nodes), and pods nominated to the case's
+//! nodes by an earlier preemption (of the scheduler name both schedulers serve but
+//! neither binds here), which Filter counts for pods of their priority or lower.
+//!
+//! One case in eight is a preemption case instead: several full nodes of lower-priority
+//! pods (with start times, so that kube's order of victims is defined), a
+//! PodDisruptionBudget over some of them, nominated pods, and an incoming pod of high
+//! priority, so that preemption picks among many candidate nodes.
 //!
 //! Everything a case creates is named after it, and its incoming pod is pinned to its own
 //! nodes by a required node-affinity term; where kube-scheduler's semantics would reach
@@ -32,6 +39,9 @@ pub const PRIORITY_CLASSES: &[(&str, i64, &str)] = &[
 pub const RUNTIME_CLASS: &str = "diff-overhead";
 /// The scheduler name of the incoming pods in the API: neither scheduler's.
 pub const NOBODY: &str = "diff-nobody";
+/// The scheduler name of nominated pods: a profile of both schedulers, whose queues hold
+/// them without scheduling them (the oracle never schedules, mcsched stands by).
+pub const NOMINATED_SCHEDULER: &str = "mcsched";
 pub const INCOMING: &str = "incoming";
 pub const CASE_LABEL: &str = "diff-case";
 pub const BATCH_LABEL: &str = "diff-batch";
@@ -64,6 +74,10 @@ pub struct Case {
     /// Services selecting the incoming pod: PodTopologySpread's system default
     /// constraints then spread it from the pods they select.
     pub services: Vec<Value>,
+    /// Unbound pods with `status.nominatedNodeName` (set after they are created).
+    pub nominated: Vec<Value>,
+    /// PodDisruptionBudgets with their status (set after they are created).
+    pub pdbs: Vec<Value>,
 }
 
 impl Case {
@@ -111,9 +125,27 @@ impl Case {
             .collect()
     }
 
+    /// The nominations both schedulers must hold: `namespace/name=node`.
+    pub fn nominated_keys(&self) -> Vec<String> {
+        self.nominated
+            .iter()
+            .map(|p| {
+                format!(
+                    "{}/{}={}",
+                    p["metadata"]["namespace"].as_str().unwrap_or_default(),
+                    p["metadata"]["name"].as_str().unwrap_or_default(),
+                    p["status"]["nominatedNodeName"]
+                        .as_str()
+                        .unwrap_or_default()
+                )
+            })
+            .collect()
+    }
+
     pub fn to_json(&self) -> Value {
         json!({"namespaces": self.namespaces, "nodes": self.nodes, "services": self.services,
-               "existing": self.existing, "pod": self.pod})
+               "existing": self.existing, "pod": self.pod, "nominated": self.nominated,
+               "pdbs": self.pdbs})
     }
 }
 
@@ -131,10 +163,43 @@ fn image(rng: &mut Rng) -> String {
     format!("{SHARED_IMAGES}/{name}:1")
 }
 
+/// A start time `seconds` into a day (RFC 3339, UTC).
+fn start_time(seconds: u64) -> String {
+    format!(
+        "2026-01-01T{:02}:{:02}:{:02}Z",
+        seconds / 3600 % 24,
+        seconds / 60 % 60,
+        seconds % 60
+    )
+}
+
+/// A pod nominated to `node`, of a random priority and size.
+fn nominated_pod(rng: &mut Rng, tag: &str, i: usize, node: &str, classes: &[&str]) -> Value {
+    let mut spec = json!({"schedulerName": NOMINATED_SCHEDULER,
+        "containers": [{"name": "c", "image": "pause", "resources": {"requests": {
+            "cpu": quantity_cpu(rng, 2500), "memory": format!("{}Mi", 256 * (1 + rng.below(4)))}}}]});
+    let class = *rng.pick(classes);
+    if !class.is_empty() {
+        spec["priorityClassName"] = json!(class);
+    }
+    if rng.chance(15) {
+        spec["containers"][0]["ports"] = json!([{"containerPort": 80, "hostPort": 8080}]);
+    }
+    json!({
+        "metadata": {"name": format!("nom{i}"), "namespace": tag,
+                     "labels": {"app": rng.pick(&["web", "db", INCOMING]), "version": rng.pick(&["v1", "v2"])}},
+        "spec": spec,
+        "status": {"nominatedNodeName": node},
+    })
+}
+
 pub fn generate(seed: u64, id: usize, batch: &str) -> Case {
     let mut rng = Rng(seed ^ (id as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03));
     rng.next();
     let tag = tag(seed, id);
+    if rng.chance(12) {
+        return generate_preemption(seed, id, batch, tag, rng);
+    }
     let rack = format!("diff.mcsched.io/rack-{tag}");
     let second_ns = format!("{tag}-b");
     let namespaces = vec![
@@ -262,6 +327,8 @@ pub fn generate(seed: u64, id: usize, batch: &str) -> Case {
             "metadata": {"name": format!("e{j}"), "namespace": ns,
                          "labels": {"app": rng.pick(&["web", "db", "web", "db", INCOMING]), "version": rng.pick(&["v1", "v2"])}},
             "spec": spec,
+            // Distinct start times: kube orders preemption victims of one priority by them.
+            "status": {"startTime": start_time(j * 60 + rng.below(60))},
         }));
     }
 
@@ -433,6 +500,19 @@ pub fn generate(seed: u64, id: usize, batch: &str) -> Case {
         });
         spec["topologySpreadConstraints"] = json!(constraints);
     }
+    let mut nominated = Vec::new();
+    if rng.chance(20) {
+        for i in 0..1 + rng.below(2) as usize {
+            let node = rng.pick(&node_names).clone();
+            nominated.push(nominated_pod(
+                &mut rng,
+                &tag,
+                i,
+                &node,
+                &["", "diff-low", "diff-high"],
+            ));
+        }
+    }
     let version = *rng.pick(&["v1", "v2"]);
     let mut services = Vec::new();
     if spec.get("topologySpreadConstraints").is_none() && rng.chance(40) {
@@ -447,6 +527,8 @@ pub fn generate(seed: u64, id: usize, batch: &str) -> Case {
         seed,
         id,
         services,
+        nominated,
+        pdbs: Vec::new(),
         namespaces,
         nodes,
         existing,
@@ -455,6 +537,94 @@ pub fn generate(seed: u64, id: usize, batch: &str) -> Case {
                          "labels": {"app": INCOMING, "version": version}},
             "spec": spec,
         }),
+        tag,
+    }
+}
+
+/// Full nodes of lower-priority pods and a high-priority incoming pod: preemption picks
+/// among many candidates, PodDisruptionBudgets and nominated pods weighing in.
+fn generate_preemption(seed: u64, id: usize, batch: &str, tag: String, mut rng: Rng) -> Case {
+    let namespaces = vec![json!({"metadata": {"name": tag, "labels": {CASE_LABEL: tag}}})];
+    let mut nodes = Vec::new();
+    let mut existing = Vec::new();
+    let mut started = 0;
+    for i in 0..4 + rng.below(5) as usize {
+        let name = format!("{tag}-n{i}");
+        let cpu = 2 + rng.below(3);
+        nodes.push(json!({
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
+                "topology.kubernetes.io/zone": rng.pick(ZONES), CASE_LABEL: tag, BATCH_LABEL: batch}},
+            "status": {"capacity": {"cpu": cpu.to_string(), "memory": "16Gi", "pods": "10"},
+                       "allocatable": {"cpu": cpu.to_string(), "memory": "16Gi", "pods": "10"},
+                       "conditions": [{"type": "Ready", "status": "True"}]},
+        }));
+        // The node filled up by 1-3 pods.
+        let k = 1 + rng.below(3);
+        for j in 0..k {
+            started += 1 + rng.below(50);
+            let mut spec = json!({"nodeName": name, "containers": [{"name": "c", "image": "pause",
+                "resources": {"requests": {"cpu": format!("{}m", cpu * 1000 / k), "memory": "1Gi"}}}]});
+            let class = *rng.pick(&["", "diff-low", "diff-low", "diff-high"]);
+            if !class.is_empty() {
+                spec["priorityClassName"] = json!(class);
+            }
+            existing.push(json!({
+                "metadata": {"name": format!("e{i}-{j}"), "namespace": tag,
+                             "labels": {"app": rng.pick(&["web", "db"])}},
+                "spec": spec,
+                // Distinct start times: kube orders victims of one priority by them.
+                "status": {"startTime": start_time(started)},
+            }));
+        }
+    }
+    let node_names: Vec<String> = nodes
+        .iter()
+        .filter_map(|n| n["metadata"]["name"].as_str().map(String::from))
+        .collect();
+    let mut pdbs = Vec::new();
+    if rng.chance(60) {
+        pdbs.push(json!({
+            "metadata": {"name": "db", "namespace": tag},
+            "spec": {"selector": {"matchLabels": {"app": "db"}}, "maxUnavailable": 1},
+            "status": {"disruptionsAllowed": rng.below(2), "currentHealthy": 0,
+                       "desiredHealthy": 0, "expectedPods": 0},
+        }));
+    }
+    let mut nominated = Vec::new();
+    if rng.chance(40) {
+        for i in 0..1 + rng.below(2) as usize {
+            let node = rng.pick(&node_names).clone();
+            nominated.push(nominated_pod(
+                &mut rng,
+                &tag,
+                i,
+                &node,
+                &["diff-low", "diff-high"],
+            ));
+        }
+    }
+    let pod = json!({
+        "metadata": {"name": INCOMING, "namespace": tag, "labels": {"app": INCOMING}},
+        "spec": {
+            "schedulerName": NOBODY,
+            "priorityClassName": "diff-high",
+            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {
+                "cpu": quantity_cpu(&mut rng, 3000), "memory": "1Gi"}}}],
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": CASE_LABEL, "operator": "In", "values": [tag]}]}]}}},
+        },
+    });
+    Case {
+        seed,
+        id,
+        namespaces,
+        nodes,
+        existing,
+        pod,
+        services: Vec::new(),
+        nominated,
+        pdbs,
         tag,
     }
 }

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use mcsched_shared::explain::{Explanation, NodeExplanation, Outcome};
 
-use super::oracle::{Answer, NodeAnswer};
+use super::oracle::{Answer, Candidate, NodeAnswer};
 
 /// kube-scheduler's plugin in whose place an mcsched plugin runs (mcsched's default
 /// profile puts its leaf-aware plugins where kube has TaintToleration's Filter and
@@ -47,6 +47,11 @@ impl PluginStats {
 pub struct Comparison {
     pub differences: Vec<String>,
     pub stats: BTreeMap<String, PluginStats>,
+    /// The case's nodes on which Filter counted nominated pods.
+    pub nominated_nodes: usize,
+    /// Both nominated a node, and mcsched's node and victims were held to kube's
+    /// candidates.
+    pub preemption_compared: bool,
 }
 
 impl Comparison {
@@ -76,7 +81,102 @@ pub fn compare(kube: &Answer, ours: &Explanation, own: &dyn Fn(&str) -> bool) ->
     compare_pre_filter(kube, ours, &mut c);
     compare_nodes(kube, ours, own, &mut c);
     compare_outcome(kube, ours, &mut c);
+    compare_preemption(kube, ours, &mut c);
     c
+}
+
+/// kube's pickOneNodeForPreemption without its last tie-break: the candidates that tie for
+/// fewest PDB violations, then lowest highest victim priority, smallest sum of priorities,
+/// fewest victims, and latest start of the highest-priority victims (only when every
+/// victim has a start time: kube takes "now" for the others, which no two calls share).
+pub fn best_candidates(candidates: &[Candidate]) -> BTreeSet<&str> {
+    let eligible: Vec<&Candidate> = candidates
+        .iter()
+        .filter(|c| c.status.is_none() && !c.victims.is_empty())
+        .collect();
+    let timed = eligible
+        .iter()
+        .all(|c| c.victims.iter().all(|v| v.start_time.is_some()));
+    let key = |c: &Candidate| {
+        let highest = c
+            .victims
+            .iter()
+            .map(|v| v.priority)
+            .max()
+            .unwrap_or(i32::MIN);
+        let sum: i64 = c
+            .victims
+            .iter()
+            .map(|v| i64::from(v.priority) + i64::from(i32::MAX) + 1)
+            .sum();
+        // RFC 3339 in UTC orders as text.
+        let earliest_of_highest = c
+            .victims
+            .iter()
+            .filter(|v| v.priority == highest)
+            .filter_map(|v| v.start_time.clone())
+            .min()
+            .unwrap_or_default();
+        (
+            c.pdb_violations,
+            highest,
+            sum,
+            c.victims.len(),
+            std::cmp::Reverse(if timed {
+                earliest_of_highest
+            } else {
+                String::new()
+            }),
+        )
+    };
+    let Some(best) = eligible.iter().map(|c| key(c)).min() else {
+        return BTreeSet::new();
+    };
+    eligible
+        .iter()
+        .filter(|c| key(c) == best)
+        .map(|c| c.node.as_str())
+        .collect()
+}
+
+/// mcsched's nominated node among kube's best candidates, with the same victims.
+fn compare_preemption(kube: &Answer, ours: &Explanation, c: &mut Comparison) {
+    let Outcome::Unschedulable {
+        nominated_node: Some(node),
+        victims,
+        ..
+    } = &ours.outcome
+    else {
+        return;
+    };
+    // Only where kube's choice is defined: victims of one priority are ordered by start
+    // time, and kube takes "now" for a pod without one.
+    let timed = kube
+        .candidates
+        .iter()
+        .all(|k| k.victims.iter().all(|v| v.start_time.is_some()));
+    if kube.nominated_node.is_empty() || !timed {
+        return;
+    }
+    c.preemption_compared = true;
+    let best = best_candidates(&kube.candidates);
+    if !best.contains(node.as_str()) {
+        c.differ(format!(
+            "preemption: mcsched nominates {node}; kube-scheduler's best candidates {best:?}"
+        ));
+    }
+    let theirs: BTreeSet<&str> = kube
+        .candidates
+        .iter()
+        .find(|k| &k.node == node)
+        .map(|k| k.victims.iter().map(|v| v.pod.as_str()).collect())
+        .unwrap_or_default();
+    let mine: BTreeSet<&str> = victims.iter().map(String::as_str).collect();
+    if theirs != mine {
+        c.differ(format!(
+            "preemption on {node}: kube-scheduler's victims {theirs:?}, mcsched's {mine:?}"
+        ));
+    }
 }
 
 fn compare_pre_filter(kube: &Answer, ours: &Explanation, c: &mut Comparison) {
@@ -131,6 +231,15 @@ fn compare_nodes(
                 "node {}: feasible for kube-scheduler {}, for mcsched {}",
                 k.node, k.feasible, o.feasible
             ));
+        }
+        if k.nominated_pods != o.nominated_pods {
+            c.differ(format!(
+                "node {}: nominated pods counted by kube-scheduler {:?}, by mcsched {:?}",
+                k.node, k.nominated_pods, o.nominated_pods
+            ));
+        }
+        if own(&k.node) && !k.nominated_pods.is_empty() {
+            c.nominated_nodes += 1;
         }
         compare_filters(k, o, own(&k.node), &mut rejecting, c);
         if scored && k.feasible {
@@ -293,6 +402,7 @@ fn compare_outcome(kube: &Answer, ours: &Explanation, c: &mut Comparison) {
             Outcome::Unschedulable {
                 message,
                 nominated_node,
+                ..
             },
             true,
         ) => {

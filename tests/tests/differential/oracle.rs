@@ -34,6 +34,8 @@ pub struct Expect {
     pub namespaces: Vec<String>,
     /// At least these Services (`namespace/name`).
     pub services: Vec<String>,
+    /// At least these nominations in kube-scheduler's queue (`namespace/name=node`).
+    pub nominated: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -65,9 +67,13 @@ pub struct NodeAnswer {
     /// The framework's first rejection (nominated pods counted).
     #[serde(default)]
     pub status: Option<Verdict>,
-    /// Every filter plugin not skipped at PreFilter, each called alone.
+    /// Every filter plugin not skipped at PreFilter, each called alone (with the nominated
+    /// pods, then without where that passes, as the framework does).
     #[serde(default)]
     pub filters: Vec<Verdict>,
+    /// The pods nominated here that Filter counted (`namespace/name`, sorted).
+    #[serde(default)]
+    pub nominated_pods: Vec<String>,
     #[serde(default)]
     pub scores: Vec<Score>,
     #[serde(default)]
@@ -98,6 +104,31 @@ pub struct Answer {
     pub post_filter: Option<Verdict>,
     #[serde(default)]
     pub nominated_node: String,
+    /// DefaultPreemption's dry run on each node where preemption might help.
+    #[serde(default)]
+    pub candidates: Vec<Candidate>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Candidate {
+    pub node: String,
+    #[serde(default)]
+    pub victims: Vec<Victim>,
+    #[serde(default)]
+    pub pdb_violations: i64,
+    /// Why the node is no candidate.
+    #[serde(default)]
+    pub status: Option<Verdict>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Victim {
+    pub pod: String,
+    pub priority: i32,
+    #[serde(default)]
+    pub start_time: Option<String>,
 }
 
 pub struct Oracle {
@@ -109,12 +140,18 @@ pub struct Oracle {
 
 impl Oracle {
     /// Starts `controlplane oracle` on `cp`'s API server with kube-scheduler's default
-    /// profile.
-    pub async fn start(cp: &ControlPlane) -> anyhow::Result<Self> {
+    /// profile, or the KubeSchedulerConfiguration `config` (the first profile judges).
+    pub async fn start(
+        cp: &ControlPlane,
+        config: Option<&std::path::Path>,
+    ) -> anyhow::Result<Self> {
         let bin = mcsched_e2e::controlplane::binary();
         let log = cp.dir().join("oracle.log");
         let mut cmd = Command::new(&bin);
         cmd.arg("oracle").arg("--kubeconfig").arg(&cp.kubeconfig);
+        if let Some(config) = config {
+            cmd.arg("--config").arg(config);
+        }
         let mut process = Guarded::spawn(cmd, "kube-scheduler oracle", &log)
             .with_context(|| format!("cannot start {} oracle", bin.display()))?;
         let stdout = process
