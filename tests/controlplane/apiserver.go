@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"github.com/spf13/pflag"
@@ -64,6 +65,17 @@ func runAPIServer(ctx context.Context, cfg config, dataDir string, port int, etc
 		"--max-mutating-requests-inflight=1000",
 		"--watch-cache=true",
 	}
+	if cfg.auditLog != "" {
+		policy := filepath.Join(dataDir, "audit-policy.yaml")
+		if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
+			return err
+		}
+		args = append(args, "--audit-log-path="+cfg.auditLog, "--audit-policy-file="+policy,
+			"--audit-log-format=json", "--audit-log-mode=blocking", "--audit-log-maxsize=0")
+	}
+	if cfg.compactionInterval > 0 {
+		args = append(args, "--etcd-compaction-interval="+cfg.compactionInterval.String())
+	}
 	s := options.NewServerRunOptions()
 	fs := pflag.NewFlagSet("kube-apiserver", pflag.ContinueOnError)
 	for _, f := range s.Flags().FlagSets {
@@ -85,3 +97,17 @@ func runAPIServer(ctx context.Context, cfg config, dataDir string, port int, etc
 	}
 	return app.Run(ctx, completed)
 }
+
+// auditPolicy records what the fault-injection tests count: pod creates and deletes and
+// every binding (whoever sends it, whatever the answer), and nothing else.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  resources:
+  - group: ""
+    resources: ["pods", "pods/binding"]
+  verbs: ["create", "delete", "deletecollection"]
+- level: None
+`

@@ -106,8 +106,8 @@ type nodeAnswer struct {
 	Filters []verdict `json:"filters,omitempty"`
 	// NominatedPods: the pods nominated here that Filter counted (namespace/name).
 	NominatedPods []string      `json:"nominatedPods,omitempty"`
-	Scores     []pluginScore `json:"scores,omitempty"`
-	TotalScore *int64        `json:"totalScore,omitempty"`
+	Scores        []pluginScore `json:"scores,omitempty"`
+	TotalScore    *int64        `json:"totalScore,omitempty"`
 }
 
 type oracleAnswer struct {

@@ -60,6 +60,11 @@ func generatePKI(dir, bindAddress string) (*pki, error) {
 		saKey:            filepath.Join(dir, "sa.key"),
 		saPub:            filepath.Join(dir, "sa.pub"),
 	}
+	// A restart on the same data directory keeps the cluster's identity: the CA, the
+	// ServiceAccount signing key and the certificates its clients hold.
+	if reused, err := p.reuse(); err != nil || reused {
+		return p, err
+	}
 	now := time.Now().Add(-time.Hour)
 	// newCA makes a self-signed CA and writes its certificate and key.
 	newCA := func(cn, certPath, keyPath string) (*x509.Certificate, *ecdsa.PrivateKey, []byte, error) {
@@ -187,7 +192,31 @@ func generatePKI(dir, bindAddress string) (*pki, error) {
 	if err := os.WriteFile(p.saPub, pemBlock("PUBLIC KEY", pubDER), 0o600); err != nil {
 		return nil, err
 	}
+	if err := os.WriteFile(filepath.Join(dir, complete), nil, 0o600); err != nil {
+		return nil, err
+	}
 	return p, nil
+}
+
+// complete marks a data directory whose certificates were all written.
+const complete = "complete"
+
+// reuse loads the certificates an earlier run wrote; false when there are none.
+func (p *pki) reuse() (bool, error) {
+	if _, err := os.Stat(filepath.Join(p.dir, complete)); err != nil {
+		return false, nil
+	}
+	var err error
+	if p.caPEM, err = os.ReadFile(p.caCert); err != nil {
+		return false, err
+	}
+	if p.adminCertPEM, err = os.ReadFile(p.adminCert); err != nil {
+		return false, err
+	}
+	if p.adminKeyPEM, err = os.ReadFile(p.adminKey); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 func writeKey(path string, key *ecdsa.PrivateKey) error {

@@ -39,6 +39,9 @@ pub struct ControlPlane {
     pub client: Client,
     // Dropped before `dir`, so the process stops before its data directory goes.
     process: Guarded,
+    /// The `controlplane` arguments, for a restart on the same data.
+    args: Vec<std::ffi::OsString>,
+    restarts: usize,
     dir: TempDir,
 }
 
@@ -112,44 +115,8 @@ impl ControlPlane {
             cmd.arg("--simulate-kubelets");
         }
         cmd.args(args);
-        let mut process = Guarded::spawn(cmd, &format!("control plane {name}"), &log)
-            .with_context(|| format!("cannot start {}", bin.display()))?;
-        let stdout = process
-            .child_mut()
-            .and_then(|c| c.stdout.take())
-            .context("control plane stdout not captured")?;
-
-        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-        std::thread::spawn(move || {
-            let mut ready_tx = Some(ready_tx);
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if let Some(rest) = line.strip_prefix("READY ")
-                    && let Some(tx) = ready_tx.take()
-                {
-                    let url = rest
-                        .split_whitespace()
-                        .nth(1)
-                        .unwrap_or_default()
-                        .to_string();
-                    let _ = tx.send(url);
-                }
-            }
-        });
-        let url = match tokio::time::timeout(START_TIMEOUT, ready_rx).await {
-            Ok(Ok(url)) => url,
-            Ok(Err(_)) => {
-                let status = process.stop(Duration::from_secs(1));
-                bail!(
-                    "control plane {name} exited ({status:?}) before it was ready:\n{}",
-                    tail(&log)
-                );
-            }
-            Err(_) => bail!(
-                "control plane {name} not ready after {START_TIMEOUT:?}:\n{}",
-                tail(&log)
-            ),
-        };
+        let args: Vec<std::ffi::OsString> = cmd.get_args().map(|a| a.to_os_string()).collect();
+        let (process, url) = launch(cmd, name, &log).await?;
         let client = client_for(&kubeconfig).await?;
         Ok(ControlPlane {
             name: name.to_string(),
@@ -157,8 +124,43 @@ impl ControlPlane {
             kubeconfig,
             client,
             process,
+            args,
+            restarts: 0,
             dir,
         })
+    }
+
+    /// Stops the control plane (SIGKILL when `crash`, else SIGTERM) and starts it again
+    /// on the same etcd data, certificates and port: its clients, this one and the
+    /// kubeconfig's, reconnect as to a restarted API server.
+    pub async fn restart(&mut self, crash: bool) -> anyhow::Result<()> {
+        if crash {
+            self.signal(libc::SIGKILL);
+        }
+        self.process.stop(Duration::from_secs(15));
+        let port = self
+            .url
+            .rsplit(':')
+            .next()
+            .context("control plane URL without a port")?
+            .to_string();
+        self.restarts += 1;
+        let log = self
+            .dir
+            .path()
+            .join(format!("controlplane-restart{}.log", self.restarts));
+        let mut cmd = Command::new(binary());
+        cmd.args(&self.args).arg("--port").arg(&port);
+        let (process, url) = launch(cmd, &self.name, &log).await?;
+        if url != self.url {
+            bail!(
+                "control plane {} came back at {url}, not {}",
+                self.name,
+                self.url
+            );
+        }
+        self.process = process;
+        Ok(())
     }
 
     pub fn dir(&self) -> &Path {
@@ -214,6 +216,49 @@ impl ControlPlane {
     pub fn pid(&self) -> Option<u32> {
         self.process.pid()
     }
+}
+
+/// Spawns `controlplane` and waits for its READY line: the process and its URL.
+async fn launch(cmd: Command, name: &str, log: &Path) -> anyhow::Result<(Guarded, String)> {
+    let mut process = Guarded::spawn(cmd, &format!("control plane {name}"), log)
+        .with_context(|| format!("cannot start {}", binary().display()))?;
+    let stdout = process
+        .child_mut()
+        .and_then(|c| c.stdout.take())
+        .context("control plane stdout not captured")?;
+
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let mut ready_tx = Some(ready_tx);
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Some(rest) = line.strip_prefix("READY ")
+                && let Some(tx) = ready_tx.take()
+            {
+                let url = rest
+                    .split_whitespace()
+                    .nth(1)
+                    .unwrap_or_default()
+                    .to_string();
+                let _ = tx.send(url);
+            }
+        }
+    });
+    let url = match tokio::time::timeout(START_TIMEOUT, ready_rx).await {
+        Ok(Ok(url)) => url,
+        Ok(Err(_)) => {
+            let status = process.stop(Duration::from_secs(1));
+            bail!(
+                "control plane {name} exited ({status:?}) before it was ready:\n{}",
+                tail(log)
+            );
+        }
+        Err(_) => bail!(
+            "control plane {name} not ready after {START_TIMEOUT:?}:\n{}",
+            tail(log)
+        ),
+    };
+    Ok((process, url))
 }
 
 /// A client from a kubeconfig file, with its current context.

@@ -345,6 +345,18 @@ pub fn render(e: &Explanation, facts: &Facts) -> String {
             hints.push(h);
         }
     }
+    // Room Filter kept for pods an earlier preemption nominated there.
+    for n in e
+        .nodes
+        .iter()
+        .filter(|n| !n.feasible && !n.nominated_pods.is_empty())
+    {
+        hints.push(format!(
+            "{}: room is kept for {}, nominated there by preemption with the pod's priority or higher; it frees once they are bound or go elsewhere",
+            n.node,
+            n.nominated_pods.join(", ")
+        ));
+    }
     match nominated_node {
         Some(n) => hints.push(format!(
             "preemption nominated node {n}: the pod goes there once the lower-priority victims are gone"
@@ -494,6 +506,21 @@ mod tests {
         let text = render(&e, &Facts::default());
         assert!(text.contains("relax them, or label a node"), "{text}");
         assert!(text.contains("preemption cannot help"), "{text}");
+    }
+
+    #[test]
+    fn room_kept_for_nominated_pods_is_named() {
+        console::set_colors_enabled(false);
+        let mut n = node(
+            "node-a",
+            vec![verdict("NodeResourcesFit", "Unschedulable", "Insufficient cpu")],
+        );
+        n.nominated_pods = vec!["default/urgent".into()];
+        let text = render(&explanation(vec![n]), &Facts::default());
+        assert!(
+            text.contains("node-a: room is kept for default/urgent, nominated there by preemption"),
+            "{text}"
+        );
     }
 
     #[test]
