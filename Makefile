@@ -71,9 +71,10 @@ bench: $(CONTROLPLANE)
 	target/release/mcsched-bench --out bench --agent target/release/mcsched-agent $(BENCH_FLAGS)
 
 ## soak: the long tests kept out of `make test` (the leaf Ready across two expiries of
-## 10-minute tokens: 21 minutes).
+## 10-minute tokens: 21 minutes; the fault-injection tests with 10000 pods).
 soak: build
 	cargo test -p mcsched-e2e --test leaf_ownership -- --ignored --nocapture
+	MCSCHED_FAULT_PODS=10000 cargo test -p mcsched-e2e --test faults -- --nocapture --test-threads 1
 
 ## vet: gofmt and go vet on the Go modules, with the build's compile flags (GO_FLAGS).
 vet:

@@ -3,6 +3,8 @@ use std::path::Path;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
+use crate::fence::{Fence, FenceLayer};
+
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     #[error("cannot read kubeconfig {path}: {source}")]
@@ -25,6 +27,18 @@ pub async fn connect(
     qps: f32,
     burst: u32,
 ) -> Result<Client, ClientError> {
+    connect_fenced(kubeconfig, context, qps, burst, &Fence::default()).await
+}
+
+/// As [`connect`], for the client a leader writes with: `fence` refuses its writes, after
+/// the rate limit's wait, once the agent may no longer act as the leader.
+pub async fn connect_fenced(
+    kubeconfig: Option<&Path>,
+    context: Option<&str>,
+    qps: f32,
+    burst: u32,
+    fence: &Fence,
+) -> Result<Client, ClientError> {
     let config = match kubeconfig {
         Some(path) => {
             let kubeconfig_error = |source| ClientError::Kubeconfig {
@@ -43,7 +57,9 @@ pub async fn connect(
         None => Config::incluster().map_err(ClientError::InCluster)?,
     };
     let builder = kube::client::ClientBuilder::try_from(config).map_err(ClientError::Build)?;
+    // The fence under the rate limit: checked when the request leaves, not when it queues.
     Ok(builder
+        .with_layer(&FenceLayer::new(fence.clone()))
         .with_layer(&crate::ratelimit::RateLimitLayer::new(qps, burst))
         .build())
 }

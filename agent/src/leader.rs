@@ -59,6 +59,11 @@ impl LeaseHealth {
         *self.inner.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), deadline));
     }
 
+    #[cfg(test)]
+    pub fn renewed_for_test(&self, deadline: Duration) {
+        self.renewed(deadline);
+    }
+
     fn cleared(&self) {
         *self.inner.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }

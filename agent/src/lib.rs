@@ -11,6 +11,7 @@ pub mod explain;
 pub mod extender;
 #[cfg(test)]
 pub(crate) mod fake_api;
+pub mod fence;
 pub mod framework;
 pub mod leader;
 pub mod leaf;

@@ -112,11 +112,15 @@ async fn run(
         .clone()
         .or_else(|| cfg.client_connection.kubeconfig.as_ref().map(PathBuf::from));
     let cc = &cfg.client_connection;
-    let client = client::connect(
+    // The scheduling client's and the leaves' writes stop at the wire once the Lease is
+    // lost (armed below, once the election exists).
+    let fence = leaves.fence.clone();
+    let client = client::connect_fenced(
         kubeconfig.as_deref(),
         args.context.as_deref(),
         cc.qps,
         cc.burst,
+        &fence,
     )
     .await?;
     // The mark on every object pod sync creates in a leaf: another host's, or the leaf
@@ -147,6 +151,7 @@ async fn run(
 
     let le = &cfg.leader_election;
     let (leader_tx, leader) = tokio::sync::watch::channel(!le.leader_elect);
+    fence.arm(leader.clone(), shared.lease_health.clone());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let handle = axum_server::Handle::new();
     if args.secure_port != 0 {

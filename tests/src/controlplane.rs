@@ -167,6 +167,11 @@ impl ControlPlane {
         self.dir.path()
     }
 
+    /// `controlplane`'s `--data-dir` (etcd, certificates, an `--audit-log` given relative).
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
     /// Where `controlplane` writes its certificates and keys (`--data-dir`/pki).
     pub fn pki_dir(&self) -> PathBuf {
         self.dir.path().join("data").join("pki")

@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod api;
+pub mod audit;
 pub mod cli;
 pub mod controlplane;
 pub mod objects;

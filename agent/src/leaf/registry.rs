@@ -66,6 +66,8 @@ pub struct Leaves {
     grants: Option<Arc<Grants>>,
     /// This host's id, the mark on every object pod sync creates in a leaf.
     host_id: std::sync::OnceLock<String>,
+    /// Refuses the leaf clients' writes once this agent may no longer act as the leader.
+    pub fence: crate::fence::Fence,
 }
 
 impl Leaves {
@@ -186,8 +188,11 @@ pub async fn host_id(host: &Client) -> Result<String, kube::Error> {
         .unwrap_or_default())
 }
 
-/// A client for the leaf named by a join Secret.
-pub async fn connect(secret: &Secret) -> Result<(String, Client), JoinSecretError> {
+/// A client for the leaf named by a join Secret, its writes behind `fence`.
+pub async fn connect(
+    secret: &Secret,
+    fence: &crate::fence::Fence,
+) -> Result<(String, Client), JoinSecretError> {
     let name = secret.name_any();
     let cluster = secret
         .labels()
@@ -217,7 +222,10 @@ pub async fn connect(secret: &Secret) -> Result<(String, Client), JoinSecretErro
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .map_err(|e| bad(e.to_string()))?;
-    let client = Client::try_from(config).map_err(|e| bad(e.to_string()))?;
+    let client = kube::client::ClientBuilder::try_from(config)
+        .map_err(|e| bad(e.to_string()))?
+        .with_layer(&crate::fence::FenceLayer::new(fence.clone()))
+        .build();
     Ok((cluster, client))
 }
 
@@ -259,7 +267,7 @@ pub async fn run(
         match ev {
             Change::Apply(secret, _) => {
                 let version = secret.resource_version().unwrap_or_default();
-                let (cluster, client) = match connect(&secret).await {
+                let (cluster, client) = match connect(&secret, &leaves.fence).await {
                     Ok(c) => c,
                     Err(e) => {
                         warn!(error = %e, "refusing join secret");

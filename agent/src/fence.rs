@@ -1,0 +1,154 @@
+//! Fencing at the wire: a write of the scheduling (or a leaf's) client is refused at the
+//! moment it is handed to the connection, once this agent may no longer act as the
+//! leader. The callers check leadership before they write too, but a request may wait
+//! between that check and the connection (behind the rate limit, or in a process frozen
+//! meanwhile); this layer, placed under the rate limit, checks again at the last moment.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+
+use tower::{Layer, Service};
+
+use crate::leader::{LeaseHealth, may_act};
+
+/// Whether writes may go out: open until armed with the election's state, then open
+/// only while this agent leads within its renew deadline.
+#[derive(Clone, Default)]
+pub struct Fence {
+    armed: Arc<OnceLock<(tokio::sync::watch::Receiver<bool>, LeaseHealth)>>,
+}
+
+impl Fence {
+    /// From now on, writes follow `leader` and the Lease's renew deadline.
+    pub fn arm(&self, leader: tokio::sync::watch::Receiver<bool>, lease: LeaseHealth) {
+        let _ = self.armed.set((leader, lease));
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.armed
+            .get()
+            .is_none_or(|(leader, lease)| may_act(leader, lease))
+    }
+}
+
+/// The error of a write refused by the fence.
+#[derive(Debug, thiserror::Error)]
+#[error("not sent: this agent no longer holds the leader Lease")]
+pub struct Fenced;
+
+#[derive(Clone)]
+pub struct FenceLayer {
+    fence: Fence,
+}
+
+impl FenceLayer {
+    pub fn new(fence: Fence) -> Self {
+        FenceLayer { fence }
+    }
+}
+
+impl<S> Layer<S> for FenceLayer {
+    type Service = FenceService<S>;
+    fn layer(&self, inner: S) -> FenceService<S> {
+        FenceService {
+            inner,
+            fence: self.fence.clone(),
+        }
+    }
+}
+
+pub struct FenceService<S> {
+    inner: S,
+    fence: Fence,
+}
+
+/// Reads change nothing: a standby keeps its caches warm through them.
+fn is_write(method: &http::Method) -> bool {
+    !matches!(
+        *method,
+        http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
+    )
+}
+
+impl<S, B> Service<http::Request<B>> for FenceService<S>
+where
+    S: Service<http::Request<B>>,
+    S::Error: From<Fenced> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Response: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        if is_write(req.method()) && !self.fence.is_open() {
+            tracing::warn!(method = %req.method(), uri = %req.uri(), "write refused: not the leader any more");
+            return Box::pin(std::future::ready(Err(S::Error::from(Fenced))));
+        }
+        Box::pin(self.inner.call(req))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+    /// Answers 200 to whatever it is sent.
+    #[derive(Clone)]
+    struct Ok200;
+    impl Service<http::Request<()>> for Ok200 {
+        type Response = u16;
+        type Error = BoxError;
+        type Future = std::future::Ready<Result<u16, BoxError>>;
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+            Poll::Ready(Ok(()))
+        }
+        fn call(&mut self, _: http::Request<()>) -> Self::Future {
+            std::future::ready(Ok(200))
+        }
+    }
+
+    async fn send(svc: &mut FenceService<Ok200>, method: http::Method) -> Result<u16, BoxError> {
+        let req = http::Request::builder()
+            .method(method)
+            .uri("/api/v1/namespaces/default/pods/p/binding")
+            .body(())
+            .map_err(|e| Box::new(e) as BoxError)?;
+        svc.call(req).await
+    }
+
+    #[tokio::test]
+    async fn writes_stop_when_leadership_does_and_reads_go_on() {
+        let fence = Fence::default();
+        let mut svc = FenceLayer::new(fence.clone()).layer(Ok200);
+        // Not armed (no election): everything goes.
+        assert!(send(&mut svc, http::Method::POST).await.is_ok());
+        let (tx, rx) = tokio::sync::watch::channel(true);
+        let lease = LeaseHealth::default();
+        lease.renewed_for_test(Duration::from_millis(50));
+        fence.arm(rx, lease);
+        assert!(send(&mut svc, http::Method::POST).await.is_ok());
+        // The renew deadline passes (as in a frozen process): writes are refused before
+        // the elector has even noticed.
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        let refused = send(&mut svc, http::Method::POST).await;
+        assert!(
+            refused.as_ref().is_err_and(|e| e.is::<Fenced>()),
+            "{refused:?}"
+        );
+        assert!(send(&mut svc, http::Method::GET).await.is_ok());
+        // Not the leader at all.
+        let _ = tx.send(false);
+        assert!(send(&mut svc, http::Method::DELETE).await.is_err());
+    }
+}
