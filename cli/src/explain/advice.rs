@@ -513,7 +513,11 @@ mod tests {
         console::set_colors_enabled(false);
         let mut n = node(
             "node-a",
-            vec![verdict("NodeResourcesFit", "Unschedulable", "Insufficient cpu")],
+            vec![verdict(
+                "NodeResourcesFit",
+                "Unschedulable",
+                "Insufficient cpu",
+            )],
         );
         n.nominated_pods = vec!["default/urgent".into()];
         let text = render(&explanation(vec![n]), &Facts::default());
