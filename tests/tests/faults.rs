@@ -429,3 +429,136 @@ async fn api_server_restarts_and_compaction_lose_no_pod() -> anyhow::Result<()> 
     );
     Ok(())
 }
+
+/// A leaf's API server killed (SIGKILL) and started again on its data while the host's
+/// pods are being synced to it: every host pod ends Running from its leaf copy, and the
+/// leaf holds exactly one copy of each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaf_api_server_killed_mid_sync_leaves_one_copy_per_pod() -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::Node;
+    use mcsched_shared::keys;
+    let want = (pods_wanted() / 15).max(20);
+    let mut cps =
+        ControlPlane::start_many(&["fault-host", "fault-east"], ControlPlaneOptions::full())
+            .await?;
+    let mut leaf = cps.pop().ok_or_else(|| anyhow::anyhow!("no leaf"))?;
+    let host = cps.pop().ok_or_else(|| anyhow::anyhow!("no host"))?;
+    for i in 0..4 {
+        objects::ready_node(
+            &leaf.client,
+            &format!("east-{i}"),
+            "8",
+            "32Gi",
+            json!({"kubernetes.io/hostname": format!("east-{i}")}),
+        )
+        .await?;
+    }
+    objects::join_as_join_does(&host.client, &leaf, "east", json!({})).await?;
+    let agent = Agent::start(&host.kubeconfig, "mcsched", host.dir())?;
+    let nodes: Api<Node> = Api::all(host.client.clone());
+    let virtual_node = keys::virtual_node_name("east");
+    wait::until(
+        Duration::from_secs(120),
+        "the virtual node Ready, untainted but for the leaf taint",
+        || async {
+            let n = nodes.get(&virtual_node).await?;
+            let ready = n
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            let taints_ok = n
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_none_or(|t| t.iter().all(|t| t.key == keys::LEAF_TAINT));
+            Ok((ready && taints_ok).then_some(()))
+        },
+    )
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+
+    let to_leaf = |name: &str| {
+        json!({
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"schedulerName": "mcsched",
+                "nodeSelector": {"kubernetes.io/hostname": virtual_node},
+                "tolerations": [{"key": keys::LEAF_TAINT, "operator": "Exists"}],
+                "containers": [{"name": "c", "image": "pause",
+                    "resources": {"requests": {"cpu": format!("{POD_CPU_MILLI}m")}}}]},
+        })
+    };
+    let host_pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
+    let create = |names: Vec<String>| {
+        let host_pods = host_pods.clone();
+        async move {
+            let results: Vec<anyhow::Result<()>> = futures::stream::iter(names)
+                .map(|name| {
+                    let host_pods = host_pods.clone();
+                    async move {
+                        let p: Pod = serde_json::from_value(to_leaf(&name))?;
+                        host_pods.create(&PostParams::default(), &p).await?;
+                        Ok(())
+                    }
+                })
+                .buffer_unordered(CREATE_CONCURRENCY)
+                .collect()
+                .await;
+            results.into_iter().collect::<anyhow::Result<()>>()
+        }
+    };
+    let half = want / 2;
+    create((0..half).map(|i| format!("s{i:04}")).collect()).await?;
+    // While the first half is being bound and synced.
+    tokio::time::sleep(Duration::from_millis(rand::rng().random_range(200..1500))).await;
+    let t = Instant::now();
+    leaf.restart(true).await?;
+    println!(
+        "leaf API server killed and back in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    create((half..want).map(|i| format!("s{i:04}")).collect()).await?;
+
+    let running = wait::until(
+        ALL_BOUND_TIMEOUT,
+        "every host pod Running from its leaf copy",
+        || async {
+            let list = host_pods.list(&ListParams::default()).await?.items;
+            let running = list
+                .iter()
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .count();
+            Ok((list.len() == want && running == want).then_some(list))
+        },
+    )
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    let leaf_pods: Api<Pod> = Api::all(leaf.client.clone());
+    let mut copies: HashMap<String, usize> = HashMap::new();
+    for p in leaf_pods.list(&ListParams::default()).await?.items {
+        if let Some(uid) = p
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(keys::HOST_POD_UID_ANNOTATION))
+        {
+            *copies.entry(uid.clone()).or_default() += 1;
+        }
+    }
+    for p in &running {
+        let uid = p.metadata.uid.clone().unwrap_or_default();
+        let n = copies.get(&uid).copied().unwrap_or(0);
+        assert_eq!(
+            n, 1,
+            "host pod {:?} has {n} copies in the leaf",
+            p.metadata.name
+        );
+    }
+    assert_eq!(
+        copies.len(),
+        want,
+        "leaf copies of pods the host does not have: {copies:?}"
+    );
+    println!("leaf restart: {want} host pods Running, one leaf copy each");
+    Ok(())
+}
