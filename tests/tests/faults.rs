@@ -131,14 +131,19 @@ fn pod(name: &str) -> serde_json::Value {
     })
 }
 
-/// Creates the pods as fast as the API server takes them.
-async fn create_pods(client: Client, names: Vec<String>) -> anyhow::Result<()> {
+/// Creates the pods `make` builds as fast as the API server takes them.
+async fn create_pods(
+    client: Client,
+    names: Vec<String>,
+    make: impl Fn(&str) -> serde_json::Value,
+) -> anyhow::Result<()> {
     let pods: Api<Pod> = Api::namespaced(client, "default");
+    let make = &make;
     let results: Vec<anyhow::Result<()>> = futures::stream::iter(names)
         .map(|name| {
             let pods = pods.clone();
             async move {
-                let p: Pod = serde_json::from_value(pod(&name))?;
+                let p: Pod = serde_json::from_value(make(&name))?;
                 pods.create(&PostParams::default(), &p).await?;
                 Ok(())
             }
@@ -287,7 +292,7 @@ async fn killed_and_frozen_leaders_lose_no_pod_and_bind_none_twice() -> anyhow::
         let names: Vec<String> = (wave * per_wave..((wave + 1) * per_wave).min(want))
             .map(|i| format!("p{i:05}"))
             .collect();
-        let creating = tokio::spawn(create_pods(cp.client.clone(), names));
+        let creating = tokio::spawn(create_pods(cp.client.clone(), names, pod));
         // A random moment while the wave is being created and scheduled.
         let delay = rand::rng().random_range(200..1500);
         tokio::time::sleep(Duration::from_millis(delay)).await;
@@ -404,7 +409,7 @@ async fn api_server_restarts_and_compaction_lose_no_pod() -> anyhow::Result<()> 
         let names: Vec<String> = (wave * per_wave..((wave + 1) * per_wave).min(want))
             .map(|i| format!("p{i:05}"))
             .collect();
-        create_pods(cp.client.clone(), names).await?;
+        create_pods(cp.client.clone(), names, pod).await?;
         if wave < waves - 1 {
             tokio::time::sleep(Duration::from_millis(rand::rng().random_range(100..800))).await;
             let t = Instant::now();
@@ -489,26 +494,9 @@ async fn a_leaf_api_server_killed_mid_sync_leaves_one_copy_per_pod() -> anyhow::
         })
     };
     let host_pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
-    let create = |names: Vec<String>| {
-        let host_pods = host_pods.clone();
-        async move {
-            let results: Vec<anyhow::Result<()>> = futures::stream::iter(names)
-                .map(|name| {
-                    let host_pods = host_pods.clone();
-                    async move {
-                        let p: Pod = serde_json::from_value(to_leaf(&name))?;
-                        host_pods.create(&PostParams::default(), &p).await?;
-                        Ok(())
-                    }
-                })
-                .buffer_unordered(CREATE_CONCURRENCY)
-                .collect()
-                .await;
-            results.into_iter().collect::<anyhow::Result<()>>()
-        }
-    };
     let half = want / 2;
-    create((0..half).map(|i| format!("s{i:04}")).collect()).await?;
+    let names = |r: std::ops::Range<usize>| r.map(|i| format!("s{i:04}")).collect();
+    create_pods(host.client.clone(), names(0..half), to_leaf).await?;
     // While the first half is being bound and synced.
     tokio::time::sleep(Duration::from_millis(rand::rng().random_range(200..1500))).await;
     let t = Instant::now();
@@ -517,7 +505,7 @@ async fn a_leaf_api_server_killed_mid_sync_leaves_one_copy_per_pod() -> anyhow::
         "leaf API server killed and back in {:.1} s",
         t.elapsed().as_secs_f64()
     );
-    create((half..want).map(|i| format!("s{i:04}")).collect()).await?;
+    create_pods(host.client.clone(), names(half..want), to_leaf).await?;
 
     let running = wait::until(
         ALL_BOUND_TIMEOUT,

@@ -418,6 +418,7 @@ async fn the_leaf_account_is_least_privilege_and_unjoin_removes_only_what_is_mar
         &["list", "persistentvolumeclaims", "--all-namespaces"],
         &["list", "storageclasses.storage.k8s.io"],
         &["list", "csinodes.storage.k8s.io"],
+        &["get", "priorityclasses.scheduling.k8s.io"],
         &["list", "namespaces"],
         &[
             "create",

@@ -948,3 +948,83 @@ async fn configmaps_go_to_leaves_only_from_granted_namespaces() -> anyhow::Resul
     .map_err(|e| e.context(agent.logs()))?;
     Ok(())
 }
+
+/// A pod's copy keeps its PriorityClass where the leaf has one of that name (the leaf's
+/// admission gives it the leaf's value); where the leaf has none the copy runs at the
+/// leaf's default priority and a Warning on the host pod says so.
+#[tokio::test(flavor = "multi_thread")]
+async fn leaf_copies_keep_the_priority_class_the_leaf_has() -> anyhow::Result<()> {
+    use k8s_openapi::api::scheduling::v1::PriorityClass;
+    let mut cps =
+        ControlPlane::start_many(&["pc-host", "pc-east"], ControlPlaneOptions::full()).await?;
+    let leaf = cps.pop().ok_or_else(|| anyhow::anyhow!("no leaf"))?;
+    let host = cps.pop().ok_or_else(|| anyhow::anyhow!("no host"))?;
+    node(
+        &leaf.client,
+        "east-1",
+        "4",
+        json!({"kubernetes.io/hostname": "east-1"}),
+    )
+    .await?;
+    let class = |name: &str, value: i32| -> anyhow::Result<PriorityClass> {
+        Ok(serde_json::from_value(
+            json!({"metadata": {"name": name}, "value": value}),
+        )?)
+    };
+    for (client, name, value) in [
+        (&host.client, "urgent", 1000),
+        (&host.client, "host-only", 500),
+        (&leaf.client, "urgent", 700),
+    ] {
+        Api::<PriorityClass>::all(client.clone())
+            .create(&PostParams::default(), &class(name, value)?)
+            .await?;
+    }
+    mcsched_e2e::objects::join_as_join_does(&host.client, &leaf, "east", json!({})).await?;
+    let agent = Agent::start(&host.kubeconfig, "mcsched", host.dir())?;
+    let nodes: Api<Node> = Api::all(host.client.clone());
+    wait_ready(&nodes, "mcsched-east", "True", Duration::from_secs(120))
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
+    let pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
+    for (name, class) in [("keeps", "urgent"), ("drops", "host-only")] {
+        let mut p = pod(name, "100m", None);
+        p["spec"]["priorityClassName"] = json!(class);
+        p["spec"]["tolerations"] = json!([{"key": keys::LEAF_TAINT, "operator": "Exists"}]);
+        p["spec"]["nodeSelector"] = json!({"kubernetes.io/hostname": "mcsched-east"});
+        pods.create(&PostParams::default(), &serde_json::from_value(p)?)
+            .await?;
+    }
+    let leaf_pods: Api<Pod> = Api::namespaced(leaf.client.clone(), "default");
+    let copy = |name: &'static str| {
+        let leaf_pods = leaf_pods.clone();
+        async move {
+            Ok(leaf_pods
+                .get_opt(name)
+                .await?
+                .and_then(|p| p.spec)
+                .map(|s| (s.priority_class_name, s.priority)))
+        }
+    };
+    let kept = wait::until(TIMEOUT, "the leaf copy of default/keeps", || copy("keeps"))
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
+    assert_eq!(kept, (Some("urgent".to_string()), Some(700)));
+    let dropped = wait::until(TIMEOUT, "the leaf copy of default/drops", || copy("drops")).await?;
+    assert_eq!(dropped, (None, Some(0)));
+    let warnings = wait::until(TIMEOUT, "the PriorityClassNotInLeaf warning", || async {
+        let notes = events_of(&host.client, "drops", "PriorityClassNotInLeaf").await?;
+        Ok((!notes.is_empty()).then_some(notes))
+    })
+    .await?;
+    assert!(
+        warnings[0].contains("leaf cluster east has no PriorityClass host-only"),
+        "{warnings:?}"
+    );
+    assert!(
+        events_of(&host.client, "keeps", "PriorityClassNotInLeaf")
+            .await?
+            .is_empty()
+    );
+    Ok(())
+}

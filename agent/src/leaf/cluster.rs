@@ -62,7 +62,12 @@ pub struct LeafCluster {
     pub secret_version: String,
     /// The join Secret itself, for the token's renewal.
     pub join: Mutex<Option<super::token_renewal::JoinSecret>>,
+    /// Which PriorityClasses the leaf has, as last looked up, and when.
+    priority_classes: Mutex<HashMap<String, (bool, Instant)>>,
 }
+
+/// How long a PriorityClass lookup is trusted.
+const PRIORITY_CLASS_TTL: Duration = Duration::from_secs(30);
 
 impl LeafCluster {
     pub fn new(name: String, client: Client, secret_version: String, host_id: String) -> Arc<Self> {
@@ -80,7 +85,31 @@ impl LeafCluster {
             tasks: Mutex::default(),
             secret_version,
             join: Mutex::default(),
+            priority_classes: Mutex::default(),
         })
+    }
+
+    /// Whether the leaf has the PriorityClass `name` (asked at most every 30 s); an error
+    /// when it cannot be asked (e.g. a leaf joined before the agent was allowed to read
+    /// PriorityClasses there).
+    pub async fn has_priority_class(&self, name: &str) -> Result<bool, kube::Error> {
+        if let Some(&(has, at)) = self
+            .priority_classes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            && at.elapsed() < PRIORITY_CLASS_TTL
+        {
+            return Ok(has);
+        }
+        let api: Api<k8s_openapi::api::scheduling::v1::PriorityClass> =
+            Api::all(self.client.clone());
+        let has = api.get_metadata_opt(name).await?.is_some();
+        self.priority_classes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_string(), (has, Instant::now()));
+        Ok(has)
     }
 
     pub fn cache(&self) -> MutexGuard<'_, Cache> {

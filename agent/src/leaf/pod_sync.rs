@@ -258,7 +258,7 @@ async fn sync_one(
             Ok(())
         }
         None => {
-            match create_copy(host, leaf, pod, host_side.leaves.agent_namespace()).await {
+            match create_copy(host, host_side, leaf, pod).await {
                 Ok(()) => {}
                 Err(e @ SyncError::MissingOnHost { .. }) => {
                     warn_event(host_side, pod, "LeafPodWaiting", "Syncing", e.to_string());
@@ -570,10 +570,11 @@ fn missing(
 /// replaced by the leaf's object of the same name.
 async fn create_copy(
     host: &Client,
+    host_side: &HostSide,
     leaf: &LeafCluster,
     pod: &Pod,
-    agent_namespace: &str,
 ) -> Result<(), SyncError> {
+    let agent_namespace = host_side.leaves.agent_namespace();
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
     let name = pod.metadata.name.clone().unwrap_or_default();
     let namespaces: Api<Namespace> = Api::all(leaf.client.clone());
@@ -708,7 +709,8 @@ async fn create_copy(
             .await
             .map_err(api_err(format!("marking host PVC {ns}/{c_name}")))?;
     }
-    let copy = transform::leaf_pod(pod, &leaf.name, &leaf.host_id)?;
+    let mut copy = transform::leaf_pod(pod, &leaf.name, &leaf.host_id)?;
+    keep_priority_class(host_side, leaf, pod, &mut copy).await;
     let leaf_pods: Api<Pod> = Api::namespaced(leaf.client.clone(), &ns);
     match leaf_pods.create(&PostParams::default(), &copy).await {
         Ok(_) => {
@@ -735,6 +737,40 @@ async fn create_copy(
         Err(e) if code(&e) == Some(403) => Err(not_granted(leaf, &ns)),
         Err(e) => Err(api_err(format!("creating leaf pod {ns}/{name}"))(e)),
     }
+}
+
+/// The copy keeps the pod's PriorityClass when the leaf has one of that name (the leaf's
+/// admission then gives it the leaf's value of it, and its scheduler may preempt for it);
+/// otherwise it runs at the leaf's default priority, and a Warning says so.
+async fn keep_priority_class(host_side: &HostSide, leaf: &LeafCluster, pod: &Pod, copy: &mut Pod) {
+    let Some(class) = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.priority_class_name.clone())
+        .filter(|c| !c.is_empty())
+    else {
+        return;
+    };
+    let note = match leaf.has_priority_class(&class).await {
+        Ok(true) => {
+            if let Some(s) = copy.spec.as_mut() {
+                s.priority_class_name = Some(class);
+            }
+            return;
+        }
+        Ok(false) => format!(
+            "leaf cluster {} has no PriorityClass {class}: the pod's copy there runs at the \
+             leaf's default priority",
+            leaf.name
+        ),
+        Err(e) => format!(
+            "cannot look up PriorityClass {class} in leaf cluster {} ({e}): the pod's copy \
+             there runs at the leaf's default priority; joining the leaf again with this \
+             version of kubectl mcsched grants the lookup",
+            leaf.name
+        ),
+    };
+    warn_event(host_side, pod, "PriorityClassNotInLeaf", "Syncing", note);
 }
 
 fn not_granted(leaf: &LeafCluster, ns: &str) -> SyncError {

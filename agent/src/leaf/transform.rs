@@ -30,9 +30,10 @@ pub fn leaf_node_selector(pod: &Pod) -> Result<BTreeMap<String, String>, Transfo
 }
 
 /// The pod to create in leaf `cluster` for `host`: same namespace, name, labels and
-/// containers; what the host decided removed (node name, scheduler, priority, node
-/// selector, affinity and topology spread — there the virtual node was one node — and
-/// the leaf taint's tolerations);
+/// containers; what the host decided removed (node name, scheduler, priority — pod sync
+/// puts the PriorityClass's name back where the leaf has that class — node selector,
+/// affinity and topology spread — there the virtual node was one node — and the leaf
+/// taint's tolerations);
 /// the leaf node selector annotation becomes the node selector; the host's ServiceAccount
 /// token volume dropped, as the leaf mounts its own. The result is exactly what the
 /// leaf feasibility check ran its filters on.

@@ -405,6 +405,18 @@ mod tests {
         }
     }
 
+    /// PostFilter after a cycle where no node fits.
+    fn preempt(fw: &Framework, pod: &PodInfo, snap: &Snapshot) -> (PostFilterResult, Status) {
+        let statuses = schedule_fails(fw, pod, snap);
+        DefaultPreemption::new(Default::default()).post_filter(
+            fw,
+            &CycleState::new(),
+            pod,
+            snap,
+            &statuses,
+        )
+    }
+
     fn schedule_fails(fw: &Framework, pod: &PodInfo, snap: &Snapshot) -> NodeStatuses {
         let mut state = CycleState::new();
         let mut rec = Default::default();
@@ -435,14 +447,7 @@ mod tests {
         let snap = Snapshot::from_nodes(vec![Arc::new(n1), Arc::new(n2)]);
         let pod = with_priority(pod_requesting("p", &[("cpu", "3")]), 100, "");
         let fw = framework();
-        let statuses = schedule_fails(&fw, &pod, &snap);
-        let (res, s) = DefaultPreemption::new(Default::default()).post_filter(
-            &fw,
-            &CycleState::new(),
-            &pod,
-            &snap,
-            &statuses,
-        );
+        let (res, s) = preempt(&fw, &pod, &snap);
         assert!(s.is_success(), "{s}");
         assert_eq!(res.nominated_node.as_deref(), Some("n2"));
         assert_eq!(
@@ -465,14 +470,7 @@ mod tests {
         let snap = Snapshot::from_nodes(vec![Arc::new(n1)]);
         let pod = with_priority(pod_requesting("p", &[("cpu", "2")]), 100, "");
         let fw = framework();
-        let statuses = schedule_fails(&fw, &pod, &snap);
-        let (res, s) = DefaultPreemption::new(Default::default()).post_filter(
-            &fw,
-            &CycleState::new(),
-            &pod,
-            &snap,
-            &statuses,
-        );
+        let (res, s) = preempt(&fw, &pod, &snap);
         assert!(res.nominated_node.is_none());
         assert_eq!(
             s.message(),
@@ -500,14 +498,7 @@ mod tests {
         let snap = Snapshot::from_nodes(vec![Arc::new(n1)]);
         let pod = with_priority(pod_requesting("p", &[("cpu", "3")]), 50, "");
         let fw = framework();
-        let statuses = schedule_fails(&fw, &pod, &snap);
-        let (res, s) = DefaultPreemption::new(Default::default()).post_filter(
-            &fw,
-            &CycleState::new(),
-            &pod,
-            &snap,
-            &statuses,
-        );
+        let (res, s) = preempt(&fw, &pod, &snap);
         assert!(res.nominated_node.is_none());
         assert_eq!(
             s.message(),
@@ -522,14 +513,7 @@ mod tests {
         // More than the node has at all: UnschedulableAndUnresolvable.
         let pod = with_priority(pod_requesting("p", &[("cpu", "8")]), 100, "");
         let fw = framework();
-        let statuses = schedule_fails(&fw, &pod, &snap);
-        let (_, s) = DefaultPreemption::new(Default::default()).post_filter(
-            &fw,
-            &CycleState::new(),
-            &pod,
-            &snap,
-            &statuses,
-        );
+        let (_, s) = preempt(&fw, &pod, &snap);
         assert_eq!(
             s.message(),
             "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
@@ -595,14 +579,7 @@ mod tests {
         };
         let pod = with_priority(pod_requesting("p", &[("cpu", "2")]), 100, "");
         let fw = framework();
-        let statuses = schedule_fails(&fw, &pod, &snap);
-        let (res, s) = DefaultPreemption::new(Default::default()).post_filter(
-            &fw,
-            &CycleState::new(),
-            &pod,
-            &snap,
-            &statuses,
-        );
+        let (res, s) = preempt(&fw, &pod, &snap);
         assert!(s.is_success(), "{s}");
         assert_eq!(
             res.victims
@@ -682,14 +659,7 @@ mod tests {
         nominated("q", "2", 100, "n1", &n);
         let preempt = |cpu: &str| {
             let pod = with_priority(pod_requesting("p", &[("cpu", cpu)]), 50, "");
-            let statuses = schedule_fails(&fw, &pod, &snap);
-            DefaultPreemption::new(Default::default()).post_filter(
-                &fw,
-                &CycleState::new(),
-                &pod,
-                &snap,
-                &statuses,
-            )
+            preempt(&fw, &pod, &snap)
         };
         // 2 cpu: evicting v leaves room beside q.
         let (res, s) = preempt("2");
@@ -746,14 +716,7 @@ mod tests {
             ..Default::default()
         });
         let pod = PodInfo::new(Arc::new(raw));
-        let statuses = schedule_fails(&fw, &pod, &snap);
-        let (res, s) = DefaultPreemption::new(Default::default()).post_filter(
-            &fw,
-            &CycleState::new(),
-            &pod,
-            &snap,
-            &statuses,
-        );
+        let (res, s) = preempt(&fw, &pod, &snap);
         assert_eq!(
             s.message(),
             "preemption: not eligible due to a terminating pod on the nominated node."

@@ -97,8 +97,8 @@ fn role_ref(kind: &str, name: &str) -> RoleRef {
 }
 
 /// Cluster-wide, read only: what the agent's leaf watches and the leaf check read (nodes,
-/// pods, volumes, claims, classes, CSI nodes, namespaces, events). No Secret, no
-/// ConfigMap, no write.
+/// pods, volumes, claims, classes, CSI nodes, namespaces, events), and the PriorityClasses
+/// pod sync looks up to keep a pod's class in its copy. No Secret, no ConfigMap, no write.
 pub fn reader_role() -> ClusterRole {
     let read = ["get", "list", "watch"];
     ClusterRole {
@@ -116,6 +116,7 @@ pub fn reader_role() -> ClusterRole {
                 &read,
             ),
             rule(&["storage.k8s.io"], &["storageclasses", "csinodes"], &read),
+            rule(&["scheduling.k8s.io"], &["priorityclasses"], &read),
             rule(&["", "events.k8s.io"], &["events"], &read),
         ]),
         ..Default::default()

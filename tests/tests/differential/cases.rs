@@ -173,6 +173,24 @@ fn start_time(seconds: u64) -> String {
     )
 }
 
+/// In `percent` of cases, one or two pods nominated to the case's nodes.
+fn nominations(
+    rng: &mut Rng,
+    percent: u64,
+    tag: &str,
+    node_names: &[String],
+    classes: &[&str],
+) -> Vec<Value> {
+    let mut out = Vec::new();
+    if rng.chance(percent) {
+        for i in 0..1 + rng.below(2) as usize {
+            let node = rng.pick(node_names).clone();
+            out.push(nominated_pod(rng, tag, i, &node, classes));
+        }
+    }
+    out
+}
+
 /// A pod nominated to `node`, of a random priority and size.
 fn nominated_pod(rng: &mut Rng, tag: &str, i: usize, node: &str, classes: &[&str]) -> Value {
     let mut spec = json!({"schedulerName": NOMINATED_SCHEDULER,
@@ -500,19 +518,13 @@ pub fn generate(seed: u64, id: usize, batch: &str) -> Case {
         });
         spec["topologySpreadConstraints"] = json!(constraints);
     }
-    let mut nominated = Vec::new();
-    if rng.chance(20) {
-        for i in 0..1 + rng.below(2) as usize {
-            let node = rng.pick(&node_names).clone();
-            nominated.push(nominated_pod(
-                &mut rng,
-                &tag,
-                i,
-                &node,
-                &["", "diff-low", "diff-high"],
-            ));
-        }
-    }
+    let nominated = nominations(
+        &mut rng,
+        20,
+        &tag,
+        &node_names,
+        &["", "diff-low", "diff-high"],
+    );
     let version = *rng.pick(&["v1", "v2"]);
     let mut services = Vec::new();
     if spec.get("topologySpreadConstraints").is_none() && rng.chance(40) {
@@ -590,19 +602,7 @@ fn generate_preemption(seed: u64, id: usize, batch: &str, tag: String, mut rng: 
                        "desiredHealthy": 0, "expectedPods": 0},
         }));
     }
-    let mut nominated = Vec::new();
-    if rng.chance(40) {
-        for i in 0..1 + rng.below(2) as usize {
-            let node = rng.pick(&node_names).clone();
-            nominated.push(nominated_pod(
-                &mut rng,
-                &tag,
-                i,
-                &node,
-                &["diff-low", "diff-high"],
-            ));
-        }
-    }
+    let nominated = nominations(&mut rng, 40, &tag, &node_names, &["diff-low", "diff-high"]);
     let pod = json!({
         "metadata": {"name": INCOMING, "namespace": tag, "labels": {"app": INCOMING}},
         "spec": {
