@@ -1028,3 +1028,87 @@ async fn leaf_copies_keep_the_priority_class_the_leaf_has() -> anyhow::Result<()
     );
     Ok(())
 }
+
+/// Preemption across clusters: a high-priority pod preempts a lower-priority host pod that
+/// runs in the leaf — the dry run takes the victim's copy out of the leaf's view, so the
+/// room its eviction makes there counts — then takes its place in the leaf.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pod_preempts_onto_a_virtual_node() -> anyhow::Result<()> {
+    use k8s_openapi::api::scheduling::v1::PriorityClass;
+    let mut cps =
+        ControlPlane::start_many(&["pre-host", "pre-east"], ControlPlaneOptions::full()).await?;
+    let leaf = cps.pop().ok_or_else(|| anyhow::anyhow!("no leaf"))?;
+    let host = cps.pop().ok_or_else(|| anyhow::anyhow!("no host"))?;
+    node(
+        &leaf.client,
+        "east-1",
+        "2",
+        json!({"kubernetes.io/hostname": "east-1"}),
+    )
+    .await?;
+    for (name, value) in [("low", 100), ("high", 1000)] {
+        let pc: PriorityClass =
+            serde_json::from_value(json!({"metadata": {"name": name}, "value": value}))?;
+        Api::<PriorityClass>::all(host.client.clone())
+            .create(&PostParams::default(), &pc)
+            .await?;
+    }
+    mcsched_e2e::objects::join_as_join_does(&host.client, &leaf, "east", json!({})).await?;
+    let agent = Agent::start(&host.kubeconfig, "mcsched", host.dir())?;
+    let nodes: Api<Node> = Api::all(host.client.clone());
+    wait_ready(&nodes, "mcsched-east", "True", Duration::from_secs(120))
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
+    let pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
+    let create = |name: &str, class: &str| -> anyhow::Result<Pod> {
+        let mut p = pod(name, "1500m", None);
+        p["spec"]["priorityClassName"] = json!(class);
+        p["spec"]["tolerations"] = json!([{"key": keys::LEAF_TAINT, "operator": "Exists"}]);
+        Ok(serde_json::from_value(p)?)
+    };
+    let running = |name: &'static str| {
+        let pods = pods.clone();
+        async move {
+            Ok(pods
+                .get_opt(name)
+                .await?
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .and_then(|p| p.spec)
+                .and_then(|s| s.node_name))
+        }
+    };
+    pods.create(&PostParams::default(), &create("victim", "low")?)
+        .await?;
+    let node = wait::until(TIMEOUT, "default/victim Running in the leaf", || {
+        running("victim")
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    assert_eq!(node, "mcsched-east");
+
+    pods.create(&PostParams::default(), &create("urgent", "high")?)
+        .await?;
+    let node = wait::until(
+        Duration::from_secs(120),
+        "default/urgent Running in the leaf in the victim's place",
+        || running("urgent"),
+    )
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    assert_eq!(node, "mcsched-east");
+    assert!(
+        pods.get_opt("victim").await?.is_none(),
+        "the victim is still there"
+    );
+    let preempted = events_of(&host.client, "victim", "Preempted").await?;
+    assert!(
+        preempted
+            .iter()
+            .any(|n| n.starts_with("Preempted by pod") && n.contains("on node mcsched-east")),
+        "{preempted:?}"
+    );
+    let leaf_pods: Api<Pod> = Api::namespaced(leaf.client.clone(), "default");
+    assert!(leaf_pods.get_opt("victim").await?.is_none());
+    assert!(leaf_pods.get_opt("urgent").await?.is_some());
+    Ok(())
+}

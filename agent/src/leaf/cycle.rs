@@ -21,6 +21,7 @@ impl Default for Access {
 pub const LEAF_CYCLE_KEY: &str = "mcsched.io/leaf-cycle";
 
 /// One leaf as the agent sees it at the start of a cycle.
+#[derive(Clone)]
 pub struct LeafView {
     pub cluster: String,
     pub snapshot: Snapshot,
@@ -49,6 +50,22 @@ pub struct LeafCycle {
     pub host_volumes: Arc<VolumeObjects>,
     /// Whether pod sync may read the ConfigMaps and Secrets a pod refers to.
     pub access: Access,
+    /// Preemption's what-if: leaf copies of host victims taken out of their leaf's view,
+    /// by host pod key, with their cluster and leaf node.
+    removed: HashMap<String, (String, String, Arc<PodInfo>)>,
+}
+
+/// Whether leaf pod `copy` is this host's copy of host pod `host`: same name, and the
+/// host pod's UID in its annotation.
+fn is_copy_of(copy: &PodInfo, host: &PodInfo) -> bool {
+    copy.key == host.key
+        && copy
+            .pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(mcsched_shared::keys::HOST_POD_UID_ANNOTATION))
+            .is_some_and(|uid| !host.uid.is_empty() && *uid == host.uid)
 }
 
 impl LeafCycle {
@@ -61,6 +78,54 @@ impl LeafCycle {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, LeafChoice>> {
         self.choices.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Preemption's what-if of evicting host pod `victim` from a virtual node of
+    /// `cluster`: its copy leaves the leaf's view, so the leaf check sees the room the
+    /// eviction makes there. False when the leaf holds no copy of it.
+    pub fn remove_copy(&mut self, cluster: &str, victim: &PodInfo) -> bool {
+        let Some(view) = self.views.get(cluster) else {
+            return false;
+        };
+        let Some((i, copy)) = view.snapshot.nodes.iter().enumerate().find_map(|(i, n)| {
+            n.pods
+                .iter()
+                .find(|p| is_copy_of(p, victim))
+                .map(|p| (i, p.clone()))
+        }) else {
+            return false;
+        };
+        let Some(view) = Arc::make_mut(&mut self.views).get_mut(cluster) else {
+            return false;
+        };
+        let view = Arc::make_mut(view);
+        let nodes = Arc::make_mut(&mut view.snapshot.nodes);
+        let mut node = (*nodes[i]).clone();
+        node.remove_pod(&copy.key);
+        let leaf_node = node.name.clone();
+        nodes[i] = Arc::new(node);
+        self.removed
+            .insert(victim.key.clone(), (cluster.to_string(), leaf_node, copy));
+        true
+    }
+
+    /// Undoes [`remove_copy`](Self::remove_copy): the victim is spared after all.
+    pub fn restore_copy(&mut self, victim: &PodInfo) -> bool {
+        let Some((cluster, leaf_node, copy)) = self.removed.remove(&victim.key) else {
+            return false;
+        };
+        let Some(view) = Arc::make_mut(&mut self.views).get_mut(&cluster) else {
+            return false;
+        };
+        let view = Arc::make_mut(view);
+        let Some(&i) = view.snapshot.index.get(&leaf_node) else {
+            return false;
+        };
+        let nodes = Arc::make_mut(&mut view.snapshot.nodes);
+        let mut node = (*nodes[i]).clone();
+        node.add_pod(copy);
+        nodes[i] = Arc::new(node);
+        true
     }
 
     pub fn record_choice(&self, virtual_node: &str, cluster: &str, leaf_node: &str) {

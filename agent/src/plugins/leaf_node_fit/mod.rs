@@ -88,6 +88,38 @@ impl PreFilterPlugin for LeafNodeFit {
             None => (None, Status::success()),
         }
     }
+
+    /// Preemption across clusters: a victim on a virtual node runs in the leaf, so its
+    /// copy leaves the leaf's view too, and the check sees the room its eviction makes.
+    fn remove_pod(
+        &self,
+        state: &mut CycleState,
+        _pod: &PodInfo,
+        removed: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status {
+        if let Some(cluster) = node.cluster.as_deref()
+            && let Some(cycle) = state.read_mut::<LeafCycle>(LEAF_CYCLE_KEY)
+        {
+            cycle.remove_copy(cluster, removed);
+        }
+        Status::success()
+    }
+
+    fn add_pod(
+        &self,
+        state: &mut CycleState,
+        _pod: &PodInfo,
+        added: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status {
+        if node.cluster.is_some()
+            && let Some(cycle) = state.read_mut::<LeafCycle>(LEAF_CYCLE_KEY)
+        {
+            cycle.restore_copy(added);
+        }
+        Status::success()
+    }
 }
 
 impl FilterPlugin for LeafNodeFit {
@@ -130,7 +162,7 @@ impl ReservePlugin for LeafNodeFit {
 mod tests {
     use super::*;
     use crate::leaf::cycle::LeafView;
-    use crate::plugins::testing::{node_with, pod_requesting};
+    use crate::plugins::testing::{node_with, pod_requesting, pod_with};
     use std::collections::BTreeMap;
     use std::sync::Mutex;
 
@@ -232,5 +264,66 @@ mod tests {
         let snap = Snapshot::from_nodes(vec![Arc::new(node_with("host-1", |_| {}))]);
         let (_, s) = plugin.pre_filter(&mut CycleState::new(), &pod_requesting("p", &[]), &snap);
         assert!(s.is_skip());
+    }
+
+    #[test]
+    fn evicting_a_host_pod_frees_its_copys_room_in_the_leaf() {
+        // east-1 (4 CPU) runs the copy of host pod `victim` (3 CPU): 1 CPU free there.
+        let victim = pod_requesting("victim", &[("cpu", "3")]);
+        let copy = {
+            let mut raw = (*victim.pod).clone();
+            raw.metadata.annotations = Some(BTreeMap::from([(
+                mcsched_shared::keys::HOST_POD_UID_ANNOTATION.to_string(),
+                victim.uid.clone(),
+            )]));
+            Arc::new(PodInfo::new(Arc::new(raw)))
+        };
+        let mut east = node_with("east-1", |_| {});
+        east.add_pod(copy);
+        let view = LeafView {
+            cluster: "east".into(),
+            snapshot: Snapshot::from_nodes(vec![Arc::new(east)]),
+            checks: crate::leaf::leaf_checks::LeafChecks::settled("east"),
+            host_id: String::new(),
+        };
+        let cycle = LeafCycle::new(Arc::new(BTreeMap::from([(
+            "east".to_string(),
+            Arc::new(view),
+        )])));
+        let plugin = LeafNodeFit::new(None, Arc::new(crate::leaf::cycle::NoLeaves));
+        let vn = virtual_node();
+        let pod = pod_requesting("urgent", &[("cpu", "2")]);
+        let mut state = CycleState::new();
+        state.write(LEAF_CYCLE_KEY, cycle);
+        assert!(plugin.filter(&state, &pod, &vn).is_rejected());
+
+        // Preemption's what-if on a copy of the state: the copy goes, the pod fits there.
+        let mut what_if = state.clone();
+        let victim = Arc::new(victim);
+        assert!(
+            plugin
+                .remove_pod(&mut what_if, &pod, &victim, &vn)
+                .is_success()
+        );
+        assert!(plugin.filter(&what_if, &pod, &vn).is_success());
+        assert!(
+            plugin.filter(&state, &pod, &vn).is_rejected(),
+            "the cycle's own view is untouched"
+        );
+        // Spared after all: the room is taken again.
+        assert!(
+            plugin
+                .add_pod(&mut what_if, &pod, &victim, &vn)
+                .is_success()
+        );
+        assert!(plugin.filter(&what_if, &pod, &vn).is_rejected());
+        // A host pod of that name without this host's copy in the leaf frees nothing.
+        let stranger = pod_with(|p| {
+            p.metadata.name = Some("victim".into());
+            p.metadata.uid = Some("another-uid".into());
+        });
+        let mut what_if = state.clone();
+        plugin.remove_pod(&mut what_if, &pod, &stranger, &vn);
+        assert!(plugin.filter(&what_if, &pod, &vn).is_rejected());
     }
 }
