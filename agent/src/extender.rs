@@ -2,14 +2,15 @@
 //! prioritize, bind and preempt verbs, JSON with Go's PascalCase field names, read back
 //! case-insensitively as Go's decoder does.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::{Value, json};
 
-use crate::snapshot::PodInfo;
+use crate::framework::{PreemptionExtender, Victims};
+use crate::snapshot::{PodInfo, Snapshot};
 
 /// Extender priorities run 0..=10 and are scaled to node scores (0..=100).
 pub const MAX_EXTENDER_PRIORITY: i64 = 10;
@@ -338,57 +339,120 @@ impl Extender {
         }
     }
 
-    /// The preempt verb: the extender may drop candidate nodes or victims. Returns the
-    /// node names it keeps, each with the names of the victims it agrees to.
-    pub async fn process_preemption(
+    /// kube's HTTPExtender.ProcessPreemption: the candidates' victims as whole pods, or
+    /// by UID for a node-cache-capable extender; the answer's NodeNameToMetaVictims looked
+    /// up on the snapshot's nodes (a victim the node does not hold is an error).
+    pub async fn preempt(
         &self,
         pod: &Pod,
-        victims: &HashMap<String, Vec<Pod>>,
-    ) -> Result<HashMap<String, Vec<String>>, ExtenderError> {
+        victims: &BTreeMap<String, Victims>,
+        snapshot: &Snapshot,
+    ) -> Result<BTreeMap<String, Victims>, ExtenderError> {
         let Some(verb) = &self.config.preempt_verb else {
-            return Ok(victims
-                .iter()
-                .map(|(n, v)| {
-                    (
-                        n.clone(),
-                        v.iter().filter_map(|p| p.metadata.name.clone()).collect(),
-                    )
-                })
-                .collect());
+            return Err(ExtenderError::Invalid {
+                url: self.config.url_prefix.clone(),
+                message: "no preemptVerb".into(),
+            });
         };
-        let map: serde_json::Map<String, Value> = victims
+        let args: serde_json::Map<String, Value> = victims
             .iter()
-            .map(|(n, v)| (n.clone(), json!({ "Pods": v, "NumPDBViolations": 0 })))
-            .collect();
-        let answer = self
-            .post(verb, &json!({ "Pod": pod, "NodeNameToVictims": map }))
-            .await?;
-        let out = field(&answer, "NodeNameToMetaVictims")
-            .and_then(|m| m.as_object())
-            .map(|m| {
-                m.iter()
-                    .map(|(node, v)| {
-                        let names = field(v, "Pods")
-                            .and_then(|p| p.as_array())
-                            .map(|a| {
-                                a.iter()
-                                    .filter_map(|p| field(p, "UID").and_then(|u| u.as_str()))
-                                    .filter_map(|uid| {
-                                        victims
-                                            .get(node)?
-                                            .iter()
-                                            .find(|p| p.metadata.uid.as_deref() == Some(uid))
-                                    })
-                                    .filter_map(|p| p.metadata.name.clone())
-                                    .collect()
-                            })
-                            .unwrap_or_default();
-                        (node.clone(), names)
-                    })
-                    .collect()
+            .map(|(node, v)| {
+                let pods: Vec<Value> = if self.config.node_cache_capable {
+                    v.pods.iter().map(|p| json!({ "UID": p.uid })).collect()
+                } else {
+                    v.pods
+                        .iter()
+                        .map(|p| serde_json::to_value(&*p.pod).unwrap_or_default())
+                        .collect()
+                };
+                (
+                    node.clone(),
+                    json!({ "Pods": pods, "NumPDBViolations": v.pdb_violations }),
+                )
             })
-            .unwrap_or_default();
+            .collect();
+        let key = if self.config.node_cache_capable {
+            "NodeNameToMetaVictims"
+        } else {
+            "NodeNameToVictims"
+        };
+        let answer = self.post(verb, &json!({ "Pod": pod, key: args })).await?;
+        let invalid = |message: String| ExtenderError::Invalid {
+            url: self.url(verb),
+            message,
+        };
+        let mut out = BTreeMap::new();
+        let Some(meta) = field(&answer, "NodeNameToMetaVictims").and_then(|m| m.as_object()) else {
+            return Ok(out);
+        };
+        for (node, v) in meta {
+            let info = snapshot
+                .get(node)
+                .ok_or_else(|| invalid(format!("node {node} not found")))?;
+            let mut pods = Vec::new();
+            for p in field(v, "Pods")
+                .and_then(|p| p.as_array())
+                .into_iter()
+                .flatten()
+            {
+                let uid = field(p, "UID").and_then(|u| u.as_str()).unwrap_or_default();
+                let found = info.pods.iter().find(|q| !uid.is_empty() && q.uid == uid);
+                pods.push(found.cloned().ok_or_else(|| {
+                    invalid(format!(
+                        "claims to preempt pod (UID: {uid}) on node {node}, but the pod is not found on that node"
+                    ))
+                })?);
+            }
+            let pdb_violations = field(v, "NumPDBViolations")
+                .and_then(|n| n.as_u64())
+                .unwrap_or(0) as usize;
+            out.insert(
+                node.clone(),
+                Victims {
+                    pods,
+                    pdb_violations,
+                },
+            );
+        }
         Ok(out)
+    }
+}
+
+impl PreemptionExtender for Extender {
+    fn name(&self) -> String {
+        self.config.url_prefix.clone()
+    }
+
+    fn supports_preemption(&self) -> bool {
+        self.config.preempt_verb.is_some()
+    }
+
+    fn is_interested(&self, pod: &PodInfo) -> bool {
+        Extender::is_interested(self, pod)
+    }
+
+    fn is_ignorable(&self) -> bool {
+        self.config.ignorable
+    }
+
+    fn process_preemption(
+        &self,
+        pod: &PodInfo,
+        victims: &BTreeMap<String, Victims>,
+        snapshot: &Snapshot,
+    ) -> Result<BTreeMap<String, Victims>, String> {
+        use tokio::runtime::{Handle, RuntimeFlavor};
+        let handle = Handle::try_current()
+            .ok()
+            .filter(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread)
+            .ok_or_else(|| {
+                format!(
+                    "extender {}: preemption runs outside the agent's runtime",
+                    self.config.url_prefix
+                )
+            })?;
+        tokio::task::block_in_place(|| handle.block_on(self.preempt(&pod.pod, victims, snapshot)))
+            .map_err(|e| e.to_string())
     }
 }
 

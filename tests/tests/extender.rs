@@ -37,13 +37,43 @@ struct Calls {
     filter: AtomicUsize,
     prioritize: AtomicUsize,
     bind: AtomicUsize,
+    preempt: AtomicUsize,
 }
 
 /// An extender like seed 002's: filter drops `n2`, prioritize prefers `n3`, bind posts
-/// the Binding itself. Answers use lower-case keys here and there, as Go accepts them.
+/// the Binding itself, and preempt keeps every candidate but `n1` (with the victims it
+/// was given, answered by UID as kube's extenders do). Answers use lower-case keys here
+/// and there, as Go accepts them.
 async fn serve_extender(client: kube::Client, calls: Arc<Calls>) -> anyhow::Result<u16> {
-    let (c1, c2, c3) = (calls.clone(), calls.clone(), calls);
+    let (c1, c2, c3, c4) = (calls.clone(), calls.clone(), calls.clone(), calls);
     let app = axum::Router::new()
+        .route(
+            "/preempt",
+            post(move |Json(args): Json<Value>| {
+                let c = c4.clone();
+                async move {
+                    c.preempt.fetch_add(1, Ordering::SeqCst);
+                    let kept: serde_json::Map<String, Value> = args["NodeNameToVictims"]
+                        .as_object()
+                        .cloned()
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter(|(node, _)| node != "n1")
+                        .map(|(node, v)| {
+                            let uids: Vec<Value> = v["Pods"]
+                                .as_array()
+                                .cloned()
+                                .unwrap_or_default()
+                                .iter()
+                                .map(|p| json!({"uid": p["metadata"]["uid"]}))
+                                .collect();
+                            (node, json!({"pods": uids, "numPDBViolations": v["NumPDBViolations"]}))
+                        })
+                        .collect();
+                    Json(json!({"nodeNameToMetaVictims": kept}))
+                }
+            }),
+        )
         .route(
             "/filter",
             post(move |Json(args): Json<Value>| {
@@ -321,5 +351,71 @@ async fn an_extenders_rejection_changes_what_if_as_it_changes_the_live_decision(
         }
     );
     assert!(calls.prioritize.load(Ordering::SeqCst) >= 2);
+    Ok(())
+}
+
+/// The extender's preempt verb takes part in preemption as in kube-scheduler: of three
+/// full nodes, preemption alone would pick n1 (the lowest-priority victim), but the
+/// extender drops n1 from the candidates, so the pod is nominated to n2 and only n2's
+/// victim goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extenders_preempt_verb_narrows_the_candidates() -> anyhow::Result<()> {
+    use k8s_openapi::api::scheduling::v1::PriorityClass;
+    let (cp, calls, agent) = with_extender(
+        "extender-preempt",
+        "with-extender",
+        "  preemptVerb: \"preempt\"\n",
+    )
+    .await?;
+    for (name, value) in [("p10", 10), ("p20", 20), ("p30", 30), ("urgent", 1000)] {
+        let pc: PriorityClass =
+            serde_json::from_value(json!({"metadata": {"name": name}, "value": value}))?;
+        Api::<PriorityClass>::all(cp.client.clone())
+            .create(&PostParams::default(), &pc)
+            .await?;
+    }
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
+    for (node, class) in [("n1", "p10"), ("n2", "p20"), ("n3", "p30")] {
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": format!("busy-{node}"), "namespace": "default"},
+            "spec": {"nodeName": node, "priorityClassName": class,
+                "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "4"}}}]},
+        }))?;
+        pods.create(&PostParams::default(), &p).await?;
+    }
+    let urgent: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "urgent", "namespace": "default"},
+        "spec": {"schedulerName": "with-extender", "priorityClassName": "urgent",
+            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "3"}}}]},
+    }))?;
+    pods.create(&PostParams::default(), &urgent).await?;
+    let nominated = wait::until(TIMEOUT, "default/urgent nominated", || async {
+        Ok(pods
+            .get("urgent")
+            .await?
+            .status
+            .and_then(|s| s.nominated_node_name))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e:#}\nagent log:\n{}", agent.logs()))?;
+    assert_eq!(nominated, "n2");
+    // No kubelet here: an evicted pod stays Terminating.
+    let terminating = |name: &'static str| {
+        let pods = pods.clone();
+        async move {
+            Ok::<bool, anyhow::Error>(
+                pods.get_opt(name)
+                    .await?
+                    .is_none_or(|p| p.metadata.deletion_timestamp.is_some()),
+            )
+        }
+    };
+    wait::until(TIMEOUT, "n2's victim evicted", || async {
+        Ok(terminating("busy-n2").await?.then_some(()))
+    })
+    .await?;
+    assert!(!terminating("busy-n1").await?, "n1's pod was preempted");
+    assert!(!terminating("busy-n3").await?, "n3's pod was preempted");
+    assert!(calls.preempt.load(Ordering::SeqCst) >= 1);
     Ok(())
 }

@@ -49,6 +49,32 @@ pub enum ClusterEvent {
 /// priority. Nodes without nominated pods are absent.
 pub type NominatedPods = std::collections::HashMap<String, Vec<Arc<PodInfo>>>;
 
+/// A node's preemption victims and how many PodDisruptionBudgets evicting them breaks
+/// (kube's `extenderv1.Victims`).
+#[derive(Debug, Clone, Default)]
+pub struct Victims {
+    pub pods: Vec<Arc<PodInfo>>,
+    pub pdb_violations: usize,
+}
+
+/// A scheduler extender's preempt verb as preemption calls it (kube's
+/// `Extender.ProcessPreemption`): it may drop candidate nodes or change their victims.
+pub trait PreemptionExtender: Send + Sync {
+    fn name(&self) -> String;
+    fn supports_preemption(&self) -> bool;
+    fn is_interested(&self, pod: &PodInfo) -> bool;
+    /// Its errors skip it instead of failing preemption.
+    fn is_ignorable(&self) -> bool;
+    /// Blocks until the extender answers: preemption runs on a blocking thread. The
+    /// victims it names are looked up on the nodes of `snapshot`.
+    fn process_preemption(
+        &self,
+        pod: &PodInfo,
+        victims: &std::collections::BTreeMap<String, Victims>,
+        snapshot: &Snapshot,
+    ) -> Result<std::collections::BTreeMap<String, Victims>, String>;
+}
+
 /// Where the framework reads nominations; the scheduling queue's side keeps them.
 pub trait PodNominator: Send + Sync {
     /// Every current nomination, as one consistent view.

@@ -86,6 +86,8 @@ pub struct Framework {
     waiting_pods: Arc<WaitingPods>,
     /// Pods nominated by preemption, which Filter counts on their nodes.
     nominator: Arc<dyn PodNominator>,
+    /// The scheduler's extenders, for preemption's preempt verb (set once they exist).
+    extenders: std::sync::OnceLock<Vec<Arc<dyn super::PreemptionExtender>>>,
 }
 
 /// Nodes one parallel Filter task checks in a row.
@@ -267,6 +269,7 @@ impl Framework {
             next_start: AtomicUsize::new(0),
             waiting_pods: Arc::default(),
             nominator: Arc::new(super::NoNominations),
+            extenders: std::sync::OnceLock::new(),
         };
         let handle = fw.handle();
         for p in fw.plugins() {
@@ -279,6 +282,15 @@ impl Framework {
     pub fn with_nominator(mut self, nominator: Arc<dyn PodNominator>) -> Self {
         self.nominator = nominator;
         self
+    }
+
+    /// The scheduler's extenders, for preemption (kube's `Handle.Extenders`); set once.
+    pub fn set_extenders(&self, extenders: Vec<Arc<dyn super::PreemptionExtender>>) {
+        let _ = self.extenders.set(extenders);
+    }
+
+    pub fn extenders(&self) -> &[Arc<dyn super::PreemptionExtender>] {
+        self.extenders.get().map(Vec::as_slice).unwrap_or_default()
     }
 
     /// The pods nominated to `node` (kube's `NominatedPodsForNode`).

@@ -12,6 +12,7 @@ use rand::RngExt;
 
 use crate::framework::{
     Code, CycleState, Framework, NodeStatuses, Plugin, PostFilterPlugin, PostFilterResult, Status,
+    Victims,
 };
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 
@@ -230,6 +231,71 @@ impl DefaultPreemption {
     }
 }
 
+/// kube's `callExtenders`: each interested extender with a preempt verb may drop candidate
+/// nodes or change their victims, in turn; an ignorable one's errors skip it.
+fn call_extenders(
+    fw: &Framework,
+    pod: &PodInfo,
+    candidates: Vec<Candidate>,
+    snapshot: &Snapshot,
+) -> Result<Vec<Candidate>, Status> {
+    let extenders: Vec<_> = fw
+        .extenders()
+        .iter()
+        .filter(|e| e.supports_preemption() && e.is_interested(pod))
+        .collect();
+    if extenders.is_empty() {
+        return Ok(candidates);
+    }
+    let mut victims: std::collections::BTreeMap<String, Victims> = candidates
+        .into_iter()
+        .map(|c| {
+            (
+                c.node,
+                Victims {
+                    pods: c.victims,
+                    pdb_violations: c.pdb_violations,
+                },
+            )
+        })
+        .collect();
+    for e in extenders {
+        let mut kept = match e.process_preemption(pod, &victims, snapshot) {
+            Ok(kept) => kept,
+            Err(err) if e.is_ignorable() => {
+                tracing::info!(extender = %e.name(), error = %err, "skipped an ignorable extender's preempt verb");
+                continue;
+            }
+            Err(err) => return Err(Status::error(err)),
+        };
+        let empty: Vec<String> = kept
+            .iter()
+            .filter(|(_, v)| v.pods.is_empty())
+            .map(|(n, _)| n.clone())
+            .collect();
+        for node in empty {
+            if !e.is_ignorable() {
+                return Err(Status::error(format!(
+                    "expected at least one victim pod on node {node:?}"
+                )));
+            }
+            kept.remove(&node);
+        }
+        victims = kept;
+        if victims.is_empty() {
+            break;
+        }
+    }
+    Ok(victims
+        .into_iter()
+        .map(|(node, v)| Candidate {
+            node,
+            victims: v.pods,
+            pdb_violations: v.pdb_violations,
+        })
+        .collect())
+}
+
 /// kube's `pickOneNodeForPreemption`: fewest PDB violations, then the lowest highest
 /// victim priority, the smallest sum of priorities, the fewest victims, the latest start
 /// of the highest-priority victims; then the first.
@@ -333,7 +399,7 @@ impl PostFilterPlugin for DefaultPreemption {
                 Err(s) => failed.push(s),
             }
         }
-        let Some(best) = pick_one(&candidates) else {
+        if candidates.is_empty() {
             // kube's FitError of the dry run: each node's reasons, the nodes it did not
             // try as not helpful.
             let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
@@ -356,6 +422,16 @@ impl PostFilterPlugin for DefaultPreemption {
                     "preemption: 0/{total} nodes are available: {}.",
                     parts.join(", ")
                 )),
+            );
+        }
+        let candidates = match call_extenders(fw, pod, candidates, snapshot) {
+            Ok(c) => c,
+            Err(s) => return (PostFilterResult::default(), s),
+        };
+        let Some(best) = pick_one(&candidates) else {
+            return (
+                PostFilterResult::default(),
+                Status::unschedulable("preemption: no candidate node for preemption"),
             );
         };
         // Lower-priority pods nominated there may no longer fit: their nominations go, so

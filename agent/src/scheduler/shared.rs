@@ -42,6 +42,15 @@ impl Shared {
         leaves: Arc<Leaves>,
         options: &SchedulerOptions,
     ) -> Arc<Self> {
+        // Preemption calls the extenders' preempt verb, as kube's through its Handle.
+        for fw in profiles.frameworks.values() {
+            fw.set_extenders(
+                extenders
+                    .iter()
+                    .map(|e| e.clone() as Arc<dyn crate::framework::PreemptionExtender>)
+                    .collect(),
+            );
+        }
         let queue = SchedulingQueue::new(
             options.initial_backoff,
             options.max_backoff,
