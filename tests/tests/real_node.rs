@@ -188,12 +188,20 @@ async fn agent_pods(pods: &Api<Pod>) -> anyhow::Result<Vec<Pod>> {
 /// The pod whose name starts the Lease holder's identity (`<hostname>_<random>`; the
 /// hostname in a pod is the pod's name).
 async fn leader(leases: &Api<Lease>) -> anyhow::Result<Option<String>> {
+    Ok(leader_identity(leases)
+        .await?
+        .and_then(|h| h.split_once('_').map(|(pod, _)| pod.to_string())))
+}
+
+/// The agent Lease's holder identity (`<pod>_<random>`): a restarted container of the
+/// same pod holds it under a new identity.
+async fn leader_identity(leases: &Api<Lease>) -> anyhow::Result<Option<String>> {
     for lease in leases.list(&ListParams::default()).await?.items {
         if let Some(holder) = lease.spec.and_then(|s| s.holder_identity)
-            && let Some((pod, _)) = holder.split_once('_')
-            && pod.starts_with(keys::AGENT_NAME)
+            && holder.starts_with(keys::AGENT_NAME)
+            && holder.contains('_')
         {
-            return Ok(Some(pod.to_string()));
+            return Ok(Some(holder));
         }
     }
     Ok(None)
@@ -438,16 +446,26 @@ async fn the_installed_agent_runs_in_containers_on_the_real_node() -> anyhow::Re
         .find(|p| p.metadata.name.as_deref() == Some(&first_leader))
         .context("leader pod")?;
     let killed = container_id(leader_pod).context("leader container")?;
+    let first_identity = leader_identity(&leases)
+        .await?
+        .context("the leader's identity")?;
     let killed_at = Instant::now();
     host_node.kill_container(&killed)?;
-    let second_leader = wait::until(Duration::from_secs(90), "the standby to take over", || {
+    // The standby, or the killed pod's restarted container if the kubelet restarts it
+    // before the Lease expires: either is a new identity that leads.
+    let second_leader = wait::until(Duration::from_secs(90), "a new leader to take over", || {
         let leases = leases.clone();
-        let first = first_leader.clone();
-        async move { Ok(leader(&leases).await?.filter(|l| *l != first)) }
+        let first = first_identity.clone();
+        async move { Ok(leader_identity(&leases).await?.filter(|l| *l != first)) }
     })
     .await?;
+    let who = if second_leader.starts_with(&format!("{first_leader}_")) {
+        "the killed pod, restarted"
+    } else {
+        "the standby"
+    };
     eprintln!(
-        "[{:?}] {second_leader} took over {:?} after the kill",
+        "[{:?}] {second_leader} ({who}) took over {:?} after the kill",
         started.elapsed(),
         killed_at.elapsed()
     );
