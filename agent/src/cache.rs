@@ -175,6 +175,11 @@ impl Cache {
         self.pods.get(key).is_some_and(|e| e.assumed)
     }
 
+    /// The pods assumed and not yet seen bound.
+    pub fn assumed_pods(&self) -> impl Iterator<Item = &Arc<PodInfo>> {
+        self.pods.values().filter(|e| e.assumed).map(|e| &e.info)
+    }
+
     /// The UID of the pod assumed under `key`, if any.
     pub fn assumed_uid(&self, key: &str) -> Option<&str> {
         self.pods

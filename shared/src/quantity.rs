@@ -115,6 +115,70 @@ impl Quantity {
     }
 }
 
+impl Quantity {
+    pub const ZERO: Quantity = Quantity { nanos: 0 };
+
+    /// Saturating, as amounts come from users' objects.
+    pub fn saturating_add(self, other: Quantity) -> Quantity {
+        Quantity {
+            nanos: self.nanos.saturating_add(other.nanos),
+        }
+    }
+
+    pub fn saturating_sub(self, other: Quantity) -> Quantity {
+        Quantity {
+            nanos: self.nanos.saturating_sub(other.nanos),
+        }
+    }
+
+    pub fn is_zero(&self) -> bool {
+        self.nanos == 0
+    }
+
+    /// As `resource.Quantity` prints itself: in binary suffixes (`Ki` … `Ei`) when
+    /// `binary` and the value is a whole multiple of one, else with the largest decimal
+    /// suffix (`n` … `E`) that keeps it whole: `2`, `500m`, `1Gi`, `1500m`, `2k`.
+    pub fn canonical(&self, binary: bool) -> String {
+        let sign = if self.nanos < 0 { "-" } else { "" };
+        let n = self.nanos.unsigned_abs();
+        if n == 0 {
+            return "0".into();
+        }
+        if binary && n % NANOS_PER_UNIT as u128 == 0 {
+            let v = n / NANOS_PER_UNIT as u128;
+            for (shift, suffix) in [(60, "Ei"), (50, "Pi"), (40, "Ti"), (30, "Gi"), (20, "Mi"), (10, "Ki")] {
+                if v % (1u128 << shift) == 0 {
+                    return format!("{sign}{}{suffix}", v >> shift);
+                }
+            }
+            return format!("{sign}{v}");
+        }
+        for (exp, suffix) in [
+            (27u32, "E"),
+            (24, "P"),
+            (21, "T"),
+            (18, "G"),
+            (15, "M"),
+            (12, "k"),
+            (9, ""),
+            (6, "m"),
+            (3, "u"),
+        ] {
+            let unit = 10u128.pow(exp);
+            if n % unit == 0 {
+                return format!("{sign}{}{suffix}", n / unit);
+            }
+        }
+        format!("{sign}{n}n")
+    }
+}
+
+impl std::fmt::Display for Quantity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.canonical(false))
+    }
+}
+
 fn ceil_div(a: i128, b: i128) -> i128 {
     let q = a / b;
     if a % b != 0 && (a > 0) == (b > 0) {
@@ -155,6 +219,19 @@ mod tests {
             assert_eq!(q(text).value(), value, "value of {text}");
             assert_eq!(q(text).milli_value(), milli, "milli value of {text}");
         }
+    }
+
+    #[test]
+    fn sums_print_as_resource_quantity_prints_them() {
+        let sum = q("1Gi").saturating_add(q("512Mi"));
+        assert_eq!(sum.canonical(true), "1536Mi");
+        assert_eq!(q("1").saturating_add(q("500m")).canonical(false), "1500m");
+        assert_eq!(q("2000").canonical(false), "2k");
+        assert_eq!(q("2").canonical(true), "2");
+        assert_eq!(q("1.5").canonical(true), "1500m");
+        assert_eq!(q("3").saturating_sub(q("4")).canonical(false), "-1");
+        assert_eq!(Quantity::ZERO.canonical(true), "0");
+        assert!(q("1m") > q("0"));
     }
 
     #[test]

@@ -132,6 +132,83 @@ pub fn pod_requests(pod: &Pod) -> Result<Resources, ResourceError> {
     Ok(reqs)
 }
 
+/// Which side of containers' resources [`pod_amounts`] sums.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Requests,
+    Limits,
+}
+
+/// A pod's requests or limits by resource name, kept as quantities (quota and limit
+/// ranges compare and print them as given): the same sum as [`pod_requests`] — app
+/// containers and sidecars, at least the largest init step, plus the overhead (for limits
+/// only on resources that have one, as kube's `PodLimits`).
+pub fn pod_amounts(pod: &Pod, side: Side) -> Result<BTreeMap<String, Quantity>, ResourceError> {
+    type Amounts = BTreeMap<String, Quantity>;
+    fn of(c: &Container, side: Side) -> Result<Amounts, ResourceError> {
+        let map = c.resources.as_ref().and_then(|r| match side {
+            Side::Requests => r.requests.as_ref(),
+            Side::Limits => r.limits.as_ref(),
+        });
+        map.into_iter()
+            .flatten()
+            .map(|(name, q)| {
+                Quantity::parse(&q.0)
+                    .map(|q| (name.clone(), q))
+                    .map_err(|source| ResourceError {
+                        resource: name.clone(),
+                        source,
+                    })
+            })
+            .collect()
+    }
+    fn add(to: &mut Amounts, more: &Amounts) {
+        for (k, v) in more {
+            let e = to.entry(k.clone()).or_insert(Quantity::ZERO);
+            *e = e.saturating_add(*v);
+        }
+    }
+    fn max_with(to: &mut Amounts, other: &Amounts) {
+        for (k, v) in other {
+            let e = to.entry(k.clone()).or_insert(Quantity::ZERO);
+            *e = (*e).max(*v);
+        }
+    }
+    let Some(spec) = pod.spec.as_ref() else {
+        return Ok(Amounts::new());
+    };
+    let mut total = Amounts::new();
+    for c in &spec.containers {
+        add(&mut total, &of(c, side)?);
+    }
+    let mut sidecars = Amounts::new();
+    let mut init_peak = Amounts::new();
+    for ic in spec.init_containers.iter().flatten() {
+        let mut step = of(ic, side)?;
+        if ic.restart_policy.as_deref() == Some("Always") {
+            add(&mut total, &step);
+            add(&mut sidecars, &step);
+            step = sidecars.clone();
+        } else {
+            add(&mut step, &sidecars);
+        }
+        max_with(&mut init_peak, &step);
+    }
+    max_with(&mut total, &init_peak);
+    for (name, q) in spec.overhead.iter().flatten() {
+        if side == Side::Limits && !total.contains_key(name) {
+            continue;
+        }
+        let q = Quantity::parse(&q.0).map_err(|source| ResourceError {
+            resource: name.clone(),
+            source,
+        })?;
+        let e = total.entry(name.clone()).or_insert(Quantity::ZERO);
+        *e = e.saturating_add(q);
+    }
+    Ok(total)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -248,5 +325,28 @@ mod tests {
         sum.sub(&r);
         sum.sub(&r);
         assert!(sum.milli_cpu <= 0);
+    }
+
+    #[test]
+    fn amounts_agree_with_requests_and_keep_limits_apart() {
+        let mut p = pod(
+            vec![
+                container("a", "100m", "64Mi", None),
+                container("b", "250m", "64Mi", None),
+            ],
+            vec![container("init-big", "2", "1Mi", None)],
+            Some(("10m", "1Mi")),
+        );
+        let r = pod_amounts(&p, Side::Requests).unwrap();
+        assert_eq!(r[CPU].canonical(false), "2010m");
+        assert_eq!(r[MEMORY].canonical(true), "129Mi");
+        // No container has a limit: the overhead adds none.
+        assert!(pod_amounts(&p, Side::Limits).unwrap().is_empty());
+        let spec = p.spec.as_mut().unwrap();
+        spec.containers[0].resources.as_mut().unwrap().limits =
+            Some(BTreeMap::from([(CPU.to_string(), ApiQuantity("1".into()))]));
+        let l = pod_amounts(&p, Side::Limits).unwrap();
+        assert_eq!(l[CPU].canonical(false), "1010m");
+        assert!(!l.contains_key(MEMORY));
     }
 }

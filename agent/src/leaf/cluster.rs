@@ -5,7 +5,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{
+    LimitRange, Node, PersistentVolume, PersistentVolumeClaim, Pod, ResourceQuota,
+};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Client;
 use kube::api::Api;
@@ -30,14 +32,17 @@ pub struct Health {
     pub last_error: Option<String>,
 }
 
-/// What the agent watches in every leaf: nodes and pods for the leaf's room, and the
-/// storage objects that decide whether a pod's claims can be bound there.
-const WATCHED: [&str; 5] = [
+/// What the agent watches in every leaf: nodes and pods for the leaf's room, the
+/// storage objects that decide whether a pod's claims can be bound there, and the
+/// ResourceQuotas and LimitRanges its admission applies to a copy.
+const WATCHED: [&str; 7] = [
     "leaf node",
     "leaf pod",
     "leaf persistentvolume",
     "leaf persistentvolumeclaim",
     "leaf storageclass",
+    "leaf resourcequota",
+    "leaf limitrange",
 ];
 
 pub struct LeafCluster {
@@ -64,6 +69,9 @@ pub struct LeafCluster {
     pub join: Mutex<Option<super::token_renewal::JoinSecret>>,
     /// Which PriorityClasses the leaf has, as last looked up, and when.
     priority_classes: Mutex<HashMap<String, (bool, Instant)>>,
+    /// The leaf's ResourceQuotas and LimitRanges; copied on write, so a cycle's view of
+    /// them is a pointer.
+    admission: Mutex<Arc<super::admission::LeafAdmission>>,
 }
 
 /// How long a PriorityClass lookup is trusted.
@@ -86,6 +94,7 @@ impl LeafCluster {
             secret_version,
             join: Mutex::default(),
             priority_classes: Mutex::default(),
+            admission: Mutex::default(),
         })
     }
 
@@ -116,6 +125,35 @@ impl LeafCluster {
         watch::lock(&self.cache)
     }
 
+    /// What the leaf's admission will judge a copy by: its quotas and limit ranges, and
+    /// (when it has quotas) the copies assumed here that its watch has not shown yet.
+    pub fn admission_view(&self) -> super::cycle::AdmissionView {
+        let rules = self
+            .admission
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let pending = if rules.has_quotas() {
+            let managed = self.managed.lock().unwrap_or_else(|e| e.into_inner());
+            self.cache()
+                .assumed_pods()
+                .filter(|p| !managed.contains_key(&p.key))
+                .map(|p| p.pod.clone())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        super::cycle::AdmissionView {
+            rules,
+            pending: Arc::new(pending),
+        }
+    }
+
+    fn admission_mut(&self, change: impl FnOnce(&mut super::admission::LeafAdmission)) {
+        let mut a = self.admission.lock().unwrap_or_else(|e| e.into_inner());
+        change(Arc::make_mut(&mut a));
+    }
+
     pub fn managed(&self) -> HashMap<String, Arc<Pod>> {
         self.managed
             .lock()
@@ -130,6 +168,12 @@ impl LeafCluster {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .extend(WATCHED);
+    }
+
+    /// The watches whose first list has not arrived yet.
+    pub fn unsynced_kinds(&self) -> Vec<&'static str> {
+        let synced = self.synced.lock().unwrap_or_else(|e| e.into_inner());
+        WATCHED.iter().filter(|k| !synced.contains(*k)).copied().collect()
     }
 
     pub fn is_synced(&self) -> bool {
@@ -232,9 +276,33 @@ impl LeafCluster {
             client,
             self.cache.clone(),
             "leaf storageclass",
-            ready_tx,
+            ready_tx.clone(),
             storage_event(),
         ));
+        let (me, on) = (self.clone(), on_event.clone());
+        tasks.push(tokio::spawn(watch_kind(
+            Api::<ResourceQuota>::all(client.clone()),
+            watcher::Config::default(),
+            "leaf resourcequota",
+            ready_tx.clone(),
+            move |ev| {
+                me.admission_mut(|a| a.apply_quota(ev));
+                me.changed.notify_one();
+                on(ClusterEvent::LeafChange);
+            },
+        )));
+        let (me, on) = (self.clone(), on_event.clone());
+        tasks.push(tokio::spawn(watch_kind(
+            Api::<LimitRange>::all(client.clone()),
+            watcher::Config::default(),
+            "leaf limitrange",
+            ready_tx,
+            move |ev| {
+                me.admission_mut(|a| a.apply_limit_range(ev));
+                me.changed.notify_one();
+                on(ClusterEvent::LeafChange);
+            },
+        )));
         let me = self.clone();
         tasks.push(tokio::spawn(async move {
             while let Some(kind) = ready_rx.recv().await {

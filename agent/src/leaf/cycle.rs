@@ -28,6 +28,17 @@ pub struct LeafView {
     /// The leaf's namespace grants and name clashes, as far as known.
     pub checks: Arc<super::leaf_checks::LeafChecks>,
     pub host_id: String,
+    /// The leaf's ResourceQuotas and LimitRanges, and the copies it has yet to admit.
+    pub admission: AdmissionView,
+}
+
+/// What the leaf's admission will judge a copy by, at the cycle's start.
+#[derive(Clone, Default)]
+pub struct AdmissionView {
+    pub rules: Arc<super::admission::LeafAdmission>,
+    /// Copies decided on (assumed) that the leaf's watch has not shown yet: not in the
+    /// quotas' status yet, so counted on top of it.
+    pub pending: Arc<Vec<Arc<k8s_openapi::api::core::v1::Pod>>>,
 }
 
 /// Where a virtual node's pod would run: its cluster and the leaf node found for it.
@@ -50,6 +61,8 @@ pub struct LeafCycle {
     pub host_volumes: Arc<VolumeObjects>,
     /// Whether pod sync may read the ConfigMaps and Secrets a pod refers to.
     pub access: Access,
+    /// Leaves connected but not synced yet, with the watches still waiting for a list.
+    pub unsynced: Arc<BTreeMap<String, Vec<&'static str>>>,
     /// Preemption's what-if: leaf copies of host victims taken out of their leaf's view,
     /// by host pod key, with their cluster and leaf node.
     removed: HashMap<String, (String, String, Arc<PodInfo>)>,

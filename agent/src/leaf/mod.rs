@@ -1,6 +1,7 @@
 //! Multi-cluster: leaf clusters joined to the host, each seen through its own watches
 //! and shown to the host as one virtual node.
 
+pub mod admission;
 pub mod cluster;
 pub mod cycle;
 pub mod grants;

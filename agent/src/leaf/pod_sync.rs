@@ -82,6 +82,10 @@ pub enum SyncError {
         "leaf has not granted namespace {namespace} to mcsched (kubectl mcsched join cluster ... --namespaces ...,{namespace})"
     )]
     NotGranted { namespace: String },
+    /// The leaf's admission (ResourceQuota, LimitRange, a webhook) refused the copy: the
+    /// leaf check did not know yet, or it raced with another creation there.
+    #[error("leaf refused pod {object}: {reason}")]
+    AdmissionRefused { object: String, reason: String },
     /// What the pod refers to is missing on the host: the copy waits, as a kubelet waits.
     #[error("{kind} {object} not found on the host; the leaf copy waits for it")]
     MissingOnHost { kind: &'static str, object: String },
@@ -92,6 +96,11 @@ fn code(e: &kube::Error) -> Option<u16> {
         kube::Error::Api(s) => Some(s.code),
         _ => None,
     }
+}
+
+/// A 403 that RBAC gave ("User ... cannot create resource ..."), not admission.
+fn is_rbac_denial(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 403 && s.message.contains("cannot create resource"))
 }
 
 fn api_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> SyncError {
@@ -264,7 +273,11 @@ async fn sync_one(
                     warn_event(host_side, pod, "LeafPodWaiting", "Syncing", e.to_string());
                     return Err(e);
                 }
-                Err(e @ (SyncError::Clash { .. } | SyncError::NotGranted { .. })) => {
+                Err(
+                    e @ (SyncError::Clash { .. }
+                    | SyncError::NotGranted { .. }
+                    | SyncError::AdmissionRefused { .. }),
+                ) => {
                     return clash(host_side, leaf, &host_pods, pod, e).await;
                 }
                 Err(e) => return Err(e),
@@ -373,8 +386,9 @@ fn warn_event(
     });
 }
 
-/// The leaf holds an object of a name the pod needs that is not this host's, or has not
-/// granted the pod's namespace: nothing is created there. A pod with a controller goes (its owner recreates it, and the leaf
+/// The leaf holds an object of a name the pod needs that is not this host's, has not
+/// granted the pod's namespace, or its admission refused the copy: nothing is created
+/// there. A pod with a controller goes (its owner recreates it, and the leaf
 /// check, which now knows the clash, sends it elsewhere); a bare pod waits with a Warning
 /// event, as mcsched deletes no user's pod for a conflict it did not cause.
 async fn clash(
@@ -734,7 +748,11 @@ async fn create_copy(
                 _ => Ok(()),
             }
         }
-        Err(e) if code(&e) == Some(403) => Err(not_granted(leaf, &ns)),
+        Err(e) if is_rbac_denial(&e) => Err(not_granted(leaf, &ns)),
+        Err(kube::Error::Api(s)) if s.code == 403 => Err(SyncError::AdmissionRefused {
+            object: format!("{ns}/{name}"),
+            reason: s.message,
+        }),
         Err(e) => Err(api_err(format!("creating leaf pod {ns}/{name}"))(e)),
     }
 }

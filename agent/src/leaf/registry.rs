@@ -148,11 +148,19 @@ impl LeafSnapshots for Leaves {
                     snapshot: c.cache().snapshot(),
                     checks: c.checks.clone(),
                     host_id: c.host_id.clone(),
+                    admission: c.admission_view(),
                 };
                 (name.clone(), Arc::new(view))
             })
             .collect();
+        let unsynced = self
+            .read()
+            .iter()
+            .filter(|(_, c)| !c.is_synced())
+            .map(|(name, c)| (name.clone(), c.unsynced_kinds()))
+            .collect();
         let mut cycle = LeafCycle::new(Arc::new(views));
+        cycle.unsynced = Arc::new(unsynced);
         cycle.avoid = self.avoidance.current();
         cycle.host_volumes = host_volumes;
         cycle.access = self.access.clone();

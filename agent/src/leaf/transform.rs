@@ -2,7 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{PersistentVolumeClaimSpec, Pod, PodSpec, PodStatus, Volume};
+use k8s_openapi::api::core::v1::{
+    Affinity, PersistentVolumeClaimSpec, Pod, PodAffinity, PodAffinityTerm, PodAntiAffinity,
+    PodSpec, PodStatus, Volume, WeightedPodAffinityTerm,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use mcsched_shared::keys;
 
@@ -32,8 +35,8 @@ pub fn leaf_node_selector(pod: &Pod) -> Result<BTreeMap<String, String>, Transfo
 /// The pod to create in leaf `cluster` for `host`: same namespace, name, labels and
 /// containers; what the host decided removed (node name, scheduler, priority — pod sync
 /// puts the PriorityClass's name back where the leaf has that class — node selector,
-/// affinity and topology spread — there the virtual node was one node — and the leaf
-/// taint's tolerations);
+/// node affinity, and pod affinity and topology spread over more than one node — there
+/// the virtual node was one node — and the leaf taint's tolerations);
 /// the leaf node selector annotation becomes the node selector; the host's ServiceAccount
 /// token volume dropped, as the leaf mounts its own. The result is exactly what the
 /// leaf feasibility check ran its filters on.
@@ -56,9 +59,19 @@ pub fn leaf_pod(host: &Pod, cluster: &str, host_id: &str) -> Result<Pod, Transfo
     spec.preemption_policy = None;
     spec.node_selector = (!selector.is_empty()).then_some(selector);
     // Affinity and spreading were decided in the host, where the virtual node is one
-    // node of the topology; kept, they could make the leaf refuse what was checked.
-    spec.affinity = None;
-    spec.topology_spread_constraints = None;
+    // node of the topology. What is about single nodes means the same in the leaf and
+    // is kept for its scheduler (and judged by the leaf check against the leaf's pods);
+    // node affinity (host node labels) and wider topologies stay decided in the host.
+    spec.affinity = spec.affinity.take().and_then(node_level_affinity);
+    spec.topology_spread_constraints = spec
+        .topology_spread_constraints
+        .take()
+        .map(|cs| {
+            cs.into_iter()
+                .filter(|c| c.topology_key == NODE_TOPOLOGY_KEY)
+                .collect::<Vec<_>>()
+        })
+        .filter(|cs| !cs.is_empty());
     if let Some(t) = spec.tolerations.as_mut() {
         t.retain(|t| !t.key.as_deref().is_some_and(keys::is_leaf_taint));
     }
@@ -73,6 +86,59 @@ pub fn leaf_pod(host: &Pod, cluster: &str, host_id: &str) -> Result<Pod, Transfo
         },
         spec: Some(spec),
         status: None,
+    })
+}
+
+/// The topology key that names one node in every cluster (the kubelet sets it).
+pub const NODE_TOPOLOGY_KEY: &str = "kubernetes.io/hostname";
+
+/// The pod (anti-)affinity terms over single nodes; node affinity dropped.
+fn node_level_affinity(affinity: Affinity) -> Option<Affinity> {
+    fn keep<T>(terms: Option<Vec<T>>, key: fn(&T) -> &str) -> Option<Vec<T>> {
+        terms
+            .map(|ts| {
+                ts.into_iter()
+                    .filter(|t| key(t) == NODE_TOPOLOGY_KEY)
+                    .collect::<Vec<_>>()
+            })
+            .filter(|ts| !ts.is_empty())
+    }
+    fn required(t: &PodAffinityTerm) -> &str {
+        &t.topology_key
+    }
+    fn preferred(t: &WeightedPodAffinityTerm) -> &str {
+        &t.pod_affinity_term.topology_key
+    }
+    let pod_affinity = affinity
+        .pod_affinity
+        .map(|a| PodAffinity {
+            required_during_scheduling_ignored_during_execution: keep(
+                a.required_during_scheduling_ignored_during_execution,
+                required,
+            ),
+            preferred_during_scheduling_ignored_during_execution: keep(
+                a.preferred_during_scheduling_ignored_during_execution,
+                preferred,
+            ),
+        })
+        .filter(|a| a != &PodAffinity::default());
+    let pod_anti_affinity = affinity
+        .pod_anti_affinity
+        .map(|a| PodAntiAffinity {
+            required_during_scheduling_ignored_during_execution: keep(
+                a.required_during_scheduling_ignored_during_execution,
+                required,
+            ),
+            preferred_during_scheduling_ignored_during_execution: keep(
+                a.preferred_during_scheduling_ignored_during_execution,
+                preferred,
+            ),
+        })
+        .filter(|a| a != &PodAntiAffinity::default());
+    (pod_affinity.is_some() || pod_anti_affinity.is_some()).then_some(Affinity {
+        node_affinity: None,
+        pod_affinity,
+        pod_anti_affinity,
     })
 }
 
@@ -336,6 +402,50 @@ mod tests {
     }
 
     #[test]
+    fn only_single_node_topologies_go_to_the_leaf() {
+        let term = |key: &str| json!({"topologyKey": key, "labelSelector": {"matchLabels": {"app": "web"}}});
+        let spread = |key: &str| json!({"maxSkew": 1, "topologyKey": key,
+            "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}});
+        let host = pod(json!({
+            "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"containers": [{"name": "c", "image": "i"}],
+                "affinity": {
+                    "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term("topology.kubernetes.io/zone")]},
+                    "podAntiAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": [term("mcsched.io/region")],
+                        "preferredDuringSchedulingIgnoredDuringExecution": [
+                            {"weight": 10, "podAffinityTerm": term("kubernetes.io/hostname")}]}},
+                "topologySpreadConstraints": [spread("mcsched.io/region"), spread("kubernetes.io/hostname")]}
+        }));
+        let leaf = leaf_pod(&host, "east", "h1").expect("transform");
+        let spec = leaf.spec.expect("spec");
+        let affinity = spec.affinity.expect("the hostname term");
+        assert!(affinity.pod_affinity.is_none(), "a zone term is the host's");
+        let anti = affinity.pod_anti_affinity.expect("anti-affinity");
+        assert!(anti.required_during_scheduling_ignored_during_execution.is_none());
+        assert_eq!(
+            anti.preferred_during_scheduling_ignored_during_execution.map(|t| t.len()),
+            Some(1)
+        );
+        let kept: Vec<_> = spec
+            .topology_spread_constraints
+            .into_iter()
+            .flatten()
+            .map(|c| c.topology_key)
+            .collect();
+        assert_eq!(kept, [NODE_TOPOLOGY_KEY]);
+
+        let mut plain = host.clone();
+        if let Some(s) = plain.spec.as_mut() {
+            s.affinity = None;
+            s.topology_spread_constraints = Some(vec![serde_json::from_value(spread("zone")).expect("c")]);
+        }
+        let spec = leaf_pod(&plain, "east", "h1").expect("transform").spec.expect("spec");
+        assert!(spec.affinity.is_none());
+        assert!(spec.topology_spread_constraints.is_none());
+    }
+
+    #[test]
     fn host_scheduling_is_stripped_and_the_leaf_selector_applied() {
         let host = pod(json!({
             "metadata": {"name": "web", "namespace": "shop", "uid": "u-1",
@@ -362,7 +472,16 @@ mod tests {
             spec.node_selector,
             Some(BTreeMap::from([("disk".to_string(), "ssd".to_string())]))
         );
-        assert!(spec.affinity.is_none());
+        // Node affinity goes; anti-affinity over single nodes stays for the leaf.
+        let affinity = spec.affinity.as_ref().expect("node-level terms kept");
+        assert!(affinity.node_affinity.is_none());
+        let anti = affinity.pod_anti_affinity.as_ref().expect("anti-affinity");
+        assert_eq!(
+            anti.required_during_scheduling_ignored_during_execution
+                .as_ref()
+                .map(Vec::len),
+            Some(1)
+        );
         let tolerations: Vec<_> = spec
             .tolerations
             .iter()

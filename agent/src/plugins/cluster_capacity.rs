@@ -182,6 +182,7 @@ mod tests {
                 .iter()
                 .map(|(name, nodes)| {
                     let view = LeafView {
+                        admission: Default::default(),
                         cluster: name.clone(),
                         snapshot: Snapshot::from_nodes(nodes.clone()),
                         checks: crate::leaf::leaf_checks::LeafChecks::settled("east"),

@@ -97,7 +97,8 @@ fn role_ref(kind: &str, name: &str) -> RoleRef {
 }
 
 /// Cluster-wide, read only: what the agent's leaf watches and the leaf check read (nodes,
-/// pods, volumes, claims, classes, CSI nodes, namespaces, events), and the PriorityClasses
+/// pods, volumes, claims, classes, CSI nodes, namespaces, events, and the ResourceQuotas
+/// and LimitRanges the leaf's admission applies to copies), and the PriorityClasses
 /// pod sync looks up to keep a pod's class in its copy. No Secret, no ConfigMap, no write.
 pub fn reader_role() -> ClusterRole {
     let read = ["get", "list", "watch"];
@@ -112,6 +113,8 @@ pub fn reader_role() -> ClusterRole {
                     "persistentvolumes",
                     "persistentvolumeclaims",
                     "namespaces",
+                    "resourcequotas",
+                    "limitranges",
                 ],
                 &read,
             ),

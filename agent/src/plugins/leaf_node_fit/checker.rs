@@ -8,19 +8,22 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 use crate::framework::{CycleState, Plugin, Status};
+use crate::leaf::admission::Admitted;
 use crate::leaf::cycle::{LeafCycle, LeafView};
 use crate::leaf::grants::{Copied, grant_command};
 use crate::leaf::leaf_checks::{Question, Synced};
 use crate::plugins::{
-    node_affinity, node_ports, node_resources_fit, node_unschedulable, taint_toleration,
-    volume_binding,
+    inter_pod_affinity, node_affinity, node_ports, node_resources_fit, node_unschedulable,
+    pod_topology_spread, taint_toleration, volume_binding,
 };
 use crate::snapshot::{NodeInfo, PodInfo};
 
-/// The filter plugins that judge a leaf node: those whose subject is the node itself.
-/// Affinity and spreading were settled in the host; TaintToleration here is the plain
-/// one, as leaf nodes' taints are real; VolumeBinding judges the pod's claims as the leaf
-/// will hold them (see [`super::leaf_claims`]).
+/// The filter plugins that judge a leaf node, as the leaf's scheduler will: those whose
+/// subject is the node, and inter-pod affinity and spreading among the leaf's own pods
+/// for what the copy keeps of them (node-level terms, see
+/// [`crate::leaf::transform::leaf_pod`]) and for the leaf pods' anti-affinity towards it.
+/// TaintToleration here is the plain one, as leaf nodes' taints are real; VolumeBinding
+/// judges the pod's claims as the leaf will hold them (see [`super::leaf_claims`]).
 pub struct LeafChecker {
     plugins: Vec<Arc<dyn Plugin>>,
 }
@@ -39,6 +42,14 @@ impl LeafChecker {
                 Arc::new(node_affinity::NodeAffinity::new(None)),
                 Arc::new(node_ports::NodePorts),
                 fit,
+                Arc::new(inter_pod_affinity::InterPodAffinity::new(Default::default())),
+                // No default constraints: the leaf's own are soft, so never refuse.
+                Arc::new(pod_topology_spread::PodTopologySpread::new(
+                    pod_topology_spread::PodTopologySpreadArgs {
+                        defaulting_type: pod_topology_spread::DefaultingType::List,
+                        default_constraints: Vec::new(),
+                    },
+                )),
                 // Only PreFilter and Filter run here: nothing is reserved or bound.
                 Arc::new(volume_binding::VolumeBinding::new(0)),
             ],
@@ -65,9 +76,15 @@ impl LeafChecker {
             return refused;
         }
         let Some(view) = cycle.views.get(cluster) else {
-            return Status::unschedulable(format!(
-                "leaf cluster {cluster} is not connected to the agent"
-            ));
+            return Status::unschedulable(match cycle.unsynced.get(cluster) {
+                // A watch the leaf forbids never lists: a leaf joined by an older
+                // `join`, whose reader role lacks a kind read now.
+                Some(kinds) => format!(
+                    "leaf cluster {cluster} is not synced yet: waiting for the first list of {} (if the agent's logs show them forbidden, re-run `kubectl mcsched join cluster {cluster}`)",
+                    kinds.iter().map(|k| k.trim_start_matches("leaf ")).collect::<Vec<_>>().join(", ")
+                ),
+                None => format!("leaf cluster {cluster} is not connected to the agent"),
+            });
         };
         if let Some(refused) = leaf_refuses(view, pod) {
             return refused;
@@ -75,6 +92,29 @@ impl LeafChecker {
         let leaf_pod = match cycle.leaf_pod(pod) {
             Ok(p) => p,
             Err(e) => return Status::unresolvable(e),
+        };
+        let class = pod
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.priority_class_name.as_deref());
+        let leaf_pod = match view
+            .admission
+            .rules
+            .admit(&leaf_pod.pod, class, &view.admission.pending)
+        {
+            Admitted::AsIs => leaf_pod,
+            Admitted::Defaulted(p) => Arc::new(PodInfo::new(Arc::new(*p))),
+            Admitted::OverQuota(why) => {
+                return Status::unschedulable(format!(
+                    "leaf cluster {cluster} would refuse the copy: {why}"
+                ));
+            }
+            Admitted::OutOfLimits(why) => {
+                return Status::unresolvable(format!(
+                    "leaf cluster {cluster} would refuse the copy: {why}"
+                ));
+            }
         };
         let (leaf_pod, snapshot) =
             match super::leaf_claims::leaf_view(&cycle.host_volumes, &leaf_pod, &view.snapshot) {
@@ -336,6 +376,7 @@ mod tests {
             })
             .collect();
         let view = LeafView {
+            admission: Default::default(),
             cluster: "east".into(),
             snapshot: Snapshot::from_nodes(nodes),
             checks: crate::leaf::leaf_checks::LeafChecks::settled("east"),
@@ -422,6 +463,7 @@ mod tests {
         let mut cycle = LeafCycle::new(Arc::new(BTreeMap::from([(
             "east".to_string(),
             Arc::new(LeafView {
+                admission: Default::default(),
                 cluster: "east".into(),
                 snapshot,
                 checks: crate::leaf::leaf_checks::LeafChecks::settled("east"),
@@ -487,6 +529,126 @@ mod tests {
         assert!(s.is_success(), "{s:?}");
     }
 
+    /// Leaf `east` with one 4-CPU node running `resident`, and `admission` as its rules.
+    fn one_node_leaf(resident: serde_json::Value, admission: crate::leaf::admission::LeafAdmission) -> LeafCycle {
+        let mut n = node("east-1", "4", json!({"kubernetes.io/hostname": "east-1"}));
+        let p: Pod = serde_json::from_value(resident).expect("resident");
+        n.add_pod(Arc::new(PodInfo::new(Arc::new(p))));
+        LeafCycle::new(Arc::new(BTreeMap::from([(
+            "east".to_string(),
+            Arc::new(LeafView {
+                admission: crate::leaf::cycle::AdmissionView {
+                    rules: Arc::new(admission),
+                    pending: Arc::default(),
+                },
+                cluster: "east".into(),
+                snapshot: Snapshot::from_nodes(vec![Arc::new(n)]),
+                checks: crate::leaf::leaf_checks::LeafChecks::settled("east"),
+                host_id: String::new(),
+            }),
+        )])))
+    }
+
+    fn labelled(name: &str, labels: serde_json::Value, affinity: serde_json::Value) -> PodInfo {
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "default", "labels": labels},
+            "spec": {"affinity": affinity, "containers": [{"name": "c", "image": "i",
+                "resources": {"requests": {"cpu": "1"}}}]}
+        }))
+        .expect("pod");
+        PodInfo::new(Arc::new(p))
+    }
+
+    #[test]
+    fn leaf_pods_count_for_inter_pod_anti_affinity_both_ways() {
+        let checker = LeafChecker::new(None);
+        let db = json!({"metadata": {"name": "db", "namespace": "default", "labels": {"app": "db"}},
+            "spec": {"nodeName": "east-1", "containers": [{"name": "c", "image": "i"}]}});
+        let away_from_db = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "db"}}}]}});
+        // One cycle per pod, as the scheduler runs them (the copy is built once per cycle).
+        let cycle = one_node_leaf(db.clone(), Default::default());
+        let s = checker.check(&cycle, &labelled("web", json!({"app": "web"}), away_from_db), &virtual_node());
+        assert_eq!(
+            s.message(),
+            "leaf cluster east has no node that fits: 1 node(s) didn't match pod anti-affinity rules; \
+             largest free node east-1 (cpu 4, memory 8Gi, pods 109)"
+        );
+        let cycle = one_node_leaf(db, Default::default());
+        let s = checker.check(&cycle, &labelled("web", json!({"app": "web"}), json!({})), &virtual_node());
+        assert!(s.is_success(), "{s}");
+
+        // A leaf pod that keeps `app: web` off its node refuses the copy too.
+        let lonely = json!({"metadata": {"name": "lonely", "namespace": "default"},
+            "spec": {"nodeName": "east-1", "containers": [{"name": "c", "image": "i"}],
+                "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "web"}}}]}}}});
+        let cycle = one_node_leaf(lonely, Default::default());
+        let s = checker.check(&cycle, &labelled("web", json!({"app": "web"}), json!({})), &virtual_node());
+        assert!(
+            s.message().contains("1 node(s) didn't satisfy existing pods anti-affinity rules"),
+            "{s}"
+        );
+        // A wider topology was the host's to judge: not the leaf's.
+        let zone = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": {"matchLabels": {"app": "db"}}}]}});
+        let cycle = one_node_leaf(
+            json!({"metadata": {"name": "db", "namespace": "default", "labels": {"app": "db"}},
+                "spec": {"nodeName": "east-1", "containers": [{"name": "c", "image": "i"}]}}),
+            Default::default(),
+        );
+        let s = checker.check(&cycle, &labelled("web", json!({"app": "web"}), zone), &virtual_node());
+        assert!(s.is_success(), "{s}");
+    }
+
+    #[test]
+    fn the_leafs_quota_and_limit_ranges_judge_the_copy() {
+        use crate::watch::Change;
+        let checker = LeafChecker::new(None);
+        let idle = json!({"metadata": {"name": "idle", "namespace": "kube-system"},
+            "spec": {"nodeName": "east-1", "containers": [{"name": "c", "image": "i"}]}});
+        let mut rules = crate::leaf::admission::LeafAdmission::default();
+        rules.apply_quota(Change::Apply(
+            Arc::new(serde_json::from_value(json!({"metadata": {"name": "compute", "namespace": "default"},
+                "spec": {"hard": {"pods": "2"}},
+                "status": {"hard": {"pods": "2"}, "used": {"pods": "2"}}})).expect("quota")),
+            false,
+        ));
+        let cycle = one_node_leaf(idle.clone(), rules);
+        let s = checker.check(&cycle, &labelled("web", json!({}), json!({})), &virtual_node());
+        assert_eq!(s.code, crate::framework::Code::Unschedulable);
+        assert_eq!(
+            s.message(),
+            "leaf cluster east would refuse the copy: ResourceQuota: exceeded quota: compute, \
+             requested: pods=1, used: pods=2, limited: pods=2"
+        );
+
+        // A default request the host pod does not have makes the copy too big for the node.
+        let mut rules = crate::leaf::admission::LeafAdmission::default();
+        rules.apply_limit_range(Change::Apply(
+            Arc::new(serde_json::from_value(json!({"metadata": {"name": "lr", "namespace": "default"},
+                "spec": {"limits": [{"type": "Container", "defaultRequest": {"memory": "16Gi"}}]}})).expect("lr")),
+            false,
+        ));
+        let cycle = one_node_leaf(idle.clone(), rules);
+        let s = checker.check(&cycle, &labelled("web", json!({}), json!({})), &virtual_node());
+        assert!(s.message().contains("1 Insufficient memory"), "{s}");
+
+        let mut rules = crate::leaf::admission::LeafAdmission::default();
+        rules.apply_limit_range(Change::Apply(
+            Arc::new(serde_json::from_value(json!({"metadata": {"name": "lr", "namespace": "default"},
+                "spec": {"limits": [{"type": "Container", "max": {"cpu": "500m"}}]}})).expect("lr")),
+            false,
+        ));
+        let cycle = one_node_leaf(idle, rules);
+        let s = checker.check(&cycle, &labelled("web", json!({}), json!({})), &virtual_node());
+        assert_eq!(s.code, crate::framework::Code::UnschedulableAndUnresolvable);
+        assert_eq!(
+            s.message(),
+            "leaf cluster east would refuse the copy: LimitRange: maximum cpu usage per Container is 500m.  No limit is specified"
+        );
+    }
+
     /// ConfigMaps readable, Secrets not, another namespace not asked yet.
     struct Access;
     impl crate::leaf::grants::ReadAccess for Access {
@@ -544,6 +706,7 @@ mod leaf_question_tests {
     fn a_pod_waits_for_the_leafs_answers_then_a_clash_keeps_it_off() {
         let checks = LeafChecks::new("east", "h1");
         let view = Arc::new(LeafView {
+            admission: Default::default(),
             cluster: "east".into(),
             snapshot: Snapshot::from_nodes(vec![]),
             checks: checks.clone(),

@@ -177,6 +177,7 @@ mod tests {
         fn cycle(&self, host_volumes: Arc<crate::snapshot::VolumeObjects>) -> LeafCycle {
             let n = node_with("east-1", |_| {});
             let view = LeafView {
+                admission: Default::default(),
                 cluster: "east".into(),
                 snapshot: Snapshot::from_nodes(vec![Arc::new(n)]),
                 checks: crate::leaf::leaf_checks::LeafChecks::settled("east"),
@@ -281,6 +282,7 @@ mod tests {
         let mut east = node_with("east-1", |_| {});
         east.add_pod(copy);
         let view = LeafView {
+            admission: Default::default(),
             cluster: "east".into(),
             snapshot: Snapshot::from_nodes(vec![Arc::new(east)]),
             checks: crate::leaf::leaf_checks::LeafChecks::settled("east"),
