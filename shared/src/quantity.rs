@@ -144,10 +144,17 @@ impl Quantity {
         if n == 0 {
             return "0".into();
         }
-        if binary && n % NANOS_PER_UNIT as u128 == 0 {
+        if binary && n.is_multiple_of(NANOS_PER_UNIT as u128) {
             let v = n / NANOS_PER_UNIT as u128;
-            for (shift, suffix) in [(60, "Ei"), (50, "Pi"), (40, "Ti"), (30, "Gi"), (20, "Mi"), (10, "Ki")] {
-                if v % (1u128 << shift) == 0 {
+            for (shift, suffix) in [
+                (60, "Ei"),
+                (50, "Pi"),
+                (40, "Ti"),
+                (30, "Gi"),
+                (20, "Mi"),
+                (10, "Ki"),
+            ] {
+                if v.is_multiple_of(1u128 << shift) {
                     return format!("{sign}{}{suffix}", v >> shift);
                 }
             }
@@ -165,7 +172,7 @@ impl Quantity {
             (3, "u"),
         ] {
             let unit = 10u128.pow(exp);
-            if n % unit == 0 {
+            if n.is_multiple_of(unit) {
                 return format!("{sign}{}{suffix}", n / unit);
             }
         }

@@ -1112,3 +1112,156 @@ async fn a_pod_preempts_onto_a_virtual_node() -> anyhow::Result<()> {
     assert!(leaf_pods.get_opt("urgent").await?.is_some());
     Ok(())
 }
+
+/// The leaf's admission and its own pods decide too: east's namespace ResourceQuota is
+/// used up by a pod of east's own, and west's only node runs a database the new pod's
+/// required anti-affinity excludes. Both leaves are refused by the leaf check with their
+/// reasons, in the FailedScheduling message and in `explain`, and nothing is created in
+/// either; once east's quota has room again, the pod goes there.
+#[tokio::test(flavor = "multi_thread")]
+async fn leaf_quotas_and_leaf_pods_keep_a_pod_off_their_leaf() -> anyhow::Result<()> {
+    let cps = ControlPlane::start_many(
+        &["lq-host", "lq-east", "lq-west"],
+        ControlPlaneOptions::full(),
+    )
+    .await?;
+    let [host, east, west]: [ControlPlane; 3] = cps
+        .try_into()
+        .map_err(|_| anyhow::anyhow!("expected three control planes"))?;
+    node(
+        &host.client,
+        "host-a",
+        "500m",
+        json!({"kubernetes.io/hostname": "host-a"}),
+    )
+    .await?;
+    node(
+        &east.client,
+        "east-1",
+        "4",
+        json!({"kubernetes.io/hostname": "east-1"}),
+    )
+    .await?;
+    node(
+        &west.client,
+        "west-1",
+        "4",
+        json!({"kubernetes.io/hostname": "west-1"}),
+    )
+    .await?;
+
+    // east: one pod allowed in default, and a pod of east's own uses it.
+    let quotas: Api<k8s_openapi::api::core::v1::ResourceQuota> =
+        Api::namespaced(east.client.clone(), "default");
+    quotas
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "compute"},
+                "spec": {"hard": {"pods": "1"}}}))?,
+        )
+        .await?;
+    let east_pods: Api<Pod> = Api::namespaced(east.client.clone(), "default");
+    wait::until(TIMEOUT, "east's quota counted", || async {
+        let q = quotas.get("compute").await?;
+        let counted = q.status.and_then(|s| s.used).is_some();
+        Ok(counted.then_some(()))
+    })
+    .await?;
+    east_pods
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(pod("resident", "100m", Some("east-1")))?,
+        )
+        .await?;
+    // west: the leaf's own database on its only node.
+    let mut db = pod("db", "100m", Some("west-1"));
+    db["metadata"]["labels"] = json!({"app": "db"});
+    let west_pods: Api<Pod> = Api::namespaced(west.client.clone(), "default");
+    west_pods
+        .create(&PostParams::default(), &serde_json::from_value(db)?)
+        .await?;
+
+    mcsched_e2e::objects::join_as_join_does(&host.client, &east, "east", json!({})).await?;
+    mcsched_e2e::objects::join_as_join_does(&host.client, &west, "west", json!({})).await?;
+    let mut agent = Agent::start(&host.kubeconfig, "mcsched", host.dir())?;
+    let nodes: Api<Node> = Api::all(host.client.clone());
+    for vn in ["mcsched-east", "mcsched-west"] {
+        wait_ready(&nodes, vn, "True", TIMEOUT)
+            .await
+            .map_err(|e| e.context(agent.logs()))?;
+    }
+
+    let mut web = pod("web", "1", None);
+    web["metadata"]["labels"] = json!({"app": "web"});
+    web["spec"]["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "db"}}}]}});
+    let pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
+    pods.create(&PostParams::default(), &serde_json::from_value(web)?)
+        .await?;
+    let quota_reason = "leaf cluster east would refuse the copy: ResourceQuota: exceeded quota: \
+                        compute, requested: pods=1, used: pods=1, limited: pods=1";
+    let affinity_reason = "leaf cluster west has no node that fits: \
+                           1 node(s) didn't match pod anti-affinity rules";
+    let message = wait::until(TIMEOUT, "FailedScheduling naming both leaves", || async {
+        let m = failed_scheduling(&host.client, "web").await?;
+        Ok(m.filter(|m| m.contains(quota_reason) && m.contains(affinity_reason)))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    assert!(
+        message.starts_with("0/3 nodes are available: "),
+        "{message}"
+    );
+
+    // `explain` names each leaf's reason under LeafNodeFit, node by node.
+    let http = mcsched_e2e::api::admin_https(&host)?;
+    let explanation: Explanation =
+        mcsched_e2e::api::explain(&http, &agent.url, "default", "web").await?;
+    assert!(
+        matches!(explanation.outcome, Outcome::Unschedulable { .. }),
+        "{:?}",
+        explanation.outcome
+    );
+    let leaf_reason = |vn: &str| {
+        explanation
+            .nodes
+            .iter()
+            .find(|n| n.node == vn)
+            .and_then(|n| n.filters.iter().find(|f| f.plugin == "LeafNodeFit"))
+            .map(|f| f.reasons.join("; "))
+    };
+    assert_eq!(leaf_reason("mcsched-east").as_deref(), Some(quota_reason));
+    assert!(
+        leaf_reason("mcsched-west").is_some_and(|r| r.starts_with(affinity_reason)),
+        "{:?}",
+        leaf_reason("mcsched-west")
+    );
+    assert!(east_pods.get_opt("web").await?.is_none(), "a copy in east");
+    assert!(west_pods.get_opt("web").await?.is_none(), "a copy in west");
+
+    // Room in east's quota: the quota's change retries the pod, which goes there.
+    east_pods
+        .delete("resident", &DeleteParams::default().grace_period(0))
+        .await?;
+    let bound = wait::until(TIMEOUT, "default/web bound", || async {
+        Ok(pods.get("web").await?.spec.and_then(|s| s.node_name))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    assert_eq!(bound, "mcsched-east");
+    let copy = wait::until(TIMEOUT, "web's copy in east", || async {
+        Ok(east_pods.get_opt("web").await?)
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    // The copy keeps its node-level anti-affinity for east's scheduler.
+    assert!(
+        copy.spec
+            .and_then(|s| s.affinity)
+            .and_then(|a| a.pod_anti_affinity)
+            .is_some()
+    );
+    assert!(west_pods.get_opt("web").await?.is_none(), "a copy in west");
+    agent.stop();
+    Ok(())
+}

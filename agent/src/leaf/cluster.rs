@@ -173,7 +173,11 @@ impl LeafCluster {
     /// The watches whose first list has not arrived yet.
     pub fn unsynced_kinds(&self) -> Vec<&'static str> {
         let synced = self.synced.lock().unwrap_or_else(|e| e.into_inner());
-        WATCHED.iter().filter(|k| !synced.contains(*k)).copied().collect()
+        WATCHED
+            .iter()
+            .filter(|k| !synced.contains(*k))
+            .copied()
+            .collect()
     }
 
     pub fn is_synced(&self) -> bool {

@@ -143,9 +143,12 @@ impl LeafSnapshots for Leaves {
             .iter()
             .filter(|(_, c)| c.is_synced())
             .map(|(name, c)| {
+                // Its own statement: the cache's guard must be gone before
+                // `admission_view` takes the lock again.
+                let snapshot = c.cache().snapshot();
                 let view = LeafView {
                     cluster: name.clone(),
-                    snapshot: c.cache().snapshot(),
+                    snapshot,
                     checks: c.checks.clone(),
                     host_id: c.host_id.clone(),
                     admission: c.admission_view(),

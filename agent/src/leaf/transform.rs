@@ -404,8 +404,10 @@ mod tests {
     #[test]
     fn only_single_node_topologies_go_to_the_leaf() {
         let term = |key: &str| json!({"topologyKey": key, "labelSelector": {"matchLabels": {"app": "web"}}});
-        let spread = |key: &str| json!({"maxSkew": 1, "topologyKey": key,
-            "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}});
+        let spread = |key: &str| {
+            json!({"maxSkew": 1, "topologyKey": key,
+            "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}})
+        };
         let host = pod(json!({
             "metadata": {"name": "web", "namespace": "shop"},
             "spec": {"containers": [{"name": "c", "image": "i"}],
@@ -422,9 +424,13 @@ mod tests {
         let affinity = spec.affinity.expect("the hostname term");
         assert!(affinity.pod_affinity.is_none(), "a zone term is the host's");
         let anti = affinity.pod_anti_affinity.expect("anti-affinity");
-        assert!(anti.required_during_scheduling_ignored_during_execution.is_none());
+        assert!(
+            anti.required_during_scheduling_ignored_during_execution
+                .is_none()
+        );
         assert_eq!(
-            anti.preferred_during_scheduling_ignored_during_execution.map(|t| t.len()),
+            anti.preferred_during_scheduling_ignored_during_execution
+                .map(|t| t.len()),
             Some(1)
         );
         let kept: Vec<_> = spec
@@ -438,9 +444,13 @@ mod tests {
         let mut plain = host.clone();
         if let Some(s) = plain.spec.as_mut() {
             s.affinity = None;
-            s.topology_spread_constraints = Some(vec![serde_json::from_value(spread("zone")).expect("c")]);
+            s.topology_spread_constraints =
+                Some(vec![serde_json::from_value(spread("zone")).expect("c")]);
         }
-        let spec = leaf_pod(&plain, "east", "h1").expect("transform").spec.expect("spec");
+        let spec = leaf_pod(&plain, "east", "h1")
+            .expect("transform")
+            .spec
+            .expect("spec");
         assert!(spec.affinity.is_none());
         assert!(spec.topology_spread_constraints.is_none());
     }

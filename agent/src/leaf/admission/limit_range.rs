@@ -11,7 +11,10 @@ use mcsched_shared::resources::{Side, pod_amounts};
 
 type ResourceList = BTreeMap<String, ApiQuantity>;
 
-fn items<'a>(ranges: &'a [std::sync::Arc<LimitRange>], kind: &'a str) -> impl Iterator<Item = &'a LimitRangeItem> {
+fn items<'a>(
+    ranges: &'a [std::sync::Arc<LimitRange>],
+    kind: &'a str,
+) -> impl Iterator<Item = &'a LimitRangeItem> {
     ranges
         .iter()
         .filter_map(|r| r.spec.as_ref())
@@ -137,7 +140,11 @@ fn check(
     let parsed = |l: &Option<ResourceList>| -> Vec<(String, String, Quantity)> {
         l.iter()
             .flatten()
-            .filter_map(|(k, v)| Quantity::parse(&v.0).ok().map(|q| (k.clone(), v.0.clone(), q)))
+            .filter_map(|(k, v)| {
+                Quantity::parse(&v.0)
+                    .ok()
+                    .map(|q| (k.clone(), v.0.clone(), q))
+            })
             .collect()
     };
     for (name, text, min) in parsed(&item.min) {
@@ -267,7 +274,10 @@ mod tests {
         );
         let p = pod(json!({"requests": {"cpu": "500m", "memory": "64Mi"}}));
         assert_eq!(
-            violations(&p, &range(json!([{"type": "Container", "max": {"cpu": "1"}}]))),
+            violations(
+                &p,
+                &range(json!([{"type": "Container", "max": {"cpu": "1"}}]))
+            ),
             ["maximum cpu usage per Container is 1.  No limit is specified"]
         );
         let fits = pod(json!({"requests": {"cpu": "1", "memory": "64Mi"}, "limits": {"cpu": "1"}}));
@@ -277,10 +287,11 @@ mod tests {
     #[test]
     fn pod_items_judge_the_sum_of_containers() {
         let ranges = range(json!([{"type": "Pod", "max": {"cpu": "1"}}]));
-        let p: Pod = serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {"containers": [
+        let p: Pod =
+            serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {"containers": [
             {"name": "a", "image": "i", "resources": {"limits": {"cpu": "600m"}}},
             {"name": "b", "image": "i", "resources": {"limits": {"cpu": "600m"}}}]}}))
-        .unwrap();
+            .unwrap();
         assert_eq!(
             violations(&p, &ranges),
             ["maximum cpu usage per Pod is 1, but limit is 1200m"]

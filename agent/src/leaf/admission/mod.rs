@@ -72,7 +72,12 @@ impl LeafAdmission {
     /// The leaf's admission of `copy` (as the leaf check builds it), with `priority_class`
     /// the class it may carry there (quota scopes select by it) and `pending` the copies
     /// this agent has sent to the namespace that the leaf has not admitted yet.
-    pub fn admit(&self, copy: &Pod, priority_class: Option<&str>, pending: &[Arc<Pod>]) -> Admitted {
+    pub fn admit(
+        &self,
+        copy: &Pod,
+        priority_class: Option<&str>,
+        pending: &[Arc<Pod>],
+    ) -> Admitted {
         let ns = copy.metadata.namespace.as_deref().unwrap_or_default();
         let ranges = Self::in_namespace(&self.limit_ranges, ns);
         let quotas = Self::in_namespace(&self.quotas, ns);
@@ -127,29 +132,49 @@ mod tests {
     fn defaults_then_quota_judge_the_copy_as_the_leaf_stores_it() {
         let mut a = LeafAdmission::default();
         assert_eq!(a.admit(&copy(None), None, &[]), Admitted::AsIs);
-        a.apply_limit_range(change(json!({"metadata": {"name": "lr", "namespace": "shop"},
-            "spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": "2"}}]}})));
+        a.apply_limit_range(change(
+            json!({"metadata": {"name": "lr", "namespace": "shop"},
+            "spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": "2"}}]}}),
+        ));
         let Admitted::Defaulted(p) = a.admit(&copy(None), None, &[]) else {
             panic!("defaults expected");
         };
         assert_eq!(
-            p.spec.as_ref().unwrap().containers[0].resources.as_ref().unwrap().requests.as_ref().unwrap()["cpu"].0,
+            p.spec.as_ref().unwrap().containers[0]
+                .resources
+                .as_ref()
+                .unwrap()
+                .requests
+                .as_ref()
+                .unwrap()["cpu"]
+                .0,
             "2"
         );
         // The quota sees the defaulted request, not the host pod's none.
-        a.apply_quota(change(json!({"metadata": {"name": "q", "namespace": "shop"},
+        a.apply_quota(change(
+            json!({"metadata": {"name": "q", "namespace": "shop"},
             "spec": {"hard": {"requests.cpu": "3"}},
-            "status": {"hard": {"requests.cpu": "3"}, "used": {"requests.cpu": "2"}}})));
+            "status": {"hard": {"requests.cpu": "3"}, "used": {"requests.cpu": "2"}}}),
+        ));
         assert_eq!(
             a.admit(&copy(None), None, &[]),
             Admitted::OverQuota("ResourceQuota: exceeded quota: q, requested: requests.cpu=2, used: requests.cpu=2, limited: requests.cpu=3".into())
         );
-        assert!(matches!(a.admit(&copy(Some("1")), None, &[]), Admitted::AsIs));
+        assert!(matches!(
+            a.admit(&copy(Some("1")), None, &[]),
+            Admitted::AsIs
+        ));
         // Other namespaces are not concerned.
         let mut elsewhere = copy(None);
         elsewhere.metadata.namespace = Some("other".into());
         assert_eq!(a.admit(&elsewhere, None, &[]), Admitted::AsIs);
-        a.apply_quota(Change::Delete(Arc::new(serde_json::from_value(json!({"metadata": {"name": "q", "namespace": "shop"}})).unwrap())));
-        assert!(matches!(a.admit(&copy(None), None, &[]), Admitted::Defaulted(_)));
+        a.apply_quota(Change::Delete(Arc::new(
+            serde_json::from_value(json!({"metadata": {"name": "q", "namespace": "shop"}}))
+                .unwrap(),
+        )));
+        assert!(matches!(
+            a.admit(&copy(None), None, &[]),
+            Admitted::Defaulted(_)
+        ));
     }
 }

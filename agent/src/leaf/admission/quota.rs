@@ -35,8 +35,14 @@ fn is_extended(name: &str) -> bool {
 /// What quota counts for usage from `requests` and `limits` (pod or container level).
 fn usage_of(requests: &Usage, limits: &Usage) -> Usage {
     let mut u = Usage::from([
-        ("pods".to_string(), Quantity::parse("1").unwrap_or(Quantity::ZERO)),
-        ("count/pods".to_string(), Quantity::parse("1").unwrap_or(Quantity::ZERO)),
+        (
+            "pods".to_string(),
+            Quantity::parse("1").unwrap_or(Quantity::ZERO),
+        ),
+        (
+            "count/pods".to_string(),
+            Quantity::parse("1").unwrap_or(Quantity::ZERO),
+        ),
     ]);
     for name in COMPUTE {
         if let Some(&q) = requests.get(name) {
@@ -96,36 +102,54 @@ fn cross_namespace_affinity(pod: &Pod) -> bool {
     let Some(aff) = pod.spec.as_ref().and_then(|s| s.affinity.as_ref()) else {
         return false;
     };
-    let terms = |req: Option<&Vec<k8s_openapi::api::core::v1::PodAffinityTerm>>,
-                 pref: Option<&Vec<k8s_openapi::api::core::v1::WeightedPodAffinityTerm>>| {
-        req.into_iter()
-            .flatten()
-            .chain(pref.into_iter().flatten().map(|w| &w.pod_affinity_term))
-            .any(|t| t.namespace_selector.is_some() || t.namespaces.as_ref().is_some_and(|n| !n.is_empty()))
-    };
+    let terms =
+        |req: Option<&Vec<k8s_openapi::api::core::v1::PodAffinityTerm>>,
+         pref: Option<&Vec<k8s_openapi::api::core::v1::WeightedPodAffinityTerm>>| {
+            req.into_iter()
+                .flatten()
+                .chain(pref.into_iter().flatten().map(|w| &w.pod_affinity_term))
+                .any(|t| {
+                    t.namespace_selector.is_some()
+                        || t.namespaces.as_ref().is_some_and(|n| !n.is_empty())
+                })
+        };
     aff.pod_affinity.as_ref().is_some_and(|a| {
         terms(
-            a.required_during_scheduling_ignored_during_execution.as_ref(),
-            a.preferred_during_scheduling_ignored_during_execution.as_ref(),
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref(),
+            a.preferred_during_scheduling_ignored_during_execution
+                .as_ref(),
         )
     }) || aff.pod_anti_affinity.as_ref().is_some_and(|a| {
         terms(
-            a.required_during_scheduling_ignored_during_execution.as_ref(),
-            a.preferred_during_scheduling_ignored_during_execution.as_ref(),
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref(),
+            a.preferred_during_scheduling_ignored_during_execution
+                .as_ref(),
         )
     })
+}
+
+/// kube's isTerminating: an active deadline bounds the pod's life.
+fn terminating(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.active_deadline_seconds)
+        .is_some_and(|d| d >= 0)
 }
 
 fn scope_matches(req: &ScopedResourceSelectorRequirement, pod: &Pod) -> bool {
     let spec = pod.spec.as_ref();
     let has = match req.scope_name.as_str() {
-        "Terminating" => spec.and_then(|s| s.active_deadline_seconds).is_some_and(|d| d >= 0),
-        "NotTerminating" => !spec.and_then(|s| s.active_deadline_seconds).is_some_and(|d| d >= 0),
+        "Terminating" => terminating(pod),
+        "NotTerminating" => !terminating(pod),
         "BestEffort" => qos_best_effort(pod),
         "NotBestEffort" => !qos_best_effort(pod),
         "CrossNamespacePodAffinity" => cross_namespace_affinity(pod),
         "PriorityClass" => {
-            let class = spec.and_then(|s| s.priority_class_name.as_deref()).unwrap_or("");
+            let class = spec
+                .and_then(|s| s.priority_class_name.as_deref())
+                .unwrap_or("");
             let values = req.values.as_deref().unwrap_or_default();
             return match req.operator.as_str() {
                 "In" => values.iter().any(|v| v == class),
@@ -148,11 +172,15 @@ pub fn matches(q: &ResourceQuota, pod: &Pod) -> bool {
     let Some(spec) = q.spec.as_ref() else {
         return true;
     };
-    let scopes = spec.scopes.iter().flatten().map(|s| ScopedResourceSelectorRequirement {
-        scope_name: s.clone(),
-        operator: "Exists".into(),
-        values: None,
-    });
+    let scopes = spec
+        .scopes
+        .iter()
+        .flatten()
+        .map(|s| ScopedResourceSelectorRequirement {
+            scope_name: s.clone(),
+            operator: "Exists".into(),
+            values: None,
+        });
     let selected = spec
         .scope_selector
         .iter()
@@ -189,8 +217,15 @@ pub fn refusal(q: &ResourceQuota, pod: &Pod, usage: &Usage, pending: &Usage) -> 
     }
     let mut missing: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     if let Some(spec) = pod.spec.as_ref() {
-        for c in spec.containers.iter().chain(spec.init_containers.iter().flatten()) {
-            let list = |l: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>| -> Usage {
+        for c in spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+        {
+            let list = |l: Option<
+                &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+            >|
+             -> Usage {
                 l.into_iter()
                     .flatten()
                     .filter_map(|(k, v)| Quantity::parse(&v.0).ok().map(|q| (k.clone(), q)))
@@ -258,7 +293,11 @@ pub fn refusal(q: &ResourceQuota, pod: &Pod, usage: &Usage, pending: &Usage) -> 
 
 /// The first refusal among `quotas` for `pod`, counting `pending` copies (decided on,
 /// not yet admitted by the leaf) where each quota matches them.
-pub fn first_refusal(quotas: &[Arc<ResourceQuota>], pod: &Pod, pending: &[Arc<Pod>]) -> Option<String> {
+pub fn first_refusal(
+    quotas: &[Arc<ResourceQuota>],
+    pod: &Pod,
+    pending: &[Arc<Pod>],
+) -> Option<String> {
     let usage = pod_usage(pod);
     quotas.iter().filter(|q| matches(q, pod)).find_map(|q| {
         let mut counted = Usage::new();
@@ -277,21 +316,30 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn quota(spec: serde_json::Value, hard: serde_json::Value, used: serde_json::Value) -> Arc<ResourceQuota> {
+    fn quota(
+        spec: serde_json::Value,
+        hard: serde_json::Value,
+        used: serde_json::Value,
+    ) -> Arc<ResourceQuota> {
         Arc::new(
-            serde_json::from_value(json!({"metadata": {"name": "compute", "namespace": "default"},
-                "spec": spec, "status": {"hard": hard, "used": used}}))
+            serde_json::from_value(
+                json!({"metadata": {"name": "compute", "namespace": "default"},
+                "spec": spec, "status": {"hard": hard, "used": used}}),
+            )
             .expect("quota"),
         )
     }
 
     fn pod(resources: serde_json::Value, extra: serde_json::Value) -> Pod {
-        let mut spec = json!({"containers": [{"name": "app", "image": "i", "resources": resources}]});
+        let mut spec =
+            json!({"containers": [{"name": "app", "image": "i", "resources": resources}]});
         if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
             s.extend(e.clone());
         }
-        serde_json::from_value(json!({"metadata": {"name": "p", "namespace": "default"}, "spec": spec}))
-            .expect("pod")
+        serde_json::from_value(
+            json!({"metadata": {"name": "p", "namespace": "default"}, "spec": spec}),
+        )
+        .expect("pod")
     }
 
     #[test]
@@ -303,21 +351,29 @@ mod tests {
         );
         let p = pod(json!({"requests": {"cpu": "2"}}), json!({}));
         assert_eq!(
-            first_refusal(&[q.clone()], &p, &[]).as_deref(),
-            Some("exceeded quota: compute, requested: requests.cpu=2, used: requests.cpu=3, limited: requests.cpu=4")
+            first_refusal(std::slice::from_ref(&q), &p, &[]).as_deref(),
+            Some(
+                "exceeded quota: compute, requested: requests.cpu=2, used: requests.cpu=3, limited: requests.cpu=4"
+            )
         );
         let small = pod(json!({"requests": {"cpu": "1"}}), json!({}));
-        assert_eq!(first_refusal(&[q.clone()], &small, &[]), None);
+        assert_eq!(first_refusal(std::slice::from_ref(&q), &small, &[]), None);
         // A copy decided on but not admitted yet counts.
         assert_eq!(
             first_refusal(&[q], &small, &[Arc::new(small.clone())]).as_deref(),
-            Some("exceeded quota: compute, requested: requests.cpu=1, used: requests.cpu=4, limited: requests.cpu=4")
+            Some(
+                "exceeded quota: compute, requested: requests.cpu=1, used: requests.cpu=4, limited: requests.cpu=4"
+            )
         );
     }
 
     #[test]
     fn a_quota_on_cpu_needs_every_container_to_state_it() {
-        let q = quota(json!({"hard": {"limits.cpu": "4"}}), json!({"limits.cpu": "4"}), json!({"limits.cpu": "0"}));
+        let q = quota(
+            json!({"hard": {"limits.cpu": "4"}}),
+            json!({"limits.cpu": "4"}),
+            json!({"limits.cpu": "0"}),
+        );
         let p = pod(json!({"requests": {"cpu": "1"}}), json!({}));
         assert_eq!(
             first_refusal(&[q], &p, &[]).as_deref(),
@@ -327,11 +383,14 @@ mod tests {
 
     #[test]
     fn scopes_choose_the_pods_a_quota_counts() {
-        let best_effort = quota(json!({"hard": {"pods": "1"}, "scopes": ["BestEffort"]}),
-            json!({"pods": "1"}), json!({"pods": "1"}));
+        let best_effort = quota(
+            json!({"hard": {"pods": "1"}, "scopes": ["BestEffort"]}),
+            json!({"pods": "1"}),
+            json!({"pods": "1"}),
+        );
         let plain = pod(json!({}), json!({}));
         let burstable = pod(json!({"requests": {"cpu": "1"}}), json!({}));
-        assert!(first_refusal(&[best_effort.clone()], &plain, &[]).is_some());
+        assert!(first_refusal(std::slice::from_ref(&best_effort), &plain, &[]).is_some());
         assert_eq!(first_refusal(&[best_effort], &burstable, &[]), None);
         let high = quota(
             json!({"hard": {"pods": "0"}, "scopeSelector": {"matchExpressions": [
@@ -339,36 +398,74 @@ mod tests {
             json!({"pods": "0"}),
             json!({"pods": "0"}),
         );
-        assert!(first_refusal(&[high.clone()], &pod(json!({}), json!({"priorityClassName": "high"})), &[]).is_some());
+        assert!(
+            first_refusal(
+                std::slice::from_ref(&high),
+                &pod(json!({}), json!({"priorityClassName": "high"})),
+                &[]
+            )
+            .is_some()
+        );
         assert_eq!(first_refusal(&[high], &plain, &[]), None);
-        let terminating = quota(json!({"hard": {"pods": "0"}, "scopes": ["Terminating"]}),
-            json!({"pods": "0"}), json!({"pods": "0"}));
-        assert_eq!(first_refusal(&[terminating.clone()], &plain, &[]), None);
-        assert!(first_refusal(&[terminating], &pod(json!({}), json!({"activeDeadlineSeconds": 60})), &[]).is_some());
+        let terminating = quota(
+            json!({"hard": {"pods": "0"}, "scopes": ["Terminating"]}),
+            json!({"pods": "0"}),
+            json!({"pods": "0"}),
+        );
+        assert_eq!(
+            first_refusal(std::slice::from_ref(&terminating), &plain, &[]),
+            None
+        );
+        assert!(
+            first_refusal(
+                &[terminating],
+                &pod(json!({}), json!({"activeDeadlineSeconds": 60})),
+                &[]
+            )
+            .is_some()
+        );
     }
 
     #[test]
     fn a_quota_the_controller_has_not_counted_yet_refuses() {
-        let q = quota(json!({"hard": {"pods": "5"}}), json!({"pods": "5"}), json!({}));
+        let q = quota(
+            json!({"hard": {"pods": "5"}}),
+            json!({"pods": "5"}),
+            json!({}),
+        );
         assert_eq!(
             first_refusal(&[q], &pod(json!({}), json!({})), &[]).as_deref(),
             Some("status unknown for quota: compute, resources: pods")
         );
         // No status at all yet (just created): nothing is enforced by it so far.
         let fresh: Arc<ResourceQuota> = Arc::new(
-            serde_json::from_value(json!({"metadata": {"name": "new"}, "spec": {"hard": {"pods": "0"}}})).unwrap(),
+            serde_json::from_value(
+                json!({"metadata": {"name": "new"}, "spec": {"hard": {"pods": "0"}}}),
+            )
+            .unwrap(),
         );
-        assert_eq!(first_refusal(&[fresh], &pod(json!({}), json!({})), &[]), None);
+        assert_eq!(
+            first_refusal(&[fresh], &pod(json!({}), json!({})), &[]),
+            None
+        );
     }
 
     #[test]
     fn memory_prints_in_binary_like_the_hard_limit() {
-        let q = quota(json!({"hard": {"requests.memory": "1Gi"}}), json!({"requests.memory": "1Gi"}),
-            json!({"requests.memory": "768Mi"}));
-        let p = pod(json!({"requests": {"memory": "512Mi", "cpu": "1"}}), json!({}));
+        let q = quota(
+            json!({"hard": {"requests.memory": "1Gi"}}),
+            json!({"requests.memory": "1Gi"}),
+            json!({"requests.memory": "768Mi"}),
+        );
+        let p = pod(
+            json!({"requests": {"memory": "512Mi", "cpu": "1"}}),
+            json!({}),
+        );
         assert_eq!(
             first_refusal(&[q], &p, &[]).as_deref(),
-            Some("exceeded quota: compute, requested: requests.memory=512Mi, used: requests.memory=768Mi, limited: requests.memory=1Gi")
+            Some(
+                "exceeded quota: compute, requested: requests.memory=512Mi, used: requests.memory=768Mi, limited: requests.memory=1Gi"
+            )
         );
     }
 }

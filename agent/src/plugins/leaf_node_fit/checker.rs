@@ -81,7 +81,11 @@ impl LeafChecker {
                 // `join`, whose reader role lacks a kind read now.
                 Some(kinds) => format!(
                     "leaf cluster {cluster} is not synced yet: waiting for the first list of {} (if the agent's logs show them forbidden, re-run `kubectl mcsched join cluster {cluster}`)",
-                    kinds.iter().map(|k| k.trim_start_matches("leaf ")).collect::<Vec<_>>().join(", ")
+                    kinds
+                        .iter()
+                        .map(|k| k.trim_start_matches("leaf "))
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
                 None => format!("leaf cluster {cluster} is not connected to the agent"),
             });
@@ -98,24 +102,25 @@ impl LeafChecker {
             .spec
             .as_ref()
             .and_then(|s| s.priority_class_name.as_deref());
-        let leaf_pod = match view
-            .admission
-            .rules
-            .admit(&leaf_pod.pod, class, &view.admission.pending)
-        {
-            Admitted::AsIs => leaf_pod,
-            Admitted::Defaulted(p) => Arc::new(PodInfo::new(Arc::new(*p))),
-            Admitted::OverQuota(why) => {
-                return Status::unschedulable(format!(
-                    "leaf cluster {cluster} would refuse the copy: {why}"
-                ));
-            }
-            Admitted::OutOfLimits(why) => {
-                return Status::unresolvable(format!(
-                    "leaf cluster {cluster} would refuse the copy: {why}"
-                ));
-            }
-        };
+        let leaf_pod =
+            match view
+                .admission
+                .rules
+                .admit(&leaf_pod.pod, class, &view.admission.pending)
+            {
+                Admitted::AsIs => leaf_pod,
+                Admitted::Defaulted(p) => Arc::new(PodInfo::new(Arc::new(*p))),
+                Admitted::OverQuota(why) => {
+                    return Status::unschedulable(format!(
+                        "leaf cluster {cluster} would refuse the copy: {why}"
+                    ));
+                }
+                Admitted::OutOfLimits(why) => {
+                    return Status::unresolvable(format!(
+                        "leaf cluster {cluster} would refuse the copy: {why}"
+                    ));
+                }
+            };
         let (leaf_pod, snapshot) =
             match super::leaf_claims::leaf_view(&cycle.host_volumes, &leaf_pod, &view.snapshot) {
                 Ok(v) => v,
@@ -530,7 +535,10 @@ mod tests {
     }
 
     /// Leaf `east` with one 4-CPU node running `resident`, and `admission` as its rules.
-    fn one_node_leaf(resident: serde_json::Value, admission: crate::leaf::admission::LeafAdmission) -> LeafCycle {
+    fn one_node_leaf(
+        resident: serde_json::Value,
+        admission: crate::leaf::admission::LeafAdmission,
+    ) -> LeafCycle {
         let mut n = node("east-1", "4", json!({"kubernetes.io/hostname": "east-1"}));
         let p: Pod = serde_json::from_value(resident).expect("resident");
         n.add_pod(Arc::new(PodInfo::new(Arc::new(p))));
@@ -568,14 +576,22 @@ mod tests {
             {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "db"}}}]}});
         // One cycle per pod, as the scheduler runs them (the copy is built once per cycle).
         let cycle = one_node_leaf(db.clone(), Default::default());
-        let s = checker.check(&cycle, &labelled("web", json!({"app": "web"}), away_from_db), &virtual_node());
+        let s = checker.check(
+            &cycle,
+            &labelled("web", json!({"app": "web"}), away_from_db),
+            &virtual_node(),
+        );
         assert_eq!(
             s.message(),
             "leaf cluster east has no node that fits: 1 node(s) didn't match pod anti-affinity rules; \
              largest free node east-1 (cpu 4, memory 8Gi, pods 109)"
         );
         let cycle = one_node_leaf(db, Default::default());
-        let s = checker.check(&cycle, &labelled("web", json!({"app": "web"}), json!({})), &virtual_node());
+        let s = checker.check(
+            &cycle,
+            &labelled("web", json!({"app": "web"}), json!({})),
+            &virtual_node(),
+        );
         assert!(s.is_success(), "{s}");
 
         // A leaf pod that keeps `app: web` off its node refuses the copy too.
@@ -584,9 +600,14 @@ mod tests {
                 "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
                     {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "web"}}}]}}}});
         let cycle = one_node_leaf(lonely, Default::default());
-        let s = checker.check(&cycle, &labelled("web", json!({"app": "web"}), json!({})), &virtual_node());
+        let s = checker.check(
+            &cycle,
+            &labelled("web", json!({"app": "web"}), json!({})),
+            &virtual_node(),
+        );
         assert!(
-            s.message().contains("1 node(s) didn't satisfy existing pods anti-affinity rules"),
+            s.message()
+                .contains("1 node(s) didn't satisfy existing pods anti-affinity rules"),
             "{s}"
         );
         // A wider topology was the host's to judge: not the leaf's.
@@ -597,7 +618,11 @@ mod tests {
                 "spec": {"nodeName": "east-1", "containers": [{"name": "c", "image": "i"}]}}),
             Default::default(),
         );
-        let s = checker.check(&cycle, &labelled("web", json!({"app": "web"}), zone), &virtual_node());
+        let s = checker.check(
+            &cycle,
+            &labelled("web", json!({"app": "web"}), zone),
+            &virtual_node(),
+        );
         assert!(s.is_success(), "{s}");
     }
 
@@ -609,13 +634,22 @@ mod tests {
             "spec": {"nodeName": "east-1", "containers": [{"name": "c", "image": "i"}]}});
         let mut rules = crate::leaf::admission::LeafAdmission::default();
         rules.apply_quota(Change::Apply(
-            Arc::new(serde_json::from_value(json!({"metadata": {"name": "compute", "namespace": "default"},
+            Arc::new(
+                serde_json::from_value(
+                    json!({"metadata": {"name": "compute", "namespace": "default"},
                 "spec": {"hard": {"pods": "2"}},
-                "status": {"hard": {"pods": "2"}, "used": {"pods": "2"}}})).expect("quota")),
+                "status": {"hard": {"pods": "2"}, "used": {"pods": "2"}}}),
+                )
+                .expect("quota"),
+            ),
             false,
         ));
         let cycle = one_node_leaf(idle.clone(), rules);
-        let s = checker.check(&cycle, &labelled("web", json!({}), json!({})), &virtual_node());
+        let s = checker.check(
+            &cycle,
+            &labelled("web", json!({}), json!({})),
+            &virtual_node(),
+        );
         assert_eq!(s.code, crate::framework::Code::Unschedulable);
         assert_eq!(
             s.message(),
@@ -626,22 +660,36 @@ mod tests {
         // A default request the host pod does not have makes the copy too big for the node.
         let mut rules = crate::leaf::admission::LeafAdmission::default();
         rules.apply_limit_range(Change::Apply(
-            Arc::new(serde_json::from_value(json!({"metadata": {"name": "lr", "namespace": "default"},
-                "spec": {"limits": [{"type": "Container", "defaultRequest": {"memory": "16Gi"}}]}})).expect("lr")),
+            Arc::new(
+                serde_json::from_value(json!({"metadata": {"name": "lr", "namespace": "default"},
+                "spec": {"limits": [{"type": "Container", "defaultRequest": {"memory": "16Gi"}}]}}))
+                .expect("lr"),
+            ),
             false,
         ));
         let cycle = one_node_leaf(idle.clone(), rules);
-        let s = checker.check(&cycle, &labelled("web", json!({}), json!({})), &virtual_node());
+        let s = checker.check(
+            &cycle,
+            &labelled("web", json!({}), json!({})),
+            &virtual_node(),
+        );
         assert!(s.message().contains("1 Insufficient memory"), "{s}");
 
         let mut rules = crate::leaf::admission::LeafAdmission::default();
         rules.apply_limit_range(Change::Apply(
-            Arc::new(serde_json::from_value(json!({"metadata": {"name": "lr", "namespace": "default"},
-                "spec": {"limits": [{"type": "Container", "max": {"cpu": "500m"}}]}})).expect("lr")),
+            Arc::new(
+                serde_json::from_value(json!({"metadata": {"name": "lr", "namespace": "default"},
+                "spec": {"limits": [{"type": "Container", "max": {"cpu": "500m"}}]}}))
+                .expect("lr"),
+            ),
             false,
         ));
         let cycle = one_node_leaf(idle, rules);
-        let s = checker.check(&cycle, &labelled("web", json!({}), json!({})), &virtual_node());
+        let s = checker.check(
+            &cycle,
+            &labelled("web", json!({}), json!({})),
+            &virtual_node(),
+        );
         assert_eq!(s.code, crate::framework::Code::UnschedulableAndUnresolvable);
         assert_eq!(
             s.message(),
