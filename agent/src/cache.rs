@@ -28,6 +28,7 @@ pub struct Cache {
     pub volumes: Arc<VolumeObjects>,
     pdbs: Arc<Vec<Arc<k8s_openapi::api::policy::v1::PodDisruptionBudget>>>,
     pod_selectors: Arc<crate::pod_selectors::PodSelectors>,
+    policies: Arc<crate::policies::PolicySet>,
     snapshot: Option<Snapshot>,
 }
 
@@ -212,6 +213,11 @@ impl Cache {
         self.dirty();
     }
 
+    pub fn set_policies(&mut self, policies: Arc<crate::policies::PolicySet>) {
+        self.policies = policies;
+        self.dirty();
+    }
+
     pub fn pod_selectors_mut(&mut self) -> &mut crate::pod_selectors::PodSelectors {
         self.dirty();
         Arc::make_mut(&mut self.pod_selectors)
@@ -235,6 +241,7 @@ impl Cache {
             volumes: self.volumes.clone(),
             pdbs: self.pdbs.clone(),
             pod_selectors: self.pod_selectors.clone(),
+            policies: self.policies.clone(),
         };
         self.snapshot = Some(snap.clone());
         snap

@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod nominator;
 pub mod plugins;
 pub mod pod_selectors;
+pub mod policies;
 pub mod preemption;
 pub mod profiles;
 pub mod queue;

@@ -335,6 +335,8 @@ pub struct Snapshot {
     /// How many nodes are leaves' virtual nodes, counted once per snapshot so that the
     /// leaf check can step aside without walking every node.
     pub virtual_nodes: usize,
+    /// The placement policies, for the pods they select.
+    pub policies: Arc<crate::policies::PolicySet>,
 }
 
 /// The storage objects volume plugins read; claims keyed `namespace/name`, the rest by name.
@@ -376,6 +378,7 @@ impl Snapshot {
             volumes: Arc::default(),
             pdbs: Arc::default(),
             pod_selectors: Arc::default(),
+            policies: Arc::default(),
         }
     }
 

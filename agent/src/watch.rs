@@ -68,6 +68,20 @@ impl Ready {
         }
     }
 
+    /// Reports `kind` listed without a watch (a kind the API server does not serve).
+    pub async fn report(&self, kind: &'static str) {
+        let _ = self.tx.send(kind).await;
+    }
+
+    /// A Ready whose reports go nowhere: for a watch started after its kind was reported.
+    pub fn detached(&self) -> Self {
+        let (tx, _) = tokio::sync::mpsc::channel(1);
+        Ready {
+            tx,
+            health: self.health.clone(),
+        }
+    }
+
     fn set_down(&self, kind: &'static str, down: bool) {
         if let Some(h) = &self.health {
             h.set(kind, down);

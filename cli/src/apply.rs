@@ -5,6 +5,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PropagationPolicy,
 };
@@ -15,6 +16,7 @@ use mcsched_shared::manifests::{APIService, Object};
 /// The kinds `install` creates, in apply order; `uninstall` walks them backwards.
 pub fn kinds() -> Vec<(ApiResource, bool)> {
     vec![
+        (ApiResource::erase::<CustomResourceDefinition>(&()), false),
         (ApiResource::erase::<Namespace>(&()), false),
         (ApiResource::erase::<ServiceAccount>(&()), true),
         (ApiResource::erase::<ClusterRole>(&()), false),
@@ -31,6 +33,7 @@ pub fn kinds() -> Vec<(ApiResource, bool)> {
 
 pub fn api_resource(o: &Object) -> ApiResource {
     match o {
+        Object::CustomResourceDefinition(_) => ApiResource::erase::<CustomResourceDefinition>(&()),
         Object::Namespace(_) => ApiResource::erase::<Namespace>(&()),
         Object::ServiceAccount(_) => ApiResource::erase::<ServiceAccount>(&()),
         Object::ClusterRole(_) => ApiResource::erase::<ClusterRole>(&()),

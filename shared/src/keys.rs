@@ -117,6 +117,10 @@ pub const WHATIF_KIND: &str = "WhatIf";
 /// admin) and creating what-ifs (edit, admin).
 pub const EXPLANATION_READER_ROLE: &str = "mcsched:explanation-reader";
 pub const WHATIF_CREATOR_ROLE: &str = "mcsched:whatif-creator";
+/// Aggregated into view, edit and admin: read PlacementPolicies.
+pub const POLICY_VIEWER_ROLE: &str = "mcsched:placementpolicy-viewer";
+/// Aggregated into edit and admin: write PlacementPolicies.
+pub const POLICY_EDITOR_ROLE: &str = "mcsched:placementpolicy-editor";
 
 /// Label on every object pod sync (or `join`) creates in a leaf: the host cluster's id
 /// (the UID of the host's `kube-system` namespace). Pod sync and `unjoin` touch only

@@ -8,6 +8,7 @@ pub mod leaf_kubeconfig;
 pub mod manifests;
 pub mod node;
 pub mod pod;
+pub mod policy;
 pub mod quantity;
 pub mod resources;
 pub mod selectors;

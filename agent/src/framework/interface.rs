@@ -42,6 +42,8 @@ pub enum ClusterEvent {
     NamespaceChange,
     /// A leaf cluster changed (its nodes, pods or storage), or one connected.
     LeafChange,
+    /// A PlacementPolicy or ClusterPlacementPolicy changed.
+    PolicyChange,
 }
 
 /// The pods nominated to each node by preemption, waiting for the room made for them

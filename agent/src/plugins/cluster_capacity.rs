@@ -55,7 +55,7 @@ impl Plugin for ClusterCapacity {
 
 /// How many more copies of `pod` each cluster can hold: the host over its real nodes,
 /// each connected leaf over its own nodes as the leaf copy of the pod sees them.
-fn fits_per_cluster(
+pub(crate) fn fits_per_cluster(
     pod: &PodInfo,
     snapshot: &Snapshot,
     leaves: &LeafCycle,
@@ -87,13 +87,13 @@ fn fits_per_cluster(
 
 /// Aggregated: among `candidates`, those holding the most of the owner's pods if any
 /// holds some, else those that fit the most.
-fn fewest_clusters(
-    placed: &HashMap<Cluster, i64>,
-    fits: &HashMap<Cluster, i64>,
-    candidates: &HashSet<Cluster>,
-) -> HashSet<Cluster> {
-    let get = |m: &HashMap<Cluster, i64>, c: &Cluster| m.get(c).copied().unwrap_or(0);
-    let rank = |c: &Cluster| (get(placed, c), get(fits, c));
+pub(crate) fn fewest_clusters<K: Eq + std::hash::Hash + Clone>(
+    placed: &HashMap<K, i64>,
+    fits: &HashMap<K, i64>,
+    candidates: &HashSet<K>,
+) -> HashSet<K> {
+    let get = |m: &HashMap<K, i64>, c: &K| m.get(c).copied().unwrap_or(0);
+    let rank = |c: &K| (get(placed, c), get(fits, c));
     let Some(best) = candidates.iter().map(rank).max() else {
         return HashSet::new();
     };
@@ -112,6 +112,9 @@ impl PreScorePlugin for ClusterCapacity {
         nodes: &crate::snapshot::NodeList,
         snapshot: &Snapshot,
     ) -> Status {
+        if super::placement_policy::overrides_profile(state) {
+            return Status::skip();
+        }
         let leaves = state
             .read::<LeafCycle>(LEAF_CYCLE_KEY)
             .cloned()

@@ -44,7 +44,11 @@ impl Plugin for ClusterTiers {
 }
 
 impl ScorePlugin for ClusterTiers {
-    fn score(&self, _state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+    fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        // The pod's placement policy orders the clusters instead.
+        if super::placement_policy::overrides_profile(state) {
+            return Ok(0);
+        }
         let len = self.tiers.len() as i64;
         Ok(match self.tier_of(node) {
             Some(i) => MAX_NODE_SCORE * (len - i as i64) / len,

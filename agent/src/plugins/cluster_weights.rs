@@ -59,7 +59,7 @@ impl PreScorePlugin for ClusterWeights {
         let Some(owner) = controller_uid(&pod.pod) else {
             return Status::skip();
         };
-        if self.weights.is_empty() {
+        if self.weights.is_empty() || super::placement_policy::overrides_profile(state) {
             return Status::skip();
         }
         let placed = placed_per_cluster(snapshot, owner, pod, |n| {

@@ -21,6 +21,7 @@ pub mod node_resources_balanced_allocation;
 pub mod node_resources_fit;
 pub mod node_unschedulable;
 pub mod node_volume_limits;
+pub mod placement_policy;
 pub mod pod_topology_spread;
 pub mod priority_sort;
 pub mod scheduling_gates;
@@ -134,6 +135,7 @@ pub fn registry_with_leaves(
         )),
         Arc::new(cluster_cost::ClusterCost::new(&args.cluster_cost)),
         Arc::new(cluster_tiers::ClusterTiers::new(&args.cluster_tiers)),
+        Arc::new(placement_policy::PlacementPolicy),
     ];
     plugins
         .into_iter()

@@ -103,6 +103,7 @@ pub(super) fn spawn_watches(
         to_queue(),
     ));
     tasks.extend(spawn_selector_watches(client, shared, &ready));
+    tasks.extend(spawn_policy_watches(client, shared, &ready));
     let s = shared.clone();
     let pdbs: Arc<Mutex<HashMap<String, Arc<PodDisruptionBudget>>>> = Arc::default();
     tasks.push(tokio::spawn(watch_kind(
@@ -124,6 +125,84 @@ pub(super) fn spawn_watches(
         },
     )));
     tasks
+}
+
+/// The placement policies, both kinds into one set. Where the CRDs are not installed
+/// (an agent run without `install`) the kinds count as listed and empty, and are looked
+/// for again every 30 s.
+fn spawn_policy_watches(
+    client: &Client,
+    shared: &Arc<Shared>,
+    ready: &Ready,
+) -> Vec<JoinHandle<()>> {
+    let set: Arc<Mutex<crate::policies::PolicySet>> = Arc::default();
+    let (s, all) = (shared.clone(), set.clone());
+    let namespaced = tokio::spawn(watch_if_served(
+        Api::<mcsched_shared::policy::PlacementPolicy>::all(client.clone()),
+        "placementpolicy",
+        ready.clone(),
+        move |ev| publish_policies(&s, &all, |set| set.apply_namespaced(ev)),
+    ));
+    let s = shared.clone();
+    let cluster = tokio::spawn(watch_if_served(
+        Api::<mcsched_shared::policy::ClusterPlacementPolicy>::all(client.clone()),
+        "clusterplacementpolicy",
+        ready.clone(),
+        move |ev| publish_policies(&s, &set, |set| set.apply_cluster(ev)),
+    ));
+    vec![namespaced, cluster]
+}
+
+fn publish_policies(
+    shared: &Shared,
+    set: &Mutex<crate::policies::PolicySet>,
+    change: impl FnOnce(&mut crate::policies::PolicySet),
+) {
+    let snapshot = {
+        let mut all = set.lock().unwrap_or_else(|e| e.into_inner());
+        change(&mut all);
+        Arc::new(all.clone())
+    };
+    shared.cache().set_policies(snapshot);
+    shared.queue.on_event(ClusterEvent::PolicyChange);
+}
+
+/// `watch_kind` once the API server serves the kind (404 until its CRD is installed).
+async fn watch_if_served<K, F>(api: Api<K>, kind: &'static str, ready: Ready, apply: F)
+where
+    K: kube::Resource
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Default,
+    F: FnMut(Change<K>) + Send,
+{
+    let mut ready = ready;
+    let mut reported = false;
+    loop {
+        match api
+            .list_metadata(&kube::api::ListParams::default().limit(1))
+            .await
+        {
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                if !reported {
+                    tracing::info!(
+                        kind,
+                        "not served (its CRD is not installed): no placement policies until it is"
+                    );
+                    ready.report(kind).await;
+                    ready = ready.detached();
+                    reported = true;
+                }
+                tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+            }
+            _ => break,
+        }
+    }
+    watch_kind(api, watcher::Config::default(), kind, ready, apply).await
 }
 
 /// What selects pods, for PodTopologySpread's default constraints.

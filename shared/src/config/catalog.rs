@@ -92,12 +92,22 @@ pub const PLUGINS: &[(&str, &[Point])] = &[
     ("ClusterCapacity", &[PreScore, Score]),
     ("ClusterCost", &[Score]),
     ("ClusterTiers", &[Score]),
+    // Always on: a pod's PlacementPolicy, if one selects it.
+    ("PlacementPolicy", &[PreFilter, Filter, PreScore, Score]),
 ];
 
 /// mcsched plugins every profile runs, last at each of their extension points, whatever
 /// the configuration says: without LeafNodeFit a virtual node would take pods none of its
-/// leaf's nodes can run.
-pub const ALWAYS_ON: &[&str] = &["LeafNodeFit"];
+/// leaf's nodes can run; without PlacementPolicy a workload's policy would hold only under
+/// some profiles.
+pub const ALWAYS_ON: &[&str] = &["LeafNodeFit", "PlacementPolicy"];
+
+/// The always-on plugins' Score weight: more than twice every other score plugin's
+/// together, so that the half score PlacementPolicy gives a node outweighs everything
+/// the other plugins can give (theirs are at most 100 each, times their weight).
+pub fn always_on_score_weight(others: i64) -> i64 {
+    2 * others + 1
+}
 
 pub fn points_of(plugin: &str) -> Option<&'static [Point]> {
     PLUGINS.iter().find(|(n, _)| *n == plugin).map(|(_, p)| *p)

@@ -608,9 +608,15 @@ fn resolve_plugins(
         for &point in catalog::points_of(name).unwrap_or_default() {
             let list = plugins.get_mut(point);
             if !list.iter().any(|r| r.name == *name) {
+                let weight = if point == Point::Score {
+                    let others = list.iter().map(|r| i64::from(r.weight)).sum();
+                    i32::try_from(catalog::always_on_score_weight(others)).unwrap_or(i32::MAX)
+                } else {
+                    0
+                };
                 list.push(PluginRef {
                     name: name.to_string(),
-                    weight: 0,
+                    weight,
                 });
             }
         }

@@ -71,7 +71,8 @@ fn v1_defaults() {
             "PodTopologySpread",
             "InterPodAffinity",
             // mcsched's, always on (catalog::ALWAYS_ON).
-            "LeafNodeFit"
+            "LeafNodeFit",
+            "PlacementPolicy"
         ]
     );
     let weights: Vec<(&str, i32)> = p
@@ -90,7 +91,9 @@ fn v1_defaults() {
             ("InterPodAffinity", 2),
             ("DynamicResources", 2),
             ("NodeResourcesBalancedAllocation", 1),
-            ("ImageLocality", 1)
+            ("ImageLocality", 1),
+            // Always on, outweighing the others together twice over.
+            ("PlacementPolicy", 29)
         ]
     );
     assert_eq!(
@@ -121,7 +124,8 @@ fn seed_001_v1beta2_loads_unchanged() {
             ("NodeResourcesFit", 1),
             ("NodeAffinity", 1),
             ("PodTopologySpread", 2),
-            ("TaintToleration", 1)
+            ("TaintToleration", 1),
+            ("PlacementPolicy", 17)
         ]
     );
     assert_eq!(names(&p.bind), vec!["DefaultBinder"]);
@@ -247,7 +251,10 @@ fn star_disables_every_default_of_a_point() {
         .iter()
         .map(|r| (r.name.as_str(), r.weight))
         .collect();
-    assert_eq!(score, vec![("NodeResourcesFit", 5)]);
+    assert_eq!(
+        score,
+        vec![("NodeResourcesFit", 5), ("PlacementPolicy", 11)]
+    );
 }
 
 #[test]

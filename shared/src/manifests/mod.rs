@@ -131,6 +131,22 @@ pub(crate) fn meta(name: &str, namespace: Option<&str>, install_ns: &str) -> Obj
     }
 }
 
+/// The PlacementPolicy and ClusterPlacementPolicy CRDs, labelled as this install's.
+fn policy_crds(ns: &str) -> Vec<Object> {
+    use kube_core::CustomResourceExt;
+    [
+        crate::policy::PlacementPolicy::crd(),
+        crate::policy::ClusterPlacementPolicy::crd(),
+    ]
+    .into_iter()
+    .map(|mut crd| {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        crd.metadata = meta(&name, None, ns);
+        Object::CustomResourceDefinition(crd)
+    })
+    .collect()
+}
+
 /// Validates the options and renders every object, in apply order.
 pub fn render(opts: &InstallOptions) -> Result<Vec<Object>, ManifestError> {
     check_dns_label("--namespace", &opts.namespace)?;
@@ -149,7 +165,8 @@ pub fn render(opts: &InstallOptions) -> Result<Vec<Object>, ManifestError> {
     let cfg = AgentConfig::resolve(opts)?;
     let ns = opts.namespace.as_str();
 
-    let mut objects = vec![
+    let mut objects = policy_crds(ns);
+    objects.extend([
         Object::Namespace(Namespace {
             metadata: meta(ns, None, ns),
             ..Default::default()
@@ -158,7 +175,7 @@ pub fn render(opts: &InstallOptions) -> Result<Vec<Object>, ManifestError> {
             metadata: meta(keys::AGENT_NAME, Some(ns), ns),
             ..Default::default()
         }),
-    ];
+    ]);
     objects.extend(rbac::objects(ns, &cfg));
     objects.push(Object::ConfigMap(config::config_map(ns, &cfg)));
     objects.push(Object::Service(workload::service(ns)));

@@ -5,6 +5,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 
@@ -14,6 +15,7 @@ use super::APIService;
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Object {
+    CustomResourceDefinition(CustomResourceDefinition),
     Namespace(Namespace),
     ServiceAccount(ServiceAccount),
     ClusterRole(ClusterRole),
@@ -31,6 +33,7 @@ pub enum Object {
 macro_rules! each {
     ($obj:expr, $o:ident => $f:expr) => {
         match $obj {
+            Object::CustomResourceDefinition($o) => $f,
             Object::Namespace($o) => $f,
             Object::ServiceAccount($o) => $f,
             Object::ClusterRole($o) => $f,

@@ -27,6 +27,8 @@ const COORDINATION: &str = "coordination.k8s.io";
 const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 const APIREGISTRATION: &str = "apiregistration.k8s.io";
 const DISCOVERY: &str = "discovery.k8s.io";
+const POLICY_GROUP: &str = crate::policy::GROUP;
+const POLICIES: [&str; 2] = ["placementpolicies", "clusterplacementpolicies"];
 
 fn rule(groups: &[&str], resources: &[&str], verbs: &[&str], names: &[&str]) -> PolicyRule {
     let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
@@ -111,9 +113,34 @@ fn user_roles(ns: &str) -> Vec<Object> {
         )]),
         ..Default::default()
     };
+    // Placement policies are the workload owners' to write (edit, admin), everyone's who
+    // may view to read; cluster-wide ones only the cluster admin's, as for any
+    // cluster-scoped kind.
+    let policy_viewer = ClusterRole {
+        metadata: aggregated_meta(ns, keys::POLICY_VIEWER_ROLE, &["view", "edit", "admin"]),
+        rules: Some(vec![rule(
+            &[POLICY_GROUP],
+            &["placementpolicies"],
+            &["get", "list", "watch"],
+            &[],
+        )]),
+        ..Default::default()
+    };
+    let policy_editor = ClusterRole {
+        metadata: aggregated_meta(ns, keys::POLICY_EDITOR_ROLE, &["edit", "admin"]),
+        rules: Some(vec![rule(
+            &[POLICY_GROUP],
+            &["placementpolicies"],
+            &["create", "update", "patch", "delete", "deletecollection"],
+            &[],
+        )]),
+        ..Default::default()
+    };
     vec![
         Object::ClusterRole(explanation_reader),
         Object::ClusterRole(whatif_creator),
+        Object::ClusterRole(policy_viewer),
+        Object::ClusterRole(policy_editor),
     ]
 }
 
@@ -184,12 +211,25 @@ pub(super) fn objects(ns: &str, cfg: &AgentConfig) -> Vec<Object> {
     // other: the API server trusts whatever certificate an APIService's caBundle vouches for.
     let agent_role = ClusterRole {
         metadata: meta(agent, None, ns),
-        rules: Some(vec![rule(
-            &[APIREGISTRATION],
-            &["apiservices"],
-            &["get", "patch"],
-            &[keys::API_SERVICE_NAME],
-        )]),
+        rules: Some(vec![
+            rule(
+                &[APIREGISTRATION],
+                &["apiservices"],
+                &["get", "patch"],
+                &[keys::API_SERVICE_NAME],
+            ),
+            // Placement policies: read, and their status written.
+            rule(&[POLICY_GROUP], &POLICIES, &["get", "list", "watch"], &[]),
+            rule(
+                &[POLICY_GROUP],
+                &[
+                    "placementpolicies/status",
+                    "clusterplacementpolicies/status",
+                ],
+                &["patch"],
+                &[],
+            ),
+        ]),
         ..Default::default()
     };
 

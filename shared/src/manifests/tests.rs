@@ -20,8 +20,10 @@ fn by_ref<'a>(objects: &'a [Object], reference: &str, ns: Option<&str>) -> &'a O
 fn default_install_renders_in_dependency_order() {
     let objects = render(&InstallOptions::default()).expect("default renders");
     let kinds: Vec<&str> = objects.iter().map(Object::kind).collect();
-    assert_eq!(kinds.first(), Some(&"Namespace"));
-    assert_eq!(kinds.get(1), Some(&"ServiceAccount"));
+    // The policy CRDs first: cluster-scoped, needed by nothing else.
+    assert_eq!(kinds[..2], ["CustomResourceDefinition"; 2]);
+    assert_eq!(kinds.get(2), Some(&"Namespace"));
+    assert_eq!(kinds.get(3), Some(&"ServiceAccount"));
     let pos = |k: &str| kinds.iter().position(|x| *x == k).expect(k);
     assert!(pos("RoleBinding") < pos("ConfigMap"));
     assert!(pos("ConfigMap") < pos("Deployment"));
@@ -113,7 +115,26 @@ fn rbac_has_no_wildcards_and_the_lease_is_named() {
     for o in &objects {
         if let Object::ClusterRole(cr) = o {
             let name = cr.metadata.name.clone().unwrap_or_default();
-            let rules = cr.rules.clone().unwrap_or_default();
+            let mut rules = cr.rules.clone().unwrap_or_default();
+            if name == "mcsched-agent" {
+                // Its placement policies, read, and their status written.
+                let policy_rules = rules.split_off(1);
+                let groups: Vec<_> = policy_rules.iter().map(|r| r.api_groups.clone()).collect();
+                assert_eq!(groups, vec![Some(strings(&["policy.mcsched.io"])); 2]);
+                assert_eq!(
+                    policy_rules[0].resources,
+                    Some(strings(&["placementpolicies", "clusterplacementpolicies"]))
+                );
+                assert_eq!(policy_rules[0].verbs, strings(&["get", "list", "watch"]));
+                assert_eq!(policy_rules[1].verbs, strings(&["patch"]));
+                assert!(
+                    policy_rules[1]
+                        .resources
+                        .iter()
+                        .flatten()
+                        .all(|r| r.ends_with("/status"))
+                );
+            }
             assert_eq!(rules.len(), 1, "{name}");
             let r = &rules[0];
             let (groups, resources, verbs, names): ExpectedRule = match name.as_str() {
@@ -129,6 +150,18 @@ fn rbac_has_no_wildcards_and_the_lease_is_named() {
                     (&["mcsched.io"], &["explanations"], &["get", "list"], None)
                 }
                 "mcsched:whatif-creator" => (&["mcsched.io"], &["whatifs"], &["create"], None),
+                "mcsched:placementpolicy-viewer" => (
+                    &["policy.mcsched.io"],
+                    &["placementpolicies"],
+                    &["get", "list", "watch"],
+                    None,
+                ),
+                "mcsched:placementpolicy-editor" => (
+                    &["policy.mcsched.io"],
+                    &["placementpolicies"],
+                    &["create", "update", "patch", "delete", "deletecollection"],
+                    None,
+                ),
                 _ => panic!("unexpected ClusterRole {name}"),
             };
             assert_eq!(r.api_groups, Some(strings(groups)), "{name}");
@@ -145,7 +178,7 @@ fn rbac_has_no_wildcards_and_the_lease_is_named() {
             );
         }
     }
-    assert_eq!(cluster_roles.len(), 5, "{cluster_roles:?}");
+    assert_eq!(cluster_roles.len(), 7, "{cluster_roles:?}");
     for (name, role) in [
         ("clusterrolebinding/mcsched-agent", "mcsched-agent"),
         (
@@ -491,7 +524,7 @@ fn yaml_stream_starts_each_document_with_api_version() {
     }
     let list = to_json_list(&objects);
     assert_eq!(list["items"].as_array().map(Vec::len), Some(objects.len()));
-    assert_eq!(list["items"][0]["kind"], "Namespace");
+    assert_eq!(list["items"][0]["kind"], "CustomResourceDefinition");
 }
 
 #[test]

@@ -1,0 +1,502 @@
+//! PlacementPolicy: the pod's placement policy (PlacementPolicy or ClusterPlacementPolicy)
+//! applied. Always on; a pod no policy selects skips it.
+//!
+//! - PreFilter finds the policy (an invalid one keeps the pod Pending, naming the field)
+//!   and the groups (clusters, regions, zones, providers) its owner's pods already use.
+//! - Filter keeps a node only in a cluster the policy's affinity and groups allow, and
+//!   not in a group beyond `maxGroups`.
+//! - PreScore picks among the feasible nodes: the first cluster group that has any, then
+//!   the clusters that add a group while fewer than `minGroups` are used, then the
+//!   clusters the division favours (weights: the largest deficit; dynamic and aggregated
+//!   as ClusterCapacity counts room, leaf-accurately).
+//! - Score: 100 for the picked nodes, 50 for the rest of the first group, 0 elsewhere; its
+//!   weight outweighs every other score plugin together, so the policy decides and the
+//!   other plugins choose among the nodes it favours.
+//!
+//! Policies override the profile's ClusterWeights, ClusterCapacity and ClusterTiers
+//! arguments: those skip a pod whose policy divides or groups.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use mcsched_shared::keys;
+use mcsched_shared::policy::{DivisionType, PlacementPolicySpec, SpreadBy};
+
+use super::cluster_capacity;
+use super::cluster_policy::{controller_uid, largest_deficit, placed_per_cluster};
+use crate::framework::{
+    ClusterEvent, CycleState, FilterPlugin, MAX_NODE_SCORE, MIN_NODE_SCORE, Plugin,
+    PreFilterPlugin, PreFilterResult, PreScorePlugin, ScorePlugin, Status,
+};
+use crate::leaf::cycle::{LEAF_CYCLE_KEY, LeafCycle};
+use crate::policies::Policy;
+use crate::snapshot::{NodeInfo, NodeList, PodInfo, Snapshot};
+
+pub const NAME: &str = "PlacementPolicy";
+
+/// The pod's policy, and the groups of each spread constraint its owner already uses.
+#[derive(Clone)]
+pub struct Applied {
+    pub policy: Arc<Policy>,
+    in_use: Vec<BTreeSet<String>>,
+    /// Set at PreScore: clusters picked, and the clusters of the first usable group.
+    picked: Option<HashSet<String>>,
+    group: Option<HashSet<String>>,
+    /// What PreScore weighed, for explanations.
+    pub notes: Vec<String>,
+}
+
+/// The policy applied to the pod of `state`'s cycle, if any.
+pub fn applied(state: &CycleState) -> Option<&Applied> {
+    state.read::<Applied>(NAME)
+}
+
+/// Whether `pod` falls under a policy that divides its owner's replicas or orders
+/// clusters: then the profile's cluster-policy plugins step aside.
+pub fn overrides_profile(state: &CycleState) -> bool {
+    applied(state).is_some_and(|a| {
+        a.policy.spec.division.is_some() || !a.policy.spec.cluster_groups.is_empty()
+    })
+}
+
+pub struct PlacementPolicy;
+
+fn cluster_of(node: &NodeInfo) -> &str {
+    node.cluster.as_deref().unwrap_or(keys::HOST_CLUSTER_NAME)
+}
+
+fn by_name(by: SpreadBy) -> &'static str {
+    match by {
+        SpreadBy::Cluster => "clusters",
+        SpreadBy::Region => "regions",
+        SpreadBy::Zone => "zones",
+        SpreadBy::Provider => "providers",
+    }
+}
+
+/// The index of the first cluster group `node` belongs to (0 without groups).
+fn group_index(spec: &PlacementPolicySpec, node: &NodeInfo) -> Option<usize> {
+    if spec.cluster_groups.is_empty() {
+        return Some(0);
+    }
+    let c = cluster_of(node);
+    spec.cluster_groups
+        .iter()
+        .position(|g| g.affinity.allows(c, node.labels()))
+}
+
+impl Plugin for PlacementPolicy {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    fn events_to_register(&self) -> Vec<ClusterEvent> {
+        vec![
+            ClusterEvent::PolicyChange,
+            ClusterEvent::NodeAdd,
+            ClusterEvent::NodeUpdate,
+            ClusterEvent::PodDelete,
+        ]
+    }
+    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        Some(self)
+    }
+    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
+        Some(self)
+    }
+    fn as_score(&self) -> Option<&dyn ScorePlugin> {
+        Some(self)
+    }
+}
+
+impl PreFilterPlugin for PlacementPolicy {
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> (PreFilterResult, Status) {
+        let Some(policy) = snapshot.policies.for_pod(&pod.pod) else {
+            return (None, Status::skip());
+        };
+        if let Some(e) = &policy.invalid {
+            return (
+                None,
+                Status::unresolvable(format!("{} is invalid: {e}", policy.reference)),
+            );
+        }
+        let in_use = policy
+            .spec
+            .spread
+            .iter()
+            .map(|c| match controller_uid(&pod.pod) {
+                Some(owner) => placed_per_cluster(snapshot, owner, pod, |n| {
+                    PlacementPolicySpec::group_of(c.by, cluster_of(n), n.labels())
+                })
+                .into_keys()
+                .collect(),
+                None => BTreeSet::new(),
+            })
+            .collect();
+        state.write(
+            NAME,
+            Applied {
+                policy,
+                in_use,
+                picked: None,
+                group: None,
+                notes: Vec::new(),
+            },
+        );
+        (None, Status::success())
+    }
+}
+
+impl FilterPlugin for PlacementPolicy {
+    fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
+        let Some(a) = applied(state) else {
+            return Status::success();
+        };
+        let (spec, reference) = (&a.policy.spec, &a.policy.reference);
+        let cluster = cluster_of(node);
+        if let Some(aff) = &spec.cluster_affinity
+            && !aff.allows(cluster, node.labels())
+        {
+            return Status::unresolvable(format!(
+                "cluster {cluster} is not among the clusters {reference} allows"
+            ));
+        }
+        if group_index(spec, node).is_none() {
+            return Status::unresolvable(format!(
+                "cluster {cluster} is in none of {reference}'s cluster groups"
+            ));
+        }
+        for (c, used) in spec.spread.iter().zip(&a.in_use) {
+            let Some(group) = PlacementPolicySpec::group_of(c.by, cluster, node.labels()) else {
+                return Status::unresolvable(format!(
+                    "cluster {cluster} has no {} label, which {reference} spreads by",
+                    c.by.label().unwrap_or_default()
+                ));
+            };
+            if let Some(max) = c.max_groups
+                && !used.contains(&group)
+                && used.len() as i64 >= i64::from(max)
+            {
+                return Status::unschedulable(format!(
+                    "{reference} allows at most {max} {} and the owner's pods use {}",
+                    by_name(c.by),
+                    used.iter().cloned().collect::<Vec<_>>().join(", ")
+                ));
+            }
+        }
+        Status::success()
+    }
+}
+
+impl PreScorePlugin for PlacementPolicy {
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        nodes: &NodeList,
+        snapshot: &Snapshot,
+    ) -> Status {
+        let leaves = state
+            .read::<LeafCycle>(LEAF_CYCLE_KEY)
+            .cloned()
+            .unwrap_or_default();
+        let Some(a) = state.read_mut::<Applied>(NAME) else {
+            return Status::skip();
+        };
+        let spec = a.policy.spec.clone();
+        let mut notes = Vec::new();
+        // The first group with a feasible node; the rest wait for it to fill.
+        let first = nodes.iter().filter_map(|n| group_index(&spec, n)).min();
+        let in_group: Vec<&Arc<NodeInfo>> = nodes
+            .iter()
+            .filter(|n| group_index(&spec, n).is_some() && group_index(&spec, n) == first)
+            .collect();
+        let mut candidates: HashSet<String> =
+            in_group.iter().map(|n| cluster_of(n).to_string()).collect();
+        if let (Some(i), false) = (first, spec.cluster_groups.is_empty()) {
+            notes.push(format!(
+                "cluster group {} (the first with a feasible node)",
+                spec.cluster_groups[i].name
+            ));
+        }
+        let group = candidates.clone();
+        // minGroups: while the owner uses fewer groups, a new group first.
+        for (c, used) in spec.spread.iter().zip(&a.in_use) {
+            let Some(min) = c.min_groups else { continue };
+            if used.len() as i64 >= i64::from(min) {
+                continue;
+            }
+            let new: HashSet<String> = in_group
+                .iter()
+                .filter(|n| {
+                    PlacementPolicySpec::group_of(c.by, cluster_of(n), n.labels())
+                        .is_some_and(|g| !used.contains(&g))
+                })
+                .map(|n| cluster_of(n).to_string())
+                .collect();
+            if !new.is_empty() {
+                notes.push(format!(
+                    "{} of {} in use, at least {min} wanted: a new one first",
+                    used.len(),
+                    by_name(c.by)
+                ));
+                candidates = new;
+            }
+        }
+        if let Some(d) = &spec.division {
+            let owner = controller_uid(&pod.pod);
+            let placed: HashMap<String, i64> = owner
+                .map(|o| placed_per_cluster(snapshot, o, pod, |n| Some(cluster_of(n).to_string())))
+                .unwrap_or_default();
+            let chosen = match d.type_ {
+                DivisionType::Weighted => {
+                    let weights: HashMap<String, i64> =
+                        d.weights.iter().map(|(c, w)| (c.clone(), *w)).collect();
+                    largest_deficit(&weights, &placed, &candidates)
+                }
+                DivisionType::Dynamic | DivisionType::Aggregated => {
+                    let named = |c: &Option<String>| {
+                        c.clone()
+                            .unwrap_or_else(|| keys::HOST_CLUSTER_NAME.to_string())
+                    };
+                    let fits: HashMap<String, i64> =
+                        cluster_capacity::fits_per_cluster(pod, snapshot, &leaves)
+                            .iter()
+                            .map(|(c, n)| (named(c), *n))
+                            .collect();
+                    if d.type_ == DivisionType::Dynamic {
+                        let mut weights = fits.clone();
+                        for (c, n) in &placed {
+                            *weights.entry(c.clone()).or_default() += n;
+                        }
+                        largest_deficit(&weights, &placed, &candidates)
+                    } else {
+                        cluster_capacity::fewest_clusters(&placed, &fits, &candidates)
+                    }
+                }
+            };
+            let mut shown: Vec<String> = placed.iter().map(|(c, n)| format!("{c} {n}")).collect();
+            shown.sort();
+            let mut picked: Vec<&String> = chosen.iter().collect();
+            picked.sort();
+            notes.push(format!(
+                "{:?} division{}; the owner's pods: {}; next: {}",
+                d.type_,
+                if d.weights.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " by {}",
+                        d.weights
+                            .iter()
+                            .map(|(c, w)| format!("{c}:{w}"))
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    )
+                },
+                if shown.is_empty() {
+                    "none yet".to_string()
+                } else {
+                    shown.join(", ")
+                },
+                picked
+                    .iter()
+                    .map(|c| c.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+            if !chosen.is_empty() {
+                candidates = chosen;
+            }
+        }
+        a.picked = Some(candidates);
+        a.group = Some(group);
+        a.notes = notes;
+        Status::success()
+    }
+}
+
+impl ScorePlugin for PlacementPolicy {
+    fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let Some(a) = applied(state) else {
+            return Ok(MIN_NODE_SCORE);
+        };
+        let cluster = cluster_of(node);
+        let has = |s: &Option<HashSet<String>>| s.as_ref().is_some_and(|s| s.contains(cluster));
+        Ok(if has(&a.picked) {
+            MAX_NODE_SCORE
+        } else if has(&a.group) {
+            MAX_NODE_SCORE / 2
+        } else {
+            MIN_NODE_SCORE
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugins::cluster_policy::tests_support::virtual_node;
+    use crate::plugins::testing::node_with;
+    use crate::watch::Change;
+    use serde_json::json;
+
+    fn snapshot_with(policy: serde_json::Value, nodes: Vec<NodeInfo>) -> Snapshot {
+        let mut set = crate::policies::PolicySet::default();
+        set.apply_namespaced(Change::Apply(
+            Arc::new(
+                serde_json::from_value(
+                    json!({"metadata": {"name": "web", "namespace": "default"}, "spec": policy}),
+                )
+                .expect("policy"),
+            ),
+            false,
+        ));
+        let mut s = Snapshot::from_nodes(nodes.into_iter().map(Arc::new).collect());
+        s.policies = Arc::new(set);
+        s
+    }
+
+    fn replica(name: &str, node: Option<&str>) -> PodInfo {
+        let p: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "default", "uid": name, "labels": {"app": "web"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "rs", "controller": true}]},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]}
+        }))
+        .expect("pod");
+        PodInfo::new(Arc::new(p))
+    }
+
+    /// Runs PreFilter, Filter and PreScore+Score; the score per node, or its Filter reason.
+    fn run(snapshot: &Snapshot, pod: &PodInfo) -> Vec<(String, Result<i64, String>)> {
+        let p = PlacementPolicy;
+        let mut state = CycleState::new();
+        let (_, s) = p.pre_filter(&mut state, pod, snapshot);
+        if !s.is_success() {
+            return vec![("prefilter".into(), Err(s.message()))];
+        }
+        let feasible: Vec<Arc<NodeInfo>> = snapshot
+            .nodes
+            .iter()
+            .filter(|n| p.filter(&state, pod, n).is_success())
+            .cloned()
+            .collect();
+        let list = NodeList::from_nodes(feasible);
+        p.pre_score(&mut state, pod, &list, snapshot);
+        snapshot
+            .nodes
+            .iter()
+            .map(|n| {
+                let f = p.filter(&state, pod, n);
+                let r = if f.is_success() {
+                    p.score(&state, pod, n).map_err(|e| e.message())
+                } else {
+                    Err(f.message())
+                };
+                (n.name.clone(), r)
+            })
+            .collect()
+    }
+
+    fn three() -> Vec<NodeInfo> {
+        vec![
+            node_with("host-a", |_| {}),
+            virtual_node("east", &[("topology.kubernetes.io/region", "us")]),
+            virtual_node("west", &[("topology.kubernetes.io/region", "eu")]),
+        ]
+    }
+
+    #[test]
+    fn a_pod_no_policy_selects_skips() {
+        let s = snapshot_with(
+            json!({"podSelector": {"matchLabels": {"app": "db"}}}),
+            three(),
+        );
+        let mut state = CycleState::new();
+        let (_, st) = PlacementPolicy.pre_filter(&mut state, &replica("r", None), &s);
+        assert!(st.is_skip());
+    }
+
+    #[test]
+    fn exclusion_and_names_filter_clusters() {
+        let s = snapshot_with(
+            json!({"podSelector": {"matchLabels": {"app": "web"}},
+                "clusterAffinity": {"clusterNames": ["host", "east"], "exclude": ["east"]}}),
+            three(),
+        );
+        // Named and excluded at once is refused as invalid, naming the field.
+        assert_eq!(
+            run(&s, &replica("r", None))[0].1,
+            Err("PlacementPolicy default/web is invalid: spec.clusterAffinity.exclude: cluster east is both named and excluded".into())
+        );
+        let s = snapshot_with(
+            json!({"podSelector": {"matchLabels": {"app": "web"}}, "clusterAffinity": {"exclude": ["east"]}}),
+            three(),
+        );
+        let r = run(&s, &replica("r", None));
+        assert_eq!(r[0].1, Ok(100));
+        assert_eq!(
+            r[1].1,
+            Err("cluster east is not among the clusters PlacementPolicy default/web allows".into())
+        );
+        assert_eq!(r[2].1, Ok(100));
+    }
+
+    #[test]
+    fn groups_fall_back_in_order_and_weights_divide() {
+        let mut nodes = three();
+        // Two of the owner's replicas already run in east.
+        for (i, n) in nodes.iter_mut().enumerate().skip(1).take(1) {
+            n.add_pod(Arc::new(replica(
+                &format!("old-{i}-a"),
+                Some(&n.name.clone()),
+            )));
+            n.add_pod(Arc::new(replica(
+                &format!("old-{i}-b"),
+                Some(&n.name.clone()),
+            )));
+        }
+        let s = snapshot_with(
+            json!({"podSelector": {"matchLabels": {"app": "web"}},
+                "clusterGroups": [{"name": "leaves", "clusterNames": ["east", "west"]}, {"name": "home", "clusterNames": ["host"]}],
+                "division": {"type": "Weighted", "weights": {"east": 1, "west": 1}}}),
+            nodes,
+        );
+        let r = run(&s, &replica("new", None));
+        // east holds 2, west 0: west is next; the host waits for the leaves to fill.
+        assert_eq!(
+            r.iter().map(|(_, s)| s.clone()).collect::<Vec<_>>(),
+            [Ok(0), Ok(50), Ok(100)]
+        );
+    }
+
+    #[test]
+    fn max_groups_keeps_the_owner_in_the_regions_it_uses() {
+        let mut nodes = three();
+        nodes.push(virtual_node(
+            "south",
+            &[("topology.kubernetes.io/region", "sa")],
+        ));
+        nodes[1].add_pod(Arc::new(replica("a", Some("mcsched-east"))));
+        nodes[2].add_pod(Arc::new(replica("b", Some("mcsched-west"))));
+        let s = snapshot_with(
+            json!({"podSelector": {"matchLabels": {"app": "web"}}, "clusterAffinity": {"exclude": ["host"]},
+                "spread": [{"by": "region", "maxGroups": 2}]}),
+            nodes,
+        );
+        let r = run(&s, &replica("c", None));
+        assert_eq!(r[1].1, Ok(100));
+        assert_eq!(r[2].1, Ok(100));
+        assert_eq!(
+            r[3].1,
+            Err("PlacementPolicy default/web allows at most 2 regions and the owner's pods use eu, us".into())
+        );
+    }
+}
