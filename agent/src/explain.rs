@@ -188,6 +188,7 @@ fn head(
         durations: record.durations.clone(),
         pre_filter: record.pre_filter.clone(),
         extenders: record.extenders.clone(),
+        policy: record.policy.clone(),
     }
 }
 

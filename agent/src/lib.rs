@@ -20,6 +20,7 @@ pub mod nominator;
 pub mod plugins;
 pub mod pod_selectors;
 pub mod policies;
+pub mod policy_status;
 pub mod preemption;
 pub mod profiles;
 pub mod queue;

@@ -8,6 +8,7 @@ mod duration;
 mod explain;
 mod install;
 mod kube_context;
+mod policy;
 mod progress;
 mod uninstall;
 mod version;
@@ -77,6 +78,8 @@ struct VersionArgs {
 enum GetWhat {
     /// The joined leaf clusters: virtual node, readiness, version, nodes, room, pods.
     Clusters(cluster::get::GetArgs),
+    /// Placement policies: selector, priority, clusters in use with their pods, readiness.
+    Policies(policy::get::GetArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -161,6 +164,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Get {
             what: GetWhat::Clusters(args),
         } => cluster::get::run(&cli.kube, args).await,
+        Command::Get {
+            what: GetWhat::Policies(args),
+        } => policy::get::run(&cli.kube, args).await,
         Command::Version(args) => {
             println!("kubectl-mcsched {}", env!("CARGO_PKG_VERSION"));
             if args.client {

@@ -23,6 +23,21 @@ pub struct Explanation {
     pub pre_filter: Vec<PluginVerdict>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub extenders: Vec<ExtenderAnswer>,
+    /// The PlacementPolicy or ClusterPlacementPolicy that applied, and how it weighed
+    /// the clusters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<AppliedPolicy>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedPolicy {
+    /// `PlacementPolicy shop/web`.
+    pub name: String,
+    /// What it weighed: the cluster group used, groups in use, the division's counts and
+    /// the clusters it picked next.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -172,6 +172,8 @@ pub struct CycleRecord {
     /// Virtual node → the leaf node found able to host the pod (filled by the scheduling
     /// cycle from what the leaf check found).
     pub leaf_nodes: HashMap<String, String>,
+    /// The placement policy applied (filled by the scheduling cycle).
+    pub policy: Option<mcsched_shared::explain::AppliedPolicy>,
 }
 
 #[derive(Debug, Clone)]

@@ -51,6 +51,14 @@ pub fn applied(state: &CycleState) -> Option<&Applied> {
     state.read::<Applied>(NAME)
 }
 
+/// The policy applied in `state`'s cycle, for its explanation.
+pub fn explained(state: &CycleState) -> Option<mcsched_shared::explain::AppliedPolicy> {
+    applied(state).map(|a| mcsched_shared::explain::AppliedPolicy {
+        name: a.policy.reference.clone(),
+        notes: a.notes.clone(),
+    })
+}
+
 /// Whether `pod` falls under a policy that divides its owner's replicas or orders
 /// clusters: then the profile's cluster-policy plugins step aside.
 pub fn overrides_profile(state: &CycleState) -> bool {

@@ -61,6 +61,7 @@ pub async fn run(
     let host_watches = watches.len();
     watches.push(spawn_leaves(&client, &shared, &options.namespace, &leader));
     watches.push(spawn_flusher(&shared));
+    watches.push(spawn_policy_status(&shared, &leader));
 
     tokio::pin!(shutdown);
     // Pods and nodes must be listed before the first decision, or capacity looks free.
@@ -162,6 +163,32 @@ fn spawn_flusher(shared: &Arc<Shared>) -> JoinHandle<()> {
             m.set_pending("backoff", p.backoff);
             m.set_pending("unschedulable", p.unschedulable);
             m.set_pending("gated", p.gated);
+        }
+    })
+}
+
+/// The placement policies' status, written by the leader every few seconds.
+fn spawn_policy_status(
+    shared: &Arc<Shared>,
+    leader: &tokio::sync::watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    let (shared, leader) = (shared.clone(), leader.clone());
+    tokio::spawn(async move {
+        let mut writer = crate::policy_status::Writer::default();
+        let mut tick = tokio::time::interval(crate::policy_status::INTERVAL);
+        loop {
+            tick.tick().await;
+            if !shared.synced.load(std::sync::atomic::Ordering::Acquire)
+                || !crate::leader::may_act(&leader, &shared.lease_health)
+            {
+                continue;
+            }
+            let snapshot = shared.cache().snapshot();
+            if snapshot.policies.is_empty() {
+                continue;
+            }
+            let set = snapshot.policies.clone();
+            writer.write(&shared.bind_ctx.client, &set, &snapshot).await;
         }
     })
 }

@@ -16,7 +16,7 @@ use crate::framework::{
     CycleState, Filtered, FitError, Framework, MAX_NODE_SCORE, NodeStatuses, PostFilterResult,
     ScheduleResult, Status, fit_error,
 };
-use crate::plugins::leaf_node_fit;
+use crate::plugins::{leaf_node_fit, placement_policy};
 use crate::snapshot::{NodeList, PodInfo, Snapshot};
 
 /// Filter (plugins, then interested extenders) and Score (plugins, plus extenders'
@@ -40,6 +40,7 @@ pub async fn schedule_pod(
         with_extenders(fw, &interested, state, pod, snapshot, record, record_all).await
     };
     record.leaf_nodes = leaf_node_fit::leaf_nodes(state);
+    record.policy = placement_policy::explained(state);
     result
 }
 

@@ -424,6 +424,7 @@ mod tests {
             durations: vec![],
             pre_filter: vec![],
             extenders: vec![],
+            policy: None,
         }
     }
 

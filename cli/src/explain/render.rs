@@ -81,6 +81,13 @@ pub fn render(e: &Explanation, wide: bool, mode: Mode) -> String {
         e.num_evaluated_nodes,
         e.num_feasible_nodes
     ));
+    if let Some(p) = &e.policy {
+        out.push_str(&format!("placement policy: {}\n", p.name));
+        for note in &p.notes {
+            out.push_str(&format!("  {note}\n"));
+        }
+        out.push('\n');
+    }
     let score_plugins: Vec<String> = e
         .nodes
         .iter()
@@ -219,8 +226,18 @@ mod tests {
             durations: vec![],
             pre_filter: vec![],
             extenders: vec![],
+            policy: Some(mcsched_shared::explain::AppliedPolicy {
+                name: "PlacementPolicy shop/web".into(),
+                notes: vec!["Weighted division by east:2 west:1; the owner's pods: east 2, west 1; next: east".into()],
+            }),
         };
         let table = render(&e, true, Mode::Decided);
+        assert!(
+            table.contains(
+                "placement policy: PlacementPolicy shop/web\n  Weighted division by east:2"
+            ),
+            "{table}"
+        );
         let lines: Vec<&str> = table.lines().collect();
         assert!(
             lines[1].contains("scheduled on mcsched-east (leaf node east-3)"),

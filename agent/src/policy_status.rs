@@ -1,0 +1,225 @@
+//! The placement policies' status, written by the leader: the pods each policy places per
+//! cluster, and a Ready condition saying why not when it is invalid or no Ready cluster
+//! satisfies it. Written only when it changed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+use mcsched_shared::keys;
+use mcsched_shared::policy::{
+    ClusterPlacementPolicy, ClusterPods, PlacementPolicy, PlacementPolicyStatus, selector_string,
+};
+
+use crate::policies::{Policy, PolicySet};
+use crate::snapshot::{NodeInfo, Snapshot};
+
+/// How often the status is recomputed.
+pub const INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
+fn cluster_of(node: &NodeInfo) -> &str {
+    node.cluster.as_deref().unwrap_or(keys::HOST_CLUSTER_NAME)
+}
+
+fn node_ready(node: &NodeInfo) -> bool {
+    mcsched_shared::node::is_ready(&node.node)
+        && !mcsched_shared::node::is_unschedulable(&node.node)
+}
+
+/// Whether a cluster is one the policy may use (by affinity and groups).
+fn allowed(p: &Policy, node: &NodeInfo) -> bool {
+    let (c, labels) = (cluster_of(node), node.labels());
+    p.spec
+        .cluster_affinity
+        .as_ref()
+        .is_none_or(|a| a.allows(c, labels))
+        && (p.spec.cluster_groups.is_empty()
+            || p.spec
+                .cluster_groups
+                .iter()
+                .any(|g| g.affinity.allows(c, labels)))
+}
+
+/// Each policy's status as the snapshot shows it (the condition's transition time is
+/// filled in when written).
+pub fn statuses(set: &PolicySet, snapshot: &Snapshot) -> HashMap<String, PlacementPolicyStatus> {
+    let mut counts: HashMap<String, BTreeMap<String, i64>> = HashMap::new();
+    for node in snapshot.nodes.iter() {
+        for pod in &node.pods {
+            if pod.pod.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            if let Some(p) = set.for_pod(&pod.pod) {
+                *counts
+                    .entry(p.reference.clone())
+                    .or_default()
+                    .entry(cluster_of(node).to_string())
+                    .or_default() += 1;
+            }
+        }
+    }
+    set.all()
+        .map(|p| {
+            let per_cluster = counts.remove(&p.reference).unwrap_or_default();
+            let condition = match &p.invalid {
+                Some(e) => ("False", "Invalid", e.to_string()),
+                None => {
+                    let mut usable: Vec<&str> = snapshot
+                        .nodes
+                        .iter()
+                        .filter(|n| node_ready(n) && allowed(p, n))
+                        .map(|n| cluster_of(n))
+                        .collect();
+                    usable.sort();
+                    usable.dedup();
+                    if usable.is_empty() {
+                        (
+                            "False",
+                            "NoReadyCluster",
+                            "no Ready cluster satisfies its cluster affinity and groups"
+                                .to_string(),
+                        )
+                    } else {
+                        (
+                            "True",
+                            "ClustersReady",
+                            format!("Ready clusters it may use: {}", usable.join(", ")),
+                        )
+                    }
+                }
+            };
+            let status = PlacementPolicyStatus {
+                observed_generation: p.generation,
+                selector: Some(selector_string(&p.spec.pod_selector)),
+                clusters_in_use: (!per_cluster.is_empty()).then(|| {
+                    per_cluster
+                        .iter()
+                        .map(|(c, n)| format!("{c}:{n}"))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                }),
+                clusters: per_cluster
+                    .into_iter()
+                    .map(|(name, pods)| ClusterPods { name, pods })
+                    .collect(),
+                conditions: vec![Condition {
+                    type_: "Ready".into(),
+                    status: condition.0.into(),
+                    reason: condition.1.into(),
+                    message: condition.2,
+                    observed_generation: p.generation,
+                    last_transition_time: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+                }],
+            };
+            (p.reference.clone(), status)
+        })
+        .collect()
+}
+
+/// What was last written per policy, so that unchanged status is not written again and
+/// a condition keeps its transition time while its status holds.
+#[derive(Default)]
+pub struct Writer {
+    written: HashMap<String, PlacementPolicyStatus>,
+}
+
+impl Writer {
+    /// Writes what changed; errors are logged and retried next round.
+    pub async fn write(&mut self, client: &Client, set: &PolicySet, snapshot: &Snapshot) {
+        let by_ref: HashMap<String, Arc<Policy>> = set
+            .all()
+            .map(|p| (p.reference.clone(), p.clone()))
+            .collect();
+        self.written.retain(|r, _| by_ref.contains_key(r));
+        for (reference, mut status) in statuses(set, snapshot) {
+            let previous = self.written.get(&reference);
+            let now = Time(k8s_openapi::jiff::Timestamp::now());
+            for c in &mut status.conditions {
+                c.last_transition_time = previous
+                    .and_then(|p| {
+                        p.conditions
+                            .iter()
+                            .find(|o| o.type_ == c.type_ && o.status == c.status)
+                    })
+                    .map(|o| o.last_transition_time.clone())
+                    .unwrap_or_else(|| now.clone());
+            }
+            if previous == Some(&status) {
+                continue;
+            }
+            let Some(p) = by_ref.get(&reference) else {
+                continue;
+            };
+            let patch = Patch::Merge(serde_json::json!({"status": status}));
+            let params = PatchParams::default();
+            let result = if p.is_cluster_wide() {
+                Api::<ClusterPlacementPolicy>::all(client.clone())
+                    .patch_status(&p.name, &params, &patch)
+                    .await
+                    .map(|_| ())
+            } else {
+                Api::<PlacementPolicy>::namespaced(client.clone(), &p.namespace)
+                    .patch_status(&p.name, &params, &patch)
+                    .await
+                    .map(|_| ())
+            };
+            match result {
+                Ok(()) => {
+                    self.written.insert(reference, status);
+                }
+                Err(e) => {
+                    tracing::warn!(policy = %reference, error = %e, "writing the policy's status")
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugins::cluster_policy::tests_support::virtual_node;
+    use crate::snapshot::PodInfo;
+    use crate::watch::Change;
+    use serde_json::json;
+
+    #[test]
+    fn counts_per_cluster_and_says_why_not_ready() {
+        let mut set = PolicySet::default();
+        set.apply_namespaced(Change::Apply(
+            Arc::new(serde_json::from_value(json!({"metadata": {"name": "web", "namespace": "default", "generation": 2},
+                "spec": {"podSelector": {"matchLabels": {"app": "web"}}, "clusterAffinity": {"clusterNames": ["east"]}}})).unwrap()),
+            false,
+        ));
+        set.apply_namespaced(Change::Apply(
+            Arc::new(serde_json::from_value(json!({"metadata": {"name": "nowhere", "namespace": "default"},
+                "spec": {"podSelector": {"matchLabels": {"app": "none"}}, "clusterAffinity": {"clusterNames": ["mars"]}}})).unwrap()),
+            false,
+        ));
+        let mut east = virtual_node("east", &[]);
+        for i in 0..3 {
+            let p: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+                "metadata": {"name": format!("w{i}"), "namespace": "default", "labels": {"app": "web"}},
+                "spec": {"nodeName": "mcsched-east", "containers": [{"name": "c", "image": "i"}]}})).unwrap();
+            east.add_pod(Arc::new(PodInfo::new(Arc::new(p))));
+        }
+        let snapshot = Snapshot::from_nodes(vec![Arc::new(east)]);
+        let all = statuses(&set, &snapshot);
+        let web = &all["PlacementPolicy default/web"];
+        assert_eq!(web.clusters_in_use.as_deref(), Some("east:3"));
+        assert_eq!(web.selector.as_deref(), Some("app=web"));
+        assert_eq!(web.observed_generation, Some(2));
+        assert_eq!(web.conditions[0].status, "True");
+        let nowhere = &all["PlacementPolicy default/nowhere"];
+        assert_eq!(nowhere.clusters_in_use, None);
+        assert_eq!(
+            (
+                nowhere.conditions[0].status.as_str(),
+                nowhere.conditions[0].reason.as_str()
+            ),
+            ("False", "NoReadyCluster")
+        );
+    }
+}
