@@ -1,0 +1,401 @@
+//! Placement policies against real API servers: a host (region ap) and two leaves (east:
+//! region us, west: region eu), joined the way `join` leaves them, the policy CRDs as
+//! `install` renders them, and one agent with the default profile. Each workload gets its
+//! own policy: weights 2:1 and 1:3 for two ReplicaSets in one namespace, a cluster
+//! excluded, at most two regions, ordered cluster groups; invalid policies are refused by
+//! the API server or reported with the field; `explain`, the policies' status and `get
+//! policies` say what applied.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ListParams, PostParams};
+use kube::{Api, Client};
+use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, wait};
+use mcsched_shared::explain::Explanation;
+use mcsched_shared::keys;
+use mcsched_shared::policy::PlacementPolicy;
+use serde_json::json;
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The CRDs as `install` renders them, created and Established.
+async fn install_crds(client: &Client) -> anyhow::Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let objects = mcsched_shared::manifests::render(&Default::default())?;
+    for o in objects {
+        if let mcsched_shared::manifests::Object::CustomResourceDefinition(crd) = o {
+            crds.create(&PostParams::default(), &crd).await?;
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            wait::until(
+                Duration::from_secs(30),
+                &format!("{name} Established"),
+                || async {
+                    let c = crds.get(&name).await?;
+                    let est = c
+                        .status
+                        .and_then(|s| s.conditions)
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True");
+                    Ok(est.then_some(()))
+                },
+            )
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+async fn policy(client: &Client, name: &str, spec: serde_json::Value) -> anyhow::Result<()> {
+    let p: PlacementPolicy = serde_json::from_value(json!({
+        "apiVersion": "policy.mcsched.io/v1alpha1", "kind": "PlacementPolicy",
+        "metadata": {"name": name, "namespace": "default"}, "spec": spec}))?;
+    Api::<PlacementPolicy>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &p)
+        .await?;
+    Ok(())
+}
+
+async fn replica_set(
+    client: &Client,
+    name: &str,
+    replicas: usize,
+    cpu: &str,
+) -> anyhow::Result<()> {
+    let rs: ReplicaSet = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": {
+                "schedulerName": "mcsched",
+                "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu}}}]}}}
+    }))?;
+    Api::<ReplicaSet>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &rs)
+        .await?;
+    Ok(())
+}
+
+/// Once all `replicas` of `app` are bound: how many per cluster.
+async fn placed(
+    pods: &Api<Pod>,
+    app: &str,
+    replicas: usize,
+    agent: &Agent,
+) -> anyhow::Result<BTreeMap<String, usize>> {
+    wait::until(
+        TIMEOUT,
+        &format!("{replicas} {app} replicas bound"),
+        || async {
+            let list = pods
+                .list(&ListParams::default().labels(&format!("app={app}")))
+                .await?;
+            let nodes: Vec<String> = list
+                .items
+                .into_iter()
+                .filter_map(|p| p.spec.and_then(|s| s.node_name))
+                .collect();
+            if nodes.len() != replicas {
+                return Ok(None);
+            }
+            let mut per = BTreeMap::new();
+            for n in nodes {
+                let cluster = n
+                    .strip_prefix(keys::VIRTUAL_NODE_PREFIX)
+                    .unwrap_or(keys::HOST_CLUSTER_NAME)
+                    .to_string();
+                *per.entry(cluster).or_default() += 1;
+            }
+            Ok(Some(per))
+        },
+    )
+    .await
+    .map_err(|e| e.context(agent.logs()))
+}
+
+fn within_one(got: &BTreeMap<String, usize>, want: &[(&str, usize)]) -> bool {
+    want.iter()
+        .all(|(c, n)| got.get(*c).copied().unwrap_or(0).abs_diff(*n) <= 1)
+        && got.keys().all(|c| want.iter().any(|(w, _)| w == c))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn placement_policies_per_workload() -> anyhow::Result<()> {
+    let cps = ControlPlane::start_many(
+        &["pp-host", "pp-east", "pp-west"],
+        ControlPlaneOptions::full(),
+    )
+    .await?;
+    let [host, east, west]: [ControlPlane; 3] = cps
+        .try_into()
+        .map_err(|_| anyhow::anyhow!("expected three control planes"))?;
+    for (cp, name, region) in [
+        (&host, "host-a", "ap"),
+        (&east, "east-1", "us"),
+        (&west, "west-1", "eu"),
+    ] {
+        mcsched_e2e::objects::ready_node(
+            &cp.client,
+            name,
+            "16",
+            "64Gi",
+            json!({"kubernetes.io/hostname": name, keys::REGION_LABEL: region}),
+        )
+        .await?;
+    }
+    mcsched_e2e::objects::join_as_join_does(
+        &host.client,
+        &east,
+        "east",
+        json!({keys::REGION_LABEL: "us"}),
+    )
+    .await?;
+    mcsched_e2e::objects::join_as_join_does(
+        &host.client,
+        &west,
+        "west",
+        json!({keys::REGION_LABEL: "eu"}),
+    )
+    .await?;
+    install_crds(&host.client).await?;
+    let mut agent = Agent::start(&host.kubeconfig, "mcsched", host.dir())?;
+    let nodes: Api<Node> = Api::all(host.client.clone());
+    for vn in ["mcsched-east", "mcsched-west"] {
+        wait::until(
+            TIMEOUT,
+            &format!("{vn} Ready and untainted but for the leaf taint"),
+            || async {
+                let n = nodes.get(vn).await?;
+                let ready = n
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                let taints_ok = n
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .is_none_or(|t| t.iter().all(|t| t.key == keys::LEAF_TAINT));
+                Ok((ready && taints_ok).then_some(()))
+            },
+        )
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
+    }
+    let pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
+
+    // Invalid policies: the schema refuses a negative weight and (kubectl's strict field
+    // validation) an unknown field, naming them; what only the agent can judge is a
+    // status condition naming the field, and its pods stay Pending with it.
+    let negative = policy(
+        &host.client,
+        "negative",
+        json!({"podSelector": {}, "division": {"type": "Weighted", "weights": {"east": -1}}}),
+    )
+    .await;
+    let refused = negative.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(
+        refused.contains("spec.division.weights.east")
+            && refused.contains("greater than or equal to 0"),
+        "{refused}"
+    );
+    let unknown = std::process::Command::new("kubectl")
+        .arg(format!("--kubeconfig={}", host.kubeconfig.display()))
+        .args(["apply", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            if let Some(mut stdin) = c.stdin.take() {
+                stdin.write_all(b"apiVersion: policy.mcsched.io/v1alpha1\nkind: PlacementPolicy\nmetadata: {name: typo, namespace: default}\nspec: {podSelector: {}, clusterAfinity: {}}\n")?;
+            }
+            c.wait_with_output()
+        })?;
+    let stderr = String::from_utf8_lossy(&unknown.stderr);
+    assert!(
+        !unknown.status.success() && stderr.contains("unknown field \"spec.clusterAfinity\""),
+        "{stderr}"
+    );
+    policy(
+        &host.client,
+        "bad",
+        json!({"podSelector": {"matchLabels": {"app": "bad"}},
+        "spread": [{"by": "region", "minGroups": 3, "maxGroups": 2}]}),
+    )
+    .await?;
+    replica_set(&host.client, "bad", 1, "100m").await?;
+
+    // Weights per workload: 2:1 and 1:3 over the two leaves, 12 replicas each.
+    policy(
+        &host.client,
+        "two-to-one",
+        json!({"podSelector": {"matchLabels": {"app": "a"}},
+        "division": {"type": "Weighted", "weights": {"east": 2, "west": 1}}}),
+    )
+    .await?;
+    policy(
+        &host.client,
+        "one-to-three",
+        json!({"podSelector": {"matchLabels": {"app": "b"}},
+        "division": {"type": "Weighted", "weights": {"east": 1, "west": 3}}}),
+    )
+    .await?;
+    replica_set(&host.client, "a", 12, "100m").await?;
+    replica_set(&host.client, "b", 12, "100m").await?;
+    let a = placed(&pods, "a", 12, &agent).await?;
+    let b = placed(&pods, "b", 12, &agent).await?;
+    assert!(within_one(&a, &[("east", 8), ("west", 4)]), "a: {a:?}");
+    assert!(within_one(&b, &[("east", 3), ("west", 9)]), "b: {b:?}");
+
+    // A cluster excluded is never used; at most two regions of three.
+    policy(
+        &host.client,
+        "not-west",
+        json!({"podSelector": {"matchLabels": {"app": "c"}},
+        "clusterAffinity": {"exclude": ["west"]}}),
+    )
+    .await?;
+    policy(
+        &host.client,
+        "two-regions",
+        json!({"podSelector": {"matchLabels": {"app": "d"}},
+        "spread": [{"by": "region", "maxGroups": 2}]}),
+    )
+    .await?;
+    replica_set(&host.client, "c", 6, "100m").await?;
+    replica_set(&host.client, "d", 9, "100m").await?;
+    let c = placed(&pods, "c", 6, &agent).await?;
+    assert!(!c.contains_key("west"), "c: {c:?}");
+    let d = placed(&pods, "d", 9, &agent).await?;
+    assert!(d.len() <= 2, "d used {} regions: {d:?}", d.len());
+
+    // Ordered groups: east while it has room (4 pods of 3 CPU on its 16, less what runs
+    // there), then west.
+    let east_free_cpu = 16.0
+        - 0.1
+            * (a["east"]
+                + b["east"]
+                + c.get("east").copied().unwrap_or(0)
+                + d.get("east").copied().unwrap_or(0)) as f64;
+    let room = (east_free_cpu / 3.0).floor() as usize;
+    policy(&host.client, "east-first", json!({"podSelector": {"matchLabels": {"app": "e"}},
+        "clusterGroups": [{"name": "first", "clusterNames": ["east"]}, {"name": "then", "clusterNames": ["west"]}]})).await?;
+    replica_set(&host.client, "e", 6, "3").await?;
+    let e = placed(&pods, "e", 6, &agent).await?;
+    assert_eq!(e.get("east").copied(), Some(room.min(6)), "e: {e:?}");
+    assert_eq!(
+        e.get("west").copied().unwrap_or(0),
+        6 - room.min(6),
+        "e: {e:?}"
+    );
+    assert!(!e.contains_key(keys::HOST_CLUSTER_NAME), "e: {e:?}");
+
+    // explain names the policy and what it weighed.
+    let one_a = pods
+        .list(&ListParams::default().labels("app=a"))
+        .await?
+        .items;
+    let name = one_a
+        .first()
+        .and_then(|p| p.metadata.name.clone())
+        .unwrap_or_default();
+    let http = mcsched_e2e::api::admin_https(&host)?;
+    let explanation: Explanation =
+        mcsched_e2e::api::explain(&http, &agent.url, "default", &name).await?;
+    let applied = explanation.policy.expect("the policy in the explanation");
+    assert_eq!(applied.name, "PlacementPolicy default/two-to-one");
+    assert!(
+        applied
+            .notes
+            .iter()
+            .any(|n| n.starts_with("Weighted division by east:2 west:1")),
+        "{:?}",
+        applied.notes
+    );
+
+    // The invalid policy's pod waits, saying why; its status names the field.
+    let bad = pods
+        .list(&ListParams::default().labels("app=bad"))
+        .await?
+        .items;
+    let bad_pod = bad
+        .first()
+        .and_then(|p| p.metadata.name.clone())
+        .unwrap_or_default();
+    let message = wait::until(TIMEOUT, "the bad policy's pod unschedulable", || async {
+        let p = pods.get(&bad_pod).await?;
+        Ok(p.status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+            .and_then(|c| c.message))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    assert!(
+        message.contains("PlacementPolicy default/bad is invalid: spec.spread[0].minGroups: 3 is more than maxGroups 2"),
+        "{message}"
+    );
+
+    // Status: pods per cluster, Ready and why not.
+    let policies: Api<PlacementPolicy> = Api::namespaced(host.client.clone(), "default");
+    let want = a
+        .iter()
+        .map(|(c, n)| format!("{c}:{n}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    wait::until(TIMEOUT, "two-to-one's status", || async {
+        let p = policies.get("two-to-one").await?;
+        let s = p.status.unwrap_or_default();
+        let ready = s
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        Ok((s.clusters_in_use.as_deref() == Some(want.as_str()) && ready).then_some(()))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    wait::until(TIMEOUT, "bad's status", || async {
+        let p = policies.get("bad").await?;
+        let c = p
+            .status
+            .unwrap_or_default()
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Ready");
+        Ok(c.filter(|c| c.status == "False" && c.reason == "Invalid")
+            .map(|c| c.message))
+    })
+    .await
+    .map(|m| assert_eq!(m, "spec.spread[0].minGroups: 3 is more than maxGroups 2"))?;
+
+    // get policies: one row per policy, with its clusters and readiness.
+    let out = mcsched_e2e::cli::run(&host.kubeconfig, &["get", "policies"])?;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = String::from_utf8_lossy(&out.stdout).to_string();
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("placementpolicy/two-to-one"))
+        .unwrap_or_default();
+    assert!(
+        row.contains("app=a") && row.contains(&want) && row.trim_end().ends_with("True"),
+        "{out}"
+    );
+    let bad_row = out
+        .lines()
+        .find(|l| l.starts_with("placementpolicy/bad"))
+        .unwrap_or_default();
+    assert!(
+        bad_row.contains("False (Invalid: spec.spread[0].minGroups"),
+        "{out}"
+    );
+    println!("{out}");
+    agent.stop();
+    Ok(())
+}
