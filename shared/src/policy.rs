@@ -9,7 +9,6 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Toleration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube_derive::CustomResource;
 use schemars::JsonSchema;
@@ -71,10 +70,6 @@ pub struct PlacementPolicySpec {
     /// How an owner's replicas are divided between the clusters they may use.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub division: Option<Division>,
-    /// Cluster taints these pods tolerate: the taints of the virtual nodes (a leaf
-    /// NotReady or unreachable taints its virtual node as any node is tainted).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub cluster_tolerations: Vec<Toleration>,
 }
 
 /// Clusters by name, by their virtual nodes' labels, and by exclusion.
@@ -355,15 +350,6 @@ impl PlacementPolicySpec {
                     ));
                 }
                 _ => {}
-            }
-        }
-        for (i, t) in self.cluster_tolerations.iter().enumerate() {
-            let op = t.operator.as_deref().unwrap_or("Equal");
-            if op != "Equal" && op != "Exists" {
-                return Err(invalid(
-                    format!("spec.clusterTolerations[{i}].operator"),
-                    format!("{op:?} is not Equal or Exists"),
-                ));
             }
         }
         Ok(())

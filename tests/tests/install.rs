@@ -152,7 +152,7 @@ async fn install_twice_then_uninstall_with_least_privilege() -> anyhow::Result<(
     println!("{first}");
     assert!(out.status.success(), "{first}");
     assert!(
-        first.contains("mcsched installed in namespace mcsched-system: 21 objects (21 created, 0 configured, 0 unchanged)"),
+        first.contains("mcsched installed in namespace mcsched-system: 25 objects (25 created, 0 configured, 0 unchanged)"),
         "{first}"
     );
     assert!(
@@ -183,7 +183,7 @@ async fn install_twice_then_uninstall_with_least_privilege() -> anyhow::Result<(
     let out = run(&kc, &["install", "--image", "mcsched/agent:test"])?;
     assert!(out.status.success(), "{}", text(&out));
     assert!(
-        text(&out).contains("21 objects (0 created, 0 configured, 21 unchanged, 1 pruned)"),
+        text(&out).contains("25 objects (0 created, 0 configured, 25 unchanged, 1 pruned)"),
         "{}",
         text(&out)
     );
@@ -295,6 +295,16 @@ async fn install_twice_then_uninstall_with_least_privilege() -> anyhow::Result<(
             "patch",
             "apiservices.apiregistration.k8s.io/v1alpha1.mcsched.io",
         ],
+        // Placement policies: read everywhere, status written.
+        &["watch", "placementpolicies.policy.mcsched.io", "-A"],
+        &["list", "clusterplacementpolicies.policy.mcsched.io"],
+        &[
+            "patch",
+            "placementpolicies.policy.mcsched.io",
+            "--subresource=status",
+            "-n",
+            "shop",
+        ],
     ] {
         assert!(agent_can(&kc, args)?, "the agent cannot {args:?}");
     }
@@ -331,6 +341,15 @@ async fn install_twice_then_uninstall_with_least_privilege() -> anyhow::Result<(
             "patch",
             "apiservices.apiregistration.k8s.io/v1beta1.metrics.k8s.io",
         ],
+        // Users write policies; the agent only their status.
+        &[
+            "create",
+            "placementpolicies.policy.mcsched.io",
+            "-n",
+            "shop",
+        ],
+        &["patch", "placementpolicies.policy.mcsched.io", "-n", "shop"],
+        &["delete", "clusterplacementpolicies.policy.mcsched.io"],
         &["*", "*"],
     ] {
         assert!(!agent_can(&kc, args)?, "the agent can {args:?}");
@@ -354,12 +373,30 @@ async fn install_twice_then_uninstall_with_least_privilege() -> anyhow::Result<(
     let removed = text(&out);
     println!("{removed}");
     assert!(out.status.success(), "{removed}");
-    assert!(removed.contains("21 objects deleted"), "{removed}");
+    assert!(removed.contains("25 objects deleted"), "{removed}");
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(cp.client.clone());
+    for crd in [
+        "placementpolicies.policy.mcsched.io",
+        "clusterplacementpolicies.policy.mcsched.io",
+    ] {
+        wait::until(
+            std::time::Duration::from_secs(60),
+            &format!("{crd} gone"),
+            || async { Ok(crds.get_opt(crd).await?.is_none().then_some(())) },
+        )
+        .await?;
+    }
     assert!(
         apiservices.get_opt(keys::API_SERVICE_NAME).await?.is_none(),
         "the APIService left"
     );
-    for role in [keys::EXPLANATION_READER_ROLE, keys::WHATIF_CREATOR_ROLE] {
+    for role in [
+        keys::EXPLANATION_READER_ROLE,
+        keys::WHATIF_CREATOR_ROLE,
+        keys::POLICY_VIEWER_ROLE,
+        keys::POLICY_EDITOR_ROLE,
+    ] {
         assert!(crs.get_opt(role).await?.is_none(), "{role} left");
     }
     let crbs: Api<ClusterRoleBinding> = Api::all(cp.client.clone());

@@ -377,7 +377,11 @@ async fn placement_policies_per_workload() -> anyhow::Result<()> {
 
     // get policies: one row per policy, with its clusters and readiness.
     let out = mcsched_e2e::cli::run(&host.kubeconfig, &["get", "policies"])?;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = String::from_utf8_lossy(&out.stdout).to_string();
     let row = out
         .lines()
