@@ -6,6 +6,7 @@ pub mod args;
 pub mod cache;
 pub mod client;
 pub mod config_bridge;
+pub mod deletion_cost;
 pub mod events;
 pub mod explain;
 pub mod extender;

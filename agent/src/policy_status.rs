@@ -44,7 +44,11 @@ fn allowed(p: &Policy, node: &NodeInfo) -> bool {
 
 /// Each policy's status as the snapshot shows it (the condition's transition time is
 /// filled in when written).
-pub fn statuses(set: &PolicySet, snapshot: &Snapshot) -> HashMap<String, PlacementPolicyStatus> {
+pub fn statuses(
+    set: &PolicySet,
+    snapshot: &Snapshot,
+    shape_refused: &HashMap<String, String>,
+) -> HashMap<String, PlacementPolicyStatus> {
     let mut counts: HashMap<String, BTreeMap<String, i64>> = HashMap::new();
     for node in snapshot.nodes.iter() {
         for pod in &node.pods {
@@ -90,6 +94,38 @@ pub fn statuses(set: &PolicySet, snapshot: &Snapshot) -> HashMap<String, Placeme
                     }
                 }
             };
+            let mut conditions = vec![Condition {
+                type_: "Ready".into(),
+                status: condition.0.into(),
+                reason: condition.1.into(),
+                message: condition.2,
+                observed_generation: p.generation,
+                last_transition_time: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+            }];
+            let keeps = p.spec.division.as_ref().is_some_and(|d| d.keep_shape);
+            if (keeps || p.spec.rebalance.is_some()) && p.invalid.is_none() {
+                let (status, reason, message) = match shape_refused.get(&p.reference) {
+                    Some(why) => ("False", "Forbidden", why.clone()),
+                    None => (
+                        "True",
+                        "Kept",
+                        match (keeps, p.spec.rebalance.is_some()) {
+                            (true, true) => "pod-deletion-cost kept on its pods; rebalancing",
+                            (true, false) => "pod-deletion-cost kept on its pods",
+                            _ => "rebalancing",
+                        }
+                        .to_string(),
+                    ),
+                };
+                conditions.push(Condition {
+                    type_: "PlacementKept".into(),
+                    status: status.into(),
+                    reason: reason.into(),
+                    message,
+                    observed_generation: p.generation,
+                    last_transition_time: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+                });
+            }
             let status = PlacementPolicyStatus {
                 observed_generation: p.generation,
                 selector: Some(selector_string(&p.spec.pod_selector)),
@@ -104,14 +140,7 @@ pub fn statuses(set: &PolicySet, snapshot: &Snapshot) -> HashMap<String, Placeme
                     .into_iter()
                     .map(|(name, pods)| ClusterPods { name, pods })
                     .collect(),
-                conditions: vec![Condition {
-                    type_: "Ready".into(),
-                    status: condition.0.into(),
-                    reason: condition.1.into(),
-                    message: condition.2,
-                    observed_generation: p.generation,
-                    last_transition_time: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
-                }],
+                conditions,
             };
             (p.reference.clone(), status)
         })
@@ -127,13 +156,19 @@ pub struct Writer {
 
 impl Writer {
     /// Writes what changed; errors are logged and retried next round.
-    pub async fn write(&mut self, client: &Client, set: &PolicySet, snapshot: &Snapshot) {
+    pub async fn write(
+        &mut self,
+        client: &Client,
+        set: &PolicySet,
+        snapshot: &Snapshot,
+        shape_refused: &HashMap<String, String>,
+    ) {
         let by_ref: HashMap<String, Arc<Policy>> = set
             .all()
             .map(|p| (p.reference.clone(), p.clone()))
             .collect();
         self.written.retain(|r, _| by_ref.contains_key(r));
-        for (reference, mut status) in statuses(set, snapshot) {
+        for (reference, mut status) in statuses(set, snapshot, shape_refused) {
             let previous = self.written.get(&reference);
             let now = Time(k8s_openapi::jiff::Timestamp::now());
             for c in &mut status.conditions {
@@ -206,7 +241,7 @@ mod tests {
             east.add_pod(Arc::new(PodInfo::new(Arc::new(p))));
         }
         let snapshot = Snapshot::from_nodes(vec![Arc::new(east)]);
-        let all = statuses(&set, &snapshot);
+        let all = statuses(&set, &snapshot, &HashMap::new());
         let web = &all["PlacementPolicy default/web"];
         assert_eq!(web.clusters_in_use.as_deref(), Some("east:3"));
         assert_eq!(web.selector.as_deref(), Some("app=web"));

@@ -70,6 +70,17 @@ pub struct PlacementPolicySpec {
     /// How an owner's replicas are divided between the clusters they may use.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub division: Option<Division>,
+    /// Among the clusters the rest of the policy leaves equal, the cheapest: by the
+    /// virtual node's `mcsched.io/cost` label (the host costs 0; a cluster without a valid
+    /// cost comes last).
+    #[serde(default)]
+    pub prefer_cheapest: bool,
+    /// Move running pods to where the policy now places them: a pod in a later cluster
+    /// group than one with room, in a cluster the policy no longer allows, or in one over
+    /// its weighted share is evicted (Eviction API: PodDisruptionBudgets hold) once a
+    /// replacement would be placed better, a bounded number at a time. Off when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebalance: Option<Rebalance>,
 }
 
 /// Clusters by name, by their virtual nodes' labels, and by exclusion.
@@ -154,10 +165,25 @@ pub struct Division {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("additionalProperties" = {"type": "integer", "format": "int64", "minimum": 0}))]
     pub weights: BTreeMap<String, i64>,
-    /// Prefer the cheapest cluster (the virtual node's `mcsched.io/cost` label) among
-    /// those the division leaves equal.
+    /// For `Weighted`: keep `controller.kubernetes.io/pod-deletion-cost` on the owner's
+    /// pods, so that a ReplicaSet scaled down removes pods from the clusters most over
+    /// their share first. The agent then patches that annotation on these pods, which
+    /// the namespace's operator allows by binding ClusterRole `mcsched-agent-placement-keeper`.
     #[serde(default)]
-    pub prefer_cheapest: bool,
+    pub keep_shape: bool,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Rebalance {
+    /// Owners with a pod evicted and its replacement not yet running, at most.
+    #[serde(default = "one")]
+    #[schemars(range(min = 1))]
+    pub max_in_flight: i32,
+}
+
+fn one() -> i32 {
+    1
 }
 
 /// What the agent observed of a policy.
@@ -329,6 +355,11 @@ impl PlacementPolicySpec {
                 ));
             }
         }
+        if let Some(r) = &self.rebalance
+            && r.max_in_flight < 1
+        {
+            return Err(invalid("spec.rebalance.maxInFlight", "must be 1 or more"));
+        }
         if let Some(d) = &self.division {
             if let Some((c, w)) = d.weights.iter().find(|(_, w)| **w < 0) {
                 return Err(invalid(
@@ -341,6 +372,15 @@ impl PlacementPolicySpec {
                     return Err(invalid(
                         "spec.division.weights",
                         "a Weighted division needs at least one positive weight",
+                    ));
+                }
+                DivisionType::Dynamic | DivisionType::Aggregated if d.keep_shape => {
+                    return Err(invalid(
+                        "spec.division.keepShape",
+                        format!(
+                            "only a Weighted division has a shape to keep, not {:?}",
+                            d.type_
+                        ),
                     ));
                 }
                 DivisionType::Dynamic | DivisionType::Aggregated if !d.weights.is_empty() => {

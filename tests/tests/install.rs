@@ -18,8 +18,14 @@ use serde_json::json;
 
 const AGENT: &str = "system:serviceaccount:mcsched-system:mcsched-agent";
 
-/// What the operator does to let pod sync copy `kind` (secret, configmap) from `default`.
+/// What the operator does to let pod sync copy `kind` (secret, configmap) from `default`,
+/// or (pod) the agent keep pod-deletion-cost there.
 fn grant(kc: &Path, kind: &str) -> anyhow::Result<()> {
+    let role = if kind == "pod" {
+        "mcsched-agent-placement-keeper".to_string()
+    } else {
+        format!("mcsched-agent-{kind}-reader")
+    };
     let out = Command::new("kubectl")
         .arg("--kubeconfig")
         .arg(kc)
@@ -30,7 +36,7 @@ fn grant(kc: &Path, kind: &str) -> anyhow::Result<()> {
             "-n",
             "default",
         ])
-        .arg(format!("--clusterrole=mcsched-agent-{kind}-reader"))
+        .arg(format!("--clusterrole={role}"))
         .arg("--serviceaccount=mcsched-system:mcsched-agent")
         .output()?;
     anyhow::ensure!(out.status.success(), "{}", text(&out));
@@ -152,7 +158,7 @@ async fn install_twice_then_uninstall_with_least_privilege() -> anyhow::Result<(
     println!("{first}");
     assert!(out.status.success(), "{first}");
     assert!(
-        first.contains("mcsched installed in namespace mcsched-system: 25 objects (25 created, 0 configured, 0 unchanged)"),
+        first.contains("mcsched installed in namespace mcsched-system: 26 objects (26 created, 0 configured, 0 unchanged)"),
         "{first}"
     );
     assert!(
@@ -183,7 +189,7 @@ async fn install_twice_then_uninstall_with_least_privilege() -> anyhow::Result<(
     let out = run(&kc, &["install", "--image", "mcsched/agent:test"])?;
     assert!(out.status.success(), "{}", text(&out));
     assert!(
-        text(&out).contains("25 objects (0 created, 0 configured, 25 unchanged, 1 pruned)"),
+        text(&out).contains("26 objects (0 created, 0 configured, 26 unchanged, 1 pruned)"),
         "{}",
         text(&out)
     );
@@ -341,6 +347,9 @@ async fn install_twice_then_uninstall_with_least_privilege() -> anyhow::Result<(
             "patch",
             "apiservices.apiregistration.k8s.io/v1beta1.metrics.k8s.io",
         ],
+        // No pod writes or evictions but where an operator grants the placement keeper.
+        &["patch", "pods", "-n", "default"],
+        &["create", "pods", "--subresource=eviction", "-n", "default"],
         // Users write policies; the agent only their status.
         &[
             "create",
@@ -363,6 +372,19 @@ async fn install_twice_then_uninstall_with_least_privilege() -> anyhow::Result<(
     assert!(agent_can(&kc, &["get", "configmaps/app", "-n", "default"])?);
     assert!(!agent_can(&kc, &["get", "configmaps/app", "-n", "shop"])?);
     assert!(!agent_can(&kc, &["list", "configmaps", "-n", "default"])?);
+    // Pod-deletion-cost likewise.
+    grant(&kc, "pod")?;
+    assert!(agent_can(&kc, &["patch", "pods", "-n", "default"])?);
+    assert!(agent_can(
+        &kc,
+        &["create", "pods", "--subresource=eviction", "-n", "default"]
+    )?);
+    assert!(!agent_can(&kc, &["patch", "pods", "-n", "shop"])?);
+    assert!(!agent_can(
+        &kc,
+        &["create", "pods", "--subresource=eviction", "-n", "shop"]
+    )?);
+    assert!(!agent_can(&kc, &["update", "pods", "-n", "default"])?);
 
     // Uninstall refuses without a terminal unless --yes, and then removes everything.
     let out = run(&kc, &["uninstall"])?;
@@ -373,7 +395,7 @@ async fn install_twice_then_uninstall_with_least_privilege() -> anyhow::Result<(
     let removed = text(&out);
     println!("{removed}");
     assert!(out.status.success(), "{removed}");
-    assert!(removed.contains("25 objects deleted"), "{removed}");
+    assert!(removed.contains("26 objects deleted"), "{removed}");
     let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
         Api::all(cp.client.clone());
     for crd in [

@@ -1,7 +1,7 @@
 //! Placement policies against real API servers: a host (region ap) and two leaves (east:
 //! region us, west: region eu), joined the way `join` leaves them, the policy CRDs as
 //! `install` renders them, and one agent with the default profile. Each workload gets its
-//! own policy: weights 2:1 and 1:3 for two ReplicaSets in one namespace, a cluster
+//! own policy: weights 2:1 and 1:3 for two Deployments in one namespace, a cluster
 //! excluded, at most two regions, ordered cluster groups; invalid policies are refused by
 //! the API server or reported with the field; `explain`, the policies' status and `get
 //! policies` say what applied.
@@ -60,6 +60,21 @@ async fn policy(client: &Client, name: &str, spec: serde_json::Value) -> anyhow:
     Ok(())
 }
 
+/// A Deployment of `replicas` pods of app `name` for profile mcsched.
+async fn deployment(client: &Client, name: &str, replicas: usize, cpu: &str) -> anyhow::Result<()> {
+    let d: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": {
+                "schedulerName": "mcsched",
+                "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu}}}]}}}
+    }))?;
+    Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &d)
+        .await?;
+    Ok(())
+}
+
 async fn replica_set(
     client: &Client,
     name: &str,
@@ -96,6 +111,7 @@ async fn placed(
             let nodes: Vec<String> = list
                 .items
                 .into_iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
                 .filter_map(|p| p.spec.and_then(|s| s.node_name))
                 .collect();
             if nodes.len() != replicas {
@@ -230,7 +246,7 @@ async fn placement_policies_per_workload() -> anyhow::Result<()> {
     .await?;
     replica_set(&host.client, "bad", 1, "100m").await?;
 
-    // Weights per workload: 2:1 and 1:3 over the two leaves, 12 replicas each.
+    // Weights per workload: 2:1 and 1:3 over the two leaves, Deployments of 12 replicas.
     policy(
         &host.client,
         "two-to-one",
@@ -245,12 +261,53 @@ async fn placement_policies_per_workload() -> anyhow::Result<()> {
         "division": {"type": "Weighted", "weights": {"east": 1, "west": 3}}}),
     )
     .await?;
-    replica_set(&host.client, "a", 12, "100m").await?;
-    replica_set(&host.client, "b", 12, "100m").await?;
+    deployment(&host.client, "a", 12, "100m").await?;
+    deployment(&host.client, "b", 12, "100m").await?;
     let a = placed(&pods, "a", 12, &agent).await?;
     let b = placed(&pods, "b", 12, &agent).await?;
     assert!(within_one(&a, &[("east", 8), ("west", 4)]), "a: {a:?}");
     assert!(within_one(&b, &[("east", 3), ("west", 9)]), "b: {b:?}");
+
+    // Keeping the shape: with keepShape the leader keeps pod-deletion-cost on a's pods, so
+    // scaled down to 6 and back to 12 the split holds.
+    let policies: Api<PlacementPolicy> = Api::namespaced(host.client.clone(), "default");
+    policies
+        .patch(
+            "two-to-one",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"division": {"keepShape": true}}})),
+        )
+        .await?;
+    wait::until(TIMEOUT, "pod-deletion-cost on every pod of a", || async {
+        let list = pods.list(&ListParams::default().labels("app=a")).await?;
+        let all = list.items.iter().all(|p| {
+            p.metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key("controller.kubernetes.io/pod-deletion-cost"))
+        });
+        Ok(all.then_some(()))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(host.client.clone(), "default");
+    for (replicas, want) in [
+        (6, [("east", 4), ("west", 2)]),
+        (12, [("east", 8), ("west", 4)]),
+    ] {
+        deployments
+            .patch(
+                "a",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"spec": {"replicas": replicas}})),
+            )
+            .await?;
+        let got = placed(&pods, "a", replicas, &agent).await?;
+        assert!(within_one(&got, &want), "a at {replicas}: {got:?}");
+        println!("a at {replicas} replicas: {got:?}");
+    }
+    let a = placed(&pods, "a", 12, &agent).await?;
 
     // A cluster excluded is never used; at most two regions of three.
     policy(
@@ -274,26 +331,83 @@ async fn placement_policies_per_workload() -> anyhow::Result<()> {
     let d = placed(&pods, "d", 9, &agent).await?;
     assert!(d.len() <= 2, "d used {} regions: {d:?}", d.len());
 
-    // Ordered groups: east while it has room (4 pods of 3 CPU on its 16, less what runs
-    // there), then west.
-    let east_free_cpu = 16.0
-        - 0.1
-            * (a["east"]
-                + b["east"]
-                + c.get("east").copied().unwrap_or(0)
-                + d.get("east").copied().unwrap_or(0)) as f64;
-    let room = (east_free_cpu / 3.0).floor() as usize;
+    // Ordered groups: east while it has room, then west. A pod of east's own takes 6 CPU,
+    // so east (16 CPU, less the 100m pods above) has room for `before` pods of 3 CPU.
+    let east_pods: Api<Pod> = Api::namespaced(east.client.clone(), "default");
+    east_pods
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "blocker"},
+                "spec": {"nodeName": "east-1", "containers": [{"name": "c", "image": "pause",
+                    "resources": {"requests": {"cpu": "6"}}}]}}))?,
+        )
+        .await?;
+    let small_in_east = [&a, &b, &c, &d]
+        .iter()
+        .map(|m| m.get("east").copied().unwrap_or(0))
+        .sum::<usize>();
+    let east_free = 160 - small_in_east; // tenths of a CPU, without the blocker
+    let before = ((east_free - 60) / 30).min(6);
+    let after = (east_free / 30).min(6);
+    assert!(
+        after > before,
+        "the test needs room to come back: {before} then {after}"
+    );
     policy(&host.client, "east-first", json!({"podSelector": {"matchLabels": {"app": "e"}},
-        "clusterGroups": [{"name": "first", "clusterNames": ["east"]}, {"name": "then", "clusterNames": ["west"]}]})).await?;
+        "clusterGroups": [{"name": "first", "clusterNames": ["east"]}, {"name": "then", "clusterNames": ["west"]}],
+        "rebalance": {"maxInFlight": 1}})).await?;
+    let pdbs: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
+        Api::namespaced(host.client.clone(), "default");
+    pdbs.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "e"},
+            "spec": {"minAvailable": 5, "selector": {"matchLabels": {"app": "e"}}}}))?,
+    )
+    .await?;
     replica_set(&host.client, "e", 6, "3").await?;
     let e = placed(&pods, "e", 6, &agent).await?;
-    assert_eq!(e.get("east").copied(), Some(room.min(6)), "e: {e:?}");
-    assert_eq!(
-        e.get("west").copied().unwrap_or(0),
-        6 - room.min(6),
-        "e: {e:?}"
-    );
+    assert_eq!(e.get("east").copied(), Some(before), "e: {e:?}");
+    assert_eq!(e.get("west").copied().unwrap_or(0), 6 - before, "e: {e:?}");
     assert!(!e.contains_key(keys::HOST_CLUSTER_NAME), "e: {e:?}");
+
+    // Room comes back in east: the rebalancer moves west's pods there one at a time,
+    // through evictions the PodDisruptionBudget (5 of 6 available) allows; sampled every
+    // 200 ms, never fewer than 5 pods of e run (bound, not terminating).
+    east_pods
+        .delete(
+            "blocker",
+            &kube::api::DeleteParams::default().grace_period(0),
+        )
+        .await?;
+    let started = std::time::Instant::now();
+    let mut fewest = usize::MAX;
+    let moved = loop {
+        let list = pods
+            .list(&ListParams::default().labels("app=e"))
+            .await?
+            .items;
+        let running: Vec<String> = list
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()))
+            .collect();
+        fewest = fewest.min(running.len());
+        let in_east = running.iter().filter(|n| *n == "mcsched-east").count();
+        if running.len() == 6 && in_east == after {
+            break started.elapsed();
+        }
+        anyhow::ensure!(
+            started.elapsed() < TIMEOUT,
+            "e did not come back to east: {running:?}\n{}",
+            agent.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(fewest >= 5, "only {fewest} pods of e ran at one moment");
+    println!(
+        "rebalanced {} pods of e back to east in {moved:?}; at least {fewest} of 6 ran throughout",
+        after - before
+    );
 
     // explain names the policy and what it weighed.
     let one_a = pods
@@ -344,7 +458,6 @@ async fn placement_policies_per_workload() -> anyhow::Result<()> {
     );
 
     // Status: pods per cluster, Ready and why not.
-    let policies: Api<PlacementPolicy> = Api::namespaced(host.client.clone(), "default");
     let want = a
         .iter()
         .map(|(c, n)| format!("{c}:{n}"))
@@ -374,6 +487,15 @@ async fn placement_policies_per_workload() -> anyhow::Result<()> {
     })
     .await
     .map(|m| assert_eq!(m, "spec.spread[0].minGroups: 3 is more than maxGroups 2"))?;
+
+    let moved_back = format!("east:{after},west:{}", 6 - after);
+    wait::until(TIMEOUT, "east-first's status after rebalancing", || async {
+        let p = policies.get("east-first").await?;
+        let s = p.status.unwrap_or_default();
+        Ok((s.clusters_in_use.as_deref() == Some(moved_back.as_str())).then_some(()))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
 
     // get policies: one row per policy, with its clusters and readiness.
     let out = mcsched_e2e::cli::run(&host.kubeconfig, &["get", "policies"])?;

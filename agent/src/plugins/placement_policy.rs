@@ -82,6 +82,17 @@ fn by_name(by: SpreadBy) -> &'static str {
     }
 }
 
+/// A cluster's cost: the host's 0, a virtual node's `mcsched.io/cost` label, else last.
+fn cost_of(node: &NodeInfo) -> i64 {
+    if node.cluster.is_none() {
+        return 0;
+    }
+    node.labels()
+        .get(keys::COST_LABEL)
+        .and_then(|c| c.parse::<i64>().ok())
+        .unwrap_or(i64::MAX)
+}
+
 /// The index of the first cluster group `node` belongs to (0 without groups).
 fn group_index(spec: &PlacementPolicySpec, node: &NodeInfo) -> Option<usize> {
     if spec.cluster_groups.is_empty() {
@@ -324,6 +335,31 @@ impl PreScorePlugin for PlacementPolicy {
                 candidates = chosen;
             }
         }
+        if spec.prefer_cheapest && !candidates.is_empty() {
+            let costs: HashMap<&str, i64> =
+                nodes.iter().map(|n| (cluster_of(n), cost_of(n))).collect();
+            let cheapest = candidates
+                .iter()
+                .map(|c| costs.get(c.as_str()).copied().unwrap_or(i64::MAX))
+                .min()
+                .unwrap_or(i64::MAX);
+            candidates.retain(|c| costs.get(c.as_str()).copied().unwrap_or(i64::MAX) == cheapest);
+            let mut named: Vec<&String> = candidates.iter().collect();
+            named.sort();
+            notes.push(format!(
+                "cheapest: {} (cost {})",
+                named
+                    .iter()
+                    .map(|c| c.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if cheapest == i64::MAX {
+                    "unknown".to_string()
+                } else {
+                    cheapest.to_string()
+                }
+            ));
+        }
         a.picked = Some(candidates);
         a.group = Some(group);
         a.notes = notes;
@@ -483,6 +519,27 @@ mod tests {
             r.iter().map(|(_, s)| s.clone()).collect::<Vec<_>>(),
             [Ok(0), Ok(50), Ok(100)]
         );
+    }
+
+    #[test]
+    fn the_cheapest_among_what_the_policy_leaves_equal() {
+        let nodes = vec![
+            node_with("host-a", |_| {}),
+            virtual_node("east", &[("mcsched.io/cost", "1")]),
+            virtual_node("west", &[("mcsched.io/cost", "5")]),
+            virtual_node("south", &[]),
+        ];
+        let s = snapshot_with(
+            json!({"podSelector": {"matchLabels": {"app": "web"}}, "preferCheapest": true,
+                "clusterAffinity": {"exclude": ["host"]}}),
+            nodes,
+        );
+        let r: Vec<_> = run(&s, &replica("r", None))
+            .into_iter()
+            .map(|(_, s)| s)
+            .collect();
+        // The rest of the group still outranks anything outside it.
+        assert_eq!(r[1..], [Ok(100), Ok(50), Ok(50)]);
     }
 
     #[test]

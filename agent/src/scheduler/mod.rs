@@ -8,6 +8,7 @@
 mod binding_cycle;
 mod event_handlers;
 mod failure;
+mod rebalance;
 pub mod schedule_pod;
 mod scheduling_cycle;
 mod shared;
@@ -167,7 +168,8 @@ fn spawn_flusher(shared: &Arc<Shared>) -> JoinHandle<()> {
     })
 }
 
-/// The placement policies' status, written by the leader every few seconds.
+/// The placement policies' status, the pod-deletion-cost of those that keep their shape
+/// and the evictions of those that rebalance, by the leader every few seconds.
 fn spawn_policy_status(
     shared: &Arc<Shared>,
     leader: &tokio::sync::watch::Receiver<bool>,
@@ -175,6 +177,7 @@ fn spawn_policy_status(
     let (shared, leader) = (shared.clone(), leader.clone());
     tokio::spawn(async move {
         let mut writer = crate::policy_status::Writer::default();
+        let mut rebalancer = rebalance::Rebalancer::default();
         let mut tick = tokio::time::interval(crate::policy_status::INTERVAL);
         loop {
             tick.tick().await;
@@ -188,7 +191,10 @@ fn spawn_policy_status(
                 continue;
             }
             let set = snapshot.policies.clone();
-            writer.write(&shared.bind_ctx.client, &set, &snapshot).await;
+            let client = &shared.bind_ctx.client;
+            let mut refused = crate::deletion_cost::write(client, &set, &snapshot).await;
+            refused.extend(rebalancer.round(&shared, &snapshot).await);
+            writer.write(client, &set, &snapshot, &refused).await;
         }
     })
 }

@@ -15,7 +15,7 @@ mod workload;
 pub use apiservice::{APIService, APIServiceSpec, ServiceReference};
 pub use config::{AgentConfig, default_config_text};
 pub use object::{Object, to_json_list, to_yaml_stream};
-pub use rbac::{configmap_reader_name, secret_reader_name};
+pub use rbac::{configmap_reader_name, placement_keeper_name, secret_reader_name};
 
 use std::collections::BTreeMap;
 

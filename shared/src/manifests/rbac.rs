@@ -144,6 +144,12 @@ fn user_roles(ns: &str) -> Vec<Object> {
     ]
 }
 
+/// The ClusterRole an operator binds in a namespace to let the agent keep pod-deletion-cost
+/// on the pods of policies that keep their shape, and evict those a policy rebalances.
+pub fn placement_keeper_name() -> String {
+    format!("{}-placement-keeper", keys::AGENT_NAME)
+}
+
 /// The ClusterRole an operator binds in a namespace to let pod sync copy its Secrets.
 pub fn secret_reader_name() -> String {
     format!("{}-secret-reader", keys::AGENT_NAME)
@@ -170,6 +176,17 @@ pub(super) fn objects(ns: &str, cfg: &AgentConfig) -> Vec<Object> {
     let secret_reader = ClusterRole {
         metadata: meta(&secret_reader_name(), None, ns),
         rules: Some(vec![rule(&[""], &["secrets"], &["get"], &[])]),
+        ..Default::default()
+    };
+    // Placement policies that keep their shape write pod-deletion-cost on their pods, and
+    // those that rebalance evict (through the Eviction API, so PodDisruptionBudgets
+    // hold): bound per namespace by its operator, as the readers above.
+    let pod_annotator = ClusterRole {
+        metadata: meta(&placement_keeper_name(), None, ns),
+        rules: Some(vec![
+            rule(&[""], &["pods"], &["patch"], &[]),
+            rule(&[""], &["pods/eviction"], &["create"], &[]),
+        ]),
         ..Default::default()
     };
     let mut own_rules = Vec::new();
@@ -236,6 +253,7 @@ pub(super) fn objects(ns: &str, cfg: &AgentConfig) -> Vec<Object> {
     let mut objects = vec![
         Object::ClusterRole(configmap_reader),
         Object::ClusterRole(secret_reader),
+        Object::ClusterRole(pod_annotator),
         Object::ClusterRole(agent_role),
     ];
     objects.extend(user_roles(ns));

@@ -116,6 +116,11 @@ fn rbac_has_no_wildcards_and_the_lease_is_named() {
         if let Object::ClusterRole(cr) = o {
             let name = cr.metadata.name.clone().unwrap_or_default();
             let mut rules = cr.rules.clone().unwrap_or_default();
+            if name == "mcsched-agent-placement-keeper" {
+                let eviction = rules.split_off(1);
+                assert_eq!(eviction[0].resources, Some(strings(&["pods/eviction"])));
+                assert_eq!(eviction[0].verbs, strings(&["create"]));
+            }
             if name == "mcsched-agent" {
                 // Its placement policies, read, and their status written.
                 let policy_rules = rules.split_off(1);
@@ -140,6 +145,7 @@ fn rbac_has_no_wildcards_and_the_lease_is_named() {
             let (groups, resources, verbs, names): ExpectedRule = match name.as_str() {
                 "mcsched-agent-configmap-reader" => (&[""], &["configmaps"], &["get"], None),
                 "mcsched-agent-secret-reader" => (&[""], &["secrets"], &["get"], None),
+                "mcsched-agent-placement-keeper" => (&[""], &["pods"], &["patch"], None),
                 "mcsched-agent" => (
                     &["apiregistration.k8s.io"],
                     &["apiservices"],
@@ -178,7 +184,7 @@ fn rbac_has_no_wildcards_and_the_lease_is_named() {
             );
         }
     }
-    assert_eq!(cluster_roles.len(), 7, "{cluster_roles:?}");
+    assert_eq!(cluster_roles.len(), 8, "{cluster_roles:?}");
     for (name, role) in [
         ("clusterrolebinding/mcsched-agent", "mcsched-agent"),
         (
