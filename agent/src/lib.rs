@@ -5,6 +5,7 @@ pub mod affinity;
 pub mod args;
 pub mod cache;
 pub mod client;
+pub mod cluster_failover;
 pub mod config_bridge;
 pub mod deletion_cost;
 pub mod events;

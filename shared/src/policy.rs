@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::Toleration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube_derive::CustomResource;
 use schemars::JsonSchema;
@@ -75,6 +76,15 @@ pub struct PlacementPolicySpec {
     /// cost comes last).
     #[serde(default)]
     pub prefer_cheapest: bool,
+    /// Taints of the clusters' virtual nodes these pods tolerate, as if the pods carried
+    /// them: a NoSchedule taint an operator put on a cluster, or — with NoExecute and
+    /// `tolerationSeconds` — how long they stay on a NotReady or unreachable leaf
+    /// (`node.kubernetes.io/not-ready`, `node.kubernetes.io/unreachable`) before the agent
+    /// deletes them so that their owners recreate them elsewhere. It can shorten, not
+    /// lengthen, what the pods' own tolerations allow (kube's taint manager still applies
+    /// those).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster_tolerations: Vec<Toleration>,
     /// Move running pods to where the policy now places them: a pod in a later cluster
     /// group than one with room, in a cluster the policy no longer allows, or in one over
     /// its weighted share is evicted (Eviction API: PodDisruptionBudgets hold) once a
@@ -352,6 +362,41 @@ impl PlacementPolicySpec {
                 return Err(invalid(
                     format!("{f}.minGroups"),
                     format!("{min} is more than maxGroups {max}"),
+                ));
+            }
+        }
+        for (i, t) in self.cluster_tolerations.iter().enumerate() {
+            let f = format!("spec.clusterTolerations[{i}]");
+            let op = t.operator.as_deref().unwrap_or("Equal");
+            if op != "Equal" && op != "Exists" {
+                return Err(invalid(
+                    format!("{f}.operator"),
+                    format!("{op:?} is not Equal or Exists"),
+                ));
+            }
+            if op == "Exists" && t.value.as_deref().is_some_and(|v| !v.is_empty()) {
+                return Err(invalid(
+                    format!("{f}.value"),
+                    "must be empty with operator Exists",
+                ));
+            }
+            if t.key.as_deref().unwrap_or("").is_empty() && op != "Exists" {
+                return Err(invalid(
+                    format!("{f}.operator"),
+                    "must be Exists when key is empty",
+                ));
+            }
+            let effect = t.effect.as_deref().unwrap_or("");
+            if !["", "NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&effect) {
+                return Err(invalid(
+                    format!("{f}.effect"),
+                    format!("{effect:?} is not NoSchedule, PreferNoSchedule or NoExecute"),
+                ));
+            }
+            if t.toleration_seconds.is_some() && effect != "NoExecute" {
+                return Err(invalid(
+                    format!("{f}.tolerationSeconds"),
+                    "only a NoExecute toleration has seconds",
                 ));
             }
         }

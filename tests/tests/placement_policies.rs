@@ -268,46 +268,68 @@ async fn placement_policies_per_workload() -> anyhow::Result<()> {
     assert!(within_one(&a, &[("east", 8), ("west", 4)]), "a: {a:?}");
     assert!(within_one(&b, &[("east", 3), ("west", 9)]), "b: {b:?}");
 
-    // Keeping the shape: with keepShape the leader keeps pod-deletion-cost on a's pods, so
-    // scaled down to 6 and back to 12 the split holds.
+    // Keeping the shape: with keepShape the leader keeps pod-deletion-cost on both
+    // Deployments' pods, so scaled down to 6 and back to 12 each keeps its split (±1).
     let policies: Api<PlacementPolicy> = Api::namespaced(host.client.clone(), "default");
-    policies
-        .patch(
-            "two-to-one",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(json!({"spec": {"division": {"keepShape": true}}})),
-        )
-        .await?;
-    wait::until(TIMEOUT, "pod-deletion-cost on every pod of a", || async {
-        let list = pods.list(&ListParams::default().labels("app=a")).await?;
-        let all = list.items.iter().all(|p| {
-            p.metadata
-                .annotations
-                .as_ref()
-                .is_some_and(|a| a.contains_key("controller.kubernetes.io/pod-deletion-cost"))
-        });
-        Ok(all.then_some(()))
-    })
-    .await
-    .map_err(|e| e.context(agent.logs()))?;
     let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
         Api::namespaced(host.client.clone(), "default");
-    for (replicas, want) in [
-        (6, [("east", 4), ("west", 2)]),
-        (12, [("east", 8), ("west", 4)]),
-    ] {
-        deployments
+    type Split = [(&'static str, usize); 2];
+    let shapes: [(&str, &str, Split, Split); 2] = [
+        (
+            "a",
+            "two-to-one",
+            [("east", 4), ("west", 2)],
+            [("east", 8), ("west", 4)],
+        ),
+        (
+            "b",
+            "one-to-three",
+            [("east", 2), ("west", 4)],
+            [("east", 3), ("west", 9)],
+        ),
+    ];
+    for (app, policy_name, _, _) in &shapes {
+        policies
             .patch(
-                "a",
+                policy_name,
                 &kube::api::PatchParams::default(),
-                &kube::api::Patch::Merge(json!({"spec": {"replicas": replicas}})),
+                &kube::api::Patch::Merge(json!({"spec": {"division": {"keepShape": true}}})),
             )
             .await?;
-        let got = placed(&pods, "a", replicas, &agent).await?;
-        assert!(within_one(&got, &want), "a at {replicas}: {got:?}");
-        println!("a at {replicas} replicas: {got:?}");
+        wait::until(
+            TIMEOUT,
+            &format!("pod-deletion-cost on every pod of {app}"),
+            || async {
+                let list = pods
+                    .list(&ListParams::default().labels(&format!("app={app}")))
+                    .await?;
+                let all = list.items.iter().all(|p| {
+                    p.metadata.annotations.as_ref().is_some_and(|a| {
+                        a.contains_key("controller.kubernetes.io/pod-deletion-cost")
+                    })
+                });
+                Ok(all.then_some(()))
+            },
+        )
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
+    }
+    for (app, _, at_six, at_twelve) in &shapes {
+        for (replicas, want) in [(6, at_six), (12, at_twelve)] {
+            deployments
+                .patch(
+                    app,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(json!({"spec": {"replicas": replicas}})),
+                )
+                .await?;
+            let got = placed(&pods, app, replicas, &agent).await?;
+            assert!(within_one(&got, want), "{app} at {replicas}: {got:?}");
+            println!("{app} at {replicas} replicas: {got:?}");
+        }
     }
     let a = placed(&pods, "a", 12, &agent).await?;
+    let b = placed(&pods, "b", 12, &agent).await?;
 
     // A cluster excluded is never used; at most two regions of three.
     policy(
@@ -522,6 +544,90 @@ async fn placement_policies_per_workload() -> anyhow::Result<()> {
         "{out}"
     );
     println!("{out}");
+    // Cluster tolerations: an operator taints west for maintenance; only the policy that
+    // tolerates it still sends pods there.
+    let mut west_node = nodes.get("mcsched-west").await?;
+    let mut taints = west_node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    taints.push(serde_json::from_value(
+        json!({"key": "maintenance", "value": "true", "effect": "NoSchedule"}),
+    )?);
+    west_node.spec.get_or_insert_default().taints = Some(taints);
+    west_node.metadata.managed_fields = None;
+    nodes
+        .replace("mcsched-west", &PostParams::default(), &west_node)
+        .await?;
+    policy(&host.client, "tolerant", json!({"podSelector": {"matchLabels": {"app": "f"}},
+        "clusterAffinity": {"clusterNames": ["west"]},
+        "clusterTolerations": [{"key": "maintenance", "operator": "Exists", "effect": "NoSchedule"}]})).await?;
+    policy(
+        &host.client,
+        "intolerant",
+        json!({"podSelector": {"matchLabels": {"app": "g"}},
+        "clusterAffinity": {"clusterNames": ["west"]}}),
+    )
+    .await?;
+    replica_set(&host.client, "f", 2, "100m").await?;
+    replica_set(&host.client, "g", 1, "100m").await?;
+    let f = placed(&pods, "f", 2, &agent).await?;
+    assert_eq!(f, BTreeMap::from([("west".to_string(), 2)]));
+    let g = pods
+        .list(&ListParams::default().labels("app=g"))
+        .await?
+        .items;
+    let g_pod = g
+        .first()
+        .and_then(|p| p.metadata.name.clone())
+        .unwrap_or_default();
+    let message = wait::until(TIMEOUT, "g unschedulable", || async {
+        let p = pods.get(&g_pod).await?;
+        Ok(p.status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+            .and_then(|c| c.message))
+    })
+    .await?;
+    assert!(message.contains("untolerated taint"), "{message}");
+
+    // NoExecute with tolerationSeconds: east goes silent, its virtual node turns NotReady
+    // and is tainted; the pods of a policy tolerating that for 0 s leave at once for the
+    // host, while the others wait for their own tolerations (300 s by default).
+    policy(&host.client, "quick-failover", json!({"podSelector": {"matchLabels": {"app": "h"}},
+        "clusterGroups": [{"name": "leaf", "clusterNames": ["east"]}, {"name": "home", "clusterNames": ["host"]}],
+        "clusterTolerations": [
+            {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 0},
+            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 0}]})).await?;
+    replica_set(&host.client, "h", 2, "100m").await?;
+    let h = placed(&pods, "h", 2, &agent).await?;
+    assert_eq!(h, BTreeMap::from([("east".to_string(), 2)]));
+    east.pause();
+    let paused = std::time::Instant::now();
+    let h = wait::until(
+        Duration::from_secs(180),
+        "h's pods replaced on the host",
+        || async {
+            let got = placed(&pods, "h", 2, &agent).await?;
+            Ok((got.get(keys::HOST_CLUSTER_NAME) == Some(&2)).then_some(got))
+        },
+    )
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    let took = paused.elapsed();
+    let a_now = placed(&pods, "a", 12, &agent).await?;
+    assert_eq!(
+        a_now.get("east"),
+        a.get("east"),
+        "a's pods in east left too: {a_now:?}"
+    );
+    println!(
+        "h left the silent leaf for {h:?} {took:?} after it stopped answering; a stayed: {a_now:?}"
+    );
+    east.resume();
     agent.stop();
     Ok(())
 }

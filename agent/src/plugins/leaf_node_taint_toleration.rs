@@ -5,7 +5,7 @@
 
 use mcsched_shared::keys;
 
-use super::taint_toleration::filter_taints;
+use super::taint_toleration::{filter_taints, policy_tolerates};
 use crate::framework::{ClusterEvent, CycleState, FilterPlugin, Plugin, Status};
 use crate::snapshot::{NodeInfo, PodInfo};
 
@@ -30,8 +30,10 @@ impl Plugin for LeafNodeTaintToleration {
 }
 
 impl FilterPlugin for LeafNodeTaintToleration {
-    fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        filter_taints(pod, node, |t| keys::is_leaf_taint(&t.key))
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        filter_taints(pod, node, |t| {
+            keys::is_leaf_taint(&t.key) || policy_tolerates(state, node, t)
+        })
     }
 }
 

@@ -51,6 +51,11 @@ pub fn applied(state: &CycleState) -> Option<&Applied> {
     state.read::<Applied>(NAME)
 }
 
+/// The cluster tolerations of the pod's policy, which count on virtual nodes as the pod's own.
+pub fn cluster_tolerations(state: &CycleState) -> &[k8s_openapi::api::core::v1::Toleration] {
+    applied(state).map_or(&[], |a| a.policy.spec.cluster_tolerations.as_slice())
+}
+
 /// The policy applied in `state`'s cycle, for its explanation.
 pub fn explained(state: &CycleState) -> Option<mcsched_shared::explain::AppliedPolicy> {
     applied(state).map(|a| mcsched_shared::explain::AppliedPolicy {
@@ -522,6 +527,44 @@ mod tests {
     }
 
     #[test]
+    fn cluster_tolerations_count_on_virtual_nodes_only() {
+        use crate::plugins::taint_toleration::TaintToleration;
+        let taint = |n: &mut k8s_openapi::api::core::v1::Node| {
+            n.spec.get_or_insert_default().taints = Some(vec![
+                serde_json::from_value(json!({"key": "maintenance", "effect": "NoSchedule"}))
+                    .expect("taint"),
+            ]);
+        };
+        let mut west = virtual_node("west", &[]);
+        let mut n = (*west.node).clone();
+        taint(&mut n);
+        west.set_node(Arc::new(n));
+        let host = node_with("host-a", taint);
+        let s = snapshot_with(
+            json!({"podSelector": {"matchLabels": {"app": "web"}},
+                "clusterTolerations": [{"key": "maintenance", "operator": "Exists", "effect": "NoSchedule"}]}),
+            vec![host, west],
+        );
+        let pod = replica("r", None);
+        let mut state = CycleState::new();
+        PlacementPolicy.pre_filter(&mut state, &pod, &s);
+        let tt = TaintToleration;
+        assert!(
+            tt.filter(&state, &pod, &s.nodes[1]).is_success(),
+            "the cluster's taint is tolerated"
+        );
+        assert!(
+            !tt.filter(&state, &pod, &s.nodes[0]).is_success(),
+            "a host node's is not"
+        );
+        assert!(
+            !tt.filter(&CycleState::new(), &pod, &s.nodes[1])
+                .is_success(),
+            "without the policy"
+        );
+    }
+
+    #[test]
     fn the_cheapest_among_what_the_policy_leaves_equal() {
         let nodes = vec![
             node_with("host-a", |_| {}),
@@ -540,6 +583,43 @@ mod tests {
             .collect();
         // The rest of the group still outranks anything outside it.
         assert_eq!(r[1..], [Ok(100), Ok(50), Ok(50)]);
+    }
+
+    #[test]
+    fn min_groups_prefers_a_new_region_while_too_few_are_used() {
+        let mut nodes = three();
+        nodes[1].add_pod(Arc::new(replica("a", Some("mcsched-east"))));
+        let s = snapshot_with(
+            json!({"podSelector": {"matchLabels": {"app": "web"}}, "clusterAffinity": {"exclude": ["host"]},
+                "spread": [{"by": "region", "minGroups": 2}]}),
+            nodes.clone(),
+        );
+        let r = run(&s, &replica("b", None));
+        // us is in use; eu is new: west first.
+        assert_eq!(r[1].1, Ok(50));
+        assert_eq!(r[2].1, Ok(100));
+        // With two regions in use the preference ends.
+        nodes[2].add_pod(Arc::new(replica("b", Some("mcsched-west"))));
+        let s = snapshot_with(
+            json!({"podSelector": {"matchLabels": {"app": "web"}}, "clusterAffinity": {"exclude": ["host"]},
+                "spread": [{"by": "region", "minGroups": 2}]}),
+            nodes,
+        );
+        let r = run(&s, &replica("c", None));
+        assert_eq!((r[1].1.clone(), r[2].1.clone()), (Ok(100), Ok(100)));
+    }
+
+    #[test]
+    fn aggregated_division_keeps_the_owner_where_it_is() {
+        let mut nodes = three();
+        nodes[2].add_pod(Arc::new(replica("a", Some("mcsched-west"))));
+        let s = snapshot_with(
+            json!({"podSelector": {"matchLabels": {"app": "web"}}, "clusterAffinity": {"exclude": ["host"]},
+                "division": {"type": "Aggregated"}}),
+            nodes,
+        );
+        let r = run(&s, &replica("b", None));
+        assert_eq!((r[1].1.clone(), r[2].1.clone()), (Ok(50), Ok(100)));
     }
 
     #[test]

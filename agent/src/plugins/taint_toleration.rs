@@ -33,6 +33,14 @@ pub fn node_taints(node: &NodeInfo) -> &[Taint] {
         .unwrap_or_default()
 }
 
+/// Whether the pod's placement policy tolerates `taint` on `node` (a cluster's virtual node).
+pub fn policy_tolerates(state: &CycleState, node: &NodeInfo, taint: &Taint) -> bool {
+    node.cluster.is_some()
+        && super::placement_policy::cluster_tolerations(state)
+            .iter()
+            .any(|tol| taints::tolerates(tol, taint))
+}
+
 /// The Filter both TaintToleration and LeafNodeTaintToleration use; `ignore` picks taints
 /// that count as tolerated.
 pub fn filter_taints(pod: &PodInfo, node: &NodeInfo, ignore: impl Fn(&Taint) -> bool) -> Status {
@@ -72,8 +80,8 @@ impl Plugin for TaintToleration {
 }
 
 impl FilterPlugin for TaintToleration {
-    fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        filter_taints(pod, node, |_| false)
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        filter_taints(pod, node, |t| policy_tolerates(state, node, t))
     }
 }
 

@@ -168,8 +168,9 @@ fn spawn_flusher(shared: &Arc<Shared>) -> JoinHandle<()> {
     })
 }
 
-/// The placement policies' status, the pod-deletion-cost of those that keep their shape
-/// and the evictions of those that rebalance, by the leader every few seconds.
+/// The placement policies' status, their pods' deletion after a cluster toleration ran
+/// out, the pod-deletion-cost of those that keep their shape and the evictions of those
+/// that rebalance, by the leader every few seconds.
 fn spawn_policy_status(
     shared: &Arc<Shared>,
     leader: &tokio::sync::watch::Receiver<bool>,
@@ -192,6 +193,7 @@ fn spawn_policy_status(
             }
             let set = snapshot.policies.clone();
             let client = &shared.bind_ctx.client;
+            crate::cluster_failover::run(client, &set, &snapshot).await;
             let mut refused = crate::deletion_cost::write(client, &set, &snapshot).await;
             refused.extend(rebalancer.round(&shared, &snapshot).await);
             writer.write(client, &set, &snapshot, &refused).await;
