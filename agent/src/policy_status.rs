@@ -42,6 +42,40 @@ fn allowed(p: &Policy, node: &NodeInfo) -> bool {
                 .any(|g| g.affinity.allows(c, labels)))
 }
 
+/// Why no Ready cluster will do: the clusters it allows that are not Ready, and those it
+/// does not allow.
+fn why_none(p: &Policy, snapshot: &Snapshot) -> String {
+    let mut not_ready: Vec<&str> = Vec::new();
+    let mut not_allowed: Vec<&str> = Vec::new();
+    for n in snapshot.nodes.iter() {
+        let c = cluster_of(n);
+        if allowed(p, n) {
+            not_ready.push(c);
+        } else {
+            not_allowed.push(c);
+        }
+    }
+    for v in [&mut not_ready, &mut not_allowed] {
+        v.sort();
+        v.dedup();
+    }
+    not_allowed.retain(|c| !not_ready.contains(c));
+    let mut parts = Vec::new();
+    if !not_ready.is_empty() {
+        parts.push(format!("not Ready: {}", not_ready.join(", ")));
+    }
+    if !not_allowed.is_empty() {
+        parts.push(format!(
+            "not allowed by its cluster affinity and groups: {}",
+            not_allowed.join(", ")
+        ));
+    }
+    if parts.is_empty() {
+        parts.push("no cluster has a node".into());
+    }
+    format!("no Ready cluster satisfies it ({})", parts.join("; "))
+}
+
 /// Each policy's status as the snapshot shows it (the condition's transition time is
 /// filled in when written).
 pub fn statuses(
@@ -79,12 +113,7 @@ pub fn statuses(
                     usable.sort();
                     usable.dedup();
                     if usable.is_empty() {
-                        (
-                            "False",
-                            "NoReadyCluster",
-                            "no Ready cluster satisfies its cluster affinity and groups"
-                                .to_string(),
-                        )
+                        ("False", "NoReadyCluster", why_none(p, snapshot))
                     } else {
                         (
                             "True",
@@ -255,6 +284,10 @@ mod tests {
                 nowhere.conditions[0].reason.as_str()
             ),
             ("False", "NoReadyCluster")
+        );
+        assert_eq!(
+            nowhere.conditions[0].message,
+            "no Ready cluster satisfies it (not allowed by its cluster affinity and groups: east)"
         );
     }
 }
