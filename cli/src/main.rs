@@ -10,6 +10,7 @@ mod install;
 mod kube_context;
 mod policy;
 mod progress;
+mod table;
 mod uninstall;
 mod version;
 

@@ -464,27 +464,7 @@ impl PlacementPolicySpec {
 
 /// `app=web,tier in (front,back)`: a label selector as kubectl prints one.
 pub fn selector_string(sel: &LabelSelector) -> String {
-    let mut parts: Vec<String> = sel
-        .match_labels
-        .iter()
-        .flatten()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    for r in sel.match_expressions.iter().flatten() {
-        let values = r.values.as_deref().unwrap_or_default().join(",");
-        parts.push(match r.operator.as_str() {
-            "In" => format!("{} in ({values})", r.key),
-            "NotIn" => format!("{} notin ({values})", r.key),
-            "Exists" => r.key.clone(),
-            "DoesNotExist" => format!("!{}", r.key),
-            other => format!("{} {other} ({values})", r.key),
-        });
-    }
-    if parts.is_empty() {
-        "<all>".into()
-    } else {
-        parts.join(",")
-    }
+    crate::selectors::label_selector_string(sel, "<all>")
 }
 
 #[cfg(test)]

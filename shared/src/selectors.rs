@@ -26,6 +26,32 @@ pub fn label_selector_matches(selector: Option<&LabelSelector>, labels: &Labels)
             .all(|req| label_requirement_matches(req, labels))
 }
 
+/// A label selector in kubectl's string form (`a=b,c in (d,e),!f`); `empty` for one that
+/// selects everything.
+pub fn label_selector_string(sel: &LabelSelector, empty: &str) -> String {
+    let mut parts: Vec<String> = sel
+        .match_labels
+        .iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    for r in sel.match_expressions.iter().flatten() {
+        let values = r.values.as_deref().unwrap_or_default().join(",");
+        parts.push(match r.operator.as_str() {
+            "In" => format!("{} in ({values})", r.key),
+            "NotIn" => format!("{} notin ({values})", r.key),
+            "Exists" => r.key.clone(),
+            "DoesNotExist" => format!("!{}", r.key),
+            other => format!("{} {other} ({values})", r.key),
+        });
+    }
+    if parts.is_empty() {
+        empty.to_string()
+    } else {
+        parts.join(",")
+    }
+}
+
 fn label_requirement_matches(req: &LabelSelectorRequirement, labels: &Labels) -> bool {
     let value = labels.get(&req.key);
     let values = req.values.as_deref().unwrap_or_default();

@@ -160,32 +160,7 @@ pub fn render(rows: &[PolicyRow]) -> String {
             ]
         }))
         .collect();
-    let widths: Vec<usize> = (0..header.len())
-        .map(|j| {
-            table
-                .iter()
-                .map(|r| r[j].chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    for r in &table {
-        let line: Vec<String> = r
-            .iter()
-            .enumerate()
-            .map(|(j, c)| {
-                if j + 1 == r.len() {
-                    c.clone()
-                } else {
-                    format!("{c:<w$}", w = widths[j])
-                }
-            })
-            .collect();
-        out.push_str(line.join("   ").trim_end());
-        out.push('\n');
-    }
-    out
+    crate::table::render(&table)
 }
 
 #[cfg(test)]

@@ -312,25 +312,5 @@ pub fn describe(plugin: &str, args: &super::PluginArgs) -> Option<String> {
 
 /// A label selector in kubectl's string form: `a=b,c in (d,e),!f`.
 fn selector(s: &LabelSelector) -> String {
-    let mut parts: Vec<String> = s
-        .match_labels
-        .iter()
-        .flatten()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    for r in s.match_expressions.iter().flatten() {
-        let values = r.values.clone().unwrap_or_default().join(",");
-        parts.push(match r.operator.as_str() {
-            "In" => format!("{} in ({values})", r.key),
-            "NotIn" => format!("{} notin ({values})", r.key),
-            "Exists" => r.key.clone(),
-            "DoesNotExist" => format!("!{}", r.key),
-            other => format!("{} {other} ({values})", r.key),
-        });
-    }
-    if parts.is_empty() {
-        "(everything)".into()
-    } else {
-        parts.join(",")
-    }
+    crate::selectors::label_selector_string(s, "(everything)")
 }
