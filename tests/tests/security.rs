@@ -123,7 +123,7 @@ async fn bound(client: &kube::Client, ns: &str, name: &str) -> anyhow::Result<()
 }
 
 /// The aggregated roles `install` adds, applied as it renders them, so `view` and `edit`
-/// carry explanations and what-ifs.
+/// carry explanations, what-ifs and placement policies.
 async fn apply_aggregated_roles(client: &kube::Client) -> anyhow::Result<()> {
     let objects = mcsched_shared::manifests::render(&Default::default())?;
     let roles: Api<ClusterRole> = Api::all(client.clone());
@@ -140,8 +140,8 @@ async fn apply_aggregated_roles(client: &kube::Client) -> anyhow::Result<()> {
         }
     }
     assert_eq!(
-        n, 2,
-        "install renders the reader and the what-if creator roles"
+        n, 4,
+        "install renders the explanation reader, the what-if creator and the policy viewer and editor roles"
     );
     Ok(())
 }
