@@ -15,7 +15,6 @@ use std::collections::{BTreeMap, HashMap};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
-use mcsched_shared::keys;
 use mcsched_shared::policy::DivisionType;
 
 use crate::policies::PolicySet;
@@ -42,7 +41,7 @@ pub fn wanted(set: &PolicySet, snapshot: &Snapshot) -> BTreeMap<String, (String,
     let mut groups: HashMap<(String, String), HashMap<String, Pods>> = HashMap::new();
     let mut weights: HashMap<String, BTreeMap<String, i64>> = HashMap::new();
     for node in snapshot.nodes.iter() {
-        let cluster = node.cluster.as_deref().unwrap_or(keys::HOST_CLUSTER_NAME);
+        let cluster = node.cluster_name();
         for pod in &node.pods {
             if pod.pod.metadata.deletion_timestamp.is_some() {
                 continue;
@@ -98,11 +97,13 @@ fn current(pod: &Pod) -> Option<&str> {
 }
 
 /// Writes the costs that differ; returns, per policy, the first write refused (with the
-/// grant that allows it), for its status.
+/// grant that allows it, for the agent's ServiceAccount in `agent_namespace`), for its
+/// status.
 pub async fn write(
     client: &Client,
     set: &PolicySet,
     snapshot: &Snapshot,
+    agent_namespace: &str,
 ) -> HashMap<String, String> {
     let mut refused: HashMap<String, String> = HashMap::new();
     let pods: HashMap<&str, &Pod> = snapshot
@@ -133,9 +134,8 @@ pub async fn write(
                 refused.insert(
                     policy,
                     format!(
-                        "the agent may not patch pods in namespace {ns} to keep their pod-deletion-cost: kubectl create rolebinding mcsched-placement-keeper -n {ns} --clusterrole={} --serviceaccount=<agent namespace>:{}",
-                        mcsched_shared::manifests::placement_keeper_name(),
-                        keys::AGENT_NAME
+                        "the agent may not patch pods in namespace {ns} to keep their pod-deletion-cost: {}",
+                        crate::policies::placement_keeper_grant(ns, agent_namespace)
                     ),
                 );
             }

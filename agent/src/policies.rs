@@ -63,6 +63,16 @@ pub struct PolicySet {
     cluster: BTreeMap<String, Arc<Policy>>,
 }
 
+/// The grant that lets the agent keep pod-deletion-cost on, and evict, the pods of
+/// namespace `ns` (`agent_namespace`: where the agent's ServiceAccount lives).
+pub fn placement_keeper_grant(ns: &str, agent_namespace: &str) -> String {
+    format!(
+        "kubectl create rolebinding mcsched-placement-keeper -n {ns} --clusterrole={} --serviceaccount={agent_namespace}:{}",
+        mcsched_shared::manifests::placement_keeper_name(),
+        mcsched_shared::keys::AGENT_NAME
+    )
+}
+
 /// The kind of a pod's controller (`ReplicaSet`, `StatefulSet`, ...).
 pub fn owner_kind(pod: &Pod) -> Option<&str> {
     pod.metadata

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
-use mcsched_shared::keys;
 use mcsched_shared::policy::{
     ClusterPlacementPolicy, ClusterPods, PlacementPolicy, PlacementPolicyStatus, selector_string,
 };
@@ -19,10 +18,6 @@ use crate::snapshot::{NodeInfo, Snapshot};
 /// How often the status is recomputed.
 pub const INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 
-fn cluster_of(node: &NodeInfo) -> &str {
-    node.cluster.as_deref().unwrap_or(keys::HOST_CLUSTER_NAME)
-}
-
 fn node_ready(node: &NodeInfo) -> bool {
     mcsched_shared::node::is_ready(&node.node)
         && !mcsched_shared::node::is_unschedulable(&node.node)
@@ -30,16 +25,7 @@ fn node_ready(node: &NodeInfo) -> bool {
 
 /// Whether a cluster is one the policy may use (by affinity and groups).
 fn allowed(p: &Policy, node: &NodeInfo) -> bool {
-    let (c, labels) = (cluster_of(node), node.labels());
-    p.spec
-        .cluster_affinity
-        .as_ref()
-        .is_none_or(|a| a.allows(c, labels))
-        && (p.spec.cluster_groups.is_empty()
-            || p.spec
-                .cluster_groups
-                .iter()
-                .any(|g| g.affinity.allows(c, labels)))
+    p.spec.allows(node.cluster_name(), node.labels())
 }
 
 /// Why no Ready cluster will do: the clusters it allows that are not Ready, and those it
@@ -48,7 +34,7 @@ fn why_none(p: &Policy, snapshot: &Snapshot) -> String {
     let mut not_ready: Vec<&str> = Vec::new();
     let mut not_allowed: Vec<&str> = Vec::new();
     for n in snapshot.nodes.iter() {
-        let c = cluster_of(n);
+        let c = n.cluster_name();
         if allowed(p, n) {
             not_ready.push(c);
         } else {
@@ -93,7 +79,7 @@ pub fn statuses(
                 *counts
                     .entry(p.reference.clone())
                     .or_default()
-                    .entry(cluster_of(node).to_string())
+                    .entry(node.cluster_name().to_string())
                     .or_default() += 1;
             }
         }
@@ -108,7 +94,7 @@ pub fn statuses(
                         .nodes
                         .iter()
                         .filter(|n| node_ready(n) && allowed(p, n))
-                        .map(|n| cluster_of(n))
+                        .map(|n| n.cluster_name())
                         .collect();
                     usable.sort();
                     usable.dedup();

@@ -256,6 +256,14 @@ impl NodeInfo {
         self.generation += 1;
     }
 
+    /// The cluster the node belongs to: its leaf for a virtual node, else the host
+    /// (`host`, as policies name it).
+    pub fn cluster_name(&self) -> &str {
+        self.cluster
+            .as_deref()
+            .unwrap_or(mcsched_shared::keys::HOST_CLUSTER_NAME)
+    }
+
     pub fn labels(&self) -> &BTreeMap<String, String> {
         static EMPTY: BTreeMap<String, String> = BTreeMap::new();
         self.node.metadata.labels.as_ref().unwrap_or(&EMPTY)

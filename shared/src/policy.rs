@@ -440,6 +440,25 @@ impl PlacementPolicySpec {
         Ok(())
     }
 
+    /// The first cluster group a cluster (whose node carries `labels`) belongs to; 0 without
+    /// groups, none when no group takes it.
+    pub fn group_index(&self, cluster: &str, labels: &BTreeMap<String, String>) -> Option<usize> {
+        if self.cluster_groups.is_empty() {
+            return Some(0);
+        }
+        self.cluster_groups
+            .iter()
+            .position(|g| g.affinity.allows(cluster, labels))
+    }
+
+    /// Whether the policy lets its pods use a cluster at all: its affinity and its groups.
+    pub fn allows(&self, cluster: &str, labels: &BTreeMap<String, String>) -> bool {
+        self.cluster_affinity
+            .as_ref()
+            .is_none_or(|a| a.allows(cluster, labels))
+            && self.group_index(cluster, labels).is_some()
+    }
+
     /// Whether the policy takes a pod with these labels, whose controller is of kind
     /// `owner_kind`.
     pub fn selects(&self, labels: &BTreeMap<String, String>, owner_kind: Option<&str>) -> bool {

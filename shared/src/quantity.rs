@@ -117,6 +117,9 @@ impl Quantity {
 
 impl Quantity {
     pub const ZERO: Quantity = Quantity { nanos: 0 };
+    pub const ONE: Quantity = Quantity {
+        nanos: NANOS_PER_UNIT,
+    };
 
     /// Saturating, as amounts come from users' objects.
     pub fn saturating_add(self, other: Quantity) -> Quantity {

@@ -139,29 +139,34 @@ pub enum Side {
     Limits,
 }
 
+/// One container's requests or limits by resource name.
+pub fn container_amounts(
+    c: &Container,
+    side: Side,
+) -> Result<BTreeMap<String, Quantity>, ResourceError> {
+    let map = c.resources.as_ref().and_then(|r| match side {
+        Side::Requests => r.requests.as_ref(),
+        Side::Limits => r.limits.as_ref(),
+    });
+    map.into_iter()
+        .flatten()
+        .map(|(name, q)| {
+            Quantity::parse(&q.0)
+                .map(|q| (name.clone(), q))
+                .map_err(|source| ResourceError {
+                    resource: name.clone(),
+                    source,
+                })
+        })
+        .collect()
+}
+
 /// A pod's requests or limits by resource name, kept as quantities (quota and limit
 /// ranges compare and print them as given): the same sum as [`pod_requests`] — app
 /// containers and sidecars, at least the largest init step, plus the overhead (for limits
 /// only on resources that have one, as kube's `PodLimits`).
 pub fn pod_amounts(pod: &Pod, side: Side) -> Result<BTreeMap<String, Quantity>, ResourceError> {
     type Amounts = BTreeMap<String, Quantity>;
-    fn of(c: &Container, side: Side) -> Result<Amounts, ResourceError> {
-        let map = c.resources.as_ref().and_then(|r| match side {
-            Side::Requests => r.requests.as_ref(),
-            Side::Limits => r.limits.as_ref(),
-        });
-        map.into_iter()
-            .flatten()
-            .map(|(name, q)| {
-                Quantity::parse(&q.0)
-                    .map(|q| (name.clone(), q))
-                    .map_err(|source| ResourceError {
-                        resource: name.clone(),
-                        source,
-                    })
-            })
-            .collect()
-    }
     fn add(to: &mut Amounts, more: &Amounts) {
         for (k, v) in more {
             let e = to.entry(k.clone()).or_insert(Quantity::ZERO);
@@ -179,12 +184,12 @@ pub fn pod_amounts(pod: &Pod, side: Side) -> Result<BTreeMap<String, Quantity>, 
     };
     let mut total = Amounts::new();
     for c in &spec.containers {
-        add(&mut total, &of(c, side)?);
+        add(&mut total, &container_amounts(c, side)?);
     }
     let mut sidecars = Amounts::new();
     let mut init_peak = Amounts::new();
     for ic in spec.init_containers.iter().flatten() {
-        let mut step = of(ic, side)?;
+        let mut step = container_amounts(ic, side)?;
         if ic.restart_policy.as_deref() == Some("Always") {
             add(&mut total, &step);
             add(&mut sidecars, &step);

@@ -4,6 +4,42 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
+/// The node's Ready condition status (`True`, `False`, `Unknown`).
+pub fn ready_status(n: &Node) -> Option<String> {
+    n.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.status.clone())
+}
+
+/// kube-controller-manager lifts its not-ready taint a few seconds after Ready turns
+/// True; until then mcsched's pods (which tolerate only the leaf taint) cannot go there.
+pub fn only_leaf_taint(n: &Node) -> bool {
+    n.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_none_or(|t| t.iter().all(|t| t.key == mcsched_shared::keys::LEAF_TAINT))
+}
+
+/// Waits for node `name`'s Ready condition to be `want`; for `True`, also for every taint
+/// but the leaf taint to be gone.
+pub async fn wait_ready(
+    nodes: &Api<Node>,
+    name: &str,
+    want: &str,
+    timeout: std::time::Duration,
+) -> anyhow::Result<()> {
+    crate::wait::until(timeout, &format!("{name} Ready={want}"), || async {
+        let n = nodes.get(name).await?;
+        let ready = ready_status(&n).as_deref() == Some(want);
+        Ok((ready && (want != "True" || only_leaf_taint(&n))).then_some(()))
+    })
+    .await
+}
+
 /// Creates a Node from JSON, then writes its status through `/status` (a create does not
 /// keep the status it was given). A merge patch, as controllers may touch the new node
 /// in between.

@@ -462,26 +462,9 @@ async fn a_leaf_api_server_killed_mid_sync_leaves_one_copy_per_pod() -> anyhow::
     let agent = Agent::start(&host.kubeconfig, "mcsched", host.dir())?;
     let nodes: Api<Node> = Api::all(host.client.clone());
     let virtual_node = keys::virtual_node_name("east");
-    wait::until(
-        Duration::from_secs(120),
-        "the virtual node Ready, untainted but for the leaf taint",
-        || async {
-            let n = nodes.get(&virtual_node).await?;
-            let ready = n
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-            let taints_ok = n
-                .spec
-                .as_ref()
-                .and_then(|s| s.taints.as_ref())
-                .is_none_or(|t| t.iter().all(|t| t.key == keys::LEAF_TAINT));
-            Ok((ready && taints_ok).then_some(()))
-        },
-    )
-    .await
-    .map_err(|e| e.context(agent.logs()))?;
+    objects::wait_ready(&nodes, &virtual_node, "True", Duration::from_secs(120))
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
 
     let to_leaf = |name: &str| {
         json!({

@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
+use mcsched_e2e::objects::{only_leaf_taint, ready_status, wait_ready};
 use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, wait};
 use mcsched_shared::explain::{Explanation, Outcome};
 use mcsched_shared::keys;
@@ -38,16 +39,6 @@ fn pod(name: &str, cpu: &str, node: Option<&str>) -> serde_json::Value {
             "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu}}}]
         }
     })
-}
-
-fn ready_status(n: &Node) -> Option<String> {
-    n.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "Ready")
-        .map(|c| c.status.clone())
 }
 
 /// The pod's FailedScheduling message once the leaf has answered what the leaf check
@@ -379,29 +370,6 @@ async fn events_of(client: &Client, pod: &str, reason: &str) -> anyhow::Result<V
         .filter(|e| e.reason.as_deref() == Some(reason))
         .filter_map(|e| e.note)
         .collect())
-}
-
-async fn wait_ready(
-    nodes: &Api<Node>,
-    name: &str,
-    want: &str,
-    timeout: Duration,
-) -> anyhow::Result<()> {
-    wait::until(timeout, &format!("{name} Ready={want}"), || async {
-        let n = nodes.get(name).await?;
-        let ready = ready_status(&n).as_deref() == Some(want);
-        Ok((ready && (want != "True" || only_leaf_taint(&n))).then_some(()))
-    })
-    .await
-}
-
-/// kube-controller-manager lifts its not-ready taint a few seconds after Ready turns
-/// True; until then mcsched's pods (which tolerate only the leaf taint) cannot go there.
-fn only_leaf_taint(n: &Node) -> bool {
-    n.spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .is_none_or(|t| t.iter().all(|t| t.key == keys::LEAF_TAINT))
 }
 
 /// Pods of the `app` Deployment in the host, with their nodes.

@@ -132,6 +132,27 @@ async fn placed(
     .map_err(|e| e.context(agent.logs()))
 }
 
+/// The PodScheduled=False message of app `app`'s (first) pod, once it has one.
+async fn unschedulable(pods: &Api<Pod>, app: &str, agent: &Agent) -> anyhow::Result<String> {
+    wait::until(TIMEOUT, &format!("{app}'s pod unschedulable"), || async {
+        let list = pods
+            .list(&ListParams::default().labels(&format!("app={app}")))
+            .await?;
+        Ok(list
+            .items
+            .into_iter()
+            .next()
+            .and_then(|p| p.status)
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+            .and_then(|c| c.message))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))
+}
+
 fn within_one(got: &BTreeMap<String, usize>, want: &[(&str, usize)]) -> bool {
     want.iter()
         .all(|(c, n)| got.get(*c).copied().unwrap_or(0).abs_diff(*n) <= 1)
@@ -180,26 +201,9 @@ async fn placement_policies_per_workload() -> anyhow::Result<()> {
     let mut agent = Agent::start(&host.kubeconfig, "mcsched", host.dir())?;
     let nodes: Api<Node> = Api::all(host.client.clone());
     for vn in ["mcsched-east", "mcsched-west"] {
-        wait::until(
-            TIMEOUT,
-            &format!("{vn} Ready and untainted but for the leaf taint"),
-            || async {
-                let n = nodes.get(vn).await?;
-                let ready = n
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-                let taints_ok = n
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.taints.as_ref())
-                    .is_none_or(|t| t.iter().all(|t| t.key == keys::LEAF_TAINT));
-                Ok((ready && taints_ok).then_some(()))
-            },
-        )
-        .await
-        .map_err(|e| e.context(agent.logs()))?;
+        mcsched_e2e::objects::wait_ready(&nodes, vn, "True", TIMEOUT)
+            .await
+            .map_err(|e| e.context(agent.logs()))?;
     }
     let pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
 
@@ -455,25 +459,7 @@ async fn placement_policies_per_workload() -> anyhow::Result<()> {
     );
 
     // The invalid policy's pod waits, saying why; its status names the field.
-    let bad = pods
-        .list(&ListParams::default().labels("app=bad"))
-        .await?
-        .items;
-    let bad_pod = bad
-        .first()
-        .and_then(|p| p.metadata.name.clone())
-        .unwrap_or_default();
-    let message = wait::until(TIMEOUT, "the bad policy's pod unschedulable", || async {
-        let p = pods.get(&bad_pod).await?;
-        Ok(p.status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .into_iter()
-            .find(|c| c.type_ == "PodScheduled" && c.status == "False")
-            .and_then(|c| c.message))
-    })
-    .await
-    .map_err(|e| e.context(agent.logs()))?;
+    let message = unschedulable(&pods, "bad", &agent).await?;
     assert!(
         message.contains("PlacementPolicy default/bad is invalid: spec.spread[0].minGroups: 3 is more than maxGroups 2"),
         "{message}"
@@ -574,24 +560,7 @@ async fn placement_policies_per_workload() -> anyhow::Result<()> {
     replica_set(&host.client, "g", 1, "100m").await?;
     let f = placed(&pods, "f", 2, &agent).await?;
     assert_eq!(f, BTreeMap::from([("west".to_string(), 2)]));
-    let g = pods
-        .list(&ListParams::default().labels("app=g"))
-        .await?
-        .items;
-    let g_pod = g
-        .first()
-        .and_then(|p| p.metadata.name.clone())
-        .unwrap_or_default();
-    let message = wait::until(TIMEOUT, "g unschedulable", || async {
-        let p = pods.get(&g_pod).await?;
-        Ok(p.status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .into_iter()
-            .find(|c| c.type_ == "PodScheduled" && c.status == "False")
-            .and_then(|c| c.message))
-    })
-    .await?;
+    let message = unschedulable(&pods, "g", &agent).await?;
     assert!(message.contains("untolerated taint"), "{message}");
 
     // NoExecute with tolerationSeconds: east goes silent, its virtual node turns NotReady

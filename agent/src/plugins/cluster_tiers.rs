@@ -5,7 +5,6 @@
 //! other plugins' sum, a later tier is used only while no earlier one has room.
 
 use mcsched_shared::config::{ClusterTier, ClusterTiersArgs};
-use mcsched_shared::keys;
 use mcsched_shared::selectors::label_selector_matches;
 
 use crate::framework::{CycleState, MAX_NODE_SCORE, Plugin, ScorePlugin, Status};
@@ -26,7 +25,7 @@ impl ClusterTiers {
 
     /// The index of the first tier `node` belongs to.
     fn tier_of(&self, node: &NodeInfo) -> Option<usize> {
-        let cluster = node.cluster.as_deref().unwrap_or(keys::HOST_CLUSTER_NAME);
+        let cluster = node.cluster_name();
         self.tiers.iter().position(|t| match t {
             ClusterTier::Clusters(names) => names.iter().any(|n| n == cluster),
             ClusterTier::Selector(sel) => label_selector_matches(Some(sel), node.labels()),

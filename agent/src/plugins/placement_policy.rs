@@ -74,10 +74,6 @@ pub fn overrides_profile(state: &CycleState) -> bool {
 
 pub struct PlacementPolicy;
 
-fn cluster_of(node: &NodeInfo) -> &str {
-    node.cluster.as_deref().unwrap_or(keys::HOST_CLUSTER_NAME)
-}
-
 fn by_name(by: SpreadBy) -> &'static str {
     match by {
         SpreadBy::Cluster => "clusters",
@@ -100,13 +96,7 @@ fn cost_of(node: &NodeInfo) -> i64 {
 
 /// The index of the first cluster group `node` belongs to (0 without groups).
 fn group_index(spec: &PlacementPolicySpec, node: &NodeInfo) -> Option<usize> {
-    if spec.cluster_groups.is_empty() {
-        return Some(0);
-    }
-    let c = cluster_of(node);
-    spec.cluster_groups
-        .iter()
-        .position(|g| g.affinity.allows(c, node.labels()))
+    spec.group_index(node.cluster_name(), node.labels())
 }
 
 impl Plugin for PlacementPolicy {
@@ -157,7 +147,7 @@ impl PreFilterPlugin for PlacementPolicy {
             .iter()
             .map(|c| match controller_uid(&pod.pod) {
                 Some(owner) => placed_per_cluster(snapshot, owner, pod, |n| {
-                    PlacementPolicySpec::group_of(c.by, cluster_of(n), n.labels())
+                    PlacementPolicySpec::group_of(c.by, n.cluster_name(), n.labels())
                 })
                 .into_keys()
                 .collect(),
@@ -184,7 +174,7 @@ impl FilterPlugin for PlacementPolicy {
             return Status::success();
         };
         let (spec, reference) = (&a.policy.spec, &a.policy.reference);
-        let cluster = cluster_of(node);
+        let cluster = node.cluster_name();
         if let Some(aff) = &spec.cluster_affinity
             && !aff.allows(cluster, node.labels())
         {
@@ -240,10 +230,12 @@ impl PreScorePlugin for PlacementPolicy {
         let first = nodes.iter().filter_map(|n| group_index(&spec, n)).min();
         let in_group: Vec<&Arc<NodeInfo>> = nodes
             .iter()
-            .filter(|n| group_index(&spec, n).is_some() && group_index(&spec, n) == first)
+            .filter(|n| first.is_some() && group_index(&spec, n) == first)
             .collect();
-        let mut candidates: HashSet<String> =
-            in_group.iter().map(|n| cluster_of(n).to_string()).collect();
+        let mut candidates: HashSet<String> = in_group
+            .iter()
+            .map(|n| n.cluster_name().to_string())
+            .collect();
         if let (Some(i), false) = (first, spec.cluster_groups.is_empty()) {
             notes.push(format!(
                 "cluster group {} (the first with a feasible node)",
@@ -260,10 +252,10 @@ impl PreScorePlugin for PlacementPolicy {
             let new: HashSet<String> = in_group
                 .iter()
                 .filter(|n| {
-                    PlacementPolicySpec::group_of(c.by, cluster_of(n), n.labels())
+                    PlacementPolicySpec::group_of(c.by, n.cluster_name(), n.labels())
                         .is_some_and(|g| !used.contains(&g))
                 })
-                .map(|n| cluster_of(n).to_string())
+                .map(|n| n.cluster_name().to_string())
                 .collect();
             if !new.is_empty() {
                 notes.push(format!(
@@ -277,7 +269,9 @@ impl PreScorePlugin for PlacementPolicy {
         if let Some(d) = &spec.division {
             let owner = controller_uid(&pod.pod);
             let placed: HashMap<String, i64> = owner
-                .map(|o| placed_per_cluster(snapshot, o, pod, |n| Some(cluster_of(n).to_string())))
+                .map(|o| {
+                    placed_per_cluster(snapshot, o, pod, |n| Some(n.cluster_name().to_string()))
+                })
                 .unwrap_or_default();
             let chosen = match d.type_ {
                 DivisionType::Weighted => {
@@ -341,8 +335,10 @@ impl PreScorePlugin for PlacementPolicy {
             }
         }
         if spec.prefer_cheapest && !candidates.is_empty() {
-            let costs: HashMap<&str, i64> =
-                nodes.iter().map(|n| (cluster_of(n), cost_of(n))).collect();
+            let costs: HashMap<&str, i64> = nodes
+                .iter()
+                .map(|n| (n.cluster_name(), cost_of(n)))
+                .collect();
             let cheapest = candidates
                 .iter()
                 .map(|c| costs.get(c.as_str()).copied().unwrap_or(i64::MAX))
@@ -377,7 +373,7 @@ impl ScorePlugin for PlacementPolicy {
         let Some(a) = applied(state) else {
             return Ok(MIN_NODE_SCORE);
         };
-        let cluster = cluster_of(node);
+        let cluster = node.cluster_name();
         let has = |s: &Option<HashSet<String>>| s.as_ref().is_some_and(|s| s.contains(cluster));
         Ok(if has(&a.picked) {
             MAX_NODE_SCORE

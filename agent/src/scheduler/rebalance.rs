@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, EvictParams, Preconditions};
-use mcsched_shared::keys;
 use mcsched_shared::policy::{DivisionType, PlacementPolicySpec};
 use tracing::info;
 
@@ -42,10 +41,6 @@ pub struct Rebalancer {
     in_flight: HashMap<String, InFlight>,
 }
 
-fn cluster_of(node: &NodeInfo) -> &str {
-    node.cluster.as_deref().unwrap_or(keys::HOST_CLUSTER_NAME)
-}
-
 /// How badly a pod on `node` is placed, larger is worse: outside what the policy allows,
 /// then a later group, then how far its cluster is over its weighted share.
 fn badness(
@@ -54,22 +49,10 @@ fn badness(
     counts: &BTreeMap<String, i64>,
     n: i64,
 ) -> (bool, usize, i128) {
-    let (c, labels) = (cluster_of(node), node.labels());
-    let group = if spec.cluster_groups.is_empty() {
-        Some(0)
-    } else {
-        spec.cluster_groups
-            .iter()
-            .position(|g| g.affinity.allows(c, labels))
-    };
-    let allowed = spec
-        .cluster_affinity
-        .as_ref()
-        .is_none_or(|a| a.allows(c, labels))
-        && group.is_some();
+    let (c, labels) = (node.cluster_name(), node.labels());
     (
-        !allowed,
-        group.unwrap_or(usize::MAX),
+        !spec.allows(c, labels),
+        spec.group_index(c, labels).unwrap_or(usize::MAX),
         over_share(spec, c, counts, n),
     )
 }
@@ -157,7 +140,7 @@ impl Rebalancer {
             let n = pods.len() as i64;
             let mut counts: BTreeMap<String, i64> = BTreeMap::new();
             for (_, node) in &pods {
-                *counts.entry(cluster_of(node).to_string()).or_default() += 1;
+                *counts.entry(node.cluster_name().to_string()).or_default() += 1;
             }
             let spec = &policy.spec;
             let Some((victim, node)) = pods.iter().max_by_key(|(p, node)| {
@@ -189,7 +172,7 @@ impl Rebalancer {
             } else {
                 // Same group: from a cluster over its share to one under it.
                 target.1 == worst.1
-                    && target_in != cluster_of(node)
+                    && target_in != node.cluster_name()
                     && over_share(spec, &target_in, &counts, n) < 0
             };
             if !better {
@@ -197,7 +180,7 @@ impl Rebalancer {
             }
             match evict(shared, &victim.pod).await {
                 Ok(()) => {
-                    info!(pod = %victim.key, from = cluster_of(node), to = %target_in,
+                    info!(pod = %victim.key, from = node.cluster_name(), to = %target_in,
                         policy = %policy.reference, "rebalancing: evicted; its replacement goes where the policy places it");
                     *busy.entry(policy.reference.clone()).or_default() += 1;
                     self.in_flight.insert(
@@ -214,9 +197,11 @@ impl Rebalancer {
                     refused.insert(
                         policy.reference.clone(),
                         format!(
-                            "the agent may not evict pods in namespace {ns} to rebalance: kubectl create rolebinding mcsched-placement-keeper -n {ns} --clusterrole={} --serviceaccount=<agent namespace>:{}",
-                            mcsched_shared::manifests::placement_keeper_name(),
-                            keys::AGENT_NAME
+                            "the agent may not evict pods in namespace {ns} to rebalance: {}",
+                            crate::policies::placement_keeper_grant(
+                                &ns,
+                                shared.leaves.agent_namespace()
+                            )
                         ),
                     );
                 }
@@ -233,7 +218,7 @@ impl Rebalancer {
 fn target_cluster(snapshot: &Snapshot, node: &str) -> String {
     snapshot
         .get(node)
-        .map(|n| cluster_of(n).to_string())
+        .map(|n| n.cluster_name().to_string())
         .unwrap_or_default()
 }
 

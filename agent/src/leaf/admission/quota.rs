@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, ResourceQuota, ScopedResourceSelectorRequirement};
 use mcsched_shared::quantity::Quantity;
-use mcsched_shared::resources::{Side, pod_amounts};
+use mcsched_shared::resources::{Side, container_amounts, pod_amounts};
 
 /// Pod usage by quota resource name, as kube's pod evaluator counts it.
 pub type Usage = BTreeMap<String, Quantity>;
@@ -35,14 +35,8 @@ fn is_extended(name: &str) -> bool {
 /// What quota counts for usage from `requests` and `limits` (pod or container level).
 fn usage_of(requests: &Usage, limits: &Usage) -> Usage {
     let mut u = Usage::from([
-        (
-            "pods".to_string(),
-            Quantity::parse("1").unwrap_or(Quantity::ZERO),
-        ),
-        (
-            "count/pods".to_string(),
-            Quantity::parse("1").unwrap_or(Quantity::ZERO),
-        ),
+        ("pods".to_string(), Quantity::ONE),
+        ("count/pods".to_string(), Quantity::ONE),
     ]);
     for name in COMPUTE {
         if let Some(&q) = requests.get(name) {
@@ -222,19 +216,9 @@ pub fn refusal(q: &ResourceQuota, pod: &Pod, usage: &Usage, pending: &Usage) -> 
             .iter()
             .chain(spec.init_containers.iter().flatten())
         {
-            let list = |l: Option<
-                &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
-            >|
-             -> Usage {
-                l.into_iter()
-                    .flatten()
-                    .filter_map(|(k, v)| Quantity::parse(&v.0).ok().map(|q| (k.clone(), q)))
-                    .collect()
-            };
-            let r = c.resources.as_ref();
             let has = usage_of(
-                &list(r.and_then(|r| r.requests.as_ref())),
-                &list(r.and_then(|r| r.limits.as_ref())),
+                &container_amounts(c, Side::Requests).unwrap_or_default(),
+                &container_amounts(c, Side::Limits).unwrap_or_default(),
             );
             for need in MUST_SPECIFY {
                 if hard.keys().any(|k| k.as_str() == need) && !has.contains_key(need) {
