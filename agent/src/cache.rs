@@ -8,6 +8,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot, VolumeObjects};
+use crate::topology_counts::TopologyCounts;
 
 #[derive(Debug, Clone)]
 struct PodEntry {
@@ -17,7 +18,6 @@ struct PodEntry {
     assumed: bool,
 }
 
-#[derive(Default)]
 pub struct Cache {
     nodes: Vec<Arc<NodeInfo>>,
     index: Arc<HashMap<String, usize>>,
@@ -29,7 +29,13 @@ pub struct Cache {
     pdbs: Arc<Vec<Arc<k8s_openapi::api::policy::v1::PodDisruptionBudget>>>,
     pod_selectors: Arc<crate::pod_selectors::PodSelectors>,
     policies: Arc<crate::policies::PolicySet>,
+    topology: TopologyCounts,
     snapshot: Option<Snapshot>,
+}
+
+fn node_labels(node: &Node) -> &BTreeMap<String, String> {
+    static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+    node.metadata.labels.as_ref().unwrap_or(&EMPTY)
 }
 
 fn bound_node(pod: &Pod) -> Option<&str> {
@@ -37,6 +43,24 @@ fn bound_node(pod: &Pod) -> Option<&str> {
         .as_ref()
         .and_then(|s| s.node_name.as_deref())
         .filter(|n| !n.is_empty())
+}
+
+impl Default for Cache {
+    fn default() -> Self {
+        Cache {
+            nodes: Vec::new(),
+            index: Arc::default(),
+            pods: HashMap::new(),
+            waiting: HashMap::new(),
+            namespaces: Arc::default(),
+            volumes: Arc::default(),
+            pdbs: Arc::default(),
+            pod_selectors: Arc::default(),
+            policies: Arc::default(),
+            topology: TopologyCounts::kept_by_cache(),
+            snapshot: None,
+        }
+    }
 }
 
 impl Cache {
@@ -48,24 +72,29 @@ impl Cache {
         self.snapshot = None;
     }
 
-    fn node_mut(&mut self, name: &str) -> Option<&mut NodeInfo> {
-        let &i = self.index.get(name)?;
-        self.nodes.get_mut(i).map(Arc::make_mut)
-    }
-
     pub fn node_count(&self) -> usize {
         self.nodes.len()
     }
 
     pub fn apply_node(&mut self, node: Arc<Node>) {
         let name = node.metadata.name.clone().unwrap_or_default();
-        if let Some(info) = self.node_mut(&name) {
+        if let Some(&i) = self.index.get(&name) {
+            let info = Arc::make_mut(&mut self.nodes[i]);
+            // Pods counted by topology move with a node's labels.
+            let relabelled = info.labels() != node_labels(&node);
+            if relabelled {
+                self.topology.node(info, -1);
+            }
             info.set_node(node);
+            if relabelled {
+                self.topology.node(info, 1);
+            }
         } else {
             let mut info = NodeInfo::new(node);
             for pod in self.waiting.remove(&name).unwrap_or_default() {
                 info.add_pod(pod);
             }
+            self.topology.node(&info, 1);
             self.nodes.push(Arc::new(info));
             self.reindex();
         }
@@ -77,6 +106,7 @@ impl Cache {
             return;
         };
         let info = self.nodes.remove(i);
+        self.topology.node(&info, -1);
         // Pods stay known until their own deletion arrives; park them under the node name.
         if !info.pods.is_empty() {
             self.waiting.insert(name.to_string(), info.pods.clone());
@@ -122,8 +152,12 @@ impl Cache {
     }
 
     fn add_pod(&mut self, key: String, node: String, info: Arc<PodInfo>, assumed: bool) {
-        match self.node_mut(&node) {
-            Some(n) => n.add_pod(info.clone()),
+        match self.index.get(&node).copied() {
+            Some(i) => {
+                let n = Arc::make_mut(&mut self.nodes[i]);
+                n.add_pod(info.clone());
+                self.topology.place(&info, n, 1);
+            }
             None => self
                 .waiting
                 .entry(node.clone())
@@ -145,8 +179,11 @@ impl Cache {
         let Some(entry) = self.pods.remove(key) else {
             return;
         };
-        if let Some(n) = self.node_mut(&entry.node) {
-            n.remove_pod(key);
+        if let Some(i) = self.index.get(&entry.node).copied() {
+            let n = Arc::make_mut(&mut self.nodes[i]);
+            if n.remove_pod(key) {
+                self.topology.place(&entry.info, n, -1);
+            }
         } else if let Some(w) = self.waiting.get_mut(&entry.node) {
             w.retain(|p| p.key != key);
         }
@@ -228,6 +265,9 @@ impl Cache {
     }
 
     pub fn snapshot(&mut self) -> Snapshot {
+        if self.topology.keep_asked(&self.nodes) {
+            self.dirty();
+        }
         if let Some(s) = &self.snapshot {
             return s.clone();
         }
@@ -242,6 +282,7 @@ impl Cache {
             pdbs: self.pdbs.clone(),
             pod_selectors: self.pod_selectors.clone(),
             policies: self.policies.clone(),
+            topology: self.topology.clone(),
         };
         self.snapshot = Some(snap.clone());
         snap

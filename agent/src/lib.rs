@@ -31,4 +31,5 @@ pub mod scheduler;
 pub mod server;
 pub mod snapshot;
 pub mod telemetry;
+pub mod topology_counts;
 pub mod watch;

@@ -345,6 +345,8 @@ pub struct Snapshot {
     pub virtual_nodes: usize,
     /// The placement policies, for the pods they select.
     pub policies: Arc<crate::policies::PolicySet>,
+    /// Pods counted per topology domain; kept only in snapshots of the cache.
+    pub topology: crate::topology_counts::TopologyCounts,
 }
 
 /// The storage objects volume plugins read; claims keyed `namespace/name`, the rest by name.
@@ -387,6 +389,7 @@ impl Snapshot {
             pdbs: Arc::default(),
             pod_selectors: Arc::default(),
             policies: Arc::default(),
+            topology: Default::default(),
         }
     }
 

@@ -14,6 +14,7 @@ use crate::framework::{
     PreFilterResult, PreScorePlugin, ScorePlugin, Status,
 };
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
+use crate::topology_counts::{self, PodQuery, TermKind, Values};
 
 pub const NAME: &str = "InterPodAffinity";
 const PRE_SCORE_KEY: &str = "PreScoreInterPodAffinity";
@@ -48,9 +49,10 @@ impl InterPodAffinity {
 }
 
 /// Topology key → value → matching pods. Looked up by `&str`, so that Filter, run for
-/// thousands of nodes per pod, allocates nothing.
+/// thousands of nodes per pod, allocates nothing; the per-value maps are persistent, so
+/// the kept counts of the snapshot join without a copy.
 #[derive(Clone, Default)]
-struct Counts(HashMap<String, HashMap<String, i64>>);
+struct Counts(HashMap<String, Values>);
 
 impl Counts {
     fn new() -> Self {
@@ -75,15 +77,25 @@ impl Counts {
             Some(m) => m,
             None => self.0.entry(key.to_string()).or_default(),
         };
-        let c = match values.get_mut(value) {
-            Some(c) => c,
-            None => values.entry(value.to_string()).or_default(),
-        };
-        *c += by;
-        if *c == 0 {
-            values.remove(value);
-            if values.is_empty() {
-                self.0.remove(key);
+        topology_counts::bump(values, value, by);
+        if values.is_empty() {
+            self.0.remove(key);
+        }
+    }
+
+    /// Adds kept counts for `key`: shared as they are when the key has none yet.
+    fn add_all(&mut self, key: &str, values: &Values) {
+        if values.is_empty() {
+            return;
+        }
+        match self.0.get_mut(key) {
+            None => {
+                self.0.insert(key.to_string(), values.clone());
+            }
+            Some(_) => {
+                for (v, c) in values {
+                    self.add(key, v, *c);
+                }
             }
         }
     }
@@ -112,6 +124,81 @@ fn matches_all(terms: &[AffinityTerm], pod: &Pod) -> bool {
 }
 
 impl PreFilterState {
+    /// The incoming pod's terms counted from the kept counts; false (and nothing counted)
+    /// when some are not kept yet. Required affinity needs a pod matching all terms, so
+    /// it is read from the counts only when all terms select the same pods.
+    fn count_incoming_from(&mut self, topology: &topology_counts::TopologyCounts) -> bool {
+        let affinity_query = match self.required_affinity.split_first() {
+            None => None,
+            Some((first, rest)) => {
+                let q = PodQuery::of_term(first);
+                if q.is_none() || rest.iter().any(|t| PodQuery::of_term(t) != q) {
+                    return false;
+                }
+                q
+            }
+        };
+        let mut affinity = Counts::new();
+        let mut anti_affinity = Counts::new();
+        let mut all_kept = true;
+        for t in &self.required_affinity {
+            match affinity_query
+                .as_ref()
+                .and_then(|q| topology.query(q, &t.topology_key))
+                .and_then(|c| c.values(&t.topology_key))
+            {
+                Some(values) => affinity.add_all(&t.topology_key, values),
+                None => all_kept = false,
+            }
+        }
+        for t in &self.required_anti_affinity {
+            match PodQuery::of_term(t)
+                .as_ref()
+                .and_then(|q| topology.query(q, &t.topology_key))
+                .and_then(|c| c.values(&t.topology_key))
+            {
+                Some(values) => anti_affinity.add_all(&t.topology_key, values),
+                None => all_kept = false,
+            }
+        }
+        if all_kept {
+            self.affinity = affinity;
+            self.anti_affinity = anti_affinity;
+        }
+        all_kept
+    }
+
+    /// Counts by walking every node's pods: the existing pods' anti-affinity terms
+    /// and/or the incoming pod's terms.
+    fn scan(&mut self, snapshot: &Snapshot, existing: bool, incoming: bool) {
+        for node in snapshot.nodes.iter() {
+            if existing {
+                for other in node.pods_with_required_anti_affinity() {
+                    for t in &other.terms.required_anti_affinity {
+                        if t.matches(&self.pod, Some(&self.namespace_labels)) {
+                            bump(&mut self.existing_anti_affinity, node, &t.topology_key, 1);
+                        }
+                    }
+                }
+            }
+            if !incoming {
+                continue;
+            }
+            for other in &node.pods {
+                if matches_all(&self.required_affinity, &other.pod) {
+                    for t in &self.required_affinity {
+                        bump(&mut self.affinity, node, &t.topology_key, 1);
+                    }
+                }
+                for t in &self.required_anti_affinity {
+                    if t.matches(&other.pod, None) {
+                        bump(&mut self.anti_affinity, node, &t.topology_key, 1);
+                    }
+                }
+            }
+        }
+    }
+
     /// Accounts for `other` joining (+1) or leaving (−1) `node`.
     fn update(&mut self, other: &PodInfo, node: &NodeInfo, by: i64) {
         for t in &other.terms.required_anti_affinity {
@@ -194,29 +281,22 @@ impl PreFilterPlugin for InterPodAffinity {
         };
         let incoming_terms =
             !s.required_affinity.is_empty() || !s.required_anti_affinity.is_empty();
-        for node in snapshot.nodes.iter() {
-            for existing in node.pods_with_required_anti_affinity() {
-                for t in &existing.terms.required_anti_affinity {
-                    if t.matches(&s.pod, Some(&s.namespace_labels)) {
-                        bump(&mut s.existing_anti_affinity, node, &t.topology_key, 1);
-                    }
+        let topology = &snapshot.topology;
+        // The existing pods' anti-affinity: each distinct term matched once.
+        let existing_kept = topology.kept();
+        if existing_kept {
+            for g in topology.terms() {
+                if g.kind == TermKind::RequiredAntiAffinity
+                    && g.term.matches(&s.pod, Some(&s.namespace_labels))
+                {
+                    s.existing_anti_affinity
+                        .add_all(&g.term.topology_key, &g.values);
                 }
             }
-            if !incoming_terms {
-                continue;
-            }
-            for existing in &node.pods {
-                if matches_all(&s.required_affinity, &existing.pod) {
-                    for t in &s.required_affinity {
-                        bump(&mut s.affinity, node, &t.topology_key, 1);
-                    }
-                }
-                for t in &s.required_anti_affinity {
-                    if t.matches(&existing.pod, None) {
-                        bump(&mut s.anti_affinity, node, &t.topology_key, 1);
-                    }
-                }
-            }
+        }
+        let incoming_kept = incoming_terms && s.count_incoming_from(topology);
+        if !existing_kept || (incoming_terms && !incoming_kept) {
+            s.scan(snapshot, !existing_kept, incoming_terms && !incoming_kept);
         }
         if s.existing_anti_affinity.is_empty() && !incoming_terms {
             return (None, Status::skip());
@@ -298,7 +378,11 @@ impl FilterPlugin for InterPodAffinity {
 
 /// topology key → value → score.
 #[derive(Clone, Default)]
-struct TopologyScore(HashMap<String, HashMap<String, i64>>);
+struct TopologyScore {
+    scanned: HashMap<String, HashMap<String, i64>>,
+    /// Kept counts read as they are: topology key, weight per pod, pods per value.
+    kept: Vec<(String, i64, Values)>,
+}
 
 impl TopologyScore {
     fn add(
@@ -313,12 +397,41 @@ impl TopologyScore {
             && let Some(v) = node.labels().get(&term.topology_key)
         {
             *self
-                .0
+                .scanned
                 .entry(term.topology_key.clone())
                 .or_default()
                 .entry(v.clone())
                 .or_default() += weight;
         }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.scanned.is_empty() && self.kept.is_empty()
+    }
+
+    fn add_kept(&mut self, key: &str, weight: i64, values: &Values) {
+        if !values.is_empty() {
+            self.kept.push((key.to_string(), weight, values.clone()));
+        }
+    }
+
+    fn of(&self, labels: &BTreeMap<String, String>) -> i64 {
+        let scanned: i64 = self
+            .scanned
+            .iter()
+            .filter_map(|(k, values)| labels.get(k).and_then(|v| values.get(v)))
+            .sum();
+        let kept: i64 = self
+            .kept
+            .iter()
+            .filter_map(|(k, w, values)| {
+                labels
+                    .get(k)
+                    .and_then(|v| values.get(v.as_str()))
+                    .map(|c| c * w)
+            })
+            .sum();
+        scanned + kept
     }
 
     fn add_weighted(
@@ -368,9 +481,56 @@ impl PreScorePlugin for InterPodAffinity {
         let mut score = TopologyScore::default();
         let hard_weight = i64::from(self.args.hard_pod_affinity_weight);
         let ignore_preferred = self.args.ignore_preferred_terms_of_existing_pods;
+        let topology = &snapshot.topology;
+        // The incoming pod's preferred terms from the kept counts, when all are kept.
+        let incoming_kept = has_constraints && {
+            let weighted = incoming
+                .preferred_affinity
+                .iter()
+                .map(|t| (t, 1))
+                .chain(incoming.preferred_anti_affinity.iter().map(|t| (t, -1)));
+            let mut kept = Vec::new();
+            let mut all = true;
+            for (w, sign) in weighted {
+                let key = &w.term.topology_key;
+                match PodQuery::of_term(&w.term)
+                    .and_then(|q| topology.query(&q, key).and_then(|c| c.values(key)).cloned())
+                {
+                    Some(values) => kept.push((key, i64::from(w.weight) * sign, values)),
+                    None => all = false,
+                }
+            }
+            if all {
+                for (key, weight, values) in &kept {
+                    score.add_kept(key, *weight, values);
+                }
+            }
+            all
+        };
+        // The existing pods' terms towards it: each distinct term matched once.
+        let existing_kept = topology.kept();
+        if existing_kept {
+            for g in topology.terms() {
+                let weight = match g.kind {
+                    TermKind::RequiredAffinity if hard_weight > 0 => hard_weight,
+                    TermKind::PreferredAffinity(w) if !ignore_preferred => i64::from(w),
+                    TermKind::PreferredAntiAffinity(w) if !ignore_preferred => -i64::from(w),
+                    _ => continue,
+                };
+                if g.term.matches(&pod.pod, Some(&ns_labels)) {
+                    score.add_kept(&g.term.topology_key, weight, &g.values);
+                }
+            }
+        }
+        let scan_incoming = has_constraints && !incoming_kept;
         let visit = |score: &mut TopologyScore, e: &Arc<PodInfo>, node: &NodeInfo| {
-            score.add_weighted(&incoming.preferred_affinity, 1, &e.pod, None, node);
-            score.add_weighted(&incoming.preferred_anti_affinity, -1, &e.pod, None, node);
+            if scan_incoming {
+                score.add_weighted(&incoming.preferred_affinity, 1, &e.pod, None, node);
+                score.add_weighted(&incoming.preferred_anti_affinity, -1, &e.pod, None, node);
+            }
+            if existing_kept {
+                return;
+            }
             if hard_weight > 0 {
                 for t in &e.terms.required_affinity {
                     score.add(t, hard_weight, &pod.pod, Some(&ns_labels), node);
@@ -395,22 +555,24 @@ impl PreScorePlugin for InterPodAffinity {
         };
         // Without terms of its own, only nodes holding pods with affinity matter (kube's
         // nodesWithAffinityPods); no allocation per node either way.
-        for node in snapshot.nodes.iter() {
-            // The count first: it lives in the NodeInfo, the labels behind another pointer.
-            if (!has_constraints && node.affinity_pods == 0) || node.labels().is_empty() {
-                continue;
-            }
-            if has_constraints {
-                for e in &node.pods {
-                    visit(&mut score, e, node);
+        if scan_incoming || !existing_kept {
+            for node in snapshot.nodes.iter() {
+                // The count first: it lives in the NodeInfo, the labels behind another pointer.
+                if (!scan_incoming && node.affinity_pods == 0) || node.labels().is_empty() {
+                    continue;
                 }
-            } else {
-                for e in node.pods_with_affinity() {
-                    visit(&mut score, e, node);
+                if scan_incoming {
+                    for e in &node.pods {
+                        visit(&mut score, e, node);
+                    }
+                } else {
+                    for e in node.pods_with_affinity() {
+                        visit(&mut score, e, node);
+                    }
                 }
             }
         }
-        if score.0.is_empty() {
+        if score.is_empty() {
             return Status::skip();
         }
         state.write(PRE_SCORE_KEY, score);
@@ -423,18 +585,14 @@ impl ScorePlugin for InterPodAffinity {
         let Some(s) = state.read::<TopologyScore>(PRE_SCORE_KEY) else {
             return Ok(0);
         };
-        let labels = node.labels();
-        Ok(s.0
-            .iter()
-            .filter_map(|(k, values)| labels.get(k).and_then(|v| values.get(v)))
-            .sum())
+        Ok(s.of(node.labels()))
     }
 
     /// Min-max scaling to 0..=100, as kube-scheduler does (scores can be negative).
     fn normalize(&self, state: &CycleState, _pod: &PodInfo, scores: &mut [i64]) -> Status {
         if state
             .read::<TopologyScore>(PRE_SCORE_KEY)
-            .is_none_or(|s| s.0.is_empty())
+            .is_none_or(|s| s.is_empty())
         {
             return Status::success();
         }

@@ -11,6 +11,8 @@ pub mod dynamic_resources;
 pub mod helper;
 pub mod image_locality;
 pub mod inter_pod_affinity;
+#[cfg(test)]
+mod kept_counts_tests;
 pub mod leaf_node_fit;
 pub mod leaf_node_taint_toleration;
 pub mod leaf_node_volume_binding;

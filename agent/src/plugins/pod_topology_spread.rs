@@ -20,6 +20,8 @@ use crate::framework::{
     PreFilterResult, PreScorePlugin, ScorePlugin, Status,
 };
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
+use crate::topology_counts::{self, PodQuery, Values};
+use std::sync::Arc;
 
 pub const NAME: &str = "PodTopologySpread";
 const PRE_SCORE_KEY: &str = "PreScorePodTopologySpread";
@@ -203,21 +205,134 @@ fn has_all_keys(node: &NodeInfo, cs: &[Constraint]) -> bool {
         .all(|c| node.labels().contains_key(&c.topology_key))
 }
 
+fn has_node_constraints(pod: &PodInfo) -> bool {
+    let spec = pod.pod.spec.as_ref();
+    spec.and_then(|s| s.node_selector.as_ref())
+        .is_some_and(|m| !m.is_empty())
+        || spec
+            .and_then(|s| s.affinity.as_ref())
+            .and_then(|a| a.node_affinity.as_ref())
+            .is_some_and(|n| {
+                n.required_during_scheduling_ignored_during_execution
+                    .is_some()
+            })
+}
+
+/// One constraint's matching pods as the snapshot keeps them: per node and per value of
+/// its topology key.
+#[derive(Clone, Default)]
+struct Kept {
+    per_node: Values,
+    per_value: Values,
+}
+
+/// Every constraint's kept counts, or None when some are not kept yet (they are asked for,
+/// and this cycle counts by walking the pods).
+fn kept_counts(cs: &[Constraint], pod: &PodInfo, snapshot: &Snapshot) -> Option<Vec<Kept>> {
+    let topology = &snapshot.topology;
+    if !topology.kept() {
+        return None;
+    }
+    let kept: Vec<Option<Kept>> = cs
+        .iter()
+        .map(|c| {
+            if c.selector_is_empty() {
+                return Some(Kept::default());
+            }
+            let q = PodQuery::of_constraint(&pod.namespace, c.selector.as_ref());
+            let counts = topology.query(&q, &c.topology_key)?;
+            Some(Kept {
+                per_node: counts.per_node.clone(),
+                per_value: counts.values(&c.topology_key)?.clone(),
+            })
+        })
+        .collect();
+    kept.into_iter().collect()
+}
+
+/// Whether every node counts for every constraint — none left out by the pod's node
+/// affinity or taints, each with every key when `require_all` — so that the kept per-value
+/// counts are the answer as they are.
+fn every_node_counts(
+    cs: &[Constraint],
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    require_all: bool,
+) -> bool {
+    let topology = &snapshot.topology;
+    cs.iter().all(|c| {
+        !((c.honor_node_affinity && has_node_constraints(pod)) || c.honor_node_taints)
+            && (!require_all
+                || topology
+                    .domains(&c.topology_key)
+                    .is_some_and(|d| d.nodes == topology.node_count()))
+    })
+}
+
+/// The pods `c` selects on `node`: kept, or counted.
+fn on_node(c: &Constraint, kept: Option<&Kept>, node: &NodeInfo, namespace: &str) -> i64 {
+    match kept {
+        Some(k) => k.per_node.get(node.name.as_str()).copied().unwrap_or(0),
+        None => c.count(node, namespace),
+    }
+}
+
+/// The two domains with the fewest matching pods: kube's criticalPaths, whose first entry
+/// is the global minimum Filter measures skew against. Updated in O(1) as pods are added
+/// or removed in a cycle, exactly as kube updates it.
+#[derive(Clone, Debug)]
+struct CriticalPaths([(String, i64); 2]);
+
+impl CriticalPaths {
+    fn new() -> Self {
+        let none = (String::new(), i64::from(i32::MAX));
+        CriticalPaths([none.clone(), none])
+    }
+
+    fn update(&mut self, value: &str, num: i64) {
+        let p = &mut self.0;
+        let i = if value == p[0].0 {
+            Some(0)
+        } else if value == p[1].0 {
+            Some(1)
+        } else {
+            None
+        };
+        match i {
+            Some(i) => {
+                p[i].1 = num;
+                if p[0].1 > p[1].1 {
+                    p.swap(0, 1);
+                }
+            }
+            None => {
+                if num < p[0].1 {
+                    p[1] = std::mem::replace(&mut p[0], (value.to_string(), num));
+                } else if num < p[1].1 {
+                    p[1] = (value.to_string(), num);
+                }
+            }
+        }
+    }
+}
+
 #[derive(Clone)]
 struct PreFilterState {
     constraints: Vec<Constraint>,
-    /// Per constraint: topology value → matching pods.
-    counts: Vec<HashMap<String, i64>>,
+    /// Per constraint: topology value → matching pods (zero counts absent).
+    counts: Vec<Values>,
+    /// Per constraint: how many eligible domains there are, zero counts included.
+    domains: Vec<usize>,
+    critical: Vec<CriticalPaths>,
     pod_namespace: String,
 }
 
 impl PreFilterState {
     fn min_match(&self, i: usize) -> i64 {
-        let counts = &self.counts[i];
-        if counts.len() < self.constraints[i].min_domains {
+        if self.domains[i] < self.constraints[i].min_domains {
             return 0;
         }
-        counts.values().copied().min().unwrap_or(0)
+        self.critical[i].0[0].1
     }
 }
 
@@ -249,6 +364,7 @@ impl Plugin for PodTopologySpread {
 }
 
 impl PodTopologySpread {
+    /// kube's `updateWithPod`.
     fn update(
         &self,
         state: &mut CycleState,
@@ -269,7 +385,9 @@ impl PodTopologySpread {
                 continue;
             }
             if let Some(v) = node.labels().get(&c.topology_key) {
-                *s.counts[i].entry(v.clone()).or_default() += by;
+                topology_counts::bump(&mut s.counts[i], v, by);
+                let now = s.counts[i].get(v.as_str()).copied().unwrap_or(0);
+                s.critical[i].update(v, now);
             }
         }
     }
@@ -286,33 +404,66 @@ impl PreFilterPlugin for PodTopologySpread {
         if cs.is_empty() {
             return (None, Status::skip());
         }
-        // Counted under borrowed label values (one allocation per domain, not per node).
-        let mut borrowed: Vec<HashMap<&str, i64>> = vec![HashMap::new(); cs.len()];
-        for node in snapshot.nodes.iter() {
-            if !has_all_keys(node, &cs) {
-                continue;
-            }
-            for (i, c) in cs.iter().enumerate() {
-                if !c.includes(pod, node) {
-                    continue;
+        let kept = kept_counts(&cs, pod, snapshot);
+        let mut counts = Vec::with_capacity(cs.len());
+        let mut domains = Vec::with_capacity(cs.len());
+        let mut critical = Vec::with_capacity(cs.len());
+        match kept {
+            Some(kept) if every_node_counts(&cs, pod, snapshot, true) => {
+                for (c, k) in cs.iter().zip(kept) {
+                    let all = snapshot
+                        .topology
+                        .domains(&c.topology_key)
+                        .map(|d| d.values.clone())
+                        .unwrap_or_default();
+                    critical.push(critical_paths(&k.per_value, &all));
+                    domains.push(all.len());
+                    counts.push(k.per_value);
                 }
-                let v = node
-                    .labels()
-                    .get(&c.topology_key)
-                    .map(String::as_str)
-                    .unwrap_or_default();
-                *borrowed[i].entry(v).or_default() += c.count(node, &pod.namespace);
+            }
+            kept => {
+                // Counted under borrowed label values, zero counts included (they are
+                // domains too).
+                let mut borrowed: Vec<HashMap<&str, i64>> = vec![HashMap::new(); cs.len()];
+                for node in snapshot.nodes.iter() {
+                    if !has_all_keys(node, &cs) {
+                        continue;
+                    }
+                    for (i, c) in cs.iter().enumerate() {
+                        if !c.includes(pod, node) {
+                            continue;
+                        }
+                        let v = node
+                            .labels()
+                            .get(&c.topology_key)
+                            .map(String::as_str)
+                            .unwrap_or_default();
+                        let k = kept.as_ref().map(|k| &k[i]);
+                        *borrowed[i].entry(v).or_default() += on_node(c, k, node, &pod.namespace);
+                    }
+                }
+                for m in borrowed {
+                    let mut paths = CriticalPaths::new();
+                    let mut values = Values::default();
+                    for (v, n) in &m {
+                        paths.update(v, *n);
+                        if *n != 0 {
+                            values.insert(Arc::from(*v), *n);
+                        }
+                    }
+                    critical.push(paths);
+                    domains.push(m.len());
+                    counts.push(values);
+                }
             }
         }
-        let counts: Vec<HashMap<String, i64>> = borrowed
-            .into_iter()
-            .map(|m| m.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
-            .collect();
         state.write(
             NAME,
             PreFilterState {
                 constraints: cs,
                 counts,
+                domains,
+                critical,
                 pod_namespace: pod.namespace.clone(),
             },
         );
@@ -342,6 +493,28 @@ impl PreFilterPlugin for PodTopologySpread {
     }
 }
 
+/// The critical paths over every domain of `all`, those without a count at zero: two
+/// empty domains settle it without reading the counts.
+fn critical_paths(counts: &Values, all: &Values) -> CriticalPaths {
+    let mut paths = CriticalPaths::new();
+    let mut zeros = 0;
+    if all.len() > counts.len() {
+        for v in all.keys() {
+            if !counts.contains_key(v) {
+                paths.update(v, 0);
+                zeros += 1;
+                if zeros == 2 {
+                    return paths;
+                }
+            }
+        }
+    }
+    for (v, n) in counts {
+        paths.update(v, *n);
+    }
+    paths
+}
+
 impl FilterPlugin for PodTopologySpread {
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         let Some(s) = state.read::<PreFilterState>(NAME) else {
@@ -352,7 +525,7 @@ impl FilterPlugin for PodTopologySpread {
                 return Status::unresolvable(REASON_MISSING_LABEL);
             };
             let self_match = i64::from(c.matches(pod.labels()));
-            let match_num = s.counts[i].get(value).copied().unwrap_or(0);
+            let match_num = s.counts[i].get(value.as_str()).copied().unwrap_or(0);
             if match_num + self_match - s.min_match(i) > c.max_skew {
                 return Status::unschedulable(REASON_CONSTRAINTS);
             }
@@ -367,7 +540,10 @@ struct PreScoreState {
     ignored: HashSet<String>,
     /// `ignored` by position in the scored node list (NormalizeScore sees no names).
     ignored_at: Vec<bool>,
-    counts: Vec<HashMap<String, i64>>,
+    /// Per constraint (but the hostname ones): topology value → matching pods.
+    counts: Vec<Values>,
+    /// Per constraint, the kept per-node counts (the hostname ones read them in Score).
+    kept: Option<Vec<Kept>>,
     weights: Vec<f64>,
     namespace: String,
 }
@@ -392,8 +568,8 @@ impl PreScorePlugin for PodTopologySpread {
         let require_all = !own_constraints(pod).is_empty() || !self.system_defaulted;
         let mut ignored = HashSet::new();
         let mut ignored_at = Vec::with_capacity(filtered.len());
-        let mut counts: Vec<HashMap<String, i64>> = vec![HashMap::new(); cs.len()];
-        let mut sizes = vec![0usize; cs.len()];
+        // The domains of the scored nodes; a node without the key is in domain "".
+        let mut scored: Vec<HashSet<&str>> = vec![HashSet::new(); cs.len()];
         for node in filtered.iter() {
             let ignore = require_all && !has_all_keys(node, &cs);
             ignored_at.push(ignore);
@@ -408,12 +584,9 @@ impl PreScorePlugin for PodTopologySpread {
                 let v = node
                     .labels()
                     .get(&c.topology_key)
-                    .cloned()
+                    .map(String::as_str)
                     .unwrap_or_default();
-                if let std::collections::hash_map::Entry::Vacant(e) = counts[i].entry(v) {
-                    e.insert(0);
-                    sizes[i] += 1;
-                }
+                scored[i].insert(v);
             }
         }
         let weights = cs
@@ -423,29 +596,51 @@ impl PreScorePlugin for PodTopologySpread {
                 let size = if c.topology_key == HOSTNAME {
                     filtered.len() - ignored.len()
                 } else {
-                    sizes[i]
+                    scored[i].len()
                 };
                 ((size + 2) as f64).ln()
             })
             .collect();
-        for node in snapshot.nodes.iter() {
-            if require_all && !has_all_keys(node, &cs) {
-                continue;
+        let kept = kept_counts(&cs, pod, snapshot);
+        let counts: Vec<Values> = match &kept {
+            // Score reads only the scored nodes' domains, all of them counted here.
+            Some(k) if every_node_counts(&cs, pod, snapshot, require_all) => {
+                k.iter().map(|k| k.per_value.clone()).collect()
             }
-            for (i, c) in cs.iter().enumerate() {
-                if !c.includes(pod, node) {
-                    continue;
+            kept => {
+                let mut borrowed: Vec<HashMap<&str, i64>> = scored
+                    .iter()
+                    .map(|d| d.iter().map(|v| (*v, 0)).collect())
+                    .collect();
+                for node in snapshot.nodes.iter() {
+                    if require_all && !has_all_keys(node, &cs) {
+                        continue;
+                    }
+                    for (i, c) in cs.iter().enumerate() {
+                        if c.topology_key == HOSTNAME || !c.includes(pod, node) {
+                            continue;
+                        }
+                        let v = node
+                            .labels()
+                            .get(&c.topology_key)
+                            .map(String::as_str)
+                            .unwrap_or_default();
+                        if let Some(n) = borrowed[i].get_mut(v) {
+                            *n += on_node(c, kept.as_ref().map(|k| &k[i]), node, &pod.namespace);
+                        }
+                    }
                 }
-                let v = node
-                    .labels()
-                    .get(&c.topology_key)
-                    .cloned()
-                    .unwrap_or_default();
-                if let Some(n) = counts[i].get_mut(&v) {
-                    *n += c.count(node, &pod.namespace);
-                }
+                borrowed
+                    .into_iter()
+                    .map(|m| {
+                        m.into_iter()
+                            .filter(|(_, n)| *n != 0)
+                            .map(|(v, n)| (Arc::from(v), n))
+                            .collect()
+                    })
+                    .collect()
             }
-        }
+        };
         state.write(
             PRE_SCORE_KEY,
             PreScoreState {
@@ -453,6 +648,7 @@ impl PreScorePlugin for PodTopologySpread {
                 ignored,
                 ignored_at,
                 counts,
+                kept,
                 weights,
                 namespace: pod.namespace.clone(),
             },
@@ -474,9 +670,9 @@ impl ScorePlugin for PodTopologySpread {
         for (i, c) in s.constraints.iter().enumerate() {
             if let Some(v) = node.labels().get(&c.topology_key) {
                 let cnt = if c.topology_key == HOSTNAME {
-                    c.count(node, &s.namespace)
+                    on_node(c, s.kept.as_ref().map(|k| &k[i]), node, &s.namespace)
                 } else {
-                    s.counts[i].get(v).copied().unwrap_or(0)
+                    s.counts[i].get(v.as_str()).copied().unwrap_or(0)
                 };
                 score += cnt as f64 * s.weights[i] + (c.max_skew - 1) as f64;
             }
