@@ -26,8 +26,13 @@ use mcsched_shared::selectors::label_selector_matches;
 use crate::affinity::AffinityTerm;
 use crate::snapshot::{NodeInfo, PodInfo};
 
+/// A persistent map hashed with foldhash: these maps are read for every node in every
+/// cycle, where SipHash was most of the cost. Seeded per process.
+pub type Map<K, V> =
+    imbl::GenericHashMap<K, V, foldhash::fast::RandomState, imbl::shared_ptr::DefaultSharedPtr>;
+
 /// Count per topology value (or per node name); zero counts are absent.
-pub type Values = imbl::HashMap<Arc<str>, i64>;
+pub type Values = Map<Arc<str>, i64>;
 
 /// A query nobody asked for in this long is no longer kept.
 pub const UNUSED_FOR: Duration = Duration::from_secs(300);
@@ -96,7 +101,7 @@ impl PodQuery {
 pub struct QueryCounts {
     query: Arc<PodQuery>,
     pub per_node: Values,
-    per_key: imbl::HashMap<Arc<str>, Values>,
+    per_key: Map<Arc<str>, Values>,
     last_used: Arc<AtomicU64>,
 }
 
@@ -187,9 +192,9 @@ type Asked = Arc<Mutex<Vec<(PodQuery, String)>>>;
 /// The counts a snapshot carries. Cheap to clone.
 #[derive(Clone, Default)]
 pub struct TopologyCounts {
-    queries: imbl::HashMap<String, QueryCounts>,
-    domains: imbl::HashMap<Arc<str>, Domains>,
-    terms: imbl::HashMap<String, TermGroup>,
+    queries: Map<String, QueryCounts>,
+    domains: Map<Arc<str>, Domains>,
+    terms: Map<String, TermGroup>,
     nodes: usize,
     /// Where plugins leave the queries they missed; None where no cache keeps counts
     /// (snapshots built from a node list), and then nothing is kept at all.
@@ -383,7 +388,7 @@ impl TopologyCounts {
                 QueryCounts {
                     query: Arc::new(query),
                     per_node,
-                    per_key: imbl::HashMap::default(),
+                    per_key: Map::default(),
                     last_used: Arc::new(AtomicU64::new(clock())),
                 },
             );

@@ -38,7 +38,7 @@ impl std::fmt::Display for FitError {
             let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
             for status in self.diagnosis.node_statuses.values() {
                 for r in &status.reasons {
-                    *reasons.entry(r.as_str()).or_default() += 1;
+                    *reasons.entry(r.as_ref()).or_default() += 1;
                 }
             }
             let mut parts: Vec<String> = reasons.iter().map(|(r, n)| format!("{n} {r}")).collect();

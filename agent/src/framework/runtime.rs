@@ -1207,7 +1207,7 @@ pub fn verdict(plugin: &str, s: &Status) -> PluginVerdict {
     PluginVerdict {
         plugin: plugin.to_string(),
         code: s.code.to_string(),
-        reasons: s.reasons.clone(),
+        reasons: s.reasons.iter().map(|r| r.to_string()).collect(),
     }
 }
 

@@ -32,10 +32,14 @@ pub enum Cause {
     Conflict,
 }
 
+/// A reason: most are a plugin's constant, which a rejection then does not allocate (a
+/// cycle may reject thousands of nodes).
+pub type Reason = std::borrow::Cow<'static, str>;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Status {
     pub code: Code,
-    pub reasons: Vec<String>,
+    pub reasons: Vec<Reason>,
     /// The plugin that returned it, filled in by the framework.
     pub plugin: &'static str,
     pub cause: Option<Cause>,
@@ -46,7 +50,7 @@ impl Status {
         Status::new(Code::Success, Vec::new())
     }
 
-    pub fn new(code: Code, reasons: Vec<String>) -> Self {
+    pub fn new(code: Code, reasons: Vec<Reason>) -> Self {
         Status {
             code,
             reasons,
@@ -55,21 +59,21 @@ impl Status {
         }
     }
 
-    pub fn unschedulable(reason: impl Into<String>) -> Self {
+    pub fn unschedulable(reason: impl Into<Reason>) -> Self {
         Status::new(Code::Unschedulable, vec![reason.into()])
     }
 
     /// kube's Pending: the pod waits for something outside the scheduler's objects (a
     /// leaf's answer), not for room; it is requeued without backoff.
-    pub fn pending(reason: impl Into<String>) -> Self {
+    pub fn pending(reason: impl Into<Reason>) -> Self {
         Status::new(Code::Pending, vec![reason.into()])
     }
 
-    pub fn unresolvable(reason: impl Into<String>) -> Self {
+    pub fn unresolvable(reason: impl Into<Reason>) -> Self {
         Status::new(Code::UnschedulableAndUnresolvable, vec![reason.into()])
     }
 
-    pub fn error(reason: impl Into<String>) -> Self {
+    pub fn error(reason: impl Into<Reason>) -> Self {
         Status::new(Code::Error, vec![reason.into()])
     }
 

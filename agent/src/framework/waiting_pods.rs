@@ -103,8 +103,9 @@ impl WaitingPod {
     fn stop(&self, code: Code, plugin: &'static str, msg: &str) -> bool {
         let mut st = self.lock();
         st.pending.clear();
-        st.verdict
-            .get_or_insert_with(|| Status::new(code, vec![msg.to_string()]).with_plugin(plugin));
+        st.verdict.get_or_insert_with(|| {
+            Status::new(code, vec![msg.to_string().into()]).with_plugin(plugin)
+        });
         let first = !st.done;
         st.done = true;
         drop(st);

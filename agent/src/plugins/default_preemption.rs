@@ -404,7 +404,7 @@ impl PostFilterPlugin for DefaultPreemption {
             // try as not helpful.
             let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
             for r in failed.iter().flat_map(|s| &s.reasons) {
-                *counts.entry(r.as_str()).or_default() += 1;
+                *counts.entry(r.as_ref()).or_default() += 1;
             }
             let untried = total.saturating_sub(failed.len());
             if untried > 0 {

@@ -52,7 +52,7 @@ impl InterPodAffinity {
 /// thousands of nodes per pod, allocates nothing; the per-value maps are persistent, so
 /// the kept counts of the snapshot join without a copy.
 #[derive(Clone, Default)]
-struct Counts(HashMap<String, Values>);
+struct Counts(Vec<(String, Values)>);
 
 impl Counts {
     fn new() -> Self {
@@ -64,22 +64,28 @@ impl Counts {
         self.0.is_empty()
     }
 
+    fn values(&self, key: &str) -> Option<&Values> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
     fn get(&self, key: &str, value: &str) -> i64 {
-        self.0
-            .get(key)
+        self.values(key)
             .and_then(|m| m.get(value))
             .copied()
             .unwrap_or(0)
     }
 
     fn add(&mut self, key: &str, value: &str, by: i64) {
-        let values = match self.0.get_mut(key) {
-            Some(m) => m,
-            None => self.0.entry(key.to_string()).or_default(),
+        let i = match self.0.iter().position(|(k, _)| k == key) {
+            Some(i) => i,
+            None => {
+                self.0.push((key.to_string(), Values::default()));
+                self.0.len() - 1
+            }
         };
-        topology_counts::bump(values, value, by);
-        if values.is_empty() {
-            self.0.remove(key);
+        topology_counts::bump(&mut self.0[i].1, value, by);
+        if self.0[i].1.is_empty() {
+            self.0.swap_remove(i);
         }
     }
 
@@ -88,16 +94,22 @@ impl Counts {
         if values.is_empty() {
             return;
         }
-        match self.0.get_mut(key) {
-            None => {
-                self.0.insert(key.to_string(), values.clone());
-            }
-            Some(_) => {
-                for (v, c) in values {
-                    self.add(key, v, *c);
-                }
-            }
+        if self.values(key).is_none() {
+            self.0.push((key.to_string(), values.clone()));
+            return;
         }
+        for (v, c) in values {
+            self.add(key, v, *c);
+        }
+    }
+
+    /// Whether some pair of `labels` has a count.
+    fn any_of(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.0.iter().any(|(k, values)| {
+            labels
+                .get(k)
+                .is_some_and(|v| values.get(v.as_str()).is_some_and(|c| *c > 0))
+        })
     }
 }
 
@@ -365,12 +377,8 @@ impl FilterPlugin for InterPodAffinity {
                 }
             }
         }
-        if !s.existing_anti_affinity.is_empty() {
-            for (k, v) in labels {
-                if s.existing_anti_affinity.get(k, v) > 0 {
-                    return Status::unschedulable(REASON_EXISTING_ANTI_AFFINITY);
-                }
-            }
+        if s.existing_anti_affinity.any_of(labels) {
+            return Status::unschedulable(REASON_EXISTING_ANTI_AFFINITY);
         }
         Status::success()
     }

@@ -158,7 +158,10 @@ impl FilterPlugin for NodeResourcesFit {
         } else {
             Code::Unschedulable
         };
-        Status::new(code, insufficient.into_iter().map(|i| i.reason).collect())
+        Status::new(
+            code,
+            insufficient.into_iter().map(|i| i.reason.into()).collect(),
+        )
     }
 }
 

@@ -324,6 +324,8 @@ struct PreFilterState {
     /// Per constraint: how many eligible domains there are, zero counts included.
     domains: Vec<usize>,
     critical: Vec<CriticalPaths>,
+    /// Per constraint: 1 when the pod matches its own selector.
+    self_match: Vec<i64>,
     pod_namespace: String,
 }
 
@@ -457,6 +459,10 @@ impl PreFilterPlugin for PodTopologySpread {
                 }
             }
         }
+        let self_match = cs
+            .iter()
+            .map(|c| i64::from(c.matches(pod.labels())))
+            .collect();
         state.write(
             NAME,
             PreFilterState {
@@ -464,6 +470,7 @@ impl PreFilterPlugin for PodTopologySpread {
                 counts,
                 domains,
                 critical,
+                self_match,
                 pod_namespace: pod.namespace.clone(),
             },
         );
@@ -524,9 +531,8 @@ impl FilterPlugin for PodTopologySpread {
             let Some(value) = node.labels().get(&c.topology_key) else {
                 return Status::unresolvable(REASON_MISSING_LABEL);
             };
-            let self_match = i64::from(c.matches(pod.labels()));
             let match_num = s.counts[i].get(value.as_str()).copied().unwrap_or(0);
-            if match_num + self_match - s.min_match(i) > c.max_skew {
+            if match_num + s.self_match[i] - s.min_match(i) > c.max_skew {
                 return Status::unschedulable(REASON_CONSTRAINTS);
             }
         }

@@ -433,7 +433,7 @@ impl FilterPlugin for VolumeBinding {
         if !reasons.is_empty() {
             return Status::new(
                 crate::framework::Code::UnschedulableAndUnresolvable,
-                reasons.into_iter().map(String::from).collect(),
+                reasons.into_iter().map(Into::into).collect(),
             );
         }
         st.by_node

@@ -137,7 +137,7 @@ impl LeafChecker {
             } else if !s.is_success() {
                 return Status::new(
                     s.code,
-                    vec![format!("leaf cluster {cluster}: {}", s.message())],
+                    vec![format!("leaf cluster {cluster}: {}", s.message()).into()],
                 );
             }
         }
@@ -161,7 +161,7 @@ impl LeafChecker {
         let mut counts: BTreeMap<String, usize> = BTreeMap::new();
         for s in nodes.par_iter().filter_map(run).collect::<Vec<_>>() {
             for r in s.reasons {
-                *counts.entry(r).or_default() += 1;
+                *counts.entry(r.into_owned()).or_default() += 1;
             }
         }
         Status::unschedulable(rejection(cluster, nodes, &counts))
