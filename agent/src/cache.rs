@@ -95,8 +95,8 @@ impl Cache {
                 info.add_pod(pod);
             }
             self.topology.node(&info, 1);
+            Arc::make_mut(&mut self.index).insert(name, self.nodes.len());
             self.nodes.push(Arc::new(info));
-            self.reindex();
         }
         self.dirty();
     }

@@ -888,42 +888,63 @@ impl Framework {
             .iter()
             .filter(|(p, _)| !state.skips_score(p.name()))
             .collect();
-        // (raw, normalized)[plugin][node]: plugins in parallel, and each plugin's nodes in
-        // parallel chunks, so a few plugins still keep every thread busy.
-        let columns: Vec<(Vec<i64>, Vec<i64>)> = self.pool.install(|| {
-            active
-                .par_iter()
-                .map(|(p, _)| {
-                    let Some(sp) = p.as_score() else {
-                        return (vec![0; nodes.len()], vec![0; nodes.len()]);
-                    };
-                    // Every call timed in a sampled cycle, as kube's runScorePlugin.
-                    let timed = state.should_record_plugin_metrics();
-                    let mut raw = Vec::with_capacity(nodes.len());
-                    let nodes = nodes.par_iter().with_min_len(SCORE_CHUNK);
-                    if timed {
-                        let mut timings: Vec<Option<(&'static str, Code, f64)>> = Vec::new();
-                        nodes
-                            .map(|n| {
-                                let t = Instant::now();
-                                let r = sp.score(state, pod, n);
-                                let code = r.as_ref().map_or_else(|s| s.code, |_| Code::Success);
-                                let secs = t.elapsed().as_secs_f64();
-                                (r.unwrap_or(0), Some((p.name(), code, secs)))
-                            })
-                            .unzip_into_vecs(&mut raw, &mut timings);
-                        observe_timings("Score", timings.into_iter().flatten().collect());
-                    } else {
-                        nodes
-                            .map(|n| sp.score(state, pod, n).unwrap_or(0))
-                            .collect_into_vec(&mut raw);
-                    }
-                    let mut normalized = raw.clone();
+        let scorers: Vec<(&'static str, Option<&dyn super::ScorePlugin>)> = active
+            .iter()
+            .map(|(p, _)| (p.name(), p.as_score()))
+            .collect();
+        let k = scorers.len();
+        let n = nodes.len();
+        // Every call timed in a sampled cycle, as kube's runScorePlugin.
+        let timed = state.should_record_plugin_metrics();
+        // Node-major, in parallel chunks: each node's entry is read once for all plugins
+        // (thousands of scattered entries per cycle; read once per plugin, they were most
+        // of the phase's time). raw[node * k + plugin].
+        let mut raw_by_node = vec![0i64; n * k];
+        let timings: Vec<(&'static str, Code, f64)> = if k == 0 {
+            Vec::new()
+        } else {
+            self.pool.install(|| {
+                raw_by_node
+                    .par_chunks_mut(k * SCORE_CHUNK)
+                    .enumerate()
+                    .map(|(c, out)| {
+                        let mut timings = Vec::new();
+                        for (j, row) in out.chunks_mut(k).enumerate() {
+                            let node = &nodes[c * SCORE_CHUNK + j];
+                            for (slot, &(name, sp)) in row.iter_mut().zip(&scorers) {
+                                let Some(sp) = sp else { continue };
+                                let t = timed.then(Instant::now);
+                                let r = sp.score(state, pod, node);
+                                if let Some(t) = t {
+                                    let code =
+                                        r.as_ref().map_or_else(|s| s.code, |_| Code::Success);
+                                    timings.push((name, code, t.elapsed().as_secs_f64()));
+                                }
+                                *slot = r.unwrap_or(0);
+                            }
+                        }
+                        timings
+                    })
+                    .flatten()
+                    .collect()
+            })
+        };
+        if timed {
+            observe_timings("Score", timings);
+        }
+        // (raw, normalized)[plugin][node].
+        let columns: Vec<(Vec<i64>, Vec<i64>)> = scorers
+            .iter()
+            .enumerate()
+            .map(|(i, &(_, sp))| {
+                let raw: Vec<i64> = (0..n).map(|j| raw_by_node[j * k + i]).collect();
+                let mut normalized = raw.clone();
+                if let Some(sp) = sp {
                     sp.normalize(state, pod, &mut normalized);
-                    (raw, normalized)
-                })
-                .collect()
-        });
+                }
+                (raw, normalized)
+            })
+            .collect();
         let mut totals = vec![0i64; nodes.len()];
         for ((p, weight), (raw, normalized)) in active.iter().zip(columns) {
             for (t, n) in totals.iter_mut().zip(&normalized) {

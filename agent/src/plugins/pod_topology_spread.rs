@@ -523,7 +523,7 @@ fn critical_paths(counts: &Values, all: &Values) -> CriticalPaths {
 }
 
 impl FilterPlugin for PodTopologySpread {
-    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+    fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
         let Some(s) = state.read::<PreFilterState>(NAME) else {
             return Status::success();
         };
