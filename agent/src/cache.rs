@@ -19,7 +19,13 @@ struct PodEntry {
 }
 
 pub struct Cache {
-    nodes: Vec<Arc<NodeInfo>>,
+    /// Shared with the latest snapshot; changed in place once the snapshot is dropped
+    /// (a cycle drops its own before assuming), so that taking a snapshot per cycle does
+    /// not touch every node's reference count.
+    nodes: Arc<Vec<Arc<NodeInfo>>>,
+    /// How many nodes hold each image, and how many are virtual: kept as nodes change.
+    image_nodes: Arc<HashMap<String, usize>>,
+    virtual_nodes: usize,
     index: Arc<HashMap<String, usize>>,
     pods: HashMap<String, PodEntry>,
     /// Pods whose node the cache has not seen yet, by node name.
@@ -48,7 +54,9 @@ fn bound_node(pod: &Pod) -> Option<&str> {
 impl Default for Cache {
     fn default() -> Self {
         Cache {
-            nodes: Vec::new(),
+            nodes: Arc::default(),
+            image_nodes: Arc::default(),
+            virtual_nodes: 0,
             index: Arc::default(),
             pods: HashMap::new(),
             waiting: HashMap::new(),
@@ -76,43 +84,88 @@ impl Cache {
         self.nodes.len()
     }
 
+    /// The node at `i`, to change: the cached snapshot is let go first, so that nodes
+    /// no snapshot holds any more change in place.
+    fn node_at(&mut self, i: usize) -> Option<&mut NodeInfo> {
+        self.dirty();
+        Arc::make_mut(&mut self.nodes).get_mut(i).map(Arc::make_mut)
+    }
+
+    /// Counts a node's images and whether it is virtual (`by` 1), or uncounts them (−1).
+    fn count_node<'a>(
+        &mut self,
+        images: impl Iterator<Item = &'a String>,
+        virtual_node: bool,
+        by: isize,
+    ) {
+        let mut images = images.peekable();
+        if images.peek().is_some() {
+            let counts = Arc::make_mut(&mut self.image_nodes);
+            for image in images {
+                let c = counts.entry(image.clone()).or_default();
+                *c = c.saturating_add_signed(by);
+                if *c == 0 {
+                    counts.remove(image);
+                }
+            }
+        }
+        if virtual_node {
+            self.virtual_nodes = self.virtual_nodes.saturating_add_signed(by);
+        }
+    }
+
     pub fn apply_node(&mut self, node: Arc<Node>) {
         let name = node.metadata.name.clone().unwrap_or_default();
         if let Some(&i) = self.index.get(&name) {
-            let info = Arc::make_mut(&mut self.nodes[i]);
             // Pods counted by topology move with a node's labels.
-            let relabelled = info.labels() != node_labels(&node);
+            let relabelled = self.nodes[i].labels() != node_labels(&node);
             if relabelled {
-                self.topology.node(info, -1);
+                self.topology.node(&self.nodes[i], -1);
             }
-            info.set_node(node);
+            let Some(info) = self.node_at(i) else {
+                return;
+            };
+            let changed = info.set_node(node);
+            let (new_images, now_virtual): (Vec<String>, bool) = match &changed {
+                Some(_) => (
+                    info.images.keys().cloned().collect(),
+                    info.cluster.is_some(),
+                ),
+                None => (Vec::new(), false),
+            };
             if relabelled {
-                self.topology.node(info, 1);
+                self.topology.node(&self.nodes[i], 1);
+            }
+            if let Some((old_images, was_virtual)) = changed {
+                self.count_node(old_images.keys(), was_virtual, -1);
+                self.count_node(new_images.iter(), now_virtual, 1);
             }
         } else {
+            self.dirty();
             let mut info = NodeInfo::new(node);
             for pod in self.waiting.remove(&name).unwrap_or_default() {
                 info.add_pod(pod);
             }
             self.topology.node(&info, 1);
+            self.count_node(info.images.keys(), info.cluster.is_some(), 1);
             Arc::make_mut(&mut self.index).insert(name, self.nodes.len());
-            self.nodes.push(Arc::new(info));
+            Arc::make_mut(&mut self.nodes).push(Arc::new(info));
         }
-        self.dirty();
     }
 
     pub fn delete_node(&mut self, name: &str) {
         let Some(&i) = self.index.get(name) else {
             return;
         };
-        let info = self.nodes.remove(i);
+        self.dirty();
+        let info = Arc::make_mut(&mut self.nodes).remove(i);
         self.topology.node(&info, -1);
+        self.count_node(info.images.keys(), info.cluster.is_some(), -1);
         // Pods stay known until their own deletion arrives; park them under the node name.
         if !info.pods.is_empty() {
             self.waiting.insert(name.to_string(), info.pods.clone());
         }
         self.reindex();
-        self.dirty();
     }
 
     fn reindex(&mut self) {
@@ -152,9 +205,10 @@ impl Cache {
     }
 
     fn add_pod(&mut self, key: String, node: String, info: Arc<PodInfo>, assumed: bool) {
+        self.dirty();
         match self.index.get(&node).copied() {
             Some(i) => {
-                let n = Arc::make_mut(&mut self.nodes[i]);
+                let n = Arc::make_mut(&mut Arc::make_mut(&mut self.nodes)[i]);
                 n.add_pod(info.clone());
                 self.topology.place(&info, n, 1);
             }
@@ -179,8 +233,9 @@ impl Cache {
         let Some(entry) = self.pods.remove(key) else {
             return;
         };
+        self.dirty();
         if let Some(i) = self.index.get(&entry.node).copied() {
-            let n = Arc::make_mut(&mut self.nodes[i]);
+            let n = Arc::make_mut(&mut Arc::make_mut(&mut self.nodes)[i]);
             if n.remove_pod(key) {
                 self.topology.place(&entry.info, n, -1);
             }
@@ -271,13 +326,12 @@ impl Cache {
         if let Some(s) = &self.snapshot {
             return s.clone();
         }
-        let (image_nodes, virtual_nodes) = crate::snapshot::node_counts(&self.nodes);
         let snap = Snapshot {
-            virtual_nodes,
-            nodes: Arc::new(self.nodes.clone()),
+            virtual_nodes: self.virtual_nodes,
+            nodes: self.nodes.clone(),
             index: self.index.clone(),
             namespaces: self.namespaces.clone(),
-            image_nodes: Arc::new(image_nodes),
+            image_nodes: self.image_nodes.clone(),
             volumes: self.volumes.clone(),
             pdbs: self.pdbs.clone(),
             pod_selectors: self.pod_selectors.clone(),
@@ -353,6 +407,51 @@ mod tests {
         c.apply_pod(pod("p", Some("n1"), "3"));
         assert!(!c.is_assumed("ns/p"));
         assert_eq!(pods_on(&mut c, "n1"), vec!["ns/p"]);
+    }
+
+    fn with_images(name: &str, images: &[&str], virtual_node: bool) -> Arc<Node> {
+        let mut n = (*node(name)).clone();
+        n.status = Some(k8s_openapi::api::core::v1::NodeStatus {
+            images: Some(
+                images
+                    .iter()
+                    .map(|i| k8s_openapi::api::core::v1::ContainerImage {
+                        names: Some(vec![i.to_string()]),
+                        size_bytes: Some(1),
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        });
+        if virtual_node {
+            n.metadata.labels = Some(BTreeMap::from([(
+                mcsched_shared::keys::CLUSTER_LABEL.to_string(),
+                "east".to_string(),
+            )]));
+        }
+        Arc::new(n)
+    }
+
+    /// Image and virtual-node counts kept as nodes come, change and go equal a recount.
+    #[test]
+    fn node_counts_follow_nodes() {
+        let mut c = Cache::new();
+        c.apply_node(with_images("n1", &["a", "b"], false));
+        c.apply_node(with_images("n2", &["b"], true));
+        let held = c.snapshot();
+        c.apply_node(with_images("n1", &["b", "c"], false));
+        c.apply_node(with_images("n2", &["b"], false));
+        c.apply_node(with_images("n3", &["c"], true));
+        c.delete_node("n1");
+        let s = c.snapshot();
+        let (images, virtual_nodes) = crate::snapshot::node_counts(&s.nodes);
+        assert_eq!(*s.image_nodes, images);
+        assert_eq!(s.virtual_nodes, virtual_nodes);
+        assert_eq!(images.get("b"), Some(&1));
+        assert_eq!(virtual_nodes, 1);
+        // The snapshot taken before is untouched.
+        assert_eq!(held.image_nodes.get("b"), Some(&2));
+        assert_eq!(held.virtual_nodes, 1);
     }
 
     #[test]

@@ -19,8 +19,7 @@ use crate::snapshot::{NodeInfo, Snapshot};
 pub const INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 
 fn node_ready(node: &NodeInfo) -> bool {
-    mcsched_shared::node::is_ready(&node.node)
-        && !mcsched_shared::node::is_unschedulable(&node.node)
+    mcsched_shared::node::is_ready(&node.node) && !node.unschedulable
 }
 
 /// Whether a cluster is one the policy may use (by affinity and groups).

@@ -203,6 +203,9 @@ pub struct NodeInfo {
     pub generation: u64,
     /// For a virtual node: the leaf cluster it stands for.
     pub cluster: Option<String>,
+    /// `spec.unschedulable`, read here by the first filter of every cycle without
+    /// following the pointer to the Node.
+    pub unschedulable: bool,
     /// How many of `pods` have pod (anti-)affinity / required anti-affinity, so plugins
     /// skip the many nodes without any.
     pub affinity_pods: usize,
@@ -224,15 +227,19 @@ impl NodeInfo {
             affinity_pods: 0,
             required_anti_affinity_pods: 0,
             cluster: None,
+            unschedulable: false,
             node: node.clone(),
         };
         info.set_node(node);
         info
     }
 
-    /// Replaces the Node object and what derives from it, keeping the pods.
-    pub fn set_node(&mut self, node: Arc<Node>) {
+    /// Replaces the Node object and what derives from it, keeping the pods. When the
+    /// node's image names or its being virtual changed: the images and flag it had.
+    pub fn set_node(&mut self, node: Arc<Node>) -> Option<(HashMap<String, i64>, bool)> {
+        let was_virtual = self.cluster.is_some();
         self.allocatable = node::allocatable(&node).unwrap_or_default();
+        let old_images = std::mem::take(&mut self.images);
         self.images = node
             .status
             .as_ref()
@@ -252,8 +259,12 @@ impl NodeInfo {
             .as_ref()
             .and_then(|l| l.get(mcsched_shared::keys::CLUSTER_LABEL))
             .cloned();
+        self.unschedulable = node::is_unschedulable(&node);
         self.node = node;
         self.generation += 1;
+        let same_images = old_images.len() == self.images.len()
+            && old_images.keys().all(|k| self.images.contains_key(k));
+        (!same_images || was_virtual != self.cluster.is_some()).then_some((old_images, was_virtual))
     }
 
     /// The cluster the node belongs to: its leaf for a virtual node, else the host
@@ -433,6 +444,12 @@ impl NodeList {
 
     pub fn len(&self) -> usize {
         self.positions.len()
+    }
+
+    /// The same nodes in a list of their own, no longer sharing the snapshot's: what is
+    /// kept of a cycle after it then does not hold every node of that snapshot.
+    pub fn detached(&self) -> Self {
+        NodeList::from_nodes(self.iter().cloned().collect())
     }
 
     pub fn is_empty(&self) -> bool {

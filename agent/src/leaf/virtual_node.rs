@@ -47,9 +47,7 @@ pub fn leaf_resources(nodes: &[Arc<NodeInfo>]) -> (Resources, Resources, usize) 
     let mut free = Resources::default();
     let mut usable = 0;
     for n in nodes {
-        if !mcsched_shared::node::is_ready(&n.node)
-            || mcsched_shared::node::is_unschedulable(&n.node)
-        {
+        if !mcsched_shared::node::is_ready(&n.node) || n.unschedulable {
             continue;
         }
         usable += 1;

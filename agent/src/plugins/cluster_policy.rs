@@ -137,7 +137,7 @@ pub fn replicas_that_fit(requests: &Resources, node: &NodeInfo) -> i64 {
 /// taints, which the taint check sees.
 pub fn could_host(pod: &PodInfo, node: &NodeInfo, must_be_ready: bool) -> bool {
     (!must_be_ready || mcsched_shared::node::is_ready(&node.node))
-        && !mcsched_shared::node::is_unschedulable(&node.node)
+        && !node.unschedulable
         && filter_taints(pod, node, |_| false).is_success()
         && pod_matches_node(pod, node)
 }

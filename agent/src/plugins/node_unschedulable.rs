@@ -26,7 +26,7 @@ impl Plugin for NodeUnschedulable {
 
 impl FilterPlugin for NodeUnschedulable {
     fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        if !mcsched_shared::node::is_unschedulable(&node.node) {
+        if !node.unschedulable {
             return Status::success();
         }
         let taint = Taint {

@@ -135,6 +135,10 @@ pub(super) async fn scheduling_cycle(
         .explanations
         .record_success(scheduler_name, &pod.key, &record, &node, snapshot.len());
 
+    // Let go of the snapshot first: the cache then changes the node in place instead of
+    // copying the list of every node.
+    record.feasible = record.feasible.detached();
+    drop(snapshot);
     shared.cache().assume(pod.clone(), &node);
     shared
         .profiles

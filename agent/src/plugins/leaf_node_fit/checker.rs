@@ -300,7 +300,7 @@ fn rejection(cluster: &str, nodes: &[Arc<NodeInfo>], counts: &BTreeMap<String, u
     };
     if let Some(best) = nodes
         .iter()
-        .filter(|n| !mcsched_shared::node::is_unschedulable(&n.node))
+        .filter(|n| !n.unschedulable)
         .max_by(|a, b| free(a).cmp(&free(b)).then_with(|| b.name.cmp(&a.name)))
     {
         let (cpu, mem) = free(best);
