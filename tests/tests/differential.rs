@@ -11,7 +11,8 @@
 //! verdict and reasons on every node, feasible sets, every score plugin's raw and
 //! normalized score and weight on every feasible node, total scores and the order of the
 //! top nodes, mcsched's choice among kube's best, FailedScheduling messages word for word
-//! and whether preemption nominates a node. A disagreement still there when asked twice
+//! and whether preemption nominates a node. Each case is asked of mcsched twice, the
+//! second answer read from the topology counts its cache keeps after the first. A disagreement still there when asked twice
 //! more fails the test and is written to target/differential/<case>.json with the command
 //! that runs it again alone. MCSCHED_DIFF_PLUGIN_CASES (default 1000) cases of the
 //! regression seed and as many of a fresh seed (printed); MCSCHED_DIFF_SEED runs one seed,
@@ -1318,6 +1319,15 @@ async fn judge_case(
         )?;
         let c = compare::compare(&kube, &ours, &own);
         if c.differences.is_empty() {
+            // Asked once more: the topology counts the first answer asked for are kept by
+            // the agent's cache by now, and the answer read from them must not change.
+            let again =
+                mcsched_e2e::api::what_if(&j.http, &j.agent_url, case.namespace(), pod).await?;
+            let kept = compare::compare(&kube, &again, &own);
+            if !kept.differences.is_empty() {
+                last = Some((kube, again, kept));
+                break;
+            }
             return Ok(Judged {
                 kube_schedulable: !kube.unschedulable,
                 nominated: !kube.nominated_node.is_empty(),

@@ -14,6 +14,10 @@
 //! nodes by an earlier preemption (of the scheduler name both schedulers serve but
 //! neither binds here), which Filter counts for pods of their priority or lower.
 //!
+//! About one case in fourteen is a crowd: five to eight nodes and 20 to 40 existing pods, many
+//! with pod (anti-)affinity terms, and an incoming pod with spread constraints and pod
+//! (anti-)affinity, where counts per topology domain decide.
+//!
 //! One case in eight is a preemption case instead: several full nodes of lower-priority
 //! pods (with start times, so that kube's order of victims is defined), a
 //! PodDisruptionBudget over some of them, nominated pods, and an incoming pod of high
@@ -218,6 +222,10 @@ pub fn generate(seed: u64, id: usize, batch: &str) -> Case {
     if rng.chance(12) {
         return generate_preemption(seed, id, batch, tag, rng);
     }
+    // A crowd: many pods with affinity terms on more nodes, and an incoming pod with
+    // spread constraints and pod (anti-)affinity over them — where counts per topology
+    // domain, not a handful of pods, decide.
+    let crowd = rng.chance(8);
     let rack = format!("diff.mcsched.io/rack-{tag}");
     let second_ns = format!("{tag}-b");
     let namespaces = vec![
@@ -225,7 +233,11 @@ pub fn generate(seed: u64, id: usize, batch: &str) -> Case {
         json!({"metadata": {"name": second_ns, "labels": {CASE_LABEL: tag, "team": rng.pick(&["x", "y"])}}}),
     ];
 
-    let n_nodes = 2 + rng.below(4) as usize;
+    let n_nodes = if crowd {
+        5 + rng.below(4)
+    } else {
+        2 + rng.below(4)
+    } as usize;
     let mut nodes = Vec::new();
     for i in 0..n_nodes {
         let name = format!("{tag}-n{i}");
@@ -258,6 +270,9 @@ pub fn generate(seed: u64, id: usize, batch: &str) -> Case {
             "memory": format!("{}Gi", 2 * (1 + rng.below(6))),
             "pods": (3 + rng.below(8)).to_string(),
         });
+        if crowd {
+            allocatable = json!({"cpu": "32", "memory": "128Gi", "pods": "110"});
+        }
         if rng.chance(40) {
             allocatable[GPU] = json!((1 + rng.below(2)).to_string());
         }
@@ -293,7 +308,12 @@ pub fn generate(seed: u64, id: usize, batch: &str) -> Case {
     ];
 
     let mut existing = Vec::new();
-    for j in 0..rng.below(6) {
+    let n_existing = if crowd {
+        20 + rng.below(21)
+    } else {
+        rng.below(6)
+    };
+    for j in 0..n_existing {
         let ns = if rng.chance(75) {
             tag.as_str()
         } else {
@@ -325,7 +345,14 @@ pub fn generate(seed: u64, id: usize, batch: &str) -> Case {
             spec["priorityClassName"] = json!(rng.pick(&["diff-low", "diff-high"]));
         }
         let towards_incoming = |rng: &mut Rng| {
-            let mut t = json!({"labelSelector": {"matchLabels": {"app": INCOMING}},
+            // In a crowd, terms towards other apps too: grouped with the rest, matched
+            // against the incoming pod and found not to apply.
+            let app = if crowd {
+                *rng.pick(&[INCOMING, "web", "db"])
+            } else {
+                INCOMING
+            };
+            let mut t = json!({"labelSelector": {"matchLabels": {"app": app}},
                                "topologyKey": rng.pick(&topology_keys)});
             if ns != tag {
                 t["namespaces"] = json!([tag]);
@@ -335,7 +362,10 @@ pub fn generate(seed: u64, id: usize, batch: &str) -> Case {
         if rng.chance(8) {
             // The symmetric check: an existing pod that keeps the incoming one away.
             spec["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [towards_incoming(&mut rng)]}});
-        } else if rng.chance(20) {
+        } else if crowd && rng.chance(15) {
+            // Existing pods' required affinity counts in the score (hardPodAffinityWeight).
+            spec["affinity"] = json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [towards_incoming(&mut rng)]}});
+        } else if rng.chance(if crowd { 40 } else { 20 }) {
             // Existing pods' preferred terms count in the incoming pod's score.
             let kind = *rng.pick(&["podAffinity", "podAntiAffinity"]);
             spec["affinity"] = json!({kind: {"preferredDuringSchedulingIgnoredDuringExecution": [
@@ -462,15 +492,15 @@ pub fn generate(seed: u64, id: usize, batch: &str) -> Case {
         }
         t
     };
-    if rng.chance(18) {
+    if rng.chance(if crowd { 40 } else { 18 }) {
         spec["affinity"]["podAntiAffinity"] =
             json!({"requiredDuringSchedulingIgnoredDuringExecution": [pod_term(&mut rng)]});
-    } else if rng.chance(15) {
+    } else if rng.chance(if crowd { 35 } else { 15 }) {
         spec["affinity"]["podAffinity"] =
             json!({"requiredDuringSchedulingIgnoredDuringExecution": [pod_term(&mut rng)]});
     }
     for kind in ["podAffinity", "podAntiAffinity"] {
-        if rng.chance(35) {
+        if rng.chance(if crowd { 60 } else { 35 }) {
             let terms: Vec<Value> = (0..1 + rng.below(2))
                 .map(|_| json!({"weight": 1 + rng.below(100), "podAffinityTerm": pod_term(&mut rng)}))
                 .collect();
@@ -478,9 +508,9 @@ pub fn generate(seed: u64, id: usize, batch: &str) -> Case {
                 json!(terms);
         }
     }
-    if rng.chance(35) {
+    if crowd || rng.chance(35) {
         let mut constraints = Vec::new();
-        for _ in 0..1 + usize::from(rng.chance(25)) {
+        for _ in 0..1 + usize::from(rng.chance(if crowd { 60 } else { 25 })) {
             let ignore = rng.chance(25);
             // Ignore counts nodes outside the pod's node affinity: the case's own key keeps
             // other cases' nodes out.
