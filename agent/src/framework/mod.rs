@@ -13,7 +13,7 @@ pub use fit_error::{Diagnosis, FitError};
 pub use interface::*;
 pub use runtime::{
     Filtered, Framework, FrameworkError, ProfileSpec, ScheduleResult, fit_error,
-    num_feasible_nodes_to_find,
+    num_feasible_nodes_to_find, with_rejected,
 };
 pub use status::{Cause, Code, Status};
 pub use waiting_pods::{MAX_WAIT, WaitingPod};

@@ -94,6 +94,10 @@ pub struct Framework {
 const FILTER_CHUNK: usize = 128;
 /// Nodes one parallel Score task scores at least.
 const SCORE_CHUNK: usize = 256;
+/// Below this many nodes to check or score, a phase runs on the cycle's own thread: waking
+/// the other workers (and their spinning until they sleep again) cost more CPU than the
+/// few hundred nodes take, which is what percentageOfNodesToScore leaves in large clusters.
+const PARALLEL_MIN_NODES: usize = 1024;
 
 /// What one chunk of nodes left after Filter.
 #[derive(Default)]
@@ -107,10 +111,21 @@ struct FilterChunk {
     timings: Timings,
 }
 
-/// What Filter left: the nominated node, or the feasible nodes and the others' statuses.
+/// What Filter left: the nominated node, or the feasible nodes and the statuses of the
+/// nodes PreFilter left out (the rejected ones are in the cycle's record: `with_rejected`).
 pub enum Filtered {
     Nominated(String),
     Feasible(NodeList, NodeStatuses),
+}
+
+/// `statuses` with the cycle's rejections added: built only when a FitError or an
+/// extender needs them, not in every cycle that rejects thousands of nodes.
+pub fn with_rejected(mut statuses: NodeStatuses, record: &CycleRecord) -> NodeStatuses {
+    statuses.reserve(record.rejected.len());
+    for (node, status) in &record.rejected {
+        statuses.insert(node.name.clone(), status.clone());
+    }
+    statuses
 }
 
 /// The FitError for statuses where every node was rejected.
@@ -454,7 +469,7 @@ impl Framework {
         }
 
         let started = Instant::now();
-        let (feasible, mut statuses) = self.find_feasible(
+        let feasible = self.find_feasible(
             state,
             pod,
             snapshot,
@@ -464,6 +479,7 @@ impl Framework {
         );
         record.timed("Filter", started);
         // Nodes PreFilter left out count in the FitError as kube's absent nodes do.
+        let mut statuses = NodeStatuses::new();
         if let Some((allowed, narrowing)) = &allowed {
             let mut names = narrowing.clone();
             names.sort_unstable();
@@ -478,6 +494,7 @@ impl Framework {
         }
         record.num_feasible = feasible.len();
         if feasible.is_empty() {
+            let statuses = with_rejected(statuses, record);
             return Err(Box::new(fit_error(num_all_nodes, statuses)));
         }
         Ok(Filtered::Feasible(feasible, statuses))
@@ -759,7 +776,7 @@ impl Framework {
         allowed: Option<&HashSet<String>>,
         record: &mut CycleRecord,
         record_all: bool,
-    ) -> (NodeList, NodeStatuses) {
+    ) -> NodeList {
         // Positions in the snapshot of the nodes PreFilter allowed; None: all of them.
         let subset: Option<Vec<u32>> = allowed.map(|names| {
             (0..snapshot.nodes.len() as u32)
@@ -785,58 +802,58 @@ impl Framework {
         // Check nodes in a rotating order, in parallel chunks, until enough are feasible.
         // A chunk keeps only what is needed of its nodes (feasible ones, rejections), so
         // the serial merge below does not walk every node again.
-        let chunks: Vec<FilterChunk> = self.pool.install(|| {
-            (0..total.div_ceil(FILTER_CHUNK))
-                .into_par_iter()
-                .map(|c| {
-                    let mut out = FilterChunk::default();
-                    // Counted locally and published once per chunk: one shared counter
-                    // bumped per feasible node bounces between the cores.
-                    let mut local = 0;
-                    for i in c * FILTER_CHUNK..((c + 1) * FILTER_CHUNK).min(total) {
-                        if found.load(Ordering::Relaxed) + local >= want {
-                            break;
-                        }
-                        let p = position((start + i) % total);
-                        let node = &snapshot.nodes[p as usize];
-                        out.processed += 1;
-                        let eligible = if nominated.is_empty() {
-                            Vec::new()
-                        } else {
-                            eligible_nominated(&nominated, pod, &node.name)
-                        };
-                        let status = if record_all || timed || !eligible.is_empty() {
-                            let f = self.filter_node(
-                                &active, &eligible, state, pod, node, record_all, timed,
-                            );
-                            out.timings.extend(f.timings);
-                            if record_all {
-                                out.verdicts.push((node.name.clone(), f.verdicts));
-                                if !f.counted.is_empty() {
-                                    out.nominated.push((node.name.clone(), f.counted));
-                                }
-                            }
-                            f.status
-                        } else {
-                            match self.first_rejection(&active, state, pod, node) {
-                                Some(status) => status,
-                                None => Status::success(),
-                            }
-                        };
-                        if status.is_success() {
-                            local += 1;
-                            out.feasible.push(p);
-                        } else {
-                            out.rejected.push((node.clone(), status));
+        let run_chunk = |c: usize| {
+            let mut out = FilterChunk::default();
+            // Counted locally and published once per chunk: one shared counter
+            // bumped per feasible node bounces between the cores.
+            let mut local = 0;
+            for i in c * FILTER_CHUNK..((c + 1) * FILTER_CHUNK).min(total) {
+                if found.load(Ordering::Relaxed) + local >= want {
+                    break;
+                }
+                let p = position((start + i) % total);
+                let node = &snapshot.nodes[p as usize];
+                out.processed += 1;
+                let eligible = if nominated.is_empty() {
+                    Vec::new()
+                } else {
+                    eligible_nominated(&nominated, pod, &node.name)
+                };
+                let status = if record_all || timed || !eligible.is_empty() {
+                    let f =
+                        self.filter_node(&active, &eligible, state, pod, node, record_all, timed);
+                    out.timings.extend(f.timings);
+                    if record_all {
+                        out.verdicts.push((node.name.clone(), f.verdicts));
+                        if !f.counted.is_empty() {
+                            out.nominated.push((node.name.clone(), f.counted));
                         }
                     }
-                    found.fetch_add(local, Ordering::Relaxed);
-                    out
-                })
-                .collect()
-        });
+                    f.status
+                } else {
+                    match self.first_rejection(&active, state, pod, node) {
+                        Some(status) => status,
+                        None => Status::success(),
+                    }
+                };
+                if status.is_success() {
+                    local += 1;
+                    out.feasible.push(p);
+                } else {
+                    out.rejected.push((node.clone(), status));
+                }
+            }
+            found.fetch_add(local, Ordering::Relaxed);
+            out
+        };
+        let n_chunks = total.div_ceil(FILTER_CHUNK);
+        let chunks: Vec<FilterChunk> = if want.min(total) >= PARALLEL_MIN_NODES {
+            self.pool
+                .install(|| (0..n_chunks).into_par_iter().map(run_chunk).collect())
+        } else {
+            (0..n_chunks).map(run_chunk).collect()
+        };
         let mut feasible = Vec::with_capacity(want.min(total));
-        let mut statuses = NodeStatuses::new();
         let mut processed = 0;
         let mut timings = Timings::new();
         for chunk in chunks {
@@ -844,10 +861,7 @@ impl Framework {
             timings.extend(chunk.timings);
             let room = want.saturating_sub(feasible.len());
             feasible.extend(chunk.feasible.into_iter().take(room));
-            for (node, status) in chunk.rejected {
-                statuses.insert(node.name.clone(), status.clone());
-                record.rejected.push((node, status));
-            }
+            record.rejected.extend(chunk.rejected);
             record.verdicts.extend(chunk.verdicts);
             record.nominated.extend(chunk.nominated);
         }
@@ -858,7 +872,7 @@ impl Framework {
         observe_timings("Filter", timings);
         record.num_evaluated = processed;
         record.filter_plugins = active.iter().map(|&(name, _)| name).collect();
-        (NodeList::new(snapshot.nodes.clone(), feasible), statuses)
+        NodeList::new(snapshot.nodes.clone(), feasible)
     }
 
     /// Runs PreScore and Score, normalises and weights; returns total scores in node order.
@@ -900,34 +914,40 @@ impl Framework {
         // (thousands of scattered entries per cycle; read once per plugin, they were most
         // of the phase's time). raw[node * k + plugin].
         let mut raw_by_node = vec![0i64; n * k];
+        let score_chunk = |(c, out): (usize, &mut [i64])| {
+            let mut timings = Vec::new();
+            for (j, row) in out.chunks_mut(k).enumerate() {
+                let node = &nodes[c * SCORE_CHUNK + j];
+                for (slot, &(name, sp)) in row.iter_mut().zip(&scorers) {
+                    let Some(sp) = sp else { continue };
+                    let t = timed.then(Instant::now);
+                    let r = sp.score(state, pod, node);
+                    if let Some(t) = t {
+                        let code = r.as_ref().map_or_else(|s| s.code, |_| Code::Success);
+                        timings.push((name, code, t.elapsed().as_secs_f64()));
+                    }
+                    *slot = r.unwrap_or(0);
+                }
+            }
+            timings
+        };
         let timings: Vec<(&'static str, Code, f64)> = if k == 0 {
             Vec::new()
-        } else {
+        } else if n >= PARALLEL_MIN_NODES {
             self.pool.install(|| {
                 raw_by_node
                     .par_chunks_mut(k * SCORE_CHUNK)
                     .enumerate()
-                    .map(|(c, out)| {
-                        let mut timings = Vec::new();
-                        for (j, row) in out.chunks_mut(k).enumerate() {
-                            let node = &nodes[c * SCORE_CHUNK + j];
-                            for (slot, &(name, sp)) in row.iter_mut().zip(&scorers) {
-                                let Some(sp) = sp else { continue };
-                                let t = timed.then(Instant::now);
-                                let r = sp.score(state, pod, node);
-                                if let Some(t) = t {
-                                    let code =
-                                        r.as_ref().map_or_else(|s| s.code, |_| Code::Success);
-                                    timings.push((name, code, t.elapsed().as_secs_f64()));
-                                }
-                                *slot = r.unwrap_or(0);
-                            }
-                        }
-                        timings
-                    })
+                    .map(score_chunk)
                     .flatten()
                     .collect()
             })
+        } else {
+            raw_by_node
+                .chunks_mut(k * SCORE_CHUNK)
+                .enumerate()
+                .flat_map(score_chunk)
+                .collect()
         };
         if timed {
             observe_timings("Score", timings);

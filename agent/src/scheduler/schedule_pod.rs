@@ -14,7 +14,7 @@ use crate::extender::{Extender, MAX_EXTENDER_PRIORITY};
 use crate::framework::runtime::CycleRecord;
 use crate::framework::{
     CycleState, Filtered, FitError, Framework, MAX_NODE_SCORE, NodeStatuses, PostFilterResult,
-    ScheduleResult, Status, fit_error,
+    ScheduleResult, Status, fit_error, with_rejected,
 };
 use crate::plugins::{leaf_node_fit, placement_policy};
 use crate::snapshot::{NodeList, PodInfo, Snapshot};
@@ -82,7 +82,7 @@ async fn with_extenders(
         tokio::task::block_in_place(|| fw.filter_phase(state, pod, snapshot, record, record_all))?;
     let (mut feasible, mut statuses) = match filtered {
         Filtered::Nominated(node) => return Ok(ScheduleResult::nominated(node)),
-        Filtered::Feasible(f, s) => (f, s),
+        Filtered::Feasible(f, s) => (f, with_rejected(s, record)),
     };
     if let Err(e) = filter_by_extenders(interested, pod, &mut feasible, &mut statuses, record).await
     {
