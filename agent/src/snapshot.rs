@@ -203,9 +203,10 @@ pub struct NodeInfo {
     pub generation: u64,
     /// For a virtual node: the leaf cluster it stands for.
     pub cluster: Option<String>,
-    /// `spec.unschedulable`, read here by the first filter of every cycle without
-    /// following the pointer to the Node.
+    /// `spec.unschedulable` and `spec.taints`, read by filters and scores of every cycle
+    /// here, without following the pointer to the Node.
     pub unschedulable: bool,
+    pub taints: Vec<k8s_openapi::api::core::v1::Taint>,
     /// How many of `pods` have pod (anti-)affinity / required anti-affinity, so plugins
     /// skip the many nodes without any.
     pub affinity_pods: usize,
@@ -228,6 +229,7 @@ impl NodeInfo {
             required_anti_affinity_pods: 0,
             cluster: None,
             unschedulable: false,
+            taints: Vec::new(),
             node: node.clone(),
         };
         info.set_node(node);
@@ -260,6 +262,11 @@ impl NodeInfo {
             .and_then(|l| l.get(mcsched_shared::keys::CLUSTER_LABEL))
             .cloned();
         self.unschedulable = node::is_unschedulable(&node);
+        self.taints = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default();
         self.node = node;
         self.generation += 1;
         let same_images = old_images.len() == self.images.len()

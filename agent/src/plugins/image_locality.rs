@@ -86,7 +86,8 @@ impl ScorePlugin for ImageLocality {
             return Ok(0);
         };
         let imgs = &spread.images;
-        if imgs.is_empty() || spread.total_nodes == 0 {
+        // A node without images scores the minimum, 0, as the sum below would.
+        if imgs.is_empty() || spread.total_nodes == 0 || node.images.is_empty() {
             return Ok(0);
         }
         let sum: i64 = imgs

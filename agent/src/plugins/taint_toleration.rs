@@ -26,11 +26,7 @@ pub fn tolerations(pod: &PodInfo) -> &[Toleration] {
 }
 
 pub fn node_taints(node: &NodeInfo) -> &[Taint] {
-    node.node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.as_deref())
-        .unwrap_or_default()
+    &node.taints
 }
 
 /// Whether the pod's placement policy tolerates `taint` on `node` (a cluster's virtual node).
