@@ -374,22 +374,34 @@ impl Framework {
         record: &mut CycleRecord,
         record_all: bool,
     ) -> Result<ScheduleResult, Box<FitError>> {
-        // One hand-over to the pool for the whole cycle: the phases' own `install` then
-        // runs inline, and the parallel sections start from a worker.
-        self.pool.install(
-            || match self.filter_phase(state, pod, snapshot, record, record_all)? {
-                Filtered::Nominated(node) => Ok(ScheduleResult::nominated(node)),
-                Filtered::Feasible(feasible, _) => {
-                    let feasible_nodes = feasible.len();
-                    let node = self.score_phase(state, pod, feasible, snapshot, record, None);
-                    Ok(ScheduleResult {
-                        node,
-                        evaluated_nodes: record.num_evaluated,
-                        feasible_nodes,
-                    })
-                }
-            },
-        )
+        let cycle = || match self.filter_phase_in_pool(state, pod, snapshot, record, record_all)? {
+            Filtered::Nominated(node) => Ok(ScheduleResult::nominated(node)),
+            Filtered::Feasible(feasible, _) => {
+                let feasible_nodes = feasible.len();
+                let node = self.score_phase_in_pool(state, pod, feasible, snapshot, record, None);
+                Ok(ScheduleResult {
+                    node,
+                    evaluated_nodes: record.num_evaluated,
+                    feasible_nodes,
+                })
+            }
+        };
+        // One hand-over to the pool for the whole cycle: the phases' parallel sections
+        // then start from a worker.
+        self.on_pool(self.parallel(snapshot, record_all), cycle)
+    }
+
+    /// Whether a cycle on `snapshot` has a phase large enough to run in parallel.
+    fn parallel(&self, snapshot: &Snapshot, record_all: bool) -> bool {
+        record_all
+            || num_feasible_nodes_to_find(self.percentage_of_nodes_to_score, snapshot.len())
+                >= PARALLEL_MIN_NODES
+    }
+
+    /// Runs `f` on the pool when `parallel`; otherwise on this thread: a cycle whose phases
+    /// all run serially would pay two thread switches per pod for nothing.
+    fn on_pool<R: Send>(&self, parallel: bool, f: impl FnOnce() -> R + Send) -> R {
+        if parallel { self.pool.install(f) } else { f() }
     }
 
     /// PreFilter and Filter: the nominated node if it still fits, else the feasible
@@ -402,8 +414,9 @@ impl Framework {
         record: &mut CycleRecord,
         record_all: bool,
     ) -> Result<Filtered, Box<FitError>> {
-        self.pool
-            .install(|| self.filter_phase_in_pool(state, pod, snapshot, record, record_all))
+        self.on_pool(self.parallel(snapshot, record_all), || {
+            self.filter_phase_in_pool(state, pod, snapshot, record, record_all)
+        })
     }
 
     fn filter_phase_in_pool(
@@ -511,8 +524,9 @@ impl Framework {
         record: &mut CycleRecord,
         extra: Option<&[i64]>,
     ) -> String {
-        self.pool
-            .install(|| self.score_phase_in_pool(state, pod, feasible, snapshot, record, extra))
+        self.on_pool(feasible.len() >= PARALLEL_MIN_NODES, || {
+            self.score_phase_in_pool(state, pod, feasible, snapshot, record, extra)
+        })
     }
 
     fn score_phase_in_pool(
