@@ -205,6 +205,14 @@ fn has_all_keys(node: &NodeInfo, cs: &[Constraint]) -> bool {
         .all(|c| node.labels().contains_key(&c.topology_key))
 }
 
+/// The node's domain for `key`: its value, or "" without the key (kube's pair value).
+fn domain<'a>(node: &'a NodeInfo, key: &str) -> &'a str {
+    node.labels()
+        .get(key)
+        .map(String::as_str)
+        .unwrap_or_default()
+}
+
 fn has_node_constraints(pod: &PodInfo) -> bool {
     let spec = pod.pod.spec.as_ref();
     spec.and_then(|s| s.node_selector.as_ref())
@@ -435,11 +443,7 @@ impl PreFilterPlugin for PodTopologySpread {
                         if !c.includes(pod, node) {
                             continue;
                         }
-                        let v = node
-                            .labels()
-                            .get(&c.topology_key)
-                            .map(String::as_str)
-                            .unwrap_or_default();
+                        let v = domain(node, &c.topology_key);
                         let k = kept.as_ref().map(|k| &k[i]);
                         *borrowed[i].entry(v).or_default() += on_node(c, k, node, &pod.namespace);
                     }
@@ -587,11 +591,7 @@ impl PreScorePlugin for PodTopologySpread {
                 if c.topology_key == HOSTNAME {
                     continue;
                 }
-                let v = node
-                    .labels()
-                    .get(&c.topology_key)
-                    .map(String::as_str)
-                    .unwrap_or_default();
+                let v = domain(node, &c.topology_key);
                 scored[i].insert(v);
             }
         }
@@ -626,11 +626,7 @@ impl PreScorePlugin for PodTopologySpread {
                         if c.topology_key == HOSTNAME || !c.includes(pod, node) {
                             continue;
                         }
-                        let v = node
-                            .labels()
-                            .get(&c.topology_key)
-                            .map(String::as_str)
-                            .unwrap_or_default();
+                        let v = domain(node, &c.topology_key);
                         if let Some(n) = borrowed[i].get_mut(v) {
                             *n += on_node(c, kept.as_ref().map(|k| &k[i]), node, &pod.namespace);
                         }
