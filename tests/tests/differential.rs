@@ -138,13 +138,17 @@ fn generate(id: usize, rng: &mut Rng) -> Case {
         }));
     }
     let mut existing = Vec::new();
+    let mut host_ports = std::collections::HashSet::new();
     for j in 0..rng.below(5) {
         let node = nodes[rng.below(nodes.len() as u64) as usize]["metadata"]["name"].clone();
         let mut container = json!({"name": "c", "image": "pause",
             "resources": {"requests": {"cpu": quantity_cpu(rng, 1500), "memory": format!("{}Mi", 128 * (1 + rng.below(8)))}}});
         if rng.chance(20) {
-            container["ports"] =
-                json!([{"containerPort": 80, "hostPort": 8080 + rng.below(2) as i64}]);
+            let port = 8080 + rng.below(2) as i64;
+            // The kubelet refuses a pod whose host port another pod on its node holds.
+            if host_ports.insert((node.to_string(), port)) {
+                container["ports"] = json!([{"containerPort": 80, "hostPort": port}]);
+            }
         }
         let mut e = json!({
             "metadata": {"name": format!("e{j}"), "labels": {"app": rng.pick(&["web", "db"])}},

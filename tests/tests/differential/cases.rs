@@ -308,6 +308,7 @@ pub fn generate(seed: u64, id: usize, batch: &str) -> Case {
     ];
 
     let mut existing = Vec::new();
+    let mut host_ports = std::collections::HashSet::new();
     let n_existing = if crowd {
         20 + rng.below(21)
     } else {
@@ -332,8 +333,21 @@ pub fn generate(seed: u64, id: usize, batch: &str) -> Case {
             }
             containers.push(c);
         }
+        let node = rng.pick(&node_names).clone();
+        // The kubelet refuses a pod whose host port another pod on its node holds, so no
+        // scheduler sees two such pods on a node (kube's port bookkeeping is a set and
+        // assumes it).
+        for c in &mut containers {
+            if let Some(port) = c["ports"][0]["hostPort"].as_i64() {
+                if !host_ports.insert((node.clone(), port)) {
+                    if let Some(c) = c.as_object_mut() {
+                        c.remove("ports");
+                    }
+                }
+            }
+        }
         let mut spec = json!({
-            "nodeName": rng.pick(&node_names),
+            "nodeName": node,
             "containers": containers,
             "tolerations": [{"operator": "Exists"}],
         });
