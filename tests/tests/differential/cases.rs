@@ -338,12 +338,11 @@ pub fn generate(seed: u64, id: usize, batch: &str) -> Case {
         // scheduler sees two such pods on a node (kube's port bookkeeping is a set and
         // assumes it).
         for c in &mut containers {
-            if let Some(port) = c["ports"][0]["hostPort"].as_i64() {
-                if !host_ports.insert((node.clone(), port)) {
-                    if let Some(c) = c.as_object_mut() {
-                        c.remove("ports");
-                    }
-                }
+            if let Some(port) = c["ports"][0]["hostPort"].as_i64()
+                && !host_ports.insert((node.clone(), port))
+                && let Some(c) = c.as_object_mut()
+            {
+                c.remove("ports");
             }
         }
         let mut spec = json!({
