@@ -103,6 +103,21 @@ const INLINE: usize = 8;
 
 impl ScorePlugin for BalancedAllocation {
     fn score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        // The default (cpu and memory) without the general path's buffers: this runs for
+        // every scored node of every cycle.
+        if let [a, b] = self.kinds.as_slice() {
+            let fractions = |r: &ResourceKind| {
+                let (alloc, req) = allocatable_and_requested(node, pod, r, true);
+                let fraction = |v: i64| (v as f64 / alloc as f64).min(1.0);
+                (alloc > 0).then(|| (fraction(req), fraction(req - pod_part(pod, r))))
+            };
+            let (with, without) = match (fractions(a), fractions(b)) {
+                (Some((wa, woa)), Some((wb, wob))) => (balance(&[wa, wb]), balance(&[woa, wob])),
+                (Some((w, wo)), None) | (None, Some((w, wo))) => (balance(&[w]), balance(&[wo])),
+                (None, None) => (balance(&[]), balance(&[])),
+            };
+            return Ok(MAX_NODE_SCORE / 2 + (MAX_NODE_SCORE / 2 + with - without) / 2);
+        }
         let (mut with, mut without) = ([0f64; INLINE], [0f64; INLINE]);
         let (mut with_spill, mut without_spill) = (Vec::new(), Vec::new());
         let mut n = 0;
@@ -161,6 +176,58 @@ mod tests {
             BalancedAllocation::default().score(&CycleState::new(), &pod, &even),
             Ok(75)
         );
+    }
+
+    /// The cpu-and-memory path scores as the general one, which a third resource no pod
+    /// asks for (counted by neither) sends every call through.
+    #[test]
+    fn two_resource_path_matches_the_general_one() {
+        let fast = BalancedAllocation::default();
+        let general = BalancedAllocation::new(vec![
+            CPU.into(),
+            MEMORY.into(),
+            "example.com/unasked".into(),
+        ]);
+        let allocatables = [
+            ("4", "8Gi"),
+            ("3", "0"),
+            ("0", "5Gi"),
+            ("0", "0"),
+            ("7", "3Gi"),
+        ];
+        let requests: [&[(&str, &str)]; 5] = [
+            &[("cpu", "1"), ("memory", "2Gi")],
+            &[("cpu", "2500m")],
+            &[("memory", "700Mi")],
+            &[("cpu", "9"), ("memory", "20Gi")],
+            &[("cpu", "333m"), ("memory", "1234567")],
+        ];
+        let mut compared = 0;
+        for (cpu, memory) in allocatables {
+            for existing in requests {
+                let mut n = node_with("n", |n| {
+                    if let Some(s) = n.status.as_mut() {
+                        s.allocatable = Some(crate::plugins::testing::quantities(&[
+                            ("cpu", cpu),
+                            ("memory", memory),
+                            ("pods", "110"),
+                        ]));
+                    }
+                });
+                n.add_pod(Arc::new(pod_requesting("e", existing)));
+                for incoming in requests {
+                    let pod = pod_requesting("p", incoming);
+                    let state = CycleState::new();
+                    assert_eq!(
+                        fast.score(&state, &pod, &n),
+                        general.score(&state, &pod, &n),
+                        "allocatable {cpu}/{memory}, existing {existing:?}, incoming {incoming:?}"
+                    );
+                    compared += 1;
+                }
+            }
+        }
+        assert_eq!(compared, 125);
     }
 
     #[test]

@@ -238,16 +238,25 @@ fn least_requested(requested: i64, capacity: i64) -> i64 {
     if capacity == 0 || requested > capacity {
         return 0;
     }
-    // In i128: capacities in bytes times 100 can pass i64.
-    ((i128::from(capacity) - i128::from(requested)) * i128::from(MAX_NODE_SCORE)
-        / i128::from(capacity)) as i64
+    scaled_ratio(capacity - requested, capacity)
+}
+
+/// `part × MAX_NODE_SCORE / whole`, exact. In i64 when the product fits (every
+/// realistic capacity; software 128-bit division is several times slower and this runs
+/// for every node of every cycle), else in i128: capacities in bytes times 100 can pass
+/// i64.
+fn scaled_ratio(part: i64, whole: i64) -> i64 {
+    match part.checked_mul(MAX_NODE_SCORE) {
+        Some(p) => p / whole,
+        None => (i128::from(part) * i128::from(MAX_NODE_SCORE) / i128::from(whole)) as i64,
+    }
 }
 
 fn most_requested(requested: i64, capacity: i64) -> i64 {
     if capacity == 0 {
         return 0;
     }
-    (i128::from(requested.min(capacity)) * i128::from(MAX_NODE_SCORE) / i128::from(capacity)) as i64
+    scaled_ratio(requested.min(capacity), capacity)
 }
 
 /// `helper.BuildBrokenLinearFunction` over the shape, scores scaled to 0..=100.
@@ -325,6 +334,27 @@ mod tests {
             n.add_pod(Arc::new(pod_requesting(&format!("e{i}"), req)));
         }
         n
+    }
+
+    #[test]
+    fn scaled_ratio_is_exact_on_both_paths() {
+        let exact = |p: i64, w: i64| (i128::from(p) * 100 / i128::from(w)) as i64;
+        // The i64 path: 32 GiB nodes, odd byte counts.
+        for (p, w) in [
+            (0, 1),
+            (1, 3),
+            (34_359_738_367, 34_359_738_368),
+            (12_345, 67_890),
+        ] {
+            assert_eq!(scaled_ratio(p, w), exact(p, w), "{p}/{w}");
+        }
+        // Products past i64 (exabyte-sized capacities) take the i128 path.
+        let big = i64::MAX / 3;
+        assert!(big.checked_mul(MAX_NODE_SCORE).is_none());
+        assert_eq!(scaled_ratio(big, big + 7), exact(big, big + 7));
+        assert_eq!(scaled_ratio(big, big + 7), 99);
+        assert_eq!(least_requested(0, i64::MAX), 100);
+        assert_eq!(most_requested(i64::MAX, i64::MAX), 100);
     }
 
     #[test]
