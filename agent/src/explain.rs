@@ -118,8 +118,19 @@ fn stored_nodes(record: &CycleRecord, limit: usize) -> Vec<StoredNode> {
         };
     // Pick the nodes before building anything: the best totals, then rejected nodes.
     let mut order: Vec<usize> = (0..record.feasible.len()).collect();
-    order.sort_by_key(|&j| std::cmp::Reverse(record.totals.get(j).copied().unwrap_or(0)));
+    // Best total first, ties in node order; only the first `limit` are sorted (hundreds
+    // of feasible nodes per cycle, 50 kept).
+    let key = |&j: &usize| {
+        (
+            std::cmp::Reverse(record.totals.get(j).copied().unwrap_or(0)),
+            j,
+        )
+    };
+    if limit > 0 && order.len() > limit {
+        order.select_nth_unstable_by_key(limit - 1, key);
+    }
     order.truncate(limit);
+    order.sort_unstable_by_key(key);
     let mut nodes: Vec<StoredNode> = order
         .into_iter()
         .map(|j| {
@@ -352,6 +363,34 @@ mod tests {
         assert_eq!(got.nodes[0].scores[0].weighted, 200);
         assert_eq!(got.nodes[0].filters.len(), 2);
         assert_eq!(got.nodes[2].filters[1].code, "Unschedulable");
+    }
+
+    #[test]
+    fn the_best_totals_are_kept_ties_in_node_order() {
+        let info = |name: String| {
+            let node: k8s_openapi::api::core::v1::Node =
+                serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))
+                    .expect("node");
+            std::sync::Arc::new(crate::snapshot::NodeInfo::new(std::sync::Arc::new(node)))
+        };
+        let totals: Vec<i64> = (0..40).map(|i| (i * 7) % 10).collect();
+        let record = CycleRecord {
+            feasible: crate::snapshot::NodeList::from_nodes(
+                (0..40).map(|i| info(format!("n{i}"))).collect(),
+            ),
+            totals: totals.clone(),
+            ..Default::default()
+        };
+        let mut want: Vec<usize> = (0..40).collect();
+        want.sort_by_key(|&j| std::cmp::Reverse(totals[j]));
+        for limit in [0, 1, 5, 12, 39, 40, 60] {
+            let got: Vec<String> = node_explanations(&record, limit)
+                .into_iter()
+                .map(|n| n.node)
+                .collect();
+            let expected: Vec<String> = want.iter().take(limit).map(|j| format!("n{j}")).collect();
+            assert_eq!(got, expected, "limit {limit}");
+        }
     }
 
     #[test]

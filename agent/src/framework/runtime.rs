@@ -760,13 +760,16 @@ impl Framework {
     ) -> (Status, Vec<PluginVerdict>, Timings) {
         let mut verdicts = Vec::new();
         let mut first_failure: Option<Status> = None;
-        let timed = state.should_record_plugin_metrics();
+        // One clock read per call: each call ends where the next starts (the reads were
+        // most of a sampled cycle's extra cost).
+        let mut last = state.should_record_plugin_metrics().then(Instant::now);
         let mut timings = Timings::new();
         for &(name, f) in active {
-            let t = timed.then(Instant::now);
             let s = f.filter(state, pod, node);
-            if let Some(t) = t {
-                timings.push((name, s.code, t.elapsed().as_secs_f64()));
+            if let Some(t) = last.as_mut() {
+                let now = Instant::now();
+                timings.push((name, s.code, (now - *t).as_secs_f64()));
+                *t = now;
             }
             if record_all {
                 verdicts.push(verdict(name, &s));
@@ -935,13 +938,16 @@ impl Framework {
             let mut timings = Vec::new();
             for (j, row) in out.chunks_mut(k).enumerate() {
                 let node = &nodes[c * SCORE_CHUNK + j];
+                // One clock read per call, as in Filter.
+                let mut last = timed.then(Instant::now);
                 for (slot, &(name, sp)) in row.iter_mut().zip(&scorers) {
                     let Some(sp) = sp else { continue };
-                    let t = timed.then(Instant::now);
                     let r = sp.score(state, pod, node);
-                    if let Some(t) = t {
+                    if let Some(t) = last.as_mut() {
+                        let now = Instant::now();
                         let code = r.as_ref().map_or_else(|s| s.code, |_| Code::Success);
-                        timings.push((name, code, t.elapsed().as_secs_f64()));
+                        timings.push((name, code, (now - *t).as_secs_f64()));
+                        *t = now;
                     }
                     *slot = r.unwrap_or(0);
                 }
