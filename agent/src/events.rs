@@ -7,23 +7,21 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::api::{Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client};
 use serde_json::json;
 use tokio::sync::{Semaphore, mpsc};
 use tracing::{debug, warn};
 
+pub use crate::event_recorder::EventType;
+use crate::event_recorder::{EventRecorder, NewEvent};
+
 const QUEUE: usize = 10_000;
 /// Events being written at once (client-go starts a goroutine per event, bounded only by
 /// the client's rate limit, which the agent's client applies here too).
 const EVENTS_IN_FLIGHT: usize = 32;
-/// client-go's `maxTriesPerEvent` and the sleep between tries (jittered by a quarter).
-const EVENT_TRIES: u32 = 12;
-const EVENT_RETRY_SLEEP: Duration = Duration::from_secs(10);
 
 pub enum Message {
     Event {
@@ -111,9 +109,10 @@ pub fn object_ref(pod: &Pod) -> ObjectReference {
     }
 }
 
-/// Records each event in a task of its own, at most EVENTS_IN_FLIGHT at once.
+/// Records each event in a task of its own, at most EVENTS_IN_FLIGHT at once, with one
+/// recorder (and so one series cache) per reporting scheduler.
 async fn record_events(client: Client, instance: String, mut rx: mpsc::Receiver<Message>) {
-    let mut recorders: HashMap<String, Recorder> = HashMap::new();
+    let mut recorders: HashMap<String, EventRecorder> = HashMap::new();
     let slots = Arc::new(Semaphore::new(EVENTS_IN_FLIGHT));
     while let Some(m) = rx.recv().await {
         let Message::Event {
@@ -130,50 +129,25 @@ async fn record_events(client: Client, instance: String, mut rx: mpsc::Receiver<
         let recorder = recorders
             .entry(reporting_controller.clone())
             .or_insert_with(|| {
-                Recorder::new(
-                    client.clone(),
-                    Reporter {
-                        controller: reporting_controller.clone(),
-                        instance: Some(format!("{reporting_controller}-{instance}")),
-                    },
-                )
+                let instance = format!("{reporting_controller}-{instance}");
+                EventRecorder::new(client.clone(), reporting_controller, instance)
             })
             .clone();
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
         };
         // Notes are limited to 1 kB by the API.
-        let ev = Event {
+        let event = NewEvent {
             type_,
-            reason: reason.into(),
-            note: Some(truncate(note, 1024)),
-            action: action.into(),
-            secondary: None,
+            reason,
+            action,
+            note: truncate(note, 1024),
+            regarding,
         };
         tokio::spawn(async move {
-            publish(&recorder, &ev, &regarding).await;
+            recorder.record(event).await;
             drop(slot);
         });
-    }
-}
-
-/// client-go's `attemptRecording`: an event the API server refused is dropped, one it
-/// could not be asked about is tried again after a sleep, up to EVENT_TRIES times.
-async fn publish(recorder: &Recorder, ev: &Event, regarding: &ObjectReference) {
-    for attempt in 1..=EVENT_TRIES {
-        match recorder.publish(ev, regarding).await {
-            Ok(()) => return,
-            Err(kube::Error::Api(e)) => {
-                debug!(error = %e, reason = %ev.reason, "the API server refused an event");
-                return;
-            }
-            Err(e) if attempt < EVENT_TRIES => {
-                debug!(error = %e, reason = %ev.reason, attempt, "could not record event; retrying");
-                let jitter = rand::random_range(0.0..0.25);
-                tokio::time::sleep(EVENT_RETRY_SLEEP.mul_f64(1.0 + jitter)).await;
-            }
-            Err(e) => warn!(error = %e, reason = %ev.reason, "could not record event; giving up"),
-        }
     }
 }
 
@@ -233,6 +207,7 @@ mod tests {
     use super::*;
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
 
     use kube::client::Body;
 
@@ -358,6 +333,6 @@ mod tests {
         let sink = EventSink::start(client, "test".into());
         sink.scheduled("mcsched", &pod("p"), "n1");
         tokio::time::sleep(Duration::from_secs(600)).await;
-        assert_eq!(server.posts.load(Ordering::SeqCst), EVENT_TRIES as usize);
+        assert_eq!(server.posts.load(Ordering::SeqCst), 12);
     }
 }

@@ -8,6 +8,7 @@ pub mod client;
 pub mod cluster_failover;
 pub mod config_bridge;
 pub mod deletion_cost;
+pub mod event_recorder;
 pub mod events;
 pub mod explain;
 pub mod extender;

@@ -6,10 +6,10 @@
 
 use std::sync::Arc;
 
+use crate::events::EventType;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
-use kube::runtime::events::EventType;
 use serde_json::json;
 use tracing::{info, warn};
 

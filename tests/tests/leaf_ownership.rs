@@ -169,15 +169,22 @@ async fn the_leaf_owners_objects_are_never_used_changed_or_deleted() -> anyhow::
                 "nodeName": "east-1", "containers": [{"name": "c", "image": "pause"}]}}))?,
         )
         .await?;
+    // The pod's status is the leaf kubelet's to change (and it may, at any time): its
+    // metadata and spec are compared instead of its resourceVersion.
     let versions = || async {
-        anyhow::Ok([
-            leaf_cms.get("settings").await?.metadata.resource_version,
-            leaf_secrets.get("creds").await?.metadata.resource_version,
-            leaf_claims.get("data").await?.metadata.resource_version,
-            leaf_pods.get("web").await?.metadata.resource_version,
-        ])
+        let web = leaf_pods.get("web").await?;
+        let mut meta = web.metadata;
+        meta.resource_version = None;
+        meta.managed_fields = None;
+        anyhow::Ok((
+            [
+                leaf_cms.get("settings").await?.metadata.resource_version,
+                leaf_secrets.get("creds").await?.metadata.resource_version,
+                leaf_claims.get("data").await?.metadata.resource_version,
+            ],
+            serde_json::to_value((meta, web.spec))?,
+        ))
     };
-    // The pod's own status is the leaf kubelet's to change; the rest must not move.
     let before = versions().await?;
 
     // The host has a ConfigMap and a Secret of the same names, and workloads using each.

@@ -41,13 +41,15 @@ fn pod(name: &str, cpu: &str, node: Option<&str>) -> serde_json::Value {
     })
 }
 
-/// The pod's FailedScheduling message once the leaf has answered what the leaf check
-/// asks it (a first attempt may say "asking leaf cluster ..." or "checking ..." while the
-/// leaf or the API server is being asked).
+/// The pod's FailedScheduling messages given once the leaf has answered what the leaf
+/// check asks it (a first attempt may say "asking leaf cluster ..." or "checking ..."
+/// while the leaf or the API server is being asked). An early attempt may also have seen
+/// the cluster as it was a moment before (a node's taint not yet gone from the agent's
+/// cache), so callers look for the message they expect among all of them.
 /// A FailedScheduling repeated within minutes for the same pod version only counts up the
 /// first event's series (client-go's rule, and kube-rs's), so the PodScheduled condition,
 /// which carries the latest reason, is read too.
-async fn failed_scheduling(client: &Client, pod: &str) -> anyhow::Result<Option<String>> {
+async fn failed_scheduling(client: &Client, pod: &str) -> anyhow::Result<Vec<String>> {
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
     let lp = ListParams::default().fields(&format!("regarding.name={pod}"));
     let condition = Api::<Pod>::namespaced(client.clone(), "default")
@@ -67,7 +69,8 @@ async fn failed_scheduling(client: &Client, pod: &str) -> anyhow::Result<Option<
         .filter(|e| e.reason.as_deref() == Some("FailedScheduling"))
         .filter_map(|e| e.note)
         .chain(condition)
-        .find(|n| !n.contains("checking") && !n.contains("asking leaf cluster")))
+        .filter(|n| !n.contains("checking") && !n.contains("asking leaf cluster"))
+        .collect())
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -146,19 +149,23 @@ async fn a_leaf_cluster_as_a_virtual_node() -> anyhow::Result<()> {
         &serde_json::from_value(pod("big", "3", None))?,
     )
     .await?;
-    let message = wait::until(TIMEOUT, "FailedScheduling of default/big", || {
-        failed_scheduling(&host.client, "big")
-    })
-    .await?;
-    assert!(
-        message.starts_with("0/2 nodes are available: ")
-            && message.contains("1 Insufficient cpu")
-            && message.contains(
+    let expected = |m: &String| {
+        m.starts_with("0/2 nodes are available: ")
+            && m.contains("1 Insufficient cpu")
+            && m.contains(
                 "1 leaf cluster east has no node that fits: 4 Insufficient cpu; \
-                 largest free node east-1 (cpu 2, memory 8Gi, pods 109)"
-            ),
-        "{message}"
-    );
+                 largest free node east-1 (cpu 2, memory 8Gi, pods 109)",
+            )
+    };
+    let seen = std::sync::Mutex::new(Vec::new());
+    wait::until(TIMEOUT, "FailedScheduling of default/big", || async {
+        let notes = failed_scheduling(&host.client, "big").await?;
+        let found = notes.iter().any(expected);
+        *seen.lock().unwrap_or_else(|e| e.into_inner()) = notes;
+        Ok(found.then_some(()))
+    })
+    .await
+    .map_err(|e| e.context(format!("messages: {:?}", seen.lock().map(|s| s.clone()))))?;
     assert!(
         pods.get("big")
             .await?
@@ -1172,7 +1179,8 @@ async fn leaf_quotas_and_leaf_pods_keep_a_pod_off_their_leaf() -> anyhow::Result
                            1 node(s) didn't match pod anti-affinity rules";
     let message = wait::until(TIMEOUT, "FailedScheduling naming both leaves", || async {
         let m = failed_scheduling(&host.client, "web").await?;
-        Ok(m.filter(|m| m.contains(quota_reason) && m.contains(affinity_reason)))
+        Ok(m.into_iter()
+            .find(|m| m.contains(quota_reason) && m.contains(affinity_reason)))
     })
     .await
     .map_err(|e| e.context(agent.logs()))?;

@@ -379,7 +379,7 @@ fn warn_event(
     host_side.events.send(crate::events::Message::Event {
         reporting_controller: scheduler,
         regarding: crate::events::object_ref(pod),
-        type_: kube::runtime::events::EventType::Warning,
+        type_: crate::events::EventType::Warning,
         reason,
         action,
         note,

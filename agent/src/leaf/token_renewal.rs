@@ -133,7 +133,7 @@ pub async fn run(
                             name: Some(keys::virtual_node_name(&leaf.name)),
                             ..Default::default()
                         },
-                        type_: kube::runtime::events::EventType::Warning,
+                        type_: crate::events::EventType::Warning,
                         reason: "LeafTokenRenewalFailed",
                         action: "RenewToken",
                         note: format!("{e}; the current token expires in {left}s"),
