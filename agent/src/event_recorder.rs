@@ -64,31 +64,64 @@ pub struct NewEvent {
 struct Key {
     action: &'static str,
     reason: &'static str,
-    /// The regarded object's reference, every field.
+    /// The regarded object's reference, every field: api version, kind, namespace,
+    /// name, uid, resource version, field path.
     regarding: [Option<String>; 7],
 }
 
 impl Key {
-    fn of(e: &NewEvent) -> Self {
-        let r = &e.regarding;
+    fn new(action: &'static str, reason: &'static str, r: ObjectReference) -> Self {
         Key {
-            action: e.action,
-            reason: e.reason,
+            action,
+            reason,
             regarding: [
-                r.api_version.clone(),
-                r.kind.clone(),
-                r.namespace.clone(),
-                r.name.clone(),
-                r.uid.clone(),
-                r.resource_version.clone(),
-                r.field_path.clone(),
+                r.api_version,
+                r.kind,
+                r.namespace,
+                r.name,
+                r.uid,
+                r.resource_version,
+                r.field_path,
             ],
         }
     }
+
+    fn regarding(&self) -> ObjectReference {
+        let [
+            api_version,
+            kind,
+            namespace,
+            name,
+            uid,
+            resource_version,
+            field_path,
+        ] = self.regarding.clone();
+        ObjectReference {
+            api_version,
+            kind,
+            namespace,
+            name,
+            uid,
+            resource_version,
+            field_path,
+        }
+    }
+
+    fn namespace(&self) -> &str {
+        self.regarding[2].as_deref().unwrap_or("default")
+    }
 }
 
+/// What is kept of an event written: the parts its key does not hold, enough to write it
+/// again. Some 11000 events are kept at 1000 pods a second; whole Event objects were
+/// 30 MB of them.
 struct Cached {
-    event: Event,
+    name: String,
+    type_: EventType,
+    note: String,
+    event_time: Timestamp,
+    /// Count and last observed time, once a second of the kind was seen.
+    series: Option<(i32, Timestamp)>,
     last_seen: Instant,
 }
 
@@ -144,65 +177,58 @@ impl Inner {
     /// The cache's part of `record`, under its lock and without waiting on anything.
     fn note_event(&self, e: NewEvent) -> Option<Write> {
         let now = Instant::now();
-        let key = Key::of(&e);
+        let stamp = Timestamp::now();
+        let key = Key::new(e.action, e.reason, e.regarding);
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        match cache.events.get_mut(&key) {
-            Some(c) => {
-                c.last_seen = now;
-                let observed = MicroTime(Timestamp::now());
-                match c.event.series.as_mut() {
-                    Some(s) => {
-                        s.count += 1;
-                        s.last_observed_time = observed;
-                        None
-                    }
-                    None => {
-                        c.event.series = Some(EventSeries {
-                            count: 2,
-                            last_observed_time: observed,
-                        });
-                        Some(Write::Series(c.event.clone()))
-                    }
+        if let Some(c) = cache.events.get_mut(&key) {
+            c.last_seen = now;
+            return match c.series.as_mut() {
+                Some((count, observed)) => {
+                    *count += 1;
+                    *observed = stamp;
+                    None
                 }
-            }
-            None => {
-                let event = self.new_event(e);
-                cache.events.insert(
-                    key,
-                    Cached {
-                        event: event.clone(),
-                        last_seen: now,
-                    },
-                );
-                Some(Write::Create(event))
-            }
+                None => {
+                    c.series = Some((2, stamp));
+                    Some(Write::Series(self.event(&key, c)))
+                }
+            };
         }
+        let c = Cached {
+            // client-go's name: the object's and the time in hexadecimal nanoseconds.
+            name: format!(
+                "{}.{:x}",
+                key.regarding[3].as_deref().unwrap_or(&self.controller),
+                stamp.as_nanosecond()
+            ),
+            type_: e.type_,
+            note: e.note,
+            event_time: stamp,
+            series: None,
+            last_seen: now,
+        };
+        let write = Write::Create(self.event(&key, &c));
+        cache.events.insert(key, c);
+        Some(write)
     }
 
-    fn new_event(&self, e: NewEvent) -> Event {
-        let now = Timestamp::now();
+    fn event(&self, key: &Key, c: &Cached) -> Event {
         Event {
             metadata: ObjectMeta {
-                // client-go's name: the object's and the time in hexadecimal nanoseconds.
-                name: Some(format!(
-                    "{}.{:x}",
-                    e.regarding.name.as_deref().unwrap_or(&self.controller),
-                    now.as_nanosecond()
-                )),
-                namespace: Some(
-                    e.regarding
-                        .namespace
-                        .clone()
-                        .unwrap_or_else(|| "default".into()),
-                ),
+                name: Some(c.name.clone()),
+                namespace: Some(key.namespace().to_string()),
                 ..Default::default()
             },
-            event_time: Some(MicroTime(now)),
-            type_: Some(e.type_.as_str().into()),
-            reason: Some(e.reason.into()),
-            action: Some(e.action.into()),
-            note: Some(e.note),
-            regarding: Some(e.regarding),
+            event_time: Some(MicroTime(c.event_time)),
+            series: c.series.map(|(count, observed)| EventSeries {
+                count,
+                last_observed_time: MicroTime(observed),
+            }),
+            type_: Some(c.type_.as_str().into()),
+            reason: Some(key.reason.into()),
+            action: Some(key.action.into()),
+            note: Some(c.note.clone()),
+            regarding: Some(key.regarding()),
             reporting_controller: Some(self.controller.clone()),
             reporting_instance: Some(self.instance.clone()),
             ..Default::default()
@@ -274,7 +300,7 @@ async fn sweep_every_minute(recorder: Weak<Inner>) {
         };
         let writes = {
             let mut cache = inner.cache.lock().unwrap_or_else(|p| p.into_inner());
-            sweep(&mut cache, Instant::now())
+            sweep(&inner, &mut cache, Instant::now())
         };
         for w in writes {
             let inner = inner.clone();
@@ -286,14 +312,14 @@ async fn sweep_every_minute(recorder: Weak<Inner>) {
 /// Series unseen for 6 minutes get their last count written and are forgotten, as are
 /// single events older than that (client-go's `finishSeries`); every 30 minutes, every
 /// series' count is written (`refreshExistingEventSeries`).
-fn sweep(cache: &mut Cache, now: Instant) -> Vec<Write> {
+fn sweep(inner: &Inner, cache: &mut Cache, now: Instant) -> Vec<Write> {
     let mut writes = Vec::new();
-    cache.events.retain(|_, c| {
+    cache.events.retain(|key, c| {
         if now.duration_since(c.last_seen) < FINISH_AFTER {
             return true;
         }
-        if c.event.series.is_some() {
-            writes.push(Write::Series(c.event.clone()));
+        if c.series.is_some() {
+            writes.push(Write::Series(inner.event(key, c)));
         }
         false
     });
@@ -302,14 +328,13 @@ fn sweep(cache: &mut Cache, now: Instant) -> Vec<Write> {
         writes.extend(
             cache
                 .events
-                .values()
-                .filter(|c| c.event.series.is_some())
-                .map(|c| Write::Series(c.event.clone())),
+                .iter()
+                .filter(|(_, c)| c.series.is_some())
+                .map(|(key, c)| Write::Series(inner.event(key, c))),
         );
     }
     writes
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
