@@ -16,6 +16,7 @@ fn color(s: Scheduler) -> RGBColor {
         Scheduler::KubeScheduler => RGBColor(66, 133, 244),
         Scheduler::Mcsched => RGBColor(234, 67, 53),
         Scheduler::BindOnly => RGBColor(150, 150, 150),
+        Scheduler::BindEvents => RGBColor(100, 100, 100),
     }
 }
 
@@ -28,7 +29,7 @@ pub fn draw(path: &Path, results: &[RunResult], title: &str) -> anyhow::Result<(
         .into_iter()
         .filter(|k| results.iter().any(|r| r.workload == *k))
         .collect();
-    let schedulers: Vec<Scheduler> = Scheduler::ALL
+    let schedulers: Vec<Scheduler> = Scheduler::KNOWN
         .into_iter()
         .filter(|s| results.iter().any(|r| r.scheduler == *s))
         .collect();

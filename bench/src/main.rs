@@ -64,6 +64,9 @@ enum Command {
         scheduler_name: String,
         #[arg(long, default_value_t = bind_only::MCSCHED_PARALLEL_BINDINGS)]
         concurrency: usize,
+        /// Also write each bound pod's Scheduled event, as kube-scheduler does.
+        #[arg(long)]
+        events: bool,
     },
 }
 
@@ -119,9 +122,10 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         kubeconfig,
         scheduler_name,
         concurrency,
+        events,
     }) = &args.command
     {
-        bind_only::run(kubeconfig, scheduler_name, *concurrency).await?;
+        bind_only::run(kubeconfig, scheduler_name, *concurrency, *events).await?;
         return Ok(ExitCode::SUCCESS);
     }
     let repo = mcsched_e2e::repo_root();

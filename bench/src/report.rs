@@ -194,8 +194,11 @@ const METHOD: &str = "How it is measured (after kube-scheduler's `scheduler_perf
   `controlplane scheduler` (the real `k8s.io/kubernetes/cmd/kube-scheduler/app`, default
   profile), `mcsched-agent` with its default profile, and **bind-only** (`mcsched-bench
   bind-only`): every pending pod bound to the next node round-robin with no scheduling logic,
-  at most 64 bindings in flight, mcsched-agent's `--parallel-bindings` default. Each first
-  binds one warm-up pod, so that its caches are synced before measuring starts.
+  at most 64 bindings in flight, mcsched-agent's `--parallel-bindings` default; when named
+  in `--schedulers`, **bind-events** (`mcsched-bench bind-only --events`): the same, also
+  writing each bound pod's Scheduled event as kube-scheduler and mcsched-agent do, 32 in
+  flight. Each first binds one warm-up pod, so that its caches are synced before measuring
+  starts.
 - The measured pods are then created, 64 requests in flight, while the scheduler runs. A
   watch on them notes on the harness's clock when each binding is first seen.
   **pods/s** = (bound − 1) / (last binding − first binding). The **per-second** columns are

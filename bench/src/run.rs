@@ -54,8 +54,8 @@ pub struct RunResult {
     pub leaf: Option<LeafOutcome>,
     /// Wall time of the measured phase, creation of the first pod to the last binding.
     pub measured_for: Duration,
-    /// Placements that break the workload's constraints (`validate`); bind-only's are not
-    /// judged.
+    /// Placements that break the workload's constraints (`validate`); the bind-only baselines'
+    /// are not judged.
     pub violations: Vec<String>,
 }
 
@@ -238,7 +238,7 @@ pub async fn run(
             .map(|leaves_done| leaves_done.max(last_binding));
         Some(outcome)
     };
-    let mut violations = if scheduler == Scheduler::BindOnly {
+    let mut violations = if matches!(scheduler, Scheduler::BindOnly | Scheduler::BindEvents) {
         Vec::new()
     } else {
         crate::validate::check(&host.client, kind).await?

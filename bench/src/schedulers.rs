@@ -23,13 +23,23 @@ pub enum Scheduler {
     KubeScheduler,
     Mcsched,
     BindOnly,
+    /// bind-only writing each pod's Scheduled event too; run only when named.
+    BindEvents,
 }
 
 impl Scheduler {
+    /// The schedulers run when none are named.
     pub const ALL: [Scheduler; 3] = [
         Scheduler::KubeScheduler,
         Scheduler::Mcsched,
         Scheduler::BindOnly,
+    ];
+    /// Every scheduler `--schedulers` accepts, in the order results show them.
+    pub const KNOWN: [Scheduler; 4] = [
+        Scheduler::KubeScheduler,
+        Scheduler::Mcsched,
+        Scheduler::BindOnly,
+        Scheduler::BindEvents,
     ];
 
     pub fn label(self) -> &'static str {
@@ -37,6 +47,7 @@ impl Scheduler {
             Scheduler::KubeScheduler => "kube-scheduler",
             Scheduler::Mcsched => "mcsched",
             Scheduler::BindOnly => "bind-only",
+            Scheduler::BindEvents => "bind-events",
         }
     }
 
@@ -46,6 +57,7 @@ impl Scheduler {
             Scheduler::KubeScheduler => "default-scheduler",
             Scheduler::Mcsched => "mcsched",
             Scheduler::BindOnly => bind_only::SCHEDULER_NAME,
+            Scheduler::BindEvents => "bind-events",
         }
     }
 }
@@ -59,11 +71,13 @@ impl fmt::Display for Scheduler {
 impl FromStr for Scheduler {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Scheduler::ALL
+        Scheduler::KNOWN
             .into_iter()
             .find(|k| k.label().eq_ignore_ascii_case(s))
             .ok_or_else(|| {
-                format!("unknown scheduler {s:?}; one of kube-scheduler, mcsched, bind-only")
+                format!(
+                    "unknown scheduler {s:?}; one of kube-scheduler, mcsched, bind-only, bind-events"
+                )
             })
     }
 }
@@ -112,16 +126,21 @@ pub fn start(
                 .arg(format!("--client-burst={CLIENT_BURST}"));
         }
         Scheduler::Mcsched => return start_agent(bins, kubeconfig, dir, "mcsched"),
-        Scheduler::BindOnly => {
+        Scheduler::BindOnly | Scheduler::BindEvents => {
             cmd = Command::new(&bins.bench);
             cmd.arg("bind-only")
                 .arg("--kubeconfig")
                 .arg(kubeconfig)
+                .arg("--scheduler-name")
+                .arg(scheduler.scheduler_name())
                 .arg(format!(
                     "--concurrency={}",
                     bind_only::MCSCHED_PARALLEL_BINDINGS
                 ))
                 .env("RUST_LOG", "warn");
+            if scheduler == Scheduler::BindEvents {
+                cmd.arg("--events");
+            }
         }
     }
     spawn(cmd, scheduler.label(), dir)
