@@ -1,7 +1,7 @@
 //! The last scheduling attempt of each pod, as an explanation, in bounded memory.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
 
 use mcsched_shared::explain::{Explanation, NodeExplanation, Outcome, PluginScore, PluginVerdict};
 
@@ -28,18 +28,46 @@ fn success(plugin: &str) -> PluginVerdict {
 /// One node of an explanation as stored: what the wire form repeats for every node (the
 /// filter plugins a feasible node passed, the score plugins' names and weights) is kept
 /// once per explanation and put back on request. 2000 explanations of 50 nodes each
-/// otherwise hold some 20 strings per node, hundreds of MiB on a large cluster.
+/// otherwise hold some 20 strings per node, hundreds of MiB on a large cluster. Node names
+/// are shared between explanations (`Names`), the optional parts boxed.
 #[derive(Debug, Clone)]
 struct StoredNode {
-    node: String,
+    node: Arc<str>,
     feasible: bool,
     /// None: passed every filter of the cycle's `filter_plugins`.
-    filters: Option<Vec<PluginVerdict>>,
+    filters: Option<Box<[PluginVerdict]>>,
     /// (raw, normalized) per score column.
     scores: Box<[(i64, i64)]>,
     total_score: Option<i64>,
-    leaf_node: Option<String>,
-    nominated_pods: Vec<String>,
+    leaf_node: Option<Box<str>>,
+    nominated_pods: Box<[String]>,
+}
+
+/// Node names shared by the stored explanations; names no explanation holds any more are
+/// dropped every CAPACITY explanations.
+#[derive(Default)]
+struct Names {
+    names: HashSet<Arc<str>>,
+    stored_since_prune: usize,
+}
+
+impl Names {
+    fn intern(&mut self, name: &str) -> Arc<str> {
+        if let Some(n) = self.names.get(name) {
+            return n.clone();
+        }
+        let n: Arc<str> = Arc::from(name);
+        self.names.insert(n.clone());
+        n
+    }
+
+    fn stored_one(&mut self) {
+        self.stored_since_prune += 1;
+        if self.stored_since_prune >= CAPACITY {
+            self.stored_since_prune = 0;
+            self.names.retain(|n| Arc::strong_count(n) > 1);
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -70,12 +98,12 @@ fn expand_node(
     score_columns: &[(&'static str, i64)],
 ) -> NodeExplanation {
     NodeExplanation {
-        node: n.node.clone(),
+        node: n.node.to_string(),
         feasible: n.feasible,
-        filters: n
-            .filters
-            .clone()
-            .unwrap_or_else(|| filter_plugins.iter().map(|p| success(p)).collect()),
+        filters: n.filters.as_deref().map_or_else(
+            || filter_plugins.iter().map(|p| success(p)).collect(),
+            <[PluginVerdict]>::to_vec,
+        ),
         scores: score_columns
             .iter()
             .zip(n.scores.iter())
@@ -88,25 +116,29 @@ fn expand_node(
             })
             .collect(),
         total_score: n.total_score,
-        leaf_node: n.leaf_node.clone(),
-        nominated_pods: n.nominated_pods.clone(),
+        leaf_node: n.leaf_node.as_deref().map(str::to_string),
+        nominated_pods: n.nominated_pods.to_vec(),
     }
 }
 
 /// Per node: every verdict when the cycle recorded them all; else the filters a feasible
 /// node passed, or those a rejected node passed up to its first rejection.
-fn stored_nodes(record: &CycleRecord, limit: usize) -> Vec<StoredNode> {
+fn stored_nodes(
+    record: &CycleRecord,
+    limit: usize,
+    name_of: &mut dyn FnMut(&str) -> Arc<str>,
+) -> Vec<StoredNode> {
     let verdicts_of =
-        |name: &str, status: Option<&crate::framework::Status>| -> Option<Vec<PluginVerdict>> {
+        |name: &str, status: Option<&crate::framework::Status>| -> Option<Box<[PluginVerdict]>> {
             if let Some(v) = record.verdicts.get(name) {
-                return Some(v.clone());
+                return Some(v.as_slice().into());
             }
             let status = status?;
             let mut out = Vec::new();
             for p in &record.filter_plugins {
                 if status.plugin == *p {
                     out.push(verdict(p, status));
-                    return Some(out);
+                    return Some(out.into_boxed_slice());
                 }
                 out.push(success(p));
             }
@@ -114,8 +146,15 @@ fn stored_nodes(record: &CycleRecord, limit: usize) -> Vec<StoredNode> {
             if !status.plugin.is_empty() {
                 out.push(verdict(status.plugin, status));
             }
-            Some(out)
+            Some(out.into_boxed_slice())
         };
+    let nominated_of = |name: &str| -> Box<[String]> {
+        record
+            .nominated
+            .get(name)
+            .map(|p| p.as_slice().into())
+            .unwrap_or_default()
+    };
     // Pick the nodes before building anything: the best totals, then rejected nodes.
     let mut order: Vec<usize> = (0..record.feasible.len()).collect();
     // Best total first, ties in node order; only the first `limit` are sorted (hundreds
@@ -136,7 +175,7 @@ fn stored_nodes(record: &CycleRecord, limit: usize) -> Vec<StoredNode> {
         .map(|j| {
             let n = &record.feasible[j];
             StoredNode {
-                node: n.name.clone(),
+                node: name_of(&n.name),
                 feasible: true,
                 filters: verdicts_of(&n.name, None),
                 scores: record
@@ -150,20 +189,20 @@ fn stored_nodes(record: &CycleRecord, limit: usize) -> Vec<StoredNode> {
                     })
                     .collect(),
                 total_score: record.totals.get(j).copied(),
-                leaf_node: record.leaf_nodes.get(&n.name).cloned(),
-                nominated_pods: record.nominated.get(&n.name).cloned().unwrap_or_default(),
+                leaf_node: record.leaf_nodes.get(&n.name).map(|l| l.as_str().into()),
+                nominated_pods: nominated_of(&n.name),
             }
         })
         .collect();
     let room = limit.saturating_sub(nodes.len());
     nodes.extend(record.rejected.iter().take(room).map(|(n, s)| StoredNode {
-        node: n.name.clone(),
+        node: name_of(&n.name),
         feasible: false,
         filters: verdicts_of(&n.name, Some(s)),
         scores: Box::new([]),
         total_score: None,
         leaf_node: None,
-        nominated_pods: record.nominated.get(&n.name).cloned().unwrap_or_default(),
+        nominated_pods: nominated_of(&n.name),
     }));
     nodes
 }
@@ -174,7 +213,7 @@ fn score_columns(record: &CycleRecord) -> Vec<(&'static str, i64)> {
 
 pub fn node_explanations(record: &CycleRecord, limit: usize) -> Vec<NodeExplanation> {
     let columns = score_columns(record);
-    stored_nodes(record, limit)
+    stored_nodes(record, limit, &mut |n| Arc::from(n))
         .iter()
         .map(|n| expand_node(n, &record.filter_plugins, &columns))
         .collect()
@@ -218,27 +257,31 @@ pub fn explanation(
     e
 }
 
-fn stored(
-    scheduler: &str,
-    key: &str,
-    record: &CycleRecord,
-    outcome: Outcome,
-    num_all_nodes: usize,
-) -> Stored {
-    Stored {
-        head: head(scheduler, key, record, outcome, num_all_nodes),
-        filter_plugins: record.filter_plugins.clone(),
-        score_columns: score_columns(record),
-        nodes: stored_nodes(record, MAX_NODES),
-    }
-}
-
 #[derive(Default)]
 pub struct ExplanationStore {
     inner: Mutex<(HashMap<String, Stored>, VecDeque<String>)>,
+    names: Mutex<Names>,
 }
 
 impl ExplanationStore {
+    fn stored(
+        &self,
+        scheduler: &str,
+        key: &str,
+        record: &CycleRecord,
+        outcome: Outcome,
+        num_all_nodes: usize,
+    ) -> Stored {
+        let mut names = self.names.lock().unwrap_or_else(|p| p.into_inner());
+        names.stored_one();
+        Stored {
+            head: head(scheduler, key, record, outcome, num_all_nodes),
+            filter_plugins: record.filter_plugins.clone(),
+            score_columns: score_columns(record),
+            nodes: stored_nodes(record, MAX_NODES, &mut |n| names.intern(n)),
+        }
+    }
+
     fn put(&self, key: &str, e: Stored) {
         let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let (map, order) = &mut *guard;
@@ -264,7 +307,8 @@ impl ExplanationStore {
             node: node.to_string(),
             leaf_node: record.leaf_nodes.get(node).cloned(),
         };
-        self.put(key, stored(scheduler, key, record, outcome, num_all));
+        let e = self.stored(scheduler, key, record, outcome, num_all);
+        self.put(key, e);
     }
 
     pub fn record_failure(
@@ -281,10 +325,8 @@ impl ExplanationStore {
             nominated_node,
             victims,
         };
-        self.put(
-            key,
-            stored(scheduler, key, record, outcome, fit.num_all_nodes),
-        );
+        let e = self.stored(scheduler, key, record, outcome, fit.num_all_nodes);
+        self.put(key, e);
     }
 
     pub fn get(&self, key: &str) -> Option<Explanation> {
@@ -327,6 +369,45 @@ mod tests {
         assert_eq!(store.len(), CAPACITY);
         assert!(store.get("ns/p0").is_none());
         assert!(store.get(&format!("ns/p{}", CAPACITY + 9)).is_some());
+    }
+
+    #[test]
+    fn node_names_are_shared_and_dropped_with_the_last_explanation() {
+        let info = |name: &str| {
+            let node: k8s_openapi::api::core::v1::Node =
+                serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))
+                    .expect("node");
+            Arc::new(crate::snapshot::NodeInfo::new(Arc::new(node)))
+        };
+        let on = |name: &str| CycleRecord {
+            feasible: crate::snapshot::NodeList::from_nodes(vec![info(name)]),
+            totals: vec![1],
+            ..Default::default()
+        };
+        let store = ExplanationStore::default();
+        store.record_success("s", "ns/a", &on("old"), "old", 1);
+        store.record_success("s", "ns/b", &on("old"), "old", 1);
+        let node_of = |key: &str| {
+            let guard = store.inner.lock().unwrap_or_else(|p| p.into_inner());
+            guard.0.get(key).map(|e| e.nodes[0].node.clone())
+        };
+        let (a, b) = (node_of("ns/a"), node_of("ns/b"));
+        assert!(a.zip(b).is_some_and(|(a, b)| Arc::ptr_eq(&a, &b)));
+        assert_eq!(
+            store
+                .get("ns/b")
+                .map(|e| e.nodes[0].node.clone())
+                .as_deref(),
+            Some("old")
+        );
+
+        // Once every explanation naming "old" is evicted, the name goes too.
+        for i in 0..2 * CAPACITY {
+            store.record_success("s", &format!("ns/p{i}"), &on("new"), "new", 1);
+        }
+        let names = store.names.lock().unwrap_or_else(|p| p.into_inner());
+        assert!(!names.names.contains("old"));
+        assert!(names.names.contains("new"));
     }
 
     #[test]
