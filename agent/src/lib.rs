@@ -19,6 +19,7 @@ pub mod framework;
 pub mod leader;
 pub mod leaf;
 pub mod metrics;
+pub mod node_info;
 pub mod nominator;
 pub mod plugins;
 pub mod pod_selectors;

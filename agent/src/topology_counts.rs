@@ -24,7 +24,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use mcsched_shared::selectors::label_selector_matches;
 
 use crate::affinity::AffinityTerm;
-use crate::snapshot::{NodeInfo, PodInfo};
+use crate::node_info::{NodeInfo, PodInfo};
 
 /// A persistent map hashed with foldhash: these maps are read for every node in every
 /// cycle, where SipHash was most of the cost. Seeded per process.
