@@ -43,10 +43,20 @@ pub enum Message {
     },
 }
 
+/// A `Message::Unschedulable` on its way to the status writer.
+struct StatusWrite {
+    namespace: String,
+    name: String,
+    reason: &'static str,
+    message: String,
+    nominated_node: Option<String>,
+}
+
 #[derive(Clone)]
 pub struct EventSink {
-    events: mpsc::Sender<Message>,
-    statuses: mpsc::Sender<Message>,
+    /// Each event with its reporting controller.
+    events: mpsc::Sender<(String, NewEvent)>,
+    statuses: mpsc::Sender<StatusWrite>,
 }
 
 impl EventSink {
@@ -59,11 +69,45 @@ impl EventSink {
     }
 
     pub fn send(&self, m: Message) {
-        let queue = match m {
-            Message::Event { .. } => &self.events,
-            Message::Unschedulable { .. } => &self.statuses,
+        let queued = match m {
+            Message::Event {
+                reporting_controller,
+                regarding,
+                type_,
+                reason,
+                action,
+                note,
+            } => {
+                // Notes are limited to 1 kB by the API.
+                let event = NewEvent {
+                    type_,
+                    reason,
+                    action,
+                    note: truncate(note, 1024),
+                    regarding,
+                };
+                self.events
+                    .try_send((reporting_controller, event))
+                    .map_err(|e| e.to_string())
+            }
+            Message::Unschedulable {
+                namespace,
+                name,
+                reason,
+                message,
+                nominated_node,
+            } => self
+                .statuses
+                .try_send(StatusWrite {
+                    namespace,
+                    name,
+                    reason,
+                    message,
+                    nominated_node,
+                })
+                .map_err(|e| e.to_string()),
         };
-        if let Err(e) = queue.try_send(m) {
+        if let Err(e) = queued {
             warn!(error = %e, "event queue full; dropping an event");
         }
     }
@@ -111,21 +155,14 @@ pub fn object_ref(pod: &Pod) -> ObjectReference {
 
 /// Records each event in a task of its own, at most EVENTS_IN_FLIGHT at once, with one
 /// recorder (and so one series cache) per reporting scheduler.
-async fn record_events(client: Client, instance: String, mut rx: mpsc::Receiver<Message>) {
+async fn record_events(
+    client: Client,
+    instance: String,
+    mut rx: mpsc::Receiver<(String, NewEvent)>,
+) {
     let mut recorders: HashMap<String, EventRecorder> = HashMap::new();
     let slots = Arc::new(Semaphore::new(EVENTS_IN_FLIGHT));
-    while let Some(m) = rx.recv().await {
-        let Message::Event {
-            reporting_controller,
-            regarding,
-            type_,
-            reason,
-            action,
-            note,
-        } = m
-        else {
-            continue;
-        };
+    while let Some((reporting_controller, event)) = rx.recv().await {
         let recorder = recorders
             .entry(reporting_controller.clone())
             .or_insert_with(|| {
@@ -136,14 +173,6 @@ async fn record_events(client: Client, instance: String, mut rx: mpsc::Receiver<
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
         };
-        // Notes are limited to 1 kB by the API.
-        let event = NewEvent {
-            type_,
-            reason,
-            action,
-            note: truncate(note, 1024),
-            regarding,
-        };
         tokio::spawn(async move {
             recorder.record(event).await;
             drop(slot);
@@ -153,18 +182,15 @@ async fn record_events(client: Client, instance: String, mut rx: mpsc::Receiver<
 
 /// PodScheduled=False and nominated node writes, one at a time so a pod's writes land in
 /// the order they were made.
-async fn write_statuses(client: Client, mut rx: mpsc::Receiver<Message>) {
-    while let Some(m) = rx.recv().await {
-        let Message::Unschedulable {
-            namespace,
-            name,
-            reason,
-            message,
-            nominated_node,
-        } = m
-        else {
-            continue;
-        };
+async fn write_statuses(client: Client, mut rx: mpsc::Receiver<StatusWrite>) {
+    while let Some(StatusWrite {
+        namespace,
+        name,
+        reason,
+        message,
+        nominated_node,
+    }) = rx.recv().await
+    {
         let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
         let mut status = json!({
             "conditions": [{

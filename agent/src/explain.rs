@@ -360,6 +360,12 @@ impl ExplanationStore {
 mod tests {
     use super::*;
 
+    fn info(name: &str) -> Arc<crate::snapshot::NodeInfo> {
+        let node: k8s_openapi::api::core::v1::Node =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).expect("node");
+        Arc::new(crate::snapshot::NodeInfo::new(Arc::new(node)))
+    }
+
     #[test]
     fn memory_is_bounded() {
         let store = ExplanationStore::default();
@@ -373,12 +379,6 @@ mod tests {
 
     #[test]
     fn node_names_are_shared_and_dropped_with_the_last_explanation() {
-        let info = |name: &str| {
-            let node: k8s_openapi::api::core::v1::Node =
-                serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))
-                    .expect("node");
-            Arc::new(crate::snapshot::NodeInfo::new(Arc::new(node)))
-        };
         let on = |name: &str| CycleRecord {
             feasible: crate::snapshot::NodeList::from_nodes(vec![info(name)]),
             totals: vec![1],
@@ -412,12 +412,6 @@ mod tests {
 
     #[test]
     fn a_stored_explanation_expands_to_the_full_one() {
-        let info = |name: &str| {
-            let node: k8s_openapi::api::core::v1::Node =
-                serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))
-                    .expect("node");
-            std::sync::Arc::new(crate::snapshot::NodeInfo::new(std::sync::Arc::new(node)))
-        };
         let record = CycleRecord {
             filter_plugins: vec!["NodeName", "NodeResourcesFit"],
             feasible: crate::snapshot::NodeList::from_nodes(vec![info("a"), info("b")]),
@@ -448,16 +442,10 @@ mod tests {
 
     #[test]
     fn the_best_totals_are_kept_ties_in_node_order() {
-        let info = |name: String| {
-            let node: k8s_openapi::api::core::v1::Node =
-                serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))
-                    .expect("node");
-            std::sync::Arc::new(crate::snapshot::NodeInfo::new(std::sync::Arc::new(node)))
-        };
         let totals: Vec<i64> = (0..40).map(|i| (i * 7) % 10).collect();
         let record = CycleRecord {
             feasible: crate::snapshot::NodeList::from_nodes(
-                (0..40).map(|i| info(format!("n{i}"))).collect(),
+                (0..40).map(|i| info(&format!("n{i}"))).collect(),
             ),
             totals: totals.clone(),
             ..Default::default()
