@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use k8s_openapi::api::core::v1::{Pod, PodAffinityTerm, WeightedPodAffinityTerm};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use mcsched_shared::selectors::label_selector_matches;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -39,8 +39,8 @@ impl AffinityTerm {
 
     /// Whether `pod` is in one of the term's namespaces (by name, or by `ns_labels`
     /// matching the namespaceSelector) and matches its label selector.
-    pub fn matches(&self, pod: &Pod, ns_labels: Option<&BTreeMap<String, String>>) -> bool {
-        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+    pub fn matches(&self, pod: &ObjectMeta, ns_labels: Option<&BTreeMap<String, String>>) -> bool {
+        let ns = pod.namespace.as_deref().unwrap_or_default();
         let in_namespace = self.namespaces.contains(ns)
             || ns_labels.is_some_and(|l| {
                 self.namespace_selector
@@ -68,9 +68,9 @@ impl AffinityTerm {
     }
 }
 
-pub fn labels_of(pod: &Pod) -> &BTreeMap<String, String> {
+pub fn labels_of(meta: &ObjectMeta) -> &BTreeMap<String, String> {
     static EMPTY: BTreeMap<String, String> = BTreeMap::new();
-    pod.metadata.labels.as_ref().unwrap_or(&EMPTY)
+    meta.labels.as_ref().unwrap_or(&EMPTY)
 }
 
 /// A pod's four term lists.

@@ -195,13 +195,24 @@ impl Cache {
         };
         if let Some(e) = self.pods.get(&key)
             && e.node == node
-            && e.info.pod.metadata.resource_version == pod.metadata.resource_version
+            && e.info.meta.resource_version == pod.metadata.resource_version
             && !e.assumed
         {
             return;
         }
         self.remove_pod(&key);
-        self.add_pod(key, node, Arc::new(PodInfo::new(pod)), false);
+        // Bound pods are kept compact, but pod sync reads the whole object of every pod
+        // on a virtual node at each pass: those stay decoded.
+        let on_virtual_node = self
+            .index
+            .get(&node)
+            .is_some_and(|&i| self.nodes[i].cluster.is_some());
+        let info = if on_virtual_node {
+            PodInfo::new(pod)
+        } else {
+            PodInfo::compact(pod)
+        };
+        self.add_pod(key, node, Arc::new(info), false);
     }
 
     fn add_pod(&mut self, key: String, node: String, info: Arc<PodInfo>, assumed: bool) {
@@ -262,6 +273,11 @@ impl Cache {
         {
             self.remove_pod(key);
         }
+    }
+
+    /// The pod under `key`, bound or assumed.
+    pub fn pod_info(&self, key: &str) -> Option<&Arc<PodInfo>> {
+        self.pods.get(key).map(|e| &e.info)
     }
 
     pub fn is_assumed(&self, key: &str) -> bool {
@@ -386,6 +402,30 @@ mod tests {
         assert_eq!(pods_on(&mut c, "n1"), vec!["ns/early", "ns/later"]);
         c.remove_pod("ns/early");
         assert_eq!(pods_on(&mut c, "n1"), vec!["ns/later"]);
+    }
+
+    /// Pods on real nodes are kept compact; pods on a virtual node stay decoded for pod
+    /// sync, which reads them whole.
+    #[test]
+    fn bound_pods_are_compact_except_on_virtual_nodes() {
+        let mut c = Cache::new();
+        c.apply_node(node("n1"));
+        let mut v = (*node("vn")).clone();
+        v.metadata.labels = Some(
+            [(
+                mcsched_shared::keys::CLUSTER_LABEL.to_string(),
+                "east".to_string(),
+            )]
+            .into(),
+        );
+        c.apply_node(Arc::new(v));
+        c.apply_pod(pod("real", Some("n1"), "1"));
+        c.apply_pod(pod("sent", Some("vn"), "1"));
+        let s = c.snapshot();
+        let on = |n: &str| s.get(n).map(|n| n.pods[0].clone()).expect("pod");
+        assert!(on("n1").is_compact());
+        assert!(!on("vn").is_compact());
+        assert_eq!(*on("n1").pod(), *pod("real", Some("n1"), "1"));
     }
 
     #[test]

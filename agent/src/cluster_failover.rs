@@ -37,10 +37,10 @@ pub fn due(set: &PolicySet, snapshot: &Snapshot, now: k8s_openapi::jiff::Timesta
             continue;
         }
         for pod in &node.pods {
-            if pod.pod.metadata.deletion_timestamp.is_some() {
+            if pod.terminating() {
                 continue;
             }
-            let Some(policy) = set.for_pod(&pod.pod) else {
+            let Some(policy) = set.for_pod(&pod.meta) else {
                 continue;
             };
             if policy.invalid.is_some() {

@@ -13,6 +13,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use mcsched_shared::policy::DivisionType;
@@ -43,10 +44,10 @@ pub fn wanted(set: &PolicySet, snapshot: &Snapshot) -> BTreeMap<String, (String,
     for node in snapshot.nodes.iter() {
         let cluster = node.cluster_name();
         for pod in &node.pods {
-            if pod.pod.metadata.deletion_timestamp.is_some() {
+            if pod.terminating() {
                 continue;
             }
-            let Some(policy) = set.for_pod(&pod.pod) else {
+            let Some(policy) = set.for_pod(&pod.meta) else {
                 continue;
             };
             let Some(d) = &policy.spec.division else {
@@ -55,13 +56,12 @@ pub fn wanted(set: &PolicySet, snapshot: &Snapshot) -> BTreeMap<String, (String,
             if !d.keep_shape || d.type_ != DivisionType::Weighted || policy.invalid.is_some() {
                 continue;
             }
-            let Some(owner) = crate::plugins::cluster_policy::controller_uid(&pod.pod) else {
+            let Some(owner) = pod.controller_uid() else {
                 continue;
             };
             weights.insert(policy.reference.clone(), d.weights.clone());
             let created = pod
-                .pod
-                .metadata
+                .meta
                 .creation_timestamp
                 .as_ref()
                 .map(|t| t.0.to_string())
@@ -88,9 +88,8 @@ pub fn wanted(set: &PolicySet, snapshot: &Snapshot) -> BTreeMap<String, (String,
     out
 }
 
-fn current(pod: &Pod) -> Option<&str> {
-    pod.metadata
-        .annotations
+fn current(meta: &ObjectMeta) -> Option<&str> {
+    meta.annotations
         .as_ref()
         .and_then(|a| a.get(ANNOTATION))
         .map(String::as_str)
@@ -106,11 +105,11 @@ pub async fn write(
     agent_namespace: &str,
 ) -> HashMap<String, String> {
     let mut refused: HashMap<String, String> = HashMap::new();
-    let pods: HashMap<&str, &Pod> = snapshot
+    let pods: HashMap<&str, &ObjectMeta> = snapshot
         .nodes
         .iter()
         .flat_map(|n| n.pods.iter())
-        .map(|p| (p.key.as_str(), &*p.pod))
+        .map(|p| (p.key.as_str(), &p.meta))
         .collect();
     for (key, (policy, cost)) in wanted(set, snapshot) {
         let Some(pod) = pods.get(key.as_str()) else {
@@ -123,7 +122,7 @@ pub async fn write(
         let (ns, name) = key.split_once('/').unwrap_or_default();
         // The pod's UID as a precondition: never the annotation of a successor of that name.
         let patch = serde_json::json!({"metadata": {
-            "uid": pod.metadata.uid,
+            "uid": pod.uid,
             "annotations": {ANNOTATION: value}}});
         match Api::<Pod>::namespaced(client.clone(), ns)
             .patch(name, &PatchParams::default(), &Patch::Merge(patch))

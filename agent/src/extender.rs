@@ -217,7 +217,8 @@ impl Extender {
         if self.config.managed_resources.is_empty() {
             return true;
         }
-        let Some(spec) = pod.pod.spec.as_ref() else {
+        let obj = pod.pod();
+        let Some(spec) = obj.spec.as_ref() else {
             return false;
         };
         spec.containers
@@ -362,7 +363,7 @@ impl Extender {
                 } else {
                     v.pods
                         .iter()
-                        .map(|p| serde_json::to_value(&*p.pod).unwrap_or_default())
+                        .map(|p| serde_json::to_value(&*p.pod()).unwrap_or_default())
                         .collect()
                 };
                 (
@@ -451,7 +452,7 @@ impl PreemptionExtender for Extender {
                     self.config.url_prefix
                 )
             })?;
-        tokio::task::block_in_place(|| handle.block_on(self.preempt(&pod.pod, victims, snapshot)))
+        tokio::task::block_in_place(|| handle.block_on(self.preempt(&pod.pod(), victims, snapshot)))
             .map_err(|e| e.to_string())
     }
 }

@@ -5,9 +5,11 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, Volume};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use mcsched_shared::node;
 use mcsched_shared::resources::{Resources, pod_requests};
+use tracing::warn;
 /// kube-scheduler's defaults for pods that request nothing, used only by scoring so that
 /// zero-request pods still spread (`schedutil.DefaultMilliCPURequest`/`DefaultMemoryRequest`).
 pub const DEFAULT_MILLI_CPU_REQUEST: i64 = 100;
@@ -22,9 +24,17 @@ pub struct HostPort {
 }
 
 /// A pod with what every cycle needs of it computed once.
+///
+/// The cache keeps its thousands of bound pods [compact](PodInfo::compact): the fields
+/// below, with the rest of the object serialized, since a decoded `Pod` with one container
+/// takes some 9 KB. Everything that reads pods already on nodes (plugins' add/remove and
+/// per-node checks, policies, preemption's victims) reads these fields; the whole object
+/// ([`PodInfo::pod`]) is for the pod being scheduled and the rare whole-object reader
+/// (pod sync, extenders, what-ifs that rewrite a pod).
 #[derive(Debug, Clone)]
 pub struct PodInfo {
-    pub pod: Arc<Pod>,
+    /// The object's metadata, managed fields dropped.
+    pub meta: ObjectMeta,
     pub key: String,
     pub uid: String,
     pub namespace: String,
@@ -40,17 +50,70 @@ pub struct PodInfo {
     pub terms: Arc<crate::affinity::PodAffinityTerms>,
     /// A request that did not parse; the pod is unschedulable with this message.
     pub invalid: Option<String>,
+    node_name: Option<String>,
+    nominated_node_name: Option<String>,
+    priority: i32,
+    /// `spec.volumes`, read by the volume plugins for pods already on a node.
+    pub volumes: Vec<Volume>,
+    pub start_time: Option<Time>,
+    /// A `DisruptionTarget` condition set by a scheduler's preemption (kube's
+    /// `podTerminatingByPreemption` reads it).
+    pub preempted: bool,
+    object: PodObject,
 }
 
+/// The whole pod: decoded for a pod being scheduled, serialized (without its metadata,
+/// kept beside) for one in the cache.
+#[derive(Debug, Clone)]
+enum PodObject {
+    Decoded(Arc<Pod>),
+    Encoded(Arc<[u8]>),
+}
+
+/// The reason kube-scheduler's preemption writes into its victims' DisruptionTarget.
+pub const PREEMPTED_REASON: &str = "PreemptionByScheduler";
+
 impl PodInfo {
+    /// A pod kept decoded: the one being scheduled, or one built for a what-if.
     pub fn new(pod: Arc<Pod>) -> Self {
-        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
-        let name = pod.metadata.name.clone().unwrap_or_default();
-        let (requests, invalid) = match pod_requests(&pod) {
+        let meta = pod.metadata.clone();
+        let mut info = Self::computed(&pod, meta);
+        info.object = PodObject::Decoded(pod);
+        info
+    }
+
+    /// A pod kept compact, as the cache keeps bound pods: the whole object is decoded
+    /// again only when [`PodInfo::pod`] is asked for.
+    pub fn compact(pod: Arc<Pod>) -> Self {
+        let mut pod = Arc::unwrap_or_clone(pod);
+        let meta = std::mem::take(&mut pod.metadata);
+        let mut info = Self::computed(&pod, meta);
+        if let Some(spec) = pod.spec.as_mut() {
+            spec.volumes = None;
+        }
+        info.object = match serde_json::to_vec(&pod) {
+            Ok(bytes) => PodObject::Encoded(bytes.into()),
+            Err(e) => {
+                // Not expected of a Pod; keep it whole rather than lose it.
+                warn!(pod = %info.key, error = %e, "pod not serializable; kept decoded");
+                pod.metadata = info.meta.clone();
+                if let Some(spec) = pod.spec.as_mut() {
+                    spec.volumes = (!info.volumes.is_empty()).then(|| info.volumes.clone());
+                }
+                PodObject::Decoded(Arc::new(pod))
+            }
+        };
+        info
+    }
+
+    fn computed(pod: &Pod, meta: ObjectMeta) -> Self {
+        let namespace = meta.namespace.clone().unwrap_or_default();
+        let name = meta.name.clone().unwrap_or_default();
+        let (requests, invalid) = match pod_requests(pod) {
             Ok(r) => (r, None),
             Err(e) => (Resources::default(), Some(e.to_string())),
         };
-        let (non_zero_milli_cpu, non_zero_memory) = non_zero_requests(&pod);
+        let (non_zero_milli_cpu, non_zero_memory) = non_zero_requests(pod);
         let spec = pod.spec.as_ref();
         let host_ports = spec
             .map(|s| {
@@ -81,14 +144,15 @@ impl PodInfo {
             })
             .is_some_and(|t| !t.is_empty());
         let terms = if has_affinity {
-            Arc::new(crate::affinity::PodAffinityTerms::of(&pod))
+            Arc::new(crate::affinity::PodAffinityTerms::of(pod))
         } else {
             no_terms()
         };
+        let status = pod.status.as_ref();
         PodInfo {
             terms,
             key: format!("{namespace}/{name}"),
-            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            uid: meta.uid.clone().unwrap_or_default(),
             namespace,
             name,
             requests,
@@ -98,26 +162,117 @@ impl PodInfo {
             has_affinity,
             has_required_anti_affinity,
             invalid,
-            pod,
+            node_name: spec
+                .and_then(|s| s.node_name.clone())
+                .filter(|n| !n.is_empty()),
+            nominated_node_name: status
+                .and_then(|s| s.nominated_node_name.clone())
+                .filter(|n| !n.is_empty()),
+            priority: spec.and_then(|s| s.priority).unwrap_or(0),
+            volumes: spec.and_then(|s| s.volumes.clone()).unwrap_or_default(),
+            start_time: status.and_then(|s| s.start_time.clone()),
+            preempted: status
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.type_ == "DisruptionTarget"))
+                .is_some_and(|c| {
+                    c.status == "True" && c.reason.as_deref() == Some(PREEMPTED_REASON)
+                }),
+            meta,
+            object: PodObject::Encoded(Arc::from([])),
         }
+    }
+
+    /// The whole pod; a compact one is decoded anew on each call.
+    pub fn pod(&self) -> Arc<Pod> {
+        match &self.object {
+            PodObject::Decoded(pod) => pod.clone(),
+            PodObject::Encoded(bytes) => {
+                let mut pod = serde_json::from_slice::<Pod>(bytes).unwrap_or_else(|e| {
+                    // Bytes this process wrote from a Pod; only a serde bug gets here.
+                    warn!(pod = %self.key, error = %e, "compact pod did not decode");
+                    Pod::default()
+                });
+                pod.metadata = self.meta.clone();
+                if !self.volumes.is_empty() {
+                    pod.spec.get_or_insert_default().volumes = Some(self.volumes.clone());
+                }
+                Arc::new(pod)
+            }
+        }
+    }
+
+    /// Roughly what the pod takes in memory: its fields, its metadata's JSON size, and
+    /// the serialized object (a decoded one counted at its JSON size).
+    pub fn approximate_bytes(&self) -> usize {
+        fn json<T: serde::Serialize>(v: &T) -> usize {
+            serde_json::to_vec(v).map(|v| v.len()).unwrap_or(0)
+        }
+        let object = match &self.object {
+            PodObject::Decoded(pod) => json(&**pod),
+            PodObject::Encoded(bytes) => bytes.len(),
+        };
+        std::mem::size_of::<PodInfo>() + json(&self.meta) + object + self.key.len() * 3
+    }
+
+    /// The same pod with its whole object decoded, for a scheduling cycle that reads it
+    /// on every node.
+    pub fn decoded(self: &Arc<Self>) -> Arc<PodInfo> {
+        if !self.is_compact() {
+            return self.clone();
+        }
+        let mut info = (**self).clone();
+        info.object = PodObject::Decoded(self.pod());
+        Arc::new(info)
+    }
+
+    /// The same pod kept compact, for a queue or cache that holds it a while.
+    pub fn compacted(self: &Arc<Self>) -> Arc<PodInfo> {
+        if self.is_compact() {
+            return self.clone();
+        }
+        Arc::new(PodInfo::compact(self.pod()))
+    }
+
+    /// Whether the whole object is kept serialized.
+    pub fn is_compact(&self) -> bool {
+        matches!(self.object, PodObject::Encoded(_))
     }
 
     pub fn labels(&self) -> &BTreeMap<String, String> {
         static EMPTY: BTreeMap<String, String> = BTreeMap::new();
-        self.pod.metadata.labels.as_ref().unwrap_or(&EMPTY)
+        self.meta.labels.as_ref().unwrap_or(&EMPTY)
     }
 
     pub fn node_name(&self) -> Option<&str> {
-        self.pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_deref())
-            .filter(|n| !n.is_empty())
+        self.node_name.as_deref()
+    }
+
+    /// `status.nominatedNodeName`, when set.
+    pub fn nominated_node_name(&self) -> Option<&str> {
+        self.nominated_node_name.as_deref()
     }
 
     pub fn priority(&self) -> i32 {
-        self.pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
+        self.priority
     }
+
+    pub fn terminating(&self) -> bool {
+        self.meta.deletion_timestamp.is_some()
+    }
+
+    /// The uid of the pod's controller (its owner reference marked `controller`).
+    pub fn controller_uid(&self) -> Option<&str> {
+        controller_uid(&self.meta)
+    }
+}
+
+/// The uid of the object's controller (its owner reference marked `controller`).
+pub fn controller_uid(meta: &ObjectMeta) -> Option<&str> {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true))
+        .map(|r| r.uid.as_str())
 }
 
 fn no_terms() -> Arc<crate::affinity::PodAffinityTerms> {
@@ -365,5 +520,75 @@ mod non_zero_tests {
         .expect("pod");
         // cpu: max(100m + 300m, 1) + 50m; memory: max(200Mi + 100Mi, 200Mi) + 10Mi.
         assert_eq!(non_zero_requests(&pod), (1050, 310 * 1024 * 1024));
+    }
+}
+
+#[cfg(test)]
+mod compact_tests {
+    use super::*;
+
+    fn full_pod() -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "resourceVersion": "7",
+                "labels": {"app": "web"}, "annotations": {"a": "b"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs",
+                    "uid": "rs-1", "controller": true}],
+                "deletionTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {
+                "nodeName": "n1", "priority": 5,
+                "containers": [{"name": "c", "image": "img",
+                    "ports": [{"containerPort": 80, "hostPort": 8080}],
+                    "resources": {"requests": {"cpu": "250m", "memory": "1Gi"}}}],
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "c1"}}],
+                "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "zone"}]}},
+                "tolerations": [{"key": "k", "operator": "Exists"}]
+            },
+            "status": {"phase": "Running", "nominatedNodeName": "n2",
+                "startTime": "2026-01-01T00:00:00Z",
+                "conditions": [{"type": "DisruptionTarget", "status": "True",
+                    "reason": "PreemptionByScheduler"}]}
+        }))
+        .expect("pod")
+    }
+
+    /// A compact pod answers every field as the decoded one, and gives the whole object
+    /// back unchanged.
+    #[test]
+    fn compact_pod_keeps_what_is_read_and_decodes_whole() {
+        let pod = full_pod();
+        let decoded = PodInfo::new(Arc::new(pod.clone()));
+        let compact = PodInfo::compact(Arc::new(pod.clone()));
+        assert!(compact.is_compact() && !decoded.is_compact());
+        for info in [&decoded, &compact] {
+            assert_eq!(info.key, "ns/p");
+            assert_eq!(info.uid, "u1");
+            assert_eq!(info.labels().get("app").map(String::as_str), Some("web"));
+            assert_eq!(info.node_name(), Some("n1"));
+            assert_eq!(info.nominated_node_name(), Some("n2"));
+            assert_eq!(info.priority(), 5);
+            assert!(info.terminating() && info.preempted);
+            assert_eq!(info.controller_uid(), Some("rs-1"));
+            assert_eq!(info.volumes.len(), 1);
+            assert!(info.start_time.is_some());
+            assert!(info.has_required_anti_affinity);
+            assert_eq!(info.host_ports.len(), 1);
+            assert_eq!(info.requests.milli_cpu, 250);
+            assert_eq!(*info.pod(), pod);
+        }
+    }
+
+    #[test]
+    fn compact_pod_without_spec_or_volumes_round_trips() {
+        let mut pod = full_pod();
+        pod.spec.as_mut().expect("spec").volumes = None;
+        assert_eq!(*PodInfo::compact(Arc::new(pod.clone())).pod(), pod);
+        let bare = Pod {
+            metadata: pod.metadata.clone(),
+            ..Default::default()
+        };
+        let info = PodInfo::compact(Arc::new(bare.clone()));
+        assert_eq!(*info.pod(), bare);
+        assert!(info.volumes.is_empty() && info.node_name().is_none());
     }
 }

@@ -42,11 +42,7 @@ fn id(pod: &PodInfo) -> &str {
 }
 
 fn status_node(pod: &PodInfo) -> Option<&str> {
-    pod.pod
-        .status
-        .as_ref()
-        .and_then(|s| s.nominated_node_name.as_deref())
-        .filter(|n| !n.is_empty())
+    pod.nominated_node_name()
 }
 
 impl Nominator {

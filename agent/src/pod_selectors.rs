@@ -5,8 +5,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, LabelSelectorRequirement, ObjectMeta,
+};
 use mcsched_shared::selectors::Labels;
 
 /// namespace → name → selector.
@@ -84,10 +85,10 @@ impl PodSelectors {
     /// kube's `helper.DefaultSelector`: the labels of every Service selecting the pod,
     /// merged, plus the selector of its controlling RC, ReplicaSet or StatefulSet. None
     /// when that leaves no requirement (kube's `selector.Empty()`).
-    pub fn default_selector(&self, pod: &Pod) -> Option<LabelSelector> {
+    pub fn default_selector(&self, pod: &ObjectMeta) -> Option<LabelSelector> {
         static EMPTY: Labels = BTreeMap::new();
-        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
-        let labels = pod.metadata.labels.as_ref().unwrap_or(&EMPTY);
+        let ns = pod.namespace.as_deref().unwrap_or_default();
+        let labels = pod.labels.as_ref().unwrap_or(&EMPTY);
         let mut label_set = Labels::new();
         for selector in self.services.get(ns).into_iter().flat_map(|m| m.values()) {
             // A nil selector selects nothing; an empty one everything (and adds nothing).
@@ -98,7 +99,6 @@ impl PodSelectors {
         }
         let mut expressions = Vec::new();
         let owner = pod
-            .metadata
             .owner_references
             .iter()
             .flatten()
@@ -169,6 +169,7 @@ fn requirements(selector: Option<&LabelSelector>) -> Vec<LabelSelectorRequiremen
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::Pod;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
     use serde_json::json;
 
@@ -317,7 +318,7 @@ mod tests {
         ];
         for (name, p, want) in cases {
             let want = want.map(label_selector);
-            assert_eq!(s.default_selector(&p), want, "{name}");
+            assert_eq!(s.default_selector(&p.metadata), want, "{name}");
         }
     }
 
@@ -325,8 +326,8 @@ mod tests {
     fn forgetting_an_object_drops_its_selector() {
         let mut s = selectors();
         let p = pod("ns", &[("app", "web")], None);
-        assert!(s.default_selector(&p).is_some());
+        assert!(s.default_selector(&p.metadata).is_some());
         s.set(SelectorKind::Service, "ns", "web", None);
-        assert_eq!(s.default_selector(&p), None);
+        assert_eq!(s.default_selector(&p.metadata), None);
     }
 }

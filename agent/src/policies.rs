@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use mcsched_shared::policy::{
     ClusterPlacementPolicy, Invalid, PlacementPolicy, PlacementPolicySpec,
@@ -74,9 +74,8 @@ pub fn placement_keeper_grant(ns: &str, agent_namespace: &str) -> String {
 }
 
 /// The kind of a pod's controller (`ReplicaSet`, `StatefulSet`, ...).
-pub fn owner_kind(pod: &Pod) -> Option<&str> {
-    pod.metadata
-        .owner_references
+pub fn owner_kind(meta: &ObjectMeta) -> Option<&str> {
+    meta.owner_references
         .iter()
         .flatten()
         .find(|r| r.controller == Some(true))
@@ -143,14 +142,14 @@ impl PolicySet {
     }
 
     /// The policy `pod` falls under, if any.
-    pub fn for_pod(&self, pod: &Pod) -> Option<Arc<Policy>> {
+    pub fn for_pod(&self, meta: &ObjectMeta) -> Option<Arc<Policy>> {
         if self.is_empty() {
             return None;
         }
-        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let ns = meta.namespace.as_deref().unwrap_or_default();
         let empty = BTreeMap::new();
-        let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
-        let kind = owner_kind(pod);
+        let labels = meta.labels.as_ref().unwrap_or(&empty);
+        let kind = owner_kind(meta);
         let namespaced = self.namespaced.get(ns).into_iter().flat_map(|m| m.values());
         // Ranked by priority, then namespaced first, then name (BTreeMap order).
         namespaced
@@ -168,6 +167,7 @@ impl PolicySet {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::Pod;
     use serde_json::json;
 
     fn namespaced(name: &str, ns: &str, spec: serde_json::Value) -> Change<PlacementPolicy> {
@@ -202,7 +202,7 @@ mod tests {
     fn the_highest_priority_then_namespaced_then_name_wins() {
         let mut set = PolicySet::default();
         let web = json!({"app": "web"});
-        assert_eq!(set.for_pod(&pod("shop", web.clone(), None)), None);
+        assert_eq!(set.for_pod(&pod("shop", web.clone(), None).metadata), None);
         set.apply_cluster(cluster("everyone", json!({"podSelector": {}})));
         set.apply_namespaced(namespaced(
             "b-web",
@@ -214,7 +214,8 @@ mod tests {
             "shop",
             json!({"podSelector": {"matchLabels": {"app": "web"}}}),
         ));
-        let chosen = |p: &Pod, set: &PolicySet| set.for_pod(p).map(|p| p.reference.clone());
+        let chosen =
+            |p: &Pod, set: &PolicySet| set.for_pod(&p.metadata).map(|p| p.reference.clone());
         let p = pod("shop", web.clone(), Some("ReplicaSet"));
         assert_eq!(
             chosen(&p, &set).as_deref(),
@@ -264,7 +265,7 @@ mod tests {
             "division": {"type": "Weighted", "weights": {"east": -2}}}),
         ));
         let p = set
-            .for_pod(&pod("shop", json!({}), None))
+            .for_pod(&pod("shop", json!({}), None).metadata)
             .expect("selected");
         assert_eq!(
             p.invalid.as_ref().map(ToString::to_string).as_deref(),

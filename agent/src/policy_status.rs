@@ -71,10 +71,10 @@ pub fn statuses(
     let mut counts: HashMap<String, BTreeMap<String, i64>> = HashMap::new();
     for node in snapshot.nodes.iter() {
         for pod in &node.pods {
-            if pod.pod.metadata.deletion_timestamp.is_some() {
+            if pod.terminating() {
                 continue;
             }
-            if let Some(p) = set.for_pod(&pod.pod) {
+            if let Some(p) = set.for_pod(&pod.meta) {
                 *counts
                     .entry(p.reference.clone())
                     .or_default()

@@ -58,7 +58,7 @@ pub fn evict(
         }
         events.send(Message::Event {
             reporting_controller: fw.scheduler_name.clone(),
-            regarding: object_ref(&victim.pod),
+            regarding: object_ref(&victim.pod()),
             type_: EventType::Normal,
             reason: "Preempted",
             action: "Preempting",

@@ -5,6 +5,10 @@
 //!
 //! Pods are keyed by UID: a pod deleted and created again under the same name while the
 //! first is being scheduled or bound is another pod, with its own entry and attempts.
+//!
+//! Pods wait here [compact](crate::node_info::PodInfo::compact): a burst of thousands of
+//! pending pods is otherwise most of the agent's memory. The scheduling cycle decodes the
+//! one it pops.
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap, HashSet};
@@ -31,7 +35,8 @@ pub fn pod_id(pod: &Pod) -> String {
     }
 }
 
-fn id(info: &PodInfo) -> &str {
+/// The queue's key of a pod: its uid, or `namespace/name` without one (as [`pod_id`]).
+pub fn id(info: &PodInfo) -> &str {
     if info.uid.is_empty() {
         &info.key
     } else {
@@ -200,6 +205,7 @@ impl SchedulingQueue {
 
     /// A pod to schedule appeared or changed. `gated` when a PreEnqueue plugin held it back.
     pub fn add(&self, pod: Arc<PodInfo>, gated: bool) {
+        let pod = pod.compacted();
         let mut st = self.lock();
         if st.closed {
             return;
@@ -214,7 +220,7 @@ impl SchedulingQueue {
             // ...and an unschedulable one stays unless more than its status changed (our
             // own PodScheduled condition must not retry it at once).
             if let Some(u) = st.unschedulable.get_mut(&key)
-                && !pod_updated(&u.info.pod.pod, &pod.pod)
+                && !pod_updated(&u.info.pod.pod(), &pod.pod())
             {
                 u.info.pod = pod;
                 return;
@@ -319,6 +325,7 @@ impl SchedulingQueue {
         plugins: HashSet<&'static str>,
         pending: bool,
     ) {
+        info.pod = info.pod.compacted();
         let mut st = self.lock();
         let key = id(&info.pod).to_string();
         let popped_at = st.in_flight.remove(&key).map(|(_, cycle)| cycle);
@@ -349,6 +356,7 @@ impl SchedulingQueue {
 
     /// An error (not a misfit): retry after backoff.
     pub fn add_backoff(&self, mut info: QueuedPodInfo) {
+        info.pod = info.pod.compacted();
         let mut st = self.lock();
         let key = id(&info.pod).to_string();
         st.in_flight.remove(&key);
@@ -623,7 +631,7 @@ mod tests {
         let info = q.pop().await.expect("queued");
         q.add_unschedulable(info, HashSet::from(["X"]));
         let with_status = |p: &Arc<PodInfo>, rv: &str| {
-            let mut pod = (*p.pod).clone();
+            let mut pod = (*p.pod()).clone();
             pod.metadata.resource_version = Some(rv.into());
             pod.status = Some(Default::default());
             Arc::new(PodInfo::new(Arc::new(pod)))
@@ -635,7 +643,7 @@ mod tests {
             1,
             "a status update changes nothing"
         );
-        let mut relabelled = (*p.pod).clone();
+        let mut relabelled = (*p.pod()).clone();
         relabelled.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
         q.add(Arc::new(PodInfo::new(Arc::new(relabelled))), false);
         assert_eq!(q.pending().active, 1, "a label change may make it fit");

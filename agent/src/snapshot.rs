@@ -165,7 +165,7 @@ pub fn approximate_bytes(s: &Snapshot) -> usize {
             + n.used_ports.len() * std::mem::size_of::<HostPort>()
             + n.images.keys().map(|k| k.len() + 16).sum::<usize>();
         for p in &n.pods {
-            total += std::mem::size_of::<PodInfo>() + json(&*p.pod) + p.key.len() * 3;
+            total += p.approximate_bytes();
         }
     }
     total

@@ -81,7 +81,7 @@ impl PodQuery {
 
     pub fn matches(&self, pod: &PodInfo) -> bool {
         self.namespaces.contains(&pod.namespace)
-            && !(self.skip_terminating && pod.pod.metadata.deletion_timestamp.is_some())
+            && !(self.skip_terminating && pod.terminating())
             && label_selector_matches(self.selector.as_ref(), pod.labels())
     }
 

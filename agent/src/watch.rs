@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -114,6 +115,13 @@ fn without_managed_fields<K: Resource>(mut o: K) -> K {
     o
 }
 
+/// An object that vanished during a relist, as far as it is remembered: its metadata.
+fn tombstone<K: Resource + Default>(meta: ObjectMeta) -> Arc<K> {
+    let mut o = K::default();
+    *o.meta_mut() = meta;
+    Arc::new(o)
+}
+
 /// A watch event reduced to what a cache needs; `Apply`'s flag tells a new object.
 pub enum Change<K> {
     Apply(Arc<K>, bool),
@@ -129,7 +137,9 @@ impl<K> Change<K> {
 }
 
 /// Streams one kind, turning re-lists into applies and deletions of objects that vanished
-/// meanwhile, and reports the first complete list on `ready`. Supervised: a stream that
+/// meanwhile (those carry only the object's metadata, all that is remembered of it: the
+/// caches hold the objects, often compact, and a second decoded copy of every pod here
+/// would be most of the agent's memory), and reports the first complete list on `ready`. Supervised: a stream that
 /// ends, or a change whose handling panics, restarts the watch with backoff and a relist
 /// (counted in `mcsched_watch_restarts_total`); the kind is down until that relist is done.
 pub async fn watch_kind<K, F>(
@@ -139,12 +149,19 @@ pub async fn watch_kind<K, F>(
     ready: impl Into<Ready> + Send,
     mut apply: F,
 ) where
-    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K: Resource
+        + Clone
+        + Default
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
     K::DynamicType: Default,
     F: FnMut(Change<K>) + Send,
 {
     let ready: Ready = ready.into();
-    let mut known: HashMap<String, Arc<K>> = HashMap::new();
+    let mut known: HashMap<String, ObjectMeta> = HashMap::new();
     let mut reported = false;
     let mut backoff = std::time::Duration::from_millis(500);
     loop {
@@ -178,15 +195,22 @@ async fn watch_once<K, F>(
     kind: &'static str,
     ready: &Ready,
     apply: &mut F,
-    known: &mut HashMap<String, Arc<K>>,
+    known: &mut HashMap<String, ObjectMeta>,
     reported: &mut bool,
 ) -> &'static str
 where
-    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K: Resource
+        + Clone
+        + Default
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
     K::DynamicType: Default,
     F: FnMut(Change<K>) + Send,
 {
-    let mut relist: Option<HashMap<String, Arc<K>>> = None;
+    let mut relist: Option<HashMap<String, ObjectMeta>> = None;
     let mut stream = watcher::watcher(api.clone(), config.clone())
         .default_backoff()
         .boxed();
@@ -201,7 +225,7 @@ where
                 let key = key_of(&*o);
                 let is_new = !known.contains_key(&key);
                 if let Some(seen) = relist.as_mut() {
-                    seen.insert(key, o.clone());
+                    seen.insert(key, o.meta().clone());
                 }
                 if !apply(Change::Apply(o, is_new)) {
                     return "handling a change panicked";
@@ -209,8 +233,8 @@ where
             }
             Ok(Event::InitDone) => {
                 if let Some(seen) = relist.take() {
-                    for (key, o) in known.drain() {
-                        if !seen.contains_key(&key) && !apply(Change::Delete(o)) {
+                    for (key, meta) in known.drain() {
+                        if !seen.contains_key(&key) && !apply(Change::Delete(tombstone(meta))) {
                             return "handling a change panicked";
                         }
                     }
@@ -224,7 +248,7 @@ where
             }
             Ok(Event::Apply(o)) => {
                 let o = Arc::new(without_managed_fields(o));
-                let is_new = known.insert(key_of(&*o), o.clone()).is_none();
+                let is_new = known.insert(key_of(&*o), o.meta().clone()).is_none();
                 if !apply(Change::Apply(o, is_new)) {
                     return "handling a change panicked";
                 }
@@ -263,7 +287,7 @@ pub fn apply_node(cache: &mut Cache, change: Change<Node>) -> Option<ClusterEven
 
 /// A storage kind the volume plugins read, kept in [`VolumeObjects`].
 pub trait StorageKind:
-    Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static
+    Resource + Clone + Default + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static
 {
     const KIND: &'static str;
     const EVENT: ClusterEvent;
@@ -437,5 +461,111 @@ mod tests {
                 .contains("mcsched_watch_restarts_total{resource=\"test-configmap\"} 1"),
             "restart counted"
         );
+    }
+
+    /// A relist that no longer shows an object deletes it with the metadata remembered of
+    /// it (name, uid, labels), not a decoded copy of the whole object.
+    #[tokio::test]
+    async fn an_object_gone_at_a_relist_is_deleted_with_its_metadata() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let lists = Arc::new(AtomicUsize::new(0));
+        let watches = Arc::new(AtomicUsize::new(0));
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let watching = req.uri().query().is_some_and(|q| q.contains("watch=true"));
+            let (lists, watches) = (lists.clone(), watches.clone());
+            async move {
+                let cm = |name: &str| {
+                    serde_json::json!({"metadata": {"name": name, "namespace": "ns",
+                        "uid": format!("uid-{name}"), "labels": {"app": name},
+                        "resourceVersion": "1"}, "data": {"big": "x".repeat(64)}})
+                };
+                let body = if watching {
+                    if watches.fetch_add(1, Ordering::SeqCst) > 0 {
+                        tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+                    }
+                    // The handler panics on this one: the watch restarts with a relist.
+                    serde_json::to_vec(&serde_json::json!({"type": "ADDED", "object": cm("boom")}))
+                        .unwrap_or_default()
+                } else {
+                    let items = if lists.fetch_add(1, Ordering::SeqCst) == 0 {
+                        vec![cm("a"), cm("b")]
+                    } else {
+                        vec![cm("a")]
+                    };
+                    serde_json::to_vec(&serde_json::json!({"kind": "ConfigMapList",
+                        "apiVersion": "v1", "metadata": {"resourceVersion": "1"}, "items": items}))
+                    .unwrap_or_default()
+                };
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder()
+                        .header("content-type", "application/json")
+                        .body(kube::client::Body::from(body))
+                        .unwrap_or_else(|_| http::Response::new(kube::client::Body::empty())),
+                )
+            }
+        });
+        let client = kube::Client::new(service, "ns");
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let record = seen.clone();
+        let apply = move |c: Change<ConfigMap>| {
+            let o = c.object();
+            if o.name_any() == "boom" {
+                panic!("handling this change fails");
+            }
+            let what = match &c {
+                Change::Apply(..) => "apply",
+                Change::Delete(_) => "delete",
+            };
+            record.lock().expect("lock").push((
+                what,
+                o.name_any(),
+                o.metadata.uid.clone(),
+                o.labels().get("app").cloned(),
+                o.data.is_some(),
+            ));
+        };
+        let (tx, _listed) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(watch_kind(
+            Api::<ConfigMap>::all(client),
+            watcher::Config::default(),
+            "test-relist",
+            Ready::supervised(tx, WatchHealth::default()),
+            apply,
+        ));
+        let deleted = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            loop {
+                if let Some(d) = seen
+                    .lock()
+                    .expect("lock")
+                    .iter()
+                    .find(|e| e.0 == "delete")
+                    .cloned()
+                {
+                    return d;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        })
+        .await
+        .expect("b deleted after the relist");
+        assert_eq!(
+            deleted,
+            (
+                "delete",
+                "b".to_string(),
+                Some("uid-b".to_string()),
+                Some("b".to_string()),
+                false
+            )
+        );
+        let applied: Vec<String> = seen
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter(|e| e.0 == "apply")
+            .map(|e| e.1.clone())
+            .collect();
+        assert_eq!(applied, ["a", "b", "a"]);
     }
 }

@@ -31,6 +31,7 @@ pub const VERSION: &str = "v1alpha1";
     shortname = "pp",
     namespaced,
     status = "PlacementPolicyStatus",
+    derive = "Default",
     crates(
         kube_core = "::kube_core",
         schemars = "::schemars",
@@ -230,6 +231,7 @@ pub struct ClusterPods {
     plural = "clusterplacementpolicies",
     shortname = "cpp",
     status = "PlacementPolicyStatus",
+    derive = "Default",
     crates(
         kube_core = "::kube_core",
         schemars = "::schemars",

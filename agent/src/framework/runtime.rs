@@ -470,11 +470,7 @@ impl Framework {
         // A pod nominated by an earlier preemption tries its node first (kube's
         // evaluateNominatedNode), so the room made for it is not lost.
         if !record_all
-            && let Some(nominated) = pod
-                .pod
-                .status
-                .as_ref()
-                .and_then(|s| s.nominated_node_name.as_deref())
+            && let Some(nominated) = pod.nominated_node_name()
             && let Some(node) = snapshot.get(nominated)
             && allowed.as_ref().is_none_or(|(a, _)| a.contains(nominated))
             && self.run_filters(state, pod, node, false).0.is_success()

@@ -138,7 +138,7 @@ impl LeafCluster {
             self.cache()
                 .assumed_pods()
                 .filter(|p| !managed.contains_key(&p.key))
-                .map(|p| p.pod.clone())
+                .map(|p| p.pod())
                 .collect()
         } else {
             Vec::new()

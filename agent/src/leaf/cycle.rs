@@ -73,8 +73,7 @@ pub struct LeafCycle {
 fn is_copy_of(copy: &PodInfo, host: &PodInfo) -> bool {
     copy.key == host.key
         && copy
-            .pod
-            .metadata
+            .meta
             .annotations
             .as_ref()
             .and_then(|a| a.get(mcsched_shared::keys::HOST_POD_UID_ANNOTATION))
@@ -173,7 +172,7 @@ impl LeafCycle {
     pub fn leaf_pod(&self, host: &PodInfo) -> Result<Arc<PodInfo>, String> {
         self.leaf_pod
             .get_or_init(|| {
-                super::transform::leaf_pod(&host.pod, "", "")
+                super::transform::leaf_pod(&host.pod(), "", "")
                     .map(|p| Arc::new(PodInfo::new(Arc::new(p))))
                     .map_err(|e| e.to_string())
             })

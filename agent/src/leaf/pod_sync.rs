@@ -140,7 +140,7 @@ fn host_pods(host_side: &HostSide, node: &str) -> BTreeMap<String, Arc<Pod>> {
     info.pods
         .iter()
         .filter(|p| !cache.is_assumed(&p.key))
-        .map(|p| (p.key.clone(), p.pod.clone()))
+        .map(|p| (p.key.clone(), p.pod()))
         .collect()
 }
 

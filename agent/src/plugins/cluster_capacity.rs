@@ -17,7 +17,7 @@ use std::sync::Arc;
 use mcsched_shared::config::{CapacityMode, ClusterCapacityArgs};
 
 use super::cluster_policy::{
-    controller_uid, could_host, favour, largest_deficit, placed_per_cluster, replicas_that_fit,
+    could_host, favour, largest_deficit, placed_per_cluster, replicas_that_fit,
 };
 use crate::framework::{CycleState, Plugin, PreScorePlugin, ScorePlugin, Status};
 use crate::leaf::cycle::{LEAF_CYCLE_KEY, LeafCycle};
@@ -120,7 +120,7 @@ impl PreScorePlugin for ClusterCapacity {
             .cloned()
             .unwrap_or_default();
         let fits = fits_per_cluster(pod, snapshot, &leaves);
-        let placed = match controller_uid(&pod.pod) {
+        let placed = match pod.controller_uid() {
             Some(owner) => placed_per_cluster(snapshot, owner, pod, |n| Some(n.cluster.clone())),
             None => HashMap::new(),
         };

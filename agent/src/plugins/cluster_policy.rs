@@ -5,7 +5,6 @@
 use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 
-use k8s_openapi::api::core::v1::Pod;
 use mcsched_shared::resources::Resources;
 
 use super::node_affinity::pod_matches_node;
@@ -13,16 +12,7 @@ use super::taint_toleration::filter_taints;
 use crate::framework::{MAX_NODE_SCORE, MIN_NODE_SCORE};
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 
-/// The UID of the pod's controller (the ReplicaSet, StatefulSet, Job... that owns it):
-/// replicas are the pods sharing it.
-pub fn controller_uid(pod: &Pod) -> Option<&str> {
-    pod.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|r| r.controller == Some(true))
-        .map(|r| r.uid.as_str())
-}
+pub use crate::node_info::controller_uid;
 
 /// The pods of controller `owner` on each cluster, bound or assumed, as the snapshot has
 /// them. `cluster_of` names a node's cluster, or `None` to leave the node out. `pod`
@@ -42,8 +32,8 @@ pub fn placed_per_cluster<K: Eq + Hash>(
         let n = node
             .pods
             .iter()
-            .filter(|p| p.uid != pod.uid && p.pod.metadata.deletion_timestamp.is_none())
-            .filter(|p| controller_uid(&p.pod) == Some(owner))
+            .filter(|p| p.uid != pod.uid && !p.terminating())
+            .filter(|p| p.controller_uid() == Some(owner))
             .count() as i64;
         if n > 0 {
             *placed.entry(cluster).or_default() += n;
@@ -235,7 +225,7 @@ pub mod tests_support {
 
     /// `pod` with a controller ownerReference to ReplicaSet `owner` (its UID).
     pub fn with_owner(pod: PodInfo, owner: &str) -> PodInfo {
-        let mut p = (*pod.pod).clone();
+        let mut p = (*pod.pod()).clone();
         p.metadata.owner_references = Some(vec![OwnerReference {
             api_version: "apps/v1".into(),
             kind: "ReplicaSet".into(),

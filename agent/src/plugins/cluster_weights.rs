@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 
 use mcsched_shared::config::ClusterWeightsArgs;
 
-use super::cluster_policy::{controller_uid, favour, largest_deficit, placed_per_cluster};
+use super::cluster_policy::{favour, largest_deficit, placed_per_cluster};
 use crate::framework::{CycleState, Plugin, PreScorePlugin, ScorePlugin, Status};
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 
@@ -56,7 +56,7 @@ impl PreScorePlugin for ClusterWeights {
         nodes: &crate::snapshot::NodeList,
         snapshot: &Snapshot,
     ) -> Status {
-        let Some(owner) = controller_uid(&pod.pod) else {
+        let Some(owner) = pod.controller_uid() else {
             return Status::skip();
         };
         if self.weights.is_empty() || super::placement_policy::overrides_profile(state) {

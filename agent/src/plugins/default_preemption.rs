@@ -20,7 +20,7 @@ pub const NAME: &str = "DefaultPreemption";
 pub const NOT_HELPFUL: &str = "Preemption is not helpful for scheduling";
 pub const NO_VICTIMS: &str = "No preemption victims found for incoming pod";
 /// The DisruptionTarget condition's reason on a pod the scheduler preempts.
-pub const PREEMPTED_REASON: &str = "PreemptionByScheduler";
+pub use crate::node_info::PREEMPTED_REASON;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PreemptionArgs {
@@ -56,10 +56,8 @@ pub struct Candidate {
 }
 
 fn start_time_secs(p: &PodInfo) -> i64 {
-    p.pod
-        .status
+    p.start_time
         .as_ref()
-        .and_then(|s| s.start_time.as_ref())
         .map(|t| t.0.as_second())
         .unwrap_or(i64::MAX)
 }
@@ -117,13 +115,7 @@ fn split_by_pdb(
 
 /// kube's `podTerminatingByPreemption`: being deleted after a scheduler preempted it.
 fn terminating_by_preemption(p: &PodInfo) -> bool {
-    p.pod.metadata.deletion_timestamp.is_some()
-        && p.pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|cs| cs.iter().find(|c| c.type_ == "DisruptionTarget"))
-            .is_some_and(|c| c.status == "True" && c.reason.as_deref() == Some(PREEMPTED_REASON))
+    p.terminating() && p.preempted
 }
 
 /// The rest of kube's `PodEligibleToPreemptOthers`: a pod nominated to a node that can
@@ -133,13 +125,7 @@ fn terminating_victims_on_nominated_node(
     snapshot: &Snapshot,
     statuses: &NodeStatuses,
 ) -> bool {
-    let Some(nominated) = pod
-        .pod
-        .status
-        .as_ref()
-        .and_then(|s| s.nominated_node_name.as_deref())
-        .filter(|n| !n.is_empty())
-    else {
+    let Some(nominated) = pod.nominated_node_name() else {
         return false;
     };
     if statuses
@@ -349,8 +335,8 @@ impl PostFilterPlugin for DefaultPreemption {
         statuses: &NodeStatuses,
     ) -> (PostFilterResult, Status) {
         let total = snapshot.len();
-        let policy = pod
-            .pod
+        let obj = pod.pod();
+        let policy = obj
             .spec
             .as_ref()
             .and_then(|s| s.preemption_policy.as_deref());
@@ -460,7 +446,7 @@ mod tests {
     use crate::plugins::testing::{node_with, pod_requesting};
 
     fn with_priority(mut p: PodInfo, prio: i32, node: &str) -> Arc<PodInfo> {
-        let mut pod = (*p.pod).clone();
+        let mut pod = (*p.pod()).clone();
         if let Some(s) = pod.spec.as_mut() {
             s.priority = Some(prio);
             s.node_name = Some(node.into());
@@ -599,7 +585,7 @@ mod tests {
     #[test]
     fn preemption_policy_never() {
         let pod = pod_requesting("p", &[]);
-        let mut raw = (*pod.pod).clone();
+        let mut raw = (*pod.pod()).clone();
         if let Some(s) = raw.spec.as_mut() {
             s.preemption_policy = Some("Never".into());
         }
@@ -624,7 +610,7 @@ mod tests {
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
         let labelled = |name: &str, app: &str| {
             let p = pod_requesting(name, &[("cpu", "2")]);
-            let mut raw = (*p.pod).clone();
+            let mut raw = (*p.pod()).clone();
             raw.metadata.labels = Some([("app".to_string(), app.to_string())].into());
             with_priority(PodInfo::new(Arc::new(raw)), 1, "n1")
         };
@@ -766,7 +752,7 @@ mod tests {
     fn a_preemptor_waits_for_its_terminating_victims() {
         let terminating = {
             let p = with_priority(pod_requesting("v", &[("cpu", "4")]), 10, "n1");
-            let mut raw = (*p.pod).clone();
+            let mut raw = (*p.pod()).clone();
             raw.metadata.deletion_timestamp =
                 Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                     k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
@@ -786,7 +772,7 @@ mod tests {
         n1.add_pod(terminating);
         let snap = Snapshot::from_nodes(vec![Arc::new(n1)]);
         let fw = framework();
-        let mut raw = (*with_priority(pod_requesting("p", &[("cpu", "2")]), 50, "").pod).clone();
+        let mut raw = (*with_priority(pod_requesting("p", &[("cpu", "2")]), 50, "").pod()).clone();
         raw.status = Some(k8s_openapi::api::core::v1::PodStatus {
             nominated_node_name: Some("n1".into()),
             ..Default::default()

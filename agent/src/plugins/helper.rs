@@ -26,11 +26,8 @@ pub fn normalize_to_max(scores: &mut [i64]) {
 }
 
 /// The pod's volumes (none when it has no spec).
-pub fn pod_volumes(pod: &k8s_openapi::api::core::v1::Pod) -> &[k8s_openapi::api::core::v1::Volume] {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.volumes.as_deref())
-        .unwrap_or_default()
+pub fn pod_volumes(pod: &crate::snapshot::PodInfo) -> &[k8s_openapi::api::core::v1::Volume] {
+    &pod.volumes
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::affinity::{AffinityTerm, PodAffinityTerms, WeightedTerm};
 use crate::framework::{
@@ -121,7 +121,7 @@ struct PreFilterState {
     /// The incoming pod's required terms, namespaceSelectors folded into namespaces.
     required_affinity: Vec<AffinityTerm>,
     required_anti_affinity: Vec<AffinityTerm>,
-    pod: Arc<Pod>,
+    meta: ObjectMeta,
     namespace_labels: BTreeMap<String, String>,
 }
 
@@ -131,7 +131,7 @@ fn bump(counts: &mut Counts, node: &NodeInfo, key: &str, by: i64) {
     }
 }
 
-fn matches_all(terms: &[AffinityTerm], pod: &Pod) -> bool {
+fn matches_all(terms: &[AffinityTerm], pod: &ObjectMeta) -> bool {
     !terms.is_empty() && terms.iter().all(|t| t.matches(pod, None))
 }
 
@@ -187,7 +187,7 @@ impl PreFilterState {
             if existing {
                 for other in node.pods_with_required_anti_affinity() {
                     for t in &other.terms.required_anti_affinity {
-                        if t.matches(&self.pod, Some(&self.namespace_labels)) {
+                        if t.matches(&self.meta, Some(&self.namespace_labels)) {
                             bump(&mut self.existing_anti_affinity, node, &t.topology_key, 1);
                         }
                     }
@@ -197,13 +197,13 @@ impl PreFilterState {
                 continue;
             }
             for other in &node.pods {
-                if matches_all(&self.required_affinity, &other.pod) {
+                if matches_all(&self.required_affinity, &other.meta) {
                     for t in &self.required_affinity {
                         bump(&mut self.affinity, node, &t.topology_key, 1);
                     }
                 }
                 for t in &self.required_anti_affinity {
-                    if t.matches(&other.pod, None) {
+                    if t.matches(&other.meta, None) {
                         bump(&mut self.anti_affinity, node, &t.topology_key, 1);
                     }
                 }
@@ -214,17 +214,17 @@ impl PreFilterState {
     /// Accounts for `other` joining (+1) or leaving (−1) `node`.
     fn update(&mut self, other: &PodInfo, node: &NodeInfo, by: i64) {
         for t in &other.terms.required_anti_affinity {
-            if t.matches(&self.pod, Some(&self.namespace_labels)) {
+            if t.matches(&self.meta, Some(&self.namespace_labels)) {
                 bump(&mut self.existing_anti_affinity, node, &t.topology_key, by);
             }
         }
-        if matches_all(&self.required_affinity, &other.pod) {
+        if matches_all(&self.required_affinity, &other.meta) {
             for t in &self.required_affinity {
                 bump(&mut self.affinity, node, &t.topology_key, by);
             }
         }
         for t in &self.required_anti_affinity {
-            if t.matches(&other.pod, None) {
+            if t.matches(&other.meta, None) {
                 bump(&mut self.anti_affinity, node, &t.topology_key, by);
             }
         }
@@ -288,7 +288,7 @@ impl PreFilterPlugin for InterPodAffinity {
             anti_affinity: Counts::new(),
             required_affinity: merged(&pod.terms.required_affinity, snapshot),
             required_anti_affinity: merged(&pod.terms.required_anti_affinity, snapshot),
-            pod: pod.pod.clone(),
+            meta: pod.meta.clone(),
             namespace_labels: ns_labels,
         };
         let incoming_terms =
@@ -299,7 +299,7 @@ impl PreFilterPlugin for InterPodAffinity {
         if existing_kept {
             for g in topology.terms() {
                 if g.kind == TermKind::RequiredAntiAffinity
-                    && g.term.matches(&s.pod, Some(&s.namespace_labels))
+                    && g.term.matches(&s.meta, Some(&s.namespace_labels))
                 {
                     s.existing_anti_affinity
                         .add_all(&g.term.topology_key, &g.values);
@@ -364,7 +364,7 @@ impl FilterPlugin for InterPodAffinity {
                 None => return Status::unresolvable(REASON_AFFINITY),
             }
         }
-        let first_of_group = s.affinity.is_empty() && matches_all(&s.required_affinity, &s.pod);
+        let first_of_group = s.affinity.is_empty() && matches_all(&s.required_affinity, &s.meta);
         if !(pods_exist || first_of_group) {
             return Status::unresolvable(REASON_AFFINITY);
         }
@@ -397,7 +397,7 @@ impl TopologyScore {
         &mut self,
         term: &AffinityTerm,
         weight: i64,
-        pod: &Pod,
+        pod: &ObjectMeta,
         ns_labels: Option<&BTreeMap<String, String>>,
         node: &NodeInfo,
     ) {
@@ -446,7 +446,7 @@ impl TopologyScore {
         &mut self,
         terms: &[WeightedTerm],
         sign: i64,
-        pod: &Pod,
+        pod: &ObjectMeta,
         ns: Option<&BTreeMap<String, String>>,
         node: &NodeInfo,
     ) {
@@ -525,7 +525,7 @@ impl PreScorePlugin for InterPodAffinity {
                     TermKind::PreferredAntiAffinity(w) if !ignore_preferred => -i64::from(w),
                     _ => continue,
                 };
-                if g.term.matches(&pod.pod, Some(&ns_labels)) {
+                if g.term.matches(&pod.meta, Some(&ns_labels)) {
                     score.add_kept(&g.term.topology_key, weight, &g.values);
                 }
             }
@@ -533,29 +533,29 @@ impl PreScorePlugin for InterPodAffinity {
         let scan_incoming = has_constraints && !incoming_kept;
         let visit = |score: &mut TopologyScore, e: &Arc<PodInfo>, node: &NodeInfo| {
             if scan_incoming {
-                score.add_weighted(&incoming.preferred_affinity, 1, &e.pod, None, node);
-                score.add_weighted(&incoming.preferred_anti_affinity, -1, &e.pod, None, node);
+                score.add_weighted(&incoming.preferred_affinity, 1, &e.meta, None, node);
+                score.add_weighted(&incoming.preferred_anti_affinity, -1, &e.meta, None, node);
             }
             if existing_kept {
                 return;
             }
             if hard_weight > 0 {
                 for t in &e.terms.required_affinity {
-                    score.add(t, hard_weight, &pod.pod, Some(&ns_labels), node);
+                    score.add(t, hard_weight, &pod.meta, Some(&ns_labels), node);
                 }
             }
             if !ignore_preferred {
                 score.add_weighted(
                     &e.terms.preferred_affinity,
                     1,
-                    &pod.pod,
+                    &pod.meta,
                     Some(&ns_labels),
                     node,
                 );
                 score.add_weighted(
                     &e.terms.preferred_anti_affinity,
                     -1,
-                    &pod.pod,
+                    &pod.meta,
                     Some(&ns_labels),
                     node,
                 );

@@ -257,9 +257,10 @@ fn kept_counts_decide_as_walking_the_pods_does() {
         let from_kept = decide(&incoming, &snap, &changes);
         let from_walk = decide(&incoming, &walked(&snap), &changes);
         assert_eq!(
-            from_kept, from_walk,
+            from_kept,
+            from_walk,
             "round {round}, pod {:?}",
-            incoming.pod.spec
+            incoming.pod().spec
         );
         kept_reads = kept_reads.max(snap.topology.kept_queries());
 

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use k8s_openapi::api::core::v1::{
-    NodeAffinity as ApiNodeAffinity, NodeSelector, PreferredSchedulingTerm,
+    NodeAffinity as ApiNodeAffinity, NodeSelector, Pod, PreferredSchedulingTerm,
 };
 use mcsched_shared::selectors::{node_selector_matches, node_selector_term_matches};
 
@@ -30,9 +30,8 @@ impl NodeAffinity {
     }
 }
 
-fn pod_node_affinity(pod: &PodInfo) -> Option<&ApiNodeAffinity> {
-    pod.pod
-        .spec
+fn pod_node_affinity(pod: &Pod) -> Option<&ApiNodeAffinity> {
+    pod.spec
         .as_ref()
         .and_then(|s| s.affinity.as_ref())
         .and_then(|a| a.node_affinity.as_ref())
@@ -48,14 +47,14 @@ fn required(a: Option<&ApiNodeAffinity>) -> Option<&NodeSelector> {
 /// Whether the pod's own nodeSelector and required affinity accept the node.
 pub fn pod_matches_node(pod: &PodInfo, node: &NodeInfo) -> bool {
     let labels = node.labels();
+    let pod = pod.pod();
     let selector_ok = pod
-        .pod
         .spec
         .as_ref()
         .and_then(|s| s.node_selector.as_ref())
         .is_none_or(|sel| sel.iter().all(|(k, v)| labels.get(k) == Some(v)));
     selector_ok
-        && required(pod_node_affinity(pod))
+        && required(pod_node_affinity(&pod))
             .is_none_or(|ns| node_selector_matches(ns, labels, &node.name))
 }
 
@@ -91,13 +90,13 @@ impl PreFilterPlugin for NodeAffinity {
         pod: &PodInfo,
         _snapshot: &Snapshot,
     ) -> (PreFilterResult, Status) {
-        let has_selector = pod
-            .pod
+        let obj = pod.pod();
+        let has_selector = obj
             .spec
             .as_ref()
             .and_then(|s| s.node_selector.as_ref())
             .is_some_and(|s| !s.is_empty());
-        let req = required(pod_node_affinity(pod));
+        let req = required(pod_node_affinity(&obj));
         if !has_selector && req.is_none() && required(self.added.as_ref()).is_none() {
             return (None, Status::skip());
         }
@@ -154,7 +153,8 @@ impl PreScorePlugin for NodeAffinity {
         _nodes: &crate::snapshot::NodeList,
         _snapshot: &Snapshot,
     ) -> Status {
-        let terms: Vec<PreferredSchedulingTerm> = [pod_node_affinity(pod), self.added.as_ref()]
+        let obj = pod.pod();
+        let terms: Vec<PreferredSchedulingTerm> = [pod_node_affinity(&obj), self.added.as_ref()]
             .into_iter()
             .flatten()
             .flat_map(|a| {

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Volume};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Volume};
 use k8s_openapi::api::storage::v1::CSINode;
 
 use crate::framework::{
@@ -154,8 +154,8 @@ fn inline_driver(v: &Volume, csi_node: Option<&CSINode>) -> Option<(String, Stri
 }
 
 /// VolumeIsForPod: a generic ephemeral volume's claim must be controlled by the pod.
-fn ephemeral_is_for_pod(pod: &Pod, pvc: &PersistentVolumeClaim) -> Result<(), String> {
-    let uid = pod.metadata.uid.as_deref();
+fn ephemeral_is_for_pod(pod: &PodInfo, pvc: &PersistentVolumeClaim) -> Result<(), String> {
+    let uid = Some(pod.uid.as_str());
     let owned = pvc
         .metadata
         .owner_references
@@ -169,8 +169,8 @@ fn ephemeral_is_for_pod(pod: &Pod, pvc: &PersistentVolumeClaim) -> Result<(), St
         "PVC {}/{} was not created for pod {}/{} (pod is not owner)",
         pvc.metadata.namespace.as_deref().unwrap_or_default(),
         pvc.metadata.name.as_deref().unwrap_or_default(),
-        pod.metadata.namespace.as_deref().unwrap_or_default(),
-        pod.metadata.name.as_deref().unwrap_or_default(),
+        pod.namespace,
+        pod.name,
     ))
 }
 
@@ -213,14 +213,14 @@ impl NodeVolumeLimits {
     /// claim fails the pod being scheduled, and is not counted for pods on the node.
     fn attachable_volumes(
         &self,
-        pod: &Pod,
+        pod: &PodInfo,
         csi_node: Option<&CSINode>,
         vols: &VolumeObjects,
         new_pod: bool,
         out: &mut HashMap<String, String>,
     ) -> Result<(), Status> {
-        let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
-        let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+        let namespace = pod.namespace.as_str();
+        let pod_name = pod.name.as_str();
         for v in super::helper::pod_volumes(pod) {
             let (claim, ephemeral) = if let Some(c) = &v.persistent_volume_claim {
                 (c.claim_name.clone(), false)
@@ -284,7 +284,7 @@ impl PreFilterPlugin for NodeVolumeLimits {
         pod: &PodInfo,
         _snapshot: &Snapshot,
     ) -> (PreFilterResult, Status) {
-        let counted = super::helper::pod_volumes(&pod.pod).iter().any(|v| {
+        let counted = super::helper::pod_volumes(pod).iter().any(|v| {
             v.persistent_volume_claim.is_some() || v.ephemeral.is_some() || inline_migratable(v)
         });
         if counted {
@@ -297,7 +297,7 @@ impl PreFilterPlugin for NodeVolumeLimits {
 
 impl FilterPlugin for NodeVolumeLimits {
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        if super::helper::pod_volumes(&pod.pod).is_empty() {
+        if super::helper::pod_volumes(pod).is_empty() {
             return Status::success();
         }
         let Some(vols) = state.read::<Arc<VolumeObjects>>(VOLUMES_KEY) else {
@@ -306,7 +306,7 @@ impl FilterPlugin for NodeVolumeLimits {
         // No CSINode: only CSI volumes count, and there are no limits to exceed.
         let csi_node = vols.csi_nodes.get(&node.name).map(Arc::as_ref);
         let mut new_volumes = HashMap::new();
-        if let Err(s) = self.attachable_volumes(&pod.pod, csi_node, vols, true, &mut new_volumes) {
+        if let Err(s) = self.attachable_volumes(pod, csi_node, vols, true, &mut new_volumes) {
             return s;
         }
         if new_volumes.is_empty() {
@@ -322,8 +322,7 @@ impl FilterPlugin for NodeVolumeLimits {
         }
         let mut attached = HashMap::new();
         for existing in &node.pods {
-            if let Err(s) =
-                self.attachable_volumes(&existing.pod, csi_node, vols, false, &mut attached)
+            if let Err(s) = self.attachable_volumes(existing, csi_node, vols, false, &mut attached)
             {
                 return s;
             }
@@ -354,6 +353,7 @@ mod tests {
     use super::*;
     use crate::framework::Code;
     use crate::plugins::testing::node_with;
+    use k8s_openapi::api::core::v1::Pod;
     use k8s_openapi::api::storage::v1::StorageClass;
     use serde_json::{Value, json};
 

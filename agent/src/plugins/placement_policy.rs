@@ -23,7 +23,7 @@ use mcsched_shared::keys;
 use mcsched_shared::policy::{DivisionType, PlacementPolicySpec, SpreadBy};
 
 use super::cluster_capacity;
-use super::cluster_policy::{controller_uid, largest_deficit, placed_per_cluster};
+use super::cluster_policy::{largest_deficit, placed_per_cluster};
 use crate::framework::{
     ClusterEvent, CycleState, FilterPlugin, MAX_NODE_SCORE, MIN_NODE_SCORE, Plugin,
     PreFilterPlugin, PreFilterResult, PreScorePlugin, ScorePlugin, Status,
@@ -132,7 +132,7 @@ impl PreFilterPlugin for PlacementPolicy {
         pod: &PodInfo,
         snapshot: &Snapshot,
     ) -> (PreFilterResult, Status) {
-        let Some(policy) = snapshot.policies.for_pod(&pod.pod) else {
+        let Some(policy) = snapshot.policies.for_pod(&pod.meta) else {
             return (None, Status::skip());
         };
         if let Some(e) = &policy.invalid {
@@ -145,7 +145,7 @@ impl PreFilterPlugin for PlacementPolicy {
             .spec
             .spread
             .iter()
-            .map(|c| match controller_uid(&pod.pod) {
+            .map(|c| match pod.controller_uid() {
                 Some(owner) => placed_per_cluster(snapshot, owner, pod, |n| {
                     PlacementPolicySpec::group_of(c.by, n.cluster_name(), n.labels())
                 })
@@ -267,7 +267,7 @@ impl PreScorePlugin for PlacementPolicy {
             }
         }
         if let Some(d) = &spec.division {
-            let owner = controller_uid(&pod.pod);
+            let owner = pod.controller_uid();
             let placed: HashMap<String, i64> = owner
                 .map(|o| {
                     placed_per_cluster(snapshot, o, pod, |n| Some(n.cluster_name().to_string()))

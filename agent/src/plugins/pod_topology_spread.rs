@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use k8s_openapi::api::core::v1::TopologySpreadConstraint;
+use k8s_openapi::api::core::v1::{Pod, TopologySpreadConstraint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use mcsched_shared::selectors::label_selector_matches;
 use mcsched_shared::taints;
@@ -108,7 +108,7 @@ impl Constraint {
         }
         node.pods
             .iter()
-            .filter(|p| p.pod.metadata.deletion_timestamp.is_none() && p.namespace == namespace)
+            .filter(|p| !p.terminating() && p.namespace == namespace)
             .filter(|p| self.matches(p.labels()))
             .count() as i64
     }
@@ -118,7 +118,8 @@ impl Constraint {
             return false;
         }
         if self.honor_node_taints {
-            let tols = tolerations(pod);
+            let obj = pod.pod();
+            let tols = tolerations(&obj);
             let untolerated = node_taints(node)
                 .iter()
                 .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
@@ -131,9 +132,8 @@ impl Constraint {
     }
 }
 
-fn own_constraints(pod: &PodInfo) -> &[TopologySpreadConstraint] {
-    pod.pod
-        .spec
+fn own_constraints(pod: &Pod) -> &[TopologySpreadConstraint] {
+    pod.spec
         .as_ref()
         .and_then(|s| s.topology_spread_constraints.as_deref())
         .unwrap_or_default()
@@ -148,7 +148,8 @@ fn constraints(
     defaults: &[TopologySpreadConstraint],
     snapshot: &Snapshot,
 ) -> Vec<Constraint> {
-    let own = own_constraints(pod);
+    let obj = pod.pod();
+    let own = own_constraints(&obj);
     if !own.is_empty() {
         return filter_constraints(pod, own, action);
     }
@@ -156,7 +157,7 @@ fn constraints(
     if cs.is_empty() {
         return cs;
     }
-    let Some(selector) = snapshot.pod_selectors.default_selector(&pod.pod) else {
+    let Some(selector) = snapshot.pod_selectors.default_selector(&pod.meta) else {
         return Vec::new();
     };
     for c in &mut cs {
@@ -214,7 +215,8 @@ fn domain<'a>(node: &'a NodeInfo, key: &str) -> &'a str {
 }
 
 fn has_node_constraints(pod: &PodInfo) -> bool {
-    let spec = pod.pod.spec.as_ref();
+    let obj = pod.pod();
+    let spec = obj.spec.as_ref();
     spec.and_then(|s| s.node_selector.as_ref())
         .is_some_and(|m| !m.is_empty())
         || spec
@@ -575,7 +577,7 @@ impl PreScorePlugin for PodTopologySpread {
         }
         // Only the pod's own constraints and List defaults need every topology key on a
         // node: with the system defaults a node without a zone still spreads by host.
-        let require_all = !own_constraints(pod).is_empty() || !self.system_defaulted;
+        let require_all = !own_constraints(&pod.pod()).is_empty() || !self.system_defaulted;
         let mut ignored = HashSet::new();
         let mut ignored_at = Vec::with_capacity(filtered.len());
         // The domains of the scored nodes; a node without the key is in domain "".

@@ -1,6 +1,7 @@
 //! TaintToleration: Filter rejects nodes with an untolerated NoSchedule/NoExecute taint;
 //! Score prefers nodes with fewer untolerated PreferNoSchedule taints.
 
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 use mcsched_shared::taints;
 
@@ -17,9 +18,8 @@ pub const REASON: &str = "node(s) had untolerated taint(s)";
 
 pub struct TaintToleration;
 
-pub fn tolerations(pod: &PodInfo) -> &[Toleration] {
-    pod.pod
-        .spec
+pub fn tolerations(pod: &Pod) -> &[Toleration] {
+    pod.spec
         .as_ref()
         .and_then(|s| s.tolerations.as_deref())
         .unwrap_or_default()
@@ -40,7 +40,8 @@ pub fn policy_tolerates(state: &CycleState, node: &NodeInfo, taint: &Taint) -> b
 /// The Filter both TaintToleration and LeafNodeTaintToleration use; `ignore` picks taints
 /// that count as tolerated.
 pub fn filter_taints(pod: &PodInfo, node: &NodeInfo, ignore: impl Fn(&Taint) -> bool) -> Status {
-    let tols = tolerations(pod);
+    let obj = pod.pod();
+    let tols = tolerations(&obj);
     let untolerated = node_taints(node)
         .iter()
         .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
@@ -92,7 +93,8 @@ impl PreScorePlugin for TaintToleration {
         _nodes: &crate::snapshot::NodeList,
         _snapshot: &Snapshot,
     ) -> Status {
-        let tols = tolerations(pod)
+        let obj = pod.pod();
+        let tols = tolerations(&obj)
             .iter()
             .filter(|t| {
                 t.effect

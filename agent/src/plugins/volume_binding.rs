@@ -85,7 +85,7 @@ fn claim_key(c: &PersistentVolumeClaim) -> String {
 /// `spec.storageClassName`, or the beta annotation older claims carry.
 /// The claims a pod's volumes name, in volume order.
 pub(crate) fn claim_names(pod: &PodInfo) -> Vec<String> {
-    super::helper::pod_volumes(&pod.pod)
+    super::helper::pod_volumes(pod)
         .iter()
         .filter_map(|v| {
             v.persistent_volume_claim

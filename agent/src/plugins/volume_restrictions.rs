@@ -8,7 +8,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Pod, Volume};
+use k8s_openapi::api::core::v1::Volume;
 
 use crate::framework::{
     ClusterEvent, CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
@@ -34,7 +34,7 @@ struct State {
 
 impl State {
     /// Like kube, matched by claim name alone: only pods on one node are added or removed.
-    fn refs_of(&self, pod: &Pod) -> i64 {
+    fn refs_of(&self, pod: &PodInfo) -> i64 {
         super::helper::pod_volumes(pod)
             .iter()
             .filter_map(|v| v.persistent_volume_claim.as_ref())
@@ -56,7 +56,7 @@ fn have_overlap(a: &[String], b: &[String]) -> bool {
 }
 
 /// kube's isVolumeConflict: does `v` clash with any volume of `existing`?
-fn is_volume_conflict(v: &Volume, existing: &Pod) -> bool {
+fn is_volume_conflict(v: &Volume, existing: &PodInfo) -> bool {
     super::helper::pod_volumes(existing).iter().any(|ev| {
         if let (Some(d), Some(ed)) = (&v.gce_persistent_disk, &ev.gce_persistent_disk)
             && d.pd_name == ed.pd_name
@@ -87,18 +87,18 @@ fn is_volume_conflict(v: &Volume, existing: &Pod) -> bool {
     })
 }
 
-fn satisfies_volume_conflicts(pod: &Pod, node: &NodeInfo) -> bool {
+fn satisfies_volume_conflicts(pod: &PodInfo, node: &NodeInfo) -> bool {
     super::helper::pod_volumes(pod)
         .iter()
         .filter(|v| needs_restrictions_check(v))
-        .all(|v| !node.pods.iter().any(|ep| is_volume_conflict(v, &ep.pod)))
+        .all(|v| !node.pods.iter().any(|ep| is_volume_conflict(v, ep)))
 }
 
 /// IsPVCUsedByPods: some pod assigned to a node (assumed ones included) uses the claim.
 fn is_claim_used(snapshot: &Snapshot, namespace: &str, claim: &str) -> bool {
     snapshot.nodes.iter().flat_map(|n| n.pods.iter()).any(|p| {
         p.namespace == namespace
-            && super::helper::pod_volumes(&p.pod)
+            && super::helper::pod_volumes(p)
                 .iter()
                 .filter_map(|v| v.persistent_volume_claim.as_ref())
                 .any(|c| c.claim_name == claim)
@@ -134,7 +134,7 @@ impl PreFilterPlugin for VolumeRestrictions {
         pod: &PodInfo,
         snapshot: &Snapshot,
     ) -> (PreFilterResult, Status) {
-        let vols = super::helper::pod_volumes(&pod.pod);
+        let vols = super::helper::pod_volumes(pod);
         let needs_check = vols.iter().any(needs_restrictions_check);
         let mut rwop = HashSet::new();
         for c in vols
@@ -182,7 +182,7 @@ impl PreFilterPlugin for VolumeRestrictions {
         _node: &NodeInfo,
     ) -> Status {
         if let Some(s) = state.read_mut::<State>(STATE_KEY) {
-            s.conflicting_refs += s.refs_of(&added.pod);
+            s.conflicting_refs += s.refs_of(added);
         }
         Status::success()
     }
@@ -195,7 +195,7 @@ impl PreFilterPlugin for VolumeRestrictions {
         _node: &NodeInfo,
     ) -> Status {
         if let Some(s) = state.read_mut::<State>(STATE_KEY) {
-            s.conflicting_refs -= s.refs_of(&removed.pod);
+            s.conflicting_refs -= s.refs_of(removed);
         }
         Status::success()
     }
@@ -203,7 +203,7 @@ impl PreFilterPlugin for VolumeRestrictions {
 
 impl FilterPlugin for VolumeRestrictions {
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        if !satisfies_volume_conflicts(&pod.pod, node) {
+        if !satisfies_volume_conflicts(pod, node) {
             return Status::unschedulable(REASON_DISK_CONFLICT);
         }
         // Without PreFilter state (as in this agent's preemption what-ifs on a fresh
@@ -225,6 +225,7 @@ mod tests {
     use crate::framework::Code;
     use crate::plugins::testing::node_with;
     use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    use k8s_openapi::api::core::v1::Pod;
     use serde_json::{Value, json};
 
     fn pod(name: &str, ns: &str, vols: Value) -> PodInfo {

@@ -78,7 +78,7 @@ fn pv_topologies(pv: &PersistentVolume) -> Vec<PvTopology> {
 /// getPVbyPod: the topologies of the volumes bound to the pod's claims.
 fn topologies_of(pod: &PodInfo, vols: &VolumeObjects) -> Result<Vec<PvTopology>, Status> {
     let mut out = Vec::new();
-    let claims = super::helper::pod_volumes(&pod.pod)
+    let claims = super::helper::pod_volumes(pod)
         .iter()
         .filter_map(|v| v.persistent_volume_claim.as_ref());
     for c in claims {
@@ -172,7 +172,7 @@ impl PreFilterPlugin for VolumeZone {
 
 impl FilterPlugin for VolumeZone {
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        if super::helper::pod_volumes(&pod.pod).is_empty() {
+        if super::helper::pod_volumes(pod).is_empty() {
             return Status::success();
         }
         // Without PreFilter (not enabled in the profile), compute here as kube does.

@@ -172,6 +172,7 @@ async fn watch_if_served<K, F>(api: Api<K>, kind: &'static str, ready: Ready, ap
 where
     K: kube::Resource
         + Clone
+        + Default
         + std::fmt::Debug
         + serde::de::DeserializeOwned
         + Send
@@ -222,6 +223,7 @@ fn spawn_selector_watches(
     where
         K: kube::Resource
             + Clone
+            + Default
             + std::fmt::Debug
             + serde::de::DeserializeOwned
             + Send
@@ -318,7 +320,8 @@ fn on_pod_event(shared: &Shared, change: Change<Pod>) {
                 return;
             }
             let gated = !fw.run_pre_enqueue(&pod).is_success();
-            let info = Arc::new(PodInfo::new(pod));
+            // Queued compact: a burst of pending pods is most of what the agent holds.
+            let info = Arc::new(PodInfo::compact(pod));
             // kube nominates only pods that reach activeQ: not gated ones.
             if gated {
                 shared.profiles.nominator.delete(&id);
@@ -329,15 +332,20 @@ fn on_pod_event(shared: &Shared, change: Change<Pod>) {
         }
         Change::Delete(pod) => {
             let key = key_of(&*pod);
-            let assumed = shared.cache().is_assumed(&key);
-            if assumed {
+            // A deletion found by a relist carries only the pod's metadata: whether it was
+            // placed, and by which profile, is the cache's to say.
+            let (assumed, cached) = {
+                let cache = shared.cache();
+                (cache.is_assumed(&key), cache.pod_info(&key).cloned())
+            };
+            if assumed && let Some(cached) = &cached {
                 // A pod waiting on Permit is rejected; its binding task cleans up.
                 let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-                if let Some(fw) = shared.profiles.for_pod(&pod) {
+                if let Some(fw) = shared.profiles.for_pod(&cached.pod()) {
                     fw.handle().reject_waiting_pod(uid);
                 }
             }
-            let was_bound = !is_unbound(&pod) || assumed;
+            let was_bound = !is_unbound(&pod) || cached.is_some();
             shared.cache().remove_pod(&key);
             let id = crate::queue::pod_id(&pod);
             shared.queue.delete(&id);

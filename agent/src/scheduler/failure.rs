@@ -93,7 +93,11 @@ pub(super) fn handle_failure(
     // The nominator before the API: the next cycles keep the room made for the pod at
     // once (kube's AddNominatedPod in its failure handler). A pod deleted meanwhile
     // is not nominated again.
-    let id = crate::queue::pod_id(&info.pod.pod);
+    let id = crate::queue::id(&info.pod).to_string();
+    // Back to the queue (and nominator) compact, as it came.
+    let object = info.pod.pod();
+    let mut info = info;
+    info.pod = info.pod.compacted();
     shared
         .profiles
         .nominator
@@ -101,13 +105,7 @@ pub(super) fn handle_failure(
     if shared.queue.is_gone(&id) {
         shared.profiles.nominator.delete(&id);
     }
-    let current = info
-        .pod
-        .pod
-        .status
-        .as_ref()
-        .and_then(|s| s.nominated_node_name.as_deref())
-        .unwrap_or_default();
+    let current = info.pod.nominated_node_name().unwrap_or_default();
     // Changed in the API only when it differs, as kube's updatePod.
     let nominated_node = match nominating {
         Nominating::Override(n) if n != current => Some(n),
@@ -115,7 +113,7 @@ pub(super) fn handle_failure(
     };
     shared
         .events
-        .failed_scheduling(scheduler_name, &info.pod.pod, message.clone());
+        .failed_scheduling(scheduler_name, &object, message.clone());
     shared.events.send(Message::Unschedulable {
         namespace: info.pod.namespace.clone(),
         name: info.pod.name.clone(),

@@ -18,7 +18,6 @@ use tracing::info;
 use super::{Shared, schedule_pod};
 use crate::framework::CycleState;
 use crate::framework::runtime::CycleRecord;
-use crate::plugins::cluster_policy::controller_uid;
 use crate::policies::Policy;
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 
@@ -87,14 +86,14 @@ impl Rebalancer {
         let mut terminating: HashMap<String, usize> = HashMap::new();
         for node in snapshot.nodes.iter() {
             for pod in &node.pods {
-                let Some(owner) = controller_uid(&pod.pod) else {
+                let Some(owner) = pod.controller_uid() else {
                     continue;
                 };
-                if pod.pod.metadata.deletion_timestamp.is_some() {
+                if pod.terminating() {
                     *terminating.entry(owner.to_string()).or_default() += 1;
                     continue;
                 }
-                let Some(policy) = snapshot.policies.for_pod(&pod.pod) else {
+                let Some(policy) = snapshot.policies.for_pod(&pod.meta) else {
                     continue;
                 };
                 if policy.spec.rebalance.is_none() || policy.invalid.is_some() {
@@ -146,7 +145,7 @@ impl Rebalancer {
             let Some((victim, node)) = pods.iter().max_by_key(|(p, node)| {
                 (
                     badness(spec, node, &counts, n),
-                    p.pod.metadata.creation_timestamp.clone(),
+                    p.meta.creation_timestamp.clone(),
                 )
             }) else {
                 continue;
@@ -159,7 +158,7 @@ impl Rebalancer {
             if !worst.0 && worst.1 == 0 && worst.2 < total_weight.max(1) {
                 continue;
             }
-            let Some(target) = replacement(shared, &victim.pod, snapshot).await else {
+            let Some(target) = replacement(shared, &victim.pod(), snapshot).await else {
                 continue;
             };
             let target_in = target_cluster(snapshot, &target.2);
@@ -178,7 +177,7 @@ impl Rebalancer {
             if !better {
                 continue;
             }
-            match evict(shared, &victim.pod).await {
+            match evict(shared, &victim.pod()).await {
                 Ok(()) => {
                     info!(pod = %victim.key, from = node.cluster_name(), to = %target_in,
                         policy = %policy.reference, "rebalancing: evicted; its replacement goes where the policy places it");
@@ -254,7 +253,7 @@ async fn replacement(
     .await
     .ok()?;
     let node = snapshot.get(&r.node)?;
-    let policy = snapshot.policies.for_pod(pod)?;
+    let policy = snapshot.policies.for_pod(&pod.metadata)?;
     let (disallowed, group, _) = badness(&policy.spec, node, &BTreeMap::new(), 0);
     Some((disallowed, group, r.node))
 }

@@ -136,7 +136,7 @@ async fn filter_by_extenders(
         }
         let nodes: Vec<&Node> = feasible.iter().map(|n| n.node.as_ref()).collect();
         let mut answer = answer(ext, "filter");
-        match ext.filter(&pod.pod, &nodes).await {
+        match ext.filter(&pod.pod(), &nodes).await {
             Ok(res) => {
                 let keep: HashSet<&str> = res.nodes.iter().map(String::as_str).collect();
                 let dropped: Vec<_> = feasible
@@ -212,7 +212,7 @@ async fn prioritize_by_extenders(
         .filter(|e| e.config.prioritize_verb.is_some())
     {
         let mut answer = answer(ext, "prioritize");
-        match ext.prioritize(&pod.pod, &nodes).await {
+        match ext.prioritize(&pod.pod(), &nodes).await {
             Ok(scores) => {
                 let totals = extra.get_or_insert_with(|| vec![0; feasible.len()]);
                 for (t, n) in totals.iter_mut().zip(feasible.iter()) {

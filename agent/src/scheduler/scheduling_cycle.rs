@@ -28,10 +28,12 @@ pub(super) struct Placed {
 pub(super) async fn scheduling_cycle(
     shared: &Arc<Shared>,
     leader: &tokio::sync::watch::Receiver<bool>,
-    info: QueuedPodInfo,
+    mut info: QueuedPodInfo,
 ) -> Option<Placed> {
+    // Queued compact; the cycle reads the whole pod on every node.
+    info.pod = info.pod.decoded();
     let pod = info.pod.clone();
-    let Some(fw) = shared.profiles.for_pod(&pod.pod).cloned() else {
+    let Some(fw) = shared.profiles.for_pod(&pod.pod()).cloned() else {
         shared.queue.done(&pod);
         return None;
     };
@@ -140,10 +142,7 @@ pub(super) async fn scheduling_cycle(
     record.feasible = record.feasible.detached();
     drop(snapshot);
     shared.cache().assume(pod.clone(), &node);
-    shared
-        .profiles
-        .nominator
-        .delete(&crate::queue::pod_id(&pod.pod));
+    shared.profiles.nominator.delete(crate::queue::id(&pod));
     let reserved = fw.run_reserve(&mut state, &pod, &node);
     let (permit, waits) = if reserved.is_success() {
         fw.run_permit(&state, &pod, &node)

@@ -143,7 +143,7 @@ async fn get_explanation(
     let found = match s.shared.queue.waiting(&key) {
         Some(info) => match s
             .dry_runs
-            .run(s.shared.clone(), info.pod.as_ref().clone())
+            .run(s.shared.clone(), info.pod().as_ref().clone())
             .await
         {
             Ok(e) => Some(e),

@@ -65,7 +65,7 @@ impl LeafChecker {
         if !cycle.avoid.is_empty()
             && cycle
                 .avoid
-                .get(&crate::leaf::rescheduling::owner_key(&pod.pod))
+                .get(&crate::leaf::rescheduling::owner_key(&pod.pod()))
                 .is_some_and(|cs| cs.iter().any(|c| c == cluster))
         {
             return Status::unschedulable(format!(
@@ -97,8 +97,8 @@ impl LeafChecker {
             Ok(p) => p,
             Err(e) => return Status::unresolvable(e),
         };
-        let class = pod
-            .pod
+        let obj = pod.pod();
+        let class = obj
             .spec
             .as_ref()
             .and_then(|s| s.priority_class_name.as_deref());
@@ -106,7 +106,7 @@ impl LeafChecker {
             match view
                 .admission
                 .rules
-                .admit(&leaf_pod.pod, class, &view.admission.pending)
+                .admit(&leaf_pod.pod(), class, &view.admission.pending)
             {
                 Admitted::AsIs => leaf_pod,
                 Admitted::Defaulted(p) => Arc::new(PodInfo::new(Arc::new(*p))),
@@ -172,7 +172,7 @@ impl LeafChecker {
 /// leaf: UnschedulableAndUnresolvable with the grant to add, or Unschedulable while the
 /// API server is still being asked (the answer is a leaf event that retries the pod).
 fn copies_unreadable(cycle: &LeafCycle, pod: &PodInfo) -> Option<Status> {
-    let deps = crate::leaf::transform::dependencies(&pod.pod);
+    let deps = crate::leaf::transform::dependencies(&pod.pod());
     let access = &cycle.access.0;
     for (kind, names, label) in [
         (Copied::ConfigMaps, &deps.config_maps, "ConfigMaps"),
@@ -205,7 +205,7 @@ fn copies_unreadable(cycle: &LeafCycle, pod: &PodInfo) -> Option<Status> {
 /// of the pod's names the copy would need.
 fn questions(pod: &PodInfo) -> Vec<Question> {
     let ns = &pod.namespace;
-    let deps = crate::leaf::transform::dependencies(&pod.pod);
+    let deps = crate::leaf::transform::dependencies(&pod.pod());
     let mut qs = vec![Question::Granted(ns.clone())];
     qs.extend(
         deps.config_maps
@@ -258,8 +258,7 @@ fn leaf_refuses(view: &LeafView, pod: &PodInfo) -> Option<Status> {
         .iter()
         .flat_map(|n| n.pods.iter())
         .any(|p| {
-            p.key == pod.key
-                && !crate::leaf::leaf_checks::is_ours(&p.pod.metadata, cluster, &view.host_id)
+            p.key == pod.key && !crate::leaf::leaf_checks::is_ours(&p.meta, cluster, &view.host_id)
         });
     if foreign_pod {
         return Some(Status::unresolvable(format!(

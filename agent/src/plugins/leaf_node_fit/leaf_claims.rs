@@ -80,7 +80,7 @@ pub fn leaf_view(
     if left_to_leaf.is_empty() {
         return Ok((pod.clone(), snapshot));
     }
-    let mut trimmed = (*pod.pod).clone();
+    let mut trimmed = (*pod.pod()).clone();
     if let Some(vols) = trimmed.spec.as_mut().and_then(|s| s.volumes.as_mut()) {
         vols.retain(|v| {
             v.persistent_volume_claim

@@ -272,7 +272,7 @@ mod tests {
         // east-1 (4 CPU) runs the copy of host pod `victim` (3 CPU): 1 CPU free there.
         let victim = pod_requesting("victim", &[("cpu", "3")]);
         let copy = {
-            let mut raw = (*victim.pod).clone();
+            let mut raw = (*victim.pod()).clone();
             raw.metadata.annotations = Some(BTreeMap::from([(
                 mcsched_shared::keys::HOST_POD_UID_ANNOTATION.to_string(),
                 victim.uid.clone(),
