@@ -64,51 +64,71 @@ pub struct NewEvent {
 struct Key {
     action: &'static str,
     reason: &'static str,
-    /// The regarded object's reference, every field: api version, kind, namespace,
-    /// name, uid, resource version, field path.
-    regarding: [Option<String>; 7],
+    /// The regarded object's reference, every field (api version, kind, namespace, name,
+    /// uid, resource version, field path) in one string, NUL-separated, with a bit per
+    /// field that is set: one allocation where seven were, for each of thousands of keys.
+    /// No field of a reference holds a NUL (names, uids and paths are printable).
+    present: u8,
+    regarding: Box<str>,
 }
+
+const NAMESPACE: usize = 2;
+const NAME: usize = 3;
 
 impl Key {
     fn new(action: &'static str, reason: &'static str, r: ObjectReference) -> Self {
+        let fields = [
+            r.api_version,
+            r.kind,
+            r.namespace,
+            r.name,
+            r.uid,
+            r.resource_version,
+            r.field_path,
+        ];
+        let present = fields
+            .iter()
+            .enumerate()
+            .fold(0u8, |m, (i, f)| m | (u8::from(f.is_some()) << i));
+        let regarding = fields
+            .iter()
+            .map(|f| f.as_deref().unwrap_or_default().replace('\0', "\u{FFFD}"))
+            .collect::<Vec<_>>()
+            .join("\0");
         Key {
             action,
             reason,
-            regarding: [
-                r.api_version,
-                r.kind,
-                r.namespace,
-                r.name,
-                r.uid,
-                r.resource_version,
-                r.field_path,
-            ],
+            present,
+            regarding: regarding.into(),
         }
     }
 
+    fn field(&self, i: usize) -> Option<&str> {
+        if self.present & (1 << i) == 0 {
+            return None;
+        }
+        self.regarding.split('\0').nth(i)
+    }
+
     fn regarding(&self) -> ObjectReference {
-        let [
-            api_version,
-            kind,
-            namespace,
-            name,
-            uid,
-            resource_version,
-            field_path,
-        ] = self.regarding.clone();
+        let field = |i| self.field(i).map(String::from);
         ObjectReference {
-            api_version,
-            kind,
-            namespace,
-            name,
-            uid,
-            resource_version,
-            field_path,
+            api_version: field(0),
+            kind: field(1),
+            namespace: field(NAMESPACE),
+            name: field(NAME),
+            uid: field(4),
+            resource_version: field(5),
+            field_path: field(6),
         }
     }
 
     fn namespace(&self) -> &str {
-        self.regarding[2].as_deref().unwrap_or("default")
+        self.field(NAMESPACE).unwrap_or("default")
+    }
+
+    fn name(&self) -> Option<&str> {
+        self.field(NAME)
     }
 }
 
@@ -198,7 +218,7 @@ impl Inner {
             // client-go's name: the object's and the time in hexadecimal nanoseconds.
             name: format!(
                 "{}.{:x}",
-                key.regarding[3].as_deref().unwrap_or(&self.controller),
+                key.name().unwrap_or(&self.controller),
                 stamp.as_nanosecond()
             ),
             type_: e.type_,
@@ -338,6 +358,35 @@ fn sweep(inner: &Inner, cache: &mut Cache, now: Instant) -> Vec<Write> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The key keeps every field of the reference, telling an unset field from an empty one.
+    #[test]
+    fn a_key_gives_back_the_reference_it_was_made_of() {
+        let full = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            namespace: Some("ns".into()),
+            name: Some("p".into()),
+            uid: Some("u".into()),
+            resource_version: Some("7".into()),
+            field_path: Some("spec.containers{c}".into()),
+        };
+        let sparse = ObjectReference {
+            kind: Some("Pod".into()),
+            name: Some(String::new()),
+            ..Default::default()
+        };
+        for r in [full, sparse.clone(), ObjectReference::default()] {
+            assert_eq!(Key::new("a", "r", r.clone()).regarding(), r);
+        }
+        assert_eq!(Key::new("a", "r", sparse.clone()).namespace(), "default");
+        assert_eq!(Key::new("a", "r", sparse.clone()).name(), Some(""));
+        let unnamed = ObjectReference {
+            kind: Some("Pod".into()),
+            ..Default::default()
+        };
+        assert_ne!(Key::new("a", "r", sparse), Key::new("a", "r", unnamed));
+    }
     use kube::client::Body;
     use serde_json::Value;
 

@@ -115,11 +115,46 @@ fn without_managed_fields<K: Resource>(mut o: K) -> K {
     o
 }
 
-/// An object that vanished during a relist, as far as it is remembered: its metadata.
-fn tombstone<K: Resource + Default>(meta: ObjectMeta) -> Arc<K> {
-    let mut o = K::default();
-    *o.meta_mut() = meta;
-    Arc::new(o)
+/// What a watch remembers of an object it saw, to tell of its deletion when a relist no
+/// longer shows it: the key (beside it), uid and labels, which is what the handlers of a
+/// deletion read. Kept small: a watch remembers every pod of the cluster.
+struct Seen {
+    uid: Option<Box<str>>,
+    labels: Box<[(Box<str>, Box<str>)]>,
+}
+
+impl Seen {
+    fn of<K: Resource>(o: &K) -> Self {
+        let meta = o.meta();
+        Seen {
+            uid: meta.uid.as_deref().map(Box::from),
+            labels: meta
+                .labels
+                .iter()
+                .flatten()
+                .map(|(k, v)| (Box::from(k.as_str()), Box::from(v.as_str())))
+                .collect(),
+        }
+    }
+
+    /// The vanished object `key` (`namespace/name`, as [`key_of`]) as far as remembered.
+    fn tombstone<K: Resource + Default>(self, key: &str) -> Arc<K> {
+        let (namespace, name) = key.split_once('/').unwrap_or(("", key));
+        let mut o = K::default();
+        *o.meta_mut() = ObjectMeta {
+            namespace: (!namespace.is_empty()).then(|| namespace.to_string()),
+            name: Some(name.to_string()),
+            uid: self.uid.map(String::from),
+            labels: (!self.labels.is_empty()).then(|| {
+                self.labels
+                    .into_iter()
+                    .map(|(k, v)| (String::from(k), String::from(v)))
+                    .collect()
+            }),
+            ..Default::default()
+        };
+        Arc::new(o)
+    }
 }
 
 /// A watch event reduced to what a cache needs; `Apply`'s flag tells a new object.
@@ -137,9 +172,9 @@ impl<K> Change<K> {
 }
 
 /// Streams one kind, turning re-lists into applies and deletions of objects that vanished
-/// meanwhile (those carry only the object's metadata, all that is remembered of it: the
-/// caches hold the objects, often compact, and a second decoded copy of every pod here
-/// would be most of the agent's memory), and reports the first complete list on `ready`. Supervised: a stream that
+/// meanwhile (those carry only the object's name, uid and labels, all that is remembered
+/// of it: the caches hold the objects, often compact, and a second decoded copy of every
+/// pod here would be most of the agent's memory), and reports the first complete list on `ready`. Supervised: a stream that
 /// ends, or a change whose handling panics, restarts the watch with backoff and a relist
 /// (counted in `mcsched_watch_restarts_total`); the kind is down until that relist is done.
 pub async fn watch_kind<K, F>(
@@ -161,7 +196,7 @@ pub async fn watch_kind<K, F>(
     F: FnMut(Change<K>) + Send,
 {
     let ready: Ready = ready.into();
-    let mut known: HashMap<String, ObjectMeta> = HashMap::new();
+    let mut known: HashMap<String, Seen> = HashMap::new();
     let mut reported = false;
     let mut backoff = std::time::Duration::from_millis(500);
     loop {
@@ -195,7 +230,7 @@ async fn watch_once<K, F>(
     kind: &'static str,
     ready: &Ready,
     apply: &mut F,
-    known: &mut HashMap<String, ObjectMeta>,
+    known: &mut HashMap<String, Seen>,
     reported: &mut bool,
 ) -> &'static str
 where
@@ -210,7 +245,7 @@ where
     K::DynamicType: Default,
     F: FnMut(Change<K>) + Send,
 {
-    let mut relist: Option<HashMap<String, ObjectMeta>> = None;
+    let mut relist: Option<HashMap<String, Seen>> = None;
     let mut stream = watcher::watcher(api.clone(), config.clone())
         .default_backoff()
         .boxed();
@@ -225,7 +260,7 @@ where
                 let key = key_of(&*o);
                 let is_new = !known.contains_key(&key);
                 if let Some(seen) = relist.as_mut() {
-                    seen.insert(key, o.meta().clone());
+                    seen.insert(key, Seen::of(&*o));
                 }
                 if !apply(Change::Apply(o, is_new)) {
                     return "handling a change panicked";
@@ -233,8 +268,9 @@ where
             }
             Ok(Event::InitDone) => {
                 if let Some(seen) = relist.take() {
-                    for (key, meta) in known.drain() {
-                        if !seen.contains_key(&key) && !apply(Change::Delete(tombstone(meta))) {
+                    for (key, gone) in known.drain() {
+                        if !seen.contains_key(&key) && !apply(Change::Delete(gone.tombstone(&key)))
+                        {
                             return "handling a change panicked";
                         }
                     }
@@ -248,7 +284,7 @@ where
             }
             Ok(Event::Apply(o)) => {
                 let o = Arc::new(without_managed_fields(o));
-                let is_new = known.insert(key_of(&*o), o.meta().clone()).is_none();
+                let is_new = known.insert(key_of(&*o), Seen::of(&*o)).is_none();
                 if !apply(Change::Apply(o, is_new)) {
                     return "handling a change panicked";
                 }
@@ -466,7 +502,7 @@ mod tests {
     /// A relist that no longer shows an object deletes it with the metadata remembered of
     /// it (name, uid, labels), not a decoded copy of the whole object.
     #[tokio::test]
-    async fn an_object_gone_at_a_relist_is_deleted_with_its_metadata() {
+    async fn an_object_gone_at_a_relist_is_deleted_with_its_name_uid_and_labels() {
         use k8s_openapi::api::core::v1::ConfigMap;
         use std::sync::atomic::{AtomicUsize, Ordering};
         let lists = Arc::new(AtomicUsize::new(0));
@@ -519,7 +555,7 @@ mod tests {
             };
             record.lock().expect("lock").push((
                 what,
-                o.name_any(),
+                format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any()),
                 o.metadata.uid.clone(),
                 o.labels().get("app").cloned(),
                 o.data.is_some(),
@@ -553,7 +589,7 @@ mod tests {
             deleted,
             (
                 "delete",
-                "b".to_string(),
+                "ns/b".to_string(),
                 Some("uid-b".to_string()),
                 Some("b".to_string()),
                 false
@@ -566,6 +602,6 @@ mod tests {
             .filter(|e| e.0 == "apply")
             .map(|e| e.1.clone())
             .collect();
-        assert_eq!(applied, ["a", "b", "a"]);
+        assert_eq!(applied, ["ns/a", "ns/b", "ns/a"]);
     }
 }
