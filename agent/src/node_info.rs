@@ -76,8 +76,8 @@ pub const PREEMPTED_REASON: &str = "PreemptionByScheduler";
 impl PodInfo {
     /// A pod kept decoded: the one being scheduled, or one built for a what-if.
     pub fn new(pod: Arc<Pod>) -> Self {
-        let meta = pod.metadata.clone();
-        let mut info = Self::computed(&pod, meta);
+        let mut info = Self::computed(&pod);
+        info.meta = pod.metadata.clone();
         info.object = PodObject::Decoded(pod);
         info
     }
@@ -86,8 +86,9 @@ impl PodInfo {
     /// again only when [`PodInfo::pod`] is asked for.
     pub fn compact(pod: Arc<Pod>) -> Self {
         let mut pod = Arc::unwrap_or_clone(pod);
-        let meta = std::mem::take(&mut pod.metadata);
-        let mut info = Self::computed(&pod, meta);
+        // Computed from the whole pod: terms default to the pod's own namespace.
+        let mut info = Self::computed(&pod);
+        info.meta = std::mem::take(&mut pod.metadata);
         if let Some(spec) = pod.spec.as_mut() {
             spec.volumes = None;
         }
@@ -106,7 +107,9 @@ impl PodInfo {
         info
     }
 
-    fn computed(pod: &Pod, meta: ObjectMeta) -> Self {
+    /// Everything but the metadata and the object, which the constructors move in.
+    fn computed(pod: &Pod) -> Self {
+        let meta = &pod.metadata;
         let namespace = meta.namespace.clone().unwrap_or_default();
         let name = meta.name.clone().unwrap_or_default();
         let (requests, invalid) = match pod_requests(pod) {
@@ -177,7 +180,7 @@ impl PodInfo {
                 .is_some_and(|c| {
                     c.status == "True" && c.reason.as_deref() == Some(PREEMPTED_REASON)
                 }),
-            meta,
+            meta: ObjectMeta::default(),
             object: PodObject::Encoded(Arc::from([])),
         }
     }
@@ -572,6 +575,13 @@ mod compact_tests {
             assert_eq!(info.volumes.len(), 1);
             assert!(info.start_time.is_some());
             assert!(info.has_required_anti_affinity);
+            // Terms without namespaces take the pod's own.
+            assert_eq!(*info.terms, crate::affinity::PodAffinityTerms::of(&pod));
+            assert!(
+                info.terms.required_anti_affinity[0]
+                    .namespaces
+                    .contains("ns")
+            );
             assert_eq!(info.host_ports.len(), 1);
             assert_eq!(info.requests.milli_cpu, 250);
             assert_eq!(*info.pod(), pod);
