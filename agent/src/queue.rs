@@ -536,6 +536,31 @@ mod tests {
         assert_eq!(q.pending().active, 0);
     }
 
+    /// Pods wait compact, whichever way they come back; what the cycle decodes from one
+    /// is the pod that was queued.
+    #[tokio::test]
+    async fn pods_wait_compact() {
+        let q = SchedulingQueue::new(
+            Duration::from_millis(1),
+            Duration::from_millis(1),
+            HashMap::new(),
+            priority_sort(),
+        );
+        let decoded = pod("p", 0);
+        assert!(!decoded.is_compact());
+        q.add(decoded.clone(), false);
+        let mut popped = q.pop().await.expect("popped");
+        assert!(popped.pod.is_compact());
+        assert_eq!(popped.pod.pod(), decoded.pod());
+        popped.pod = popped.pod.decoded();
+        assert!(!popped.pod.is_compact());
+        q.add_backoff(popped);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        q.flush();
+        let again = q.pop().await.expect("popped again");
+        assert!(again.pod.is_compact());
+    }
+
     #[tokio::test]
     async fn unschedulable_pods_move_on_their_plugins_events_only() {
         let q = queue(&[(
