@@ -2,6 +2,7 @@
 //! once (requests, ports, affinity terms, sums over the node's pods), beside the API
 //! objects they came from.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
@@ -185,10 +186,27 @@ impl PodInfo {
         }
     }
 
-    /// The whole pod; a compact one is decoded anew on each call.
+    /// The whole pod, shared; a compact one is decoded anew on each call.
     pub fn pod(&self) -> Arc<Pod> {
         match &self.object {
             PodObject::Decoded(pod) => pod.clone(),
+            PodObject::Encoded(_) => Arc::new(self.decode()),
+        }
+    }
+
+    /// The whole pod to read: borrowed when decoded (the plugins read the pod being
+    /// scheduled on every node, from several threads: no shared count to bump), decoded
+    /// anew when compact.
+    pub fn object(&self) -> Cow<'_, Pod> {
+        match &self.object {
+            PodObject::Decoded(pod) => Cow::Borrowed(pod),
+            PodObject::Encoded(_) => Cow::Owned(self.decode()),
+        }
+    }
+
+    fn decode(&self) -> Pod {
+        match &self.object {
+            PodObject::Decoded(pod) => (**pod).clone(),
             PodObject::Encoded(bytes) => {
                 let mut pod = serde_json::from_slice::<Pod>(bytes).unwrap_or_else(|e| {
                     // Bytes this process wrote from a Pod; only a serde bug gets here.
@@ -199,7 +217,7 @@ impl PodInfo {
                 if !self.volumes.is_empty() {
                     pod.spec.get_or_insert_default().volumes = Some(self.volumes.clone());
                 }
-                Arc::new(pod)
+                pod
             }
         }
     }
@@ -585,7 +603,9 @@ mod compact_tests {
             assert_eq!(info.host_ports.len(), 1);
             assert_eq!(info.requests.milli_cpu, 250);
             assert_eq!(*info.pod(), pod);
+            assert_eq!(*info.object(), pod);
         }
+        assert!(matches!(decoded.object(), Cow::Borrowed(_)));
     }
 
     #[test]

@@ -335,7 +335,7 @@ impl PostFilterPlugin for DefaultPreemption {
         statuses: &NodeStatuses,
     ) -> (PostFilterResult, Status) {
         let total = snapshot.len();
-        let obj = pod.pod();
+        let obj = pod.object();
         let policy = obj
             .spec
             .as_ref()

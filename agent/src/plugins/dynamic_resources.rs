@@ -17,7 +17,7 @@ pub const REASON_UNSUPPORTED: &str = "pod uses resource claims, which mcsched do
 pub struct DynamicResources;
 
 fn has_claims(pod: &PodInfo) -> bool {
-    pod.pod()
+    pod.object()
         .spec
         .as_ref()
         .and_then(|s| s.resource_claims.as_ref())

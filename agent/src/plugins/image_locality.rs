@@ -33,7 +33,7 @@ pub fn normalized_image_name(image: &str) -> String {
 }
 
 fn images(pod: &PodInfo) -> Vec<String> {
-    pod.pod()
+    pod.object()
         .spec
         .as_ref()
         .map(|s| {

@@ -47,7 +47,7 @@ fn required(a: Option<&ApiNodeAffinity>) -> Option<&NodeSelector> {
 /// Whether the pod's own nodeSelector and required affinity accept the node.
 pub fn pod_matches_node(pod: &PodInfo, node: &NodeInfo) -> bool {
     let labels = node.labels();
-    let pod = pod.pod();
+    let pod = pod.object();
     let selector_ok = pod
         .spec
         .as_ref()
@@ -90,7 +90,7 @@ impl PreFilterPlugin for NodeAffinity {
         pod: &PodInfo,
         _snapshot: &Snapshot,
     ) -> (PreFilterResult, Status) {
-        let obj = pod.pod();
+        let obj = pod.object();
         let has_selector = obj
             .spec
             .as_ref()
@@ -153,7 +153,7 @@ impl PreScorePlugin for NodeAffinity {
         _nodes: &crate::snapshot::NodeList,
         _snapshot: &Snapshot,
     ) -> Status {
-        let obj = pod.pod();
+        let obj = pod.object();
         let terms: Vec<PreferredSchedulingTerm> = [pod_node_affinity(&obj), self.added.as_ref()]
             .into_iter()
             .flatten()

@@ -35,7 +35,7 @@ impl FilterPlugin for NodeUnschedulable {
             ..Default::default()
         };
         let tolerated = pod
-            .pod()
+            .object()
             .spec
             .as_ref()
             .and_then(|s| s.tolerations.as_ref())

@@ -118,7 +118,7 @@ impl Constraint {
             return false;
         }
         if self.honor_node_taints {
-            let obj = pod.pod();
+            let obj = pod.object();
             let tols = tolerations(&obj);
             let untolerated = node_taints(node)
                 .iter()
@@ -148,7 +148,7 @@ fn constraints(
     defaults: &[TopologySpreadConstraint],
     snapshot: &Snapshot,
 ) -> Vec<Constraint> {
-    let obj = pod.pod();
+    let obj = pod.object();
     let own = own_constraints(&obj);
     if !own.is_empty() {
         return filter_constraints(pod, own, action);
@@ -215,7 +215,7 @@ fn domain<'a>(node: &'a NodeInfo, key: &str) -> &'a str {
 }
 
 fn has_node_constraints(pod: &PodInfo) -> bool {
-    let obj = pod.pod();
+    let obj = pod.object();
     let spec = obj.spec.as_ref();
     spec.and_then(|s| s.node_selector.as_ref())
         .is_some_and(|m| !m.is_empty())
@@ -577,7 +577,7 @@ impl PreScorePlugin for PodTopologySpread {
         }
         // Only the pod's own constraints and List defaults need every topology key on a
         // node: with the system defaults a node without a zone still spreads by host.
-        let require_all = !own_constraints(&pod.pod()).is_empty() || !self.system_defaulted;
+        let require_all = !own_constraints(&pod.object()).is_empty() || !self.system_defaulted;
         let mut ignored = HashSet::new();
         let mut ignored_at = Vec::with_capacity(filtered.len());
         // The domains of the scored nodes; a node without the key is in domain "".

@@ -40,7 +40,7 @@ pub fn policy_tolerates(state: &CycleState, node: &NodeInfo, taint: &Taint) -> b
 /// The Filter both TaintToleration and LeafNodeTaintToleration use; `ignore` picks taints
 /// that count as tolerated.
 pub fn filter_taints(pod: &PodInfo, node: &NodeInfo, ignore: impl Fn(&Taint) -> bool) -> Status {
-    let obj = pod.pod();
+    let obj = pod.object();
     let tols = tolerations(&obj);
     let untolerated = node_taints(node)
         .iter()
@@ -93,7 +93,7 @@ impl PreScorePlugin for TaintToleration {
         _nodes: &crate::snapshot::NodeList,
         _snapshot: &Snapshot,
     ) -> Status {
-        let obj = pod.pod();
+        let obj = pod.object();
         let tols = tolerations(&obj)
             .iter()
             .filter(|t| {

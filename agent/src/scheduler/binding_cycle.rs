@@ -89,7 +89,9 @@ pub(super) async fn binding_cycle(
             &scheduler_name,
             started.elapsed().as_secs_f64(),
         );
-        shared.events.scheduled(&scheduler_name, &pod.pod(), &node);
+        shared
+            .events
+            .scheduled(&scheduler_name, &pod.object(), &node);
         fw.run_post_bind(&state, &pod, &node);
         shared.queue.done(&pod);
         return;

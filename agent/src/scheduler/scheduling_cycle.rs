@@ -33,7 +33,7 @@ pub(super) async fn scheduling_cycle(
     // Queued compact; the cycle reads the whole pod on every node.
     info.pod = info.pod.decoded();
     let pod = info.pod.clone();
-    let Some(fw) = shared.profiles.for_pod(&pod.pod()).cloned() else {
+    let Some(fw) = shared.profiles.for_pod(&pod.object()).cloned() else {
         shared.queue.done(&pod);
         return None;
     };

@@ -65,7 +65,7 @@ impl LeafChecker {
         if !cycle.avoid.is_empty()
             && cycle
                 .avoid
-                .get(&crate::leaf::rescheduling::owner_key(&pod.pod()))
+                .get(&crate::leaf::rescheduling::owner_key(&pod.object()))
                 .is_some_and(|cs| cs.iter().any(|c| c == cluster))
         {
             return Status::unschedulable(format!(
@@ -97,7 +97,7 @@ impl LeafChecker {
             Ok(p) => p,
             Err(e) => return Status::unresolvable(e),
         };
-        let obj = pod.pod();
+        let obj = pod.object();
         let class = obj
             .spec
             .as_ref()
@@ -106,7 +106,7 @@ impl LeafChecker {
             match view
                 .admission
                 .rules
-                .admit(&leaf_pod.pod(), class, &view.admission.pending)
+                .admit(&leaf_pod.object(), class, &view.admission.pending)
             {
                 Admitted::AsIs => leaf_pod,
                 Admitted::Defaulted(p) => Arc::new(PodInfo::new(Arc::new(*p))),
@@ -172,7 +172,7 @@ impl LeafChecker {
 /// leaf: UnschedulableAndUnresolvable with the grant to add, or Unschedulable while the
 /// API server is still being asked (the answer is a leaf event that retries the pod).
 fn copies_unreadable(cycle: &LeafCycle, pod: &PodInfo) -> Option<Status> {
-    let deps = crate::leaf::transform::dependencies(&pod.pod());
+    let deps = crate::leaf::transform::dependencies(&pod.object());
     let access = &cycle.access.0;
     for (kind, names, label) in [
         (Copied::ConfigMaps, &deps.config_maps, "ConfigMaps"),
@@ -205,7 +205,7 @@ fn copies_unreadable(cycle: &LeafCycle, pod: &PodInfo) -> Option<Status> {
 /// of the pod's names the copy would need.
 fn questions(pod: &PodInfo) -> Vec<Question> {
     let ns = &pod.namespace;
-    let deps = crate::leaf::transform::dependencies(&pod.pod());
+    let deps = crate::leaf::transform::dependencies(&pod.object());
     let mut qs = vec![Question::Granted(ns.clone())];
     qs.extend(
         deps.config_maps
