@@ -2,7 +2,9 @@
 //! moment it is handed to the connection, once this agent may no longer act as the
 //! leader. The callers check leadership before they write too, but a request may wait
 //! between that check and the connection (behind the rate limit, or in a process frozen
-//! meanwhile); this layer, placed under the rate limit, checks again at the last moment.
+//! meanwhile); this layer, placed under the rate limit, checks again at the last moment,
+//! and at every step of the request until it is answered: a process frozen while its
+//! connection was being opened must not send the request once it runs again.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -88,11 +90,27 @@ where
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        if is_write(req.method()) && !self.fence.is_open() {
-            tracing::warn!(method = %req.method(), uri = %req.uri(), "write refused: not the leader any more");
-            return Box::pin(std::future::ready(Err(S::Error::from(Fenced))));
+        if !is_write(req.method()) {
+            return Box::pin(self.inner.call(req));
         }
-        Box::pin(self.inner.call(req))
+        let (method, uri) = (req.method().clone(), req.uri().clone());
+        let refused = move || {
+            tracing::warn!(%method, %uri, "write refused: not the leader any more");
+            Err(S::Error::from(Fenced))
+        };
+        if !self.fence.is_open() {
+            return Box::pin(std::future::ready(refused()));
+        }
+        let fence = self.fence.clone();
+        let mut inner = Box::pin(self.inner.call(req));
+        // Checked before each poll: dropping the request before the connection has taken
+        // it sends nothing.
+        Box::pin(std::future::poll_fn(move |cx| {
+            if !fence.is_open() {
+                return Poll::Ready(refused());
+            }
+            inner.as_mut().poll(cx)
+        }))
     }
 }
 
@@ -125,6 +143,60 @@ mod tests {
             .body(())
             .map_err(|e| Box::new(e) as BoxError)?;
         svc.call(req).await
+    }
+
+    /// Sends (counts) only when polled after its gate opened, as a request whose
+    /// connection was still being opened.
+    #[derive(Clone)]
+    struct Gated {
+        gate: Arc<tokio::sync::Notify>,
+        sent: Arc<std::sync::atomic::AtomicUsize>,
+    }
+    impl Service<http::Request<()>> for Gated {
+        type Response = u16;
+        type Error = BoxError;
+        type Future = Pin<Box<dyn Future<Output = Result<u16, BoxError>> + Send>>;
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+            Poll::Ready(Ok(()))
+        }
+        fn call(&mut self, _: http::Request<()>) -> Self::Future {
+            let (gate, sent) = (self.gate.clone(), self.sent.clone());
+            Box::pin(async move {
+                gate.notified().await;
+                sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Ok(200)
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_write_waiting_for_its_connection_is_not_sent_once_leadership_lapsed() {
+        let fence = Fence::default();
+        let (_tx, rx) = tokio::sync::watch::channel(true);
+        let lease = LeaseHealth::default();
+        lease.renewed_for_test(Duration::from_millis(50));
+        fence.arm(rx, lease);
+        let gated = Gated {
+            gate: Arc::new(tokio::sync::Notify::new()),
+            sent: Arc::default(),
+        };
+        let mut svc = FenceLayer::new(fence).layer(gated.clone());
+        let req = http::Request::builder()
+            .method(http::Method::POST)
+            .uri("/api/v1/namespaces/default/pods/p/binding")
+            .body(())
+            .expect("request");
+        let pending = tokio::spawn(svc.call(req));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        // The renew deadline passes while the request waits; then its connection is ready.
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        gated.gate.notify_waiters();
+        let result = pending.await.expect("joined");
+        assert!(
+            result.as_ref().is_err_and(|e| e.is::<Fenced>()),
+            "{result:?}"
+        );
+        assert_eq!(gated.sent.load(std::sync::atomic::Ordering::SeqCst), 0);
     }
 
     #[tokio::test]
