@@ -29,18 +29,45 @@ fn success(plugin: &str) -> PluginVerdict {
 /// filter plugins a feasible node passed, the score plugins' names and weights) is kept
 /// once per explanation and put back on request. 2000 explanations of 50 nodes each
 /// otherwise hold some 20 strings per node, hundreds of MiB on a large cluster. Node names
-/// are shared between explanations (`Names`), the optional parts boxed.
+/// are shared between explanations (`Names`); the scores of all nodes are one array of
+/// the explanation (`Stored::scores`), and what few nodes have sits in one optional box.
 #[derive(Debug, Clone)]
 struct StoredNode {
     node: Arc<str>,
     feasible: bool,
+    total_score: Option<i64>,
     /// None: passed every filter of the cycle's `filter_plugins`.
     filters: Option<Box<[PluginVerdict]>>,
-    /// (raw, normalized) per score column.
+    rare: Option<Box<RareParts>>,
+}
+
+/// Set only for virtual nodes and nodes with nominated pods.
+#[derive(Debug, Clone, Default)]
+struct RareParts {
+    leaf_node: Option<String>,
+    nominated_pods: Vec<String>,
+}
+
+impl RareParts {
+    fn boxed(
+        leaf_node: Option<&String>,
+        nominated_pods: Option<&Vec<String>>,
+    ) -> Option<Box<Self>> {
+        let nominated_pods = nominated_pods.cloned().unwrap_or_default();
+        (leaf_node.is_some() || !nominated_pods.is_empty()).then(|| {
+            Box::new(RareParts {
+                leaf_node: leaf_node.cloned(),
+                nominated_pods,
+            })
+        })
+    }
+}
+
+/// The nodes of an explanation and their scores: feasible node `i` (they come first) has
+/// its (raw, normalized) per score column at `scores[i * columns..(i + 1) * columns]`.
+struct StoredNodes {
+    nodes: Vec<StoredNode>,
     scores: Box<[(i64, i64)]>,
-    total_score: Option<i64>,
-    leaf_node: Option<Box<str>>,
-    nominated_pods: Box<[String]>,
 }
 
 /// Node names shared by the stored explanations; names no explanation holds any more are
@@ -75,25 +102,51 @@ struct Stored {
     /// The explanation without its nodes.
     head: Explanation,
     filter_plugins: Vec<&'static str>,
-    /// Score plugins and weights, the columns of `StoredNode::scores`.
+    /// Score plugins and weights, the columns of `StoredNodes::scores`.
     score_columns: Vec<(&'static str, i64)>,
     nodes: Vec<StoredNode>,
+    scores: Box<[(i64, i64)]>,
 }
 
 impl Stored {
     fn expand(&self) -> Explanation {
         let mut e = self.head.clone();
-        e.nodes = self
-            .nodes
-            .iter()
-            .map(|n| expand_node(n, &self.filter_plugins, &self.score_columns))
-            .collect();
+        e.nodes = expand_nodes(
+            &self.nodes,
+            &self.scores,
+            &self.filter_plugins,
+            &self.score_columns,
+        );
         e
     }
 }
 
+fn expand_nodes(
+    nodes: &[StoredNode],
+    scores: &[(i64, i64)],
+    filter_plugins: &[&'static str],
+    score_columns: &[(&'static str, i64)],
+) -> Vec<NodeExplanation> {
+    let columns = score_columns.len();
+    nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let scores = if n.feasible {
+                scores
+                    .get(i * columns..(i + 1) * columns)
+                    .unwrap_or_default()
+            } else {
+                &[]
+            };
+            expand_node(n, scores, filter_plugins, score_columns)
+        })
+        .collect()
+}
+
 fn expand_node(
     n: &StoredNode,
+    scores: &[(i64, i64)],
     filter_plugins: &[&'static str],
     score_columns: &[(&'static str, i64)],
 ) -> NodeExplanation {
@@ -106,7 +159,7 @@ fn expand_node(
         ),
         scores: score_columns
             .iter()
-            .zip(n.scores.iter())
+            .zip(scores.iter())
             .map(|(&(plugin, weight), &(raw, normalized))| PluginScore {
                 plugin: plugin.to_string(),
                 raw,
@@ -116,8 +169,12 @@ fn expand_node(
             })
             .collect(),
         total_score: n.total_score,
-        leaf_node: n.leaf_node.as_deref().map(str::to_string),
-        nominated_pods: n.nominated_pods.to_vec(),
+        leaf_node: n.rare.as_ref().and_then(|r| r.leaf_node.clone()),
+        nominated_pods: n
+            .rare
+            .as_ref()
+            .map(|r| r.nominated_pods.clone())
+            .unwrap_or_default(),
     }
 }
 
@@ -127,7 +184,7 @@ fn stored_nodes(
     record: &CycleRecord,
     limit: usize,
     name_of: &mut dyn FnMut(&str) -> Arc<str>,
-) -> Vec<StoredNode> {
+) -> StoredNodes {
     let verdicts_of =
         |name: &str, status: Option<&crate::framework::Status>| -> Option<Box<[PluginVerdict]>> {
             if let Some(v) = record.verdicts.get(name) {
@@ -148,13 +205,6 @@ fn stored_nodes(
             }
             Some(out.into_boxed_slice())
         };
-    let nominated_of = |name: &str| -> Box<[String]> {
-        record
-            .nominated
-            .get(name)
-            .map(|p| p.as_slice().into())
-            .unwrap_or_default()
-    };
     // Pick the nodes before building anything: the best totals, then rejected nodes.
     let mut order: Vec<usize> = (0..record.feasible.len()).collect();
     // Best total first, ties in node order; only the first `limit` are sorted (hundreds
@@ -170,27 +220,27 @@ fn stored_nodes(
     }
     order.truncate(limit);
     order.sort_unstable_by_key(key);
+    let columns = record.scores.len();
+    let mut scores = Vec::with_capacity(order.len() * columns);
     let mut nodes: Vec<StoredNode> = order
         .into_iter()
         .map(|j| {
             let n = &record.feasible[j];
+            scores.extend(record.scores.iter().map(|c| {
+                (
+                    c.raw.get(j).copied().unwrap_or(0),
+                    c.normalized.get(j).copied().unwrap_or(0),
+                )
+            }));
             StoredNode {
                 node: name_of(&n.name),
                 feasible: true,
-                filters: verdicts_of(&n.name, None),
-                scores: record
-                    .scores
-                    .iter()
-                    .map(|c| {
-                        (
-                            c.raw.get(j).copied().unwrap_or(0),
-                            c.normalized.get(j).copied().unwrap_or(0),
-                        )
-                    })
-                    .collect(),
                 total_score: record.totals.get(j).copied(),
-                leaf_node: record.leaf_nodes.get(&n.name).map(|l| l.as_str().into()),
-                nominated_pods: nominated_of(&n.name),
+                filters: verdicts_of(&n.name, None),
+                rare: RareParts::boxed(
+                    record.leaf_nodes.get(&n.name),
+                    record.nominated.get(&n.name),
+                ),
             }
         })
         .collect();
@@ -198,13 +248,14 @@ fn stored_nodes(
     nodes.extend(record.rejected.iter().take(room).map(|(n, s)| StoredNode {
         node: name_of(&n.name),
         feasible: false,
-        filters: verdicts_of(&n.name, Some(s)),
-        scores: Box::new([]),
         total_score: None,
-        leaf_node: None,
-        nominated_pods: nominated_of(&n.name),
+        filters: verdicts_of(&n.name, Some(s)),
+        rare: RareParts::boxed(None, record.nominated.get(&n.name)),
     }));
-    nodes
+    StoredNodes {
+        nodes,
+        scores: scores.into_boxed_slice(),
+    }
 }
 
 fn score_columns(record: &CycleRecord) -> Vec<(&'static str, i64)> {
@@ -212,11 +263,13 @@ fn score_columns(record: &CycleRecord) -> Vec<(&'static str, i64)> {
 }
 
 pub fn node_explanations(record: &CycleRecord, limit: usize) -> Vec<NodeExplanation> {
-    let columns = score_columns(record);
-    stored_nodes(record, limit, &mut |n| Arc::from(n))
-        .iter()
-        .map(|n| expand_node(n, &record.filter_plugins, &columns))
-        .collect()
+    let stored = stored_nodes(record, limit, &mut |n| Arc::from(n));
+    expand_nodes(
+        &stored.nodes,
+        &stored.scores,
+        &record.filter_plugins,
+        &score_columns(record),
+    )
 }
 
 fn head(
@@ -274,11 +327,13 @@ impl ExplanationStore {
     ) -> Stored {
         let mut names = self.names.lock().unwrap_or_else(|p| p.into_inner());
         names.stored_one();
+        let stored = stored_nodes(record, MAX_NODES, &mut |n| names.intern(n));
         Stored {
             head: head(scheduler, key, record, outcome, num_all_nodes),
             filter_plugins: record.filter_plugins.clone(),
             score_columns: score_columns(record),
-            nodes: stored_nodes(record, MAX_NODES, &mut |n| names.intern(n)),
+            nodes: stored.nodes,
+            scores: stored.scores,
         }
     }
 
@@ -422,6 +477,8 @@ mod tests {
                 normalized: vec![11, 100],
             }],
             totals: vec![22, 200],
+            leaf_nodes: HashMap::from([("a".to_string(), "leaf-1".to_string())]),
+            nominated: HashMap::from([("c".to_string(), vec!["ns/high".to_string()])]),
             rejected: vec![(
                 info("c"),
                 crate::framework::Status::unschedulable("Insufficient cpu")
@@ -438,6 +495,11 @@ mod tests {
         assert_eq!(got.nodes[0].scores[0].weighted, 200);
         assert_eq!(got.nodes[0].filters.len(), 2);
         assert_eq!(got.nodes[2].filters[1].code, "Unschedulable");
+        assert_eq!(got.nodes[1].scores[0].raw, 10);
+        assert_eq!(got.nodes[1].leaf_node.as_deref(), Some("leaf-1"));
+        assert_eq!(got.nodes[0].leaf_node, None);
+        assert_eq!(got.nodes[2].nominated_pods, ["ns/high"]);
+        assert!(got.nodes[2].scores.is_empty());
     }
 
     #[test]
