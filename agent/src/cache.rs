@@ -201,18 +201,7 @@ impl Cache {
             return;
         }
         self.remove_pod(&key);
-        // Bound pods are kept compact, but pod sync reads the whole object of every pod
-        // on a virtual node at each pass: those stay decoded.
-        let on_virtual_node = self
-            .index
-            .get(&node)
-            .is_some_and(|&i| self.nodes[i].cluster.is_some());
-        let info = if on_virtual_node {
-            PodInfo::new(pod)
-        } else {
-            PodInfo::compact(pod)
-        };
-        self.add_pod(key, node, Arc::new(info), false);
+        self.add_pod(key, node, Arc::new(PodInfo::compact(pod)), false);
     }
 
     fn add_pod(&mut self, key: String, node: String, info: Arc<PodInfo>, assumed: bool) {
@@ -404,10 +393,10 @@ mod tests {
         assert_eq!(pods_on(&mut c, "n1"), vec!["ns/later"]);
     }
 
-    /// Pods on real nodes are kept compact; pods on a virtual node stay decoded for pod
-    /// sync, which reads them whole.
+    /// Bound pods are kept compact, on real and virtual nodes alike (pod sync decodes
+    /// those on a virtual node one at a time).
     #[test]
-    fn bound_pods_are_compact_except_on_virtual_nodes() {
+    fn bound_pods_are_compact() {
         let mut c = Cache::new();
         c.apply_node(node("n1"));
         let mut v = (*node("vn")).clone();
@@ -424,8 +413,9 @@ mod tests {
         let s = c.snapshot();
         let on = |n: &str| s.get(n).map(|n| n.pods[0].clone()).expect("pod");
         assert!(on("n1").is_compact());
-        assert!(!on("vn").is_compact());
+        assert!(on("vn").is_compact());
         assert_eq!(*on("n1").pod(), *pod("real", Some("n1"), "1"));
+        assert_eq!(*on("vn").pod(), *pod("sent", Some("vn"), "1"));
     }
 
     #[test]

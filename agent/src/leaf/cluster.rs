@@ -53,7 +53,8 @@ pub struct LeafCluster {
     /// Namespace grants and name clashes, asked of the leaf for the leaf check.
     pub checks: Arc<super::leaf_checks::LeafChecks>,
     cache: SharedCache,
-    /// Leaf pods that mirror host pods, by `namespace/name`.
+    /// Leaf pods that mirror host pods, by `namespace/name`, as pod sync reads them
+    /// (`copy_view`).
     managed: Mutex<HashMap<String, Arc<Pod>>>,
     /// The kinds whose first list has arrived; synced once all of [`WATCHED`] have.
     synced: Mutex<HashSet<&'static str>>,
@@ -354,7 +355,7 @@ impl LeafCluster {
             if deleted {
                 managed.remove(&key);
             } else {
-                managed.insert(key.clone(), pod.clone());
+                managed.insert(key.clone(), Arc::new(copy_view(&pod)));
             }
         }
         if deleted || terminal {
@@ -384,5 +385,22 @@ impl LeafCluster {
         {
             t.abort();
         }
+    }
+}
+
+/// What pod sync reads of a leaf copy: its metadata, the leaf node it was placed on and
+/// its status. The spec's containers and volumes, most of a decoded pod, are left out: a
+/// leaf copy is held for every pod sent to the leaf.
+fn copy_view(copy: &Pod) -> Pod {
+    Pod {
+        metadata: copy.metadata.clone(),
+        spec: copy
+            .spec
+            .as_ref()
+            .map(|s| k8s_openapi::api::core::v1::PodSpec {
+                node_name: s.node_name.clone(),
+                ..Default::default()
+            }),
+        status: copy.status.clone(),
     }
 }

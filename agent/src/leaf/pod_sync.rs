@@ -130,8 +130,9 @@ pub async fn run(
     }
 }
 
-/// The host pods bound (not merely assumed) to the leaf's virtual node.
-fn host_pods(host_side: &HostSide, node: &str) -> BTreeMap<String, Arc<Pod>> {
+/// The host pods bound (not merely assumed) to the leaf's virtual node, compact: each is
+/// decoded when its turn comes, outside the cache's lock.
+fn host_pods(host_side: &HostSide, node: &str) -> BTreeMap<String, Arc<crate::snapshot::PodInfo>> {
     let mut cache = host_side.cache();
     let snapshot = cache.snapshot();
     let Some(info) = snapshot.get(node) else {
@@ -140,7 +141,7 @@ fn host_pods(host_side: &HostSide, node: &str) -> BTreeMap<String, Arc<Pod>> {
     info.pods
         .iter()
         .filter(|p| !cache.is_assumed(&p.key))
-        .map(|p| (p.key.clone(), p.pod()))
+        .map(|p| (p.key.clone(), p.clone()))
         .collect()
 }
 
@@ -148,8 +149,9 @@ async fn reconcile(host: &Client, host_side: &HostSide, leaf: &LeafCluster) {
     let node = keys::virtual_node_name(&leaf.name);
     let hosts = host_pods(host_side, &node);
     let copies = leaf.managed();
-    for (key, pod) in &hosts {
-        if let Err(e) = sync_one(host, host_side, leaf, pod, copies.get(key)).await {
+    for (key, info) in &hosts {
+        let pod = info.pod();
+        if let Err(e) = sync_one(host, host_side, leaf, &pod, copies.get(key)).await {
             if matches!(e, SyncError::NotLeader) {
                 return;
             }
