@@ -387,6 +387,24 @@ pub struct NodeInfo {
 }
 
 impl NodeInfo {
+    /// Asks the CPU to bring the node's fields into its cache ahead of the filters. The
+    /// 5000 NodeInfos of a large cluster do not stay cached between cycles beside the API
+    /// server and etcd: a profile of the benchmark put 7 % of the agent's samples on the
+    /// first filter's first read of each node.
+    #[inline]
+    pub fn prefetch(&self) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+            let base = (self as *const Self).cast::<i8>();
+            for line in (0..std::mem::size_of::<Self>()).step_by(64) {
+                // SAFETY: SSE is part of x86_64's baseline, and a prefetch reads nothing:
+                // it is only a hint, valid for any address.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(line)) };
+            }
+        }
+    }
+
     pub fn new(node: Arc<Node>) -> Self {
         let mut info = NodeInfo {
             name: node.metadata.name.clone().unwrap_or_default(),

@@ -92,6 +92,8 @@ pub struct Framework {
 
 /// Nodes one parallel Filter task checks in a row.
 const FILTER_CHUNK: usize = 128;
+/// How many nodes ahead of the filters a node's fields are asked into the CPU's cache.
+const PREFETCH_AHEAD: usize = 4;
 /// Nodes one parallel Score task scores at least.
 const SCORE_CHUNK: usize = 256;
 /// Below this many nodes to check or score, a phase runs on the cycle's own thread: waking
@@ -823,9 +825,14 @@ impl Framework {
             // Counted locally and published once per chunk: one shared counter
             // bumped per feasible node bounces between the cores.
             let mut local = 0;
-            for i in c * FILTER_CHUNK..((c + 1) * FILTER_CHUNK).min(total) {
+            let end = ((c + 1) * FILTER_CHUNK).min(total);
+            for i in c * FILTER_CHUNK..end {
                 if found.load(Ordering::Relaxed) + local >= want {
                     break;
+                }
+                if i + PREFETCH_AHEAD < end {
+                    let ahead = position((start + i + PREFETCH_AHEAD) % total);
+                    snapshot.nodes[ahead as usize].prefetch();
                 }
                 let p = position((start + i) % total);
                 let node = &snapshot.nodes[p as usize];
