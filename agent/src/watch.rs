@@ -118,6 +118,7 @@ fn without_managed_fields<K: Resource>(mut o: K) -> K {
 /// What a watch remembers of an object it saw, to tell of its deletion when a relist no
 /// longer shows it: the key (beside it), uid and labels, which is what the handlers of a
 /// deletion read. Kept small: a watch remembers every pod of the cluster.
+#[derive(Clone)]
 struct Seen {
     uid: Option<Box<str>>,
     labels: Box<[(Box<str>, Box<str>)]>,
@@ -268,13 +269,21 @@ where
             }
             Ok(Event::InitDone) => {
                 if let Some(seen) = relist.take() {
+                    // Every vanished object is deleted even if one's handling panics; that
+                    // one stays known, to be deleted again after the next relist.
+                    let mut failed = HashMap::new();
                     for (key, gone) in known.drain() {
-                        if !seen.contains_key(&key) && !apply(Change::Delete(gone.tombstone(&key)))
+                        if !seen.contains_key(&key)
+                            && !apply(Change::Delete(gone.clone().tombstone(&key)))
                         {
-                            return "handling a change panicked";
+                            failed.insert(key, gone);
                         }
                     }
                     *known = seen;
+                    if !failed.is_empty() {
+                        known.extend(failed);
+                        return "handling a change panicked";
+                    }
                 }
                 ready.set_down(kind, false);
                 if !*reported {
@@ -520,7 +529,8 @@ mod tests {
                     if watches.fetch_add(1, Ordering::SeqCst) > 0 {
                         tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
                     }
-                    // The handler panics on this one: the watch restarts with a relist.
+                    // The handler panics on this one, and again on its deletion after the
+                    // relist: b is deleted all the same.
                     serde_json::to_vec(&serde_json::json!({"type": "ADDED", "object": cm("boom")}))
                         .unwrap_or_default()
                 } else {
