@@ -173,7 +173,7 @@ impl Cache {
             self.nodes
                 .iter()
                 .enumerate()
-                .map(|(i, n)| (n.name.clone(), i))
+                .map(|(i, n)| (n.name.to_string(), i))
                 .collect(),
         );
     }
@@ -321,7 +321,7 @@ impl Cache {
     }
 
     pub fn node_names(&self) -> Vec<String> {
-        self.nodes.iter().map(|n| n.name.clone()).collect()
+        self.nodes.iter().map(|n| n.name.to_string()).collect()
     }
 
     pub fn snapshot(&mut self) -> Snapshot {

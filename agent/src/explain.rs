@@ -1,6 +1,6 @@
 //! The last scheduling attempt of each pod, as an explanation, in bounded memory.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use mcsched_shared::explain::{Explanation, NodeExplanation, Outcome, PluginScore, PluginVerdict};
@@ -29,7 +29,7 @@ fn success(plugin: &str) -> PluginVerdict {
 /// filter plugins a feasible node passed, the score plugins' names and weights) is kept
 /// once per explanation and put back on request. 2000 explanations of 50 nodes each
 /// otherwise hold some 20 strings per node, hundreds of MiB on a large cluster. Node names
-/// are shared between explanations (`Names`); the scores of all nodes are one array of
+/// are the NodeInfos' own, shared; the scores of all nodes are one array of
 /// the explanation (`Stored::scores`), and what few nodes have sits in one optional box.
 #[derive(Debug, Clone)]
 struct StoredNode {
@@ -68,33 +68,6 @@ impl RareParts {
 struct StoredNodes {
     nodes: Vec<StoredNode>,
     scores: Box<[(i64, i64)]>,
-}
-
-/// Node names shared by the stored explanations; names no explanation holds any more are
-/// dropped every CAPACITY explanations.
-#[derive(Default)]
-struct Names {
-    names: HashSet<Arc<str>>,
-    stored_since_prune: usize,
-}
-
-impl Names {
-    fn intern(&mut self, name: &str) -> Arc<str> {
-        if let Some(n) = self.names.get(name) {
-            return n.clone();
-        }
-        let n: Arc<str> = Arc::from(name);
-        self.names.insert(n.clone());
-        n
-    }
-
-    fn stored_one(&mut self) {
-        self.stored_since_prune += 1;
-        if self.stored_since_prune >= CAPACITY {
-            self.stored_since_prune = 0;
-            self.names.retain(|n| Arc::strong_count(n) > 1);
-        }
-    }
 }
 
 #[derive(Debug, Clone)]
@@ -180,11 +153,7 @@ fn expand_node(
 
 /// Per node: every verdict when the cycle recorded them all; else the filters a feasible
 /// node passed, or those a rejected node passed up to its first rejection.
-fn stored_nodes(
-    record: &CycleRecord,
-    limit: usize,
-    name_of: &mut dyn FnMut(&str) -> Arc<str>,
-) -> StoredNodes {
+fn stored_nodes(record: &CycleRecord, limit: usize) -> StoredNodes {
     let verdicts_of =
         |name: &str, status: Option<&crate::framework::Status>| -> Option<Box<[PluginVerdict]>> {
             if let Some(v) = record.verdicts.get(name) {
@@ -233,24 +202,24 @@ fn stored_nodes(
                 )
             }));
             StoredNode {
-                node: name_of(&n.name),
+                node: n.name.clone(),
                 feasible: true,
                 total_score: record.totals.get(j).copied(),
                 filters: verdicts_of(&n.name, None),
                 rare: RareParts::boxed(
-                    record.leaf_nodes.get(&n.name),
-                    record.nominated.get(&n.name),
+                    record.leaf_nodes.get(&*n.name),
+                    record.nominated.get(&*n.name),
                 ),
             }
         })
         .collect();
     let room = limit.saturating_sub(nodes.len());
     nodes.extend(record.rejected.iter().take(room).map(|(n, s)| StoredNode {
-        node: name_of(&n.name),
+        node: n.name.clone(),
         feasible: false,
         total_score: None,
         filters: verdicts_of(&n.name, Some(s)),
-        rare: RareParts::boxed(None, record.nominated.get(&n.name)),
+        rare: RareParts::boxed(None, record.nominated.get(&*n.name)),
     }));
     StoredNodes {
         nodes,
@@ -263,7 +232,7 @@ fn score_columns(record: &CycleRecord) -> Vec<(&'static str, i64)> {
 }
 
 pub fn node_explanations(record: &CycleRecord, limit: usize) -> Vec<NodeExplanation> {
-    let stored = stored_nodes(record, limit, &mut |n| Arc::from(n));
+    let stored = stored_nodes(record, limit);
     expand_nodes(
         &stored.nodes,
         &stored.scores,
@@ -313,7 +282,6 @@ pub fn explanation(
 #[derive(Default)]
 pub struct ExplanationStore {
     inner: Mutex<(HashMap<String, Stored>, VecDeque<String>)>,
-    names: Mutex<Names>,
 }
 
 impl ExplanationStore {
@@ -325,9 +293,7 @@ impl ExplanationStore {
         outcome: Outcome,
         num_all_nodes: usize,
     ) -> Stored {
-        let mut names = self.names.lock().unwrap_or_else(|p| p.into_inner());
-        names.stored_one();
-        let stored = stored_nodes(record, MAX_NODES, &mut |n| names.intern(n));
+        let stored = stored_nodes(record, MAX_NODES);
         Stored {
             head: head(scheduler, key, record, outcome, num_all_nodes),
             filter_plugins: record.filter_plugins.clone(),
@@ -433,21 +399,23 @@ mod tests {
     }
 
     #[test]
-    fn node_names_are_shared_and_dropped_with_the_last_explanation() {
-        let on = |name: &str| CycleRecord {
-            feasible: crate::snapshot::NodeList::from_nodes(vec![info(name)]),
+    fn node_names_are_the_node_infos_own() {
+        let node = info("old");
+        let record = CycleRecord {
+            feasible: crate::snapshot::NodeList::from_nodes(vec![node.clone()]),
             totals: vec![1],
             ..Default::default()
         };
         let store = ExplanationStore::default();
-        store.record_success("s", "ns/a", &on("old"), "old", 1);
-        store.record_success("s", "ns/b", &on("old"), "old", 1);
+        store.record_success("s", "ns/a", &record, "old", 1);
+        store.record_success("s", "ns/b", &record, "old", 1);
         let node_of = |key: &str| {
             let guard = store.inner.lock().unwrap_or_else(|p| p.into_inner());
             guard.0.get(key).map(|e| e.nodes[0].node.clone())
         };
-        let (a, b) = (node_of("ns/a"), node_of("ns/b"));
-        assert!(a.zip(b).is_some_and(|(a, b)| Arc::ptr_eq(&a, &b)));
+        for key in ["ns/a", "ns/b"] {
+            assert!(node_of(key).is_some_and(|n| Arc::ptr_eq(&n, &node.name)));
+        }
         assert_eq!(
             store
                 .get("ns/b")
@@ -455,14 +423,11 @@ mod tests {
                 .as_deref(),
             Some("old")
         );
-
-        // Once every explanation naming "old" is evicted, the name goes too.
-        for i in 0..2 * CAPACITY {
-            store.record_success("s", &format!("ns/p{i}"), &on("new"), "new", 1);
+        // Evicted explanations let go of the name.
+        for i in 0..CAPACITY {
+            store.record_success("s", &format!("ns/p{i}"), &CycleRecord::default(), "n", 1);
         }
-        let names = store.names.lock().unwrap_or_else(|p| p.into_inner());
-        assert!(!names.names.contains("old"));
-        assert!(names.names.contains("new"));
+        assert_eq!(Arc::strong_count(&node.name), 1);
     }
 
     #[test]

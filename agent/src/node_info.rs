@@ -363,7 +363,8 @@ fn non_zero_requests(pod: &Pod) -> (i64, i64) {
 #[derive(Debug, Clone)]
 pub struct NodeInfo {
     pub node: Arc<Node>,
-    pub name: String,
+    /// Shared: explanations keep the names of the nodes they list.
+    pub name: Arc<str>,
     pub allocatable: Resources,
     pub pods: Vec<Arc<PodInfo>>,
     pub requested: Resources,
@@ -407,7 +408,7 @@ impl NodeInfo {
 
     pub fn new(node: Arc<Node>) -> Self {
         let mut info = NodeInfo {
-            name: node.metadata.name.clone().unwrap_or_default(),
+            name: node.metadata.name.as_deref().unwrap_or_default().into(),
             allocatable: Resources::default(),
             pods: Vec::new(),
             requested: Resources::default(),

@@ -63,7 +63,7 @@ impl Snapshot {
         let index = nodes
             .iter()
             .enumerate()
-            .map(|(i, n)| (n.name.clone(), i))
+            .map(|(i, n)| (n.name.to_string(), i))
             .collect();
         let (image_nodes, virtual_nodes) = node_counts(&nodes);
         Snapshot {

@@ -380,7 +380,7 @@ impl TopologyCounts {
             for n in nodes {
                 let count = n.pods.iter().filter(|p| query.matches(p)).count() as i64;
                 if count > 0 {
-                    per_node.insert(Arc::from(n.name.as_str()), count);
+                    per_node.insert(n.name.clone(), count);
                 }
             }
             self.queries.insert(
@@ -407,9 +407,7 @@ impl TopologyCounts {
         if let Some(q) = self.queries.get_mut(&id) {
             let mut values = Values::default();
             for n in nodes {
-                if let (Some(&count), Some(v)) =
-                    (q.per_node.get(n.name.as_str()), n.labels().get(&*key))
-                {
+                if let (Some(&count), Some(v)) = (q.per_node.get(&*n.name), n.labels().get(&*key)) {
                     bump(&mut values, v, count);
                 }
             }

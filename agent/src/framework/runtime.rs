@@ -125,7 +125,7 @@ pub enum Filtered {
 pub fn with_rejected(mut statuses: NodeStatuses, record: &CycleRecord) -> NodeStatuses {
     statuses.reserve(record.rejected.len());
     for (node, status) in &record.rejected {
-        statuses.insert(node.name.clone(), status.clone());
+        statuses.insert(node.name.to_string(), status.clone());
     }
     statuses
 }
@@ -502,8 +502,12 @@ impl Framework {
                 names.join(" ")
             ))
             .with_plugin(narrowing.first().copied().unwrap_or_default());
-            for n in snapshot.nodes.iter().filter(|n| !allowed.contains(&n.name)) {
-                statuses.insert(n.name.clone(), absent.clone());
+            for n in snapshot
+                .nodes
+                .iter()
+                .filter(|n| !allowed.contains(&*n.name))
+            {
+                statuses.insert(n.name.to_string(), absent.clone());
             }
         }
         record.num_feasible = feasible.len();
@@ -798,7 +802,7 @@ impl Framework {
         // Positions in the snapshot of the nodes PreFilter allowed; None: all of them.
         let subset: Option<Vec<u32>> = allowed.map(|names| {
             (0..snapshot.nodes.len() as u32)
-                .filter(|&p| names.contains(&snapshot.nodes[p as usize].name))
+                .filter(|&p| names.contains(&snapshot.nodes[p as usize].name[..]))
                 .collect()
         });
         let total = subset.as_ref().map_or(snapshot.nodes.len(), Vec::len);
@@ -847,9 +851,9 @@ impl Framework {
                         self.filter_node(&active, &eligible, state, pod, node, record_all, timed);
                     out.timings.extend(f.timings);
                     if record_all {
-                        out.verdicts.push((node.name.clone(), f.verdicts));
+                        out.verdicts.push((node.name.to_string(), f.verdicts));
                         if !f.counted.is_empty() {
-                            out.nominated.push((node.name.clone(), f.counted));
+                            out.nominated.push((node.name.to_string(), f.counted));
                         }
                     }
                     f.status
@@ -1316,7 +1320,7 @@ fn select_host(nodes: &NodeList, scores: &[i64]) -> String {
         .filter(|&(_, &s)| s == best)
         .nth(pick)
         .map_or(0, |(i, _)| i);
-    nodes[chosen].name.clone()
+    nodes[chosen].name.to_string()
 }
 
 #[cfg(test)]

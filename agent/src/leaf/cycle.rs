@@ -114,7 +114,7 @@ impl LeafCycle {
         let nodes = Arc::make_mut(&mut view.snapshot.nodes);
         let mut node = (*nodes[i]).clone();
         node.remove_pod(&copy.key);
-        let leaf_node = node.name.clone();
+        let leaf_node = node.name.to_string();
         nodes[i] = Arc::new(node);
         self.removed
             .insert(victim.key.clone(), (cluster.to_string(), leaf_node, copy));

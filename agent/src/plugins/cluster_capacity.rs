@@ -275,7 +275,7 @@ mod tests {
                 }
             }
             let Some((_, idx)) = best else { break };
-            *counts.entry(world.host[idx].name.clone()).or_default() += 1;
+            *counts.entry(world.host[idx].name.to_string()).or_default() += 1;
             world.place(idx, pod);
         }
         counts

@@ -265,7 +265,7 @@ pub mod tests_support {
             let snapshot = Snapshot::from_nodes(nodes.clone());
             let feasible: Vec<Arc<NodeInfo>> = nodes
                 .iter()
-                .filter(|n| accept(&n.name, counts.get(&n.name).copied().unwrap_or(0)))
+                .filter(|n| accept(&n.name, counts.get(&*n.name).copied().unwrap_or(0)))
                 .cloned()
                 .collect();
             let mut state = CycleState::new();
@@ -295,8 +295,8 @@ pub mod tests_support {
                 }
             }
             let Some((_, j)) = best else { break };
-            let name = feasible[j].name.clone();
-            let idx = nodes.iter().position(|n| n.name == name).unwrap_or(0);
+            let name = feasible[j].name.to_string();
+            let idx = nodes.iter().position(|n| *n.name == *name).unwrap_or(0);
             let mut updated = (*nodes[idx]).clone();
             updated.add_pod(Arc::new(pod));
             nodes[idx] = Arc::new(updated);

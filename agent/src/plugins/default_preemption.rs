@@ -204,7 +204,7 @@ impl DefaultPreemption {
             return Err(Status::unresolvable(NO_VICTIMS));
         }
         Ok(Candidate {
-            node: node.name.clone(),
+            node: node.name.to_string(),
             victims,
             pdb_violations,
         })
@@ -363,7 +363,7 @@ impl PostFilterPlugin for DefaultPreemption {
             .iter()
             .filter(|n| {
                 statuses
-                    .get(&n.name)
+                    .get(&*n.name)
                     .is_some_and(|s| s.code == Code::Unschedulable)
             })
             .collect();

@@ -23,7 +23,7 @@ impl Plugin for NodeName {
 impl FilterPlugin for NodeName {
     fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         match pod.node_name() {
-            Some(wanted) if wanted != node.name => Status::unresolvable(REASON),
+            Some(wanted) if wanted != &*node.name => Status::unresolvable(REASON),
             _ => Status::success(),
         }
     }

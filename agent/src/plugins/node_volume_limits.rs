@@ -304,7 +304,7 @@ impl FilterPlugin for NodeVolumeLimits {
             return Status::error(format!("reading {VOLUMES_KEY:?} from cycleState"));
         };
         // No CSINode: only CSI volumes count, and there are no limits to exceed.
-        let csi_node = vols.csi_nodes.get(&node.name).map(Arc::as_ref);
+        let csi_node = vols.csi_nodes.get(&*node.name).map(Arc::as_ref);
         let mut new_volumes = HashMap::new();
         if let Err(s) = self.attachable_volumes(pod, csi_node, vols, true, &mut new_volumes) {
             return s;

@@ -445,7 +445,7 @@ mod tests {
                 } else {
                     Err(f.message())
                 };
-                (n.name.clone(), r)
+                (n.name.to_string(), r)
             })
             .collect()
     }

@@ -282,7 +282,7 @@ fn every_node_counts(
 /// The pods `c` selects on `node`: kept, or counted.
 fn on_node(c: &Constraint, kept: Option<&Kept>, node: &NodeInfo, namespace: &str) -> i64 {
     match kept {
-        Some(k) => k.per_node.get(node.name.as_str()).copied().unwrap_or(0),
+        Some(k) => k.per_node.get(&*node.name).copied().unwrap_or(0),
         None => c.count(node, namespace),
     }
 }
@@ -586,7 +586,7 @@ impl PreScorePlugin for PodTopologySpread {
             let ignore = require_all && !has_all_keys(node, &cs);
             ignored_at.push(ignore);
             if ignore {
-                ignored.insert(node.name.clone());
+                ignored.insert(node.name.to_string());
                 continue;
             }
             for (i, c) in cs.iter().enumerate() {
@@ -667,7 +667,7 @@ impl ScorePlugin for PodTopologySpread {
             return Ok(0);
         };
         // kube scores a node without the topology labels 0, and NormalizeScore keeps it 0.
-        if s.ignored.contains(&node.name) {
+        if s.ignored.contains(&*node.name) {
             return Ok(0);
         }
         let mut score = 0f64;

@@ -400,7 +400,7 @@ impl FilterPlugin for VolumeBinding {
                     .as_ref()
                     .and_then(|a| a.get(ANN_SELECTED_NODE));
                 if let Some(sel) = selected {
-                    if *sel != node.name {
+                    if sel.as_str() != &*node.name {
                         satisfied = false;
                         break;
                     }
@@ -439,7 +439,7 @@ impl FilterPlugin for VolumeBinding {
         st.by_node
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(node.name.clone(), found);
+            .insert(node.name.to_string(), found);
         Status::success()
     }
 }

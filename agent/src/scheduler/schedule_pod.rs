@@ -141,10 +141,10 @@ async fn filter_by_extenders(
                 let keep: HashSet<&str> = res.nodes.iter().map(String::as_str).collect();
                 let dropped: Vec<_> = feasible
                     .iter()
-                    .filter(|n| !keep.contains(n.name.as_str()))
+                    .filter(|n| !keep.contains(&*n.name))
                     .cloned()
                     .collect();
-                feasible.retain(|n| keep.contains(n.name.as_str()));
+                feasible.retain(|n| keep.contains(&*n.name));
                 for (node, reason) in &res.failed {
                     statuses.insert(
                         node.clone(),
@@ -185,11 +185,11 @@ fn record_dropped(
     statuses: &NodeStatuses,
 ) {
     for node in dropped {
-        let status = statuses.get(&node.name).cloned().unwrap_or_else(|| {
+        let status = statuses.get(&*node.name).cloned().unwrap_or_else(|| {
             Status::unschedulable(format!("filtered out by extender {}", ext.name()))
                 .with_plugin("extender")
         });
-        if let Some(verdicts) = record.verdicts.get_mut(&node.name) {
+        if let Some(verdicts) = record.verdicts.get_mut(&*node.name) {
             verdicts.push(crate::framework::runtime::verdict(status.plugin, &status));
         }
         record.rejected.push((node, status));
@@ -216,7 +216,7 @@ async fn prioritize_by_extenders(
             Ok(scores) => {
                 let totals = extra.get_or_insert_with(|| vec![0; feasible.len()]);
                 for (t, n) in totals.iter_mut().zip(feasible.iter()) {
-                    let s = scores.get(&n.name).copied().unwrap_or(0);
+                    let s = scores.get(&*n.name).copied().unwrap_or(0);
                     *t += s * ext.config.weight * (MAX_NODE_SCORE / MAX_EXTENDER_PRIORITY);
                 }
                 answer.scores = scores.into_iter().collect();
