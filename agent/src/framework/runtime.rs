@@ -1263,9 +1263,16 @@ fn eligible_nominated(nominated: &NominatedPods, pod: &PodInfo, node: &str) -> V
 
 /// Records many calls' timings, one label lookup per plugin and code.
 fn observe_timings(point: &str, timings: Timings) {
-    let mut grouped: HashMap<(&'static str, Code), Vec<f64>> = HashMap::new();
+    // A cycle's few plugins and codes: a list beats hashing each of thousands of calls.
+    let mut grouped: Vec<((&'static str, Code), Vec<f64>)> = Vec::new();
     for (plugin, code, secs) in timings {
-        grouped.entry((plugin, code)).or_default().push(secs);
+        match grouped
+            .iter_mut()
+            .find(|((p, c), _)| *c == code && *p == plugin)
+        {
+            Some((_, all)) => all.push(secs),
+            None => grouped.push(((plugin, code), vec![secs])),
+        }
     }
     let metrics = crate::metrics::global();
     for ((plugin, code), secs) in grouped {
