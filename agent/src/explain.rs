@@ -30,7 +30,7 @@ fn success(plugin: &str) -> PluginVerdict {
 /// once per explanation and put back on request. 2000 explanations of 50 nodes each
 /// otherwise hold some 20 strings per node, hundreds of MiB on a large cluster. Node names
 /// are the NodeInfos' own, shared; the scores of all nodes are one array of
-/// the explanation (`Stored::scores`), and what few nodes have sits in one optional box.
+/// the explanation (`StoredNodes::scores`), and what few nodes have sits in one optional box.
 #[derive(Debug, Clone)]
 struct StoredNode {
     node: Arc<str>,
@@ -65,6 +65,7 @@ impl RareParts {
 
 /// The nodes of an explanation and their scores: feasible node `i` (they come first) has
 /// its (raw, normalized) per score column at `scores[i * columns..(i + 1) * columns]`.
+#[derive(Debug, Clone)]
 struct StoredNodes {
     nodes: Vec<StoredNode>,
     scores: Box<[(i64, i64)]>,
@@ -77,44 +78,39 @@ struct Stored {
     filter_plugins: Vec<&'static str>,
     /// Score plugins and weights, the columns of `StoredNodes::scores`.
     score_columns: Vec<(&'static str, i64)>,
-    nodes: Vec<StoredNode>,
-    scores: Box<[(i64, i64)]>,
+    nodes: StoredNodes,
 }
 
 impl Stored {
     fn expand(&self) -> Explanation {
         let mut e = self.head.clone();
-        e.nodes = expand_nodes(
-            &self.nodes,
-            &self.scores,
-            &self.filter_plugins,
-            &self.score_columns,
-        );
+        e.nodes = self.nodes.expand(&self.filter_plugins, &self.score_columns);
         e
     }
 }
 
-fn expand_nodes(
-    nodes: &[StoredNode],
-    scores: &[(i64, i64)],
-    filter_plugins: &[&'static str],
-    score_columns: &[(&'static str, i64)],
-) -> Vec<NodeExplanation> {
-    let columns = score_columns.len();
-    nodes
-        .iter()
-        .enumerate()
-        .map(|(i, n)| {
-            let scores = if n.feasible {
-                scores
-                    .get(i * columns..(i + 1) * columns)
-                    .unwrap_or_default()
-            } else {
-                &[]
-            };
-            expand_node(n, scores, filter_plugins, score_columns)
-        })
-        .collect()
+impl StoredNodes {
+    fn expand(
+        &self,
+        filter_plugins: &[&'static str],
+        score_columns: &[(&'static str, i64)],
+    ) -> Vec<NodeExplanation> {
+        let columns = score_columns.len();
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let scores = if n.feasible {
+                    self.scores
+                        .get(i * columns..(i + 1) * columns)
+                        .unwrap_or_default()
+                } else {
+                    &[]
+                };
+                expand_node(n, scores, filter_plugins, score_columns)
+            })
+            .collect()
+    }
 }
 
 fn expand_node(
@@ -232,13 +228,7 @@ fn score_columns(record: &CycleRecord) -> Vec<(&'static str, i64)> {
 }
 
 pub fn node_explanations(record: &CycleRecord, limit: usize) -> Vec<NodeExplanation> {
-    let stored = stored_nodes(record, limit);
-    expand_nodes(
-        &stored.nodes,
-        &stored.scores,
-        &record.filter_plugins,
-        &score_columns(record),
-    )
+    stored_nodes(record, limit).expand(&record.filter_plugins, &score_columns(record))
 }
 
 fn head(
@@ -293,13 +283,11 @@ impl ExplanationStore {
         outcome: Outcome,
         num_all_nodes: usize,
     ) -> Stored {
-        let stored = stored_nodes(record, MAX_NODES);
         Stored {
             head: head(scheduler, key, record, outcome, num_all_nodes),
             filter_plugins: record.filter_plugins.clone(),
             score_columns: score_columns(record),
-            nodes: stored.nodes,
-            scores: stored.scores,
+            nodes: stored_nodes(record, MAX_NODES),
         }
     }
 
@@ -411,7 +399,7 @@ mod tests {
         store.record_success("s", "ns/b", &record, "old", 1);
         let node_of = |key: &str| {
             let guard = store.inner.lock().unwrap_or_else(|p| p.into_inner());
-            guard.0.get(key).map(|e| e.nodes[0].node.clone())
+            guard.0.get(key).map(|e| e.nodes.nodes[0].node.clone())
         };
         for key in ["ns/a", "ns/b"] {
             assert!(node_of(key).is_some_and(|n| Arc::ptr_eq(&n, &node.name)));

@@ -118,7 +118,6 @@ fn without_managed_fields<K: Resource>(mut o: K) -> K {
 /// What a watch remembers of an object it saw, to tell of its deletion when a relist no
 /// longer shows it: the key (beside it), uid and labels, which is what the handlers of a
 /// deletion read. Kept small: a watch remembers every pod of the cluster.
-#[derive(Clone)]
 struct Seen {
     uid: Option<Box<str>>,
     labels: Box<[(Box<str>, Box<str>)]>,
@@ -139,17 +138,17 @@ impl Seen {
     }
 
     /// The vanished object `key` (`namespace/name`, as [`key_of`]) as far as remembered.
-    fn tombstone<K: Resource + Default>(self, key: &str) -> Arc<K> {
+    fn tombstone<K: Resource + Default>(&self, key: &str) -> Arc<K> {
         let (namespace, name) = key.split_once('/').unwrap_or(("", key));
         let mut o = K::default();
         *o.meta_mut() = ObjectMeta {
             namespace: (!namespace.is_empty()).then(|| namespace.to_string()),
             name: Some(name.to_string()),
-            uid: self.uid.map(String::from),
+            uid: self.uid.as_deref().map(String::from),
             labels: (!self.labels.is_empty()).then(|| {
                 self.labels
-                    .into_iter()
-                    .map(|(k, v)| (String::from(k), String::from(v)))
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
                     .collect()
             }),
             ..Default::default()
@@ -273,8 +272,7 @@ where
                     // one stays known, to be deleted again after the next relist.
                     let mut failed = HashMap::new();
                     for (key, gone) in known.drain() {
-                        if !seen.contains_key(&key)
-                            && !apply(Change::Delete(gone.clone().tombstone(&key)))
+                        if !seen.contains_key(&key) && !apply(Change::Delete(gone.tombstone(&key)))
                         {
                             failed.insert(key, gone);
                         }

@@ -295,12 +295,12 @@ pub mod tests_support {
                 }
             }
             let Some((_, j)) = best else { break };
-            let name = feasible[j].name.to_string();
-            let idx = nodes.iter().position(|n| *n.name == *name).unwrap_or(0);
+            let name = feasible[j].name.clone();
+            let idx = nodes.iter().position(|n| n.name == name).unwrap_or(0);
             let mut updated = (*nodes[idx]).clone();
             updated.add_pod(Arc::new(pod));
             nodes[idx] = Arc::new(updated);
-            *counts.entry(name).or_default() += 1;
+            *counts.entry(name.to_string()).or_default() += 1;
         }
         counts
     }
