@@ -18,6 +18,7 @@ pub mod fence;
 pub mod framework;
 pub mod leader;
 pub mod leaf;
+pub mod lean_object;
 pub mod metrics;
 pub mod node_info;
 pub mod nominator;

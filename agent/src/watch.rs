@@ -17,6 +17,7 @@ use tracing::warn;
 
 use crate::cache::Cache;
 use crate::framework::ClusterEvent;
+use crate::lean_object::Lean;
 use crate::snapshot::VolumeObjects;
 
 /// Pods that finished hold no resources, so the host does not watch them at all.
@@ -106,13 +107,6 @@ pub fn key_of<K: Resource>(o: &K) -> String {
         o.meta().namespace.as_deref().unwrap_or_default(),
         o.name_any()
     )
-}
-
-/// managedFields are never read here, yet they are the bulk of a decoded object (nested
-/// JSON maps): dropped before caching, as client-go informers' transforms commonly do.
-fn without_managed_fields<K: Resource>(mut o: K) -> K {
-    o.meta_mut().managed_fields = None;
-    o
 }
 
 /// What a watch remembers of an object it saw, to tell of its deletion when a relist no
@@ -246,7 +240,15 @@ where
     F: FnMut(Change<K>) + Send,
 {
     let mut relist: Option<HashMap<String, Seen>> = None;
-    let mut stream = watcher::watcher(api.clone(), config.clone())
+    // Decoded without managedFields: never read here, yet the bulk of a decoded object
+    // (nested JSON maps), as client-go informers' transforms commonly drop them.
+    let dt = K::DynamicType::default();
+    let client = Client::from(api.clone());
+    let lean: Api<Lean<K>> = match api.namespace() {
+        Some(ns) => Api::namespaced_with(client, ns, &dt),
+        None => Api::all_with(client, &dt),
+    };
+    let mut stream = watcher::watcher(lean, config.clone())
         .default_backoff()
         .boxed();
     let mut apply = |change: Change<K>| {
@@ -255,8 +257,8 @@ where
     while let Some(ev) = stream.next().await {
         match ev {
             Ok(Event::Init) => relist = Some(HashMap::new()),
-            Ok(Event::InitApply(o)) => {
-                let o = Arc::new(without_managed_fields(o));
+            Ok(Event::InitApply(Lean(o))) => {
+                let o = Arc::new(o);
                 let key = key_of(&*o);
                 let is_new = !known.contains_key(&key);
                 if let Some(seen) = relist.as_mut() {
@@ -289,14 +291,14 @@ where
                     let _ = ready.tx.send(kind).await;
                 }
             }
-            Ok(Event::Apply(o)) => {
-                let o = Arc::new(without_managed_fields(o));
+            Ok(Event::Apply(Lean(o))) => {
+                let o = Arc::new(o);
                 let is_new = known.insert(key_of(&*o), Seen::of(&*o)).is_none();
                 if !apply(Change::Apply(o, is_new)) {
                     return "handling a change panicked";
                 }
             }
-            Ok(Event::Delete(o)) => {
+            Ok(Event::Delete(Lean(o))) => {
                 known.remove(&key_of(&o));
                 if !apply(Change::Delete(Arc::new(o))) {
                     return "handling a change panicked";

@@ -45,7 +45,8 @@ pub async fn bind_pod(
         },
     };
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    pods.create_subresource::<_, serde_json::Value>(
+    // The Status the API server answers with is not read: success is its HTTP code.
+    pods.create_subresource::<_, serde::de::IgnoredAny>(
         "binding",
         name,
         &PostParams::default(),

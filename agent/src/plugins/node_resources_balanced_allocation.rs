@@ -84,6 +84,7 @@ fn pod_part(pod: &PodInfo, resource: &ResourceKind) -> i64 {
 }
 
 /// 100 × (1 − the standard deviation of `fractions`), truncated as kube does.
+#[inline(always)]
 fn balance(fractions: &[f64]) -> i64 {
     let n = fractions.len();
     let std = match n {
@@ -101,31 +102,30 @@ fn balance(fractions: &[f64]) -> i64 {
 /// of every cycle.
 const INLINE: usize = 8;
 
-impl ScorePlugin for BalancedAllocation {
-    fn score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        // The default (cpu and memory) without the general path's buffers: this runs for
-        // every scored node of every cycle.
-        if let [a, b] = self.kinds.as_slice() {
-            let fractions = |r: &ResourceKind| {
-                let (alloc, req) = allocatable_and_requested(node, pod, r, true);
-                let fraction = |v: i64| (v as f64 / alloc as f64).min(1.0);
-                (alloc > 0).then(|| (fraction(req), fraction(req - pod_part(pod, r))))
-            };
-            let (with, without) = match (fractions(a), fractions(b)) {
-                (Some((wa, woa)), Some((wb, wob))) => (balance(&[wa, wb]), balance(&[woa, wob])),
-                (Some((w, wo)), None) | (None, Some((w, wo))) => (balance(&[w]), balance(&[wo])),
-                (None, None) => (balance(&[]), balance(&[])),
-            };
-            return Ok(MAX_NODE_SCORE / 2 + (MAX_NODE_SCORE / 2 + with - without) / 2);
-        }
+/// With and without the pod, the requested fraction of `resource`'s allocatable; None
+/// when the node has none of it (it then counts in neither balance).
+#[inline(always)]
+fn fractions(node: &NodeInfo, pod: &PodInfo, resource: &ResourceKind) -> Option<(f64, f64)> {
+    let (alloc, req) = allocatable_and_requested(node, pod, resource, true);
+    let fraction = |v: i64| (v as f64 / alloc as f64).min(1.0);
+    (alloc > 0).then(|| (fraction(req), fraction(req - pod_part(pod, resource))))
+}
+
+/// The score from the balances with and without the pod.
+#[inline(always)]
+fn score_of(with: i64, without: i64) -> i64 {
+    MAX_NODE_SCORE / 2 + (MAX_NODE_SCORE / 2 + with - without) / 2
+}
+
+impl BalancedAllocation {
+    /// Any other list of resources than the default pair.
+    #[inline(never)]
+    fn score_general(&self, pod: &PodInfo, node: &NodeInfo) -> i64 {
         let (mut with, mut without) = ([0f64; INLINE], [0f64; INLINE]);
         let (mut with_spill, mut without_spill) = (Vec::new(), Vec::new());
         let mut n = 0;
         for r in &self.kinds {
-            let (alloc, req) = allocatable_and_requested(node, pod, r, true);
-            if alloc > 0 {
-                let fraction = |v: i64| (v as f64 / alloc as f64).min(1.0);
-                let (w, wo) = (fraction(req), fraction(req - pod_part(pod, r)));
+            if let Some((w, wo)) = fractions(node, pod, r) {
                 if n < INLINE {
                     (with[n], without[n]) = (w, wo);
                 } else {
@@ -142,7 +142,23 @@ impl ScorePlugin for BalancedAllocation {
             without_spill.splice(0..0, without);
             (balance(&with_spill), balance(&without_spill))
         };
-        Ok(MAX_NODE_SCORE / 2 + (MAX_NODE_SCORE / 2 + with - without) / 2)
+        score_of(with, without)
+    }
+}
+
+impl ScorePlugin for BalancedAllocation {
+    fn score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        // The default (cpu and memory) without the general path's buffers: this runs for
+        // every scored node of every cycle.
+        let [a, b] = self.kinds.as_slice() else {
+            return Ok(self.score_general(pod, node));
+        };
+        let (with, without) = match (fractions(node, pod, a), fractions(node, pod, b)) {
+            (Some((wa, woa)), Some((wb, wob))) => (balance(&[wa, wb]), balance(&[woa, wob])),
+            (Some((w, wo)), None) | (None, Some((w, wo))) => (balance(&[w]), balance(&[wo])),
+            (None, None) => (balance(&[]), balance(&[])),
+        };
+        Ok(score_of(with, without))
     }
 }
 
