@@ -817,12 +817,6 @@ impl Framework {
         } else {
             self.next_start.load(Ordering::Relaxed) % total
         };
-        // The i-th node in the rotating order, for i < total: start < total, so one
-        // subtraction wraps it (a `%` per node was a tenth of the filters' time).
-        let rotated = |i: usize| {
-            let j = start + i;
-            position(if j >= total { j - total } else { j })
-        };
         let found = AtomicUsize::new(0);
         let active = self.active_filters(state);
         let timed = state.should_record_plugin_metrics();
@@ -841,9 +835,10 @@ impl Framework {
                     break;
                 }
                 if i + PREFETCH_AHEAD < end {
-                    snapshot.nodes[rotated(i + PREFETCH_AHEAD) as usize].prefetch();
+                    let ahead = position((start + i + PREFETCH_AHEAD) % total);
+                    snapshot.nodes[ahead as usize].prefetch();
                 }
-                let p = rotated(i);
+                let p = position((start + i) % total);
                 let node = &snapshot.nodes[p as usize];
                 out.processed += 1;
                 let eligible = if nominated.is_empty() {
