@@ -393,12 +393,9 @@ impl Framework {
         self.on_pool(self.parallel(snapshot, record_all), cycle)
     }
 
-    /// Whether a cycle on `snapshot` has a phase large enough to run in parallel. Virtual
-    /// nodes count as large: the leaf check walks the leaf's nodes in parallel, and off
-    /// the pool that would wake rayon's global pool besides this one.
+    /// Whether a cycle on `snapshot` has a phase large enough to run in parallel.
     fn parallel(&self, snapshot: &Snapshot, record_all: bool) -> bool {
         record_all
-            || snapshot.virtual_nodes > 0
             || num_feasible_nodes_to_find(self.percentage_of_nodes_to_score, snapshot.len())
                 >= PARALLEL_MIN_NODES
     }

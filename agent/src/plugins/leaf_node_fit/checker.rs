@@ -18,6 +18,10 @@ use crate::plugins::{
 };
 use crate::snapshot::{NodeInfo, PodInfo};
 
+/// A leaf with at least this many nodes is walked in parallel when the cycle runs on the
+/// pool (the framework's own threshold for a phase).
+const PARALLEL_LEAF_NODES: usize = 1024;
+
 /// The filter plugins that judge a leaf node, as the leaf's scheduler will: those whose
 /// subject is the node, and inter-pod affinity and spreading among the leaf's own pods
 /// for what the copy keeps of them (node-level terms, see
@@ -154,12 +158,29 @@ impl LeafChecker {
                 .find(|s| !s.is_success())
         };
         let nodes = &snapshot.nodes;
-        if let Some(found) = nodes.par_iter().position_first(|n| run(n).is_none()) {
+        // In parallel only for a large leaf and on the cycle's pool (a cycle too small for
+        // the pool runs here, and rayon would wake its global pool besides): handing a
+        // walk that usually stops at a leaf's first nodes to the pool cost more than the
+        // walk (the pool's threads switching and yielding were 7 % of the agent's samples
+        // when every cycle over virtual nodes ran on it).
+        let parallel =
+            nodes.len() >= PARALLEL_LEAF_NODES && rayon::current_thread_index().is_some();
+        let found = if parallel {
+            nodes.par_iter().position_first(|n| run(n).is_none())
+        } else {
+            nodes.iter().position(|n| run(n).is_none())
+        };
+        if let Some(found) = found {
             cycle.record_choice(&node.name, cluster, &nodes[found].name);
             return Status::success();
         }
+        let rejections: Vec<Status> = if parallel {
+            nodes.par_iter().filter_map(run).collect()
+        } else {
+            nodes.iter().filter_map(run).collect()
+        };
         let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-        for s in nodes.par_iter().filter_map(run).collect::<Vec<_>>() {
+        for s in rejections {
             for r in s.reasons {
                 *counts.entry(r.into_owned()).or_default() += 1;
             }
