@@ -70,16 +70,10 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Object<D> {
     type Error = D::Error;
 
     fn deserialize_any<V: Visitor<'de>>(self, v: V) -> Result<V::Value, D::Error> {
-        self.inner.deserialize_any(Wrap {
-            inner: v,
-            level: self.level,
-        })
+        self.inner.deserialize_any(Wrap::new(v, self.level))
     }
     fn deserialize_map<V: Visitor<'de>>(self, v: V) -> Result<V::Value, D::Error> {
-        self.inner.deserialize_map(Wrap {
-            inner: v,
-            level: self.level,
-        })
+        self.inner.deserialize_map(Wrap::new(v, self.level))
     }
     fn deserialize_struct<V: Visitor<'de>>(
         self,
@@ -87,20 +81,11 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Object<D> {
         fields: &'static [&'static str],
         v: V,
     ) -> Result<V::Value, D::Error> {
-        self.inner.deserialize_struct(
-            name,
-            fields,
-            Wrap {
-                inner: v,
-                level: self.level,
-            },
-        )
+        self.inner
+            .deserialize_struct(name, fields, Wrap::new(v, self.level))
     }
     fn deserialize_option<V: Visitor<'de>>(self, v: V) -> Result<V::Value, D::Error> {
-        self.inner.deserialize_option(Wrap {
-            inner: v,
-            level: self.level,
-        })
+        self.inner.deserialize_option(Wrap::new(v, self.level))
     }
 
     serde::forward_to_deserialize_any! {
@@ -113,6 +98,12 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Object<D> {
 struct Wrap<V> {
     inner: V,
     level: Level,
+}
+
+impl<V> Wrap<V> {
+    fn new(inner: V, level: Level) -> Self {
+        Wrap { inner, level }
+    }
 }
 
 impl<'de, V: Visitor<'de>> Visitor<'de> for Wrap<V> {
