@@ -10,11 +10,10 @@ use kube::Resource;
 use kube::core::DynamicResourceScope;
 use serde::de::value::{BorrowedStrDeserializer, CowStrDeserializer};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 /// `K` as watched: decoded without managedFields.
-#[derive(Clone, Debug, Default, Serialize)]
-#[serde(transparent)]
+#[derive(Clone, Debug, Default)]
 pub struct Lean<K>(pub K);
 
 impl<'de, K: Deserialize<'de>> Deserialize<'de> for Lean<K> {
