@@ -8,9 +8,9 @@ use std::fmt;
 
 use kube::Resource;
 use kube::core::DynamicResourceScope;
+use serde::Deserialize;
 use serde::de::value::{BorrowedStrDeserializer, CowStrDeserializer};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde::Deserialize;
 
 /// `K` as watched: decoded without managedFields.
 #[derive(Clone, Debug, Default)]
