@@ -20,7 +20,7 @@ use k8s_openapi::api::events::v1::{Event, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::{Api, Client, Resource};
+use kube::{Api, Client};
 use serde_json::json;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{debug, warn};
@@ -288,9 +288,8 @@ impl Inner {
     /// The API server's copy of the event is not decoded: only whether it was created
     /// matters here (decoding it was 1 % of the agent's CPU on SchedulingBasic).
     async fn create(&self, e: &Event) -> Result<(), kube::Error> {
-        let namespace = e.metadata.namespace.as_deref().unwrap_or("default");
         let body = serde_json::to_vec(e).map_err(kube::Error::SerdeError)?;
-        let mut request = kube::core::Request::new(Event::url_path(&(), Some(namespace)))
+        let mut request = kube::core::Request::new(self.api(e).resource_url())
             .create(&PostParams::default(), body)
             .map_err(kube::Error::BuildRequest)?;
         request.extensions_mut().insert("create");

@@ -99,7 +99,8 @@ const SCORE_CHUNK: usize = 256;
 /// Below this many nodes to check or score, a phase runs on the cycle's own thread: waking
 /// the other workers (and their spinning until they sleep again) cost more CPU than the
 /// few hundred nodes take, which is what percentageOfNodesToScore leaves in large clusters.
-const PARALLEL_MIN_NODES: usize = 1024;
+/// Plugins that walk many nodes of their own (a leaf's) use it too.
+pub const PARALLEL_MIN_NODES: usize = 1024;
 
 /// What one chunk of nodes left after Filter.
 #[derive(Default)]

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
+use crate::framework::runtime::PARALLEL_MIN_NODES;
 use crate::framework::{CycleState, Plugin, Status};
 use crate::leaf::admission::Admitted;
 use crate::leaf::cycle::{LeafCycle, LeafView};
@@ -17,10 +18,6 @@ use crate::plugins::{
     pod_topology_spread, taint_toleration, volume_binding,
 };
 use crate::snapshot::{NodeInfo, PodInfo};
-
-/// A leaf with at least this many nodes is walked in parallel when the cycle runs on the
-/// pool (the framework's own threshold for a phase).
-const PARALLEL_LEAF_NODES: usize = 1024;
 
 /// The filter plugins that judge a leaf node, as the leaf's scheduler will: those whose
 /// subject is the node, and inter-pod affinity and spreading among the leaf's own pods
@@ -163,8 +160,7 @@ impl LeafChecker {
         // walk that usually stops at a leaf's first nodes to the pool cost more than the
         // walk (the pool's threads switching and yielding were 7 % of the agent's samples
         // when every cycle over virtual nodes ran on it).
-        let parallel =
-            nodes.len() >= PARALLEL_LEAF_NODES && rayon::current_thread_index().is_some();
+        let parallel = nodes.len() >= PARALLEL_MIN_NODES && rayon::current_thread_index().is_some();
         let found = if parallel {
             nodes.par_iter().position_first(|n| run(n).is_none())
         } else {
