@@ -19,7 +19,7 @@ GO_FLAGS := -trimpath
 GO_MODULES := tests/controlplane tests/extender-seed002 tools/image tools/lint
 GO_FORMATTED := tests/controlplane tools/image tools/lint
 
-.PHONY: all build controlplane demo test lint fmt clean manifests bench soak image test-images vet actionlint
+.PHONY: all build controlplane demo test lint fmt clean manifests bench bench-engine soak image test-images vet actionlint
 
 all: build
 
@@ -69,6 +69,11 @@ test:
 bench: $(CONTROLPLANE)
 	cargo build --release -p mcsched-agent -p mcsched-bench
 	target/release/mcsched-bench --out bench --agent target/release/mcsched-agent $(BENCH_FLAGS)
+
+## bench-engine: one pod at 5000 nodes and 10000 pods, mcsched's engine (criterion) against
+## kube-scheduler's SchedulePod on the same cluster in the same run; writes bench/engine.md.
+bench-engine: $(CONTROLPLANE)
+	bash scripts/bench-engine.sh
 
 ## soak: the long tests kept out of `make test` (the leaf Ready across two expiries of
 ## 10-minute tokens: 21 minutes; the fault-injection tests with 10000 pods).

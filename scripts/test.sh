@@ -50,6 +50,9 @@ stage "real-node tests" cargo test -p mcsched-e2e --test real_node
 # The README's first command: the demo, its agent in a container on a real node.
 stage "demo (make demo)" bash scripts/demo.sh
 stage "bench (quick variant)" cargo test -p mcsched-bench
+# kube-scheduler's side of `make bench-engine`, one run per case: its cluster still builds
+# and every case still places its pod.
+stage "engine bench, kube side" .build/controlplane engine-bench --count 1
 
 echo
 echo "stage durations:"

@@ -7,6 +7,7 @@
 //	controlplane kubelet --cluster-kubeconfig K ...              a real kubelet (a node)
 //	controlplane remove-pods --container-runtime-endpoint E      every pod of a CRI runtime removed
 //	controlplane oracle --kubeconfig K [--config F]              kube-scheduler judging pods (oracle.go)
+//	controlplane engine-bench [--bench NAME]                     kube-scheduler's algorithm timed (enginebench.go)
 package main
 
 import (
@@ -98,6 +99,13 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "oracle" {
 		if err := runOracle(os.Args[2:]); err != nil {
 			fmt.Fprintf(os.Stderr, "controlplane oracle: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "engine-bench" {
+		if err := runEngineBench(os.Args[2:]); err != nil {
+			fmt.Fprintf(os.Stderr, "controlplane engine-bench: %v\n", err)
 			os.Exit(1)
 		}
 		return
