@@ -42,6 +42,24 @@ pub struct PluginLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EvaluationLabels {
+    pub plugin: String,
+    pub extension_point: String,
+    pub profile: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginProfileLabels {
+    pub plugin: String,
+    pub profile: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AttemptsLabels {
+    pub attempts: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
     pub result: String,
 }
@@ -58,9 +76,16 @@ pub struct Metrics {
     pub queue_incoming: Family<IncomingLabels, Counter>,
     pub extension_point_duration: Family<ExtensionPointLabels, Histogram>,
     pub plugin_duration: Family<PluginLabels, Histogram>,
+    pub plugin_evaluations: Family<EvaluationLabels, Counter>,
     pub preemption_attempts: Counter,
+    pub preemption_victims: Histogram,
+    pub pod_scheduling_attempts: Histogram,
+    pub pod_scheduling_sli_duration: Family<AttemptsLabels, Histogram>,
+    pub unschedulable_pods: Family<PluginProfileLabels, Gauge>,
     pub permit_wait_duration: Family<ResultLabels, Histogram>,
     pub watch_restarts: Family<ResourceLabels, Counter>,
+    /// The unschedulable_pods labels set last, to zero those that empty.
+    unschedulable_labels: std::sync::Mutex<Vec<PluginProfileLabels>>,
     registry: Registry,
 }
 
@@ -71,7 +96,7 @@ impl Metrics {
         // The names below carry kube-scheduler's "scheduler_" prefix themselves.
         registry.register(
             "scheduler_schedule_attempts",
-            "Number of attempts to schedule pods, by the result. 'unschedulable' means a pod could not be scheduled, while 'error' means an internal scheduler problem.",
+            kube_help(Stability::Stable, "Number of attempts to schedule pods, by the result. 'unschedulable' means a pod could not be scheduled, while 'error' means an internal scheduler problem."),
             schedule_attempts.clone(),
         );
         let attempt_duration = Family::<AttemptLabels, Histogram>::new_with_constructor(|| {
@@ -79,19 +104,25 @@ impl Metrics {
         });
         registry.register(
             "scheduler_scheduling_attempt_duration_seconds",
-            "Scheduling attempt latency in seconds (scheduling algorithm + binding)",
+            kube_help(
+                Stability::Stable,
+                "Scheduling attempt latency in seconds (scheduling algorithm + binding)",
+            ),
             attempt_duration.clone(),
         );
         let pending_pods = Family::<QueueLabels, Gauge>::default();
         registry.register(
             "scheduler_pending_pods",
-            "Number of pending pods, by the queue type. 'active' means number of pods in activeQ; 'backoff' means number of pods in backoffQ; 'unschedulable' means number of pods in unschedulablePods that the scheduler attempted to schedule and failed; 'gated' is the number of unschedulable pods that the scheduler never attempted to schedule because they are gated.",
+            kube_help(Stability::Stable, "Number of pending pods, by the queue type. 'active' means number of pods in activeQ; 'backoff' means number of pods in backoffQ; 'unschedulable' means number of pods in unschedulablePods that the scheduler attempted to schedule and failed; 'gated' is the number of unschedulable pods that the scheduler never attempted to schedule because they are gated."),
             pending_pods.clone(),
         );
         let queue_incoming = Family::<IncomingLabels, Counter>::default();
         registry.register(
             "scheduler_queue_incoming_pods",
-            "Number of pods added to scheduling queues by event and queue type.",
+            kube_help(
+                Stability::Stable,
+                "Number of pods added to scheduling queues by event and queue type.",
+            ),
             queue_incoming.clone(),
         );
         let extension_point_duration =
@@ -100,7 +131,10 @@ impl Metrics {
             });
         registry.register(
             "scheduler_framework_extension_point_duration_seconds",
-            "Latency for running all plugins of a specific extension point.",
+            kube_help(
+                Stability::Stable,
+                "Latency for running all plugins of a specific extension point.",
+            ),
             extension_point_duration.clone(),
         );
         let plugin_duration = Family::<PluginLabels, Histogram>::new_with_constructor(|| {
@@ -108,21 +142,65 @@ impl Metrics {
         });
         registry.register(
             "scheduler_plugin_execution_duration_seconds",
-            "Duration for running a plugin at a specific extension point.",
+            kube_help(
+                Stability::Alpha,
+                "Duration for running a plugin at a specific extension point.",
+            ),
             plugin_duration.clone(),
+        );
+        let plugin_evaluations = Family::<EvaluationLabels, Counter>::default();
+        registry.register(
+            "scheduler_plugin_evaluation",
+            kube_help(Stability::Beta, "Number of attempts to schedule pods by each plugin and the extension point (available only in PreFilter, Filter, PreScore, and Score)."),
+            plugin_evaluations.clone(),
         );
         let preemption_attempts = Counter::default();
         registry.register(
             "scheduler_preemption_attempts",
-            "Total preemption attempts in the cluster till now",
+            kube_help(
+                Stability::Stable,
+                "Total preemption attempts in the cluster till now",
+            ),
             preemption_attempts.clone(),
+        );
+        // kube's buckets: 64 victims or more is rare enough for one bucket.
+        let preemption_victims = Histogram::new(exponential_buckets(1.0, 2.0, 7));
+        registry.register(
+            "scheduler_preemption_victims",
+            kube_help(Stability::Stable, "Number of selected preemption victims"),
+            preemption_victims.clone(),
+        );
+        let pod_scheduling_attempts = Histogram::new(exponential_buckets(1.0, 2.0, 5));
+        registry.register(
+            "scheduler_pod_scheduling_attempts",
+            kube_help(
+                Stability::Stable,
+                "Number of attempts to successfully schedule a pod.",
+            ),
+            pod_scheduling_attempts.clone(),
+        );
+        // From 10 ms to the last bucket's [~88 min, +Inf), as kube's.
+        let pod_scheduling_sli_duration =
+            Family::<AttemptsLabels, Histogram>::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.01, 2.0, 20))
+            });
+        registry.register(
+            "scheduler_pod_scheduling_sli_duration_seconds",
+            kube_help(Stability::Beta, "E2e latency for a pod being scheduled, from the time the pod enters the scheduling queue and might involve multiple scheduling attempts."),
+            pod_scheduling_sli_duration.clone(),
+        );
+        let unschedulable_pods = Family::<PluginProfileLabels, Gauge>::default();
+        registry.register(
+            "scheduler_unschedulable_pods",
+            kube_help(Stability::Beta, "The number of unschedulable pods broken down by plugin name. A pod will increment the gauge for all plugins that caused it to not schedule and so this metric have meaning only when broken down by plugin."),
+            unschedulable_pods.clone(),
         );
         let permit_wait_duration = Family::<ResultLabels, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.001, 2.0, 15))
         });
         registry.register(
             "scheduler_permit_wait_duration_seconds",
-            "Duration of waiting on permit.",
+            kube_help(Stability::Beta, "Duration of waiting on permit."),
             permit_wait_duration.clone(),
         );
         // mcsched's own: kube-scheduler's informers have no such counter.
@@ -134,6 +212,7 @@ impl Metrics {
         );
         Metrics {
             watch_restarts,
+            unschedulable_labels: std::sync::Mutex::default(),
             permit_wait_duration,
             schedule_attempts,
             attempt_duration,
@@ -141,7 +220,12 @@ impl Metrics {
             queue_incoming,
             extension_point_duration,
             plugin_duration,
+            plugin_evaluations,
             preemption_attempts,
+            preemption_victims,
+            pod_scheduling_attempts,
+            pod_scheduling_sli_duration,
+            unschedulable_pods,
             registry,
         }
     }
@@ -217,12 +301,89 @@ impl Metrics {
             .inc();
     }
 
+    /// A scheduling cycle's plugin calls: (extension point, plugin, calls).
+    pub fn plugin_evaluations(&self, calls: &[(&str, &str, u64)], profile: &str) {
+        for &(point, plugin, n) in calls {
+            self.plugin_evaluations
+                .get_or_create(&EvaluationLabels {
+                    plugin: plugin.into(),
+                    extension_point: point.into(),
+                    profile: profile.into(),
+                })
+                .inc_by(n);
+        }
+    }
+
+    /// A pod bound after `attempts` scheduling attempts, the first `since_first` ago.
+    pub fn pod_scheduled(&self, attempts: u32, since_first: Option<std::time::Duration>) {
+        self.pod_scheduling_attempts.observe(f64::from(attempts));
+        if let Some(d) = since_first {
+            self.pod_scheduling_sli_duration
+                .get_or_create(&AttemptsLabels {
+                    attempts: attempts_label(attempts),
+                })
+                .observe(d.as_secs_f64());
+        }
+    }
+
+    /// The pods waiting after a rejection (or held by a PreEnqueue plugin), counted once
+    /// under each plugin that rejected them; labels counted before and absent now drop to 0.
+    pub fn set_unschedulable(&self, counts: &std::collections::HashMap<(&str, String), usize>) {
+        let mut seen = self
+            .unschedulable_labels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for labels in seen.iter() {
+            if !counts.contains_key(&(labels.plugin.as_str(), labels.profile.clone())) {
+                self.unschedulable_pods.get_or_create(labels).set(0);
+            }
+        }
+        seen.clear();
+        for ((plugin, profile), n) in counts {
+            let labels = PluginProfileLabels {
+                plugin: (*plugin).into(),
+                profile: profile.clone(),
+            };
+            self.unschedulable_pods
+                .get_or_create(&labels)
+                .set(*n as i64);
+            seen.push(labels);
+        }
+    }
+
     pub fn set_pending(&self, queue: &str, n: usize) {
         self.pending_pods
             .get_or_create(&QueueLabels {
                 queue: queue.into(),
             })
             .set(n as i64);
+    }
+}
+
+/// kube-scheduler's stability levels, which prefix its metrics' help.
+#[derive(Clone, Copy)]
+enum Stability {
+    Alpha,
+    Beta,
+    Stable,
+}
+
+/// Help as kube-scheduler prints it: "[STABLE] text." (the encoder adds the final period).
+fn kube_help(level: Stability, text: &str) -> String {
+    let level = match level {
+        Stability::Alpha => "ALPHA",
+        Stability::Beta => "BETA",
+        Stability::Stable => "STABLE",
+    };
+    format!("[{level}] {}", text.trim_end_matches('.'))
+}
+
+/// kube's attempts label: the count, capped at "15+" to bound the cardinality.
+fn attempts_label(attempts: u32) -> String {
+    if attempts >= 15 {
+        "15+".into()
+    } else {
+        attempts.to_string()
     }
 }
 
@@ -245,6 +406,45 @@ pub fn global() -> &'static Metrics {
 mod tests {
     use super::*;
     use rand::SeedableRng;
+    use std::collections::HashMap;
+
+    #[test]
+    fn help_reads_as_kube_schedulers() {
+        let m = Metrics::new();
+        // A family without series prints nothing, help included.
+        m.plugin("NodeName", "Filter", "Success", 0.001);
+        let text = m.encode();
+        for line in [
+            "# HELP scheduler_preemption_victims [STABLE] Number of selected preemption victims.",
+            "# HELP scheduler_pod_scheduling_attempts [STABLE] Number of attempts to successfully schedule a pod.",
+            "# HELP scheduler_plugin_execution_duration_seconds [ALPHA] Duration for running a plugin at a specific extension point.",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line}\n{text}");
+        }
+    }
+
+    #[test]
+    fn unschedulable_labels_that_empty_drop_to_zero() {
+        let m = Metrics::new();
+        let key = |plugin: &'static str| (plugin, "p".to_string());
+        m.set_unschedulable(&HashMap::from([(key("A"), 2), (key("B"), 1)]));
+        m.set_unschedulable(&HashMap::from([(key("A"), 1)]));
+        let text = m.encode();
+        for line in [
+            "scheduler_unschedulable_pods{plugin=\"A\",profile=\"p\"} 1",
+            "scheduler_unschedulable_pods{plugin=\"B\",profile=\"p\"} 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line}\n{text}");
+        }
+    }
+
+    #[test]
+    fn attempts_label_is_capped_as_kubes() {
+        assert_eq!(attempts_label(1), "1");
+        assert_eq!(attempts_label(14), "14");
+        assert_eq!(attempts_label(15), "15+");
+        assert_eq!(attempts_label(40), "15+");
+    }
 
     #[test]
     fn a_tenth_of_cycles_is_sampled() {

@@ -126,6 +126,7 @@ mod tests {
                 timestamp: std::time::Instant::now(),
                 initial_attempt: None,
                 attempts: 0,
+                rejection: None,
             }
         };
         // PrioritySort would put "b" (priority 9) first; ByName puts "a" first.

@@ -19,7 +19,7 @@ use tokio::sync::Notify;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::framework::{ClusterEvent, QueuedPodInfo};
+use crate::framework::{ClusterEvent, QueuedPodInfo, Rejection};
 use crate::snapshot::PodInfo;
 
 /// A pod's queue key: its UID (`namespace/name` for a pod without one, which the API server
@@ -203,8 +203,10 @@ impl SchedulingQueue {
         info.timestamp + backoff_duration(info.attempts, self.initial_backoff, self.max_backoff)
     }
 
-    /// A pod to schedule appeared or changed. `gated` when a PreEnqueue plugin held it back.
-    pub fn add(&self, pod: Arc<PodInfo>, gated: bool) {
+    /// A pod to schedule appeared or changed. `gate`: the PreEnqueue plugin holding it
+    /// back, if one does.
+    pub fn add(&self, pod: Arc<PodInfo>, gate: Option<Rejection>) {
+        let gated = gate.is_some();
         let pod = pod.compacted();
         let mut st = self.lock();
         if st.closed {
@@ -236,9 +238,11 @@ impl SchedulingQueue {
             timestamp: Instant::now(),
             initial_attempt: None,
             attempts: 0,
+            rejection: None,
         });
         info.pod = pod;
         if gated {
+            info.rejection = gate;
             st.active_seq.remove(&key);
             st.gated.insert(key, info);
             return;
@@ -282,6 +286,7 @@ impl SchedulingQueue {
                     st.active_seq.remove(&pod_id);
                     info.attempts += 1;
                     info.initial_attempt.get_or_insert_with(Instant::now);
+                    info.rejection = None;
                     let cycle = st.move_request_cycle;
                     st.in_flight
                         .insert(pod_id.clone(), (info.pod.key.clone(), cycle));
@@ -466,6 +471,28 @@ impl SchedulingQueue {
             .collect()
     }
 
+    /// Waiting pods by (plugin, profile) of their [`Rejection`], for
+    /// `scheduler_unschedulable_pods`: a pod counts under each plugin that rejected it.
+    pub fn unschedulable_reasons(&self) -> HashMap<(&'static str, String), usize> {
+        let st = self.lock();
+        let mut counts = HashMap::new();
+        // As kube: counted from the rejection until popped, in whichever queue it waits.
+        let waiting = st
+            .active
+            .iter()
+            .filter(|a| st.active_seq.get(id(&a.info.pod)) == Some(&a.seq))
+            .map(|a| &a.info)
+            .chain(st.backoff.values())
+            .chain(st.unschedulable.values().map(|u| &u.info))
+            .chain(st.gated.values());
+        for r in waiting.filter_map(|i| i.rejection.as_ref()) {
+            for &plugin in &r.plugins {
+                *counts.entry((plugin, r.profile.clone())).or_insert(0) += 1;
+            }
+        }
+        counts
+    }
+
     pub fn pending(&self) -> PendingCounts {
         let st = self.lock();
         PendingCounts {
@@ -523,10 +550,10 @@ mod tests {
     #[tokio::test]
     async fn higher_priority_first_then_arrival() {
         let q = queue(&[]);
-        q.add(pod("low", 0), false);
-        q.add(pod("high", 100), false);
-        q.add(pod("low2", 0), false);
-        q.add(pod("low", 0), false); // an update keeps one entry
+        q.add(pod("low", 0), None);
+        q.add(pod("high", 100), None);
+        q.add(pod("low2", 0), None);
+        q.add(pod("low", 0), None); // an update keeps one entry
         let order: Vec<String> = [q.pop().await, q.pop().await, q.pop().await]
             .into_iter()
             .flatten()
@@ -548,7 +575,7 @@ mod tests {
         );
         let decoded = pod("p", 0);
         assert!(!decoded.is_compact());
-        q.add(decoded.clone(), false);
+        q.add(decoded.clone(), None);
         let mut popped = q.pop().await.expect("popped");
         assert!(popped.pod.is_compact());
         assert_eq!(popped.pod.pod(), decoded.pod());
@@ -567,7 +594,7 @@ mod tests {
             "NodeResourcesFit",
             vec![ClusterEvent::PodDelete, ClusterEvent::NodeAdd],
         )]);
-        q.add(pod("p", 0), false);
+        q.add(pod("p", 0), None);
         let info = q.pop().await.expect("queued");
         q.add_unschedulable(info, HashSet::from(["NodeResourcesFit"]));
         assert_eq!(q.pending().unschedulable, 1);
@@ -581,7 +608,7 @@ mod tests {
     #[tokio::test]
     async fn an_event_during_the_attempt_sends_the_pod_to_backoff() {
         let q = queue(&[]);
-        q.add(pod("p", 0), false);
+        q.add(pod("p", 0), None);
         let info = q.pop().await.expect("queued");
         q.on_event(ClusterEvent::NodeAdd);
         q.add_unschedulable(info, HashSet::from(["X"]));
@@ -592,9 +619,13 @@ mod tests {
     #[tokio::test]
     async fn gated_pods_wait_until_ungated() {
         let q = queue(&[]);
-        q.add(pod("g", 0), true);
+        q.add(pod("g", 0), Some(rejection(&["SchedulingGates"])));
         assert_eq!(q.pending().gated, 1);
-        q.add(pod("g", 0), false);
+        assert_eq!(
+            q.unschedulable_reasons(),
+            HashMap::from([(("SchedulingGates", "p".to_string()), 1)])
+        );
+        q.add(pod("g", 0), None);
         assert_eq!(
             q.pending(),
             PendingCounts {
@@ -602,23 +633,76 @@ mod tests {
                 ..Default::default()
             }
         );
-        q.delete("uid-g");
-        assert_eq!(q.pending().active, 0);
+        // Counted until popped, as kube.
+        assert_eq!(q.unschedulable_reasons().len(), 1);
+        let popped = q.pop().await.expect("active");
+        assert_eq!(q.unschedulable_reasons(), HashMap::new());
+        q.done(&popped.pod);
+        assert_eq!(q.pending(), PendingCounts::default());
+    }
+
+    fn rejection(plugins: &[&'static str]) -> Rejection {
+        Rejection {
+            profile: "p".into(),
+            plugins: plugins.to_vec(),
+        }
+    }
+
+    #[tokio::test]
+    async fn rejected_pods_count_under_each_rejecting_plugin_while_they_wait() {
+        let q = queue(&[("NodeResourcesFit", vec![ClusterEvent::PodDelete])]);
+        for name in ["a", "b"] {
+            q.add(pod(name, 0), None);
+        }
+        let mut a = q.pop().await.expect("queued");
+        let mut b = q.pop().await.expect("queued");
+        a.rejection = Some(rejection(&["NodeResourcesFit", "TaintToleration"]));
+        b.rejection = Some(rejection(&["NodeResourcesFit"]));
+        q.add_unschedulable(a, HashSet::from(["NodeResourcesFit", "TaintToleration"]));
+        q.add_unschedulable(b, HashSet::from(["NodeResourcesFit"]));
+        let want = |fit, taint| {
+            let mut m = HashMap::from([(("NodeResourcesFit", "p".to_string()), fit)]);
+            if taint > 0 {
+                m.insert(("TaintToleration", "p".to_string()), taint);
+            }
+            m
+        };
+        assert_eq!(q.unschedulable_reasons(), want(2, 1));
+        // Still counted in backoff (kube counts them until they are popped)...
+        q.on_event(ClusterEvent::PodDelete);
+        assert_eq!(q.pending().backoff, 2);
+        assert_eq!(q.unschedulable_reasons(), want(2, 1));
+        // ...no more once deleted...
+        q.delete("uid-a");
+        assert_eq!(q.unschedulable_reasons(), want(1, 0));
+        // ...or popped for the next attempt (a pending pod goes straight to activeQ).
+        q.add(pod("c", 0), None);
+        let mut c = q.pop().await.expect("queued");
+        c.rejection = Some(rejection(&["VolumeBinding"]));
+        q.add_pending(c, HashSet::from(["VolumeBinding"]));
+        q.on_event(ClusterEvent::PodDelete);
+        assert_eq!(q.pending().active, 1);
+        assert_eq!(q.unschedulable_reasons().len(), 2);
+        let c = q.pop().await.expect("active");
+        assert_eq!(c.rejection, None);
+        assert_eq!(q.unschedulable_reasons(), want(1, 0));
+        q.delete("uid-b");
+        assert_eq!(q.unschedulable_reasons(), HashMap::new());
     }
 
     #[tokio::test]
     async fn a_pod_deleted_during_its_attempt_does_not_come_back() {
         let q = queue(&[]);
-        q.add(pod("p", 0), false);
+        q.add(pod("p", 0), None);
         let info = q.pop().await.expect("queued");
         q.delete("uid-p");
         q.add_unschedulable(info.clone(), HashSet::from(["X"]));
         assert_eq!(q.pending(), PendingCounts::default());
         // Nor through backoff; and a new pod of that name, created meanwhile, is queued.
-        q.add(pod_with_uid("p", 0, "uid-p2"), false);
+        q.add(pod_with_uid("p", 0, "uid-p2"), None);
         let again = q.pop().await.expect("queued");
         q.delete("uid-p2");
-        q.add(pod_with_uid("p", 0, "uid-p3"), false);
+        q.add(pod_with_uid("p", 0, "uid-p3"), None);
         q.add_backoff(again);
         assert_eq!(
             q.pending(),
@@ -632,11 +716,11 @@ mod tests {
     #[tokio::test]
     async fn a_namesake_created_during_an_attempt_is_a_pod_of_its_own() {
         let q = queue(&[]);
-        q.add(pod_with_uid("p", 0, "uid-1"), false);
+        q.add(pod_with_uid("p", 0, "uid-1"), None);
         let first = q.pop().await.expect("queued");
         q.delete("uid-1");
         // The new pod is queued at once, not held back by the first one's attempt.
-        q.add(pod_with_uid("p", 0, "uid-2"), false);
+        q.add(pod_with_uid("p", 0, "uid-2"), None);
         let second = q.pop().await.expect("queued");
         assert_eq!(second.pod.uid, "uid-2");
         assert_eq!(q.pending_keys(), HashSet::from(["ns/p".to_string()]));
@@ -652,7 +736,7 @@ mod tests {
     #[tokio::test]
     async fn status_updates_leave_backoff_and_unschedulable_pods_where_they_are() {
         let q = queue(&[]);
-        q.add(pod("p", 0), false);
+        q.add(pod("p", 0), None);
         let info = q.pop().await.expect("queued");
         q.add_unschedulable(info, HashSet::from(["X"]));
         let with_status = |p: &Arc<PodInfo>, rv: &str| {
@@ -662,7 +746,7 @@ mod tests {
             Arc::new(PodInfo::new(Arc::new(pod)))
         };
         let p = pod("p", 0);
-        q.add(with_status(&p, "2"), false);
+        q.add(with_status(&p, "2"), None);
         assert_eq!(
             q.pending().unschedulable,
             1,
@@ -670,12 +754,12 @@ mod tests {
         );
         let mut relabelled = (*p.pod()).clone();
         relabelled.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
-        q.add(Arc::new(PodInfo::new(Arc::new(relabelled))), false);
+        q.add(Arc::new(PodInfo::new(Arc::new(relabelled))), None);
         assert_eq!(q.pending().active, 1, "a label change may make it fit");
 
         let info = q.pop().await.expect("queued");
         q.add_backoff(info);
-        q.add(with_status(&p, "3"), false);
+        q.add(with_status(&p, "3"), None);
         assert_eq!(
             q.pending(),
             PendingCounts {
@@ -699,7 +783,7 @@ mod tests {
             profiles.plugin_events.clone(),
             profiles.less.clone(),
         );
-        q.add(pod("p", 0), false);
+        q.add(pod("p", 0), None);
         let info = q.pop().await.expect("queued");
         q.add_unschedulable(info, HashSet::from([crate::plugins::leaf_node_fit::NAME]));
         for unrelated in [
@@ -724,8 +808,8 @@ mod tests {
     #[tokio::test]
     async fn pending_pods_skip_backoff() {
         let q = queue(&[("W", vec![ClusterEvent::LeafChange])]);
-        q.add(pod("waits", 0), false);
-        q.add(pod("misfit", 0), false);
+        q.add(pod("waits", 0), None);
+        q.add(pod("misfit", 0), None);
         for _ in 0..2 {
             let info = q.pop().await.expect("queued");
             if info.pod.name == "waits" {
@@ -755,9 +839,9 @@ mod tests {
             HashMap::new(),
             by_name_desc,
         );
-        q.add(pod("a", 100), false);
-        q.add(pod("c", 0), false);
-        q.add(pod("b", 50), false);
+        q.add(pod("a", 100), None);
+        q.add(pod("c", 0), None);
+        q.add(pod("b", 50), None);
         let order: Vec<String> = [q.pop().await, q.pop().await, q.pop().await]
             .into_iter()
             .flatten()

@@ -194,6 +194,57 @@ async fn health_metrics_explain_and_simulate() -> anyhow::Result<()> {
             "{name} missing from /metrics:\n{metrics}"
         );
     }
+    let value = |metrics: &str, series: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .and_then(|n| n.trim().parse::<f64>().ok())
+    };
+    // web: one attempt, bound at once; NodeUnschedulable and NodeResourcesFit filtered
+    // both nodes (one node left: nothing scored).
+    for (series, want) in [
+        ("scheduler_pod_scheduling_attempts_count", 1.0),
+        ("scheduler_pod_scheduling_attempts_sum", 1.0),
+        (
+            "scheduler_pod_scheduling_sli_duration_seconds_count{attempts=\"1\"}",
+            1.0,
+        ),
+        (
+            "scheduler_plugin_evaluation_total{plugin=\"NodeResourcesFit\",extension_point=\"Filter\",profile=\"mcsched\"}",
+            2.0,
+        ),
+        (
+            "scheduler_plugin_evaluation_total{plugin=\"NodeUnschedulable\",extension_point=\"Filter\",profile=\"mcsched\"}",
+            2.0,
+        ),
+    ] {
+        assert_eq!(value(&metrics, series), Some(want), "{series}\n{metrics}");
+    }
+    // A pod no node can hold waits, counted under the plugin that rejected it.
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(pod("too-big", "64"))?,
+    )
+    .await?;
+    let series = "scheduler_unschedulable_pods{plugin=\"NodeResourcesFit\",profile=\"mcsched\"}";
+    let scrape = || async {
+        anyhow::Ok(
+            http.get(format!("{}/metrics", agent.url))
+                .send()
+                .await?
+                .text()
+                .await?,
+        )
+    };
+    wait::until(TIMEOUT, "too-big counted as unschedulable", || async {
+        Ok(value(&scrape().await?, series).filter(|v| *v == 1.0))
+    })
+    .await?;
+    pods.delete("too-big", &Default::default()).await?;
+    wait::until(TIMEOUT, "too-big no longer counted", || async {
+        Ok(value(&scrape().await?, series).filter(|v| *v == 0.0))
+    })
+    .await?;
     Ok(())
 }
 
@@ -219,7 +270,7 @@ async fn preemption_evicts_a_lower_priority_pod_and_nominates_its_node() -> anyh
             )
             .await?;
     }
-    let _agent = Agent::start(&cp.kubeconfig, "mcsched", cp.dir())?;
+    let agent = Agent::start(&cp.kubeconfig, "mcsched", cp.dir())?;
     let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
     let with_class = |name: &str, class: &str| -> anyhow::Result<Pod> {
         let mut p = pod(name, "1500m");
@@ -273,6 +324,23 @@ async fn preemption_evicts_a_lower_priority_pod_and_nominates_its_node() -> anyh
         note.starts_with("Preempted by pod ") && note.ends_with(" on node only"),
         "{note}"
     );
+    let metrics = mcsched_e2e::api::admin_https(&cp)?
+        .get(format!("{}/metrics", agent.url))
+        .send()
+        .await?
+        .text()
+        .await?;
+    for (series, want) in [
+        ("scheduler_preemption_victims_count ", "1"),
+        ("scheduler_preemption_victims_sum ", "1.0"),
+        ("scheduler_pod_scheduling_attempts_count ", "2"),
+    ] {
+        assert_eq!(
+            metrics.lines().find_map(|l| l.strip_prefix(series)),
+            Some(want),
+            "{series}\n{metrics}"
+        );
+    }
     Ok(())
 }
 

@@ -25,6 +25,16 @@ pub struct QueuedPodInfo {
     pub timestamp: Instant,
     pub initial_attempt: Option<Instant>,
     pub attempts: u32,
+    /// Why it waits, while it waits after a rejection or at PreEnqueue.
+    pub rejection: Option<Rejection>,
+}
+
+/// The plugins that rejected a pod in its last attempt, or hold it back at PreEnqueue,
+/// and its profile: what `scheduler_unschedulable_pods` counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    pub profile: String,
+    pub plugins: Vec<&'static str>,
 }
 
 /// The kinds of cluster change that may make an unschedulable pod schedulable.

@@ -112,6 +112,10 @@ struct FilterChunk {
     /// Nodes with nominated pods counted, and those pods' keys.
     nominated: Vec<(String, Vec<String>)>,
     timings: Timings,
+    /// `called[n]`: how many times the active filters ran on a node until the n-th
+    /// stopped them (the last entry: all passed), so the chunk counts one number per node
+    /// instead of one per call.
+    called: Vec<u64>,
 }
 
 /// What Filter left: the nominated node, or the feasible nodes and the statuses of the
@@ -175,6 +179,9 @@ pub struct CycleRecord {
     pub num_feasible: usize,
     /// Filter plugins that ran (not skipped by their PreFilter), in order.
     pub filter_plugins: Vec<&'static str>,
+    /// (extension point, plugin, calls) for `scheduler_plugin_evaluation_total`: PreFilter
+    /// and PreScore once unless skipped, Filter and Score once per node called on.
+    pub evaluations: Vec<(&'static str, &'static str, u64)>,
     /// Nodes a filter rejected, with the first rejection.
     pub rejected: Vec<(Arc<NodeInfo>, Status)>,
     /// With `record_all`: every filter verdict of every node, by node name.
@@ -578,6 +585,7 @@ impl Framework {
                 state.skip_filter(p.name());
                 continue;
             }
+            record.evaluations.push(("PreFilter", p.name(), 1));
             if !status.is_success() {
                 return Err(status.with_plugin(p.name()));
             }
@@ -666,23 +674,25 @@ impl Framework {
     ) -> NodeFiltered {
         let plain = |state: &CycleState, node: &NodeInfo| {
             if full || record_all {
-                let (status, verdicts, timings) =
-                    self.run_active_filters(active, state, pod, node, record_all);
-                (status, verdicts, timings)
+                self.run_active_filters(active, state, pod, node, record_all)
             } else {
-                let status = self
-                    .first_rejection(active, state, pod, node)
-                    .unwrap_or_else(Status::success);
-                (status, Vec::new(), Timings::new())
+                let (status, calls) = self.first_rejection(active, state, pod, node);
+                (
+                    status.unwrap_or_else(Status::success),
+                    Vec::new(),
+                    Timings::new(),
+                    calls,
+                )
             }
         };
         if nominated.is_empty() {
-            let (status, verdicts, timings) = plain(state, node);
+            let (status, verdicts, timings, calls) = plain(state, node);
             return NodeFiltered {
                 status,
                 verdicts,
                 timings,
                 counted: Vec::new(),
+                calls: [calls, 0],
             };
         }
         let mut counted: Vec<String> = nominated.iter().map(|p| p.key.clone()).collect();
@@ -695,10 +705,11 @@ impl Framework {
                     verdicts: Vec::new(),
                     timings: Timings::new(),
                     counted,
+                    calls: [0, 0],
                 };
             }
         };
-        let (first, with, mut timings) = plain(&with_state, &with_node);
+        let (first, with, mut timings, calls_with) = plain(&with_state, &with_node);
         let rejected_with = !first.is_success();
         if rejected_with && (!record_all || first.code == Code::Error) {
             return NodeFiltered {
@@ -706,9 +717,10 @@ impl Framework {
                 verdicts: with,
                 timings,
                 counted,
+                calls: [calls_with, 0],
             };
         }
-        let (second, without, more) = plain(state, node);
+        let (second, without, more, calls_without) = plain(state, node);
         timings.extend(more);
         let verdicts = with
             .into_iter()
@@ -720,6 +732,7 @@ impl Framework {
             verdicts,
             timings,
             counted,
+            calls: [calls_with, calls_without],
         }
     }
 
@@ -733,21 +746,21 @@ impl Framework {
     }
 
     /// The common case of `run_active_filters` (no verdicts, no timings) without its
-    /// bookkeeping: the first rejection, if any.
+    /// bookkeeping: the first rejection, if any, and how many filters ran.
     fn first_rejection(
         &self,
         active: &[(&'static str, &dyn super::FilterPlugin)],
         state: &CycleState,
         pod: &PodInfo,
         node: &NodeInfo,
-    ) -> Option<Status> {
-        for &(name, f) in active {
+    ) -> (Option<Status>, usize) {
+        for (i, &(name, f)) in active.iter().enumerate() {
             let s = f.filter(state, pod, node);
             if !s.is_success() {
-                return Some(s.with_plugin(name));
+                return (Some(s.with_plugin(name)), i + 1);
             }
         }
-        None
+        (None, active.len())
     }
 
     fn run_active_filters(
@@ -757,15 +770,17 @@ impl Framework {
         pod: &PodInfo,
         node: &NodeInfo,
         record_all: bool,
-    ) -> (Status, Vec<PluginVerdict>, Timings) {
+    ) -> (Status, Vec<PluginVerdict>, Timings, usize) {
         let mut verdicts = Vec::new();
         let mut first_failure: Option<Status> = None;
+        let mut calls = 0;
         // One clock read per call: each call ends where the next starts (the reads were
         // most of a sampled cycle's extra cost).
         let mut last = state.should_record_plugin_metrics().then(Instant::now);
         let mut timings = Timings::new();
         for &(name, f) in active {
             let s = f.filter(state, pod, node);
+            calls += 1;
             if let Some(t) = last.as_mut() {
                 let now = Instant::now();
                 timings.push((name, s.code, (now - *t).as_secs_f64()));
@@ -785,6 +800,7 @@ impl Framework {
             first_failure.unwrap_or_else(Status::success),
             verdicts,
             timings,
+            calls,
         )
     }
 
@@ -823,7 +839,10 @@ impl Framework {
         // A chunk keeps only what is needed of its nodes (feasible ones, rejections), so
         // the serial merge below does not walk every node again.
         let run_chunk = |c: usize| {
-            let mut out = FilterChunk::default();
+            let mut out = FilterChunk {
+                called: vec![0; active.len() + 1],
+                ..FilterChunk::default()
+            };
             // Counted locally and published once per chunk: one shared counter
             // bumped per feasible node bounces between the cores.
             let mut local = 0;
@@ -847,6 +866,8 @@ impl Framework {
                 let status = if record_all || timed || !eligible.is_empty() {
                     let f =
                         self.filter_node(&active, &eligible, state, pod, node, record_all, timed);
+                    out.called[f.calls[0]] += 1;
+                    out.called[f.calls[1]] += 1;
                     out.timings.extend(f.timings);
                     if record_all {
                         out.verdicts.push((node.name.to_string(), f.verdicts));
@@ -856,10 +877,9 @@ impl Framework {
                     }
                     f.status
                 } else {
-                    match self.first_rejection(&active, state, pod, node) {
-                        Some(status) => status,
-                        None => Status::success(),
-                    }
+                    let (status, calls) = self.first_rejection(&active, state, pod, node);
+                    out.called[calls] += 1;
+                    status.unwrap_or_else(Status::success)
                 };
                 if status.is_success() {
                     local += 1;
@@ -881,8 +901,12 @@ impl Framework {
         let mut feasible = Vec::with_capacity(want.min(total));
         let mut processed = 0;
         let mut timings = Timings::new();
+        let mut called = vec![0u64; active.len() + 1];
         for chunk in chunks {
             processed += chunk.processed;
+            for (all, n) in called.iter_mut().zip(&chunk.called) {
+                *all += n;
+            }
             timings.extend(chunk.timings);
             let room = want.saturating_sub(feasible.len());
             feasible.extend(chunk.feasible.into_iter().take(room));
@@ -897,6 +921,14 @@ impl Framework {
         observe_timings("Filter", timings);
         record.num_evaluated = processed;
         record.filter_plugins = active.iter().map(|&(name, _)| name).collect();
+        // The i-th filter ran wherever more than i filters ran.
+        let mut ran = 0;
+        for (i, &(name, _)) in active.iter().enumerate().rev() {
+            ran += called[i + 1];
+            if ran > 0 {
+                record.evaluations.push(("Filter", name, ran));
+            }
+        }
         NodeList::new(snapshot.nodes.clone(), feasible)
     }
 
@@ -919,6 +951,8 @@ impl Framework {
             observe(state, p.name(), "PreScore", &s, t);
             if s.is_skip() {
                 state.skip_score(p.name());
+            } else {
+                record.evaluations.push(("PreScore", p.name(), 1));
             }
         }
         let state: &CycleState = state;
@@ -933,6 +967,11 @@ impl Framework {
             .collect();
         let k = scorers.len();
         let n = nodes.len();
+        for &(name, sp) in &scorers {
+            if sp.is_some() {
+                record.evaluations.push(("Score", name, n as u64));
+            }
+        }
         // Every call timed in a sampled cycle, as kube's runScorePlugin.
         let timed = state.should_record_plugin_metrics();
         // Node-major, in parallel chunks: each node's entry is read once for all plugins
@@ -1233,6 +1272,9 @@ struct NodeFiltered {
     timings: Timings,
     /// The nominated pods counted on the node.
     counted: Vec<String>,
+    /// How many filters ran in the pass with the nominated pods (or the only pass) and
+    /// in the pass without them (0: not run).
+    calls: [usize; 2],
 }
 
 fn passes(code: &str) -> bool {
@@ -1530,5 +1572,64 @@ mod tests {
         // Every Filter and Score call of a sampled cycle, one per node.
         assert_eq!(count("Filter"), sampled * 3);
         assert_eq!(count("Score"), sampled * 3);
+    }
+
+    #[test]
+    fn plugin_evaluations_count_each_call_sampled_or_not() {
+        use crate::plugins::testing::{node_with, pod_with};
+        let spec = match crate::config_bridge::default_spec("test") {
+            Ok(s) => s,
+            Err(e) => panic!("{e}"),
+        };
+        let fw = match Framework::new(&spec, &crate::plugins::default_registry(), 1) {
+            Ok(fw) => fw,
+            Err(e) => panic!("{e}"),
+        };
+        let mut nodes: Vec<_> = ["a", "b", "c"]
+            .map(|n| Arc::new(node_with(n, |_| {})))
+            .to_vec();
+        nodes.push(Arc::new(node_with("cordoned", |n| {
+            n.spec.get_or_insert_default().unschedulable = Some(true);
+        })));
+        let snapshot = Snapshot::from_nodes(nodes);
+        let pod = pod_with(|_| {});
+        let mut seen = Vec::new();
+        for sampled in [false, true] {
+            let mut state = CycleState::new();
+            state.set_record_plugin_metrics(sampled);
+            let mut record = CycleRecord::default();
+            assert!(
+                fw.schedule(&mut state, &pod, &snapshot, &mut record, false)
+                    .is_ok()
+            );
+            let count = |point: &str, plugin: &str| {
+                record
+                    .evaluations
+                    .iter()
+                    .filter(|e| e.0 == point && e.1 == plugin)
+                    .map(|e| e.2)
+                    .sum::<u64>()
+            };
+            // NodeUnschedulable, the first filter, ran on all four nodes and stopped
+            // the cordoned one: every later filter ran on three.
+            assert_eq!(record.filter_plugins.first(), Some(&"NodeUnschedulable"));
+            assert_eq!(count("Filter", "NodeUnschedulable"), 4);
+            for plugin in &record.filter_plugins[1..] {
+                assert_eq!(count("Filter", plugin), 3, "{plugin}");
+            }
+            assert!(!record.scores.is_empty());
+            for column in &record.scores {
+                assert_eq!(count("Score", column.plugin), 3, "{}", column.plugin);
+            }
+            // PreFilter once per plugin that did not skip, skipped ones not at all.
+            for v in &record.pre_filter {
+                let want = u64::from(v.code != "Skip");
+                assert_eq!(count("PreFilter", &v.plugin), want, "{}", v.plugin);
+            }
+            let mut evaluations = record.evaluations.clone();
+            evaluations.sort_unstable();
+            seen.push(evaluations);
+        }
+        assert_eq!(seen[0], seen[1]);
     }
 }

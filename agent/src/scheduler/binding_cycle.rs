@@ -84,11 +84,13 @@ pub(super) async fn binding_cycle(
     }
     if status.is_success() {
         debug!(pod = %pod.key, %node, "bound");
-        crate::metrics::global().attempt(
+        let metrics = crate::metrics::global();
+        metrics.attempt(
             "scheduled",
             &scheduler_name,
             started.elapsed().as_secs_f64(),
         );
+        metrics.pod_scheduled(info.attempts, info.initial_attempt.map(|t| t.elapsed()));
         shared
             .events
             .scheduled(&scheduler_name, &pod.object(), &node);

@@ -319,7 +319,12 @@ fn on_pod_event(shared: &Shared, change: Change<Pod>) {
                 shared.profiles.nominator.delete(&id);
                 return;
             }
-            let gated = !fw.run_pre_enqueue(&pod).is_success();
+            let gate = fw.run_pre_enqueue(&pod);
+            let gate = (!gate.is_success()).then(|| crate::framework::Rejection {
+                profile: fw.scheduler_name.clone(),
+                plugins: vec![gate.plugin],
+            });
+            let gated = gate.is_some();
             // Queued compact: a burst of pending pods is most of what the agent holds.
             let info = Arc::new(PodInfo::compact(pod));
             // kube nominates only pods that reach activeQ: not gated ones.
@@ -328,7 +333,7 @@ fn on_pod_event(shared: &Shared, change: Change<Pod>) {
             } else {
                 shared.profiles.nominator.update(info.clone());
             }
-            shared.queue.add(info, gated);
+            shared.queue.add(info, gate);
         }
         Change::Delete(pod) => {
             let key = key_of(&*pod);

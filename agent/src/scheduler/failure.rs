@@ -121,6 +121,19 @@ pub(super) fn handle_failure(
         message,
         nominated_node,
     });
+    if let Failure::Unschedulable { fit, .. } = &failure {
+        let d = &fit.diagnosis;
+        let mut plugins: Vec<&'static str> = d
+            .unschedulable_plugins
+            .union(&d.pending_plugins)
+            .copied()
+            .collect();
+        plugins.sort_unstable();
+        info.rejection = Some(crate::framework::Rejection {
+            profile: scheduler_name.to_string(),
+            plugins,
+        });
+    }
     match failure {
         Failure::Unschedulable { fit, .. } if !fit.diagnosis.pending_plugins.is_empty() => shared
             .queue

@@ -164,6 +164,7 @@ fn spawn_flusher(shared: &Arc<Shared>) -> JoinHandle<()> {
             m.set_pending("backoff", p.backoff);
             m.set_pending("unschedulable", p.unschedulable);
             m.set_pending("gated", p.gated);
+            m.set_unschedulable(&q.unschedulable_reasons());
         }
     })
 }

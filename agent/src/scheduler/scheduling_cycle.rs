@@ -75,6 +75,7 @@ pub(super) async fn scheduling_cycle(
     } else {
         "Unschedulable"
     };
+    metrics.plugin_evaluations(&record.evaluations, scheduler_name);
     for d in &record.durations {
         metrics.extension_point(
             &d.extension_point,
@@ -106,6 +107,7 @@ pub(super) async fn scheduling_cycle(
                 {
                     nominating = Nominating::Override(node.clone());
                     victims = res.victims.iter().map(|v| v.key.clone()).collect();
+                    metrics.preemption_victims.observe(victims.len() as f64);
                     crate::preemption::evict(
                         &shared.bind_ctx.client,
                         &shared.events,

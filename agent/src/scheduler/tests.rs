@@ -66,7 +66,7 @@ fn pod(name: &str, cpu: &str) -> Arc<PodInfo> {
 
 /// Queues `name` and runs its scheduling cycle, then its binding cycle.
 async fn schedule(shared: &Arc<Shared>, name: &str, cpu: &str, leading: bool) {
-    shared.queue.add(pod(name, cpu), false);
+    shared.queue.add(pod(name, cpu), None);
     let info = shared.queue.pop().await.expect("queued");
     let (_tx, leader) = tokio::sync::watch::channel(leading);
     let placed = scheduling_cycle(shared, &leader, info).await;
@@ -203,7 +203,7 @@ async fn a_pod_whose_namesake_is_still_being_bound_waits_instead_of_being_droppe
     shared
         .cache()
         .assume(Arc::new(PodInfo::new(Arc::new(earlier))), "n1");
-    shared.queue.add(pod("p", "1"), false);
+    shared.queue.add(pod("p", "1"), None);
     let info = shared.queue.pop().await.expect("queued");
     let (_tx, leader) = tokio::sync::watch::channel(true);
     assert!(scheduling_cycle(&shared, &leader, info).await.is_none());
