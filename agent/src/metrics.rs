@@ -1,7 +1,8 @@
 //! kube-scheduler's metrics, under kube-scheduler's names, so dashboards and alerts made
 //! for it work unchanged.
 
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -69,6 +70,8 @@ pub struct ResourceLabels {
     pub resource: String,
 }
 
+type EvaluationCounters = HashMap<String, HashMap<(&'static str, &'static str), Counter>>;
+
 pub struct Metrics {
     pub schedule_attempts: Family<AttemptLabels, Counter>,
     pub attempt_duration: Family<AttemptLabels, Histogram>,
@@ -84,8 +87,10 @@ pub struct Metrics {
     pub unschedulable_pods: Family<PluginProfileLabels, Gauge>,
     pub permit_wait_duration: Family<ResultLabels, Histogram>,
     pub watch_restarts: Family<ResourceLabels, Counter>,
+    /// plugin_evaluations' counters by profile, then (extension point, plugin).
+    evaluation_counters: Mutex<EvaluationCounters>,
     /// The unschedulable_pods labels set last, to zero those that empty.
-    unschedulable_labels: std::sync::Mutex<Vec<PluginProfileLabels>>,
+    unschedulable_labels: Mutex<Vec<PluginProfileLabels>>,
     registry: Registry,
 }
 
@@ -212,7 +217,8 @@ impl Metrics {
         );
         Metrics {
             watch_restarts,
-            unschedulable_labels: std::sync::Mutex::default(),
+            unschedulable_labels: Mutex::default(),
+            evaluation_counters: Mutex::default(),
             permit_wait_duration,
             schedule_attempts,
             attempt_duration,
@@ -301,14 +307,30 @@ impl Metrics {
             .inc();
     }
 
-    /// A scheduling cycle's plugin calls: (extension point, plugin, calls).
-    pub fn plugin_evaluations(&self, calls: &[(&str, &str, u64)], profile: &str) {
+    /// A scheduling cycle's plugin calls: (extension point, plugin, calls). The series'
+    /// counters are kept by name, so a cycle adds to them without building labels.
+    pub fn plugin_evaluations(&self, calls: &[(&'static str, &'static str, u64)], profile: &str) {
+        let mut by_profile = self
+            .evaluation_counters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if !by_profile.contains_key(profile) {
+            by_profile.insert(profile.to_string(), HashMap::new());
+        }
+        let Some(counters) = by_profile.get_mut(profile) else {
+            return;
+        };
         for &(point, plugin, n) in calls {
-            self.plugin_evaluations
-                .get_or_create(&EvaluationLabels {
-                    plugin: plugin.into(),
-                    extension_point: point.into(),
-                    profile: profile.into(),
+            counters
+                .entry((point, plugin))
+                .or_insert_with(|| {
+                    self.plugin_evaluations
+                        .get_or_create(&EvaluationLabels {
+                            plugin: plugin.into(),
+                            extension_point: point.into(),
+                            profile: profile.into(),
+                        })
+                        .clone()
                 })
                 .inc_by(n);
         }
@@ -328,7 +350,7 @@ impl Metrics {
 
     /// The pods waiting after a rejection (or held by a PreEnqueue plugin), counted once
     /// under each plugin that rejected them; labels counted before and absent now drop to 0.
-    pub fn set_unschedulable(&self, counts: &std::collections::HashMap<(&str, String), usize>) {
+    pub fn set_unschedulable(&self, counts: &HashMap<(&str, String), usize>) {
         let mut seen = self
             .unschedulable_labels
             .lock()
@@ -406,7 +428,6 @@ pub fn global() -> &'static Metrics {
 mod tests {
     use super::*;
     use rand::SeedableRng;
-    use std::collections::HashMap;
 
     #[test]
     fn help_reads_as_kube_schedulers() {
@@ -433,6 +454,25 @@ mod tests {
         for line in [
             "scheduler_unschedulable_pods{plugin=\"A\",profile=\"p\"} 1",
             "scheduler_unschedulable_pods{plugin=\"B\",profile=\"p\"} 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line}\n{text}");
+        }
+    }
+
+    #[test]
+    fn plugin_evaluations_add_up_per_profile() {
+        let m = Metrics::new();
+        m.plugin_evaluations(
+            &[("Filter", "NodeName", 5), ("Score", "ImageLocality", 3)],
+            "a",
+        );
+        m.plugin_evaluations(&[("Filter", "NodeName", 2)], "a");
+        m.plugin_evaluations(&[("Filter", "NodeName", 1)], "b");
+        let text = m.encode();
+        for line in [
+            "scheduler_plugin_evaluation_total{plugin=\"NodeName\",extension_point=\"Filter\",profile=\"a\"} 7",
+            "scheduler_plugin_evaluation_total{plugin=\"ImageLocality\",extension_point=\"Score\",profile=\"a\"} 3",
+            "scheduler_plugin_evaluation_total{plugin=\"NodeName\",extension_point=\"Filter\",profile=\"b\"} 1",
         ] {
             assert!(text.lines().any(|l| l == line), "{line}\n{text}");
         }
