@@ -70,7 +70,8 @@ pub struct ResourceLabels {
     pub resource: String,
 }
 
-type EvaluationCounters = HashMap<String, HashMap<(&'static str, &'static str), Counter>>;
+/// By profile (a handful), then (extension point, plugin).
+type EvaluationCounters = Vec<(String, HashMap<(&'static str, &'static str), Counter>)>;
 
 pub struct Metrics {
     pub schedule_attempts: Family<AttemptLabels, Counter>,
@@ -314,12 +315,14 @@ impl Metrics {
             .evaluation_counters
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        if !by_profile.contains_key(profile) {
-            by_profile.insert(profile.to_string(), HashMap::new());
-        }
-        let Some(counters) = by_profile.get_mut(profile) else {
-            return;
+        let at = match by_profile.iter().position(|(p, _)| p == profile) {
+            Some(at) => at,
+            None => {
+                by_profile.push((profile.to_string(), HashMap::new()));
+                by_profile.len() - 1
+            }
         };
+        let counters = &mut by_profile[at].1;
         for &(point, plugin, n) in calls {
             counters
                 .entry((point, plugin))

@@ -117,6 +117,20 @@ struct State {
     closed: bool,
 }
 
+impl State {
+    /// Every pod waiting in the queue: activeQ's live entries, backoff, unschedulable and
+    /// gated (not the pods in a cycle).
+    fn waiting(&self) -> impl Iterator<Item = &QueuedPodInfo> {
+        self.active
+            .iter()
+            .filter(|a| self.active_seq.get(id(&a.info.pod)) == Some(&a.seq))
+            .map(|a| &a.info)
+            .chain(self.backoff.values())
+            .chain(self.unschedulable.values().map(|u| &u.info))
+            .chain(self.gated.values())
+    }
+}
+
 /// How many pods wait where, for `scheduler_pending_pods`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PendingCounts {
@@ -443,15 +457,7 @@ impl SchedulingQueue {
     /// now), for its explanation.
     pub fn waiting(&self, key: &str) -> Option<Arc<PodInfo>> {
         let st = self.lock();
-        let live_active = st
-            .active
-            .iter()
-            .filter(|a| st.active_seq.get(id(&a.info.pod)) == Some(&a.seq))
-            .map(|a| &a.info);
-        live_active
-            .chain(st.backoff.values())
-            .chain(st.unschedulable.values().map(|u| &u.info))
-            .chain(st.gated.values())
+        st.waiting()
             .find(|i| i.pod.key == key)
             .map(|i| i.pod.clone())
     }
@@ -459,13 +465,7 @@ impl SchedulingQueue {
     /// `namespace/name` of every pod not yet bound: waiting or in a cycle.
     pub fn pending_keys(&self) -> HashSet<String> {
         let st = self.lock();
-        st.active
-            .iter()
-            .filter(|a| st.active_seq.get(id(&a.info.pod)) == Some(&a.seq))
-            .map(|a| &a.info)
-            .chain(st.backoff.values())
-            .chain(st.unschedulable.values().map(|u| &u.info))
-            .chain(st.gated.values())
+        st.waiting()
             .map(|i| i.pod.key.clone())
             .chain(st.in_flight.values().map(|(key, _)| key.clone()))
             .collect()
@@ -477,15 +477,7 @@ impl SchedulingQueue {
         let st = self.lock();
         let mut counts = HashMap::new();
         // As kube: counted from the rejection until popped, in whichever queue it waits.
-        let waiting = st
-            .active
-            .iter()
-            .filter(|a| st.active_seq.get(id(&a.info.pod)) == Some(&a.seq))
-            .map(|a| &a.info)
-            .chain(st.backoff.values())
-            .chain(st.unschedulable.values().map(|u| &u.info))
-            .chain(st.gated.values());
-        for r in waiting.filter_map(|i| i.rejection.as_ref()) {
+        for r in st.waiting().filter_map(|i| i.rejection.as_ref()) {
             for &plugin in &r.plugins {
                 *counts.entry((plugin, r.profile.clone())).or_insert(0) += 1;
             }

@@ -52,6 +52,9 @@ func runEngineBench(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if *count < 1 {
+		return fmt.Errorf("--count must be at least 1, not %d", *count)
+	}
 	if *cpuProfile != "" {
 		out, err := os.Create(*cpuProfile)
 		if err != nil {
@@ -62,9 +65,6 @@ func runEngineBench(args []string) error {
 			return err
 		}
 		defer pprof.StopCPUProfile()
-	}
-	if *count < 1 {
-		return fmt.Errorf("--count must be at least 1, not %d", *count)
 	}
 	initKlog(0)
 	ctx, cancel := context.WithCancel(context.Background())
