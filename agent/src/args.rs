@@ -116,7 +116,9 @@ pub struct Args {
     #[arg(long, default_value_t = 120, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
     pub leaf_pending_timeout: u64,
 
-    /// After that, the leaf is avoided for the pod's owner this long (seconds).
+    /// A leaf a pod with a controller was taken back from, or whose admission refused its
+    /// copy, is avoided for the pod's owner this long (seconds), twice as long each time
+    /// again (up to 32 times).
     #[arg(long, default_value_t = 300, value_name = "SECONDS")]
     pub leaf_avoid_duration: u64,
 
@@ -124,6 +126,12 @@ pub struct Args {
     /// of its lifetime (join's --token-lifetime), as is the default.
     #[arg(long, default_value_t = 0, value_name = "SECONDS")]
     pub leaf_token_renew_after: u64,
+
+    /// A ConfigMap, Secret or PVC copied into a leaf is deleted there once no pod of that
+    /// leaf has referred to it for this long (seconds); a PVC's copy only once the host PVC
+    /// is gone too.
+    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    pub leaf_unused_copy_grace: u64,
 
     /// Log filter in tracing's EnvFilter syntax (RUST_LOG overrides it).
     #[arg(long, default_value = "info", value_name = "FILTER")]

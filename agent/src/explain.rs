@@ -245,6 +245,7 @@ fn head(
         outcome,
         num_all_nodes,
         num_evaluated_nodes: record.num_evaluated,
+        num_evaluated_virtual_nodes: record.num_evaluated_virtual,
         num_feasible_nodes: record.num_feasible,
         nodes: Vec::new(),
         durations: record.durations.clone(),

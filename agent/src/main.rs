@@ -91,6 +91,7 @@ fn main() -> ExitCode {
         avoid_for: Duration::from_secs(args.leaf_avoid_duration),
         token_renew_after: (args.leaf_token_renew_after > 0)
             .then(|| Duration::from_secs(args.leaf_token_renew_after)),
+        unused_copy_grace: Duration::from_secs(args.leaf_unused_copy_grace),
     };
     // Pods go to leaves only when the agent may read what pod sync copies there.
     let grants = Grants::new(args.namespace.clone());

@@ -13,8 +13,12 @@ pub struct Explanation {
     pub time: String,
     pub outcome: Outcome,
     pub num_all_nodes: usize,
-    /// How many nodes Filter looked at (percentageOfNodesToScore may stop it early).
+    /// How many nodes Filter looked at (percentageOfNodesToScore may stop it early among
+    /// host nodes), virtual nodes included.
     pub num_evaluated_nodes: usize,
+    /// Of those, how many were virtual nodes: every one PreFilter allowed is evaluated.
+    #[serde(default)]
+    pub num_evaluated_virtual_nodes: usize,
     pub num_feasible_nodes: usize,
     pub nodes: Vec<NodeExplanation>,
     /// Extension points in the order they ran, with the time spent in each.

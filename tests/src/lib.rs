@@ -7,6 +7,7 @@ pub mod audit;
 pub mod cli;
 pub mod controlplane;
 pub mod objects;
+pub mod placement;
 pub mod process;
 pub mod real_node;
 pub mod wait;

@@ -13,7 +13,7 @@ use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
-use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, wait};
+use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, placement, wait};
 use mcsched_shared::explain::{Explanation, Outcome};
 use mcsched_shared::keys;
 use serde_json::json;
@@ -399,39 +399,6 @@ async fn replica_set(
     scheduler: &str,
     agent: &Agent,
 ) -> anyhow::Result<Vec<String>> {
-    let rs: ReplicaSet = serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "schedulerName": scheduler,
-                    "containers": [{"name": "c", "image": "pause",
-                        "resources": {"requests": {"cpu": "1"}}}]
-                }
-            }
-        }
-    }))?;
-    Api::<ReplicaSet>::namespaced(host.clone(), "default")
-        .create(&PostParams::default(), &rs)
-        .await?;
-    wait::until(
-        TIMEOUT,
-        &format!("{replicas} {name} replicas bound"),
-        || async {
-            let list = pods
-                .list(&ListParams::default().labels(&format!("app={name}")))
-                .await?;
-            let nodes: Vec<String> = list
-                .items
-                .into_iter()
-                .filter_map(|p| p.spec.and_then(|s| s.node_name))
-                .collect();
-            Ok((nodes.len() == replicas).then_some(nodes))
-        },
-    )
-    .await
-    .map_err(|e| e.context(agent.logs()))
+    placement::replica_set_with(host, name, replicas, "1", scheduler, json!({})).await?;
+    placement::bound_nodes(pods, name, replicas, TIMEOUT, agent).await
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use mcsched_e2e::objects::{only_leaf_taint, ready_status, wait_ready};
 use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, wait};
@@ -611,34 +611,49 @@ async fn storage(client: &Client, pv: &str, node: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A host and a leaf `east` joined to it, each with one 4-CPU node (`host-a`, `east-1`) and
+/// one local WaitForFirstConsumer volume on it (`pv-host-a`, `pv-east-1`).
+async fn host_and_leaf_with_a_volume_each(
+    host_name: &str,
+    leaf_name: &str,
+) -> anyhow::Result<(ControlPlane, ControlPlane)> {
+    let cps =
+        ControlPlane::start_many(&[host_name, leaf_name], ControlPlaneOptions::full()).await?;
+    let [host, leaf]: [ControlPlane; 2] = cps
+        .try_into()
+        .map_err(|_| anyhow::anyhow!("expected two control planes"))?;
+    for (cp, name) in [(&host, "host-a"), (&leaf, "east-1")] {
+        node(
+            &cp.client,
+            name,
+            "4",
+            json!({"kubernetes.io/hostname": name}),
+        )
+        .await?;
+        storage(&cp.client, &format!("pv-{name}"), name).await?;
+    }
+    mcsched_e2e::objects::join_as_join_does(&host.client, &leaf, "east", json!({})).await?;
+    Ok((host, leaf))
+}
+
+/// The volume the leaf's claim `name` (in default) is bound to, once it is.
+async fn leaf_claim_volume(leaf: &ControlPlane, name: &str) -> anyhow::Result<String> {
+    let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(leaf.client.clone(), "default");
+    wait::until(TIMEOUT, &format!("the leaf claim {name} bound"), || async {
+        let c = claims.get_opt(name).await?;
+        Ok(c.and_then(|c| c.spec.and_then(|s| s.volume_name)))
+    })
+    .await
+}
+
 /// Seed 000's MySQL case with seed 000's configuration, unchanged: two replicas with
 /// required anti-affinity on the hostname and a WaitForFirstConsumer claim each; the host
 /// has one usable node, so one replica runs there on a host volume and the other in the
 /// leaf, on a leaf volume, Running in both clusters.
 #[tokio::test(flavor = "multi_thread")]
 async fn seed_000_mysql_one_replica_on_the_host_one_in_the_leaf() -> anyhow::Result<()> {
-    let cps =
-        ControlPlane::start_many(&["my-host", "my-east"], ControlPlaneOptions::full()).await?;
-    let [host, leaf]: [ControlPlane; 2] = cps
-        .try_into()
-        .map_err(|_| anyhow::anyhow!("expected two control planes"))?;
-    node(
-        &host.client,
-        "host-a",
-        "4",
-        json!({"kubernetes.io/hostname": "host-a"}),
-    )
-    .await?;
-    node(
-        &leaf.client,
-        "east-1",
-        "4",
-        json!({"kubernetes.io/hostname": "east-1"}),
-    )
-    .await?;
-    storage(&host.client, "pv-host-a", "host-a").await?;
-    storage(&leaf.client, "pv-east-1", "east-1").await?;
-    mcsched_e2e::objects::join_as_join_does(&host.client, &leaf, "east", json!({})).await?;
+    let (host, leaf) = host_and_leaf_with_a_volume_each("my-host", "my-east").await?;
     // Seed 000 elects its leader in kosmos-system.
     Api::<Namespace>::all(host.client.clone())
         .create(
@@ -729,16 +744,7 @@ async fn seed_000_mysql_one_replica_on_the_host_one_in_the_leaf() -> anyhow::Res
     })
     .await?;
     assert_eq!(node_of(&copy).as_deref(), Some("east-1"));
-    let leaf_claim = wait::until(TIMEOUT, "the leaf claim bound", || async {
-        let c = Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(
-            leaf.client.clone(),
-            "default",
-        )
-        .get_opt(&format!("data-{in_leaf}"))
-        .await?;
-        Ok(c.and_then(|c| c.spec.and_then(|s| s.volume_name)))
-    })
-    .await?;
+    let leaf_claim = leaf_claim_volume(&leaf, &format!("data-{in_leaf}")).await?;
     assert_eq!(leaf_claim, "pv-east-1");
     let marked = claims.get(&format!("data-{in_leaf}")).await?;
     assert_eq!(
@@ -753,10 +759,91 @@ async fn seed_000_mysql_one_replica_on_the_host_one_in_the_leaf() -> anyhow::Res
     Ok(())
 }
 
+/// One free volume in the leaf and two pods that both prefer the leaf, created together:
+/// the leaf check holds the volume it picked for the first, so the second goes to the host
+/// at once instead of being sent to the leaf too and waiting there for the pending
+/// timeout (set far beyond this test's waits).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leaf_volume_is_held_for_the_pod_sent_to_it() -> anyhow::Result<()> {
+    let (host, leaf) = host_and_leaf_with_a_volume_each("pv-host", "pv-east").await?;
+    let mut agent = Agent::start_with(
+        &host.kubeconfig,
+        "mcsched",
+        host.dir(),
+        "volumes",
+        &["--leaf-pending-timeout=900"],
+    )?;
+    let nodes: Api<Node> = Api::all(host.client.clone());
+    wait_ready(&nodes, "mcsched-east", "True", TIMEOUT)
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
+    let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(host.client.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
+    let names = ["vol-a", "vol-b"];
+    for name in names {
+        claims
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": format!("data-{name}")},
+                    "spec": {"storageClassName": "local-wffc", "accessModes": ["ReadWriteOnce"],
+                        "resources": {"requests": {"storage": "5Gi"}}}}))?,
+            )
+            .await?;
+    }
+    // Both pods at once: the second's cycle runs before the first's copy reaches the leaf.
+    let create = |name: &'static str| {
+        let pods = pods.clone();
+        async move {
+            let mut p = pod(name, "100m", None);
+            p["spec"]["affinity"] = json!({"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "preference": {"matchExpressions": [
+                    {"key": keys::CLUSTER_LABEL, "operator": "In", "values": ["east"]}]}}]}});
+            p["spec"]["volumes"] = json!([{"name": "data", "persistentVolumeClaim": {"claimName": format!("data-{name}")}}]);
+            pods.create(&PostParams::default(), &serde_json::from_value(p)?)
+                .await?;
+            anyhow::Ok(())
+        }
+    };
+    let (a, b) = tokio::join!(create("vol-a"), create("vol-b"));
+    a?;
+    b?;
+    let placed = wait::until(TIMEOUT, "both pods bound", || async {
+        let mut placed = Vec::new();
+        for name in names {
+            match pods.get(name).await.ok().as_ref().and_then(node_of) {
+                Some(n) => placed.push(n),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(placed))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    let mut sorted = placed.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["host-a", "mcsched-east"], "{}", agent.logs());
+    // Each Running where it went, the leaf's on the leaf's only volume.
+    let in_leaf = names[placed.iter().position(|n| n == "mcsched-east").unwrap_or(0)];
+    for name in names {
+        wait::until(TIMEOUT, &format!("{name} Running"), || async {
+            let p = pods.get(name).await?;
+            Ok((phase_of(&p).as_deref() == Some("Running")).then_some(()))
+        })
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
+    }
+    let leaf_claim = leaf_claim_volume(&leaf, &format!("data-{in_leaf}")).await?;
+    assert_eq!(leaf_claim, "pv-east-1");
+    agent.stop();
+    Ok(())
+}
+
 /// The agent as installed (its ServiceAccount's RBAC, impersonated) and a leaf joined with
 /// the real `kubectl mcsched join`: a pod mounting a ConfigMap goes to the leaf only from
 /// a namespace where the operator let the agent read ConfigMaps; elsewhere it stays
-/// Pending, and `explain` names the grant to add. Once granted, it goes.
+/// Pending, and `explain` names the grant to add. Once granted, it goes. Edits of the host
+/// ConfigMap reach the leaf's copy, which is deleted once no leaf pod refers to it.
 #[tokio::test(flavor = "multi_thread")]
 async fn configmaps_go_to_leaves_only_from_granted_namespaces() -> anyhow::Result<()> {
     let mut cps =
@@ -811,7 +898,12 @@ async fn configmaps_go_to_leaves_only_from_granted_namespaces() -> anyhow::Resul
         "mcsched",
         host.dir(),
         "as-installed",
-        &["--leader-elect=false", "--advertise-address", &address],
+        &[
+            "--leader-elect=false",
+            "--advertise-address",
+            &address,
+            "--leaf-unused-copy-grace=3",
+        ],
     )?;
     mcsched_e2e::api::wait_available(&host.client, TIMEOUT)
         .await
@@ -921,6 +1013,75 @@ async fn configmaps_go_to_leaves_only_from_granted_namespaces() -> anyhow::Resul
     )
     .await
     .map_err(|e| e.context(agent.logs()))?;
+
+    let shop_copy = wait::until(TIMEOUT, "shop/app copied to the leaf", || async {
+        Api::<ConfigMap>::namespaced(leaf.client.clone(), "shop")
+            .get_opt("app")
+            .await
+            .map_err(Into::into)
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+
+    // Edits on the host reach the leaf's copy: each one timed from the host's answer to
+    // the copy showing it, sampled every 10 ms.
+    let host_cms: Api<ConfigMap> = Api::namespaced(host.client.clone(), "granted");
+    let leaf_cms: Api<ConfigMap> = Api::namespaced(leaf.client.clone(), "granted");
+    let mut took = Vec::new();
+    for i in 0..20 {
+        let value = format!("v{i}");
+        host_cms
+            .patch(
+                "app",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"data": {"k": value}})),
+            )
+            .await?;
+        let written = std::time::Instant::now();
+        loop {
+            let copy = leaf_cms.get("app").await?;
+            if copy.data.and_then(|d| d.get("k").cloned()).as_deref() == Some(value.as_str()) {
+                break;
+            }
+            anyhow::ensure!(
+                written.elapsed() < Duration::from_secs(30),
+                "edit {i} never reached the leaf\n{}",
+                agent.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        took.push(written.elapsed());
+    }
+    took.sort();
+    println!(
+        "host ConfigMap edit to leaf copy, 20 edits: median {:?}, max {:?}",
+        took[10], took[19]
+    );
+
+    // The copy stays while a leaf pod refers to it, past the grace period (3 s here) ...
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        leaf_cms.get_opt("app").await?.is_some(),
+        "copy deleted while in use"
+    );
+    // ... and goes once none does.
+    granted
+        .delete("web", &DeleteParams::default().grace_period(0))
+        .await?;
+    wait::until(TIMEOUT, "granted/app's unused copy deleted", || async {
+        Ok(leaf_cms.get_opt("app").await?.is_none().then_some(()))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    // shop/web still refers to shop/app there: its copy stays, untouched.
+    let shop_now = Api::<ConfigMap>::namespaced(leaf.client.clone(), "shop")
+        .get_opt("app")
+        .await?;
+    assert_eq!(
+        shop_now.and_then(|c| c.metadata.uid),
+        shop_copy.metadata.uid,
+        "shop/app's copy went"
+    );
     Ok(())
 }
 
@@ -1092,7 +1253,8 @@ async fn a_pod_preempts_onto_a_virtual_node() -> anyhow::Result<()> {
 /// used up by a pod of east's own, and west's only node runs a database the new pod's
 /// required anti-affinity excludes. Both leaves are refused by the leaf check with their
 /// reasons, in the FailedScheduling message and in `explain`, and nothing is created in
-/// either; once east's quota has room again, the pod goes there.
+/// either; once east's quota has room again, the pod goes there. Then a refusal only the
+/// leaf's admission knows: west refuses a ReplicaSet's pod once and is avoided for it.
 #[tokio::test(flavor = "multi_thread")]
 async fn leaf_quotas_and_leaf_pods_keep_a_pod_off_their_leaf() -> anyhow::Result<()> {
     let cps = ControlPlane::start_many(
@@ -1238,6 +1400,135 @@ async fn leaf_quotas_and_leaf_pods_keep_a_pod_off_their_leaf() -> anyhow::Result
             .is_some()
     );
     assert!(west_pods.get_opt("web").await?.is_none(), "a copy in west");
+
+    // A refusal the leaf check cannot see: west's ValidatingAdmissionPolicy denies pods
+    // labelled app=refused. A ReplicaSet's pod prefers west, is refused there, and is
+    // deleted for its owner to recreate; west is then avoided for that owner, so the new
+    // pod goes to east at once: one refusal, no loop.
+    quotas
+        .patch(
+            "compute",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"hard": {"pods": "10"}}})),
+        )
+        .await?;
+    deny_label_in(&west, "app", "refused").await?;
+    let rs: k8s_openapi::api::apps::v1::ReplicaSet = serde_json::from_value(json!({
+        "metadata": {"name": "refused", "namespace": "default"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "refused"}},
+            "template": {"metadata": {"labels": {"app": "refused"}}, "spec": {
+                "schedulerName": "mcsched",
+                "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 100, "preference": {"matchExpressions": [
+                        {"key": keys::CLUSTER_LABEL, "operator": "In", "values": ["west"]}]}}]}},
+                "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "1"}}}]}}}
+    }))?;
+    Api::<k8s_openapi::api::apps::v1::ReplicaSet>::namespaced(host.client.clone(), "default")
+        .create(&PostParams::default(), &rs)
+        .await?;
+    let (name, node) = wait::until(TIMEOUT, "a pod of refused bound in east", || async {
+        let list = pods
+            .list(&ListParams::default().labels("app=refused"))
+            .await?;
+        Ok(list.items.into_iter().find_map(|p| {
+            let node = p.spec.and_then(|s| s.node_name)?;
+            (node == "mcsched-east" && p.metadata.deletion_timestamp.is_none())
+                .then(|| (p.metadata.name.unwrap_or_default(), node))
+        }))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    assert_eq!(node, "mcsched-east");
+    wait::until(TIMEOUT, "the refused pod's copy in east", || async {
+        Ok(east_pods.get_opt(&name).await?)
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    let events: Api<Event> = Api::namespaced(host.client.clone(), "default");
+    // Pod name → what its LeafRefused events said (one pass may meet a refusal twice
+    // before the deletion is seen; a loop refuses more than one pod).
+    let mut refusals: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for e in events.list(&ListParams::default()).await?.items {
+        let pod = e.regarding.as_ref().and_then(|r| r.name.clone());
+        if let (Some("LeafRefused"), Some(pod), Some(note)) = (e.reason.as_deref(), pod, e.note)
+            && pod.starts_with("refused-")
+        {
+            refusals.entry(pod).or_default().push(note);
+        }
+    }
+    assert_eq!(refusals.len(), 1, "{refusals:?}");
+    assert!(
+        refusals
+            .values()
+            .flatten()
+            .any(|n| n.contains("leaf cluster west")
+                && n.contains("west is avoided for the owner's pods for 300s")),
+        "{refusals:?}"
+    );
+    assert!(
+        west_pods
+            .list(&ListParams::default().labels("app=refused"))
+            .await?
+            .items
+            .is_empty(),
+        "a copy in west"
+    );
+    // The replacement's explanation says why west was passed over.
+    let explanation: Explanation =
+        mcsched_e2e::api::explain(&http, &agent.url, "default", &name).await?;
+    let west_reason = explanation
+        .nodes
+        .iter()
+        .find(|n| n.node == "mcsched-west")
+        .and_then(|n| n.filters.iter().find(|f| f.plugin == "LeafNodeFit"))
+        .map(|f| f.reasons.join("; "));
+    assert_eq!(
+        west_reason.as_deref(),
+        Some("leaf cluster west is avoided for a while: it refused this owner's pods"),
+        "{explanation:?}"
+    );
     agent.stop();
     Ok(())
+}
+
+/// A ValidatingAdmissionPolicy in `leaf` denying pods labelled `key=value`, once it is
+/// in force (a dry-run create of such a pod is refused).
+async fn deny_label_in(leaf: &ControlPlane, key: &str, value: &str) -> anyhow::Result<()> {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    let expression = format!(
+        "!has(object.metadata.labels) || !('{key}' in object.metadata.labels) || object.metadata.labels['{key}'] != '{value}'"
+    );
+    let vap: ValidatingAdmissionPolicy = serde_json::from_value(json!({
+        "metadata": {"name": "deny-label"},
+        "spec": {"failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["CREATE"], "resources": ["pods"]}]},
+            "validations": [{"expression": expression,
+                "message": format!("pods labelled {key}={value} are not allowed here")}]}
+    }))?;
+    Api::<ValidatingAdmissionPolicy>::all(leaf.client.clone())
+        .create(&PostParams::default(), &vap)
+        .await?;
+    let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
+        "metadata": {"name": "deny-label"},
+        "spec": {"policyName": "deny-label", "validationActions": ["Deny"]}
+    }))?;
+    Api::<ValidatingAdmissionPolicyBinding>::all(leaf.client.clone())
+        .create(&PostParams::default(), &binding)
+        .await?;
+    let probe: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "probe", "labels": {key: value}},
+        "spec": {"containers": [{"name": "c", "image": "pause"}]}
+    }))?;
+    let leaf_pods: Api<Pod> = Api::namespaced(leaf.client.clone(), "default");
+    wait::until(TIMEOUT, "the leaf's admission policy in force", || async {
+        let answer = leaf_pods
+            .create(&PostParams { dry_run: true, ..Default::default() }, &probe)
+            .await;
+        let refused = matches!(&answer, Err(kube::Error::Api(s)) if s.message.contains("are not allowed here"));
+        Ok(refused.then_some(()))
+    })
+    .await
 }

@@ -9,56 +9,16 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
+use mcsched_e2e::placement::{explain_first, install_crds, placed, policy, replica_set};
 use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, wait};
-use mcsched_shared::explain::Explanation;
 use mcsched_shared::keys;
 use mcsched_shared::policy::PlacementPolicy;
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
-
-/// The CRDs as `install` renders them, created and Established.
-async fn install_crds(client: &Client) -> anyhow::Result<()> {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let objects = mcsched_shared::manifests::render(&Default::default())?;
-    for o in objects {
-        if let mcsched_shared::manifests::Object::CustomResourceDefinition(crd) = o {
-            crds.create(&PostParams::default(), &crd).await?;
-            let name = crd.metadata.name.clone().unwrap_or_default();
-            wait::until(
-                Duration::from_secs(30),
-                &format!("{name} Established"),
-                || async {
-                    let c = crds.get(&name).await?;
-                    let est = c
-                        .status
-                        .and_then(|s| s.conditions)
-                        .unwrap_or_default()
-                        .iter()
-                        .any(|c| c.type_ == "Established" && c.status == "True");
-                    Ok(est.then_some(()))
-                },
-            )
-            .await?;
-        }
-    }
-    Ok(())
-}
-
-async fn policy(client: &Client, name: &str, spec: serde_json::Value) -> anyhow::Result<()> {
-    let p: PlacementPolicy = serde_json::from_value(json!({
-        "apiVersion": "policy.mcsched.io/v1alpha1", "kind": "PlacementPolicy",
-        "metadata": {"name": name, "namespace": "default"}, "spec": spec}))?;
-    Api::<PlacementPolicy>::namespaced(client.clone(), "default")
-        .create(&PostParams::default(), &p)
-        .await?;
-    Ok(())
-}
 
 /// A Deployment of `replicas` pods of app `name` for profile mcsched.
 async fn deployment(client: &Client, name: &str, replicas: usize, cpu: &str) -> anyhow::Result<()> {
@@ -73,63 +33,6 @@ async fn deployment(client: &Client, name: &str, replicas: usize, cpu: &str) -> 
         .create(&PostParams::default(), &d)
         .await?;
     Ok(())
-}
-
-async fn replica_set(
-    client: &Client,
-    name: &str,
-    replicas: usize,
-    cpu: &str,
-) -> anyhow::Result<()> {
-    let rs: ReplicaSet = serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
-            "template": {"metadata": {"labels": {"app": name}}, "spec": {
-                "schedulerName": "mcsched",
-                "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu}}}]}}}
-    }))?;
-    Api::<ReplicaSet>::namespaced(client.clone(), "default")
-        .create(&PostParams::default(), &rs)
-        .await?;
-    Ok(())
-}
-
-/// Once all `replicas` of `app` are bound: how many per cluster.
-async fn placed(
-    pods: &Api<Pod>,
-    app: &str,
-    replicas: usize,
-    agent: &Agent,
-) -> anyhow::Result<BTreeMap<String, usize>> {
-    wait::until(
-        TIMEOUT,
-        &format!("{replicas} {app} replicas bound"),
-        || async {
-            let list = pods
-                .list(&ListParams::default().labels(&format!("app={app}")))
-                .await?;
-            let nodes: Vec<String> = list
-                .items
-                .into_iter()
-                .filter(|p| p.metadata.deletion_timestamp.is_none())
-                .filter_map(|p| p.spec.and_then(|s| s.node_name))
-                .collect();
-            if nodes.len() != replicas {
-                return Ok(None);
-            }
-            let mut per = BTreeMap::new();
-            for n in nodes {
-                let cluster = n
-                    .strip_prefix(keys::VIRTUAL_NODE_PREFIX)
-                    .unwrap_or(keys::HOST_CLUSTER_NAME)
-                    .to_string();
-                *per.entry(cluster).or_default() += 1;
-            }
-            Ok(Some(per))
-        },
-    )
-    .await
-    .map_err(|e| e.context(agent.logs()))
 }
 
 /// The PodScheduled=False message of app `app`'s (first) pod, once it has one.
@@ -267,8 +170,8 @@ async fn placement_policies_per_workload() -> anyhow::Result<()> {
     .await?;
     deployment(&host.client, "a", 12, "100m").await?;
     deployment(&host.client, "b", 12, "100m").await?;
-    let a = placed(&pods, "a", 12, &agent).await?;
-    let b = placed(&pods, "b", 12, &agent).await?;
+    let a = placed(&pods, "a", 12, TIMEOUT, &agent).await?;
+    let b = placed(&pods, "b", 12, TIMEOUT, &agent).await?;
     assert!(within_one(&a, &[("east", 8), ("west", 4)]), "a: {a:?}");
     assert!(within_one(&b, &[("east", 3), ("west", 9)]), "b: {b:?}");
 
@@ -327,13 +230,13 @@ async fn placement_policies_per_workload() -> anyhow::Result<()> {
                     &kube::api::Patch::Merge(json!({"spec": {"replicas": replicas}})),
                 )
                 .await?;
-            let got = placed(&pods, app, replicas, &agent).await?;
+            let got = placed(&pods, app, replicas, TIMEOUT, &agent).await?;
             assert!(within_one(&got, want), "{app} at {replicas}: {got:?}");
             println!("{app} at {replicas} replicas: {got:?}");
         }
     }
-    let a = placed(&pods, "a", 12, &agent).await?;
-    let b = placed(&pods, "b", 12, &agent).await?;
+    let a = placed(&pods, "a", 12, TIMEOUT, &agent).await?;
+    let b = placed(&pods, "b", 12, TIMEOUT, &agent).await?;
 
     // A cluster excluded is never used; at most two regions of three.
     policy(
@@ -352,9 +255,9 @@ async fn placement_policies_per_workload() -> anyhow::Result<()> {
     .await?;
     replica_set(&host.client, "c", 6, "100m").await?;
     replica_set(&host.client, "d", 9, "100m").await?;
-    let c = placed(&pods, "c", 6, &agent).await?;
+    let c = placed(&pods, "c", 6, TIMEOUT, &agent).await?;
     assert!(!c.contains_key("west"), "c: {c:?}");
-    let d = placed(&pods, "d", 9, &agent).await?;
+    let d = placed(&pods, "d", 9, TIMEOUT, &agent).await?;
     assert!(d.len() <= 2, "d used {} regions: {d:?}", d.len());
 
     // Ordered groups: east while it has room, then west. A pod of east's own takes 6 CPU,
@@ -391,7 +294,7 @@ async fn placement_policies_per_workload() -> anyhow::Result<()> {
     )
     .await?;
     replica_set(&host.client, "e", 6, "3").await?;
-    let e = placed(&pods, "e", 6, &agent).await?;
+    let e = placed(&pods, "e", 6, TIMEOUT, &agent).await?;
     assert_eq!(e.get("east").copied(), Some(before), "e: {e:?}");
     assert_eq!(e.get("west").copied().unwrap_or(0), 6 - before, "e: {e:?}");
     assert!(!e.contains_key(keys::HOST_CLUSTER_NAME), "e: {e:?}");
@@ -436,17 +339,7 @@ async fn placement_policies_per_workload() -> anyhow::Result<()> {
     );
 
     // explain names the policy and what it weighed.
-    let one_a = pods
-        .list(&ListParams::default().labels("app=a"))
-        .await?
-        .items;
-    let name = one_a
-        .first()
-        .and_then(|p| p.metadata.name.clone())
-        .unwrap_or_default();
-    let http = mcsched_e2e::api::admin_https(&host)?;
-    let explanation: Explanation =
-        mcsched_e2e::api::explain(&http, &agent.url, "default", &name).await?;
+    let explanation = explain_first(&host, &agent.url, &pods, "a").await?;
     let applied = explanation.policy.expect("the policy in the explanation");
     assert_eq!(applied.name, "PlacementPolicy default/two-to-one");
     assert!(
@@ -558,7 +451,7 @@ async fn placement_policies_per_workload() -> anyhow::Result<()> {
     .await?;
     replica_set(&host.client, "f", 2, "100m").await?;
     replica_set(&host.client, "g", 1, "100m").await?;
-    let f = placed(&pods, "f", 2, &agent).await?;
+    let f = placed(&pods, "f", 2, TIMEOUT, &agent).await?;
     assert_eq!(f, BTreeMap::from([("west".to_string(), 2)]));
     let message = unschedulable(&pods, "g", &agent).await?;
     assert!(message.contains("untolerated taint"), "{message}");
@@ -572,7 +465,7 @@ async fn placement_policies_per_workload() -> anyhow::Result<()> {
             {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 0},
             {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 0}]})).await?;
     replica_set(&host.client, "h", 2, "100m").await?;
-    let h = placed(&pods, "h", 2, &agent).await?;
+    let h = placed(&pods, "h", 2, TIMEOUT, &agent).await?;
     assert_eq!(h, BTreeMap::from([("east".to_string(), 2)]));
     east.pause();
     let paused = std::time::Instant::now();
@@ -580,14 +473,14 @@ async fn placement_policies_per_workload() -> anyhow::Result<()> {
         Duration::from_secs(180),
         "h's pods replaced on the host",
         || async {
-            let got = placed(&pods, "h", 2, &agent).await?;
+            let got = placed(&pods, "h", 2, TIMEOUT, &agent).await?;
             Ok((got.get(keys::HOST_CLUSTER_NAME) == Some(&2)).then_some(got))
         },
     )
     .await
     .map_err(|e| e.context(agent.logs()))?;
     let took = paused.elapsed();
-    let a_now = placed(&pods, "a", 12, &agent).await?;
+    let a_now = placed(&pods, "a", 12, TIMEOUT, &agent).await?;
     assert_eq!(
         a_now.get("east"),
         a.get("east"),

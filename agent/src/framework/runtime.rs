@@ -118,6 +118,33 @@ struct FilterChunk {
     called: Vec<u64>,
 }
 
+impl FilterChunk {
+    /// Adds a later chunk's findings, keeping at most `want` feasible nodes in all.
+    fn merge(&mut self, chunk: FilterChunk, want: usize) {
+        self.processed += chunk.processed;
+        for (all, n) in self.called.iter_mut().zip(&chunk.called) {
+            *all += n;
+        }
+        self.timings.extend(chunk.timings);
+        let room = want.saturating_sub(self.feasible.len());
+        self.feasible.extend(chunk.feasible.into_iter().take(room));
+        self.rejected.extend(chunk.rejected);
+        self.verdicts.extend(chunk.verdicts);
+        self.nominated.extend(chunk.nominated);
+    }
+}
+
+/// What one cycle's Filter searches with, the same for host and virtual nodes.
+struct FilterSearch<'a> {
+    active: &'a [(&'static str, &'a dyn super::FilterPlugin)],
+    nominated: Arc<NominatedPods>,
+    timed: bool,
+    record_all: bool,
+    state: &'a CycleState,
+    pod: &'a PodInfo,
+    snapshot: &'a Snapshot,
+}
+
 /// What Filter left: the nominated node, or the feasible nodes and the statuses of the
 /// nodes PreFilter left out (the rejected ones are in the cycle's record: `with_rejected`).
 pub enum Filtered {
@@ -176,6 +203,8 @@ pub struct CycleRecord {
     pub pre_filter: Vec<PluginVerdict>,
     pub durations: Vec<PhaseDuration>,
     pub num_evaluated: usize,
+    /// Of `num_evaluated`, how many were virtual nodes (all those PreFilter allowed).
+    pub num_evaluated_virtual: usize,
     pub num_feasible: usize,
     /// Filter plugins that ran (not skipped by their PreFilter), in order.
     pub filter_plugins: Vec<&'static str>,
@@ -804,6 +833,10 @@ impl Framework {
         )
     }
 
+    /// Filter over the nodes PreFilter allowed. percentageOfNodesToScore bounds the search
+    /// among host nodes only, from a rotating start, as kube-scheduler's among its nodes;
+    /// every allowed virtual node is filtered in every cycle, so which cluster a pod goes
+    /// to never depends on where the rotation started.
     fn find_feasible(
         &self,
         state: &CycleState,
@@ -819,8 +852,17 @@ impl Framework {
                 .filter(|&p| names.contains(&snapshot.nodes[p as usize].name[..]))
                 .collect()
         });
-        let total = subset.as_ref().map_or(snapshot.nodes.len(), Vec::len);
-        let position = |i: usize| subset.as_ref().map_or(i as u32, |s| s[i]);
+        // Without leaves (the common case) no node is walked to tell them apart.
+        let (hosts, virtuals): (Option<Vec<u32>>, Vec<u32>) = if snapshot.virtual_nodes == 0 {
+            (subset, Vec::new())
+        } else {
+            let all = subset.unwrap_or_else(|| (0..snapshot.nodes.len() as u32).collect());
+            let (hosts, virtuals) = all
+                .into_iter()
+                .partition(|&p| snapshot.nodes[p as usize].cluster.is_none());
+            (Some(hosts), virtuals)
+        };
+        let total = hosts.as_ref().map_or(snapshot.nodes.len(), Vec::len);
         let want = if record_all {
             total
         } else {
@@ -831,13 +873,68 @@ impl Framework {
         } else {
             self.next_start.load(Ordering::Relaxed) % total
         };
-        let found = AtomicUsize::new(0);
         let active = self.active_filters(state);
-        let timed = state.should_record_plugin_metrics();
-        let nominated = self.nominator.nominated_pods();
-        // Check nodes in a rotating order, in parallel chunks, until enough are feasible.
-        // A chunk keeps only what is needed of its nodes (feasible ones, rejections), so
-        // the serial merge below does not walk every node again.
+        let search = FilterSearch {
+            active: &active,
+            nominated: self.nominator.nominated_pods(),
+            timed: state.should_record_plugin_metrics(),
+            record_all,
+            state,
+            pod,
+            snapshot,
+        };
+        let mut found = self.filter_positions(&search, hosts.as_deref(), total, start, want);
+        if total > 0 {
+            self.next_start
+                .store((start + found.processed) % total, Ordering::Relaxed);
+        }
+        if !virtuals.is_empty() {
+            let leaves =
+                self.filter_positions(&search, Some(&virtuals), virtuals.len(), 0, virtuals.len());
+            found.merge(leaves, usize::MAX);
+        }
+        observe_timings("Filter", found.timings);
+        record.num_evaluated = found.processed;
+        record.num_evaluated_virtual = virtuals.len();
+        record.filter_plugins = active.iter().map(|&(name, _)| name).collect();
+        record.rejected.extend(found.rejected);
+        record.verdicts.extend(found.verdicts);
+        record.nominated.extend(found.nominated);
+        // The i-th filter ran wherever more than i filters ran.
+        let mut ran = 0;
+        for (i, &(name, _)) in active.iter().enumerate().rev() {
+            ran += found.called[i + 1];
+            if ran > 0 {
+                record.evaluations.push(("Filter", name, ran));
+            }
+        }
+        NodeList::new(snapshot.nodes.clone(), found.feasible)
+    }
+
+    /// Filters `total` nodes (at `positions`, or the snapshot's first `total`) in a
+    /// rotating order from `start`, in parallel chunks, until `want` are feasible. A chunk
+    /// keeps only what is needed of its nodes (feasible ones, rejections), so the serial
+    /// merge does not walk every node again.
+    fn filter_positions(
+        &self,
+        search: &FilterSearch<'_>,
+        positions: Option<&[u32]>,
+        total: usize,
+        start: usize,
+        want: usize,
+    ) -> FilterChunk {
+        let FilterSearch {
+            active,
+            nominated,
+            timed,
+            record_all,
+            state,
+            pod,
+            snapshot,
+        } = search;
+        let (timed, record_all) = (*timed, *record_all);
+        let position = |i: usize| positions.map_or(i as u32, |s| s[i]);
+        let found = AtomicUsize::new(0);
         let run_chunk = |c: usize| {
             let mut out = FilterChunk {
                 called: vec![0; active.len() + 1],
@@ -861,11 +958,11 @@ impl Framework {
                 let eligible = if nominated.is_empty() {
                     Vec::new()
                 } else {
-                    eligible_nominated(&nominated, pod, &node.name)
+                    eligible_nominated(nominated, pod, &node.name)
                 };
                 let status = if record_all || timed || !eligible.is_empty() {
                     let f =
-                        self.filter_node(&active, &eligible, state, pod, node, record_all, timed);
+                        self.filter_node(active, &eligible, state, pod, node, record_all, timed);
                     out.called[f.calls[0]] += 1;
                     out.called[f.calls[1]] += 1;
                     out.timings.extend(f.timings);
@@ -877,7 +974,7 @@ impl Framework {
                     }
                     f.status
                 } else {
-                    let (status, calls) = self.first_rejection(&active, state, pod, node);
+                    let (status, calls) = self.first_rejection(active, state, pod, node);
                     out.called[calls] += 1;
                     status.unwrap_or_else(Status::success)
                 };
@@ -898,38 +995,15 @@ impl Framework {
         } else {
             (0..n_chunks).map(run_chunk).collect()
         };
-        let mut feasible = Vec::with_capacity(want.min(total));
-        let mut processed = 0;
-        let mut timings = Timings::new();
-        let mut called = vec![0u64; active.len() + 1];
+        let mut all = FilterChunk {
+            feasible: Vec::with_capacity(want.min(total)),
+            called: vec![0; active.len() + 1],
+            ..FilterChunk::default()
+        };
         for chunk in chunks {
-            processed += chunk.processed;
-            for (all, n) in called.iter_mut().zip(&chunk.called) {
-                *all += n;
-            }
-            timings.extend(chunk.timings);
-            let room = want.saturating_sub(feasible.len());
-            feasible.extend(chunk.feasible.into_iter().take(room));
-            record.rejected.extend(chunk.rejected);
-            record.verdicts.extend(chunk.verdicts);
-            record.nominated.extend(chunk.nominated);
+            all.merge(chunk, want);
         }
-        if total > 0 {
-            self.next_start
-                .store((start + processed) % total, Ordering::Relaxed);
-        }
-        observe_timings("Filter", timings);
-        record.num_evaluated = processed;
-        record.filter_plugins = active.iter().map(|&(name, _)| name).collect();
-        // The i-th filter ran wherever more than i filters ran.
-        let mut ran = 0;
-        for (i, &(name, _)) in active.iter().enumerate().rev() {
-            ran += called[i + 1];
-            if ran > 0 {
-                record.evaluations.push(("Filter", name, ran));
-            }
-        }
-        NodeList::new(snapshot.nodes.clone(), feasible)
+        all
     }
 
     /// Runs PreScore and Score, normalises and weights; returns total scores in node order.
@@ -1631,5 +1705,107 @@ mod tests {
             seen.push(evaluations);
         }
         assert_eq!(seen[0], seen[1]);
+    }
+
+    /// Accepts every node; scores virtual nodes 100 and host nodes 0, as a policy or
+    /// profile that prefers a leaf does.
+    struct PrefersLeaves;
+
+    impl Plugin for PrefersLeaves {
+        fn name(&self) -> &'static str {
+            "PrefersLeaves"
+        }
+        fn as_filter(&self) -> Option<&dyn super::super::FilterPlugin> {
+            Some(self)
+        }
+        fn as_score(&self) -> Option<&dyn super::super::ScorePlugin> {
+            Some(self)
+        }
+    }
+
+    impl super::super::FilterPlugin for PrefersLeaves {
+        fn filter(&self, _: &CycleState, _: &PodInfo, _: &NodeInfo) -> Status {
+            Status::success()
+        }
+    }
+
+    impl super::super::ScorePlugin for PrefersLeaves {
+        fn score(&self, _: &CycleState, _: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+            Ok(if node.cluster.is_some() { 100 } else { 0 })
+        }
+    }
+
+    #[test]
+    fn sampling_bounds_host_nodes_and_weighs_every_virtual_node() {
+        use crate::plugins::testing::{node_with, pod_with};
+        let mut plugins = crate::plugins::default_registry();
+        plugins.insert("PrefersLeaves".into(), Arc::new(PrefersLeaves));
+        let spec = ProfileSpec {
+            scheduler_name: "test".into(),
+            queue_sort: vec!["PrioritySort".into()],
+            filter: vec!["PrefersLeaves".into()],
+            score: vec![("PrefersLeaves".into(), 1)],
+            bind: vec!["DefaultBinder".into()],
+            ..Default::default()
+        };
+        let pod = pod_with(|_| {});
+        for hosts in [400, 1000] {
+            let fw = match Framework::new(&spec, &plugins, 1) {
+                Ok(fw) => fw,
+                Err(e) => panic!("{e}"),
+            };
+            let mut nodes: Vec<_> = (0..hosts)
+                .map(|i| Arc::new(node_with(&format!("host-{i}"), |_| {})))
+                .collect();
+            // The virtual nodes among the host nodes, not at the end: where the rotation
+            // starts must not matter wherever they sit.
+            for (at, leaf) in [(hosts / 3, "east"), (hosts - 1, "west")] {
+                let vn = node_with(&format!("mcsched-{leaf}"), |n| {
+                    n.metadata
+                        .labels
+                        .get_or_insert_default()
+                        .insert(mcsched_shared::keys::CLUSTER_LABEL.into(), leaf.into());
+                });
+                nodes.insert(at, Arc::new(vn));
+            }
+            let snapshot = Snapshot::from_nodes(nodes);
+            assert_eq!(snapshot.virtual_nodes, 2);
+            let host_share = num_feasible_nodes_to_find(None, hosts);
+            assert!(host_share < hosts);
+            for cycle in 0..12 {
+                let mut state = CycleState::new();
+                let mut record = CycleRecord::default();
+                let result = match fw.schedule(&mut state, &pod, &snapshot, &mut record, false) {
+                    Ok(r) => r,
+                    Err(e) => panic!("{hosts} hosts, cycle {cycle}: {e:?}"),
+                };
+                assert!(
+                    result.node.starts_with("mcsched-"),
+                    "{hosts} hosts, cycle {cycle}: went to {}",
+                    result.node
+                );
+                assert_eq!(record.num_evaluated_virtual, 2, "cycle {cycle}");
+                assert_eq!(record.num_evaluated, host_share + 2, "cycle {cycle}");
+                assert_eq!(record.num_feasible, host_share + 2, "cycle {cycle}");
+            }
+        }
+        // Without virtual nodes the search is kube-scheduler's, unchanged.
+        let fw = match Framework::new(&spec, &plugins, 1) {
+            Ok(fw) => fw,
+            Err(e) => panic!("{e}"),
+        };
+        let snapshot = Snapshot::from_nodes(
+            (0..400)
+                .map(|i| Arc::new(node_with(&format!("host-{i}"), |_| {})))
+                .collect(),
+        );
+        let mut record = CycleRecord::default();
+        let mut state = CycleState::new();
+        assert!(
+            fw.schedule(&mut state, &pod, &snapshot, &mut record, false)
+                .is_ok()
+        );
+        assert_eq!(record.num_evaluated, num_feasible_nodes_to_find(None, 400));
+        assert_eq!(record.num_evaluated_virtual, 0);
     }
 }

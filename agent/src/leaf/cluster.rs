@@ -73,6 +73,10 @@ pub struct LeafCluster {
     /// The leaf's ResourceQuotas and LimitRanges; copied on write, so a cycle's view of
     /// them is a pointer.
     admission: Mutex<Arc<super::admission::LeafAdmission>>,
+    /// Leaf volumes the leaf check picked for pods sent here, until the leaf binds them.
+    pub volumes_held: super::volume_reservations::VolumeReservations,
+    /// The ConfigMaps, Secrets and claims pod sync copied here.
+    pub copied: super::dependents::Copied,
 }
 
 /// How long a PriorityClass lookup is trusted.
@@ -96,6 +100,8 @@ impl LeafCluster {
             join: Mutex::default(),
             priority_classes: Mutex::default(),
             admission: Mutex::default(),
+            volumes_held: Default::default(),
+            copied: Default::default(),
         })
     }
 

@@ -46,6 +46,9 @@ pub struct AdmissionView {
 pub struct LeafChoice {
     pub cluster: String,
     pub leaf_node: String,
+    /// The leaf's available volumes the check picked for the pod's claims there, as
+    /// (volume, claim `namespace/name`): held for the pod once it is sent.
+    pub volumes: Vec<(String, String)>,
 }
 
 /// The leaves for one scheduling cycle, and what the check found per virtual node.
@@ -55,8 +58,8 @@ pub struct LeafCycle {
     leaf_pod: Arc<OnceLock<Result<Arc<PodInfo>, String>>>,
     /// Virtual node → the leaf node found able to host the pod.
     choices: Arc<Mutex<HashMap<String, LeafChoice>>>,
-    /// Owner → clusters its pods are kept away from (they stayed Pending there).
-    pub avoid: Arc<HashMap<String, Vec<String>>>,
+    /// Owner → clusters its pods are kept away from, and why.
+    pub avoid: Arc<HashMap<String, Vec<(String, crate::leaf::rescheduling::Avoided)>>>,
     /// The host's claims, whose leaf copies the volume check judges.
     pub host_volumes: Arc<VolumeObjects>,
     /// Whether pod sync may read the ConfigMaps and Secrets a pod refers to.
@@ -140,12 +143,19 @@ impl LeafCycle {
         true
     }
 
-    pub fn record_choice(&self, virtual_node: &str, cluster: &str, leaf_node: &str) {
+    pub fn record_choice(
+        &self,
+        virtual_node: &str,
+        cluster: &str,
+        leaf_node: &str,
+        volumes: Vec<(String, String)>,
+    ) {
         self.lock().insert(
             virtual_node.to_string(),
             LeafChoice {
                 cluster: cluster.to_string(),
                 leaf_node: leaf_node.to_string(),
+                volumes,
             },
         );
     }
@@ -186,8 +196,8 @@ pub trait LeafSnapshots: Send + Sync {
     /// The synced leaves' snapshots for one scheduling cycle, with the host's storage
     /// objects the leaf volume check needs.
     fn cycle(&self, host_volumes: Arc<VolumeObjects>) -> LeafCycle;
-    /// Counts `pod` on `leaf_node` of `cluster`.
-    fn assume(&self, cluster: &str, pod: Arc<PodInfo>, leaf_node: &str);
+    /// Counts `pod` on the leaf node of `choice`, and holds the leaf volumes picked for it.
+    fn assume(&self, pod: Arc<PodInfo>, choice: &LeafChoice);
     /// Undoes [`LeafSnapshots::assume`].
     fn forget(&self, cluster: &str, key: &str);
 }
@@ -202,6 +212,6 @@ impl LeafSnapshots for NoLeaves {
             ..Default::default()
         }
     }
-    fn assume(&self, _: &str, _: Arc<PodInfo>, _: &str) {}
+    fn assume(&self, _: Arc<PodInfo>, _: &LeafChoice) {}
     fn forget(&self, _: &str, _: &str) {}
 }

@@ -4,7 +4,9 @@
 pub mod admission;
 pub mod cluster;
 pub mod cycle;
+pub mod dependents;
 pub mod grants;
+pub mod host_objects;
 pub mod leaf_checks;
 pub mod pod_sync;
 pub mod registry;
@@ -12,6 +14,7 @@ pub mod rescheduling;
 pub mod token_renewal;
 pub mod transform;
 pub mod virtual_node;
+pub mod volume_reservations;
 
 /// What a leaf's watches tell the host's scheduling queue.
 pub type OnEvent = std::sync::Arc<dyn Fn(crate::framework::ClusterEvent) + Send + Sync>;

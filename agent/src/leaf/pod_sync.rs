@@ -4,7 +4,7 @@
 //! goes both ways. Reconciled from the two caches, so a restart or a new leader picks up
 //! where the last one stopped, creating nothing twice and leaving nothing behind.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,9 +19,10 @@ use serde_json::json;
 use tracing::{debug, info, warn};
 
 use super::cluster::LeafCluster;
+use super::dependents::{self, Dep, DepKind, apply_params, owned_meta};
 use super::leaf_checks::{Question, Synced, is_ours};
 use super::registry::Leaves;
-use super::rescheduling;
+use super::rescheduling::{self, Avoided};
 use super::transform;
 use crate::events::EventSink;
 use crate::watch::SharedCache;
@@ -149,14 +150,34 @@ async fn reconcile(host: &Client, host_side: &HostSide, leaf: &LeafCluster) {
     let node = keys::virtual_node_name(&leaf.name);
     let hosts = host_pods(host_side, &node);
     let copies = leaf.managed();
+    let mut refs = HashSet::new();
     for (key, info) in &hosts {
         let pod = info.pod();
+        refs.extend(dependents::references(&pod));
         if let Err(e) = sync_one(host, host_side, leaf, &pod, copies.get(key)).await {
             if matches!(e, SyncError::NotLeader) {
                 return;
             }
             warn!(cluster = %leaf.name, pod = %key, error = %e, "pod sync failed; retrying");
         }
+    }
+    let host_has_claim = |key: &str| host_side.cache().volumes.claims.contains_key(key);
+    let may_write = || host_side.fence().is_ok();
+    let follow = dependents::Follow {
+        host,
+        leaf,
+        objects: &host_side.leaves.host_objects,
+        host_has_claim: &host_has_claim,
+        grace: host_side.leaves.settings.unused_copy_grace,
+        may_write: &may_write,
+        // A copy whose host pod is gone may still use what it refers to until it is.
+        complete: copies.keys().all(|k| hosts.contains_key(k)),
+    };
+    if let Err(e) = dependents::follow(&follow, &refs).await {
+        if matches!(e, dependents::FollowError::NotLeader) {
+            return;
+        }
+        warn!(cluster = %leaf.name, error = %e, "keeping leaf copies of ConfigMaps, Secrets and claims in step failed; retrying");
     }
     for (key, copy) in &copies {
         if hosts.contains_key(key) || copy.metadata.deletion_timestamp.is_some() {
@@ -336,16 +357,17 @@ async fn take_back(
     let settings = host_side.leaves.settings;
     let waited_s = waited.as_secs();
     let note = if rescheduling::has_controller(pod) {
-        host_side.leaves.avoidance.avoid(
+        let backoff = host_side.leaves.avoidance.avoid(
             rescheduling::owner_key(pod),
             &leaf.name,
+            Avoided::Pending,
             settings.avoid_for,
         );
         format!(
             "pod stayed Pending in leaf cluster {} for {waited_s}s; taken back so that its owner recreates it elsewhere; {} is avoided for the owner's pods for {}s",
             leaf.name,
             leaf.name,
-            settings.avoid_for.as_secs()
+            backoff.as_secs()
         )
     } else {
         format!(
@@ -390,9 +412,10 @@ fn warn_event(
 
 /// The leaf holds an object of a name the pod needs that is not this host's, has not
 /// granted the pod's namespace, or its admission refused the copy: nothing is created
-/// there. A pod with a controller goes (its owner recreates it, and the leaf
-/// check, which now knows the clash, sends it elsewhere); a bare pod waits with a Warning
-/// event, as mcsched deletes no user's pod for a conflict it did not cause.
+/// there. A pod with a controller goes, and the leaf is avoided for its owner for a
+/// back-off that doubles at each refusal, so the owner's new pod goes elsewhere; a bare
+/// pod waits with a Warning event, as mcsched deletes no user's pod for a conflict it did
+/// not cause.
 async fn clash(
     host_side: &HostSide,
     leaf: &LeafCluster,
@@ -413,9 +436,19 @@ async fn clash(
         return Err(e);
     }
     host_side.fence()?;
+    // The leaf check may not see why (an admission webhook or policy it cannot judge):
+    // without avoiding the leaf the owner's next pod could be sent back to it.
+    let backoff = host_side.leaves.avoidance.avoid(
+        rescheduling::owner_key(pod),
+        &leaf.name,
+        Avoided::Refused,
+        host_side.leaves.settings.avoid_for,
+    );
     let note = format!(
-        "leaf cluster {}: {e}; the pod is deleted so that its owner recreates it elsewhere",
-        leaf.name
+        "leaf cluster {}: {e}; the pod is deleted so that its owner recreates it elsewhere; {} is avoided for the owner's pods for {}s",
+        leaf.name,
+        leaf.name,
+        backoff.as_secs()
     );
     warn_event(host_side, pod, "LeafRefused", "Rescheduling", note.clone());
     disruption_target(host_pods, &name, "LeafRefused", &note).await;
@@ -497,36 +530,6 @@ async fn delete_copy(leaf: &LeafCluster, copy: &Pod, grace: Option<i64>) -> Resu
         Err(e) if matches!(code(&e), Some(404 | 409)) => Ok(()),
         Err(e) => Err(api_err(format!("deleting leaf pod {ns}/{name}"))(e)),
     }
-}
-
-/// The mark of an object pod sync creates: this host's id and the cluster, and the host
-/// object's UID.
-fn owned_meta(leaf: &LeafCluster, name: &str, ns: Option<&str>, from: &ObjectMeta) -> ObjectMeta {
-    let mut labels = from.labels.clone().unwrap_or_default();
-    labels.insert(keys::MANAGED_BY_LABEL.into(), keys::MANAGED_BY_VALUE.into());
-    labels.insert(keys::MANAGED_CLUSTER_LABEL.into(), leaf.name.clone());
-    labels.insert(keys::HOST_ID_LABEL.into(), leaf.host_id.clone());
-    let mut annotations: BTreeMap<String, String> = from
-        .annotations
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|(k, _)| !k.starts_with("kubectl.kubernetes.io/"))
-        .collect();
-    if let Some(uid) = &from.uid {
-        annotations.insert(keys::HOST_UID_ANNOTATION.into(), uid.clone());
-    }
-    ObjectMeta {
-        name: Some(name.to_string()),
-        namespace: ns.map(String::from),
-        labels: Some(labels),
-        annotations: Some(annotations),
-        ..Default::default()
-    }
-}
-
-fn apply_params() -> PatchParams {
-    PatchParams::apply(keys::FIELD_MANAGER).force()
 }
 
 /// Whether the leaf already has `kind` `ns/name`: not at all, as this host's copy, or as
@@ -624,18 +627,20 @@ async fn create_copy(
             continue;
         };
         leaf_object::<ConfigMap>(leaf, &ns, cm_name, Synced::ConfigMap).await?;
-        let copy = ConfigMap {
-            metadata: owned_meta(leaf, cm_name, Some(&ns), &cm.metadata),
-            data: cm.data,
-            binary_data: cm.binary_data,
-            immutable: cm.immutable,
-        };
         leaf_cms
-            .patch(cm_name, &apply_params(), &Patch::Apply(&copy))
+            .patch(
+                cm_name,
+                &apply_params(),
+                &Patch::Apply(&dependents::config_map_copy(leaf, &cm)),
+            )
             .await
             .map_err(api_err(format!(
                 "copying ConfigMap {ns}/{cm_name} to the leaf"
             )))?;
+        leaf.copied.copied(
+            Dep::new(DepKind::ConfigMap, &ns, cm_name),
+            cm.metadata.resource_version,
+        );
     }
     let host_secrets: Api<Secret> = Api::namespaced(host.clone(), &ns);
     let leaf_secrets: Api<Secret> = Api::namespaced(leaf.client.clone(), &ns);
@@ -664,17 +669,18 @@ async fn create_copy(
             continue;
         }
         leaf_object::<Secret>(leaf, &ns, s_name, Synced::Secret).await?;
-        let copy = Secret {
-            metadata: owned_meta(leaf, s_name, Some(&ns), &s.metadata),
-            data: s.data,
-            type_: s.type_,
-            immutable: s.immutable,
-            ..Default::default()
-        };
         leaf_secrets
-            .patch(s_name, &apply_params(), &Patch::Apply(&copy))
+            .patch(
+                s_name,
+                &apply_params(),
+                &Patch::Apply(&dependents::secret_copy(leaf, &s)),
+            )
             .await
             .map_err(api_err(format!("copying Secret {ns}/{s_name} to the leaf")))?;
+        leaf.copied.copied(
+            Dep::new(DepKind::Secret, &ns, s_name),
+            s.metadata.resource_version,
+        );
     }
     let host_claims: Api<PersistentVolumeClaim> = Api::namespaced(host.clone(), &ns);
     let leaf_claims: Api<PersistentVolumeClaim> = Api::namespaced(leaf.client.clone(), &ns);
@@ -690,6 +696,8 @@ async fn create_copy(
             });
         };
         // This host's copy from an earlier pod keeps its data: reused as it is.
+        leaf.copied
+            .copied(Dep::new(DepKind::Claim, &ns, c_name), None);
         if leaf_object::<PersistentVolumeClaim>(leaf, &ns, c_name, Synced::Claim).await? {
             continue;
         }
@@ -751,10 +759,14 @@ async fn create_copy(
             }
         }
         Err(e) if is_rbac_denial(&e) => Err(not_granted(leaf, &ns)),
-        Err(kube::Error::Api(s)) if s.code == 403 => Err(SyncError::AdmissionRefused {
-            object: format!("{ns}/{name}"),
-            reason: s.message,
-        }),
+        // Quotas and webhooks answer 403; a ValidatingAdmissionPolicy 422 unless it names
+        // another reason; a webhook may answer 400.
+        Err(kube::Error::Api(s)) if matches!(s.code, 400 | 403 | 422) => {
+            Err(SyncError::AdmissionRefused {
+                object: format!("{ns}/{name}"),
+                reason: s.message,
+            })
+        }
         Err(e) => Err(api_err(format!("creating leaf pod {ns}/{name}"))(e)),
     }
 }

@@ -14,7 +14,7 @@ use tracing::{info, warn};
 
 use super::OnEvent;
 use super::cluster::LeafCluster;
-use super::cycle::{Access, LeafCycle, LeafSnapshots, LeafView};
+use super::cycle::{Access, LeafChoice, LeafCycle, LeafSnapshots, LeafView};
 use super::grants::Grants;
 use crate::snapshot::{PodInfo, VolumeObjects};
 use crate::watch::{Change, watch_kind};
@@ -43,6 +43,9 @@ pub struct LeafSettings {
     /// A leaf token is renewed at most this long after it was issued (else at 80 % of
     /// its lifetime).
     pub token_renew_after: Option<std::time::Duration>,
+    /// A ConfigMap, Secret or claim copied into a leaf that no pod there has referred to
+    /// for this long is deleted (a claim only once its host claim is gone too).
+    pub unused_copy_grace: std::time::Duration,
 }
 
 impl Default for LeafSettings {
@@ -51,6 +54,7 @@ impl Default for LeafSettings {
             pending_timeout: std::time::Duration::from_secs(120),
             avoid_for: std::time::Duration::from_secs(300),
             token_renew_after: None,
+            unused_copy_grace: std::time::Duration::from_secs(30),
         }
     }
 }
@@ -68,6 +72,8 @@ pub struct Leaves {
     host_id: std::sync::OnceLock<String>,
     /// Refuses the leaf clients' writes once this agent may no longer act as the leader.
     pub fence: crate::fence::Fence,
+    /// The host's ConfigMaps and Secrets that leaf copies refer to, watched.
+    pub host_objects: super::host_objects::HostObjects,
 }
 
 impl Leaves {
@@ -146,6 +152,7 @@ impl LeafSnapshots for Leaves {
                 // Its own statement: the cache's guard must be gone before
                 // `admission_view` takes the lock again.
                 let snapshot = c.cache().snapshot();
+                let snapshot = c.volumes_held.apply(snapshot);
                 let view = LeafView {
                     cluster: name.clone(),
                     snapshot,
@@ -172,15 +179,18 @@ impl LeafSnapshots for Leaves {
 
     /// Counted until the leaf's own scheduler has placed the copy, so pods sent in quick
     /// succession do not overfill the leaf.
-    fn assume(&self, cluster: &str, pod: Arc<PodInfo>, leaf_node: &str) {
-        if let Some(c) = self.get(cluster) {
-            c.cache().assume(pod, leaf_node);
+    fn assume(&self, pod: Arc<PodInfo>, choice: &LeafChoice) {
+        if let Some(c) = self.get(&choice.cluster) {
+            c.volumes_held
+                .hold(&pod.key, &choice.volumes, self.settings.pending_timeout);
+            c.cache().assume(pod, &choice.leaf_node);
         }
     }
 
     fn forget(&self, cluster: &str, key: &str) {
         if let Some(c) = self.get(cluster) {
             c.cache().forget(key, "");
+            c.volumes_held.release(key);
         }
     }
 }
@@ -359,13 +369,20 @@ mod tests {
         }))
         .expect("pod");
         let pod = Arc::new(PodInfo::new(Arc::new(pod)));
-        leaves.assume("east", pod.clone(), "east-1");
+        let choice = |cluster: &str, leaf_node: &str| LeafChoice {
+            cluster: cluster.into(),
+            leaf_node: leaf_node.into(),
+            volumes: vec![("pv-1".into(), "default/data".into())],
+        };
+        leaves.assume(pod.clone(), &choice("east", "east-1"));
         assert!(east.cache().is_assumed("default/p"));
+        assert_eq!(east.volumes_held.len(), 1);
         assert!(!west.cache().is_assumed("default/p"));
         leaves.forget("east", "default/p");
         assert!(!east.cache().is_assumed("default/p"));
+        assert!(east.volumes_held.is_empty());
         // Unknown clusters are ignored, not a panic.
-        leaves.assume("gone", pod, "x");
+        leaves.assume(pod, &choice("gone", "x"));
 
         let woken = east.sync_wake.notified();
         leaves.host_changed("east");

@@ -45,32 +45,79 @@ pub fn pending_for(copy: &Pod) -> Option<Duration> {
     Duration::try_from(age).ok()
 }
 
-/// Clusters kept away from an owner's pods for a while.
+/// Why a cluster is kept away from an owner's pods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Avoided {
+    /// Its copies stayed Pending there (`--leaf-pending-timeout`).
+    Pending,
+    /// The leaf's admission refused a copy, or an object of its name is not this host's.
+    Refused,
+}
+
+/// The longest an owner keeps a cluster away, in doublings of the first back-off.
+const MAX_DOUBLINGS: u32 = 5;
+
+struct Entry {
+    cluster: String,
+    why: Avoided,
+    until: Instant,
+    backoff: Duration,
+}
+
+/// Clusters kept away from an owner's pods for a back-off that doubles each time the same
+/// cluster is avoided again for the owner (up to 32 times the first), as kube's pod
+/// back-off does: a leaf that keeps refusing an owner is tried less and less often. An
+/// entry is forgotten once a quiet period as long as its back-off has passed after it.
 #[derive(Default)]
 pub struct Avoidance {
-    entries: Mutex<HashMap<String, Vec<(String, Instant)>>>,
+    entries: Mutex<HashMap<String, Vec<Entry>>>,
 }
 
 impl Avoidance {
-    pub fn avoid(&self, owner: String, cluster: &str, for_: Duration) {
-        let until = Instant::now() + for_;
+    /// Avoids `cluster` for `owner`: `first` the first time, then twice the last back-off
+    /// while the last one is remembered. Returns the back-off applied.
+    pub fn avoid(&self, owner: String, cluster: &str, why: Avoided, first: Duration) -> Duration {
+        let now = Instant::now();
         let mut e = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         let list = e.entry(owner).or_default();
-        list.retain(|(c, _)| c != cluster);
-        list.push((cluster.to_string(), until));
+        let backoff = match list.iter().position(|a| a.cluster == cluster) {
+            Some(i) => {
+                let last = list.remove(i);
+                if now < last.until + last.backoff {
+                    (last.backoff * 2).min(first * 2u32.pow(MAX_DOUBLINGS))
+                } else {
+                    first
+                }
+            }
+            None => first,
+        };
+        list.push(Entry {
+            cluster: cluster.to_string(),
+            why,
+            until: now + backoff,
+            backoff,
+        });
+        backoff
     }
 
-    /// Owner → avoided clusters, as of now.
-    pub fn current(&self) -> Arc<HashMap<String, Vec<String>>> {
+    /// Owner → clusters avoided as of now, with why.
+    pub fn current(&self) -> Arc<HashMap<String, Vec<(String, Avoided)>>> {
         let now = Instant::now();
         let mut e = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         e.retain(|_, list| {
-            list.retain(|(_, until)| *until > now);
+            list.retain(|a| a.until + a.backoff > now);
             !list.is_empty()
         });
         Arc::new(
             e.iter()
-                .map(|(k, v)| (k.clone(), v.iter().map(|(c, _)| c.clone()).collect()))
+                .filter_map(|(k, v)| {
+                    let live: Vec<(String, Avoided)> = v
+                        .iter()
+                        .filter(|a| a.until > now)
+                        .map(|a| (a.cluster.clone(), a.why))
+                        .collect();
+                    (!live.is_empty()).then(|| (k.clone(), live))
+                })
                 .collect(),
         )
     }
@@ -97,11 +144,37 @@ mod tests {
         assert!(!has_controller(&bare));
 
         let a = Avoidance::default();
-        a.avoid("owner:rs-1".into(), "west", Duration::from_secs(60));
-        a.avoid("owner:rs-2".into(), "east", Duration::ZERO);
+        let minute = Duration::from_secs(60);
+        assert_eq!(
+            a.avoid("owner:rs-1".into(), "west", Avoided::Pending, minute),
+            minute
+        );
+        a.avoid(
+            "owner:rs-2".into(),
+            "east",
+            Avoided::Refused,
+            Duration::ZERO,
+        );
         let now = a.current();
-        assert_eq!(now.get("owner:rs-1"), Some(&vec!["west".to_string()]));
+        assert_eq!(
+            now.get("owner:rs-1"),
+            Some(&vec![("west".to_string(), Avoided::Pending)])
+        );
         assert!(!now.contains_key("owner:rs-2"), "expired entries go");
+        // Avoided again while remembered: the back-off doubles, up to 32 times the first.
+        let refused =
+            |a: &Avoidance| a.avoid("owner:rs-1".into(), "west", Avoided::Refused, minute);
+        let backoffs: Vec<u64> = (0..7).map(|_| refused(&a).as_secs()).collect();
+        assert_eq!(backoffs, [120, 240, 480, 960, 1920, 1920, 1920]);
+        assert_eq!(
+            a.current().get("owner:rs-1"),
+            Some(&vec![("west".to_string(), Avoided::Refused)])
+        );
+        // Another cluster of the same owner starts at the first back-off.
+        assert_eq!(
+            a.avoid("owner:rs-1".into(), "east", Avoided::Refused, minute),
+            minute
+        );
     }
 
     #[test]

@@ -444,6 +444,26 @@ impl FilterPlugin for VolumeBinding {
     }
 }
 
+/// The available volumes Filter chose on `node` for the pod's claims, as (volume, claim
+/// `namespace/name`): what the leaf check holds for a pod it sends to a leaf.
+pub(crate) fn chosen_volumes(state: &CycleState, node: &str) -> Vec<(String, String)> {
+    let Some(st) = state.read::<State>(STATE_KEY) else {
+        return Vec::new();
+    };
+    st.by_node
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(node)
+        .map(|found| {
+            found
+                .static_bindings
+                .iter()
+                .map(|(c, pv)| (pv.metadata.name.clone().unwrap_or_default(), claim_key(c)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 impl ReservePlugin for VolumeBinding {
     fn reserve(&self, state: &mut CycleState, _pod: &PodInfo, node: &str) -> Status {
         let Some(st) = state.read_mut::<State>(STATE_KEY) else {

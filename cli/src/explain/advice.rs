@@ -419,6 +419,7 @@ mod tests {
             },
             num_all_nodes: nodes.len(),
             num_evaluated_nodes: nodes.len(),
+            num_evaluated_virtual_nodes: 0,
             num_feasible_nodes: 0,
             nodes,
             durations: vec![],

@@ -15,6 +15,19 @@ pub enum Mode {
     WhatIf,
 }
 
+/// Host and virtual nodes counted apart where virtual nodes were evaluated: sampling
+/// (percentageOfNodesToScore) bounds only the host's share.
+fn evaluated_apart(e: &Explanation) -> String {
+    let virtuals = e.num_evaluated_virtual_nodes;
+    if virtuals == 0 {
+        return String::new();
+    }
+    format!(
+        " ({} host, {virtuals} virtual)",
+        e.num_evaluated_nodes.saturating_sub(virtuals)
+    )
+}
+
 /// The first rejection of a node, or "ok".
 fn verdict(n: &NodeExplanation) -> String {
     n.filters
@@ -73,12 +86,13 @@ pub fn render(e: &Explanation, wide: bool, mode: Mode) -> String {
         Outcome::Error { message } => (None, format!("{} {message}", style("error:").red())),
     };
     out.push_str(&format!(
-        "POD {}  SCHEDULER {}  AT {}\n{headline}\nnodes: {} in all, {} evaluated, {} feasible\n\n",
+        "POD {}  SCHEDULER {}  AT {}\n{headline}\nnodes: {} in all, {} evaluated{}, {} feasible\n\n",
         e.pod,
         e.scheduler_name,
         e.time,
         e.num_all_nodes,
         e.num_evaluated_nodes,
+        evaluated_apart(e),
         e.num_feasible_nodes
     ));
     if let Some(p) = &e.policy {
@@ -189,6 +203,7 @@ mod tests {
             },
             num_all_nodes: 2,
             num_evaluated_nodes: 2,
+            num_evaluated_virtual_nodes: 1,
             num_feasible_nodes: 1,
             nodes: vec![
                 NodeExplanation {
@@ -241,6 +256,10 @@ mod tests {
         let lines: Vec<&str> = table.lines().collect();
         assert!(
             lines[1].contains("scheduled on mcsched-east (leaf node east-3)"),
+            "{table}"
+        );
+        assert_eq!(
+            lines[2], "nodes: 2 in all, 2 evaluated (1 host, 1 virtual), 1 feasible",
             "{table}"
         );
         let first_row = lines

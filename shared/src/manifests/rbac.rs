@@ -162,20 +162,31 @@ pub fn configmap_reader_name() -> String {
 
 pub(super) fn objects(ns: &str, cfg: &AgentConfig) -> Vec<Object> {
     let agent = keys::AGENT_NAME;
-    // Pod sync copies the ConfigMaps and Secrets a pod references into its leaf, reading
-    // them by name (`get` only). Reading either cluster-wide is more than an operator
+    // Pod sync copies the ConfigMaps and Secrets a pod references into its leaf, and keeps
+    // the copies following them: it reads them by name and watches the namespace while a
+    // leaf pod refers to one there. Reading either cluster-wide is more than an operator
     // should have to grant: these roles are bound per namespace, by the operator, for the
     // namespaces whose pods may run in leaves with them; other pods stay off the leaves.
     // Nothing here creates pods: a bare pod taken back from a leaf is deleted, as
     // Kubernetes deletes a bare pod on a lost node.
     let configmap_reader = ClusterRole {
         metadata: meta(&configmap_reader_name(), None, ns),
-        rules: Some(vec![rule(&[""], &["configmaps"], &["get"], &[])]),
+        rules: Some(vec![rule(
+            &[""],
+            &["configmaps"],
+            &["get", "list", "watch"],
+            &[],
+        )]),
         ..Default::default()
     };
     let secret_reader = ClusterRole {
         metadata: meta(&secret_reader_name(), None, ns),
-        rules: Some(vec![rule(&[""], &["secrets"], &["get"], &[])]),
+        rules: Some(vec![rule(
+            &[""],
+            &["secrets"],
+            &["get", "list", "watch"],
+            &[],
+        )]),
         ..Default::default()
     };
     // Placement policies that keep their shape write pod-deletion-cost on their pods, and

@@ -143,8 +143,12 @@ fn rbac_has_no_wildcards_and_the_lease_is_named() {
             assert_eq!(rules.len(), 1, "{name}");
             let r = &rules[0];
             let (groups, resources, verbs, names): ExpectedRule = match name.as_str() {
-                "mcsched-agent-configmap-reader" => (&[""], &["configmaps"], &["get"], None),
-                "mcsched-agent-secret-reader" => (&[""], &["secrets"], &["get"], None),
+                "mcsched-agent-configmap-reader" => {
+                    (&[""], &["configmaps"], &["get", "list", "watch"], None)
+                }
+                "mcsched-agent-secret-reader" => {
+                    (&[""], &["secrets"], &["get", "list", "watch"], None)
+                }
                 "mcsched-agent-placement-keeper" => (&[""], &["pods"], &["patch"], None),
                 "mcsched-agent" => (
                     &["apiregistration.k8s.io"],

@@ -13,6 +13,7 @@ use crate::leaf::admission::Admitted;
 use crate::leaf::cycle::{LeafCycle, LeafView};
 use crate::leaf::grants::{Copied, grant_command};
 use crate::leaf::leaf_checks::{Question, Synced};
+use crate::leaf::rescheduling::Avoided;
 use crate::plugins::{
     inter_pod_affinity, node_affinity, node_ports, node_resources_fit, node_unschedulable,
     pod_topology_spread, taint_toleration, volume_binding,
@@ -51,7 +52,8 @@ impl LeafChecker {
                         default_constraints: Vec::new(),
                     },
                 )),
-                // Only PreFilter and Filter run here: nothing is reserved or bound.
+                // Only PreFilter and Filter run here: the volumes Filter picks on the
+                // chosen leaf node are held by the leaf registry once the pod is sent.
                 Arc::new(volume_binding::VolumeBinding::new(0)),
             ],
         }
@@ -64,14 +66,19 @@ impl LeafChecker {
             return Status::success();
         };
         if !cycle.avoid.is_empty()
-            && cycle
+            && let Some(why) = cycle
                 .avoid
                 .get(&crate::leaf::rescheduling::owner_key(&pod.object()))
-                .is_some_and(|cs| cs.iter().any(|c| c == cluster))
+                .and_then(|cs| cs.iter().find(|(c, _)| c == cluster).map(|(_, why)| why))
         {
-            return Status::unschedulable(format!(
-                "leaf cluster {cluster} is avoided for a while: this owner's pods stayed Pending there"
-            ));
+            return Status::unschedulable(match why {
+                Avoided::Pending => format!(
+                    "leaf cluster {cluster} is avoided for a while: this owner's pods stayed Pending there"
+                ),
+                Avoided::Refused => format!(
+                    "leaf cluster {cluster} is avoided for a while: it refused this owner's pods"
+                ),
+            });
         }
         if let Some(refused) = copies_unreadable(cycle, pod) {
             return refused;
@@ -167,7 +174,9 @@ impl LeafChecker {
             nodes.iter().position(|n| run(n).is_none())
         };
         if let Some(found) = found {
-            cycle.record_choice(&node.name, cluster, &nodes[found].name);
+            let leaf_node = &nodes[found].name;
+            let volumes = volume_binding::chosen_volumes(&state, leaf_node);
+            cycle.record_choice(&node.name, cluster, leaf_node, volumes);
             return Status::success();
         }
         let rejections: Vec<Status> = if parallel {

@@ -142,8 +142,7 @@ impl ReservePlugin for LeafNodeFit {
         if let Some(choice) = cycle.placement(node)
             && let Ok(leaf_pod) = cycle.leaf_pod(pod)
         {
-            self.leaves
-                .assume(&choice.cluster, leaf_pod, &choice.leaf_node);
+            self.leaves.assume(leaf_pod, &choice);
         }
         Status::success()
     }
@@ -190,11 +189,11 @@ mod tests {
             c.host_volumes = host_volumes;
             c
         }
-        fn assume(&self, cluster: &str, pod: Arc<PodInfo>, leaf_node: &str) {
+        fn assume(&self, pod: Arc<PodInfo>, choice: &crate::leaf::cycle::LeafChoice) {
             self.assumed.lock().expect("lock").push((
-                cluster.into(),
+                choice.cluster.clone(),
                 pod.key.clone(),
-                leaf_node.into(),
+                choice.leaf_node.clone(),
             ));
         }
         fn forget(&self, cluster: &str, key: &str) {
