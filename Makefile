@@ -51,6 +51,7 @@ test-images:
 ## this machine can run one: root and scripts/setup.sh's packages), pods bound by mcsched;
 ## everything stopped after. MCSCHED_DEMO_AGENT=host runs the agent binary on the host.
 demo: build
+	bash scripts/setup.sh
 	bash scripts/demo.sh
 
 ## manifests: manifests/install.yaml, the default install as `install --dry-run=client -o yaml`
@@ -59,7 +60,8 @@ manifests:
 	cargo build -p kubectl-mcsched
 	target/debug/kubectl-mcsched install --dry-run=client -o yaml > manifests/install.yaml
 
-## test: formatting, lints, go vet, unit tests and end-to-end tests, each stage timed.
+## test: set-up (scripts/setup.sh), formatting, lints, go vet, unit tests and end-to-end
+## tests, each stage timed.
 test:
 	bash scripts/test.sh
 

@@ -32,6 +32,10 @@ e2e_except_real_node() {
   cargo test -p mcsched-e2e "${args[@]}"
 }
 
+# What a fresh machine lacks (rustfmt, clippy, the real node's Debian packages when root
+# and apt allow), installed only when missing: the README's `make test` needs nothing run
+# before it.
+stage "set-up (scripts/setup.sh)" bash scripts/setup.sh
 stage "cargo fmt --check" cargo fmt --all -- --check
 stage "build controlplane (Go)" make --no-print-directory controlplane
 # gofmt and go vet, with the build's compile flags: vet reuses what the build compiled.

@@ -324,46 +324,36 @@ where
 
 /// Writes the copy of `source` over this host's copy in the leaf (or creates it).
 async fn refresh(f: &Follow<'_>, dep: &Dep, source: &Source) -> Result<(), FollowError> {
-    let leaf = f.leaf;
-    let ns = &dep.namespace;
     match source {
-        Source::ConfigMap(cm) => {
-            let api: Api<ConfigMap> = Api::namespaced(leaf.client.clone(), ns);
-            if ours_or_absent(&api, leaf, dep).await?.is_none() {
-                return Ok(());
-            }
-            if !(f.may_write)() {
-                return Err(FollowError::NotLeader);
-            }
-            api.patch(
-                &dep.name,
-                &apply_params(),
-                &Patch::Apply(&config_map_copy(leaf, cm)),
-            )
-            .await
-            .map_err(api_err(format!("updating leaf {dep}")))?;
-        }
-        Source::Secret(s) => {
-            if s.type_.as_deref() == Some("kubernetes.io/service-account-token") {
-                return Ok(());
-            }
-            let api: Api<Secret> = Api::namespaced(leaf.client.clone(), ns);
-            if ours_or_absent(&api, leaf, dep).await?.is_none() {
-                return Ok(());
-            }
-            if !(f.may_write)() {
-                return Err(FollowError::NotLeader);
-            }
-            api.patch(
-                &dep.name,
-                &apply_params(),
-                &Patch::Apply(&secret_copy(leaf, s)),
-            )
-            .await
-            .map_err(api_err(format!("updating leaf {dep}")))?;
-        }
+        Source::ConfigMap(cm) => apply_ours(f, dep, &config_map_copy(f.leaf, cm)).await?,
+        // The leaf gives its pods their own tokens.
+        Source::Secret(s) if s.type_.as_deref() == Some("kubernetes.io/service-account-token") => {}
+        Source::Secret(s) => apply_ours(f, dep, &secret_copy(f.leaf, s)).await?,
     }
-    debug!(cluster = %leaf.name, object = %dep, "leaf copy follows its host object");
+    debug!(cluster = %f.leaf.name, object = %dep, "leaf copy follows its host object");
+    Ok(())
+}
+
+/// Server-side applies `copy` as the leaf's `dep`, unless the leaf's object of that name is
+/// someone else's.
+async fn apply_ours<K>(f: &Follow<'_>, dep: &Dep, copy: &K) -> Result<(), FollowError>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(f.leaf.client.clone(), &dep.namespace);
+    if ours_or_absent(&api, f.leaf, dep).await?.is_none() {
+        return Ok(());
+    }
+    if !(f.may_write)() {
+        return Err(FollowError::NotLeader);
+    }
+    api.patch(&dep.name, &apply_params(), &Patch::Apply(copy))
+        .await
+        .map_err(api_err(format!("updating leaf {dep}")))?;
     Ok(())
 }
 
