@@ -21,20 +21,63 @@ stage() {
   echo "<== ${name}: ${took}s"
 }
 
-# Every end-to-end test binary but real_node's, which has a stage of its own.
+# Every end-to-end test binary but real_node's (which has a stage of its own), built once
+# and run E2E_JOBS at a time, longest first: they spend most of their time waiting for
+# control planes, so two share this machine's cores well. Each binary's output is kept
+# apart and shown when it fails; every binary runs even after one failed.
+E2E_JOBS=${E2E_JOBS:-2}
+E2E_FIRST=(differential faults multicluster leaf_ownership extender_seed002 leaf_safety placement_policies security join)
 e2e_except_real_node() {
-  local args=(--lib)
-  for f in tests/tests/*.rs; do
-    local name
-    name=$(basename "$f" .rs)
-    [[ "$name" == real_node ]] || args+=(--test "$name")
+  local logs
+  logs=$(mktemp -d)
+  if ! cargo test -p mcsched-e2e --lib --tests --no-run >"$logs/build.log" 2>&1; then
+    cat "$logs/build.log"
+    return 1
+  fi
+  grep -v '^  Executable' "$logs/build.log" | tail -3
+  declare -A exe=()
+  local name path
+  while read -r name path; do
+    exe[$name]=$path
+  done < <(sed -n 's#^  Executable \(unittests \)\{0,1\}\(tests/\)\{0,1\}\([^ ]*\)\.rs (\(.*\))$#\3 \4#p' "$logs/build.log")
+  [[ -n ${exe[src/lib]:-} && -n ${exe[faults]:-} ]] || { echo "no test binaries found"; cat "$logs/build.log"; return 1; }
+  local order=() n
+  for n in "${E2E_FIRST[@]}"; do [[ -n ${exe[$n]:-} ]] && order+=("$n"); done
+  for n in $(printf '%s\n' "${!exe[@]}" | sort); do
+    [[ $n == real_node || " ${order[*]} " == *" $n "* ]] || order+=("$n")
   done
-  cargo test -p mcsched-e2e "${args[@]}"
+  local -A pid_of=() started=()
+  local failed=() running=0
+  finish() { # waits for any one binary and reports it
+    local done_pid rc=0 m
+    wait -n -p done_pid || rc=$?
+    for m in "${!pid_of[@]}"; do
+      [[ ${pid_of[$m]} == "$done_pid" ]] || continue
+      unset "pid_of[$m]"
+      if ((rc == 0)); then
+        echo "    ${m}: ok ($(($(date +%s) - started[$m]))s; $(grep -h '^test result' "$logs/$m.log" | tail -1))"
+      else
+        echo "    ${m}: FAILED after $(($(date +%s) - started[$m]))s:"
+        sed 's/^/      /' "$logs/$m.log" | tail -200
+        failed+=("$m")
+      fi
+    done
+    running=$((running - 1))
+  }
+  for n in "${order[@]}"; do
+    ((running < E2E_JOBS)) || finish
+    started[$n]=$(date +%s)
+    # From the package's directory, as cargo runs them; cargo names them from the root.
+    local bin=${exe[$n]}
+    [[ $bin == /* ]] || bin=$PWD/$bin
+    (cd tests && exec "$bin") >"$logs/$n.log" 2>&1 &
+    pid_of[$n]=$!
+    running=$((running + 1))
+  done
+  while ((running > 0)); do finish; done
+  ((${#failed[@]} == 0)) || { echo "failed: ${failed[*]} (logs in $logs)"; return 1; }
 }
 
-# What a fresh machine lacks (rustfmt, clippy, the real node's Debian packages when root
-# and apt allow), installed only when missing: the README's `make test` needs nothing run
-# before it.
 stage "set-up (scripts/setup.sh)" bash scripts/setup.sh
 stage "cargo fmt --check" cargo fmt --all -- --check
 stage "build controlplane (Go)" make --no-print-directory controlplane

@@ -33,8 +33,9 @@ struct Args {
     #[arg(long, default_value_t = 1.0)]
     scale: f64,
 
-    /// A workload's size, WORKLOAD=NODES/INIT_PODS/PODS (repeatable).
-    #[arg(long = "size", value_name = "WORKLOAD=N/I/P")]
+    /// A workload's size, WORKLOAD=NODES/INIT_PODS/PODS (repeatable); a multi-cluster
+    /// workload may add /LEAVES/LEAF_NODES (leaf nodes per leaf).
+    #[arg(long = "size", value_name = "WORKLOAD=N/I/P[/L/LN]")]
     sizes: Vec<String>,
 
     /// Where results.md and results.png go.
@@ -78,8 +79,17 @@ fn parse_size(s: &str) -> anyhow::Result<(Kind, Size)> {
         .map(|x| x.trim().parse::<usize>())
         .collect::<Result<_, _>>()
         .with_context(|| format!("sizes in {v:?}"))?;
-    let [nodes, init_pods, pods] = n[..] else {
-        anyhow::bail!("expected three numbers N/I/P in {v:?}");
+    let base = workloads::default_size(kind);
+    let (nodes, init_pods, pods, leaves, leaf_nodes) = match n[..] {
+        [nodes, init_pods, pods] => (nodes, init_pods, pods, base.leaves, base.leaf_nodes),
+        [nodes, init_pods, pods, leaves, leaf_nodes] if kind.is_multi_cluster() => {
+            anyhow::ensure!(leaves > 0, "a multi-cluster workload needs a leaf in {v:?}");
+            (nodes, init_pods, pods, leaves, leaf_nodes)
+        }
+        _ if kind.is_multi_cluster() => {
+            anyhow::bail!("expected N/I/P or N/I/P/LEAVES/LEAF_NODES in {v:?}")
+        }
+        _ => anyhow::bail!("expected three numbers N/I/P in {v:?}"),
     };
     Ok((
         kind,
@@ -87,7 +97,8 @@ fn parse_size(s: &str) -> anyhow::Result<(Kind, Size)> {
             nodes,
             init_pods,
             pods,
-            ..workloads::default_size(kind)
+            leaves,
+            leaf_nodes,
         },
     ))
 }
@@ -251,4 +262,31 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_name_leaves_for_multi_cluster_workloads_only() {
+        let (kind, size) = parse_size("MultiCluster=1000/0/2000/16/50").expect("size");
+        assert_eq!(kind, Kind::MultiCluster);
+        assert_eq!(
+            (size.nodes, size.pods, size.leaves, size.leaf_nodes),
+            (1000, 2000, 16, 50)
+        );
+        let (_, size) = parse_size("MultiCluster=10/0/20").expect("size");
+        assert_eq!(
+            size.leaves,
+            workloads::default_size(Kind::MultiCluster).leaves
+        );
+        for bad in [
+            "SchedulingBasic=10/0/20/4/5",
+            "MultiCluster=10/0/20/0/5",
+            "MultiCluster=10/0",
+        ] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
+    }
 }

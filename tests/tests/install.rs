@@ -363,15 +363,19 @@ async fn install_twice_then_uninstall_with_least_privilege() -> anyhow::Result<(
     ] {
         assert!(!agent_can(&kc, args)?, "the agent can {args:?}");
     }
-    // Secrets of a namespace become readable once the operator binds the reader role there.
+    // Secrets of a namespace become readable once the operator binds the reader role there
+    // (listed and watched too: edits follow the leaf copies), and only there.
     grant(&kc, "secret")?;
     assert!(agent_can(&kc, &["get", "secrets/db", "-n", "default"])?);
-    assert!(!agent_can(&kc, &["list", "secrets", "-n", "default"])?);
+    assert!(agent_can(&kc, &["watch", "secrets", "-n", "default"])?);
+    assert!(!agent_can(&kc, &["list", "secrets", "-n", "shop"])?);
+    assert!(!agent_can(&kc, &["update", "secrets/db", "-n", "default"])?);
     // ConfigMaps likewise, and only in that namespace.
     grant(&kc, "configmap")?;
     assert!(agent_can(&kc, &["get", "configmaps/app", "-n", "default"])?);
+    assert!(agent_can(&kc, &["watch", "configmaps", "-n", "default"])?);
     assert!(!agent_can(&kc, &["get", "configmaps/app", "-n", "shop"])?);
-    assert!(!agent_can(&kc, &["list", "configmaps", "-n", "default"])?);
+    assert!(!agent_can(&kc, &["list", "configmaps", "-n", "shop"])?);
     // Pod-deletion-cost likewise.
     grant(&kc, "pod")?;
     assert!(agent_can(&kc, &["patch", "pods", "-n", "default"])?);
