@@ -76,7 +76,7 @@ pub struct LeafCluster {
     /// Leaf volumes the leaf check picked for pods sent here, until the leaf binds them.
     pub volumes_held: super::volume_reservations::VolumeReservations,
     /// The ConfigMaps, Secrets and claims pod sync copied here.
-    pub copied: super::dependents::Copied,
+    pub copied: super::copied::Copied,
 }
 
 /// How long a PriorityClass lookup is trusted.

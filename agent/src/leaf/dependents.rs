@@ -4,8 +4,8 @@
 //! period. Only objects carrying this host's marks are changed or deleted; a claim's copy
 //! holds data, so it goes only once its host claim is gone and no leaf pod refers to it.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret};
@@ -16,42 +16,12 @@ use mcsched_shared::keys;
 use tracing::{debug, info};
 
 use super::cluster::LeafCluster;
+pub use super::copied::{Copied, Dep, DepKind};
 use super::host_objects::{Found, HostObjects};
 use super::leaf_checks::is_ours;
 
 /// A host object read by name is read again at most this often when no watch holds it.
 const REREAD: Duration = Duration::from_secs(30);
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum DepKind {
-    ConfigMap,
-    Secret,
-    Claim,
-}
-
-/// One object a leaf pod refers to, in the pod's namespace.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Dep {
-    pub kind: DepKind,
-    pub namespace: String,
-    pub name: String,
-}
-
-impl Dep {
-    pub fn new(kind: DepKind, namespace: &str, name: &str) -> Self {
-        Dep {
-            kind,
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-        }
-    }
-}
-
-impl std::fmt::Display for Dep {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:?} {}/{}", self.kind, self.namespace, self.name)
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum FollowError {
@@ -67,44 +37,6 @@ pub enum FollowError {
 
 fn api_err(what: String) -> impl FnOnce(kube::Error) -> FollowError {
     move |source| FollowError::Api { what, source }
-}
-
-#[derive(Debug, Default)]
-struct Entry {
-    /// The host object's resourceVersion the copy was last written from.
-    version: String,
-    /// Since when no pod of the leaf refers to it.
-    unused_since: Option<Instant>,
-    /// When the host object was last read by name (no watch holding it).
-    read_at: Option<Instant>,
-}
-
-/// The objects pod sync copied into one leaf.
-#[derive(Default)]
-pub struct Copied {
-    entries: Mutex<HashMap<Dep, Entry>>,
-}
-
-impl Copied {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Dep, Entry>> {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Pod sync wrote `dep` from the host object at `version`.
-    pub fn copied(&self, dep: Dep, version: Option<String>) {
-        let mut e = self.lock();
-        let entry = e.entry(dep).or_default();
-        entry.version = version.unwrap_or_default();
-        entry.unused_since = None;
-    }
-
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// The objects `pod`'s copy refers to.

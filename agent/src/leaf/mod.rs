@@ -3,6 +3,7 @@
 
 pub mod admission;
 pub mod cluster;
+pub mod copied;
 pub mod cycle;
 pub mod dependents;
 pub mod grants;

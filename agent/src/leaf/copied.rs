@@ -1,0 +1,75 @@
+//! What pod sync copied into one leaf for its pods (ConfigMaps, Secrets, claims), with the
+//! host version each copy was written from: the state `dependents.rs` keeps the copies by.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Instant;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DepKind {
+    ConfigMap,
+    Secret,
+    Claim,
+}
+
+/// One object a leaf pod refers to, in the pod's namespace.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Dep {
+    pub kind: DepKind,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl Dep {
+    pub fn new(kind: DepKind, namespace: &str, name: &str) -> Self {
+        Dep {
+            kind,
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }
+    }
+}
+
+impl std::fmt::Display for Dep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?} {}/{}", self.kind, self.namespace, self.name)
+    }
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Entry {
+    /// The host object's resourceVersion the copy was last written from.
+    pub(super) version: String,
+    /// Since when no pod of the leaf refers to it.
+    pub(super) unused_since: Option<Instant>,
+    /// When the host object was last read by name (no watch holding it).
+    pub(super) read_at: Option<Instant>,
+}
+
+/// The objects pod sync copied into one leaf.
+#[derive(Default)]
+pub struct Copied {
+    entries: Mutex<HashMap<Dep, Entry>>,
+}
+
+impl Copied {
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Dep, Entry>> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Pod sync wrote `dep` from the host object at `version`.
+    pub fn copied(&self, dep: Dep, version: Option<String>) {
+        let mut e = self.lock();
+        let entry = e.entry(dep).or_default();
+        entry.version = version.unwrap_or_default();
+        entry.unused_since = None;
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
