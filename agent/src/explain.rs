@@ -45,18 +45,21 @@ struct StoredNode {
 #[derive(Debug, Clone, Default)]
 struct RareParts {
     leaf_node: Option<String>,
+    leaf_notes: Vec<String>,
     nominated_pods: Vec<String>,
 }
 
 impl RareParts {
     fn boxed(
         leaf_node: Option<&String>,
+        leaf_notes: Option<&Vec<String>>,
         nominated_pods: Option<&Vec<String>>,
     ) -> Option<Box<Self>> {
         let nominated_pods = nominated_pods.cloned().unwrap_or_default();
         (leaf_node.is_some() || !nominated_pods.is_empty()).then(|| {
             Box::new(RareParts {
                 leaf_node: leaf_node.cloned(),
+                leaf_notes: leaf_notes.cloned().unwrap_or_default(),
                 nominated_pods,
             })
         })
@@ -139,6 +142,11 @@ fn expand_node(
             .collect(),
         total_score: n.total_score,
         leaf_node: n.rare.as_ref().and_then(|r| r.leaf_node.clone()),
+        leaf_notes: n
+            .rare
+            .as_ref()
+            .map(|r| r.leaf_notes.clone())
+            .unwrap_or_default(),
         nominated_pods: n
             .rare
             .as_ref()
@@ -204,6 +212,7 @@ fn stored_nodes(record: &CycleRecord, limit: usize) -> StoredNodes {
                 filters: verdicts_of(&n.name, None),
                 rare: RareParts::boxed(
                     record.leaf_nodes.get(&*n.name),
+                    record.leaf_notes.get(&*n.name),
                     record.nominated.get(&*n.name),
                 ),
             }
@@ -215,7 +224,7 @@ fn stored_nodes(record: &CycleRecord, limit: usize) -> StoredNodes {
         feasible: false,
         total_score: None,
         filters: verdicts_of(&n.name, Some(s)),
-        rare: RareParts::boxed(None, record.nominated.get(&*n.name)),
+        rare: RareParts::boxed(None, None, record.nominated.get(&*n.name)),
     }));
     StoredNodes {
         nodes,

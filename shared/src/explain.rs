@@ -78,6 +78,10 @@ pub struct NodeExplanation {
     /// For a virtual node: the leaf cluster's node that would host the pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leaf_node: Option<String>,
+    /// For a virtual node: what the copy would use in the leaf that is worth saying (the
+    /// ServiceAccount it runs as: the leaf's, or one pod sync creates).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub leaf_notes: Vec<String>,
     /// Pods preemption nominated to this node, of the pod's priority or higher, whose room
     /// Filter kept free for them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

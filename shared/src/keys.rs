@@ -137,6 +137,10 @@ pub const TOKEN_LIFETIME_ANNOTATION: &str = "mcsched.io/token-lifetime";
 /// ClusterRole of what pod sync writes, bound by RoleBindings (named [`LEAF_ACCOUNT`]) in
 /// the namespaces the leaf's admin grants.
 pub const LEAF_WRITER_ROLE: &str = "mcsched-leaf-writer";
+/// In a leaf: the ClusterRole letting [`LEAF_ACCOUNT`] create the ServiceAccounts the
+/// host's pods name (`join --service-accounts`), bound under this name in each granted
+/// namespace (or cluster-wide with `--all-namespaces`).
+pub const LEAF_SERVICE_ACCOUNT_ROLE: &str = "mcsched-leaf-serviceaccount-writer";
 /// In a leaf's [`SYSTEM_NAMESPACE`]: the Role (and RoleBinding) letting [`LEAF_ACCOUNT`]
 /// request tokens for itself only (`serviceaccounts/token`, by name), so the agent renews
 /// its token before it expires.

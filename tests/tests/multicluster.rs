@@ -1085,6 +1085,220 @@ async fn configmaps_go_to_leaves_only_from_granted_namespaces() -> anyhow::Resul
     Ok(())
 }
 
+/// A pod's ServiceAccount in its leaf: a leaf without one of that name, joined without
+/// `--service-accounts`, is kept off with the reason in `explain`; a leaf joined with it
+/// gets a marked account (no RBAC, the pod's automount), deleted once no copy uses it; an
+/// account the leaf's admin creates makes the leaf feasible and is never touched.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pods_service_account_is_the_leafs_or_created_where_join_allows() -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let mut cps = ControlPlane::start_many(
+        &["sa-host", "sa-east", "sa-west"],
+        ControlPlaneOptions::full(),
+    )
+    .await?;
+    let west = cps.pop().ok_or_else(|| anyhow::anyhow!("no west"))?;
+    let east = cps.pop().ok_or_else(|| anyhow::anyhow!("no east"))?;
+    let host = cps.pop().ok_or_else(|| anyhow::anyhow!("no host"))?;
+    for (leaf, name) in [(&east, "east-1"), (&west, "west-1")] {
+        node(
+            &leaf.client,
+            name,
+            "4",
+            json!({"kubernetes.io/hostname": name}),
+        )
+        .await?;
+    }
+    let kc = host.kubeconfig.clone();
+    let cli = |args: &[&str]| -> anyhow::Result<String> {
+        let out = mcsched_e2e::cli::run(&kc, args)?;
+        let shown = mcsched_e2e::cli::text(&out);
+        anyhow::ensure!(out.status.success(), "{args:?}: {shown}");
+        Ok(shown)
+    };
+    cli(&["install", "--image", "mcsched/agent:test"])?;
+    let east_kc = east.kubeconfig.to_string_lossy().to_string();
+    let west_kc = west.kubeconfig.to_string_lossy().to_string();
+    cli(&[
+        "join",
+        "cluster",
+        "--name",
+        "east",
+        "--cluster-kubeconfig",
+        &east_kc,
+        "--namespaces",
+        "shop",
+    ])?;
+    let joined = cli(&[
+        "join",
+        "cluster",
+        "--name",
+        "west",
+        "--cluster-kubeconfig",
+        &west_kc,
+        "--namespaces",
+        "shop",
+        "--service-accounts",
+    ])?;
+    assert!(
+        joined.contains("may create the ServiceAccounts the host's pods name"),
+        "{joined}"
+    );
+    // The agent as installed: its own ServiceAccount's rights, on the host and leaves.
+    let admin = std::fs::read_to_string(&host.kubeconfig)?;
+    let mut as_agent = String::new();
+    for line in admin.lines() {
+        as_agent.push_str(line);
+        as_agent.push('\n');
+        if line == "  user:" {
+            as_agent.push_str("    as: system:serviceaccount:mcsched-system:mcsched-agent\n");
+        }
+    }
+    anyhow::ensure!(as_agent.contains("    as: "), "no user in {admin}");
+    let agent_kc = host.dir().join("agent.kubeconfig");
+    std::fs::write(&agent_kc, as_agent)?;
+    mcsched_e2e::api::register(&host.client).await?;
+    let address = mcsched_e2e::api::routable_address()?;
+    let agent = Agent::start_on(
+        &address,
+        &agent_kc,
+        "mcsched",
+        host.dir(),
+        "as-installed",
+        &[
+            "--leader-elect=false",
+            "--advertise-address",
+            &address,
+            "--leaf-unused-copy-grace=3",
+        ],
+    )?;
+    mcsched_e2e::api::wait_available(&host.client, TIMEOUT)
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
+    let nodes: Api<Node> = Api::all(host.client.clone());
+    for n in ["mcsched-east", "mcsched-west"] {
+        wait_ready(&nodes, n, "True", TIMEOUT)
+            .await
+            .map_err(|e| e.context(agent.logs()))?;
+    }
+    Api::<Namespace>::all(host.client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "shop"}}))?,
+        )
+        .await?;
+    let account = |name: &str| -> anyhow::Result<ServiceAccount> {
+        Ok(serde_json::from_value(json!({"metadata": {"name": name}}))?)
+    };
+    Api::<ServiceAccount>::namespaced(host.client.clone(), "shop")
+        .create(&PostParams::default(), &account("builder")?)
+        .await?;
+    let build = |name: &str, cluster: &str| -> anyhow::Result<Pod> {
+        Ok(serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "shop"},
+            "spec": {"schedulerName": "mcsched", "serviceAccountName": "builder",
+                "automountServiceAccountToken": false,
+                "nodeSelector": {"mcsched.io/cluster": cluster},
+                "containers": [{"name": "c", "image": "pause",
+                    "resources": {"requests": {"cpu": "100m"}}}]}
+        }))?)
+    };
+    let pods: Api<Pod> = Api::namespaced(host.client.clone(), "shop");
+    pods.create(&PostParams::default(), &build("in-east", "east")?)
+        .await?;
+    pods.create(&PostParams::default(), &build("in-west", "west")?)
+        .await?;
+
+    // West, joined with --service-accounts: the account is created there, marked.
+    wait::until(TIMEOUT, "shop/in-west Running in west", || async {
+        let p = pods.get("in-west").await?;
+        Ok((node_of(&p).as_deref() == Some("mcsched-west")
+            && phase_of(&p).as_deref() == Some("Running"))
+        .then_some(()))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    let west_accounts: Api<ServiceAccount> = Api::namespaced(west.client.clone(), "shop");
+    let created = west_accounts.get("builder").await?;
+    let labels = created.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(
+        labels.get(keys::MANAGED_CLUSTER_LABEL).map(String::as_str),
+        Some("west"),
+        "{created:?}"
+    );
+    assert!(labels.contains_key(keys::HOST_ID_LABEL), "{created:?}");
+    assert_eq!(created.automount_service_account_token, Some(false));
+    let shown = cli(&["explain", "pod", "in-west", "-n", "shop"])?;
+    assert!(
+        shown.contains("ServiceAccount shop/builder: the leaf has none; pod sync creates it"),
+        "{shown}"
+    );
+
+    // East, joined without it and without such an account: Pending, explain says why.
+    let why =
+        "leaf cluster east has no ServiceAccount shop/builder and mcsched may not create one there";
+    let shown = wait::until(TIMEOUT, "explain names the missing account", || async {
+        let out = mcsched_e2e::cli::run(&kc, &["explain", "pod", "in-east", "-n", "shop"])?;
+        let shown = mcsched_e2e::cli::text(&out);
+        Ok(shown.contains(why).then_some(shown))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    assert!(
+        shown.contains("kubectl mcsched join cluster east --service-accounts"),
+        "{shown}"
+    );
+    assert_eq!(node_of(&pods.get("in-east").await?), None);
+    let east_accounts: Api<ServiceAccount> = Api::namespaced(east.client.clone(), "shop");
+    assert!(east_accounts.get_opt("builder").await?.is_none());
+
+    // The leaf's admin creates it: the leaf is asked again (every 30 s) and the pod goes.
+    let theirs = east_accounts
+        .create(&PostParams::default(), &account("builder")?)
+        .await?;
+    wait::until(
+        Duration::from_secs(90),
+        "shop/in-east Running in east",
+        || async {
+            let p = pods.get("in-east").await?;
+            Ok((node_of(&p).as_deref() == Some("mcsched-east")
+                && phase_of(&p).as_deref() == Some("Running"))
+            .then_some(()))
+        },
+    )
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    let shown = cli(&["explain", "pod", "in-east", "-n", "shop"])?;
+    assert!(
+        shown.contains("ServiceAccount shop/builder: the leaf has it"),
+        "{shown}"
+    );
+
+    // No copy uses them any more: west's (ours) goes after the grace, east's (the
+    // leaf admin's) stays as it was.
+    for name in ["in-east", "in-west"] {
+        pods.delete(name, &DeleteParams::default().grace_period(0))
+            .await?;
+    }
+    wait::until(TIMEOUT, "west's unused account deleted", || async {
+        Ok(west_accounts
+            .get_opt("builder")
+            .await?
+            .is_none()
+            .then_some(()))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let still = east_accounts.get_opt("builder").await?;
+    assert_eq!(
+        still.and_then(|a| a.metadata.resource_version),
+        theirs.metadata.resource_version,
+        "the leaf admin's account was changed or deleted"
+    );
+    Ok(())
+}
+
 /// A pod's copy keeps its PriorityClass where the leaf has one of that name (the leaf's
 /// admission gives it the leaf's value); where the leaf has none the copy runs at the
 /// leaf's default priority and a Warning on the host pod says so.

@@ -226,6 +226,8 @@ pub struct CycleRecord {
     /// Virtual node → the leaf node found able to host the pod (filled by the scheduling
     /// cycle from what the leaf check found).
     pub leaf_nodes: HashMap<String, String>,
+    /// Virtual node → what the leaf check noted about the copy there.
+    pub leaf_notes: HashMap<String, Vec<String>>,
     /// The placement policy applied (filled by the scheduling cycle).
     pub policy: Option<mcsched_shared::explain::AppliedPolicy>,
 }

@@ -1,4 +1,4 @@
-//! What pod sync copied into one leaf for its pods (ConfigMaps, Secrets, claims), with the
+//! What pod sync copied into one leaf for its pods (ConfigMaps, Secrets, claims, accounts), with the
 //! host version each copy was written from: the state `dependents.rs` keeps the copies by.
 
 use std::collections::HashMap;
@@ -10,6 +10,8 @@ pub enum DepKind {
     ConfigMap,
     Secret,
     Claim,
+    /// An account pod sync created for the leaf's pods (`join --service-accounts`).
+    ServiceAccount,
 }
 
 /// One object a leaf pod refers to, in the pod's namespace.
@@ -18,6 +20,14 @@ pub struct Dep {
     pub kind: DepKind,
     pub namespace: String,
     pub name: String,
+}
+
+impl DepKind {
+    /// Whether the copy is kept in line with a host object of the same name (claims keep
+    /// their leaf data; accounts have no host object).
+    pub fn follows_host(self) -> bool {
+        matches!(self, DepKind::ConfigMap | DepKind::Secret)
+    }
 }
 
 impl Dep {

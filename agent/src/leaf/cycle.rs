@@ -49,6 +49,9 @@ pub struct LeafChoice {
     /// The leaf's available volumes the check picked for the pod's claims there, as
     /// (volume, claim `namespace/name`): held for the pod once it is sent.
     pub volumes: Vec<(String, String)>,
+    /// What the copy would use there that `explain` should say (the ServiceAccount: the
+    /// leaf's own, or one pod sync creates).
+    pub notes: Vec<String>,
 }
 
 /// The leaves for one scheduling cycle, and what the check found per virtual node.
@@ -149,6 +152,7 @@ impl LeafCycle {
         cluster: &str,
         leaf_node: &str,
         volumes: Vec<(String, String)>,
+        notes: Vec<String>,
     ) {
         self.lock().insert(
             virtual_node.to_string(),
@@ -156,6 +160,7 @@ impl LeafCycle {
                 cluster: cluster.to_string(),
                 leaf_node: leaf_node.to_string(),
                 volumes,
+                notes,
             },
         );
     }
@@ -168,6 +173,15 @@ impl LeafCycle {
     /// The cluster and leaf node the check picked for `virtual_node`.
     pub fn placement(&self, virtual_node: &str) -> Option<LeafChoice> {
         self.lock().get(virtual_node).cloned()
+    }
+
+    /// Virtual node → what the check noted about the copy there, for explanations.
+    pub fn notes(&self) -> HashMap<String, Vec<String>> {
+        self.lock()
+            .iter()
+            .filter(|(_, c)| !c.notes.is_empty())
+            .map(|(v, c)| (v.clone(), c.notes.clone()))
+            .collect()
     }
 
     /// Virtual node → leaf node, for explanations.

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Api, Client};
@@ -47,9 +47,11 @@ pub fn references(pod: &Pod) -> impl Iterator<Item = Dep> {
         let ns = ns.clone();
         names.into_iter().map(move |n| Dep::new(kind, &ns, &n))
     };
+    let account = super::transform::service_account(pod).map(|sa| vec![sa.to_string()]);
     of(DepKind::ConfigMap, deps.config_maps)
         .chain(of(DepKind::Secret, deps.secrets))
         .chain(of(DepKind::Claim, deps.claims))
+        .chain(of(DepKind::ServiceAccount, account.unwrap_or_default()))
 }
 
 /// The mark of an object pod sync creates: this host's id and the cluster, and the host
@@ -148,7 +150,7 @@ impl Source {
 pub async fn follow(f: &Follow<'_>, refs: &HashSet<Dep>) -> Result<(), FollowError> {
     let namespaces: BTreeSet<String> = refs
         .iter()
-        .filter(|d| d.kind != DepKind::Claim)
+        .filter(|d| d.kind.follows_host())
         .map(|d| d.namespace.clone())
         .collect();
     let wake = f.leaf.sync_wake.clone();
@@ -157,13 +159,14 @@ pub async fn follow(f: &Follow<'_>, refs: &HashSet<Dep>) -> Result<(), FollowErr
     let mut sorted: Vec<&Dep> = refs.iter().collect();
     sorted.sort();
     for dep in sorted {
-        if dep.kind == DepKind::Claim {
-            f.leaf
-                .copied
-                .lock()
-                .entry(dep.clone())
-                .or_default()
-                .unused_since = None;
+        if !dep.kind.follows_host() {
+            // Only what pod sync recorded is ever collected: an account of the leaf's own
+            // that a copy uses is not.
+            if let Some(e) = f.leaf.copied.lock().get_mut(dep) {
+                e.unused_since = None;
+            } else if dep.kind == DepKind::Claim {
+                f.leaf.copied.lock().entry(dep.clone()).or_default();
+            }
             continue;
         }
         let Some(source) = read_host(f, dep).await? else {
@@ -201,7 +204,7 @@ async fn read_host(f: &Follow<'_>, dep: &Dep) -> Result<Option<Source>, FollowEr
             Found::Watched(o) => Some(o.map(Source::Secret)),
             Found::Unknown => None,
         },
-        DepKind::Claim => return Ok(None),
+        DepKind::Claim | DepKind::ServiceAccount => return Ok(None),
     };
     if let Some(found) = watched {
         return Ok(found);
@@ -226,7 +229,7 @@ async fn read_host(f: &Follow<'_>, dep: &Dep) -> Result<Option<Source>, FollowEr
             .await
             .map_err(api_err(what))?
             .map(|o| Source::Secret(Arc::new(o))),
-        DepKind::Claim => None,
+        DepKind::Claim | DepKind::ServiceAccount => None,
     })
 }
 
@@ -319,6 +322,14 @@ async fn collect_unused(f: &Follow<'_>, refs: &HashSet<Dep>) -> Result<(), Follo
                 delete_ours(
                     f,
                     &Api::<Secret>::namespaced(f.leaf.client.clone(), &dep.namespace),
+                    &dep,
+                )
+                .await?
+            }
+            DepKind::ServiceAccount => {
+                delete_ours(
+                    f,
+                    &Api::<ServiceAccount>::namespaced(f.leaf.client.clone(), &dep.namespace),
                     &dep,
                 )
                 .await?

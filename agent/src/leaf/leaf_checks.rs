@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::PostParams;
@@ -51,6 +51,12 @@ pub enum Question {
     Granted(String),
     /// Is there an object of this kind, namespace and name that is not this host's?
     Foreign(Synced, String, String),
+    /// Is there a ServiceAccount of this namespace and name (anyone's: a copy may run as
+    /// the leaf's own account, as any pod of that namespace there may)?
+    ServiceAccount(String, String),
+    /// May the leaf account create ServiceAccounts in this namespace
+    /// (`join --service-accounts`)?
+    MayCreateServiceAccounts(String),
 }
 
 struct Entry {
@@ -114,7 +120,12 @@ impl LeafChecks {
     /// The answer if known; otherwise None, and the question is asked.
     pub fn answer(&self, q: &Question) -> Option<bool> {
         if self.settled {
-            return Some(matches!(q, Question::Granted(_)));
+            return Some(matches!(
+                q,
+                Question::Granted(_)
+                    | Question::ServiceAccount(..)
+                    | Question::MayCreateServiceAccounts(_)
+            ));
         }
         let now = Instant::now();
         let mut entries = self.lock();
@@ -196,22 +207,19 @@ impl LeafChecks {
 
     async fn ask_leaf(&self, leaf: &kube::Client, q: &Question) -> Result<bool, kube::Error> {
         match q {
-            Question::Granted(ns) => {
-                let api: Api<SelfSubjectAccessReview> = Api::all(leaf.clone());
-                let review = SelfSubjectAccessReview {
-                    spec: SelfSubjectAccessReviewSpec {
-                        resource_attributes: Some(ResourceAttributes {
-                            namespace: Some(ns.clone()),
-                            verb: Some("create".into()),
-                            resource: Some("pods".into()),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    },
-                    ..Default::default()
-                };
-                let answer = api.create(&PostParams::default(), &review).await?;
-                Ok(answer.status.is_some_and(|s| s.allowed))
+            Question::Granted(ns) => may_create(leaf, ns, "pods").await,
+            Question::MayCreateServiceAccounts(ns) => may_create(leaf, ns, "serviceaccounts").await,
+            // A leaf joined before the writer role could read accounts forbids it: taken
+            // as absent, so that only `--service-accounts` lets such a pod go there.
+            Question::ServiceAccount(ns, name) => {
+                match Api::<ServiceAccount>::namespaced(leaf.clone(), ns)
+                    .get_metadata_opt(name)
+                    .await
+                {
+                    Ok(found) => Ok(found.is_some()),
+                    Err(kube::Error::Api(s)) if s.code == 403 => Ok(false),
+                    Err(e) => Err(e),
+                }
             }
             Question::Foreign(kind, ns, name) => {
                 let meta = match kind {
@@ -232,6 +240,30 @@ impl LeafChecks {
             }
         }
     }
+}
+
+/// Whether the leaf account may create `resource` in `namespace` (a
+/// SelfSubjectAccessReview in the leaf).
+async fn may_create(
+    leaf: &kube::Client,
+    namespace: &str,
+    resource: &str,
+) -> Result<bool, kube::Error> {
+    let api: Api<SelfSubjectAccessReview> = Api::all(leaf.clone());
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                namespace: Some(namespace.to_string()),
+                verb: Some("create".into()),
+                resource: Some(resource.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let answer = api.create(&PostParams::default(), &review).await?;
+    Ok(answer.status.is_some_and(|s| s.allowed))
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
     ConfigMap, Namespace, PersistentVolumeClaim, Pod, PodCondition, PodStatus, Secret,
+    ServiceAccount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
@@ -87,6 +88,12 @@ pub enum SyncError {
     /// leaf check did not know yet, or it raced with another creation there.
     #[error("leaf refused pod {object}: {reason}")]
     AdmissionRefused { object: String, reason: String },
+    /// The leaf has no ServiceAccount of the name the pod runs as, and its admin has not
+    /// let mcsched create one there.
+    #[error(
+        "leaf has no ServiceAccount {object} and mcsched may not create it (kubectl mcsched join cluster ... --service-accounts)"
+    )]
+    NoServiceAccount { object: String },
     /// What the pod refers to is missing on the host: the copy waits, as a kubelet waits.
     #[error("{kind} {object} not found on the host; the leaf copy waits for it")]
     MissingOnHost { kind: &'static str, object: String },
@@ -299,6 +306,7 @@ async fn sync_one(
                 Err(
                     e @ (SyncError::Clash { .. }
                     | SyncError::NotGranted { .. }
+                    | SyncError::NoServiceAccount { .. }
                     | SyncError::AdmissionRefused { .. }),
                 ) => {
                     return clash(host_side, leaf, &host_pods, pod, e).await;
@@ -733,6 +741,9 @@ async fn create_copy(
             .await
             .map_err(api_err(format!("marking host PVC {ns}/{c_name}")))?;
     }
+    if let Some(sa) = transform::service_account(pod) {
+        ensure_service_account(leaf, pod, &ns, sa).await?;
+    }
     let mut copy = transform::leaf_pod(pod, &leaf.name, &leaf.host_id)?;
     keep_priority_class(host_side, leaf, pod, &mut copy).await;
     let leaf_pods: Api<Pod> = Api::namespaced(leaf.client.clone(), &ns);
@@ -769,6 +780,70 @@ async fn create_copy(
         }
         Err(e) => Err(api_err(format!("creating leaf pod {ns}/{name}"))(e)),
     }
+}
+
+/// The ServiceAccount `sa` the copy runs as: the leaf's when it has one of that name (any
+/// pod of the namespace there may run as it), else created, marked as this host's, with no
+/// RBAC and the pod's `automountServiceAccountToken`, where `join --service-accounts`
+/// allows it.
+async fn ensure_service_account(
+    leaf: &LeafCluster,
+    pod: &Pod,
+    ns: &str,
+    sa: &str,
+) -> Result<(), SyncError> {
+    let api: Api<ServiceAccount> = Api::namespaced(leaf.client.clone(), ns);
+    let exists = |found: bool| {
+        leaf.checks.learned(
+            Question::ServiceAccount(ns.to_string(), sa.to_string()),
+            found,
+        )
+    };
+    let no_account = || {
+        leaf.checks
+            .learned(Question::MayCreateServiceAccounts(ns.to_string()), false);
+        SyncError::NoServiceAccount {
+            object: format!("{ns}/{sa}"),
+        }
+    };
+    let found = api
+        .get_metadata_opt(sa)
+        .await
+        .map_err(api_err(format!("reading leaf ServiceAccount {ns}/{sa}")))?;
+    if let Some(m) = found {
+        if is_ours(&m.metadata, &leaf.name, &leaf.host_id) {
+            leaf.copied
+                .copied(Dep::new(DepKind::ServiceAccount, ns, sa), None);
+        }
+        exists(true);
+        return Ok(());
+    }
+    let account = ServiceAccount {
+        metadata: owned_meta(leaf, sa, Some(ns), &ObjectMeta::default()),
+        automount_service_account_token: pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.automount_service_account_token),
+        ..Default::default()
+    };
+    // Recorded first: a copy created and then lost before the record is collected all
+    // the same (only while it is ours and unused).
+    leaf.copied
+        .copied(Dep::new(DepKind::ServiceAccount, ns, sa), None);
+    match api.create(&PostParams::default(), &account).await {
+        Ok(_) => {
+            info!(cluster = %leaf.name, account = %format!("{ns}/{sa}"), "leaf ServiceAccount created");
+        }
+        Err(e) if code(&e) == Some(409) => {}
+        Err(e) if is_rbac_denial(&e) => return Err(no_account()),
+        Err(e) => {
+            return Err(api_err(format!("creating leaf ServiceAccount {ns}/{sa}"))(
+                e,
+            ));
+        }
+    }
+    exists(true);
+    Ok(())
 }
 
 /// The copy keeps the pod's PriorityClass when the leaf has one of that name (the leaf's

@@ -373,6 +373,7 @@ mod tests {
             cluster: cluster.into(),
             leaf_node: leaf_node.into(),
             volumes: vec![("pv-1".into(), "default/data".into())],
+            notes: Vec::new(),
         };
         leaves.assume(pod.clone(), &choice("east", "east-1"));
         assert!(east.cache().is_assumed("default/p"));

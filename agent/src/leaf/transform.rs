@@ -265,6 +265,16 @@ impl Dependencies {
     }
 }
 
+/// The ServiceAccount a copy runs as when it is not the namespace's `default` (which
+/// every namespace has: its controller creates it).
+pub fn service_account(pod: &Pod) -> Option<&str> {
+    let spec = pod.spec.as_ref()?;
+    spec.service_account_name
+        .as_deref()
+        .or(spec.service_account.as_deref())
+        .filter(|n| !n.is_empty() && *n != "default")
+}
+
 pub fn dependencies(pod: &Pod) -> Dependencies {
     let mut d = Dependencies::default();
     let Some(spec) = pod.spec.as_ref() else {

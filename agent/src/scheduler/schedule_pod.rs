@@ -40,6 +40,7 @@ pub async fn schedule_pod(
         with_extenders(fw, &interested, state, pod, snapshot, record, record_all).await
     };
     record.leaf_nodes = leaf_node_fit::leaf_nodes(state);
+    record.leaf_notes = leaf_node_fit::leaf_notes(state);
     record.policy = placement_policy::explained(state);
     result
 }

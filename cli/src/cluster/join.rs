@@ -55,6 +55,12 @@ pub struct JoinArgs {
     /// namespaces: only for a host trusted as much as the leaf's admins.
     #[arg(long)]
     pub all_namespaces: bool,
+    /// Let pod sync create, in the granted namespaces, a ServiceAccount a host pod names
+    /// when the leaf has none of that name (marked as this host's, without any RBAC; deleted
+    /// once no copy uses it). Without it such a pod goes to leaves that have the account.
+    /// Joining again without it withdraws the grant.
+    #[arg(long)]
+    pub service_accounts: bool,
     /// Lifetime of the leaf account's tokens (at least 10m); the agent renews the token
     /// in the join Secret before it expires.
     #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = crate::duration::parse)]
@@ -426,6 +432,15 @@ async fn join_steps(
     if apply_in_leaf(&Api::all(leaf.clone()), &leaf_access::writer_role()).await? {
         rb.record_cluster::<ClusterRole>(true, keys::LEAF_WRITER_ROLE.into());
     }
+    if args.service_accounts
+        && apply_in_leaf(
+            &Api::all(leaf.clone()),
+            &leaf_access::service_account_role(),
+        )
+        .await?
+    {
+        rb.record_cluster::<ClusterRole>(true, keys::LEAF_SERVICE_ACCOUNT_ROLE.into());
+    }
     if apply_in_leaf(
         &Api::namespaced(leaf.clone(), system),
         &leaf_access::token_role(),
@@ -658,6 +673,16 @@ async fn grant_writes(p: &Plan<'_>, leaf: &Client, rb: &mut Rollback) -> anyhow:
                         keys::LEAF_ACCOUNT.into(),
                     );
                 }
+                if p.args.service_accounts {
+                    let binding = leaf_access::service_account_binding(ns, &p.host_id);
+                    if put_grant(&api, &binding, &binding.role_ref, &p.host_id).await? {
+                        rb.record_namespaced::<RoleBinding>(
+                            true,
+                            ns.clone(),
+                            keys::LEAF_SERVICE_ACCOUNT_ROLE.into(),
+                        );
+                    }
+                }
             }
             let created = if created.is_empty() {
                 String::new()
@@ -686,7 +711,23 @@ async fn grant_writes(p: &Plan<'_>, leaf: &Client, rb: &mut Rollback) -> anyhow:
                 keys::LEAF_ACCOUNT,
                 keys::LEAF_WRITER_ROLE
             ));
+            if p.args.service_accounts {
+                let binding = leaf_access::service_account_cluster_binding(&p.host_id);
+                if put_grant(&api, &binding, &binding.role_ref, &p.host_id).await? {
+                    rb.record_cluster::<ClusterRoleBinding>(
+                        true,
+                        keys::LEAF_SERVICE_ACCOUNT_ROLE.into(),
+                    );
+                }
+            }
         }
+    }
+    if p.args.service_accounts {
+        step(&format!(
+            "leaf: {} may create the ServiceAccounts the host's pods name where it may write (ClusterRole {}; no RBAC goes with them)",
+            keys::LEAF_ACCOUNT,
+            keys::LEAF_SERVICE_ACCOUNT_ROLE
+        ));
     }
     Ok(())
 }
@@ -771,33 +812,48 @@ async fn remove_stale_grants(p: &Plan<'_>, leaf: &Client) -> anyhow::Result<()> 
         .context("listing this host's grants in the leaf")?;
     for b in bindings.items {
         let ns = b.namespace().unwrap_or_default();
-        if b.name_any() != keys::LEAF_ACCOUNT
-            || b.role_ref.name != keys::LEAF_WRITER_ROLE
-            || keep.contains(&ns)
-        {
+        let writes =
+            b.name_any() == keys::LEAF_ACCOUNT && b.role_ref.name == keys::LEAF_WRITER_ROLE;
+        let accounts = b.name_any() == keys::LEAF_SERVICE_ACCOUNT_ROLE
+            && b.role_ref.name == keys::LEAF_SERVICE_ACCOUNT_ROLE;
+        let wanted = keep.contains(&ns) && (writes || p.args.service_accounts);
+        if !(writes || accounts) || wanted {
             continue;
         }
         delete_exactly(&Api::<RoleBinding>::namespaced(leaf.clone(), &ns), &b)
             .await
             .with_context(|| format!("removing the grant in leaf namespace {ns}"))?;
         step(&format!(
-            "leaf: grant in namespace {ns} removed (RoleBinding {ns}/{}); the namespace and what runs there stay",
-            keys::LEAF_ACCOUNT
+            "leaf: {} in namespace {ns} removed (RoleBinding {ns}/{}); the namespace and what runs there stay",
+            if writes {
+                "grant"
+            } else {
+                "ServiceAccount grant"
+            },
+            b.name_any()
         ));
     }
-    if matches!(p.grant, Grant::Namespaces(_)) {
-        let api: Api<ClusterRoleBinding> = Api::all(leaf.clone());
-        if let Some(b) = api.get_opt(keys::LEAF_WRITER_ROLE).await?
+    let api: Api<ClusterRoleBinding> = Api::all(leaf.clone());
+    let all = matches!(p.grant, Grant::AllNamespaces);
+    for (name, wanted, what) in [
+        (keys::LEAF_WRITER_ROLE, all, "the all-namespaces grant"),
+        (
+            keys::LEAF_SERVICE_ACCOUNT_ROLE,
+            all && p.args.service_accounts,
+            "the all-namespaces ServiceAccount grant",
+        ),
+    ] {
+        if wanted {
+            continue;
+        }
+        if let Some(b) = api.get_opt(name).await?
             && b.labels().get(keys::HOST_ID_LABEL) == Some(&p.host_id)
             && is_managed(&b.metadata)
         {
             delete_exactly(&api, &b)
                 .await
-                .context("removing the all-namespaces grant in the leaf")?;
-            step(&format!(
-                "leaf: the all-namespaces grant removed (ClusterRoleBinding {})",
-                keys::LEAF_WRITER_ROLE
-            ));
+                .with_context(|| format!("removing {what} in the leaf"))?;
+            step(&format!("leaf: {what} removed (ClusterRoleBinding {name})"));
         }
     }
     Ok(())

@@ -136,7 +136,7 @@ pub fn reader_binding() -> ClusterRoleBinding {
 
 /// What pod sync writes, granted per namespace by RoleBindings: pods, and the ConfigMaps,
 /// Secrets and claims they use (by name: no list or watch of Secrets or ConfigMaps), and
-/// events. `namespaces` `create` is cluster-scoped, which a RoleBinding cannot grant: it
+/// events; ServiceAccounts are only read, by name (does the one a pod names exist?). `namespaces` `create` is cluster-scoped, which a RoleBinding cannot grant: it
 /// takes effect only through the `--all-namespaces` ClusterRoleBinding. Never `bind`,
 /// `escalate`, RBAC objects or namespace deletion.
 pub fn writer_role() -> ClusterRole {
@@ -151,10 +151,48 @@ pub fn writer_role() -> ClusterRole {
                 &["configmaps", "secrets", "persistentvolumeclaims"],
                 &write,
             ),
+            rule(&[""], &["serviceaccounts"], &["get"]),
             rule(&["", "events.k8s.io"], &["events"], &["create"]),
             rule(&[""], &["namespaces"], &["create"]),
         ]),
         ..Default::default()
+    }
+}
+
+/// `join --service-accounts`: pod sync may create (and delete its own) ServiceAccounts of
+/// the names the host's pods use. No RBAC goes with them: a copy runs with the leaf's
+/// defaults for an account, nothing more.
+pub fn service_account_role() -> ClusterRole {
+    ClusterRole {
+        metadata: meta(keys::LEAF_SERVICE_ACCOUNT_ROLE, None, managed_labels()),
+        rules: Some(vec![rule(
+            &[""],
+            &["serviceaccounts"],
+            &["get", "create", "delete"],
+        )]),
+        ..Default::default()
+    }
+}
+
+/// The ServiceAccount role bound in one granted leaf namespace.
+pub fn service_account_binding(namespace: &str, host_id: &str) -> RoleBinding {
+    RoleBinding {
+        metadata: meta(
+            keys::LEAF_SERVICE_ACCOUNT_ROLE,
+            Some(namespace),
+            host_labels(host_id),
+        ),
+        role_ref: role_ref("ClusterRole", keys::LEAF_SERVICE_ACCOUNT_ROLE),
+        subjects: Some(vec![leaf_subject()]),
+    }
+}
+
+/// The ServiceAccount role bound cluster-wide: `--all-namespaces --service-accounts`.
+pub fn service_account_cluster_binding(host_id: &str) -> ClusterRoleBinding {
+    ClusterRoleBinding {
+        metadata: meta(keys::LEAF_SERVICE_ACCOUNT_ROLE, None, host_labels(host_id)),
+        role_ref: role_ref("ClusterRole", keys::LEAF_SERVICE_ACCOUNT_ROLE),
+        subjects: Some(vec![leaf_subject()]),
     }
 }
 
@@ -453,15 +491,27 @@ mod tests {
             }
             for res in r.resources.iter().flatten() {
                 assert!(
-                    !["*", "serviceaccounts", "serviceaccounts/token", "nodes"]
-                        .contains(&res.as_str()),
+                    !["*", "serviceaccounts/token", "nodes"].contains(&res.as_str()),
                     "{r:?}"
                 );
                 if res == "namespaces" {
                     assert_eq!(verbs(r), ["create"]);
                 }
+                // Whether a pod's account exists, asked by name; creating one is
+                // `--service-accounts`' own grant.
+                if res == "serviceaccounts" {
+                    assert_eq!(verbs(r), ["get"]);
+                }
             }
         }
+        let accounts = service_account_role().rules.unwrap_or_default();
+        assert_eq!(accounts.len(), 1);
+        assert_eq!(
+            accounts[0].resources.as_deref(),
+            Some(&["serviceaccounts".to_string()][..]),
+            "never serviceaccounts/token, never RBAC"
+        );
+        assert_eq!(verbs(&accounts[0]), ["get", "create", "delete"]);
         let token = token_role().rules.unwrap_or_default();
         assert_eq!(token.len(), 1);
         assert_eq!(verbs(&token[0]), ["create"]);

@@ -136,13 +136,15 @@ pub async fn run(kube: &KubeArgs, args: UnjoinArgs) -> anyhow::Result<()> {
     };
     let admin = args.cluster_kubeconfig.is_some();
     let left_rbac = format!(
-        "ServiceAccount {}/{}, ClusterRoles {} and {}, Role {}, and this host's grants (RoleBindings {})",
+        "ServiceAccount {}/{}, ClusterRoles {}, {} and {}, Role {}, and this host's grants (RoleBindings {} and {})",
         keys::SYSTEM_NAMESPACE,
         keys::LEAF_ACCOUNT,
         keys::LEAF_ACCOUNT,
         keys::LEAF_WRITER_ROLE,
+        keys::LEAF_SERVICE_ACCOUNT_ROLE,
         keys::LEAF_TOKEN_ROLE,
-        keys::LEAF_ACCOUNT
+        keys::LEAF_ACCOUNT,
+        keys::LEAF_SERVICE_ACCOUNT_ROLE
     );
     match leaf {
         Ok(Some(leaf)) => match clean_leaf(&leaf, &args.name, &host_id, admin).await {
@@ -357,6 +359,7 @@ async fn clean_leaf(
     let pods: Api<Pod> = Api::all(leaf.clone());
     let mut cms = BTreeSet::new();
     let mut secrets = BTreeSet::new();
+    let mut accounts = BTreeSet::new();
     for p in pods.list(&ours).await.context("listing leaf pods")?.items {
         if !marked(&p.metadata, host_id, cluster) {
             continue;
@@ -365,6 +368,9 @@ async fn clean_leaf(
         let (c, s) = references(&p);
         cms.extend(c.into_iter().map(|n| (ns.clone(), n)));
         secrets.extend(s.into_iter().map(|n| (ns.clone(), n)));
+        if let Some(a) = p.spec.as_ref().and_then(|s| s.service_account_name.clone()) {
+            accounts.insert((ns.clone(), a));
+        }
         delete_exactly(&Api::<Pod>::namespaced(leaf.clone(), &ns), &p)
             .await
             .with_context(|| format!("deleting leaf pod {ns}/{}", p.name_any()))?;
@@ -373,6 +379,8 @@ async fn clean_leaf(
     clean_kind::<Secret>(leaf, host_id, cluster, admin, &secrets).await?;
     // The leaf account lists claims cluster-wide, as the admin does.
     clean_kind::<PersistentVolumeClaim>(leaf, host_id, cluster, true, &BTreeSet::new()).await?;
+    // Pod sync's accounts (`join --service-accounts`); the leaf account reads them by name.
+    clean_kind::<ServiceAccount>(leaf, host_id, cluster, admin, &accounts).await?;
     if !admin {
         return Ok(Vec::new());
     }
@@ -526,7 +534,11 @@ async fn remove_grants(leaf: &Client, host_id: &str) -> anyhow::Result<BTreeSet<
         .context("listing grants in the leaf")?;
     let mut others = BTreeSet::new();
     for b in grants.items {
-        if b.name_any() != keys::LEAF_ACCOUNT || b.role_ref.name != keys::LEAF_WRITER_ROLE {
+        let writes =
+            b.name_any() == keys::LEAF_ACCOUNT && b.role_ref.name == keys::LEAF_WRITER_ROLE;
+        let accounts = b.name_any() == keys::LEAF_SERVICE_ACCOUNT_ROLE
+            && b.role_ref.name == keys::LEAF_SERVICE_ACCOUNT_ROLE;
+        if !(writes || accounts) {
             continue;
         }
         let owner = b
@@ -544,19 +556,21 @@ async fn remove_grants(leaf: &Client, host_id: &str) -> anyhow::Result<BTreeSet<
         }
     }
     let cluster_grants: Api<ClusterRoleBinding> = Api::all(leaf.clone());
-    if let Some(b) = cluster_grants.get_opt(keys::LEAF_WRITER_ROLE).await?
-        && is_managed(&b.metadata)
-    {
-        match b.labels().get(keys::HOST_ID_LABEL) {
-            Some(owner) if owner == host_id => {
-                delete_exactly(&cluster_grants, &b)
-                    .await
-                    .context("deleting the leaf's all-namespaces grant")?;
+    for name in [keys::LEAF_WRITER_ROLE, keys::LEAF_SERVICE_ACCOUNT_ROLE] {
+        if let Some(b) = cluster_grants.get_opt(name).await?
+            && is_managed(&b.metadata)
+        {
+            match b.labels().get(keys::HOST_ID_LABEL) {
+                Some(owner) if owner == host_id => {
+                    delete_exactly(&cluster_grants, &b).await.with_context(|| {
+                        format!("deleting the leaf's all-namespaces grant {name}")
+                    })?;
+                }
+                Some(owner) => {
+                    others.insert(owner.clone());
+                }
+                None => {}
             }
-            Some(owner) => {
-                others.insert(owner.clone());
-            }
-            None => {}
         }
     }
     Ok(others)
@@ -584,6 +598,11 @@ async fn remove_account(leaf: &Client) -> anyhow::Result<()> {
     delete_if_managed(
         &Api::<ClusterRole>::all(leaf.clone()),
         keys::LEAF_WRITER_ROLE,
+    )
+    .await?;
+    delete_if_managed(
+        &Api::<ClusterRole>::all(leaf.clone()),
+        keys::LEAF_SERVICE_ACCOUNT_ROLE,
     )
     .await?;
     // The token Secret of joins made before tokens came from the TokenRequest API.

@@ -95,6 +95,16 @@ pub fn render(e: &Explanation, wide: bool, mode: Mode) -> String {
         evaluated_apart(e),
         e.num_feasible_nodes
     ));
+    // What the winning leaf's copy would use there (its ServiceAccount).
+    if let Some(w) = e.nodes.iter().find(|n| Some(&n.node) == winner.as_ref())
+        && !w.leaf_notes.is_empty()
+    {
+        out.push_str(&format!("in the leaf behind {}:\n", w.node));
+        for note in &w.leaf_notes {
+            out.push_str(&format!("  {note}\n"));
+        }
+        out.push('\n');
+    }
     if let Some(p) = &e.policy {
         out.push_str(&format!("placement policy: {}\n", p.name));
         for note in &p.notes {
@@ -220,6 +230,7 @@ mod tests {
                     scores: vec![],
                     total_score: None,
                     leaf_node: None,
+                    leaf_notes: vec![],
                     nominated_pods: vec![],
                 },
                 NodeExplanation {
@@ -235,6 +246,7 @@ mod tests {
                     }],
                     total_score: Some(80),
                     leaf_node: Some("east-3".into()),
+                    leaf_notes: vec!["ServiceAccount shop/builder: the leaf has it".into()],
                     nominated_pods: vec![],
                 },
             ],
@@ -250,6 +262,12 @@ mod tests {
         assert!(
             table.contains(
                 "placement policy: PlacementPolicy shop/web\n  Weighted division by east:2"
+            ),
+            "{table}"
+        );
+        assert!(
+            table.contains(
+                "in the leaf behind mcsched-east:\n  ServiceAccount shop/builder: the leaf has it"
             ),
             "{table}"
         );

@@ -101,6 +101,7 @@ impl LeafChecker {
         if let Some(refused) = leaf_refuses(view, pod) {
             return refused;
         }
+        let notes: Vec<String> = service_account_note(view, pod).into_iter().collect();
         let leaf_pod = match cycle.leaf_pod(pod) {
             Ok(p) => p,
             Err(e) => return Status::unresolvable(e),
@@ -176,7 +177,7 @@ impl LeafChecker {
         if let Some(found) = found {
             let leaf_node = &nodes[found].name;
             let volumes = volume_binding::chosen_volumes(&state, leaf_node);
-            cycle.record_choice(&node.name, cluster, leaf_node, volumes);
+            cycle.record_choice(&node.name, cluster, leaf_node, volumes, notes);
             return Status::success();
         }
         let rejections: Vec<Status> = if parallel {
@@ -233,6 +234,10 @@ fn questions(pod: &PodInfo) -> Vec<Question> {
     let ns = &pod.namespace;
     let deps = crate::leaf::transform::dependencies(&pod.object());
     let mut qs = vec![Question::Granted(ns.clone())];
+    if let Some(sa) = crate::leaf::transform::service_account(&pod.object()) {
+        qs.push(Question::ServiceAccount(ns.clone(), sa.to_string()));
+        qs.push(Question::MayCreateServiceAccounts(ns.clone()));
+    }
     qs.extend(
         deps.config_maps
             .iter()
@@ -302,7 +307,37 @@ fn leaf_refuses(view: &LeafView, pod: &PodInfo) -> Option<Status> {
             )));
         }
     }
+    if let Some(sa) = crate::leaf::transform::service_account(&pod.object()) {
+        let has = view
+            .checks
+            .answer(&Question::ServiceAccount(ns.clone(), sa.to_string()));
+        let may_create = view
+            .checks
+            .answer(&Question::MayCreateServiceAccounts(ns.clone()));
+        if has == Some(false) && may_create == Some(false) {
+            return Some(Status::unresolvable(format!(
+                "leaf cluster {cluster} has no ServiceAccount {ns}/{sa} and mcsched may not create one there: the leaf's admin creates it, or lets mcsched with `kubectl mcsched join cluster {cluster} --service-accounts`"
+            )));
+        }
+    }
     None
+}
+
+/// Which ServiceAccount the copy would run as in the leaf: the one of that name there, or
+/// one pod sync creates ([`leaf_refuses`] refused the leaf when neither).
+fn service_account_note(view: &LeafView, pod: &PodInfo) -> Option<String> {
+    let obj = pod.object();
+    let sa = crate::leaf::transform::service_account(&obj)?;
+    let ns = &pod.namespace;
+    let has = view
+        .checks
+        .answer(&Question::ServiceAccount(ns.clone(), sa.to_string()));
+    Some(match has {
+        Some(false) => {
+            format!("ServiceAccount {ns}/{sa}: the leaf has none; pod sync creates it (no RBAC)")
+        }
+        _ => format!("ServiceAccount {ns}/{sa}: the leaf has it"),
+    })
 }
 
 /// `leaf cluster east has no node that fits: 4 Insufficient cpu; largest free node
@@ -819,6 +854,72 @@ mod leaf_question_tests {
             refused
                 .message()
                 .contains("--namespaces <granted namespaces>,shop")
+        );
+    }
+
+    #[test]
+    fn a_pods_service_account_is_the_leafs_or_created_where_the_join_allows() {
+        let checks = LeafChecks::new("east", "h1");
+        let view = Arc::new(LeafView {
+            admission: Default::default(),
+            cluster: "east".into(),
+            snapshot: Snapshot::from_nodes(vec![]),
+            checks: checks.clone(),
+            host_id: "h1".into(),
+        });
+        let cycle = LeafCycle::new(Arc::new(BTreeMap::from([("east".into(), view.clone())])));
+        let pod = |sa: Option<&str>| {
+            let mut spec = serde_json::json!({"containers": [{"name": "c", "image": "i"}]});
+            if let Some(sa) = sa {
+                spec["serviceAccountName"] = sa.into();
+            }
+            let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(
+                serde_json::json!({"metadata": {"name": "web", "namespace": "shop"}, "spec": spec}),
+            )
+            .unwrap();
+            PodInfo::new(Arc::new(pod))
+        };
+        checks.learned(Question::Granted("shop".into()), true);
+        // Every namespace has `default`: nothing asked, nothing noted.
+        for plain in [pod(None), pod(Some("default"))] {
+            assert_eq!(unanswered(&cycle, &plain), None);
+            assert!(leaf_refuses(&view, &plain).is_none());
+            assert_eq!(service_account_note(&view, &plain), None);
+        }
+        let builder = pod(Some("builder"));
+        assert!(
+            unanswered(&cycle, &builder).is_some(),
+            "waits for the leaf's answers about the account"
+        );
+        let has = Question::ServiceAccount("shop".into(), "builder".into());
+        let may = Question::MayCreateServiceAccounts("shop".into());
+        checks.learned(has.clone(), false);
+        checks.learned(may.clone(), false);
+        assert_eq!(unanswered(&cycle, &builder), None);
+        let refused = leaf_refuses(&view, &builder).expect("no account, no grant");
+        assert_eq!(
+            refused.code,
+            crate::framework::Code::UnschedulableAndUnresolvable
+        );
+        assert!(
+            refused.message().contains(
+                "has no ServiceAccount shop/builder and mcsched may not create one there"
+            ) && refused
+                .message()
+                .contains("kubectl mcsched join cluster east --service-accounts"),
+            "{}",
+            refused.message()
+        );
+        checks.learned(may, true);
+        assert!(leaf_refuses(&view, &builder).is_none());
+        assert_eq!(
+            service_account_note(&view, &builder).as_deref(),
+            Some("ServiceAccount shop/builder: the leaf has none; pod sync creates it (no RBAC)")
+        );
+        checks.learned(has, true);
+        assert_eq!(
+            service_account_note(&view, &builder).as_deref(),
+            Some("ServiceAccount shop/builder: the leaf has it")
         );
     }
 }

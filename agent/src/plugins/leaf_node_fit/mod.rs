@@ -41,6 +41,14 @@ pub fn leaf_nodes(state: &CycleState) -> std::collections::HashMap<String, Strin
         .unwrap_or_default()
 }
 
+/// Virtual node → what the check noted about the copy there (its ServiceAccount).
+pub fn leaf_notes(state: &CycleState) -> std::collections::HashMap<String, Vec<String>> {
+    state
+        .read::<LeafCycle>(LEAF_CYCLE_KEY)
+        .map(LeafCycle::notes)
+        .unwrap_or_default()
+}
+
 impl Plugin for LeafNodeFit {
     fn name(&self) -> &'static str {
         NAME
