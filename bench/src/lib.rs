@@ -4,6 +4,7 @@
 
 pub mod bind_only;
 pub mod chart;
+pub mod freshness;
 pub mod machine;
 pub mod observe;
 pub mod populate;

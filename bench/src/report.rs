@@ -161,6 +161,7 @@ pub fn render(r: &Report<'_>) -> String {
         );
     }
     let _ = writeln!(s, "\n{}", METHOD);
+    leaves_section(&mut s, r.results);
 
     let _ = writeln!(s, "## Targets\n");
     let _ = writeln!(s, "Reported, not asserted.\n");
@@ -224,7 +225,78 @@ const METHOD: &str = "How it is measured (after kube-scheduler's `scheduler_perf
   1.5 CPU × its nodes free (Kosmos's aggregated view), while no leaf node fits one pod. The
   host's nodes hold them all. A scheduler that trusts the aggregate sends pods to leaves
   where they stay Pending.
+- **MultiClusterManyLeaves**: MultiCluster with 16 leaves of 100 nodes beside a host of 1000
+  nodes (17 control planes on this machine's cores).
 ";
+
+/// What the leaves cost the agent and how current their virtual nodes stayed, per
+/// multi-cluster run of mcsched.
+fn leaves_section(s: &mut String, results: &[RunResult]) {
+    let runs: Vec<&RunResult> = results
+        .iter()
+        .filter(|r| r.workload.is_multi_cluster() && r.scheduler == Scheduler::Mcsched)
+        .collect();
+    if runs.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "## Leaves
+"
+    );
+    let _ = writeln!(
+        s,
+        "The agent's peak RSS divided by the leaves, by their nodes and by the pods it sent to \
+         them (each ratio counts all of the RSS, the host's share included: an upper bound; the \
+         slopes fitted across runs are in `bench/leaves.md`), and the **virtual-node status \
+         lag**: during the measured phase, one leaf at a time, a leaf node's pod capacity is \
+         raised by one and the host's virtual node read every 25 ms until its capacity shows \
+         it; the lag runs from the leaf's answer to the host's (a change not shown within 30 s \
+         counts as missed).\n"
+    );
+    let _ = writeln!(
+        s,
+        "| workload | leaves × leaf nodes | pods sent to leaves | peak RSS | per leaf | per leaf node | per pod in a leaf | status lag p50 / p99 / max (probes, missed) |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
+    for r in runs {
+        let rss = r.usage.map(|u| u.peak_rss_bytes as f64);
+        let per = |n: usize, unit: f64, suffix: &str| {
+            opt(rss.filter(|_| n > 0), |b| {
+                format!("{:.1} {suffix}", b / n as f64 / unit)
+            })
+        };
+        let sent = r.leaf.map(|l| l.sent).unwrap_or(0);
+        let mut shown: Vec<Duration> = r.status_lags.iter().flatten().copied().collect();
+        shown.sort();
+        let missed = r.status_lags.len() - shown.len();
+        let lag = if shown.is_empty() {
+            format!("– ({} probes, {missed} missed)", r.status_lags.len())
+        } else {
+            format!(
+                "{} / {} / {} ({} probes, {missed} missed)",
+                opt(crate::stats::percentile(&shown, 50), ms),
+                opt(crate::stats::percentile(&shown, 99), ms),
+                opt(shown.last().copied(), ms),
+                r.status_lags.len()
+            )
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {} × {} | {} | {} | {} | {} | {} | {} |",
+            r.workload,
+            r.size.leaves,
+            r.size.leaf_nodes,
+            sent,
+            opt(rss, |b| format!("{:.0} MiB", b / MIB)),
+            per(r.size.leaves, MIB, "MiB"),
+            per(r.size.leaves * r.size.leaf_nodes, 1024.0, "KiB"),
+            per(sent, 1024.0, "KiB"),
+            lag,
+        );
+    }
+    let _ = writeln!(s);
+}
 
 fn targets(results: &[RunResult]) -> Vec<(String, String, Option<bool>)> {
     let tp = |k, s| find(results, k, s).and_then(|r| r.throughput);

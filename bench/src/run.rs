@@ -57,6 +57,9 @@ pub struct RunResult {
     /// Placements that break the workload's constraints (`validate`); the bind-only baselines'
     /// are not judged.
     pub violations: Vec<String>,
+    /// Multi-cluster: how long each probed leaf change took to show in its virtual node's
+    /// status during the measured phase (None: not within 30 s).
+    pub status_lags: Vec<Option<Duration>>,
 }
 
 impl RunResult {
@@ -205,6 +208,17 @@ pub async fn run(
             )
         })
         .collect();
+    let probe = (!leaves.is_empty()).then(|| {
+        crate::freshness::Probe::start(
+            host.client.clone(),
+            leaf_names
+                .iter()
+                .cloned()
+                .zip(leaves.iter().map(|l| l.client.clone()))
+                .collect(),
+            workloads::node_name(0),
+        )
+    });
     let start = Instant::now();
     crate::populate::pods(&host.client, pods, |name| observer.created(name)).await?;
     info!(
@@ -216,6 +230,10 @@ pub async fn run(
     let usage = sched.pid().and_then(|pid| procstat::usage(pid).ok());
     let obs = observer.observation(start);
     info!(bound = obs.bound_at.len(), "measured phase over");
+    let status_lags = match probe {
+        Some(p) => p.finish().await?,
+        None => Vec::new(),
+    };
 
     let leaf = if leaves.is_empty() {
         None
@@ -276,6 +294,7 @@ pub async fn run(
         leaf,
         measured_for,
         violations,
+        status_lags,
     })
 }
 

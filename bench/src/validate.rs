@@ -152,7 +152,10 @@ pub fn violations(kind: Kind, nodes: &[Node], pods: &[Pod]) -> Vec<String> {
                 }
             }
         }
-        Kind::SchedulingBasic | Kind::MultiCluster | Kind::MultiClusterFragmented => {}
+        Kind::SchedulingBasic
+        | Kind::MultiCluster
+        | Kind::MultiClusterFragmented
+        | Kind::MultiClusterManyLeaves => {}
     }
     out
 }

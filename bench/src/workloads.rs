@@ -25,16 +25,21 @@ pub enum Kind {
     /// Leaves whose nodes are each 2.5 of 4 CPUs used: a leaf's summed free room is large,
     /// while no node of it fits a 2-CPU pod (the node-aware scheduling challenge).
     MultiClusterFragmented,
+    /// MultiCluster with many small leaves (16 by default, each a control plane of its
+    /// own) beside a host of 1000 nodes: what each leaf costs the agent, and how current
+    /// the virtual nodes stay.
+    MultiClusterManyLeaves,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 7] = [
         Kind::SchedulingBasic,
         Kind::SchedulingPodAntiAffinity,
         Kind::TopologySpreading,
         Kind::SchedulingNodeAffinity,
         Kind::MultiCluster,
         Kind::MultiClusterFragmented,
+        Kind::MultiClusterManyLeaves,
     ];
 
     pub fn name(self) -> &'static str {
@@ -45,12 +50,16 @@ impl Kind {
             Kind::SchedulingNodeAffinity => "SchedulingNodeAffinity",
             Kind::MultiCluster => "MultiCluster",
             Kind::MultiClusterFragmented => "MultiClusterFragmented",
+            Kind::MultiClusterManyLeaves => "MultiClusterManyLeaves",
         }
     }
 
     /// Workloads with leaf clusters joined as virtual nodes.
     pub fn is_multi_cluster(self) -> bool {
-        matches!(self, Kind::MultiCluster | Kind::MultiClusterFragmented)
+        matches!(
+            self,
+            Kind::MultiCluster | Kind::MultiClusterFragmented | Kind::MultiClusterManyLeaves
+        )
     }
 }
 
@@ -158,6 +167,13 @@ pub fn default_size(kind: Kind) -> Size {
             leaves: 4,
             leaf_nodes: 500,
         },
+        Kind::MultiClusterManyLeaves => Size {
+            nodes: 1000,
+            init_pods: 0,
+            pods: 2000,
+            leaves: 16,
+            leaf_nodes: 100,
+        },
     }
 }
 
@@ -177,6 +193,13 @@ pub fn quick_size(kind: Kind) -> Size {
             init_pods: 0,
             pods: 16,
             leaves: 2,
+            leaf_nodes: 5,
+        },
+        Kind::MultiClusterManyLeaves => Size {
+            nodes: 20,
+            init_pods: 0,
+            pods: 60,
+            leaves: 3,
             leaf_nodes: 5,
         },
         _ => Size::single(100, 20, 200),

@@ -35,6 +35,8 @@ fn quick_variant_binds_every_pod_and_writes_results() {
         "SchedulingNodeAffinity",
         "MultiCluster",
         "MultiClusterFragmented",
+        "MultiClusterManyLeaves",
+        "## Leaves",
         "CPU ms / pod",
         "kube-scheduler",
         "mcsched",
@@ -44,6 +46,28 @@ fn quick_variant_binds_every_pod_and_writes_results() {
         assert!(
             results.contains(needle),
             "results.md lacks {needle}:\n{results}"
+        );
+    }
+    // Every multi-cluster run of mcsched probed each of its leaves, and every change made
+    // in a leaf showed in its virtual node's status.
+    let leaves = results
+        .split("## Leaves")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .unwrap_or_default();
+    let rows: Vec<&str> = leaves
+        .lines()
+        .filter(|l| l.starts_with("| MultiCluster"))
+        .collect();
+    assert_eq!(
+        rows.len(),
+        3,
+        "one row per multi-cluster workload:\n{leaves}"
+    );
+    for row in rows {
+        assert!(
+            row.contains(" missed) |") && row.contains(", 0 missed)") && !row.contains("| – ("),
+            "a leaf change never reached its virtual node:\n{row}"
         );
     }
     let png = std::fs::read(out.path().join("results.png")).expect("results.png");
