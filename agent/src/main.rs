@@ -134,15 +134,15 @@ async fn run(
     profiles: mcsched_agent::profiles::Profiles,
     leaves: Arc<Leaves>,
 ) -> anyhow::Result<()> {
-    let extenders = config_bridge::extenders(&cfg)?;
+    // The scheduling client's, the leaves' and the extenders' binding writes stop at the
+    // wire once the Lease is lost (armed below, once the election exists).
+    let fence = leaves.fence.clone();
+    let extenders = config_bridge::extenders(&cfg, &fence)?;
     let kubeconfig = args
         .kubeconfig
         .clone()
         .or_else(|| cfg.client_connection.kubeconfig.as_ref().map(PathBuf::from));
     let cc = &cfg.client_connection;
-    // The scheduling client's and the leaves' writes stop at the wire once the Lease is
-    // lost (armed below, once the election exists).
-    let fence = leaves.fence.clone();
     let client = client::connect_fenced(
         kubeconfig.as_deref(),
         args.context.as_deref(),
