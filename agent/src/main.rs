@@ -218,6 +218,14 @@ async fn run(
             unauthorized_ttl: args.authorization_webhook_cache_unauthorized_ttl,
             max_dry_runs: usize::from(args.max_concurrent_what_ifs),
             request_timeout: args.request_timeout,
+            connections: server::connections::ConnectionOptions {
+                header_read_timeout: args.header_read_timeout,
+                idle_timeout: args.idle_timeout,
+                max_connections: args.max_connections,
+                max_connections_per_ip: args.max_connections_per_ip,
+            },
+            health_addr: (args.health_port != 0)
+                .then(|| SocketAddr::new(args.health_bind_address, args.health_port)),
         };
         let (s, h) = (Arc::clone(&shared), handle.clone());
         tokio::spawn(async move {
