@@ -15,6 +15,7 @@ pub mod publish;
 pub mod request_info;
 pub mod tls;
 pub mod ttl_cache;
+pub mod what_if_admission;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -346,13 +347,13 @@ async fn metrics() -> Response {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::leaf::registry::Leaves;
     use crate::scheduler::SchedulerOptions;
     use tower::ServiceExt;
 
-    fn state() -> Arc<ServerState> {
+    pub(crate) fn state() -> Arc<ServerState> {
         let (client, _) = crate::fake_api::client(|_, _| (500, serde_json::json!({})));
         let spec = crate::config_bridge::default_spec("mcsched").expect("default profile");
         let leaves = Arc::new(Leaves::new(Default::default()));
