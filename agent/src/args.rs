@@ -101,9 +101,10 @@ pub struct Args {
     pub max_connections: usize,
 
     /// Connections the secure port holds at once from one client address, so that one
-    /// pod cannot take every place (the kubelet's probes and the API server keep
-    /// theirs). 0 lifts it.
-    #[arg(long, default_value_t = 100, value_name = "N")]
+    /// pod cannot take every place. 0 (the default) lifts it: the API server's
+    /// aggregator proxies every user's request from its own address, so a limit here
+    /// must stay above its concurrent requests; probes are kept apart by --health-port.
+    #[arg(long, default_value_t = 0, value_name = "N")]
     pub max_connections_per_ip: usize,
 
     /// Port of a plain-HTTP listener answering only /healthz, /readyz, /livez and
