@@ -84,6 +84,40 @@ pub struct Args {
     #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
     pub request_timeout: Duration,
 
+    /// How long a client of the secure port (or the health port) may take to send a
+    /// request's headers, and a new connection its first request (Go's
+    /// ReadHeaderTimeout; kube-apiserver's 32s). 0s lifts it.
+    #[arg(long, default_value = "32s", value_name = "DURATION", value_parser = parse_duration)]
+    pub header_read_timeout: Duration,
+
+    /// How long a connection to the secure port (or the health port) may go without a
+    /// byte either way before it is closed (Go's IdleTimeout; kube-apiserver's 90s).
+    /// Keep it above --request-timeout. 0s lifts it.
+    #[arg(long, default_value = "90s", value_name = "DURATION", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+
+    /// Connections the secure port holds at once; more are closed at once. 0 lifts it.
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    pub max_connections: usize,
+
+    /// Connections the secure port holds at once from one client address, so that one
+    /// pod cannot take every place. 0 (the default) lifts it: the API server's
+    /// aggregator proxies every user's request from its own address, so a limit here
+    /// must stay above its concurrent requests; probes are kept apart by --health-port.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub max_connections_per_ip: usize,
+
+    /// Port of a plain-HTTP listener answering only /healthz, /readyz, /livez and
+    /// /metrics, without authentication (kube-scheduler's probes can point at a port of
+    /// their own): a flood of the secure port then cannot fail the probes. 0 (the
+    /// default) serves them on the secure port only.
+    #[arg(long, default_value_t = 0, value_name = "PORT")]
+    pub health_port: u16,
+
+    /// Address the --health-port listener listens on.
+    #[arg(long, default_value = "0.0.0.0", value_name = "IP")]
+    pub health_bind_address: IpAddr,
+
     /// Serving certificate (PEM); without it the agent makes a CA and a certificate of
     /// its own at every start (valid a year), and, leading, puts that CA in the
     /// mcsched.io APIService's caBundle.

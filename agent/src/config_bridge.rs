@@ -130,7 +130,11 @@ pub fn profiles(
     Ok(Profiles::build(&built, cfg.parallelism as usize)?)
 }
 
-pub fn extenders(cfg: &SchedulerConfig) -> Result<Vec<Arc<Extender>>, BridgeError> {
+/// The configured extenders; their bind verbs go out only while `fence` is open.
+pub fn extenders(
+    cfg: &SchedulerConfig,
+    fence: &crate::fence::Fence,
+) -> Result<Vec<Arc<Extender>>, BridgeError> {
     cfg.extenders
         .iter()
         .map(|e| {
@@ -144,20 +148,23 @@ pub fn extenders(cfg: &SchedulerConfig) -> Result<Vec<Arc<Extender>>, BridgeErro
                 key_data: t.key_data.clone(),
                 ca_data: t.ca_data.clone(),
             });
-            Ok(Arc::new(Extender::new(ExtenderConfig {
-                url_prefix: e.url_prefix.clone(),
-                filter_verb: e.filter_verb.clone(),
-                prioritize_verb: e.prioritize_verb.clone(),
-                bind_verb: e.bind_verb.clone(),
-                preempt_verb: e.preempt_verb.clone(),
-                weight: e.weight,
-                enable_https: e.enable_https,
-                tls,
-                http_timeout: e.http_timeout,
-                node_cache_capable: e.node_cache_capable,
-                managed_resources: e.managed_resources.iter().map(|(n, _)| n.clone()).collect(),
-                ignorable: e.ignorable,
-            })?))
+            Ok(Arc::new(
+                Extender::new(ExtenderConfig {
+                    url_prefix: e.url_prefix.clone(),
+                    filter_verb: e.filter_verb.clone(),
+                    prioritize_verb: e.prioritize_verb.clone(),
+                    bind_verb: e.bind_verb.clone(),
+                    preempt_verb: e.preempt_verb.clone(),
+                    weight: e.weight,
+                    enable_https: e.enable_https,
+                    tls,
+                    http_timeout: e.http_timeout,
+                    node_cache_capable: e.node_cache_capable,
+                    managed_resources: e.managed_resources.iter().map(|(n, _)| n.clone()).collect(),
+                    ignorable: e.ignorable,
+                })?
+                .fenced(fence.clone()),
+            ))
         })
         .collect()
 }
@@ -216,7 +223,7 @@ mod tests {
             if let Err(e) = profiles(&cfg, Arc::new(crate::leaf::cycle::NoLeaves)) {
                 panic!("{file}: {e}");
             }
-            assert!(extenders(&cfg).is_ok());
+            assert!(extenders(&cfg, &Default::default()).is_ok());
         }
     }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::{Value, json};
 
+use crate::fence::Fence;
 use crate::framework::{PreemptionExtender, Victims};
 use crate::snapshot::{PodInfo, Snapshot};
 
@@ -78,6 +79,8 @@ pub enum ExtenderError {
     Invalid { url: String, message: String },
     #[error("extender TLS configuration: {0}")]
     Tls(String),
+    #[error("extender {url}: bind not sent: this agent no longer holds the leader Lease")]
+    Fenced { url: String },
 }
 
 /// What the filter verb left.
@@ -91,6 +94,8 @@ pub struct FilterResult {
 pub struct Extender {
     pub config: ExtenderConfig,
     client: reqwest::Client,
+    /// The bind verb is a binding write: fenced as the scheduling client's are.
+    fence: Fence,
 }
 
 /// Go's encoding/json matches object keys case-insensitively.
@@ -205,7 +210,17 @@ impl Extender {
         let client = builder
             .build()
             .map_err(|e| ExtenderError::Tls(e.to_string()))?;
-        Ok(Extender { config, client })
+        Ok(Extender {
+            config,
+            client,
+            fence: Fence::default(),
+        })
+    }
+
+    /// Its bind verb goes out only while `fence` is open (the leader's fence).
+    pub fn fenced(mut self, fence: Fence) -> Self {
+        self.fence = fence;
+        self
     }
 
     pub fn name(&self) -> &str {
@@ -327,7 +342,13 @@ impl Extender {
             "PodUID": pod.uid,
             "Node": node,
         });
-        let answer = self.post(verb, &body).await?;
+        let answer = self
+            .fence
+            .guard(self.post(verb, &body))
+            .await
+            .map_err(|_| ExtenderError::Fenced {
+                url: self.url(verb),
+            })??;
         match field(&answer, "Error")
             .and_then(|e| e.as_str())
             .filter(|e| !e.is_empty())
@@ -460,6 +481,7 @@ impl PreemptionExtender for Extender {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     #[test]
     fn keys_match_case_insensitively() {
@@ -485,5 +507,67 @@ mod tests {
             Err(err) => panic!("{err}"),
         };
         assert_eq!(e.url("filter"), "https://ext.kube-system.svc:8080/filter");
+    }
+
+    /// A binder extender on a local port, counting the bind verbs it is sent.
+    async fn binder() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let sent = Arc::new(AtomicUsize::new(0));
+        let counted = sent.clone();
+        let app = axum::Router::new().route(
+            "/bind",
+            axum::routing::post(move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+                async { axum::Json(json!({})) }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("listen");
+        let addr = listener.local_addr().expect("address");
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (format!("http://{addr}"), sent)
+    }
+
+    fn pod_info() -> PodInfo {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "default", "uid": "u1"},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}
+        }))
+        .expect("pod");
+        PodInfo::new(Arc::new(pod))
+    }
+
+    #[tokio::test]
+    async fn the_bind_verb_is_fenced_as_the_other_binding_writes() {
+        use std::sync::atomic::Ordering;
+        let (url_prefix, sent) = binder().await;
+        let fence = crate::fence::Fence::default();
+        let (leader_tx, leader) = tokio::sync::watch::channel(true);
+        let lease = crate::leader::LeaseHealth::default();
+        lease.renewed_for_test(Duration::from_secs(3600));
+        fence.arm(leader, lease);
+        let ext = Extender::new(ExtenderConfig {
+            url_prefix,
+            bind_verb: Some("bind".into()),
+            ..Default::default()
+        })
+        .expect("extender")
+        .fenced(fence);
+        ext.bind(&pod_info(), "n1")
+            .await
+            .expect("sent while leading");
+        assert_eq!(sent.load(Ordering::SeqCst), 1);
+        let _ = leader_tx.send(false);
+        let refused = ext.bind(&pod_info(), "n1").await;
+        assert!(
+            matches!(refused, Err(ExtenderError::Fenced { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(
+            sent.load(Ordering::SeqCst),
+            1,
+            "nothing sent once not leading"
+        );
     }
 }

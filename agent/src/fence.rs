@@ -33,6 +33,24 @@ impl Fence {
             .get()
             .is_none_or(|(leader, lease)| may_act(leader, lease))
     }
+
+    /// `write`, fenced as the layer fences a client's writes: not started once the fence
+    /// is closed, and dropped (unsent, if its connection has not taken it yet) as soon
+    /// as the fence closes while it is under way. For writes of clients outside the
+    /// kube stack (the extender's bind verb).
+    pub fn guard<F: Future>(
+        &self,
+        write: F,
+    ) -> impl Future<Output = Result<F::Output, Fenced>> + use<F> {
+        let fence = self.clone();
+        let mut write = Box::pin(write);
+        std::future::poll_fn(move |cx| {
+            if !fence.is_open() {
+                return Poll::Ready(Err(Fenced));
+            }
+            write.as_mut().poll(cx).map(Ok)
+        })
+    }
 }
 
 /// The error of a write refused by the fence.
@@ -101,16 +119,13 @@ where
         if !self.fence.is_open() {
             return Box::pin(std::future::ready(refused()));
         }
-        let fence = self.fence.clone();
-        let mut inner = Box::pin(self.inner.call(req));
-        // Checked before each poll: dropping the request before the connection has taken
-        // it sends nothing.
-        Box::pin(std::future::poll_fn(move |cx| {
-            if !fence.is_open() {
-                return Poll::Ready(refused());
+        let write = self.fence.guard(self.inner.call(req));
+        Box::pin(async move {
+            match write.await {
+                Ok(answer) => answer,
+                Err(Fenced) => refused(),
             }
-            inner.as_mut().poll(cx)
-        }))
+        })
     }
 }
 

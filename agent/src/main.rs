@@ -134,15 +134,15 @@ async fn run(
     profiles: mcsched_agent::profiles::Profiles,
     leaves: Arc<Leaves>,
 ) -> anyhow::Result<()> {
-    let extenders = config_bridge::extenders(&cfg)?;
+    // The scheduling client's, the leaves' and the extenders' binding writes stop at the
+    // wire once the Lease is lost (armed below, once the election exists).
+    let fence = leaves.fence.clone();
+    let extenders = config_bridge::extenders(&cfg, &fence)?;
     let kubeconfig = args
         .kubeconfig
         .clone()
         .or_else(|| cfg.client_connection.kubeconfig.as_ref().map(PathBuf::from));
     let cc = &cfg.client_connection;
-    // The scheduling client's and the leaves' writes stop at the wire once the Lease is
-    // lost (armed below, once the election exists).
-    let fence = leaves.fence.clone();
     let client = client::connect_fenced(
         kubeconfig.as_deref(),
         args.context.as_deref(),
@@ -218,6 +218,14 @@ async fn run(
             unauthorized_ttl: args.authorization_webhook_cache_unauthorized_ttl,
             max_dry_runs: usize::from(args.max_concurrent_what_ifs),
             request_timeout: args.request_timeout,
+            connections: server::connections::ConnectionOptions {
+                header_read_timeout: args.header_read_timeout,
+                idle_timeout: args.idle_timeout,
+                max_connections: args.max_connections,
+                max_connections_per_ip: args.max_connections_per_ip,
+            },
+            health_addr: (args.health_port != 0)
+                .then(|| SocketAddr::new(args.health_bind_address, args.health_port)),
         };
         let (s, h) = (Arc::clone(&shared), handle.clone());
         tokio::spawn(async move {

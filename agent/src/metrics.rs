@@ -88,6 +88,8 @@ pub struct Metrics {
     pub unschedulable_pods: Family<PluginProfileLabels, Gauge>,
     pub permit_wait_duration: Family<ResultLabels, Histogram>,
     pub watch_restarts: Family<ResourceLabels, Counter>,
+    pub refused_connections: Counter,
+    pub throttled_authentications: Counter,
     /// plugin_evaluations' counters by profile, then (extension point, plugin).
     evaluation_counters: Mutex<EvaluationCounters>,
     /// The unschedulable_pods labels set last, to zero those that empty.
@@ -216,8 +218,22 @@ impl Metrics {
             "Restarts of a watch whose stream ended or whose change handling failed, by resource.",
             watch_restarts.clone(),
         );
+        let refused_connections = Counter::default();
+        registry.register(
+            "mcsched_secure_port_refused_connections",
+            "Connections to the secure port closed at once: its connection limit (in all or per client address) was reached.",
+            refused_connections.clone(),
+        );
+        let throttled_authentications = Counter::default();
+        registry.register(
+            "mcsched_secure_port_throttled_authentications",
+            "Bearer tokens answered 429 without a TokenReview: too many failed authentications from the client's address or in all.",
+            throttled_authentications.clone(),
+        );
         Metrics {
             watch_restarts,
+            refused_connections,
+            throttled_authentications,
             unschedulable_labels: Mutex::default(),
             evaluation_counters: Mutex::default(),
             permit_wait_duration,
@@ -243,6 +259,14 @@ impl Metrics {
             out.clear();
         }
         out
+    }
+
+    pub fn connection_refused(&self) {
+        self.refused_connections.inc();
+    }
+
+    pub fn authentication_throttled(&self) {
+        self.throttled_authentications.inc();
     }
 
     pub fn watch_restart(&self, resource: &str) {

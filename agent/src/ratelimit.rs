@@ -34,6 +34,17 @@ impl Bucket {
         }
     }
 
+    /// Returns a token taken for what turned out to cost nothing.
+    pub fn give_back(&mut self) {
+        self.tokens = (self.tokens + 1.0).min(self.burst);
+    }
+
+    /// Whether the bucket has refilled to its burst by `now`.
+    pub fn is_full(&self, now: Instant) -> bool {
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        self.tokens + elapsed * self.qps >= self.burst
+    }
+
     /// Takes a token, or tells how long until one is there.
     pub fn try_take(&mut self, now: Instant) -> Result<(), Duration> {
         let elapsed = now.saturating_duration_since(self.last).as_secs_f64();

@@ -50,8 +50,10 @@ impl Quantity {
                 .and_then(|v| v.checked_add(d))
                 .ok_or_else(overflow)?;
         }
-        // value = digits * 10^exp10 * 2^exp2
-        let mut exp10: i32 = -(frac_part.len() as i32);
+        // value = digits * 10^exp10 * 2^exp2. The exponent is user input up to i32's
+        // range (`1e2147483647`): summed in i64, where neither the fraction's digits nor
+        // the suffix can overflow it.
+        let mut exp10: i64 = -(frac_part.len() as i64);
         let mut exp2: u32 = 0;
         match suffix {
             "" => {}
@@ -75,25 +77,33 @@ impl Quantity {
                     .strip_prefix('e')
                     .or_else(|| other.strip_prefix('E'))
                     .ok_or_else(malformed)?;
+                // resource.Quantity reads the exponent as an int32.
                 let exp: i32 = exp.parse().map_err(|_| malformed())?;
-                exp10 = exp10.checked_add(exp).ok_or_else(overflow)?;
+                exp10 += i64::from(exp);
             }
         }
         let scaled = digits.checked_shl(exp2).ok_or_else(overflow)?;
         if exp2 > 0 && scaled >> exp2 != digits {
             return Err(overflow());
         }
-        // Shift to nano-units, rounding up what falls below a nano-unit.
+        // Shift to nano-units, rounding up what falls below a nano-unit. Zero stays zero
+        // whatever its exponent.
         let shift = exp10 + 9;
-        let nanos = if shift >= 0 {
-            10i128
-                .checked_pow(shift as u32)
+        let nanos = if scaled == 0 {
+            0
+        } else if shift >= 0 {
+            u32::try_from(shift)
+                .ok()
+                .and_then(|shift| 10i128.checked_pow(shift))
                 .and_then(|m| scaled.checked_mul(m))
                 .ok_or_else(overflow)?
         } else {
-            match 10i128.checked_pow((-shift) as u32) {
+            match u32::try_from(-shift)
+                .ok()
+                .and_then(|shift| 10i128.checked_pow(shift))
+            {
                 Some(div) => ceil_div(scaled, div),
-                None => i128::from(scaled > 0),
+                None => 1,
             }
         };
         if nanos > i128::from(i64::MAX) * NANOS_PER_UNIT {
@@ -253,5 +263,26 @@ mod tests {
             Quantity::parse("99999999999999999999999Ei"),
             Err(QuantityError::Overflow(_))
         ));
+    }
+
+    #[test]
+    fn extreme_exponents_neither_panic_nor_wrap() {
+        for huge in [
+            "1e2147483640",
+            "1e2147483647",
+            "0.5e2147483647",
+            "-1e2147483647",
+        ] {
+            assert_eq!(
+                Quantity::parse(huge),
+                Err(QuantityError::Overflow(huge.to_string())),
+                "{huge}"
+            );
+        }
+        // Tiny values round up to the smallest unit, as Value() rounds them.
+        assert_eq!(q("1e-2147483648").value(), 1);
+        assert_eq!(q("0.1e-2147483648").milli_value(), 1);
+        assert_eq!(q("0e2147483647"), Quantity::ZERO);
+        assert!(Quantity::parse("1e2147483648").is_err(), "beyond int32");
     }
 }

@@ -521,12 +521,19 @@ async fn write_host_status(
     Ok(())
 }
 
+/// The host pod's `deletionGracePeriodSeconds` (an int64) as the delete option kube's
+/// client takes (a u32): saturated, never truncated — 2^32 must not become 0, an
+/// immediate kill.
+fn grace_seconds(grace: i64) -> u32 {
+    u32::try_from(grace.max(0)).unwrap_or(u32::MAX)
+}
+
 async fn delete_copy(leaf: &LeafCluster, copy: &Pod, grace: Option<i64>) -> Result<(), SyncError> {
     let ns = copy.metadata.namespace.clone().unwrap_or_default();
     let name = copy.metadata.name.clone().unwrap_or_default();
     let api: Api<Pod> = Api::namespaced(leaf.client.clone(), &ns);
     let dp = DeleteParams {
-        grace_period_seconds: grace.map(|g| g.max(0) as u32),
+        grace_period_seconds: grace.map(grace_seconds),
         preconditions: copy.metadata.uid.clone().map(|uid| Preconditions {
             uid: Some(uid),
             resource_version: None,
@@ -913,4 +920,22 @@ async fn delete_host_pod_now(
 /// Leaf pods by host key, for tests and explanations.
 pub fn copies_by_key(leaf: &LeafCluster) -> HashMap<String, Arc<Pod>> {
     leaf.managed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::grace_seconds;
+
+    #[test]
+    fn a_grace_period_beyond_u32_saturates_instead_of_truncating() {
+        assert_eq!(grace_seconds(30), 30);
+        assert_eq!(grace_seconds(-5), 0);
+        assert_eq!(
+            grace_seconds(1 << 32),
+            u32::MAX,
+            "2^32 is no immediate kill"
+        );
+        assert_eq!(grace_seconds((1 << 32) + 30), u32::MAX);
+        assert_eq!(grace_seconds(i64::MAX), u32::MAX);
+    }
 }

@@ -24,6 +24,15 @@ fn shared_reading_back(
     binding: (u16, serde_json::Value),
     pod: (u16, serde_json::Value),
 ) -> (Arc<Shared>, Calls) {
+    shared_with_pre_bind(binding, pod, None)
+}
+
+/// As `shared_reading_back`, with `pre_bind` run as the profile's first PreBind plugin.
+fn shared_with_pre_bind(
+    binding: (u16, serde_json::Value),
+    pod: (u16, serde_json::Value),
+    pre_bind: Option<Arc<dyn crate::framework::Plugin>>,
+) -> (Arc<Shared>, Calls) {
     let (client, calls) = fake_api::client(move |method, path| {
         if method == "POST" && path.ends_with("/binding") {
             binding.clone()
@@ -33,9 +42,13 @@ fn shared_reading_back(
             (201, json!({}))
         }
     });
-    let spec = crate::config_bridge::default_spec("mcsched").expect("default profile");
+    let mut spec = crate::config_bridge::default_spec("mcsched").expect("default profile");
     let leaves = Arc::new(Leaves::new(Default::default()));
-    let registry = crate::plugins::registry_with_leaves(&Default::default(), leaves.clone());
+    let mut registry = crate::plugins::registry_with_leaves(&Default::default(), leaves.clone());
+    if let Some(plugin) = pre_bind {
+        spec.pre_bind.insert(0, plugin.name().to_string());
+        registry.insert(plugin.name().to_string(), plugin);
+    }
     let profiles = crate::profiles::Profiles::build(&[(spec, registry)], 1).expect("profiles");
     let options = SchedulerOptions {
         parallel_bindings: 2,
@@ -207,5 +220,59 @@ async fn a_pod_whose_namesake_is_still_being_bound_waits_instead_of_being_droppe
     let info = shared.queue.pop().await.expect("queued");
     let (_tx, leader) = tokio::sync::watch::channel(true);
     assert!(scheduling_cycle(&shared, &leader, info).await.is_none());
+    assert_eq!(shared.queue.pending().backoff, 1);
+}
+
+/// A PreBind that outlasts the lease: leadership is lost while it runs.
+struct LeaseLostDuringPreBind(tokio::sync::watch::Sender<bool>);
+
+impl crate::framework::Plugin for LeaseLostDuringPreBind {
+    fn name(&self) -> &'static str {
+        "LeaseLostDuringPreBind"
+    }
+    fn as_pre_bind(&self) -> Option<&dyn crate::framework::PreBindPlugin> {
+        Some(self)
+    }
+}
+
+impl crate::framework::PreBindPlugin for LeaseLostDuringPreBind {
+    fn pre_bind<'a>(
+        &'a self,
+        _: &'a crate::framework::BindContext,
+        _: &'a crate::framework::CycleState,
+        _: &'a PodInfo,
+        _: &'a str,
+    ) -> futures::future::BoxFuture<'a, crate::framework::Status> {
+        let _ = self.0.send(false);
+        Box::pin(std::future::ready(crate::framework::Status::success()))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_lost_during_pre_bind_leaves_binding_to_the_new_leader() {
+    let (leader_tx, leader) = tokio::sync::watch::channel(true);
+    let (shared, calls) = shared_with_pre_bind(
+        (201, json!({})),
+        (404, fake_api::status(404, "NotFound", "gone")),
+        Some(Arc::new(LeaseLostDuringPreBind(leader_tx))),
+    );
+    shared.queue.add(pod("p", "1"), None);
+    let info = shared.queue.pop().await.expect("queued");
+    let placed = scheduling_cycle(&shared, &leader, info)
+        .await
+        .expect("placed");
+    binding_cycle(
+        shared.clone(),
+        leader,
+        placed,
+        None,
+        Arc::new(Semaphore::new(1)),
+    )
+    .await;
+    assert!(
+        !fake_api::called(&calls, "POST", "/binding"),
+        "bound after the lease was lost"
+    );
+    assert!(!shared.cache().is_assumed("default/p"));
     assert_eq!(shared.queue.pending().backoff, 1);
 }

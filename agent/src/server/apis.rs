@@ -241,6 +241,12 @@ async fn create_what_if(
             ),
         );
     };
+    if let Err(refused) = super::what_if_admission::check(&spec) {
+        return failure(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("{} is invalid: {refused}", keys::WHATIF_KIND),
+        );
+    }
     let mut meta = template.metadata.unwrap_or_default();
     meta.namespace = Some(namespace.clone());
     if meta.name.as_deref().is_none_or(str::is_empty) {
@@ -398,6 +404,41 @@ mod tests {
         assert_eq!(age(&at(5 * 3600)), "5h");
         assert_eq!(age(&at(3 * 86400)), "3d");
         assert_eq!(age("not a time"), "<unknown>");
+    }
+
+    #[tokio::test]
+    async fn a_what_if_with_a_chosen_priority_or_node_is_refused_before_any_dry_run() {
+        use tower::ServiceExt;
+        let app = routes().with_state(super::super::tests::state());
+        for (field, value) in [("priority", json!(2147483647)), ("nodeName", json!("n1"))] {
+            let body = json!({
+                "apiVersion": keys::API_GROUP_VERSION,
+                "kind": keys::WHATIF_KIND,
+                "metadata": {"namespace": "a"},
+                "spec": {"template": {"spec": {
+                    field: value,
+                    "containers": [{"name": "c", "image": "i"}]
+                }}}
+            });
+            let req = axum::http::Request::post(format!(
+                "/apis/{}/namespaces/a/{}",
+                keys::API_GROUP_VERSION,
+                keys::WHATIFS
+            ))
+            .body(axum::body::Body::from(body.to_string()))
+            .unwrap();
+            let resp = app.clone().oneshot(req).await.unwrap();
+            assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY, "{field}");
+            let bytes = axum::body::to_bytes(resp.into_body(), 1 << 16)
+                .await
+                .unwrap();
+            let status: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+            let message = status["message"].as_str().unwrap_or_default();
+            assert!(
+                message.contains(&format!("spec.template.spec.{field}")),
+                "{message}"
+            );
+        }
     }
 
     #[test]

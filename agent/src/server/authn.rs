@@ -3,6 +3,7 @@
 //! a client certificate of the cluster's CA, or a bearer token checked by TokenReview.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::sync::RwLock;
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use kube::Api;
 use kube::api::PostParams;
 
 use super::auth_config::AuthConfig;
+use super::failed_auth::FailedAuthLimiter;
 use super::tls::{ClientVerifiers, subject, verified};
 use super::ttl_cache::TtlCache;
 
@@ -27,6 +29,8 @@ pub struct UserInfo {
 pub enum AuthnError {
     #[error("TokenReview failed: {0}")]
     TokenReview(#[source] kube::Error),
+    #[error("too many failed authentications from this client; retry in {retry_after:?}")]
+    Throttled { retry_after: Duration },
 }
 
 /// How many token answers are kept at most.
@@ -35,8 +39,20 @@ const TOKEN_CACHE_CAPACITY: usize = 10_000;
 pub struct Authenticator {
     published: RwLock<(AuthConfig, ClientVerifiers)>,
     client: kube::Client,
+    /// Keyed by the token's sha256 (as kube's cached token authenticator): a memory
+    /// dump of the agent shows no caller's token.
     tokens: TtlCache<String, Option<UserInfo>>,
     token_ttl: Duration,
+    failures: FailedAuthLimiter,
+}
+
+/// The token cache's key: the hex sha256 of the token.
+fn token_key(token: &str) -> String {
+    ring::digest::digest(&ring::digest::SHA256, token.as_bytes())
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 impl Authenticator {
@@ -46,6 +62,7 @@ impl Authenticator {
             client,
             tokens: TtlCache::new(TOKEN_CACHE_CAPACITY),
             token_ttl,
+            failures: FailedAuthLimiter::default(),
         }
     }
 
@@ -54,16 +71,18 @@ impl Authenticator {
         *self.published.write().unwrap_or_else(|e| e.into_inner()) = (cfg, verifiers);
     }
 
-    /// The caller, or None when no method names one (401).
+    /// The caller, or None when no method names one (401); `client_ip` is where the
+    /// connection comes from, for the budget of failed token reviews.
     pub async fn authenticate(
         &self,
         peer_certificates: &[Vec<u8>],
         headers: &HeaderMap,
+        client_ip: Option<IpAddr>,
     ) -> Result<Option<UserInfo>, AuthnError> {
         let user = match self.by_certificate(peer_certificates, headers) {
             Some(user) => Some(user),
             None => match bearer_token(headers) {
-                Some(token) => self.by_token(token).await?,
+                Some(token) => self.by_token(token, client_ip).await?,
                 None => None,
             },
         };
@@ -98,10 +117,19 @@ impl Authenticator {
         None
     }
 
-    async fn by_token(&self, token: &str) -> Result<Option<UserInfo>, AuthnError> {
-        if let Some(known) = self.tokens.get(&token.to_string()) {
+    async fn by_token(
+        &self,
+        token: &str,
+        client_ip: Option<IpAddr>,
+    ) -> Result<Option<UserInfo>, AuthnError> {
+        let key = token_key(token);
+        if let Some(known) = self.tokens.get(&key) {
             return Ok(known);
         }
+        let reserved = self.failures.reserve(client_ip).map_err(|retry_after| {
+            crate::metrics::global().authentication_throttled();
+            AuthnError::Throttled { retry_after }
+        })?;
         let api: Api<TokenReview> = Api::all(self.client.clone());
         let review = TokenReview {
             spec: TokenReviewSpec {
@@ -124,8 +152,10 @@ impl Authenticator {
             }),
             _ => None,
         };
-        self.tokens
-            .put(token.to_string(), user.clone(), self.token_ttl);
+        if user.is_some() {
+            self.failures.succeeded(reserved);
+        }
+        self.tokens.put(key, user.clone(), self.token_ttl);
         Ok(user)
     }
 }
@@ -296,6 +326,92 @@ mod tests {
         assert_eq!(bearer_token(&h), None);
         h.insert("authorization", HeaderValue::from_static("Bearer "));
         assert_eq!(bearer_token(&h), None);
+    }
+
+    /// An authenticator whose TokenReviews are answered `authenticated` (as user
+    /// alice), counting them.
+    fn reviewing(authenticated: bool) -> (Authenticator, crate::fake_api::Calls) {
+        let (client, calls) = crate::fake_api::client(move |method, path| {
+            assert_eq!(
+                (method, path),
+                ("POST", "/apis/authentication.k8s.io/v1/tokenreviews")
+            );
+            (
+                201,
+                serde_json::json!({
+                    "apiVersion": "authentication.k8s.io/v1",
+                    "kind": "TokenReview",
+                    "spec": {},
+                    "status": {"authenticated": authenticated, "user": {"username": "alice"}},
+                }),
+            )
+        });
+        (Authenticator::new(client, Duration::from_secs(60)), calls)
+    }
+
+    fn bearer(token: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "authorization",
+            HeaderValue::from_str(&format!("Bearer {token}")).expect("header"),
+        );
+        h
+    }
+
+    #[tokio::test]
+    async fn the_token_cache_keeps_a_hash_never_the_token() {
+        let (authn, calls) = reviewing(true);
+        let token = "s3cret-token";
+        for _ in 0..2 {
+            let user = authn
+                .authenticate(&[], &bearer(token), None)
+                .await
+                .expect("reviewed");
+            assert_eq!(user.map(|u| u.name).as_deref(), Some("alice"));
+        }
+        assert_eq!(
+            calls.lock().expect("calls").len(),
+            1,
+            "the answer is cached"
+        );
+        assert_eq!(
+            authn.tokens.get(&token.to_string()),
+            None,
+            "no raw token kept"
+        );
+        assert!(authn.tokens.get(&token_key(token)).is_some());
+        // `echo -n s3cret-token | sha256sum`
+        assert_eq!(
+            token_key(token),
+            "a81e611a041b13f078bf8ebe5dab4d4fd63fcc5594661c918bec093a2f416a7e"
+        );
+    }
+
+    #[tokio::test]
+    async fn random_tokens_from_one_client_cannot_flood_token_reviews() {
+        use super::super::failed_auth::PER_IP_BURST;
+        let (authn, calls) = reviewing(false);
+        let attacker: IpAddr = "10.0.0.9".parse().expect("ip");
+        let mut throttled = 0;
+        for i in 0..100 {
+            match authn
+                .authenticate(&[], &bearer(&format!("random-{i}")), Some(attacker))
+                .await
+            {
+                Ok(None) => {}
+                Err(AuthnError::Throttled { .. }) => throttled += 1,
+                other => panic!("{other:?}"),
+            }
+        }
+        let reviews = calls.lock().expect("calls").len();
+        assert_eq!(reviews, PER_IP_BURST as usize, "reviews made for the flood");
+        assert_eq!(throttled, 100 - reviews);
+        // Another client's token is still reviewed.
+        let other: IpAddr = "10.0.0.1".parse().expect("ip");
+        assert!(matches!(
+            authn.authenticate(&[], &bearer("mine"), Some(other)).await,
+            Ok(None)
+        ));
     }
 
     #[test]

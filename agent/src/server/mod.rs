@@ -7,12 +7,15 @@ pub mod apis;
 pub mod auth_config;
 pub mod authn;
 pub mod authz;
+pub mod connections;
 pub mod dry_run;
+pub mod failed_auth;
 pub mod openapi;
 pub mod publish;
 pub mod request_info;
 pub mod tls;
 pub mod ttl_cache;
+pub mod what_if_admission;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,19 +23,20 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum_server::tls::TlsInfo;
-use axum_server::tls_rustls::RustlsConfig;
+use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
 use tracing::{info, warn};
 
-use self::api_status::failure;
+use self::api_status::{failure, too_many_requests};
 use self::auth_config::AuthConfig;
-use self::authn::Authenticator;
+use self::authn::{Authenticator, AuthnError};
 use self::authz::Authorizer;
+use self::connections::{ConnectionLimits, ConnectionOptions, LimitedAcceptor};
 use self::dry_run::DryRuns;
 use self::tls::{ClientVerifiers, ServingCert, TlsError};
 use crate::scheduler::Shared;
@@ -68,6 +72,10 @@ pub struct ServerOptions {
     pub unauthorized_ttl: Duration,
     pub max_dry_runs: usize,
     pub request_timeout: Duration,
+    /// Timeouts and connection limits, of the secure port and the health listener each.
+    pub connections: ConnectionOptions,
+    /// Where health and metrics are served on plain HTTP as well, if anywhere.
+    pub health_addr: Option<SocketAddr>,
 }
 
 pub struct ServerState {
@@ -78,20 +86,36 @@ pub struct ServerState {
     request_timeout: Duration,
 }
 
-pub fn router(state: Arc<ServerState>) -> Router {
+/// Health and metrics: on the secure port (behind the guard there), and alone on the
+/// health listener.
+fn health_routes() -> Router<Arc<ServerState>> {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/livez", get(ok))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+}
+
+fn not_found() -> Response {
+    failure(
+        StatusCode::NOT_FOUND,
+        "the server could not find the requested resource",
+    )
+}
+
+/// The health listener's: nothing but health and metrics, unauthenticated, as
+/// kube-scheduler's probes and scrapers read them on a port of their own.
+pub fn health_router(state: Arc<ServerState>) -> Router {
+    health_routes()
+        .fallback(|| async { not_found() })
+        .with_state(state)
+}
+
+pub fn router(state: Arc<ServerState>) -> Router {
+    health_routes()
         .merge(apis::routes())
         .merge(openapi::routes())
-        .fallback(|| async {
-            failure(
-                StatusCode::NOT_FOUND,
-                "the server could not find the requested resource",
-            )
-        })
+        .fallback(|| async { not_found() })
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
@@ -120,9 +144,19 @@ async fn checked(s: Arc<ServerState>, mut req: Request, next: Next) -> Response 
             .get::<Arc<TlsInfo>>()
             .map(|i| i.peer_certificates.clone())
             .unwrap_or_default();
-        let user = match s.authn.authenticate(&peer, req.headers()).await {
+        let client_ip = req
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0.ip());
+        let user = match s.authn.authenticate(&peer, req.headers(), client_ip).await {
             Ok(Some(user)) => user,
             Ok(None) => return failure(StatusCode::UNAUTHORIZED, "Unauthorized"),
+            Err(AuthnError::Throttled { retry_after }) => {
+                return too_many_requests(
+                    "too many failed authentications; try again later",
+                    retry_after.as_secs().max(1),
+                );
+            }
             Err(e) => {
                 warn!(error = %e, "authentication failed");
                 return failure(StatusCode::UNAUTHORIZED, "Unauthorized");
@@ -224,14 +258,56 @@ pub async fn serve(
         tls.clone(),
         auth_config,
     ));
-    axum_server::bind_rustls(opts.addr, tls)
-        .handle(handle)
-        .serve(router(state).into_make_service())
+    let health = opts.health_addr.map(|addr| {
+        let handle = axum_server::Handle::new();
+        tokio::spawn(serve_health(
+            addr,
+            state.clone(),
+            opts.connections,
+            handle.clone(),
+        ));
+        handle
+    });
+    let limits = ConnectionLimits::new(
+        opts.connections.max_connections,
+        opts.connections.max_connections_per_ip,
+    );
+    let acceptor = RustlsAcceptor::new(tls)
+        .acceptor(LimitedAcceptor::new(limits, opts.connections.idle_timeout));
+    let server = axum_server::bind(opts.addr)
+        .acceptor(acceptor)
+        .handle(handle);
+    let served = connections::configure(server, &opts.connections)
+        .serve(router(state).into_make_service_with_connect_info::<SocketAddr>())
         .await
         .map_err(|source| ServerError::Serve {
             addr: opts.addr,
             source,
-        })
+        });
+    if let Some(health) = health {
+        health.shutdown();
+    }
+    served
+}
+
+/// The health listener, plain HTTP with the secure port's timeouts and limits; a
+/// failure is logged (the probes on the secure port still answer).
+async fn serve_health(
+    addr: SocketAddr,
+    state: Arc<ServerState>,
+    opts: ConnectionOptions,
+    handle: axum_server::Handle<SocketAddr>,
+) {
+    let limits = ConnectionLimits::new(opts.max_connections, opts.max_connections_per_ip);
+    let server = axum_server::bind(addr)
+        .acceptor(LimitedAcceptor::new(limits, opts.idle_timeout))
+        .handle(handle);
+    if let Err(e) = connections::configure(server, &opts)
+        .serve(health_router(state).into_make_service())
+        .await
+    {
+        warn!(error = %e, %addr, "health listener stopped");
+    }
 }
 
 async fn ok() -> &'static str {
@@ -268,4 +344,75 @@ async fn metrics() -> Response {
         crate::metrics::global().encode(),
     )
         .into_response()
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::leaf::registry::Leaves;
+    use crate::scheduler::SchedulerOptions;
+    use tower::ServiceExt;
+
+    pub(crate) fn state() -> Arc<ServerState> {
+        let (client, _) = crate::fake_api::client(|_, _| (500, serde_json::json!({})));
+        let spec = crate::config_bridge::default_spec("mcsched").expect("default profile");
+        let leaves = Arc::new(Leaves::new(Default::default()));
+        let registry = crate::plugins::registry_with_leaves(&Default::default(), leaves.clone());
+        let profiles = crate::profiles::Profiles::build(&[(spec, registry)], 1).expect("profiles");
+        let options = SchedulerOptions {
+            parallel_bindings: 1,
+            namespace: "mcsched-system".into(),
+            initial_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(10),
+        };
+        let shared = Shared::new(client.clone(), profiles, Vec::new(), leaves, &options);
+        let ttl = Duration::from_secs(10);
+        Arc::new(ServerState {
+            shared,
+            authn: Authenticator::new(client.clone(), ttl),
+            authz: Authorizer::new(
+                client,
+                ALWAYS_ALLOW_PATHS.iter().map(|p| p.to_string()).collect(),
+                ttl,
+                ttl,
+            ),
+            dry_runs: DryRuns::new(1, ttl),
+            request_timeout: ttl,
+        })
+    }
+
+    async fn status(app: Router, path: &str) -> StatusCode {
+        let req = axum::http::Request::get(path)
+            .body(axum::body::Body::empty())
+            .expect("request");
+        app.oneshot(req).await.expect("answered").status()
+    }
+
+    #[tokio::test]
+    async fn the_health_listener_answers_health_and_metrics_only_and_without_credentials() {
+        let app = health_router(state());
+        for path in ["/healthz", "/livez", "/metrics"] {
+            assert_eq!(status(app.clone(), path).await, StatusCode::OK, "{path}");
+        }
+        // Caches not synced: answered, not refused.
+        assert_eq!(
+            status(app.clone(), "/readyz").await,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        for path in [
+            "/apis",
+            "/apis/mcsched.io/v1alpha1/namespaces/a/explanations",
+            "/openapi/v2",
+        ] {
+            assert_eq!(
+                status(app.clone(), path).await,
+                StatusCode::NOT_FOUND,
+                "{path}"
+            );
+        }
+        // The secure port's router, without credentials, refuses all but health.
+        let secure = router(state());
+        assert_eq!(status(secure.clone(), "/healthz").await, StatusCode::OK);
+        assert_eq!(status(secure, "/metrics").await, StatusCode::UNAUTHORIZED);
+    }
 }

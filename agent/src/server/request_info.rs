@@ -21,8 +21,18 @@ fn verb_for(method: &Method, named: bool, watch: bool) -> String {
     .to_string()
 }
 
+/// A path segment as the handlers' `Path` extractor reads it: percent-decoded, so that
+/// what is authorized is the name that is served (`w%65b` is `web`).
+fn decoded(segment: &str) -> String {
+    percent_encoding::percent_decode_str(segment)
+        .decode_utf8_lossy()
+        .into_owned()
+}
+
 /// `/apis/mcsched.io/v1alpha1/[namespaces/{ns}/]{resource}[/{name}]` is a resource
-/// request; anything else is a non-resource path with the method as its verb.
+/// request; anything else is a non-resource path with the method as its verb. The
+/// segments are split on the path as sent, then decoded one by one, as the router
+/// matches them.
 pub fn attributes(method: &Method, uri: &Uri) -> Attributes {
     let path = uri.path();
     let prefix = format!("/apis/{}/", keys::API_GROUP_VERSION);
@@ -35,13 +45,13 @@ pub fn attributes(method: &Method, uri: &Uri) -> Attributes {
     };
     let parts: Vec<&str> = rest.split('/').collect();
     let (namespace, rest) = match parts.as_slice() {
-        ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some(ns.to_string()), rest),
+        ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some(decoded(ns)), rest),
         other => (None, other),
     };
     let (resource, name) = match rest {
-        [resource] if !resource.is_empty() => (resource.to_string(), None),
+        [resource] if !resource.is_empty() => (decoded(resource), None),
         [resource, name] if !resource.is_empty() && !name.is_empty() => {
-            (resource.to_string(), Some(name.to_string()))
+            (decoded(resource), Some(decoded(name)))
         }
         _ => return non_resource(),
     };
@@ -113,6 +123,24 @@ mod tests {
                 "/apis/mcsched.io/v1alpha1/namespaces/a/explanations/web"
             ),
             resource("delete", "explanations", Some("a"), Some("web"))
+        );
+    }
+
+    #[test]
+    fn percent_encoded_segments_are_authorized_as_the_handler_reads_them() {
+        assert_eq!(
+            attrs(
+                Method::GET,
+                "/apis/mcsched.io/v1alpha1/namespaces/te%61m-a/explanations/w%65b"
+            ),
+            resource("get", "explanations", Some("team-a"), Some("web"))
+        );
+        assert_eq!(
+            attrs(
+                Method::DELETE,
+                "/apis/mcsched.io/v1alpha1/namespaces/a/expl%61nations/x%2Fy"
+            ),
+            resource("delete", "explanations", Some("a"), Some("x/y"))
         );
     }
 
