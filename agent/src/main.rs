@@ -137,6 +137,8 @@ async fn run(
     // The scheduling client's, the leaves' and the extenders' binding writes stop at the
     // wire once the Lease is lost (armed below, once the election exists).
     let fence = leaves.fence.clone();
+    let identity = format!("{}_{:016x}", scheduler::hostname(), rand::random::<u64>());
+    client::set_identity(&identity);
     let extenders = config_bridge::extenders(&cfg, &fence)?;
     let kubeconfig = args
         .kubeconfig
@@ -244,7 +246,7 @@ async fn run(
         let ec = ElectionConfig {
             lease_name: le.resource_name.clone(),
             lease_namespace: le.resource_namespace.clone(),
-            identity: format!("{}_{:016x}", scheduler::hostname(), rand::random::<u64>()),
+            identity,
             lease_duration: le.lease_duration,
             renew_deadline: le.renew_deadline,
             retry_period: le.retry_period,

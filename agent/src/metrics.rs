@@ -88,6 +88,8 @@ pub struct Metrics {
     pub unschedulable_pods: Family<PluginProfileLabels, Gauge>,
     pub permit_wait_duration: Family<ResultLabels, Histogram>,
     pub watch_restarts: Family<ResourceLabels, Counter>,
+    pub watch_relists: Family<ResourceLabels, Counter>,
+    pub watch_expired: Family<ResourceLabels, Counter>,
     pub refused_connections: Counter,
     pub throttled_authentications: Counter,
     /// plugin_evaluations' counters by profile, then (extension point, plugin).
@@ -218,6 +220,18 @@ impl Metrics {
             "Restarts of a watch whose stream ended or whose change handling failed, by resource.",
             watch_restarts.clone(),
         );
+        let watch_relists = Family::<ResourceLabels, Counter>::default();
+        registry.register(
+            "mcsched_watch_relists",
+            "Lists of a resource after its watch's first: the watch's resource version had expired (410 Gone) or the watch restarted.",
+            watch_relists.clone(),
+        );
+        let watch_expired = Family::<ResourceLabels, Counter>::default();
+        registry.register(
+            "mcsched_watch_expired",
+            "Watches the API server answered 410 Gone (their resource version compacted away or older than its watch cache), each followed by a relist.",
+            watch_expired.clone(),
+        );
         let refused_connections = Counter::default();
         registry.register(
             "mcsched_secure_port_refused_connections",
@@ -232,6 +246,8 @@ impl Metrics {
         );
         Metrics {
             watch_restarts,
+            watch_relists,
+            watch_expired,
             refused_connections,
             throttled_authentications,
             unschedulable_labels: Mutex::default(),
@@ -267,6 +283,22 @@ impl Metrics {
 
     pub fn authentication_throttled(&self) {
         self.throttled_authentications.inc();
+    }
+
+    pub fn watch_relist(&self, resource: &str) {
+        self.watch_relists
+            .get_or_create(&ResourceLabels {
+                resource: resource.into(),
+            })
+            .inc();
+    }
+
+    pub fn watch_expired(&self, resource: &str) {
+        self.watch_expired
+            .get_or_create(&ResourceLabels {
+                resource: resource.into(),
+            })
+            .inc();
     }
 
     pub fn watch_restart(&self, resource: &str) {

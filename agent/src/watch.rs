@@ -256,7 +256,12 @@ where
     };
     while let Some(ev) = stream.next().await {
         match ev {
-            Ok(Event::Init) => relist = Some(HashMap::new()),
+            Ok(Event::Init) => {
+                if *reported {
+                    crate::metrics::global().watch_relist(kind);
+                }
+                relist = Some(HashMap::new())
+            }
             Ok(Event::InitApply(Lean(o))) => {
                 let o = Arc::new(o);
                 let key = key_of(&*o);
@@ -305,10 +310,25 @@ where
                 }
             }
             // The watcher retries these itself, relisting when it must.
-            Err(e) => warn!(kind, error = %e, "watch failed; retrying"),
+            Err(e) => {
+                if is_expired(&e) {
+                    crate::metrics::global().watch_expired(kind);
+                }
+                warn!(kind, error = %e, "watch failed; retrying")
+            }
         }
     }
     "the stream ended"
+}
+
+/// 410 Gone: the watch's resource version is no longer served; the watcher relists.
+fn is_expired(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::WatchError(s) => s.code == 410,
+        watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => s.code == 410,
+        _ => false,
+    }
 }
 
 /// Applies a node change to `cache`; the cluster event it is, if any can help a pod (a

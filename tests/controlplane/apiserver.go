@@ -98,16 +98,15 @@ func runAPIServer(ctx context.Context, cfg config, dataDir string, port int, etc
 	return app.Run(ctx, completed)
 }
 
-// auditPolicy records what the fault-injection tests count: pod creates and deletes and
-// every binding (whoever sends it, whatever the answer), and nothing else.
+// auditPolicy records every write, whoever sends it and whatever the answer (creates,
+// updates, patches, deletes, bindings, status, events, Leases), with its user, user agent
+// and times: what the fault-injection tests attribute to a replica and its leadership.
+// Reads are not recorded.
 const auditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
 rules:
 - level: Metadata
-  resources:
-  - group: ""
-    resources: ["pods", "pods/binding"]
-  verbs: ["create", "delete", "deletecollection"]
+  verbs: ["create", "update", "patch", "delete", "deletecollection"]
 - level: None
 `

@@ -58,7 +58,7 @@ func parseFlags(args []string) (config, error) {
 	fs.Float64Var(&c.clientQPS, "client-qps", 5000, "QPS of the in-process components' clients (scheduler_perf lifts the limits too)")
 	fs.IntVar(&c.clientBurst, "client-burst", 5000, "burst of the in-process components' clients")
 	fs.IntVar(&c.verbosity, "v", 0, "klog verbosity of the in-process components")
-	fs.StringVar(&c.auditLog, "audit-log", "", "kube-apiserver's audit log (JSON lines; relative to --data-dir): creates of pods and pods/binding and deletes of pods, at Metadata level")
+	fs.StringVar(&c.auditLog, "audit-log", "", "kube-apiserver's audit log (JSON lines; relative to --data-dir): every write (create, update, patch, delete, deletecollection) of any resource, at Metadata level")
 	fs.DurationVar(&c.compactionInterval, "etcd-compaction-interval", 0, "how often kube-apiserver compacts etcd (0: its default, 5m); short, watches resumed from old revisions get 410 Gone")
 	if err := fs.Parse(args); err != nil {
 		return c, err

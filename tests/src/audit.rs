@@ -14,6 +14,9 @@ struct Event {
     stage: String,
     verb: String,
     #[serde(default)]
+    user_agent: String,
+    request_received_timestamp: String,
+    #[serde(default)]
     object_ref: Option<ObjectRef>,
     #[serde(default)]
     response_status: Option<ResponseStatus>,
@@ -48,6 +51,8 @@ struct ResponseStatus {
 struct User {
     #[serde(default)]
     username: String,
+    #[serde(default)]
+    extra: HashMap<String, Vec<String>>,
 }
 
 /// One completed request on a pod.
@@ -65,8 +70,62 @@ pub struct Request {
     pub at: k8s_openapi::jiff::Timestamp,
 }
 
-/// Every completed pod create, pod delete and binding in the log, in order.
-pub fn pod_requests(path: &Path) -> anyhow::Result<Vec<Request>> {
+/// One completed write (the policy records no reads).
+#[derive(Debug, Clone)]
+pub struct Write {
+    /// create, update, patch, delete, deletecollection.
+    pub verb: String,
+    pub resource: String,
+    pub subresource: String,
+    pub namespace: String,
+    pub name: String,
+    pub code: i64,
+    pub message: String,
+    /// The impersonated user, else the authenticated one.
+    pub user: String,
+    pub user_agent: String,
+    /// The credential it was authenticated with, for a ServiceAccount token the API
+    /// server issued: `JTI=<the token's jti>`.
+    pub credential_id: String,
+    /// When the API server received it, and when it answered.
+    pub received: k8s_openapi::jiff::Timestamp,
+    pub completed: k8s_openapi::jiff::Timestamp,
+}
+
+impl Write {
+    pub fn succeeded(&self) -> bool {
+        (200..300).contains(&self.code)
+    }
+
+    /// `resource` or `resource/subresource`.
+    pub fn what(&self) -> String {
+        if self.subresource.is_empty() {
+            self.resource.clone()
+        } else {
+            format!("{}/{}", self.resource, self.subresource)
+        }
+    }
+}
+
+impl std::fmt::Display for Write {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {} {}/{} by {} ({}) at {} → {}",
+            self.verb,
+            self.what(),
+            self.namespace,
+            self.name,
+            self.user,
+            self.user_agent,
+            self.received,
+            self.code
+        )
+    }
+}
+
+/// Every completed write in the log, in order.
+pub fn writes(path: &Path) -> anyhow::Result<Vec<Write>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read the audit log {}", path.display()))?;
     let mut out = Vec::new();
@@ -76,40 +135,114 @@ pub fn pod_requests(path: &Path) -> anyhow::Result<Vec<Request>> {
         }
         let e: Event = serde_json::from_str(line)
             .with_context(|| format!("audit log line {}: {line}", i + 1))?;
-        let Some(o) = e.object_ref.filter(|o| o.resource == "pods") else {
-            continue;
-        };
         if e.stage != "ResponseComplete" {
             continue;
         }
-        let what = match (e.verb.as_str(), o.subresource.as_str()) {
-            ("create", "binding") => "binding",
-            ("create", "") => "create",
-            ("delete", "") => "delete",
-            _ => continue,
-        };
+        let o = e.object_ref.unwrap_or(ObjectRef {
+            resource: String::new(),
+            subresource: String::new(),
+            namespace: String::new(),
+            name: String::new(),
+        });
         let (code, message) = e
             .response_status
             .map(|s| (s.code, s.message))
+            .unwrap_or_default();
+        let credential_id = e
+            .user
+            .as_ref()
+            .and_then(|u| u.extra.get("authentication.kubernetes.io/credential-id"))
+            .and_then(|v| v.first().cloned())
             .unwrap_or_default();
         let user = e
             .impersonated_user
             .or(e.user)
             .map(|u| u.username)
             .unwrap_or_default();
-        out.push(Request {
-            pod: format!("{}/{}", o.namespace, o.name),
-            what,
+        let time = |t: &str, field: &str| -> anyhow::Result<k8s_openapi::jiff::Timestamp> {
+            t.parse()
+                .with_context(|| format!("audit log line {}: {field}", i + 1))
+        };
+        out.push(Write {
+            verb: e.verb,
+            resource: o.resource,
+            subresource: o.subresource,
+            namespace: o.namespace,
+            name: o.name,
             code,
             message,
             user,
-            at: e
-                .stage_timestamp
-                .parse()
-                .with_context(|| format!("audit log line {}: stageTimestamp", i + 1))?,
+            user_agent: e.user_agent,
+            credential_id,
+            received: time(&e.request_received_timestamp, "requestReceivedTimestamp")?,
+            completed: time(&e.stage_timestamp, "stageTimestamp")?,
         });
     }
     Ok(out)
+}
+
+/// Every completed pod create, pod delete and binding in the log, in order.
+pub fn pod_requests(path: &Path) -> anyhow::Result<Vec<Request>> {
+    let mut out = Vec::new();
+    for w in writes(path)? {
+        if w.resource != "pods" {
+            continue;
+        }
+        let what = match (w.verb.as_str(), w.subresource.as_str()) {
+            ("create", "binding") => "binding",
+            ("create", "") => "create",
+            ("delete", "") => "delete",
+            _ => continue,
+        };
+        out.push(Request {
+            pod: format!("{}/{}", w.namespace, w.name),
+            what,
+            code: w.code,
+            message: w.message,
+            user: w.user,
+            at: w.completed,
+        });
+    }
+    Ok(out)
+}
+
+/// Who held a Lease when: each successful write of it (its holder renewing or taking it)
+/// as (user, when it was answered), in order.
+pub fn lease_writes(
+    writes: &[Write],
+    namespace: &str,
+    name: &str,
+) -> Vec<(String, k8s_openapi::jiff::Timestamp)> {
+    writes
+        .iter()
+        .filter(|w| {
+            w.resource == "leases"
+                && w.namespace == namespace
+                && w.name == name
+                && matches!(w.verb.as_str(), "create" | "update" | "patch")
+                && w.succeeded()
+        })
+        .map(|w| (w.user.clone(), w.completed))
+        .collect()
+}
+
+/// Whether `user` held the Lease when the API server received a request at `at`: the
+/// Lease's last successful write answered before then was `user`'s, less than
+/// `lease_duration` before.
+pub fn held_at(
+    leases: &[(String, k8s_openapi::jiff::Timestamp)],
+    user: &str,
+    at: k8s_openapi::jiff::Timestamp,
+    lease_duration: std::time::Duration,
+) -> bool {
+    let Some((holder, since)) = leases.iter().rev().find(|(_, t)| *t <= at) else {
+        return false;
+    };
+    let Ok(age) = at.duration_since(*since).try_into() else {
+        return false;
+    };
+    let age: std::time::Duration = age;
+    holder == user && age < lease_duration
 }
 
 impl Request {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::PostParams;
-use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, wait};
+use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, audit, wait};
 use mcsched_shared::explain::{Explanation, Outcome};
 use serde_json::json;
 
@@ -344,10 +344,35 @@ async fn preemption_evicts_a_lower_priority_pod_and_nominates_its_node() -> anyh
     Ok(())
 }
 
+/// The identity an agent elects with, as it logs it (its requests carry it in their
+/// User-Agent).
+async fn identity(agent: &Agent) -> anyhow::Result<String> {
+    wait::until(TIMEOUT, "the agent's election identity", || async {
+        Ok(agent.logs().lines().find_map(|l| {
+            l.contains("leader election on")
+                .then(|| l.split("identity=").nth(1))
+                .flatten()
+                .and_then(|rest| rest.split_whitespace().next())
+                .map(String::from)
+        }))
+    })
+    .await
+}
+
+/// Two replicas: the Lease's holder binds, the standby writes nothing at all (the API
+/// server's audit log, every write recorded, by User-Agent); SIGTERM makes the leader
+/// release the Lease, so that the standby takes it before it could have expired, and binds.
 #[tokio::test]
 async fn only_the_leader_binds_and_a_standby_takes_over() -> anyhow::Result<()> {
     use k8s_openapi::api::coordination::v1::Lease;
-    let cp = ControlPlane::start("leader", ControlPlaneOptions::default()).await?;
+    use k8s_openapi::jiff::Timestamp;
+    const LEASE_DURATION: Duration = Duration::from_secs(15);
+    let cp = ControlPlane::start_with_args(
+        "leader",
+        ControlPlaneOptions::default(),
+        &["--audit-log", "audit.log"],
+    )
+    .await?;
     node(&cp.client, "n1", "8", "a").await?;
     let leases: Api<Lease> = Api::namespaced(cp.client.clone(), "kube-system");
     let holder = || async {
@@ -360,7 +385,9 @@ async fn only_the_leader_binds_and_a_standby_takes_over() -> anyhow::Result<()> 
     };
     let mut first = Agent::start_with(&cp.kubeconfig, "mcsched", cp.dir(), "first", &[])?;
     let first_id = wait::until(TIMEOUT, "a leader", holder).await?;
-    let _second = Agent::start_with(&cp.kubeconfig, "mcsched", cp.dir(), "second", &[])?;
+    assert_eq!(identity(&first).await?, first_id);
+    let second = Agent::start_with(&cp.kubeconfig, "mcsched", cp.dir(), "second", &[])?;
+    let second_id = identity(&second).await?;
 
     let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
     pods.create(
@@ -372,19 +399,35 @@ async fn only_the_leader_binds_and_a_standby_takes_over() -> anyhow::Result<()> 
         Ok(pods.get("one").await?.spec.and_then(|s| s.node_name))
     })
     .await?;
-    // The standby synced its caches, then waited, and bound nothing.
-    let second_log = wait::until(TIMEOUT, "the second agent to stand by", || async {
-        let log = std::fs::read_to_string(cp.dir().join("agent-second.log"))?;
-        Ok(log.contains("standing by").then_some(log))
+    // The standby synced its caches and stands by (its readiness says so) ...
+    wait::until(TIMEOUT, "the second agent to stand by", || async {
+        Ok(second.logs().contains("standing by").then_some(()))
     })
     .await?;
-    assert!(
-        !second_log.contains("leading"),
-        "standby scheduled: {second_log}"
-    );
+    // ... while the Lease stays the first's ...
     assert_eq!(holder().await?, Some(first_id.clone()));
+    let audit_log = cp.data_dir().join("audit.log");
+    let by = |id: &str, w: &audit::Write| w.user_agent.ends_with(id);
+    let writes = audit::writes(&audit_log)?;
+    let binding = writes
+        .iter()
+        .find(|w| w.subresource == "binding" && w.name == "one" && w.succeeded())
+        .ok_or_else(|| anyhow::anyhow!("no binding of default/one in the audit log"))?;
+    assert!(by(&first_id, binding), "default/one bound by {binding}");
+    // ... and it wrote nothing: no binding, no event, no status, not even the Lease.
+    let standby_writes: Vec<String> = writes
+        .iter()
+        .filter(|w| by(&second_id, w) && w.succeeded())
+        .map(|w| w.to_string())
+        .collect();
+    assert!(
+        standby_writes.is_empty(),
+        "the standby wrote: {standby_writes:?}"
+    );
 
-    // The leader stops and releases its lease; the standby takes over.
+    // SIGTERM: the leader releases the Lease; the standby takes it at its next try,
+    // before the last renewal could have expired.
+    let stopping = Timestamp::now();
     let status = first
         .stop()
         .ok_or_else(|| anyhow::anyhow!("first agent already gone"))?;
@@ -393,7 +436,42 @@ async fn only_the_leader_binds_and_a_standby_takes_over() -> anyhow::Result<()> 
         Ok(holder().await?.filter(|h| *h != first_id))
     })
     .await?;
-    assert!(!new_holder.is_empty());
+    assert_eq!(new_holder, second_id);
+    let writes = audit::writes(&audit_log)?;
+    let lease_write =
+        |w: &&audit::Write| w.resource == "leases" && w.name == "mcsched" && w.succeeded();
+    let last_renewal = writes
+        .iter()
+        .filter(lease_write)
+        .filter(|w| by(&first_id, w) && w.received < stopping)
+        .map(|w| w.completed)
+        .max()
+        .ok_or_else(|| anyhow::anyhow!("the leader never wrote the Lease"))?;
+    let released = writes
+        .iter()
+        .filter(lease_write)
+        .find(|w| by(&first_id, w) && w.received >= stopping)
+        .ok_or_else(|| {
+            anyhow::anyhow!("the leader did not write the Lease after SIGTERM: not released")
+        })?
+        .completed;
+    let taken = writes
+        .iter()
+        .filter(lease_write)
+        .find(|w| by(&second_id, w))
+        .ok_or_else(|| anyhow::anyhow!("the standby never wrote the Lease"))?
+        .completed;
+    let expiry = last_renewal + k8s_openapi::jiff::SignedDuration::try_from(LEASE_DURATION)?;
+    assert!(
+        taken >= released && taken < expiry,
+        "the standby took the Lease at {taken}, the leader released it at {released}; \
+         its last renewal ({last_renewal}) expired at {expiry}"
+    );
+    println!(
+        "handover: released {:.1} s after SIGTERM, taken {:.1} s after the release",
+        released.duration_since(stopping).as_secs_f64(),
+        taken.duration_since(released).as_secs_f64()
+    );
     pods.create(
         &PostParams::default(),
         &serde_json::from_value(pod("two", "100m"))?,

@@ -243,7 +243,7 @@ pub async fn connect(
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .map_err(|e| bad(e.to_string()))?;
-    let client = kube::client::ClientBuilder::try_from(config)
+    let client = kube::client::ClientBuilder::try_from(crate::client::with_user_agent(config))
         .map_err(|e| bad(e.to_string()))?
         .with_layer(&crate::fence::FenceLayer::new(fence.clone()))
         .build();
