@@ -505,6 +505,7 @@ mod tests {
     async fn a_bound_pod_deleted_during_a_relist_retries_pods_waiting_for_room() {
         let shared = with_a_pod_waiting_for_room().await;
         on_pod_event(&shared, Change::Apply(pod("small", bound("n1")), true));
+        assert_eq!(waiting(&shared), (1, 0));
         let meta_only = Pod {
             metadata: pod("small", json!({})).metadata.clone(),
             ..Default::default()
