@@ -95,3 +95,21 @@ pub fn writes(calls: &Calls) -> Vec<String> {
         .cloned()
         .collect()
 }
+
+/// `base` with `extra` merged into it (objects key by key, anything else replaced): a
+/// test object built from a default one.
+pub fn merged(mut base: Value, extra: Value) -> Value {
+    merge(&mut base, extra);
+    base
+}
+
+fn merge(into: &mut Value, from: Value) {
+    match (into, from) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (into, from) => *into = from,
+    }
+}

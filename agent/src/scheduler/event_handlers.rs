@@ -372,24 +372,13 @@ mod tests {
 
     /// A pod `default/{name}` requesting 1 cpu, changed by the JSON merged into it.
     fn pod(name: &str, extra: serde_json::Value) -> Arc<Pod> {
-        let mut p = json!({
+        let p = json!({
             "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
             "spec": {"schedulerName": "mcsched",
                 "containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "1"}}}]}
         });
-        merge(&mut p, extra);
+        let p = crate::fake_api::merged(p, extra);
         Arc::new(serde_json::from_value(p).expect("pod"))
-    }
-
-    fn merge(into: &mut serde_json::Value, from: serde_json::Value) {
-        match (into, from) {
-            (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
-                for (k, v) in b {
-                    merge(a.entry(k).or_insert(serde_json::Value::Null), v);
-                }
-            }
-            (into, from) => *into = from,
-        }
     }
 
     fn bound(node: &str) -> serde_json::Value {
