@@ -5,25 +5,47 @@ use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
 use kube::client::Body;
+use serde_json::Value;
 
 /// `METHOD /path` of every request, in order.
 pub type Calls = Arc<Mutex<Vec<String>>>;
 
+/// `METHOD /path` of every request with its JSON body (Null when it has none), in order.
+pub type Requests = Arc<Mutex<Vec<(String, Value)>>>;
+
 /// A client whose requests `answer` gets as (method, path) and answers with a status code
 /// and a JSON body.
 pub fn client(
-    answer: impl Fn(&str, &str) -> (u16, serde_json::Value) + Send + Sync + 'static,
+    answer: impl Fn(&str, &str) -> (u16, Value) + Send + Sync + 'static,
 ) -> (kube::Client, Calls) {
+    let (client, calls, _) = recording(move |method, path, _| answer(method, path));
+    (client, calls)
+}
+
+/// As [`client`], `answer` also given each request's JSON body, and the bodies recorded:
+/// for tests that check what was written, or answer a create with what was sent.
+pub fn recording(
+    answer: impl Fn(&str, &str, &Value) -> (u16, Value) + Send + Sync + 'static,
+) -> (kube::Client, Calls, Requests) {
     let calls: Calls = Arc::default();
-    let seen = calls.clone();
+    let requests: Requests = Arc::default();
+    let (seen, bodies) = (calls.clone(), requests.clone());
     let answer = Arc::new(answer);
     let service = tower::service_fn(move |req: http::Request<Body>| {
-        let (method, path) = (req.method().to_string(), req.uri().path().to_string());
-        seen.lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(format!("{method} {path}"));
-        let (code, body) = answer(&method, &path);
+        let (seen, bodies, answer) = (seen.clone(), bodies.clone(), answer.clone());
         async move {
+            let (method, path) = (req.method().to_string(), req.uri().path().to_string());
+            let bytes = req.into_body().collect_bytes().await.unwrap_or_default();
+            let sent: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            let call = format!("{method} {path}");
+            seen.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(call.clone());
+            let (code, body) = answer(&method, &path, &sent);
+            bodies
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((call, sent));
             let body = serde_json::to_vec(&body).unwrap_or_default();
             let response = http::Response::builder()
                 .status(code)
@@ -32,11 +54,11 @@ pub fn client(
             Ok::<_, Infallible>(response.unwrap_or_else(|_| http::Response::new(Body::empty())))
         }
     });
-    (kube::Client::new(service, "default"), calls)
+    (kube::Client::new(service, "default"), calls, requests)
 }
 
 /// The API server's Status object for a failed request.
-pub fn status(code: u16, reason: &str, message: &str) -> serde_json::Value {
+pub fn status(code: u16, reason: &str, message: &str) -> Value {
     serde_json::json!({
         "kind": "Status", "apiVersion": "v1", "status": "Failure",
         "code": code, "reason": reason, "message": message
@@ -50,4 +72,44 @@ pub fn called(calls: &Calls, method: &str, suffix: &str) -> bool {
         .unwrap_or_else(|e| e.into_inner())
         .iter()
         .any(|c| c.starts_with(method) && c.ends_with(suffix))
+}
+
+/// The bodies of the requests matching `method` and ending in `suffix`, in order.
+pub fn sent(requests: &Requests, method: &str, suffix: &str) -> Vec<Value> {
+    requests
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter(|(c, _)| c.starts_with(method) && c.ends_with(suffix))
+        .map(|(_, body)| body.clone())
+        .collect()
+}
+
+/// Every write (not GET) made, as `METHOD /path`, in order.
+pub fn writes(calls: &Calls) -> Vec<String> {
+    calls
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter(|c| !c.starts_with("GET "))
+        .cloned()
+        .collect()
+}
+
+/// `base` with `extra` merged into it (objects key by key, anything else replaced): a
+/// test object built from a default one.
+pub fn merged(mut base: Value, extra: Value) -> Value {
+    merge(&mut base, extra);
+    base
+}
+
+fn merge(into: &mut Value, from: Value) {
+    match (into, from) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (into, from) => *into = from,
+    }
 }

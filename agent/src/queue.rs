@@ -423,8 +423,12 @@ impl SchedulingQueue {
     /// Moves pods whose backoff ended to activeQ, and pods unschedulable for longer than
     /// MAX_IN_UNSCHEDULABLE back into circulation. Called every second.
     pub fn flush(&self) {
+        self.flush_at(Instant::now());
+    }
+
+    /// [`Self::flush`] as of `now`: tests move the clock instead of waiting 5 minutes.
+    fn flush_at(&self, now: Instant) {
         let mut st = self.lock();
-        let now = Instant::now();
         let done: Vec<String> = st
             .backoff
             .iter()
@@ -595,6 +599,44 @@ mod tests {
         q.on_event(ClusterEvent::PodDelete);
         let p = q.pending();
         assert_eq!((p.unschedulable, p.active + p.backoff), (0, 1));
+    }
+
+    /// kube's podMaxInUnschedulablePodsDuration: a pod no event moved is retried after 5
+    /// minutes in unschedulablePods, not before.
+    #[tokio::test]
+    async fn unschedulable_pods_are_flushed_after_five_minutes_without_an_event() {
+        let q = queue(&[("X", vec![ClusterEvent::NodeAdd])]);
+        q.add(pod("p", 0), None);
+        let info = q.pop().await.expect("queued");
+        let before = Instant::now();
+        q.add_unschedulable(info, HashSet::from(["X"]));
+        let after = Instant::now();
+        q.flush_at(before + MAX_IN_UNSCHEDULABLE - Duration::from_millis(1));
+        assert_eq!(q.pending().unschedulable, 1, "flushed before 5 minutes");
+        q.flush_at(after + MAX_IN_UNSCHEDULABLE);
+        let p = q.pending();
+        assert_eq!(
+            (p.unschedulable, p.backoff, p.active),
+            (0, 0, 1),
+            "not back in activeQ after 5 minutes"
+        );
+        assert_eq!(q.pop().await.expect("active").pod.name, "p");
+    }
+
+    /// A flushed pod whose backoff is not over yet serves it in backoffQ first.
+    #[tokio::test]
+    async fn a_flushed_pod_still_in_backoff_goes_to_backoff_q() {
+        let long = Duration::from_secs(600);
+        let q = SchedulingQueue::new(long, long, HashMap::new(), priority_sort());
+        q.add(pod("p", 0), None);
+        let info = q.pop().await.expect("queued");
+        q.add_unschedulable(info, HashSet::from(["X"]));
+        let after = Instant::now();
+        q.flush_at(after + MAX_IN_UNSCHEDULABLE);
+        let p = q.pending();
+        assert_eq!((p.unschedulable, p.backoff, p.active), (0, 1, 0));
+        q.flush_at(after + long);
+        assert_eq!(q.pending().active, 1, "backoff over: activeQ");
     }
 
     #[tokio::test]

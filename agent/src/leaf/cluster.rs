@@ -177,6 +177,22 @@ impl LeafCluster {
             .extend(WATCHED);
     }
 
+    /// As if the pod watch had delivered `pod`.
+    #[cfg(test)]
+    pub(crate) fn saw_pod(&self, pod: Pod) {
+        let ignore: OnEvent = Arc::new(|_| {});
+        self.on_pod(Change::Apply(Arc::new(pod), true), &ignore);
+    }
+
+    /// As if the leaf's API server last answered at `at` (None: never).
+    #[cfg(test)]
+    pub(crate) fn answered_at(&self, at: Option<Instant>) {
+        self.health
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .last_ok = at;
+    }
+
     /// The watches whose first list has not arrived yet.
     pub fn unsynced_kinds(&self) -> Vec<&'static str> {
         let synced = self.synced.lock().unwrap_or_else(|e| e.into_inner());

@@ -923,6 +923,10 @@ pub fn copies_by_key(leaf: &LeafCluster) -> HashMap<String, Arc<Pod>> {
 }
 
 #[cfg(test)]
+#[path = "pod_sync_tests.rs"]
+mod decision_tests;
+
+#[cfg(test)]
 mod tests {
     use super::grace_seconds;
 

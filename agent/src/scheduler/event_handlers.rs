@@ -49,11 +49,7 @@ pub(super) fn spawn_watches(
         watcher::Config::default(),
         "node",
         ready.clone(),
-        move |ev| {
-            if let Some(event) = watch::apply_node(&mut s.cache(), ev) {
-                s.queue.on_event(event);
-            }
-        },
+        move |ev| on_node_event(&s, ev),
     )));
     let s = shared.clone();
     tasks.push(tokio::spawn(watch_kind(
@@ -286,6 +282,12 @@ fn spawn_selector_watches(
     ]
 }
 
+fn on_node_event(shared: &Shared, change: Change<Node>) {
+    if let Some(event) = watch::apply_node(&mut shared.cache(), change) {
+        shared.queue.on_event(event);
+    }
+}
+
 fn on_pod_event(shared: &Shared, change: Change<Pod>) {
     let on_virtual = change
         .object()
@@ -359,5 +361,194 @@ fn on_pod_event(shared: &Shared, change: Change<Pod>) {
                 shared.queue.on_event(ClusterEvent::PodDelete);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{schedule, shared_with};
+    use super::*;
+    use serde_json::json;
+
+    /// A pod `default/{name}` requesting 1 cpu, changed by the JSON merged into it.
+    fn pod(name: &str, extra: serde_json::Value) -> Arc<Pod> {
+        let p = json!({
+            "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
+            "spec": {"schedulerName": "mcsched",
+                "containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "1"}}}]}
+        });
+        let p = crate::fake_api::merged(p, extra);
+        Arc::new(serde_json::from_value(p).expect("pod"))
+    }
+
+    fn bound(node: &str) -> serde_json::Value {
+        json!({"spec": {"nodeName": node}})
+    }
+
+    fn node(name: &str) -> Arc<Node> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+                "status": {"allocatable": {"cpu": "64", "memory": "8Gi", "pods": "110"},
+                    "conditions": [{"type": "Ready", "status": "True"}]}
+            }))
+            .expect("node"),
+        )
+    }
+
+    /// (unschedulable, backoff + active): where the pod that fits nowhere waits.
+    fn waiting(shared: &Shared) -> (usize, usize) {
+        let q = shared.queue.pending();
+        (q.unschedulable, q.backoff + q.active)
+    }
+
+    /// A shared state whose one node (4 cpu) cannot take `big` (64 cpu): `big` waits in
+    /// unschedulablePods, rejected by NodeResourcesFit.
+    async fn with_a_pod_waiting_for_room() -> Arc<Shared> {
+        let (shared, _) = shared_with((201, json!({})));
+        schedule(&shared, "big", "64", true).await;
+        assert_eq!(waiting(&shared), (1, 0));
+        shared
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_unbound_pod_of_this_scheduler_is_queued_not_cached() {
+        let (shared, _) = shared_with((201, json!({})));
+        on_pod_event(&shared, Change::Apply(pod("p", json!({})), true));
+        assert_eq!(shared.queue.pending().active, 1);
+        assert!(shared.cache().pod_info("default/p").is_none());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_unbound_pod_of_another_scheduler_is_neither_queued_nor_cached() {
+        let (shared, _) = shared_with((201, json!({})));
+        let other = pod("p", json!({"spec": {"schedulerName": "default-scheduler"}}));
+        on_pod_event(&shared, Change::Apply(other, true));
+        assert_eq!(shared.queue.pending(), Default::default());
+        assert!(shared.cache().pod_info("default/p").is_none());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_pod_once_bound_is_cached_and_leaves_the_queue() {
+        let (shared, _) = shared_with((201, json!({})));
+        on_pod_event(&shared, Change::Apply(pod("p", json!({})), true));
+        assert_eq!(shared.queue.pending().active, 1);
+        on_pod_event(&shared, Change::Apply(pod("p", bound("n1")), false));
+        assert_eq!(shared.queue.pending(), Default::default());
+        let cached = shared.cache().pod_info("default/p").cloned();
+        let pod = cached.expect("cached").pod();
+        let on = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+        assert_eq!(on, Some("n1"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_bound_pod_of_another_scheduler_is_cached() {
+        let (shared, _) = shared_with((201, json!({})));
+        let mut theirs = pod("q", bound("n1"));
+        Arc::make_mut(&mut theirs)
+            .spec
+            .as_mut()
+            .unwrap()
+            .scheduler_name = Some("default-scheduler".into());
+        on_pod_event(&shared, Change::Apply(theirs, true));
+        assert!(shared.cache().pod_info("default/q").is_some());
+        assert_eq!(shared.queue.pending(), Default::default());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_gated_pod_waits_gated() {
+        let (shared, _) = shared_with((201, json!({})));
+        let gated = pod(
+            "g",
+            json!({"spec": {"schedulingGates": [{"name": "wait"}]}}),
+        );
+        on_pod_event(&shared, Change::Apply(gated, true));
+        let q = shared.queue.pending();
+        assert_eq!((q.gated, q.active), (1, 0));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_unbound_pod_being_deleted_leaves_the_queue() {
+        let (shared, _) = shared_with((201, json!({})));
+        on_pod_event(&shared, Change::Apply(pod("p", json!({})), true));
+        let deleting = pod(
+            "p",
+            json!({"metadata": {"deletionTimestamp": "2024-01-01T00:00:00Z"}}),
+        );
+        on_pod_event(&shared, Change::Apply(deleting, false));
+        assert_eq!(shared.queue.pending(), Default::default());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn deleting_a_bound_pod_frees_its_room_and_retries_pods_waiting_for_room() {
+        let shared = with_a_pod_waiting_for_room().await;
+        on_pod_event(&shared, Change::Apply(pod("small", bound("n1")), true));
+        assert!(shared.cache().pod_info("default/small").is_some());
+        on_pod_event(&shared, Change::Delete(pod("small", bound("n1"))));
+        assert!(shared.cache().pod_info("default/small").is_none());
+        assert_eq!(waiting(&shared), (0, 1), "PodDelete did not move the pod");
+    }
+
+    /// A deletion found by a relist carries only metadata: the cache says it was bound.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_bound_pod_deleted_during_a_relist_retries_pods_waiting_for_room() {
+        let shared = with_a_pod_waiting_for_room().await;
+        on_pod_event(&shared, Change::Apply(pod("small", bound("n1")), true));
+        assert_eq!(waiting(&shared), (1, 0));
+        let meta_only = Pod {
+            metadata: pod("small", json!({})).metadata.clone(),
+            ..Default::default()
+        };
+        on_pod_event(&shared, Change::Delete(Arc::new(meta_only)));
+        assert!(shared.cache().pod_info("default/small").is_none());
+        assert_eq!(waiting(&shared), (0, 1));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn unbound_pods_coming_and_going_retry_nothing() {
+        let shared = with_a_pod_waiting_for_room().await;
+        on_pod_event(&shared, Change::Apply(pod("other", json!({})), true));
+        on_pod_event(&shared, Change::Delete(pod("other", json!({}))));
+        assert_eq!(waiting(&shared).0, 1, "an unbound pod freed no room");
+    }
+
+    /// NodeResourcesFit registers PodUpdate and PodDelete, not PodAdd: a pod added to a
+    /// node takes room, an update may give some back.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_bound_pod_added_retries_nothing_and_its_update_retries_pods_waiting_for_room() {
+        let shared = with_a_pod_waiting_for_room().await;
+        on_pod_event(&shared, Change::Apply(pod("small", bound("n1")), true));
+        assert_eq!(waiting(&shared), (1, 0), "moved on PodAdd");
+        on_pod_event(&shared, Change::Apply(pod("small", bound("n1")), false));
+        assert_eq!(waiting(&shared), (0, 1), "not moved on PodUpdate");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_new_node_is_cached_and_retries_pods_waiting_for_room() {
+        let shared = with_a_pod_waiting_for_room().await;
+        on_node_event(&shared, Change::Apply(node("n2"), true));
+        assert_eq!(shared.cache().node_count(), 2);
+        assert_eq!(waiting(&shared), (0, 1));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_updated_node_is_cached_and_retries_pods_waiting_for_room() {
+        let shared = with_a_pod_waiting_for_room().await;
+        on_node_event(&shared, Change::Apply(node("n1"), false));
+        let snapshot = shared.cache().snapshot();
+        let n1 = snapshot.get("n1").expect("n1 cached");
+        assert_eq!(
+            n1.allocatable.milli_cpu, 64_000,
+            "the update was not applied"
+        );
+        assert_eq!(waiting(&shared), (0, 1));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_deleted_node_leaves_the_cache_and_retries_nothing() {
+        let shared = with_a_pod_waiting_for_room().await;
+        on_node_event(&shared, Change::Delete(node("n1")));
+        assert_eq!(shared.cache().node_count(), 0);
+        assert_eq!(waiting(&shared), (1, 0));
     }
 }

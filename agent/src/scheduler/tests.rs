@@ -15,7 +15,7 @@ use crate::fake_api::{self, Calls};
 use crate::leaf::registry::Leaves;
 use crate::snapshot::PodInfo;
 
-fn shared_with(binding: (u16, serde_json::Value)) -> (Arc<Shared>, Calls) {
+pub(super) fn shared_with(binding: (u16, serde_json::Value)) -> (Arc<Shared>, Calls) {
     shared_reading_back(binding, (404, fake_api::status(404, "NotFound", "gone")))
 }
 
@@ -67,7 +67,7 @@ fn shared_with_pre_bind(
     (shared, calls)
 }
 
-fn pod(name: &str, cpu: &str) -> Arc<PodInfo> {
+pub(super) fn pod(name: &str, cpu: &str) -> Arc<PodInfo> {
     let p: Pod = serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
         "spec": {"schedulerName": "mcsched",
@@ -78,7 +78,7 @@ fn pod(name: &str, cpu: &str) -> Arc<PodInfo> {
 }
 
 /// Queues `name` and runs its scheduling cycle, then its binding cycle.
-async fn schedule(shared: &Arc<Shared>, name: &str, cpu: &str, leading: bool) {
+pub(super) async fn schedule(shared: &Arc<Shared>, name: &str, cpu: &str, leading: bool) {
     shared.queue.add(pod(name, cpu), None);
     let info = shared.queue.pop().await.expect("queued");
     let (_tx, leader) = tokio::sync::watch::channel(leading);

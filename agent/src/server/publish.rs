@@ -289,3 +289,223 @@ impl Publisher {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake_api::{self, Calls, Requests};
+
+    const NS: &str = "mcsched-system";
+
+    /// What the fake API server holds: the Service, the EndpointSlice and the APIService
+    /// (None: absent), each answered on GET; writes are accepted.
+    struct Objects {
+        service: Option<serde_json::Value>,
+        slice: Option<serde_json::Value>,
+        api_service: Option<serde_json::Value>,
+    }
+
+    fn installed_service() -> serde_json::Value {
+        json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": keys::API_SERVICE, "namespace": NS, "uid": "svc-uid",
+                "labels": {keys::INSTALL_LABEL: NS}},
+            "spec": {"ports": [{"name": "https", "port": 443}]}})
+    }
+
+    fn installed_api_service(ca_bundle: Option<&str>) -> serde_json::Value {
+        let mut spec = json!({"service": {"namespace": NS, "name": keys::API_SERVICE}});
+        if let Some(ca) = ca_bundle {
+            spec["caBundle"] = serde_json::to_value(ByteString(ca.as_bytes().to_vec())).unwrap();
+        }
+        json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+            "metadata": {"name": keys::API_SERVICE_NAME, "labels": {keys::INSTALL_LABEL: NS}},
+            "spec": spec})
+    }
+
+    fn publisher(objects: Objects) -> (Publisher, Calls, Requests) {
+        let (client, calls, requests) = fake_api::recording(move |method, path, sent| {
+            let held = if path.ends_with(&format!("/services/{}", keys::API_SERVICE)) {
+                &objects.service
+            } else if path.ends_with(&format!("/endpointslices/{}", keys::API_SERVICE)) {
+                &objects.slice
+            } else if path.ends_with(&format!("/apiservices/{}", keys::API_SERVICE_NAME)) {
+                &objects.api_service
+            } else {
+                return (404, fake_api::status(404, "NotFound", "not found"));
+            };
+            match (method, held) {
+                ("GET", Some(o)) => (200, o.clone()),
+                ("GET", None) => (404, fake_api::status(404, "NotFound", "not found")),
+                // A merge patch is answered with the object it patched, an apply with itself.
+                (_, Some(o)) if sent.get("metadata").is_none() => (200, o.clone()),
+                _ => (200, sent.clone()),
+            }
+        });
+        let publisher = Publisher {
+            client,
+            namespace: NS.into(),
+            address: "10.0.0.5".parse().unwrap(),
+            port: 8443,
+            ca_bundle: Some("CA PEM".into()),
+        };
+        (publisher, calls, requests)
+    }
+
+    fn leading(yes: bool) -> (watch::Sender<bool>, watch::Receiver<bool>) {
+        watch::channel(yes)
+    }
+
+    fn slice_path() -> String {
+        format!("/endpointslices/{}", keys::API_SERVICE)
+    }
+
+    fn api_service_path() -> String {
+        format!("/apiservices/{}", keys::API_SERVICE_NAME)
+    }
+
+    #[tokio::test]
+    async fn the_leader_writes_its_address_into_the_slice_and_its_ca_into_the_api_service() {
+        let (p, _, requests) = publisher(Objects {
+            service: Some(installed_service()),
+            slice: None,
+            api_service: Some(installed_api_service(None)),
+        });
+        let (_tx, leader) = leading(true);
+        let step = p.publish_once(&leader, &LeaseHealth::default()).await;
+        assert_eq!(step.unwrap(), Step::Written);
+        let slices = fake_api::sent(&requests, "PATCH", &slice_path());
+        assert_eq!(slices.len(), 1, "one EndpointSlice write");
+        let slice = &slices[0];
+        assert_eq!(slice["endpoints"][0]["addresses"], json!(["10.0.0.5"]));
+        assert_eq!(slice["ports"][0]["port"], json!(8443));
+        assert_eq!(
+            slice["ports"][0]["name"],
+            json!("https"),
+            "the Service's port name"
+        );
+        assert_eq!(
+            slice["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"],
+            json!(SLICE_MANAGER)
+        );
+        assert_eq!(
+            slice["metadata"]["ownerReferences"][0]["uid"],
+            json!("svc-uid")
+        );
+        let bundles = fake_api::sent(&requests, "PATCH", &api_service_path());
+        assert_eq!(bundles.len(), 1, "one APIService write");
+        assert_eq!(
+            bundles[0]["spec"]["caBundle"],
+            serde_json::to_value(ByteString(b"CA PEM".to_vec())).unwrap()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_standby_writes_nothing() {
+        let (p, calls, _) = publisher(Objects {
+            service: Some(installed_service()),
+            slice: None,
+            api_service: Some(installed_api_service(None)),
+        });
+        let (_tx, leader) = leading(false);
+        let step = p.publish_once(&leader, &LeaseHealth::default()).await;
+        assert_eq!(step.unwrap(), Step::Unchanged);
+        assert_eq!(fake_api::writes(&calls), Vec::<String>::new());
+    }
+
+    #[tokio::test]
+    async fn a_leader_past_its_renew_deadline_writes_nothing() {
+        let (p, calls, _) = publisher(Objects {
+            service: Some(installed_service()),
+            slice: None,
+            api_service: Some(installed_api_service(None)),
+        });
+        let (_tx, leader) = leading(true);
+        let lease = LeaseHealth::default();
+        lease.renewed_for_test(Duration::ZERO);
+        let step = p.publish_once(&leader, &lease).await;
+        assert_eq!(step.unwrap(), Step::Unchanged);
+        assert_eq!(fake_api::writes(&calls), Vec::<String>::new());
+    }
+
+    #[tokio::test]
+    async fn what_already_says_the_same_is_not_rewritten() {
+        let service = installed_service();
+        let (probe, _, _) = publisher(Objects {
+            service: None,
+            slice: None,
+            api_service: None,
+        });
+        let current = probe
+            .endpoint_slice(&serde_json::from_value(service.clone()).unwrap())
+            .unwrap();
+        let (p, calls, _) = publisher(Objects {
+            service: Some(service),
+            slice: Some(serde_json::to_value(&current).unwrap()),
+            api_service: Some(installed_api_service(Some("CA PEM"))),
+        });
+        let (_tx, leader) = leading(true);
+        let step = p.publish_once(&leader, &LeaseHealth::default()).await;
+        assert_eq!(step.unwrap(), Step::Unchanged);
+        assert_eq!(fake_api::writes(&calls), Vec::<String>::new());
+    }
+
+    #[tokio::test]
+    async fn a_slice_that_is_not_the_agents_is_not_overwritten() {
+        let foreign = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": keys::API_SERVICE, "namespace": NS,
+                "labels": {"endpointslice.kubernetes.io/managed-by": "someone-else"}},
+            "addressType": "IPv4", "endpoints": []});
+        let (p, calls, _) = publisher(Objects {
+            service: Some(installed_service()),
+            slice: Some(foreign),
+            api_service: Some(installed_api_service(None)),
+        });
+        let (_tx, leader) = leading(true);
+        let step = p.publish_once(&leader, &LeaseHealth::default()).await;
+        assert!(matches!(step, Err(PublishError::NotOurs(_))), "{step:?}");
+        assert_eq!(fake_api::writes(&calls), Vec::<String>::new());
+    }
+
+    #[tokio::test]
+    async fn a_service_not_installed_by_mcsched_is_left_alone() {
+        let mut service = installed_service();
+        service["metadata"]["labels"] = json!({});
+        let (p, calls, _) = publisher(Objects {
+            service: Some(service),
+            slice: None,
+            api_service: Some(installed_api_service(None)),
+        });
+        let (_tx, leader) = leading(true);
+        let step = p.publish_once(&leader, &LeaseHealth::default()).await;
+        assert!(matches!(step, Err(PublishError::NotOurs(_))), "{step:?}");
+        assert_eq!(fake_api::writes(&calls), Vec::<String>::new());
+    }
+
+    #[tokio::test]
+    async fn an_api_service_pointing_elsewhere_keeps_its_ca_bundle() {
+        let mut api_service = installed_api_service(None);
+        api_service["spec"]["service"]["name"] = json!("other");
+        let (p, calls, _) = publisher(Objects {
+            service: Some(installed_service()),
+            slice: None,
+            api_service: Some(api_service),
+        });
+        let (_tx, leader) = leading(true);
+        let step = p.publish_once(&leader, &LeaseHealth::default()).await;
+        assert!(matches!(step, Err(PublishError::NotOurs(_))), "{step:?}");
+        assert!(!fake_api::called(&calls, "PATCH", &api_service_path()));
+    }
+
+    #[tokio::test]
+    async fn nothing_is_published_before_install() {
+        let (p, calls, _) = publisher(Objects {
+            service: None,
+            slice: None,
+            api_service: None,
+        });
+        let (_tx, leader) = leading(true);
+        let step = p.publish_once(&leader, &LeaseHealth::default()).await;
+        assert_eq!(step.unwrap(), Step::Absent);
+        assert_eq!(fake_api::writes(&calls), Vec::<String>::new());
+    }
+}
