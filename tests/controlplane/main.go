@@ -8,6 +8,7 @@
 //	controlplane remove-pods --container-runtime-endpoint E      every pod of a CRI runtime removed
 //	controlplane oracle --kubeconfig K [--config F]              kube-scheduler judging pods (oracle.go)
 //	controlplane engine-bench [--bench NAME]                     kube-scheduler's algorithm timed (enginebench.go)
+//	controlplane live-oracle                                     kube-scheduler's sampled search from a start index (liveoracle.go)
 package main
 
 import (
@@ -99,6 +100,13 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "oracle" {
 		if err := runOracle(os.Args[2:]); err != nil {
 			fmt.Fprintf(os.Stderr, "controlplane oracle: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "live-oracle" {
+		if err := runLiveOracle(os.Args[2:]); err != nil {
+			fmt.Fprintf(os.Stderr, "controlplane live-oracle: %v\n", err)
 			os.Exit(1)
 		}
 		return

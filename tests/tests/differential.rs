@@ -16,7 +16,10 @@
 //! more fails the test and is written to target/differential/<case>.json with the command
 //! that runs it again alone. MCSCHED_DIFF_PLUGIN_CASES (default 1000) cases of the
 //! regression seed and as many of a fresh seed (printed); MCSCHED_DIFF_SEED runs one seed,
-//! MCSCHED_DIFF_CASE one case of it.
+//! MCSCHED_DIFF_CASE one case of it. A run of 400 cases or more fails unless each filter
+//! plugin the cases are built for rejected a node, and each score plugin told nodes apart,
+//! in a minimum share of the cases (MIN_REJECTING_PER_MILLE, MIN_ORDERING_PER_MILLE): a
+//! generator that stops exercising a plugin fails.
 //!
 //! Black box (`mcsched_agrees_with_kube_scheduler`): the real kube-scheduler and mcsched
 //! schedule the same generated pods over the same generated cluster states, once both have
@@ -25,13 +28,17 @@
 //! also finds feasible (asked with the pod pinned there, which leaves topology spread one
 //! domain: spreading is held to kube's by the plugin-by-plugin test). Cases are isolated:
 //! each has its own namespace and its own labelled nodes, and every pod is pinned to its
-//! case's nodes by a required node-affinity expression. A first verdict that the same
-//! scheduler contradicts when asked again came from a cache behind the API server: it is
-//! counted as stale (more than 1 % fail the test), and a retry that binds must bind where
-//! kube-scheduler finds the pod feasible. MCSCHED_DIFF_CASES (default 500) and
-//! MCSCHED_DIFF_SEED choose the run.
+//! case's nodes by a required node-affinity expression. When the verdicts differ, both
+//! caches are let settle (each scheduler binds a second probe pod, created after every
+//! attempt was deleted) and the scheduler whose verdict differs is asked again about the
+//! same pod, unpinned: if it now agrees, its first verdict came from a cache behind the API
+//! server and is counted as stale (more than 1 % fail the test); if not, the test fails. A
+//! retry that binds must bind where kube-scheduler finds the pod feasible.
+//! MCSCHED_DIFF_CASES (default 500) cases, shared between the regression seed and a fresh
+//! seed (both printed, with every disagreement); MCSCHED_DIFF_SEED runs one seed.
 //!
-//! The volume cases (MCSCHED_DIFF_VOLUME_CASES, default 150) run on a whole cluster
+//! The volume cases (MCSCHED_DIFF_VOLUME_CASES, default 150, shared between the seeds as
+//! above, and judged as above) run on a whole cluster
 //! (kube-controller-manager's PV binder completes bindings): claims bound to volumes with
 //! node affinity, WaitForFirstConsumer classes with local volumes, zone-labelled volumes,
 //! ReadWriteOncePod claims in use. Each attempt gets its own copy of the claims, volumes
@@ -89,6 +96,7 @@ impl Rng {
 
 struct Case {
     id: usize,
+    seed: u64,
     nodes: Vec<Value>,
     existing: Vec<Value>,
     pod: Value,
@@ -103,7 +111,7 @@ fn quantity_cpu(rng: &mut Rng, max_milli: u64) -> String {
     format!("{}m", 100 * (1 + rng.below(max_milli / 100)))
 }
 
-fn generate(id: usize, rng: &mut Rng) -> Case {
+fn generate(seed: u64, id: usize, rng: &mut Rng) -> Case {
     let case_label = id.to_string();
     let n_nodes = 2 + rng.below(3) as usize;
     let mut nodes = Vec::new();
@@ -233,6 +241,7 @@ fn generate(id: usize, rng: &mut Rng) -> Case {
     }
     Case {
         id,
+        seed,
         nodes,
         existing,
         pod: json!({"metadata": {"name": "incoming", "labels": {"app": "incoming"}}, "spec": spec}),
@@ -291,58 +300,79 @@ async fn attempt(
 }
 
 /// Compares the two verdicts. A scheduler's caches may lag behind objects created a
-/// moment ago (a loaded machine): a verdict the same scheduler contradicts on a fresh
-/// attempt at the same state was stale, not a disagreement. kube-scheduler is asked again
-/// with the pod pinned to mcsched's node (feasible there means feasible), mcsched once
-/// more as it was. `pod_for` gives the pod of an attempt ("check", "retry"). Returns the
-/// disagreement, if any, and whether a first verdict was stale.
+/// moment ago (a loaded machine): a verdict the same scheduler contradicts when asked again
+/// about the same pod, unpinned, once both caches have settled (`settle`: each scheduler
+/// has bound a probe pod created after everything the case wrote and deleted), was stale,
+/// not a disagreement; a verdict it repeats is a disagreement. Whether mcsched's node is
+/// feasible for kube-scheduler is asked with the pod pinned there (`matchFields
+/// metadata.name`), which leaves PodTopologySpread a single domain: that check can only
+/// catch the other plugins, and it never decides that a verdict was stale. `pod_for`
+/// gives the pod of an attempt ("check", "retry", "pin"). Returns the disagreement, if
+/// any, and whether a first verdict was stale.
 async fn judge(
     pods: &Api<Pod>,
     kube: &Outcome,
     ours: &Outcome,
     pod_for: &dyn Fn(&str) -> anyhow::Result<Value>,
+    settle: &dyn Fn() -> futures::future::BoxFuture<'static, anyhow::Result<()>>,
 ) -> anyhow::Result<(Option<String>, bool)> {
-    let pinned = |node: &str| -> anyhow::Result<Value> {
-        let mut pinned = pod_for("check")?;
+    // Is mcsched's node feasible for kube-scheduler? Pin the pod there and ask it.
+    let feasible_for_kube = |node: String, attempt_name: &'static str| async move {
+        let mut pinned = pod_for(attempt_name)?;
         pinned["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
             ["nodeSelectorTerms"][0]["matchFields"] =
             json!([{"key": "metadata.name", "operator": "In", "values": [node]}]);
-        Ok(pinned)
+        attempt(pods, pinned, "default-scheduler", attempt_name).await
     };
     Ok(match (kube, ours) {
         (Outcome::Bound(_), Outcome::Unschedulable(m)) => {
+            settle().await?;
             match attempt(pods, pod_for("retry")?, "mcsched", "retry").await? {
-                // Where the retry binds must be feasible for kube-scheduler too.
-                Outcome::Bound(n) => {
-                    match attempt(pods, pinned(&n)?, "default-scheduler", "check").await? {
-                        Outcome::Bound(_) => (None, true),
-                        Outcome::Unschedulable(k) => (
-                            Some(format!(
-                                "mcsched first found no node ({m}), then bound it to {n}, \
-                                 which kube-scheduler finds infeasible: {k}"
-                            )),
-                            true,
-                        ),
-                    }
-                }
-                Outcome::Unschedulable(_) => (
-                    Some(format!("kube-scheduler bound it; mcsched: {m}")),
+                // Stale; where the retry binds must be feasible for kube-scheduler too.
+                Outcome::Bound(n) => match feasible_for_kube(n.clone(), "check").await? {
+                    Outcome::Bound(_) => (None, true),
+                    Outcome::Unschedulable(k) => (
+                        Some(format!(
+                            "mcsched first found no node ({m}), then bound it to {n}, \
+                             which kube-scheduler finds infeasible: {k}"
+                        )),
+                        true,
+                    ),
+                },
+                Outcome::Unschedulable(again) => (
+                    Some(format!(
+                        "kube-scheduler bound it; mcsched: {m}; and again on a settled \
+                         cache: {again}"
+                    )),
                     false,
                 ),
             }
         }
         (Outcome::Unschedulable(m), Outcome::Bound(n)) => {
-            match attempt(pods, pinned(n)?, "default-scheduler", "check").await? {
-                Outcome::Bound(_) => (None, true),
-                Outcome::Unschedulable(_) => (
-                    Some(format!("mcsched bound it to {n}; kube-scheduler: {m}")),
+            settle().await?;
+            match attempt(pods, pod_for("check")?, "default-scheduler", "check").await? {
+                // Stale; mcsched's node must be feasible for kube-scheduler.
+                Outcome::Bound(_) => match feasible_for_kube(n.clone(), "pin").await? {
+                    Outcome::Bound(_) => (None, true),
+                    Outcome::Unschedulable(k) => (
+                        Some(format!(
+                            "mcsched chose {n}, which kube-scheduler (first: {m}) finds \
+                             infeasible on a settled cache: {k}"
+                        )),
+                        true,
+                    ),
+                },
+                Outcome::Unschedulable(again) => (
+                    Some(format!(
+                        "mcsched bound it to {n}; kube-scheduler: {m}; and again on a \
+                         settled cache, unpinned: {again}"
+                    )),
                     false,
                 ),
             }
         }
-        // Is mcsched's node feasible for kube-scheduler? Pin the pod there and ask it.
         (Outcome::Bound(_), Outcome::Bound(n)) => {
-            match attempt(pods, pinned(n)?, "default-scheduler", "check").await? {
+            match feasible_for_kube(n.clone(), "check").await? {
                 Outcome::Unschedulable(m) => (
                     Some(format!(
                         "mcsched chose {n}, which kube-scheduler finds infeasible: {m}"
@@ -409,6 +439,45 @@ async fn caches_caught_up(client: &Client, pods: &Api<Pod>, probe: &str) -> anyh
     Ok(())
 }
 
+/// `settle` for [`judge`]: both schedulers bind a probe pod to the probe node `probe`.
+fn settle_with(
+    client: &Client,
+    pods: &Api<Pod>,
+    probe: &str,
+) -> impl Fn() -> futures::future::BoxFuture<'static, anyhow::Result<()>> + use<> {
+    let (client, pods, probe) = (client.clone(), pods.clone(), probe.to_string());
+    move || {
+        let (client, pods, probe) = (client.clone(), pods.clone(), probe.clone());
+        Box::pin(async move { caches_caught_up(&client, &pods, &probe).await })
+    }
+}
+
+/// The seeds of a run: MCSCHED_DIFF_SEED alone, or the regression seed and a fresh one
+/// (printed with the results, and with every disagreement).
+fn run_seeds() -> Vec<u64> {
+    match env_number::<u64>("MCSCHED_DIFF_SEED") {
+        Some(seed) => vec![seed],
+        None => vec![REGRESSION_SEED, fresh_seed()],
+    }
+}
+
+/// `total` cases shared out among `seeds`: (seed, first case id, cases). Case ids go on
+/// across seeds, so that the names of every case in one cluster differ.
+fn share_cases(seeds: &[u64], total: usize) -> Vec<(u64, usize, usize)> {
+    let n = seeds.len().max(1);
+    let mut first = 0;
+    seeds
+        .iter()
+        .enumerate()
+        .map(|(i, &seed)| {
+            let count = total / n + usize::from(i < total % n);
+            let share = (seed, first, count);
+            first += count;
+            share
+        })
+        .collect()
+}
+
 async fn run_case(client: Client, case: Case) -> anyhow::Result<CaseResult> {
     let ns_name = format!("diff-{}", case.id);
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": ns_name}}))?;
@@ -429,7 +498,9 @@ async fn run_case(client: Client, case: Case) -> anyhow::Result<CaseResult> {
     let kube = attempt(&pods, case.pod.clone(), "default-scheduler", "kube").await?;
     let ours = attempt(&pods, case.pod.clone(), "mcsched", "ours").await?;
     let pod_for = |_: &str| Ok(case.pod.clone());
-    let (disagreement, stale) = judge(&pods, &kube, &ours, &pod_for).await?;
+    let settled = format!("{probe}-settled");
+    let settle = settle_with(&client, &pods, &settled);
+    let (disagreement, stale) = judge(&pods, &kube, &ours, &pod_for, &settle).await?;
     // Clean up: nodes are cluster-wide, the namespace takes the pods.
     for n in &case.nodes {
         let name = n["metadata"]["name"]
@@ -439,14 +510,16 @@ async fn run_case(client: Client, case: Case) -> anyhow::Result<CaseResult> {
         let _ = nodes.delete(&name, &DeleteParams::default()).await;
     }
     let _ = nodes.delete(&probe, &DeleteParams::default()).await;
+    let _ = nodes.delete(&settled, &DeleteParams::default()).await;
     let _ = Api::<Namespace>::all(client)
         .delete(&ns_name, &DeleteParams::default())
         .await;
     let kube_bound = matches!(kube, Outcome::Bound(_));
     let disagreement = disagreement.map(|d| {
         format!(
-            "case {}: {d}\n  nodes: {}\n  existing: {}\n  pod: {}",
+            "case {} (seed {}): {d}\n  nodes: {}\n  existing: {}\n  pod: {}",
             case.id,
+            case.seed,
             serde_json::to_string(&case.nodes).unwrap_or_default(),
             serde_json::to_string(&case.existing).unwrap_or_default(),
             serde_json::to_string(&case.pod["spec"]).unwrap_or_default()
@@ -461,14 +534,9 @@ async fn run_case(client: Client, case: Case) -> anyhow::Result<CaseResult> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcsched_agrees_with_kube_scheduler() -> anyhow::Result<()> {
-    let cases: usize = std::env::var("MCSCHED_DIFF_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(BLACK_BOX_CASES);
-    let seed: u64 = std::env::var("MCSCHED_DIFF_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20261123);
+    let cases: usize = env_number("MCSCHED_DIFF_CASES").unwrap_or(BLACK_BOX_CASES);
+    let seeds = run_seeds();
+    println!("differential: seeds {seeds:?}, {cases} cases among them");
     let cp = ControlPlane::start(
         "diff",
         ControlPlaneOptions {
@@ -484,8 +552,11 @@ async fn mcsched_agrees_with_kube_scheduler() -> anyhow::Result<()> {
         "diff",
         &["--leader-elect=false"],
     )?;
-    let mut rng = Rng(seed);
-    let generated: Vec<Case> = (0..cases).map(|i| generate(i, &mut rng)).collect();
+    let mut generated: Vec<Case> = Vec::new();
+    for (seed, first, count) in share_cases(&seeds, cases) {
+        let mut rng = Rng(seed);
+        generated.extend((first..first + count).map(|i| generate(seed, i, &mut rng)));
+    }
     let started = std::time::Instant::now();
     let results: Vec<anyhow::Result<CaseResult>> = futures::stream::iter(generated)
         .map(|c| run_case(cp.client.clone(), c))
@@ -506,7 +577,7 @@ async fn mcsched_agrees_with_kube_scheduler() -> anyhow::Result<()> {
         }
     }
     println!(
-        "differential: {cases} cases ({bound} schedulable, {} unschedulable for kube-scheduler), {} disagreements, {stale} first verdicts stale and retried (seed {seed}), {:.0}s",
+        "differential: {cases} cases ({bound} schedulable, {} unschedulable for kube-scheduler), {} disagreements, {stale} first verdicts stale and asked again (seeds {seeds:?}), {:.0}s",
         cases - bound,
         disagreements.len(),
         started.elapsed().as_secs_f64()
@@ -540,11 +611,12 @@ async fn mcsched_agrees_with_kube_scheduler() -> anyhow::Result<()> {
 
 /// Per-attempt copies: `@A@` in a name becomes the attempt's name.
 const ATTEMPT: &str = "@A@";
-const ATTEMPTS: [&str; 4] = ["kube", "ours", "check", "retry"];
+const ATTEMPTS: [&str; 5] = ["kube", "ours", "check", "retry", "pin"];
 const VOLUME_CONCURRENCY: usize = 16;
 
 struct VolumeCase {
     id: usize,
+    seed: u64,
     nodes: Vec<Value>,
     classes: Vec<Value>,
     /// PersistentVolumes and claims, named with `@A@`.
@@ -563,7 +635,7 @@ fn for_attempt(v: &Value, attempt: &str) -> anyhow::Result<Value> {
     )?)
 }
 
-fn generate_volume_case(id: usize, rng: &mut Rng) -> VolumeCase {
+fn generate_volume_case(seed: u64, id: usize, rng: &mut Rng) -> VolumeCase {
     let ns = format!("vol-{id}");
     let case_label = id.to_string();
     let node_names: Vec<String> = (0..2 + rng.below(3))
@@ -692,6 +764,7 @@ fn generate_volume_case(id: usize, rng: &mut Rng) -> VolumeCase {
     });
     VolumeCase {
         id,
+        seed,
         nodes,
         classes,
         volumes,
@@ -807,9 +880,11 @@ async fn run_volume_case(client: Client, case: VolumeCase) -> anyhow::Result<Cas
     .await?;
     let ours = attempt(&pods, for_attempt(&case.pod, "ours")?, "mcsched", "ours").await?;
     let pod_for = |attempt: &str| for_attempt(&case.pod, attempt);
-    let (disagreement, stale) = judge(&pods, &kube, &ours, &pod_for).await?;
+    let settled = format!("vol-{}-probe-settled", case.id);
+    let settle = settle_with(&client, &pods, &settled);
+    let (disagreement, stale) = judge(&pods, &kube, &ours, &pod_for, &settle).await?;
     let nodes: Api<Node> = Api::all(client.clone());
-    for n in &node_names {
+    for n in node_names.iter().chain([&settled]) {
         let _ = nodes.delete(n, &DeleteParams::default()).await;
     }
     let _ = Api::<Namespace>::all(client)
@@ -824,9 +899,10 @@ async fn run_volume_case(client: Client, case: VolumeCase) -> anyhow::Result<Cas
     let kube_bound = matches!(kube, Outcome::Bound(_));
     let disagreement = disagreement.map(|d| {
         format!(
-            "volume case {}: {d}\n  nodes: {}\n  volumes: {}\n  claims: {}\n  \
+            "volume case {} (seed {}): {d}\n  nodes: {}\n  volumes: {}\n  claims: {}\n  \
                  existing: {}\n  pod: {}",
             case.id,
+            case.seed,
             serde_json::to_string(&case.nodes).unwrap_or_default(),
             serde_json::to_string(&case.volumes).unwrap_or_default(),
             serde_json::to_string(&case.claims).unwrap_or_default(),
@@ -843,14 +919,9 @@ async fn run_volume_case(client: Client, case: VolumeCase) -> anyhow::Result<Cas
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcsched_agrees_with_kube_scheduler_on_volumes() -> anyhow::Result<()> {
-    let cases: usize = std::env::var("MCSCHED_DIFF_VOLUME_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(150);
-    let seed: u64 = std::env::var("MCSCHED_DIFF_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20261123);
+    let cases: usize = env_number("MCSCHED_DIFF_VOLUME_CASES").unwrap_or(150);
+    let seeds = run_seeds();
+    println!("differential (volumes): seeds {seeds:?}, {cases} cases among them");
     let cp = ControlPlane::start("diff-volumes", ControlPlaneOptions::full()).await?;
     let _agent = Agent::start_with(
         &cp.kubeconfig,
@@ -859,10 +930,11 @@ async fn mcsched_agrees_with_kube_scheduler_on_volumes() -> anyhow::Result<()> {
         "diff-volumes",
         &["--leader-elect=false"],
     )?;
-    let mut rng = Rng(seed);
-    let generated: Vec<VolumeCase> = (0..cases)
-        .map(|i| generate_volume_case(i, &mut rng))
-        .collect();
+    let mut generated: Vec<VolumeCase> = Vec::new();
+    for (seed, first, count) in share_cases(&seeds, cases) {
+        let mut rng = Rng(seed);
+        generated.extend((first..first + count).map(|i| generate_volume_case(seed, i, &mut rng)));
+    }
     let started = std::time::Instant::now();
     let results: Vec<anyhow::Result<CaseResult>> = futures::stream::iter(generated)
         .map(|c| run_volume_case(cp.client.clone(), c))
@@ -883,7 +955,7 @@ async fn mcsched_agrees_with_kube_scheduler_on_volumes() -> anyhow::Result<()> {
         }
     }
     println!(
-        "differential (volumes): {cases} cases ({bound} schedulable, {} unschedulable for kube-scheduler), {} disagreements, {stale} first verdicts stale and retried (seed {seed}), {:.0}s",
+        "differential (volumes): {cases} cases ({bound} schedulable, {} unschedulable for kube-scheduler), {} disagreements, {stale} first verdicts stale and asked again (seeds {seeds:?}), {:.0}s",
         cases - bound,
         disagreements.len(),
         started.elapsed().as_secs_f64()
@@ -1393,15 +1465,13 @@ async fn judge_case(
 /// MCSCHED_DIFF_PLUGIN_CASES (default 1000) cases of the regression seed and of a fresh
 /// one (printed); MCSCHED_DIFF_SEED runs that seed alone, MCSCHED_DIFF_CASE one case of
 /// it (with its batch, which shares the snapshot). A disagreement fails the test and is
-/// written to target/differential/.
+/// written to target/differential/; so does a run of 400 cases or more in which a plugin
+/// rejected, or scored nodes apart, in fewer cases than its minimum.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcsched_matches_kube_scheduler_plugin_by_plugin() -> anyhow::Result<()> {
     let per_seed: usize = env_number("MCSCHED_DIFF_PLUGIN_CASES").unwrap_or(1000);
     let only: Option<usize> = env_number("MCSCHED_DIFF_CASE");
-    let seeds = match env_number::<u64>("MCSCHED_DIFF_SEED") {
-        Some(seed) => vec![seed],
-        None => vec![REGRESSION_SEED, fresh_seed()],
-    };
+    let seeds = run_seeds();
     match only {
         Some(id) => println!("differential (plugins): case {id} of seed {seeds:?}, with its batch"),
         None => println!("differential (plugins): seeds {seeds:?}, {per_seed} cases each"),
@@ -1536,8 +1606,71 @@ async fn mcsched_matches_kube_scheduler_plugin_by_plugin() -> anyhow::Result<()>
             "too few cases exercised nominations ({with_nominations}) or preemption's choice \
              ({preemptions}) of {judged}"
         );
+        if judged >= COVERAGE_MIN_CASES {
+            let short = coverage_shortfalls(&stats, judged);
+            assert!(
+                short.is_empty(),
+                "the cases no longer exercise every plugin (of {judged} cases):\n  {}",
+                short.join("\n  ")
+            );
+        }
     }
     Ok(())
+}
+
+/// Below this many cases judged, the coverage minimums are not asserted (a case picked
+/// alone, a short run while iterating): the default run judges 2000.
+const COVERAGE_MIN_CASES: usize = 400;
+/// Cases per thousand in which each filter plugin must reject a node of the case, about a
+/// third of what the generator gives (2000 cases: NodeResourcesFit 1609, TaintToleration
+/// 873, NodeAffinity 583, InterPodAffinity 528, NodeUnschedulable 301, PodTopologySpread
+/// 116, NodePorts 74).
+const MIN_REJECTING_PER_MILLE: &[(&str, usize)] = &[
+    ("NodeResourcesFit", 250),
+    ("TaintToleration", 140),
+    ("NodeAffinity", 90),
+    ("InterPodAffinity", 80),
+    ("NodeUnschedulable", 50),
+    ("PodTopologySpread", 18),
+    ("NodePorts", 12),
+];
+/// Cases per thousand in which each score plugin's normalized scores must tell the case's
+/// feasible nodes apart, about a third of what the generator gives (2000 cases:
+/// NodeResourcesFit 404, NodeResourcesBalancedAllocation 389, ImageLocality 170,
+/// InterPodAffinity 106, TaintToleration 90, NodeAffinity 48, PodTopologySpread 38).
+const MIN_ORDERING_PER_MILLE: &[(&str, usize)] = &[
+    ("NodeResourcesFit", 65),
+    ("NodeResourcesBalancedAllocation", 65),
+    ("ImageLocality", 28),
+    ("InterPodAffinity", 17),
+    ("TaintToleration", 15),
+    ("NodeAffinity", 8),
+    ("PodTopologySpread", 6),
+];
+
+/// Each plugin that rejects, or scores differently, in fewer cases than its minimum.
+fn coverage_shortfalls(
+    stats: &std::collections::BTreeMap<String, compare::PluginStats>,
+    judged: usize,
+) -> Vec<String> {
+    let mut short = Vec::new();
+    let mut check = |what: &str, plugin: &str, per_mille: usize, got: usize| {
+        let want = (judged * per_mille).div_ceil(1000).max(1);
+        if got < want {
+            short.push(format!(
+                "{plugin}: {what} in {got} cases, at least {want} wanted ({per_mille} per mille)"
+            ));
+        }
+    };
+    for &(plugin, per_mille) in MIN_REJECTING_PER_MILLE {
+        let got = stats.get(plugin).map_or(0, |s| s.rejecting_cases);
+        check("rejected a node", plugin, per_mille, got);
+    }
+    for &(plugin, per_mille) in MIN_ORDERING_PER_MILLE {
+        let got = stats.get(plugin).map_or(0, |s| s.ordering_cases);
+        check("told nodes apart", plugin, per_mille, got);
+    }
+    short
 }
 
 /// A Lease the agent's election finds held for an hour by someone else.

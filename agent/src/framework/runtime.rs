@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use mcsched_shared::explain::{PhaseDuration, PluginVerdict};
@@ -430,6 +430,18 @@ impl Framework {
         // One hand-over to the pool for the whole cycle: the phases' parallel sections
         // then start from a worker.
         self.on_pool(self.parallel(snapshot, record_all), cycle)
+    }
+
+    /// Where the next cycle's Filter starts among the host nodes: kube-scheduler's
+    /// `nextStartNodeIndex`.
+    pub fn next_start_node_index(&self) -> usize {
+        self.next_start.load(Ordering::Relaxed)
+    }
+
+    /// Sets where the next cycle's Filter starts, as a test sets kube-scheduler's
+    /// `nextStartNodeIndex` to compare the two sampled searches from one index.
+    pub fn set_next_start_node_index(&self, index: usize) {
+        self.next_start.store(index, Ordering::Relaxed);
     }
 
     /// Whether a cycle on `snapshot` has a phase large enough to run in parallel.
@@ -870,11 +882,8 @@ impl Framework {
         } else {
             num_feasible_nodes_to_find(self.percentage_of_nodes_to_score, total)
         };
-        let start = if total == 0 {
-            0
-        } else {
-            self.next_start.load(Ordering::Relaxed) % total
-        };
+        let next = self.next_start.load(Ordering::Relaxed);
+        let start = if total == 0 { 0 } else { next % total };
         let active = self.active_filters(state);
         let search = FilterSearch {
             active: &active,
@@ -886,9 +895,11 @@ impl Framework {
             snapshot,
         };
         let mut found = self.filter_positions(&search, hosts.as_deref(), total, start, want);
-        if total > 0 {
+        // As kube's: modulo all the host nodes, also when PreFilter allowed fewer.
+        let all_hosts = snapshot.nodes.len().saturating_sub(snapshot.virtual_nodes);
+        if all_hosts > 0 {
             self.next_start
-                .store((start + found.processed) % total, Ordering::Relaxed);
+                .store((next + found.processed) % all_hosts, Ordering::Relaxed);
         }
         if !virtuals.is_empty() {
             let leaves =
@@ -937,6 +948,10 @@ impl Framework {
         let (timed, record_all) = (*timed, *record_all);
         let position = |i: usize| positions.map_or(i as u32, |s| s[i]);
         let found = AtomicUsize::new(0);
+        // kube's search goes on past the `want`-th feasible node, rejections counted, until
+        // one feasible node more stops it (neither kept nor counted as processed): where
+        // the next cycle starts depends on it.
+        let stopped = AtomicBool::new(false);
         let run_chunk = |c: usize| {
             let mut out = FilterChunk {
                 called: vec![0; active.len() + 1],
@@ -947,9 +962,10 @@ impl Framework {
             let mut local = 0;
             let end = ((c + 1) * FILTER_CHUNK).min(total);
             for i in c * FILTER_CHUNK..end {
-                if found.load(Ordering::Relaxed) + local >= want {
+                if stopped.load(Ordering::Relaxed) {
                     break;
                 }
+                let enough = found.load(Ordering::Relaxed) + local >= want;
                 if i + PREFETCH_AHEAD < end {
                     let ahead = position((start + i + PREFETCH_AHEAD) % total);
                     snapshot.nodes[ahead as usize].prefetch();
@@ -980,7 +996,11 @@ impl Framework {
                     out.called[calls] += 1;
                     status.unwrap_or_else(Status::success)
                 };
-                if status.is_success() {
+                if status.is_success() && enough {
+                    out.processed -= 1;
+                    stopped.store(true, Ordering::Relaxed);
+                    break;
+                } else if status.is_success() {
                     local += 1;
                     out.feasible.push(p);
                 } else {
