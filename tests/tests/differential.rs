@@ -1114,6 +1114,9 @@ fn differential_dir() -> std::path::PathBuf {
         .join("differential")
 }
 
+/// The PriorityClass of the what-if that reads mcsched's cache.
+const PROBE_PRIORITY_CLASS: &str = "differential-probe";
+
 async fn create_shared_objects(client: &Client) -> anyhow::Result<()> {
     use k8s_openapi::api::node::v1::RuntimeClass;
     use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -1125,6 +1128,15 @@ async fn create_shared_objects(client: &Client) -> anyhow::Result<()> {
             .create(&PostParams::default(), &pc)
             .await?;
     }
+    // The probe's class: below every pod's priority, so that Filter counts every
+    // nomination for it (a what-if's priority is its class's, as admission gives it).
+    let probe: PriorityClass = serde_json::from_value(json!({
+        "metadata": {"name": PROBE_PRIORITY_CLASS}, "value": -1_000_000,
+        "preemptionPolicy": "Never"
+    }))?;
+    Api::<PriorityClass>::all(client.clone())
+        .create(&PostParams::default(), &probe)
+        .await?;
     let rc: RuntimeClass = serde_json::from_value(json!({
         "metadata": {"name": cases::RUNTIME_CLASS}, "handler": "runc",
         "overhead": {"podFixed": {"cpu": "250m", "memory": "64Mi"}}
@@ -1295,10 +1307,9 @@ async fn run_batch(
     let want: std::collections::BTreeSet<&str> = expect.nodes.iter().map(String::as_str).collect();
     let want_nominated: std::collections::BTreeSet<String> =
         expect.nominated.iter().cloned().collect();
-    // Its priority below every pod's (a what-if skips admission), so that Filter counts
-    // every nomination for it.
+    // Its priority below every pod's, so that Filter counts every nomination for it.
     let probe = json!({"metadata": {"name": "probe"}, "spec": {"schedulerName": "mcsched",
-        "priority": -1_000_000, "containers": [{"name": "c", "image": "pause"}]}});
+        "priorityClassName": PROBE_PRIORITY_CLASS, "containers": [{"name": "c", "image": "pause"}]}});
     if let Some(c) = batch_cases.first() {
         let last = std::sync::Mutex::new(String::new());
         let seen = mcsched_e2e::wait::until(

@@ -232,7 +232,7 @@ async fn create_what_if(
         );
     }
     let template = what_if.spec.template.clone();
-    let Some(spec) = template.spec else {
+    let Some(mut spec) = template.spec else {
         return failure(
             StatusCode::UNPROCESSABLE_ENTITY,
             format!(
@@ -246,6 +246,16 @@ async fn create_what_if(
             StatusCode::UNPROCESSABLE_ENTITY,
             format!("{} is invalid: {refused}", keys::WHATIF_KIND),
         );
+    }
+    match super::what_if_admission::resolve_priority(&s.shared.bind_ctx.client, &mut spec).await {
+        Ok(()) => {}
+        Err(super::what_if_admission::AdmissionError::Refused(refused)) => {
+            return failure(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                format!("{} is invalid: {refused}", keys::WHATIF_KIND),
+            );
+        }
+        Err(e) => return failure(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }
     let mut meta = template.metadata.unwrap_or_default();
     meta.namespace = Some(namespace.clone());

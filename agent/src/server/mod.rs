@@ -354,7 +354,18 @@ pub(crate) mod tests {
     use tower::ServiceExt;
 
     pub(crate) fn state() -> Arc<ServerState> {
-        let (client, _) = crate::fake_api::client(|_, _| (500, serde_json::json!({})));
+        // No PriorityClass (what-ifs' priority is then 0); nothing else answers.
+        let (client, _) = crate::fake_api::client(|_, path| {
+            if path.starts_with("/apis/scheduling.k8s.io/v1/priorityclasses") {
+                (
+                    200,
+                    serde_json::json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClassList",
+                        "metadata": {"resourceVersion": "1"}, "items": []}),
+                )
+            } else {
+                (500, serde_json::json!({}))
+            }
+        });
         let spec = crate::config_bridge::default_spec("mcsched").expect("default profile");
         let leaves = Arc::new(Leaves::new(Default::default()));
         let registry = crate::plugins::registry_with_leaves(&Default::default(), leaves.clone());

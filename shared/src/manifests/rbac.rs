@@ -246,6 +246,13 @@ pub(super) fn objects(ns: &str, cfg: &AgentConfig) -> Vec<Object> {
                 &["get", "patch"],
                 &[keys::API_SERVICE_NAME],
             ),
+            // What-ifs get their priority from their PriorityClass, as admission gives it.
+            rule(
+                &["scheduling.k8s.io"],
+                &["priorityclasses"],
+                &["get", "list", "watch"],
+                &[],
+            ),
             // Placement policies: read, and their status written.
             rule(&[POLICY_GROUP], &POLICIES, &["get", "list", "watch"], &[]),
             rule(
