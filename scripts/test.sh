@@ -21,27 +21,33 @@ stage() {
   echo "<== ${name}: ${took}s"
 }
 
-# Every end-to-end test binary but real_node's (which has a stage of its own), built once
+# Every end-to-end test binary but real_node's (which has a stage of its own) and the bench's quick variant, built once
 # and run E2E_JOBS at a time, longest first: they spend most of their time waiting for
 # control planes, so two share this machine's cores well. Each binary's output is kept
 # apart and shown when it fails; every binary runs even after one failed.
 E2E_JOBS=${E2E_JOBS:-2}
-E2E_FIRST=(differential faults multicluster leaf_ownership extender_seed002 leaf_safety differential_live placement_policies security join)
+E2E_FIRST=(differential faults multicluster bench_quick leaf_ownership extender_seed002 leaf_safety differential_live placement_policies security join)
 e2e_except_real_node() {
   local logs
   logs=$(mktemp -d)
-  if ! cargo test -p mcsched-e2e --lib --tests --no-run >"$logs/build.log" 2>&1; then
-    cat "$logs/build.log"
-    return 1
-  fi
-  grep -v '^  Executable' "$logs/build.log" | tail -3
   declare -A exe=()
-  local name path
-  while read -r name path; do
-    # The library's tests and tests/*.rs; the real node's binary has none worth a run.
-    [[ $name == src/bin/* ]] || exe[${name//\//_}]=$path
-  done < <(sed -n 's#^  Executable \(unittests \)\{0,1\}\(tests/\)\{0,1\}\([^ ]*\)\.rs (\(.*\))$#\3 \4#p' "$logs/build.log")
-  [[ -n ${exe[src_lib]:-} && -n ${exe[faults]:-} ]] || { echo "no test binaries found"; cat "$logs/build.log"; return 1; }
+  local name path package prefix
+  # The end-to-end tests, and the quick variant of `make bench` beside them (its control
+  # planes wait as much as theirs do); the bench's binaries are named bench_*.
+  for package in mcsched-e2e mcsched-bench; do
+    prefix=""
+    [[ $package == mcsched-bench ]] && prefix=bench_
+    if ! cargo test -p "$package" --lib --tests --no-run >"$logs/build-$package.log" 2>&1; then
+      cat "$logs/build-$package.log"
+      return 1
+    fi
+    grep -v '^  Executable' "$logs/build-$package.log" | tail -2
+    while read -r name path; do
+      # The library's tests and tests/*.rs; the real node's binary has none worth a run.
+      [[ $name == src/bin/* ]] || exe[$prefix${name//\//_}]=$path
+    done < <(sed -n 's#^  Executable \(unittests \)\{0,1\}\(tests/\)\{0,1\}\([^ ]*\)\.rs (\(.*\))$#\3 \4#p' "$logs/build-$package.log")
+  done
+  [[ -n ${exe[src_lib]:-} && -n ${exe[faults]:-} && -n ${exe[bench_quick]:-} ]] || { echo "no test binaries found"; cat "$logs"/build-*.log; return 1; }
   local order=() n
   for n in "${E2E_FIRST[@]}"; do [[ -n ${exe[$n]:-} ]] && order+=("$n"); done
   for n in $(printf '%s\n' "${!exe[@]}" | sort); do
@@ -71,7 +77,9 @@ e2e_except_real_node() {
     # From the package's directory, as cargo runs them; cargo names them from the root.
     local bin=${exe[$n]}
     [[ $bin == /* ]] || bin=$PWD/$bin
-    (cd tests && exec "$bin") >"$logs/$n.log" 2>&1 &
+    local dir=tests
+    [[ $n == bench_* ]] && dir=bench
+    (cd "$dir" && exec "$bin") >"$logs/$n.log" 2>&1 &
     pid_of[$n]=$!
     running=$((running + 1))
   done
@@ -93,11 +101,10 @@ stage "unit tests" cargo test --workspace --exclude mcsched-e2e --exclude mcsche
 # scripts/setup.sh installs the packages), where the agent runs from that image.
 stage "image (make image)" make --no-print-directory image
 stage "test images" make --no-print-directory test-images
-stage "end-to-end tests" e2e_except_real_node
+stage "end-to-end tests, quick bench" e2e_except_real_node
 stage "real-node tests" cargo test -p mcsched-e2e --test real_node
 # The README's first command: the demo, its agent in a container on a real node.
 stage "demo (make demo)" bash scripts/demo.sh
-stage "bench (quick variant)" cargo test -p mcsched-bench
 # kube-scheduler's side of `make bench-engine`, one run per case: its cluster still builds
 # and every case still places its pod.
 stage "engine bench, kube side" .build/controlplane engine-bench --count 1
