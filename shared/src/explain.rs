@@ -56,7 +56,9 @@ pub enum Outcome {
         message: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         nominated_node: Option<String>,
-        /// The pods preemption evicts to make room on the nominated node.
+        /// The pods preemption evicts to make room on the nominated node, `namespace/name`;
+        /// those of other namespaces where the caller may not list pods are one count
+        /// (see [`is_count`]).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         victims: Vec<String>,
     },
@@ -83,7 +85,7 @@ pub struct NodeExplanation {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub leaf_notes: Vec<String>,
     /// Pods preemption nominated to this node, of the pod's priority or higher, whose room
-    /// Filter kept free for them.
+    /// Filter kept free for them; counted as the victims are where they may not be named.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nominated_pods: Vec<String>,
 }
@@ -126,4 +128,33 @@ pub struct ExtenderAnswer {
     pub failed_nodes: Vec<(String, String)>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scores: Vec<(String, i64)>,
+}
+
+/// What stands in a list of pods (victims, nominated pods) for `n` pods of other
+/// namespaces whose names the caller may not see (it may not list pods there).
+pub fn counted(n: usize) -> String {
+    if n == 1 {
+        "1 pod in another namespace".to_string()
+    } else {
+        format!("{n} pods in other namespaces")
+    }
+}
+
+/// Whether an entry of such a list is a count, not a pod key `namespace/name` (a pod
+/// key always has the slash; a count never does).
+pub fn is_count(entry: &str) -> bool {
+    !entry.contains('/')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_read_as_counts_and_keys_as_keys() {
+        assert_eq!(counted(1), "1 pod in another namespace");
+        assert_eq!(counted(3), "3 pods in other namespaces");
+        assert!(is_count(&counted(3)));
+        assert!(!is_count("shop/web"));
+    }
 }

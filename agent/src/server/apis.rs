@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use axum::Extension;
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -20,7 +21,9 @@ use serde_json::json;
 
 use super::ServerState;
 use super::api_status::{failure, json_ok, too_many_requests};
+use super::authn::UserInfo;
 use super::dry_run::DryRunError;
+use super::pod_disclosure::PodDisclosure;
 
 pub fn routes() -> Router<Arc<ServerState>> {
     let gv = format!("/apis/{}", keys::API_GROUP_VERSION);
@@ -136,6 +139,7 @@ fn dry_run_failure(e: DryRunError) -> Response {
 async fn get_explanation(
     State(s): State<Arc<ServerState>>,
     Path((namespace, name)): Path<(String, String)>,
+    user: Option<Extension<UserInfo>>,
     headers: HeaderMap,
 ) -> Response {
     let key = format!("{namespace}/{name}");
@@ -151,9 +155,12 @@ async fn get_explanation(
         },
         None => s.shared.explanations.get(&key),
     };
-    let Some(e) = found else {
+    let Some(mut e) = found else {
         return not_found(&namespace, &name);
     };
+    PodDisclosure::new(&s.authz, user.as_deref())
+        .redact(&mut e)
+        .await;
     let pending = s.shared.queue.pending_keys();
     let item = object(e);
     if wants_table(&headers) {
@@ -165,26 +172,36 @@ async fn get_explanation(
 async fn list_in_namespace(
     State(s): State<Arc<ServerState>>,
     Path(namespace): Path<String>,
+    user: Option<Extension<UserInfo>>,
     headers: HeaderMap,
 ) -> Response {
-    list(&s, Some(&namespace), &headers)
+    list(&s, Some(&namespace), user.as_deref(), &headers).await
 }
 
-async fn list_all(State(s): State<Arc<ServerState>>, headers: HeaderMap) -> Response {
-    list(&s, None, &headers)
+async fn list_all(
+    State(s): State<Arc<ServerState>>,
+    user: Option<Extension<UserInfo>>,
+    headers: HeaderMap,
+) -> Response {
+    list(&s, None, user.as_deref(), &headers).await
 }
 
 /// The kept explanations, the pods still pending first; no dry run (a list must stay
-/// cheap), so a pending pod shows its last attempt.
-fn list(s: &ServerState, namespace: Option<&str>, headers: &HeaderMap) -> Response {
+/// cheap), so a pending pod shows its last attempt. Each names other namespaces' pods
+/// as its own pod's namespace allows (one review per namespace for the whole list).
+async fn list(
+    s: &ServerState,
+    namespace: Option<&str>,
+    user: Option<&UserInfo>,
+    headers: &HeaderMap,
+) -> Response {
     let pending = s.shared.queue.pending_keys();
-    let mut items: Vec<Explanation> = s
-        .shared
-        .explanations
-        .list(namespace)
-        .into_iter()
-        .map(object)
-        .collect();
+    let mut kept = s.shared.explanations.list(namespace);
+    let mut disclosure = PodDisclosure::new(&s.authz, user);
+    for e in &mut kept {
+        disclosure.redact(e).await;
+    }
+    let mut items: Vec<Explanation> = kept.into_iter().map(object).collect();
     items.sort_by(|a, b| {
         let waiting = |e: &Explanation| !pending.contains(&e.status.pod);
         (waiting(a), &a.status.pod).cmp(&(waiting(b), &b.status.pod))
@@ -198,6 +215,7 @@ fn list(s: &ServerState, namespace: Option<&str>, headers: &HeaderMap) -> Respon
 async fn create_what_if(
     State(s): State<Arc<ServerState>>,
     Path(namespace): Path<String>,
+    user: Option<Extension<UserInfo>>,
     body: axum::body::Bytes,
 ) -> Response {
     let mut what_if: WhatIf = match serde_json::from_slice(&body) {
@@ -273,7 +291,10 @@ async fn create_what_if(
         status: None,
     };
     match s.dry_runs.run(s.shared.clone(), pod).await {
-        Ok(e) => {
+        Ok(mut e) => {
+            PodDisclosure::new(&s.authz, user.as_deref())
+                .redact(&mut e)
+                .await;
             what_if.metadata.namespace = Some(namespace);
             what_if.status = Some(e);
             json_ok(StatusCode::CREATED, &what_if)
@@ -449,6 +470,164 @@ mod tests {
                 "{message}"
             );
         }
+    }
+
+    /// SubjectAccessReviews allow `list pods` in namespace `a` only.
+    fn lists_pods_in_a(
+        _: &str,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> Option<(u16, serde_json::Value)> {
+        if path != "/apis/authorization.k8s.io/v1/subjectaccessreviews" {
+            return None;
+        }
+        let attrs = &body["spec"]["resourceAttributes"];
+        let allowed = body["spec"]["user"] == "alice"
+            && attrs["verb"] == "list"
+            && attrs["resource"] == "pods"
+            && attrs["namespace"] == "a";
+        let mut answer = body.clone();
+        answer["status"] = json!({"allowed": allowed});
+        Some((201, answer))
+    }
+
+    #[tokio::test]
+    async fn an_explanation_names_other_namespaces_pods_only_where_the_caller_may_list_pods() {
+        use crate::framework::FitError;
+        use crate::framework::runtime::CycleRecord;
+        use tower::ServiceExt;
+        let state = super::super::tests::state_answering(lists_pods_in_a);
+        let node: k8s_openapi::api::core::v1::Node =
+            serde_json::from_value(json!({"metadata": {"name": "n1"}})).unwrap();
+        let record = CycleRecord {
+            nominated: std::collections::HashMap::from([(
+                "n1".to_string(),
+                vec!["b/urgent".to_string(), "a/urgent".to_string()],
+            )]),
+            rejected: vec![(
+                Arc::new(crate::snapshot::NodeInfo::new(Arc::new(node))),
+                crate::framework::Status::unschedulable("Insufficient cpu")
+                    .with_plugin("NodeResourcesFit"),
+            )],
+            ..Default::default()
+        };
+        let fit = FitError {
+            num_all_nodes: 1,
+            diagnosis: Default::default(),
+        };
+        let victims = ["shop/low", "a/batch", "b/one", "b/two"]
+            .map(String::from)
+            .to_vec();
+        state.shared.explanations.record_failure(
+            "mcsched",
+            "shop/web",
+            &record,
+            &fit,
+            Some("n1".into()),
+            victims,
+        );
+        let alice = UserInfo {
+            name: "alice".into(),
+            groups: vec!["system:authenticated".into()],
+            ..Default::default()
+        };
+        let app = routes().with_state(state).layer(Extension(alice));
+        let base = format!("/apis/{}", keys::API_GROUP_VERSION);
+        for path in [
+            format!("{base}/namespaces/shop/{}/web", keys::EXPLANATIONS),
+            format!("{base}/namespaces/shop/{}", keys::EXPLANATIONS),
+            format!("{base}/{}", keys::EXPLANATIONS),
+        ] {
+            let req = axum::http::Request::get(&path)
+                .body(axum::body::Body::empty())
+                .unwrap();
+            let resp = app.clone().oneshot(req).await.unwrap();
+            assert_eq!(resp.status(), StatusCode::OK, "{path}");
+            let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
+                .await
+                .unwrap();
+            let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+            let e = body.get("items").map_or(&body, |items| &items[0]);
+            assert_eq!(
+                e["status"]["outcome"]["victims"],
+                json!(["shop/low", "a/batch", "2 pods in other namespaces"]),
+                "{path}"
+            );
+            assert_eq!(
+                e["status"]["nodes"][0]["nominatedPods"],
+                json!(["a/urgent", "1 pod in another namespace"]),
+                "{path}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_what_ifs_victims_name_other_namespaces_pods_only_where_the_caller_may_list_pods() {
+        use tower::ServiceExt;
+        // The global default class is high: the what-if preempts the pods of n1.
+        let state = super::super::tests::state_answering(|method, path, body| {
+            if path == "/apis/scheduling.k8s.io/v1/priorityclasses" {
+                return Some((
+                    200,
+                    json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClassList",
+                        "metadata": {"resourceVersion": "1"}, "items": [{
+                            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                            "metadata": {"name": "high"}, "value": 1000, "globalDefault": true}]}),
+                ));
+            }
+            lists_pods_in_a(method, path, body)
+        });
+        {
+            let mut cache = state.shared.cache();
+            let node = json!({"metadata": {"name": "n1"}, "status": {
+                "allocatable": {"cpu": "1", "memory": "1Gi", "pods": "10"}}});
+            cache.apply_node(Arc::new(serde_json::from_value(node).unwrap()));
+            for (ns, name) in [("shop", "low"), ("a", "batch"), ("b", "one"), ("b", "two")] {
+                let pod = json!({
+                    "metadata": {"namespace": ns, "name": name, "uid": format!("{ns}-{name}")},
+                    "spec": {"nodeName": "n1", "priority": 0, "containers": [{"name": "c", "image": "i",
+                        "resources": {"requests": {"cpu": "250m"}}}]},
+                    "status": {"phase": "Running"}
+                });
+                cache.apply_pod(Arc::new(serde_json::from_value(pod).unwrap()));
+            }
+        }
+        let alice = UserInfo {
+            name: "alice".into(),
+            ..Default::default()
+        };
+        let app = routes().with_state(state).layer(Extension(alice));
+        let body = json!({
+            "apiVersion": keys::API_GROUP_VERSION,
+            "kind": keys::WHATIF_KIND,
+            "metadata": {"namespace": "shop"},
+            "spec": {"template": {"metadata": {"name": "web"}, "spec": {
+                "schedulerName": "mcsched",
+                "containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "1"}}}]
+            }}}
+        });
+        let req = axum::http::Request::post(format!(
+            "/apis/{}/namespaces/shop/{}",
+            keys::API_GROUP_VERSION,
+            keys::WHATIFS
+        ))
+        .body(axum::body::Body::from(body.to_string()))
+        .unwrap();
+        let resp = app.oneshot(req).await.unwrap();
+        let status = resp.status();
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        let answer: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(status, StatusCode::CREATED, "{answer}");
+        let outcome = &answer["status"]["outcome"];
+        // (The outcome's fields are snake_case on the wire.)
+        assert_eq!(outcome["nominated_node"], "n1", "{outcome}");
+        let mut victims: Vec<String> = serde_json::from_value(outcome["victims"].clone()).unwrap();
+        let count = victims.pop();
+        victims.sort();
+        assert_eq!(victims, ["a/batch", "shop/low"]);
+        assert_eq!(count.as_deref(), Some("2 pods in other namespaces"));
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod connections;
 pub mod dry_run;
 pub mod failed_auth;
 pub mod openapi;
+pub mod pod_disclosure;
 pub mod publish;
 pub mod request_info;
 pub mod tls;
@@ -354,9 +355,21 @@ pub(crate) mod tests {
     use tower::ServiceExt;
 
     pub(crate) fn state() -> Arc<ServerState> {
+        state_answering(|_, _, _| None)
+    }
+
+    /// As [`state`], the API server answering with `answer` first (None: as `state`'s).
+    pub(crate) fn state_answering(
+        answer: impl Fn(&str, &str, &serde_json::Value) -> Option<(u16, serde_json::Value)>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Arc<ServerState> {
         // No PriorityClass (what-ifs' priority is then 0); nothing else answers.
-        let (client, _) = crate::fake_api::client(|_, path| {
-            if path.starts_with("/apis/scheduling.k8s.io/v1/priorityclasses") {
+        let (client, _, _) = crate::fake_api::recording(move |method, path, body| {
+            if let Some(a) = answer(method, path, body) {
+                a
+            } else if path.starts_with("/apis/scheduling.k8s.io/v1/priorityclasses") {
                 (
                     200,
                     serde_json::json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClassList",

@@ -2,7 +2,7 @@
 //! virtual node, scores (every score plugin with `wide`), the first rejection.
 
 use console::style;
-use mcsched_shared::explain::{Explanation, NodeExplanation, Outcome};
+use mcsched_shared::explain::{Explanation, NodeExplanation, Outcome, is_count};
 
 /// How the explanation came about, for its headline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +35,18 @@ fn verdict(n: &NodeExplanation) -> String {
         .find(|v| v.code != "Success")
         .map(|v| format!("{}: {}", v.plugin, v.reasons.join(", ")))
         .unwrap_or_else(|| "ok".into())
+}
+
+/// Whether the agent counted some victims or nominated pods instead of naming them.
+fn names_counted_pods(e: &Explanation) -> bool {
+    let victims: &[String] = match &e.outcome {
+        Outcome::Unschedulable { victims, .. } => victims,
+        _ => &[],
+    };
+    victims
+        .iter()
+        .chain(e.nodes.iter().flat_map(|n| n.nominated_pods.iter()))
+        .any(|p| is_count(p))
 }
 
 /// A table: one row per node, the winner first; `wide` adds every score plugin.
@@ -95,6 +107,9 @@ pub fn render(e: &Explanation, wide: bool, mode: Mode) -> String {
         evaluated_apart(e),
         e.num_feasible_nodes
     ));
+    if names_counted_pods(e) {
+        out.push_str("pods of namespaces where you may not list pods are counted, not named\n\n");
+    }
     // What the winning leaf's copy would use there (its ServiceAccount).
     if let Some(w) = e.nodes.iter().find(|n| Some(&n.node) == winner.as_ref())
         && !w.leaf_notes.is_empty()
@@ -294,5 +309,45 @@ mod tests {
             lines[first_row + 1].contains("NodeResourcesFit: Insufficient cpu"),
             "{table}"
         );
+    }
+
+    #[test]
+    fn counted_pods_of_other_namespaces_read_as_a_count() {
+        console::set_colors_enabled(false);
+        let e = Explanation {
+            pod: "shop/web".into(),
+            scheduler_name: "mcsched".into(),
+            time: "2026-11-23T07:00:00Z".into(),
+            outcome: Outcome::Unschedulable {
+                message: "0/1 nodes are available: 1 Insufficient cpu.".into(),
+                nominated_node: Some("n1".into()),
+                victims: vec!["shop/low".into(), "2 pods in other namespaces".into()],
+            },
+            num_all_nodes: 1,
+            num_evaluated_nodes: 1,
+            num_evaluated_virtual_nodes: 0,
+            num_feasible_nodes: 0,
+            nodes: vec![],
+            durations: vec![],
+            pre_filter: vec![],
+            extenders: vec![],
+            policy: None,
+        };
+        let table = render(&e, false, Mode::WhatIf);
+        assert!(
+            table.contains("nominated node n1, preempting shop/low, 2 pods in other namespaces"),
+            "{table}"
+        );
+        assert!(
+            table.contains("pods of namespaces where you may not list pods are counted, not named"),
+            "{table}"
+        );
+        let mut named = e.clone();
+        named.outcome = Outcome::Unschedulable {
+            message: String::new(),
+            nominated_node: Some("n1".into()),
+            victims: vec!["shop/low".into(), "b/one".into()],
+        };
+        assert!(!render(&named, false, Mode::WhatIf).contains("counted, not named"));
     }
 }
