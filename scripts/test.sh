@@ -6,6 +6,27 @@ cd "$(dirname "$0")/.."
 declare -a SUMMARY=()
 SUITE_START=$(date +%s)
 
+# Work that no stage waits for at once, started niced (it takes the cores only when the
+# stages leave them idle: the end-to-end tests mostly wait on control planes) and awaited
+# later as a stage of its own; its output is shown when it fails.
+declare -A BG_PID=() BG_LOG=() BG_START=()
+background() {
+  local name=$1
+  shift
+  BG_LOG[$name]=$(mktemp)
+  BG_START[$name]=$(date +%s)
+  echo "--> ${name}: started in the background"
+  nice -n 19 "$@" >"${BG_LOG[$name]}" 2>&1 &
+  BG_PID[$name]=$!
+}
+await() {
+  local name=$1 rc=0
+  wait "${BG_PID[$name]}" || rc=$?
+  tail -5 "${BG_LOG[$name]}"
+  echo "    (${name} ran $(($(date +%s) - BG_START[$name]))s in the background)"
+  ((rc == 0)) || { cat "${BG_LOG[$name]}"; return 1; }
+}
+
 stage() {
   local name=$1
   shift
@@ -57,7 +78,8 @@ e2e_except_real_node() {
   local failed=() running=0
   finish() { # waits for any one binary and reports it
     local done_pid rc=0 m
-    wait -n -p done_pid || rc=$?
+    # Only the pool's binaries: jobs started by `background` are awaited on their own.
+    wait -n -p done_pid "${pid_of[@]}" || rc=$?
     for m in "${!pid_of[@]}"; do
       [[ ${pid_of[$m]} == "$done_pid" ]] || continue
       unset "pid_of[$m]"
@@ -91,17 +113,21 @@ stage "set-up (scripts/setup.sh)" bash scripts/setup.sh
 stage "cargo fmt --check" cargo fmt --all -- --check
 stage "build controlplane (Go)" make --no-print-directory controlplane
 # gofmt and go vet, with the build's compile flags: vet reuses what the build compiled.
-stage "go vet" make --no-print-directory vet
+# Nothing depends on it: it runs beside the next stages and is awaited before the real node.
+background "go vet" make --no-print-directory vet
 stage "actionlint (workflows)" make --no-print-directory actionlint
 stage "cargo clippy -D warnings" cargo clippy --workspace --all-targets -- -D warnings
 stage "cargo build" cargo build --workspace --bins
 stage "unit tests" cargo test --workspace --exclude mcsched-e2e --exclude mcsched-bench
-# The agent image (release build) and the test images, then the tests: control planes
-# with simulated kubelets, then the real node (kubelet + containerd + runc + CNI as root;
-# scripts/setup.sh installs the packages), where the agent runs from that image.
-stage "image (make image)" make --no-print-directory image
 stage "test images" make --no-print-directory test-images
+# The agent image (release build, its own target directory's lock) beside the end-to-end
+# tests (control planes with simulated kubelets), which do not use it; the real node
+# (kubelet + containerd + runc + CNI as root; scripts/setup.sh installs the packages)
+# runs the agent from that image.
+background "image (make image)" make --no-print-directory image
 stage "end-to-end tests, quick bench" e2e_except_real_node
+stage "go vet (awaited)" await "go vet"
+stage "image (awaited)" await "image (make image)"
 stage "real-node tests" cargo test -p mcsched-e2e --test real_node
 # The README's first command: the demo, its agent in a container on a real node.
 stage "demo (make demo)" bash scripts/demo.sh
