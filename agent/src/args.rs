@@ -167,6 +167,16 @@ pub struct Args {
     #[arg(long, default_value_t = 30, value_name = "SECONDS")]
     pub leaf_unused_copy_grace: u64,
 
+    /// Requests per second to each leaf cluster's API server (its own budget per leaf:
+    /// pod sync, watches' lists, and the leaf check's questions); 0 or less lifts the
+    /// limit.
+    #[arg(long, default_value_t = crate::leaf::registry::DEFAULT_LEAF_API_QPS, allow_negative_numbers = true, value_name = "QPS")]
+    pub leaf_api_qps: f32,
+
+    /// Burst above --leaf-api-qps.
+    #[arg(long, default_value_t = crate::leaf::registry::DEFAULT_LEAF_API_BURST, value_name = "N")]
+    pub leaf_api_burst: u32,
+
     /// Log filter in tracing's EnvFilter syntax (RUST_LOG overrides it).
     #[arg(long, default_value = "info", value_name = "FILTER")]
     pub log: String,

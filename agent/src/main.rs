@@ -92,6 +92,8 @@ fn main() -> ExitCode {
         token_renew_after: (args.leaf_token_renew_after > 0)
             .then(|| Duration::from_secs(args.leaf_token_renew_after)),
         unused_copy_grace: Duration::from_secs(args.leaf_unused_copy_grace),
+        api_qps: args.leaf_api_qps,
+        api_burst: args.leaf_api_burst,
     };
     // Pods go to leaves only when the agent may read what pod sync copies there.
     let grants = Grants::new(args.namespace.clone());

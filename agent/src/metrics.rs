@@ -70,6 +70,11 @@ pub struct ResourceLabels {
     pub resource: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClusterLabels {
+    pub cluster: String,
+}
+
 /// By profile (a handful), then (extension point, plugin).
 type EvaluationCounters = Vec<(String, HashMap<(&'static str, &'static str), Counter>)>;
 
@@ -92,6 +97,10 @@ pub struct Metrics {
     pub watch_expired: Family<ResourceLabels, Counter>,
     pub refused_connections: Counter,
     pub throttled_authentications: Counter,
+    pub leaf_check_dropped: Family<ClusterLabels, Counter>,
+    pub leaf_check_evicted: Family<ClusterLabels, Counter>,
+    pub read_access_dropped: Counter,
+    pub read_access_evicted: Counter,
     /// plugin_evaluations' counters by profile, then (extension point, plugin).
     evaluation_counters: Mutex<EvaluationCounters>,
     /// The unschedulable_pods labels set last, to zero those that empty.
@@ -244,7 +253,35 @@ impl Metrics {
             "Bearer tokens answered 429 without a TokenReview: too many failed authentications from the client's address or in all.",
             throttled_authentications.clone(),
         );
+        let leaf_check_dropped = Family::<ClusterLabels, Counter>::default();
+        registry.register(
+            "mcsched_leaf_check_questions_dropped",
+            "Questions for a leaf (a namespace's grant, an object's name) not queued because its queue was full; they are asked at the next 30s tick if still remembered.",
+            leaf_check_dropped.clone(),
+        );
+        let leaf_check_evicted = Family::<ClusterLabels, Counter>::default();
+        registry.register(
+            "mcsched_leaf_check_entries_evicted",
+            "Answers of a leaf forgotten before their time to make room for new questions, what-ifs' first, then the least recently wanted.",
+            leaf_check_evicted.clone(),
+        );
+        let read_access_dropped = Counter::default();
+        registry.register(
+            "mcsched_read_access_questions_dropped",
+            "SelfSubjectAccessReviews of the host (may the agent read a namespace's ConfigMaps or Secrets) not queued because the queue was full.",
+            read_access_dropped.clone(),
+        );
+        let read_access_evicted = Counter::default();
+        registry.register(
+            "mcsched_read_access_entries_evicted",
+            "Host read-access answers forgotten before their time to make room, the least recently wanted first.",
+            read_access_evicted.clone(),
+        );
         Metrics {
+            leaf_check_dropped,
+            leaf_check_evicted,
+            read_access_dropped,
+            read_access_evicted,
             watch_restarts,
             watch_relists,
             watch_expired,
@@ -283,6 +320,17 @@ impl Metrics {
 
     pub fn authentication_throttled(&self) {
         self.throttled_authentications.inc();
+    }
+
+    /// The drop and eviction counters of `cluster`'s leaf checks.
+    pub fn leaf_check_counters(&self, cluster: &str) -> (Counter, Counter) {
+        let labels = ClusterLabels {
+            cluster: cluster.into(),
+        };
+        (
+            self.leaf_check_dropped.get_or_create(&labels).clone(),
+            self.leaf_check_evicted.get_or_create(&labels).clone(),
+        )
     }
 
     pub fn watch_relist(&self, resource: &str) {

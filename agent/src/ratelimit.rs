@@ -5,8 +5,11 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+// tokio's clock (the system's monotonic clock unless a test pauses it), so that tests in
+// paused time see the limit as a real client would.
+use tokio::time::Instant;
 use tower::{Layer, Service};
 
 /// The smallest rate the bucket honours (larger waits would overflow a Duration).

@@ -35,6 +35,9 @@ pub struct CycleState {
     skip_score: Vec<&'static str>,
     /// Whether this cycle's plugin timings go to the metrics (a sample of cycles).
     record_plugin_metrics: bool,
+    /// A what-if or an explanation, not a pod's own cycle: what it asks of the leaves
+    /// is remembered briefly and apart from live pods' questions.
+    dry_run: bool,
 }
 
 impl Clone for CycleState {
@@ -48,6 +51,7 @@ impl Clone for CycleState {
             skip_filter: self.skip_filter.clone(),
             skip_score: self.skip_score.clone(),
             record_plugin_metrics: self.record_plugin_metrics,
+            dry_run: self.dry_run,
         }
     }
 }
@@ -87,6 +91,14 @@ impl CycleState {
 
     pub fn should_record_plugin_metrics(&self) -> bool {
         self.record_plugin_metrics
+    }
+
+    pub fn set_dry_run(&mut self) {
+        self.dry_run = true;
+    }
+
+    pub fn is_dry_run(&self) -> bool {
+        self.dry_run
     }
 
     pub fn skip_filter(&mut self, plugin: &'static str) {

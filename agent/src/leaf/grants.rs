@@ -3,19 +3,19 @@
 //! install grants neither kind cluster-wide, so a pod whose objects the agent may not read
 //! is kept off the leaves, with the grant to add named, instead of failing in pod sync.
 
-use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
 use kube::Api;
 use kube::api::PostParams;
-use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
 use super::OnEvent;
+use super::check_memory::{Asker, CheckMemory, Limits};
 use crate::framework::ClusterEvent;
 
 /// An answer is asked again after this long, so a grant added or removed is seen.
@@ -67,18 +67,21 @@ impl ReadAccess for ReadAll {
     }
 }
 
-struct Entry {
-    allowed: Option<bool>,
-    checked: Option<Instant>,
-    wanted: Instant,
-}
+/// How much the memory of answers holds: a key per namespace and kind, so a host's
+/// namespaces (a what-if's namespace is one the caller may write in).
+pub const LIMITS: Limits = Limits {
+    queue: 1024,
+    entries: 8192,
+    // Dry runs ask as live pods do: they name no namespace but their own.
+    what_if_entries: 0,
+    recheck: RECHECK,
+    forget_after: FORGET_AFTER,
+};
 
 /// Answers from SelfSubjectAccessReviews, asked in the background on first use and
 /// again every 30 s while wanted; a change of answer is a `LeafChange` for the queue.
 pub struct Grants {
-    entries: Mutex<HashMap<(String, Copied), Entry>>,
-    ask: mpsc::UnboundedSender<(String, Copied)>,
-    asked: Mutex<Option<mpsc::UnboundedReceiver<(String, Copied)>>>,
+    memory: CheckMemory<(String, Copied)>,
     agent_namespace: String,
 }
 
@@ -95,39 +98,30 @@ pub fn grant_command(kind: Copied, namespace: &str, agent_namespace: &str) -> St
 impl Grants {
     /// `agent_namespace`: where the agent's ServiceAccount lives, for the grants it names.
     pub fn new(agent_namespace: String) -> Arc<Self> {
-        let (ask, asked) = mpsc::unbounded_channel();
+        Self::with_limits(agent_namespace, LIMITS)
+    }
+
+    pub fn with_limits(agent_namespace: String, limits: Limits) -> Arc<Self> {
+        let m = crate::metrics::global();
         Arc::new(Grants {
-            entries: Mutex::default(),
-            ask,
-            asked: Mutex::new(Some(asked)),
+            memory: CheckMemory::new(
+                limits,
+                m.read_access_dropped.clone(),
+                m.read_access_evicted.clone(),
+            ),
             agent_namespace,
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<(String, Copied), Entry>> {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Records an answer; true when it changed a known one or was the first.
-    fn record(&self, namespace: &str, kind: Copied, allowed: bool) -> bool {
-        let mut entries = self.lock();
-        let e = entries
-            .entry((namespace.to_string(), kind))
-            .or_insert(Entry {
-                allowed: None,
-                checked: None,
-                wanted: Instant::now(),
-            });
-        let changed = e.allowed != Some(allowed);
-        e.allowed = Some(allowed);
-        e.checked = Some(Instant::now());
-        changed
+    /// How many answers are remembered, and questions queued.
+    pub fn sizes(&self) -> (usize, usize) {
+        (self.memory.remembered().0, self.memory.queued())
     }
 
     /// Asks the API server, on each request and every 30 s for what is still wanted; tells
     /// `on_event` when an answer arrives or changes, so pods waiting on it are retried.
     pub async fn run(self: Arc<Self>, client: kube::Client, on_event: OnEvent) {
-        let Some(mut asked) = self.asked.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+        let Some(mut asked) = self.memory.take_receiver() else {
             return;
         };
         let api: Api<SelfSubjectAccessReview> = Api::all(client);
@@ -135,26 +129,20 @@ impl Grants {
         loop {
             let due: BTreeSet<(String, Copied)> = tokio::select! {
                 next = asked.recv() => match next {
-                    Some(one) => BTreeSet::from([one]),
+                    // Not when forgotten, or answered, since it was queued.
+                    Some(one) if self.memory.unanswered(&one) => BTreeSet::from([one]),
+                    Some(_) => continue,
                     None => return,
                 },
-                _ = tick.tick() => {
-                    let now = Instant::now();
-                    let mut entries = self.lock();
-                    entries.retain(|_, e| now.duration_since(e.wanted) < FORGET_AFTER);
-                    entries
-                        .iter()
-                        .filter(|(_, e)| e.checked.is_none_or(|c| now.duration_since(c) >= RECHECK))
-                        .map(|(k, _)| k.clone())
-                        .collect()
-                }
+                _ = tick.tick() => self.memory.due(),
             };
             let mut changed = false;
-            for (namespace, kind) in due {
-                match review(&api, &namespace, kind).await {
+            for key in due {
+                let (namespace, kind) = (&key.0, key.1);
+                match review(&api, namespace, kind).await {
                     Ok(allowed) => {
                         debug!(%namespace, kind = kind.resource(), allowed, "read access checked");
-                        changed |= self.record(&namespace, kind, allowed);
+                        changed |= self.memory.record(&key, allowed);
                     }
                     Err(e) => {
                         warn!(%namespace, kind = kind.resource(), error = %e, "cannot check read access; retrying")
@@ -170,23 +158,8 @@ impl Grants {
 
 impl ReadAccess for Grants {
     fn may_read(&self, namespace: &str, kind: Copied) -> Option<bool> {
-        let now = Instant::now();
-        let mut entries = self.lock();
-        let key = (namespace.to_string(), kind);
-        if let Some(e) = entries.get_mut(&key) {
-            e.wanted = now;
-            return e.allowed;
-        }
-        entries.insert(
-            key.clone(),
-            Entry {
-                allowed: None,
-                checked: None,
-                wanted: now,
-            },
-        );
-        let _ = self.ask.send(key);
-        None
+        self.memory
+            .want(&(namespace.to_string(), kind), Asker::Live)
     }
 
     fn agent_namespace(&self) -> &str {
@@ -220,6 +193,25 @@ async fn review(
 mod tests {
     use super::*;
     use serde_json::json;
+    use tokio::sync::mpsc;
+
+    #[test]
+    fn thirty_thousand_namespaces_stay_bounded_and_drops_are_counted() {
+        let grants = Grants::new("mcsched-system".into());
+        let before = crate::metrics::global().read_access_dropped.get();
+        for i in 0..30_000 {
+            assert_eq!(grants.may_read(&format!("ns-{i}"), Copied::Secrets), None);
+        }
+        let (remembered, queued) = grants.sizes();
+        assert_eq!(remembered, LIMITS.entries, "answers remembered");
+        assert_eq!(queued, LIMITS.queue, "questions queued");
+        // The counter is the process's: other tests may add to it meanwhile.
+        let dropped = crate::metrics::global().read_access_dropped.get() - before;
+        assert!(
+            dropped >= (30_000 - LIMITS.queue) as u64,
+            "{dropped} drops counted"
+        );
+    }
 
     #[tokio::test]
     async fn unknown_until_the_api_server_answers_then_a_leaf_event() {

@@ -6,9 +6,9 @@
 //! owner's object). Unknown until answered; each answer, and each change of one, is a
 //! `LeafChange` that retries the pods waiting on it.
 
-use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
@@ -18,10 +18,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::PostParams;
 use mcsched_shared::keys;
-use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
 use super::OnEvent;
+use super::check_memory::{Asker, CheckMemory, Limits};
 use crate::framework::ClusterEvent;
 
 const RECHECK: Duration = Duration::from_secs(30);
@@ -59,12 +59,6 @@ pub enum Question {
     MayCreateServiceAccounts(String),
 }
 
-struct Entry {
-    answer: Option<bool>,
-    checked: Option<Instant>,
-    wanted: Instant,
-}
-
 /// Whether `meta` carries this host's mark for `cluster`: the only objects pod sync may
 /// use, change or delete.
 pub fn is_ours(meta: &ObjectMeta, cluster: &str, host_id: &str) -> bool {
@@ -77,122 +71,114 @@ pub fn is_ours(meta: &ObjectMeta, cluster: &str, host_id: &str) -> bool {
             .is_some_and(|h| h == host_id)
 }
 
+/// How much a leaf's checks hold: with the leaf client's rate limit, what a flood of
+/// pods or what-ifs naming objects can cost the leaf and the agent.
+pub const LIMITS: Limits = Limits {
+    queue: 1024,
+    entries: 10_000,
+    // About fifteen what-ifs of 64 names each (what-if admission's cap).
+    what_if_entries: 1_000,
+    recheck: RECHECK,
+    forget_after: FORGET_AFTER,
+};
+
 pub struct LeafChecks {
     cluster: String,
     host_id: String,
     /// Every namespace granted and no clash, without asking: in-process tests.
     settled: bool,
-    entries: Mutex<HashMap<Question, Entry>>,
-    ask: mpsc::UnboundedSender<Question>,
-    asked: Mutex<Option<mpsc::UnboundedReceiver<Question>>>,
+    memory: CheckMemory<Question>,
 }
 
 impl LeafChecks {
     pub fn new(cluster: &str, host_id: &str) -> Arc<Self> {
-        let (ask, asked) = mpsc::unbounded_channel();
+        Self::with_limits(cluster, host_id, LIMITS)
+    }
+
+    pub fn with_limits(cluster: &str, host_id: &str, limits: Limits) -> Arc<Self> {
+        let (dropped, evicted) = crate::metrics::global().leaf_check_counters(cluster);
         Arc::new(LeafChecks {
             cluster: cluster.to_string(),
             host_id: host_id.to_string(),
             settled: false,
-            entries: Mutex::default(),
-            ask,
-            asked: Mutex::new(Some(asked)),
+            memory: CheckMemory::new(limits, dropped, evicted),
         })
-    }
-
-    fn lock(&self) -> MutexGuard<'_, HashMap<Question, Entry>> {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Checks that answer every namespace granted and no clash, without a leaf behind.
     pub fn settled(cluster: &str) -> Arc<Self> {
-        let (ask, _) = mpsc::unbounded_channel();
+        let memory = CheckMemory::new(LIMITS, Default::default(), Default::default());
+        // Nothing answers: its questions are never asked.
+        let _ = memory.take_receiver();
         Arc::new(LeafChecks {
             cluster: cluster.to_string(),
             host_id: String::new(),
             settled: true,
-            entries: Mutex::default(),
-            ask,
-            asked: Mutex::new(None),
+            memory,
         })
     }
 
-    /// The answer if known; otherwise None, and the question is asked.
+    fn settled_answer(q: &Question) -> bool {
+        matches!(
+            q,
+            Question::Granted(_)
+                | Question::ServiceAccount(..)
+                | Question::MayCreateServiceAccounts(_)
+        )
+    }
+
+    /// The answer if known; otherwise None, and the question is asked (for a live pod,
+    /// again every 30 s while wanted; for a what-if, once).
+    pub fn want(&self, q: &Question, asker: Asker) -> Option<bool> {
+        if self.settled {
+            return Some(Self::settled_answer(q));
+        }
+        self.memory.want(q, asker)
+    }
+
+    /// The answer if known, without asking: for the filters of a cycle whose PreFilter
+    /// asked with [`LeafChecks::want`].
     pub fn answer(&self, q: &Question) -> Option<bool> {
         if self.settled {
-            return Some(matches!(
-                q,
-                Question::Granted(_)
-                    | Question::ServiceAccount(..)
-                    | Question::MayCreateServiceAccounts(_)
-            ));
+            return Some(Self::settled_answer(q));
         }
-        let now = Instant::now();
-        let mut entries = self.lock();
-        if let Some(e) = entries.get_mut(q) {
-            e.wanted = now;
-            return e.answer;
-        }
-        entries.insert(
-            q.clone(),
-            Entry {
-                answer: None,
-                checked: None,
-                wanted: now,
-            },
-        );
-        let _ = self.ask.send(q.clone());
-        None
+        self.memory.known(q)
     }
 
     /// Records what pod sync itself found (a clash met while copying), so that the next
     /// check knows at once.
     pub fn learned(&self, q: Question, answer: bool) {
-        self.record(q, answer);
+        self.memory.learned(q, answer);
     }
 
-    fn record(&self, q: Question, answer: bool) -> bool {
-        let mut entries = self.lock();
-        let e = entries.entry(q).or_insert(Entry {
-            answer: None,
-            checked: None,
-            wanted: Instant::now(),
-        });
-        let changed = e.answer != Some(answer);
-        e.answer = Some(answer);
-        e.checked = Some(Instant::now());
-        changed
+    /// How many questions are remembered (all, what-ifs' only) and queued.
+    pub fn sizes(&self) -> (usize, usize, usize) {
+        let (all, what_ifs) = self.memory.remembered();
+        (all, what_ifs, self.memory.queued())
     }
 
     /// Answers questions as they come and again every 30 s while wanted.
     pub async fn run(self: Arc<Self>, leaf: kube::Client, on_event: OnEvent) {
-        let Some(mut asked) = self.asked.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+        let Some(mut asked) = self.memory.take_receiver() else {
             return;
         };
         let mut tick = tokio::time::interval(RECHECK);
         loop {
             let due: BTreeSet<Question> = tokio::select! {
                 next = asked.recv() => match next {
-                    Some(q) => BTreeSet::from([q]),
+                    // Not when forgotten, or answered, since it was queued.
+                    Some(q) if self.memory.unanswered(&q) => BTreeSet::from([q]),
+                    Some(_) => continue,
                     None => return,
                 },
-                _ = tick.tick() => {
-                    let now = Instant::now();
-                    let mut entries = self.lock();
-                    entries.retain(|_, e| now.duration_since(e.wanted) < FORGET_AFTER);
-                    entries
-                        .iter()
-                        .filter(|(_, e)| e.checked.is_none_or(|c| now.duration_since(c) >= RECHECK))
-                        .map(|(q, _)| q.clone())
-                        .collect()
-                }
+                _ = tick.tick() => self.memory.due(),
             };
             let mut changed = false;
             for q in due {
                 match self.ask_leaf(&leaf, &q).await {
                     Ok(answer) => {
                         debug!(cluster = %self.cluster, question = ?q, answer, "leaf checked");
-                        changed |= self.record(q, answer);
+                        changed |= self.memory.record(&q, answer);
                     }
                     Err(e) => {
                         warn!(cluster = %self.cluster, question = ?q, error = %e, "cannot ask the leaf; retrying")
@@ -270,6 +256,106 @@ async fn may_create(
 mod tests {
     use super::*;
     use serde_json::json;
+    use tokio::sync::mpsc;
+
+    fn secret(i: usize) -> Question {
+        Question::Foreign(Synced::Secret, "shop".into(), format!("s-{i}"))
+    }
+
+    /// A what-if may name 64 objects, but thousands of what-ifs name thousands: the
+    /// queue and the memory stay bounded, the drops are counted, and what live pods
+    /// wait on is neither pushed out nor delayed behind them.
+    #[test]
+    fn thirty_thousand_what_if_names_stay_bounded_and_live_answers_stay() {
+        let cluster = "flood-what-if";
+        let checks = LeafChecks::new(cluster, "h1");
+        let granted = Question::Granted("shop".into());
+        checks.learned(granted.clone(), true);
+        let waiting = secret(0);
+        assert_eq!(checks.want(&waiting, Asker::Live), None);
+        for i in 1..=30_000 {
+            assert_eq!(checks.want(&secret(i), Asker::WhatIf), None);
+        }
+        let (all, what_ifs, queued) = checks.sizes();
+        assert!(all <= LIMITS.entries, "{all} questions remembered");
+        assert!(
+            what_ifs <= LIMITS.what_if_entries,
+            "{what_ifs} what-if questions remembered"
+        );
+        assert!(queued <= LIMITS.queue, "{queued} questions queued");
+        let (dropped, _) = crate::metrics::global().leaf_check_counters(cluster);
+        assert_eq!(
+            dropped.get(),
+            (30_001 - LIMITS.queue) as u64,
+            "drops counted"
+        );
+        assert_eq!(checks.answer(&granted), Some(true), "a live answer is kept");
+        assert!(
+            checks.memory.unanswered(&waiting),
+            "a live question is kept"
+        );
+        let text = crate::metrics::global().encode();
+        let line = format!(
+            "mcsched_leaf_check_questions_dropped_total{{cluster=\"{cluster}\"}} {}",
+            dropped.get()
+        );
+        assert!(text.lines().any(|l| l == line), "{line}");
+    }
+
+    #[test]
+    fn thirty_thousand_live_names_stay_bounded() {
+        let cluster = "flood-live";
+        let checks = LeafChecks::new(cluster, "h1");
+        for i in 0..30_000 {
+            checks.want(&secret(i), Asker::Live);
+        }
+        let (all, _, queued) = checks.sizes();
+        assert_eq!(all, LIMITS.entries, "questions remembered");
+        assert_eq!(queued, LIMITS.queue, "questions queued");
+        let (dropped, evicted) = crate::metrics::global().leaf_check_counters(cluster);
+        assert_eq!(dropped.get(), (30_000 - LIMITS.queue) as u64);
+        assert_eq!(evicted.get(), (30_000 - LIMITS.entries) as u64);
+        assert!(checks.memory.unanswered(&secret(29_999)), "the latest kept");
+        assert!(
+            !checks.memory.unanswered(&secret(0)),
+            "the least recently wanted forgotten"
+        );
+    }
+
+    /// A question the full queue dropped is asked at the next tick.
+    #[tokio::test(start_paused = true)]
+    async fn a_dropped_question_is_asked_at_the_next_tick() {
+        let (client, calls) = crate::fake_api::client(|_, _| {
+            (404, crate::fake_api::status(404, "NotFound", "not found"))
+        });
+        let limits = Limits { queue: 1, ..LIMITS };
+        let checks = LeafChecks::with_limits("dropped-then-asked", "h1", limits);
+        let (first, second) = (secret(1), secret(2));
+        checks.want(&first, Asker::Live);
+        checks.want(&second, Asker::Live);
+        let (dropped, _) = crate::metrics::global().leaf_check_counters("dropped-then-asked");
+        assert_eq!(dropped.get(), 1);
+        let (tx, mut events) = mpsc::unbounded_channel();
+        let on_event: OnEvent = Arc::new(move |e| {
+            let _ = tx.send(e);
+        });
+        tokio::spawn(checks.clone().run(client, on_event));
+        // Within the first tick after the start (virtual time: nothing waits really).
+        let answered = tokio::time::timeout(RECHECK + Duration::from_secs(1), async {
+            while checks.answer(&second).is_none() {
+                events.recv().await.expect("answered");
+            }
+        })
+        .await;
+        assert!(
+            answered.is_ok(),
+            "the dropped question is asked at the tick"
+        );
+        assert_eq!(checks.answer(&first), Some(false));
+        assert_eq!(checks.answer(&second), Some(false));
+        let gets = calls.lock().map(|c| c.len()).unwrap_or_default();
+        assert_eq!(gets, 2, "each asked once");
+    }
 
     #[tokio::test]
     async fn a_foreign_object_is_a_clash_and_ours_is_not() {
@@ -288,8 +374,12 @@ mod tests {
         let checks = LeafChecks::new("east", "h1");
         let theirs = Question::Foreign(Synced::ConfigMap, "shop".into(), "theirs".into());
         let ours = Question::Foreign(Synced::ConfigMap, "shop".into(), "ours".into());
-        assert_eq!(checks.answer(&theirs), None, "unknown until asked");
-        assert_eq!(checks.answer(&ours), None);
+        assert_eq!(
+            checks.want(&theirs, Asker::Live),
+            None,
+            "unknown until asked"
+        );
+        assert_eq!(checks.want(&ours, Asker::Live), None);
         let (tx, mut events) = mpsc::unbounded_channel();
         let on_event: OnEvent = Arc::new(move |e| {
             let _ = tx.send(e);

@@ -2,6 +2,7 @@
 //! and shown to the host as one virtual node.
 
 pub mod admission;
+pub mod check_memory;
 pub mod cluster;
 pub mod copied;
 pub mod cycle;

@@ -33,6 +33,12 @@ pub enum JoinSecretError {
     },
 }
 
+/// The leaf clients' rate limit by default: four times kube-scheduler's client's (50/100),
+/// as pod sync writes a copy, and often a ConfigMap or Secret, for each pod bound there —
+/// enough for a few hundred pods a second per leaf, bounded all the same.
+pub const DEFAULT_LEAF_API_QPS: f32 = 200.0;
+pub const DEFAULT_LEAF_API_BURST: u32 = 400;
+
 /// How the agent treats leaf copies that stay Pending.
 #[derive(Debug, Clone, Copy)]
 pub struct LeafSettings {
@@ -46,6 +52,11 @@ pub struct LeafSettings {
     /// A ConfigMap, Secret or claim copied into a leaf that no pod there has referred to
     /// for this long is deleted (a claim only once its host claim is gone too).
     pub unused_copy_grace: std::time::Duration,
+    /// Requests a second to each leaf's API server, and the burst above it (qps <= 0:
+    /// no limit): a leaf is someone else's cluster, and what the agent asks of it grows
+    /// with what pods and what-ifs name.
+    pub api_qps: f32,
+    pub api_burst: u32,
 }
 
 impl Default for LeafSettings {
@@ -55,6 +66,8 @@ impl Default for LeafSettings {
             avoid_for: std::time::Duration::from_secs(300),
             token_renew_after: None,
             unused_copy_grace: std::time::Duration::from_secs(30),
+            api_qps: DEFAULT_LEAF_API_QPS,
+            api_burst: DEFAULT_LEAF_API_BURST,
         }
     }
 }
@@ -209,10 +222,17 @@ pub async fn host_id(host: &Client) -> Result<String, kube::Error> {
         .unwrap_or_default())
 }
 
-/// A client for the leaf named by a join Secret, its writes behind `fence`.
+/// Each leaf client's own token bucket, as client-go gives each client one.
+pub fn rate_limit(settings: &LeafSettings) -> crate::ratelimit::RateLimitLayer {
+    crate::ratelimit::RateLimitLayer::new(settings.api_qps, settings.api_burst)
+}
+
+/// A client for the leaf named by a join Secret, its writes behind `fence`, its requests
+/// limited by `settings`' rate.
 pub async fn connect(
     secret: &Secret,
     fence: &crate::fence::Fence,
+    settings: &LeafSettings,
 ) -> Result<(String, Client), JoinSecretError> {
     let name = secret.name_any();
     let cluster = secret
@@ -245,7 +265,10 @@ pub async fn connect(
         .map_err(|e| bad(e.to_string()))?;
     let client = kube::client::ClientBuilder::try_from(crate::client::with_user_agent(config))
         .map_err(|e| bad(e.to_string()))?
+        // The fence under the rate limit: checked when the request leaves, not when it
+        // queues (as the host client's).
         .with_layer(&crate::fence::FenceLayer::new(fence.clone()))
+        .with_layer(&rate_limit(settings))
         .build();
     Ok((cluster, client))
 }
@@ -288,21 +311,22 @@ pub async fn run(
         match ev {
             Change::Apply(secret, _) => {
                 let version = secret.resource_version().unwrap_or_default();
-                let (cluster, client) = match connect(&secret, &leaves.fence).await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        warn!(error = %e, "refusing join secret");
-                        // A leaf whose Secret turned unusable is disconnected, not kept
-                        // on credentials its owner no longer vouches for.
-                        if let Some(cluster) = secret.labels().get(keys::CLUSTER_LABEL) {
-                            if let Some(old) = leaves.remove(cluster) {
-                                old.stop();
+                let (cluster, client) =
+                    match connect(&secret, &leaves.fence, &leaves.settings).await {
+                        Ok(c) => c,
+                        Err(e) => {
+                            warn!(error = %e, "refusing join secret");
+                            // A leaf whose Secret turned unusable is disconnected, not kept
+                            // on credentials its owner no longer vouches for.
+                            if let Some(cluster) = secret.labels().get(keys::CLUSTER_LABEL) {
+                                if let Some(old) = leaves.remove(cluster) {
+                                    old.stop();
+                                }
+                                on_refused(cluster.clone(), e.to_string());
                             }
-                            on_refused(cluster.clone(), e.to_string());
+                            continue;
                         }
-                        continue;
-                    }
-                };
+                    };
                 if leaves
                     .get(&cluster)
                     .is_some_and(|c| c.secret_version == version)
@@ -350,6 +374,38 @@ mod tests {
             leaf.mark_synced();
         }
         leaf
+    }
+
+    /// A leaf asked for more than its budget sees the burst, then the rate: in a second
+    /// of (paused) time, at most burst + qps requests of the 200 queued.
+    #[tokio::test(start_paused = true)]
+    async fn a_leaf_client_is_rate_limited() {
+        let (fake, calls) = crate::fake_api::client(|_, _| {
+            (404, crate::fake_api::status(404, "NotFound", "not found"))
+        });
+        let service = tower::service_fn(move |req| {
+            let fake = fake.clone();
+            async move { fake.send(req).await }
+        });
+        let settings = LeafSettings {
+            api_qps: 10.0,
+            api_burst: 5,
+            ..Default::default()
+        };
+        let client = kube::client::ClientBuilder::new(service, "default")
+            .with_layer(&rate_limit(&settings))
+            .build();
+        for i in 0..200 {
+            let api: Api<Secret> = Api::namespaced(client.clone(), "shop");
+            tokio::spawn(async move { api.get_metadata_opt(&format!("s-{i}")).await });
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        let sent = calls.lock().map(|c| c.len()).unwrap_or_default();
+        // 5 at once, then 10 in the second (one more when a refill lands on its end).
+        assert!(
+            (5..=16).contains(&sent),
+            "{sent} requests in the first second"
+        );
     }
 
     #[tokio::test]

@@ -80,6 +80,7 @@ async fn dry_run(shared: &Shared, pod: Pod) -> Result<Explanation, DryRunError> 
     let info = PodInfo::new(Arc::new(pod));
     let snapshot = shared.cache().snapshot();
     let mut state = CycleState::new();
+    state.set_dry_run();
     let mut record = CycleRecord::default();
     let result = schedule_pod(
         &fw,

@@ -10,6 +10,7 @@ use rayon::prelude::*;
 use crate::framework::runtime::PARALLEL_MIN_NODES;
 use crate::framework::{CycleState, Plugin, Status};
 use crate::leaf::admission::Admitted;
+use crate::leaf::check_memory::Asker;
 use crate::leaf::cycle::{LeafCycle, LeafView};
 use crate::leaf::grants::{Copied, grant_command};
 use crate::leaf::leaf_checks::{Question, Synced};
@@ -252,13 +253,13 @@ fn questions(pod: &PodInfo) -> Vec<Question> {
 /// The first leaf still being asked something about `pod` (every question is sent
 /// now), so that the pod waits for the answers instead of going elsewhere for lack of
 /// them; the answers are leaf events that retry it.
-pub fn unanswered(cycle: &LeafCycle, pod: &PodInfo) -> Option<String> {
+pub fn unanswered(cycle: &LeafCycle, pod: &PodInfo, asker: Asker) -> Option<String> {
     let qs = questions(pod);
     let mut waiting = None;
     for view in cycle.views.values() {
         let unknown = qs
             .iter()
-            .filter(|q| view.checks.answer(q).is_none())
+            .filter(|q| view.checks.want(q, asker).is_none())
             .count();
         if unknown > 0 && waiting.is_none() {
             waiting = Some(format!(
@@ -828,18 +829,18 @@ mod leaf_question_tests {
         }))
         .unwrap();
         let pod = PodInfo::new(Arc::new(pod));
-        let waiting = unanswered(&cycle, &pod).unwrap_or_default();
+        let waiting = unanswered(&cycle, &pod, Asker::Live).unwrap_or_default();
         assert!(waiting.contains("asking leaf cluster east"), "{waiting}");
         checks.learned(Question::Granted("shop".into()), true);
         assert!(
-            unanswered(&cycle, &pod).is_some(),
+            unanswered(&cycle, &pod, Asker::Live).is_some(),
             "the ConfigMap is still unknown"
         );
         checks.learned(
             Question::Foreign(Synced::ConfigMap, "shop".into(), "settings".into()),
             true,
         );
-        assert_eq!(unanswered(&cycle, &pod), None);
+        assert_eq!(unanswered(&cycle, &pod, Asker::Live), None);
         let refused = leaf_refuses(&view, &pod).expect("a clash");
         assert!(
             refused
@@ -882,20 +883,20 @@ mod leaf_question_tests {
         checks.learned(Question::Granted("shop".into()), true);
         // Every namespace has `default`: nothing asked, nothing noted.
         for plain in [pod(None), pod(Some("default"))] {
-            assert_eq!(unanswered(&cycle, &plain), None);
+            assert_eq!(unanswered(&cycle, &plain, Asker::Live), None);
             assert!(leaf_refuses(&view, &plain).is_none());
             assert_eq!(service_account_note(&view, &plain), None);
         }
         let builder = pod(Some("builder"));
         assert!(
-            unanswered(&cycle, &builder).is_some(),
+            unanswered(&cycle, &builder, Asker::Live).is_some(),
             "waits for the leaf's answers about the account"
         );
         let has = Question::ServiceAccount("shop".into(), "builder".into());
         let may = Question::MayCreateServiceAccounts("shop".into());
         checks.learned(has.clone(), false);
         checks.learned(may.clone(), false);
-        assert_eq!(unanswered(&cycle, &builder), None);
+        assert_eq!(unanswered(&cycle, &builder, Asker::Live), None);
         let refused = leaf_refuses(&view, &builder).expect("no account, no grant");
         assert_eq!(
             refused.code,

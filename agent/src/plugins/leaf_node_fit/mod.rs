@@ -12,6 +12,7 @@ use crate::framework::{
     ClusterEvent, CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult,
     ReservePlugin, Status,
 };
+use crate::leaf::check_memory::Asker;
 use crate::leaf::cycle::{LEAF_CYCLE_KEY, LeafCycle, LeafSnapshots};
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 use checker::LeafChecker;
@@ -88,7 +89,14 @@ impl PreFilterPlugin for LeafNodeFit {
         // The pod waits for what the leaves have not answered yet (a profile may ignore
         // the leaf taint, so any pod may go to a leaf), rather than land elsewhere for
         // want of an answer; it is asked once per namespace and object name.
-        let waiting = checker::unanswered(&cycle, pod);
+        // A dry run's questions are its own class: answered once, not kept for ten
+        // minutes, never pushing out what live pods wait on.
+        let asker = if state.is_dry_run() {
+            Asker::WhatIf
+        } else {
+            Asker::Live
+        };
+        let waiting = checker::unanswered(&cycle, pod, asker);
         state.write(LEAF_CYCLE_KEY, cycle);
         match waiting {
             // Pending: requeued as soon as a leaf answers, without backoff.
