@@ -119,15 +119,15 @@ stage "actionlint (workflows)" make --no-print-directory actionlint
 stage "cargo clippy -D warnings" cargo clippy --workspace --all-targets -- -D warnings
 stage "cargo build" cargo build --workspace --bins
 stage "unit tests" cargo test --workspace --exclude mcsched-e2e --exclude mcsched-bench
+# The agent image (release build) and the test images, then the tests: control planes
+# with simulated kubelets, then the real node (kubelet + containerd + runc + CNI as root;
+# scripts/setup.sh installs the packages), where the agent runs from that image. (Built
+# beside the end-to-end tests instead, the image's build found few idle cores: it ran
+# after them, and slowed them.)
+stage "image (make image)" make --no-print-directory image
 stage "test images" make --no-print-directory test-images
-# The agent image (release build, its own target directory's lock) beside the end-to-end
-# tests (control planes with simulated kubelets), which do not use it; the real node
-# (kubelet + containerd + runc + CNI as root; scripts/setup.sh installs the packages)
-# runs the agent from that image.
-background "image (make image)" make --no-print-directory image
 stage "end-to-end tests, quick bench" e2e_except_real_node
 stage "go vet (awaited)" await "go vet"
-stage "image (awaited)" await "image (make image)"
 stage "real-node tests" cargo test -p mcsched-e2e --test real_node
 # The README's first command: the demo, its agent in a container on a real node.
 stage "demo (make demo)" bash scripts/demo.sh

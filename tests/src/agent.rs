@@ -122,4 +122,16 @@ impl Agent {
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// The identity it elects with, once it has logged it (its requests carry it in their
+    /// User-Agent).
+    pub fn identity(&self) -> Option<String> {
+        self.logs().lines().find_map(|l| {
+            l.contains("leader election on")
+                .then(|| l.split("identity=").nth(1))
+                .flatten()
+                .and_then(|rest| rest.split_whitespace().next())
+                .map(String::from)
+        })
+    }
 }

@@ -37,6 +37,43 @@ fn resource_of(api_version: &str, kind: &str) -> ApiResource {
 
 /// Applies what `install` renders for the API alone: its namespace, the selector-less
 /// Service and the APIService (the agent runs as a process here, not as the Deployment).
+/// The agent as `install` runs it, out of cluster: the admin's kubeconfig impersonating the
+/// agent's ServiceAccount (its RBAC only, on the host), the aggregated API registered and
+/// reaching it; `extra` arguments added. Returns once the API is available.
+pub async fn agent_as_installed(
+    host: &ControlPlane,
+    extra: &[&str],
+) -> anyhow::Result<crate::Agent> {
+    let admin = std::fs::read_to_string(&host.kubeconfig)?;
+    let mut as_agent = String::new();
+    for line in admin.lines() {
+        as_agent.push_str(line);
+        as_agent.push('\n');
+        if line == "  user:" {
+            as_agent.push_str("    as: system:serviceaccount:mcsched-system:mcsched-agent\n");
+        }
+    }
+    anyhow::ensure!(as_agent.contains("    as: "), "no user in {admin}");
+    let agent_kc = host.dir().join("agent.kubeconfig");
+    std::fs::write(&agent_kc, as_agent)?;
+    register(&host.client).await?;
+    let address = routable_address()?;
+    let mut args = vec!["--leader-elect=false", "--advertise-address", &address];
+    args.extend_from_slice(extra);
+    let agent = crate::Agent::start_on(
+        &address,
+        &agent_kc,
+        "mcsched",
+        host.dir(),
+        "as-installed",
+        &args,
+    )?;
+    wait_available(&host.client, Duration::from_secs(60))
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
+    Ok(agent)
+}
+
 pub async fn register(client: &Client) -> anyhow::Result<()> {
     let objects = manifests::render(&InstallOptions::default())?;
     let wanted = |o: &manifests::Object| {

@@ -348,13 +348,7 @@ async fn preemption_evicts_a_lower_priority_pod_and_nominates_its_node() -> anyh
 /// User-Agent).
 async fn identity(agent: &Agent) -> anyhow::Result<String> {
     wait::until(TIMEOUT, "the agent's election identity", || async {
-        Ok(agent.logs().lines().find_map(|l| {
-            l.contains("leader election on")
-                .then(|| l.split("identity=").nth(1))
-                .flatten()
-                .and_then(|rest| rest.split_whitespace().next())
-                .map(String::from)
-        }))
+        Ok(agent.identity())
     })
     .await
 }

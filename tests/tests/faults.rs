@@ -68,15 +68,7 @@ async fn start_replica(cp: &ControlPlane, n: usize) -> anyhow::Result<Replica> {
     let identity = wait::until(
         Duration::from_secs(60),
         &format!("{user} to start its election"),
-        || async {
-            Ok(agent.logs().lines().find_map(|l| {
-                l.contains("leader election on")
-                    .then(|| l.split("identity=").nth(1))
-                    .flatten()
-                    .and_then(|rest| rest.split_whitespace().next())
-                    .map(String::from)
-            }))
-        },
+        || async { Ok(agent.identity()) },
     )
     .await?;
     Ok(Replica {

@@ -876,38 +876,9 @@ async fn configmaps_go_to_leaves_only_from_granted_namespaces() -> anyhow::Resul
         "--namespaces",
         "granted,shop",
     ])?;
-    // The admin kubeconfig impersonating the agent's ServiceAccount.
-    let admin = std::fs::read_to_string(&host.kubeconfig)?;
-    let mut as_agent = String::new();
-    for line in admin.lines() {
-        as_agent.push_str(line);
-        as_agent.push('\n');
-        if line == "  user:" {
-            as_agent.push_str("    as: system:serviceaccount:mcsched-system:mcsched-agent\n");
-        }
-    }
-    anyhow::ensure!(as_agent.contains("    as: "), "no user in {admin}");
-    let agent_kc = host.dir().join("agent.kubeconfig");
-    std::fs::write(&agent_kc, as_agent)?;
-    // `explain` reads the agent through the API server, as installed.
-    mcsched_e2e::api::register(&host.client).await?;
-    let address = mcsched_e2e::api::routable_address()?;
-    let agent = Agent::start_on(
-        &address,
-        &agent_kc,
-        "mcsched",
-        host.dir(),
-        "as-installed",
-        &[
-            "--leader-elect=false",
-            "--advertise-address",
-            &address,
-            "--leaf-unused-copy-grace=3",
-        ],
-    )?;
-    mcsched_e2e::api::wait_available(&host.client, TIMEOUT)
-        .await
-        .map_err(|e| e.context(agent.logs()))?;
+    // The agent's ServiceAccount's rights; `explain` reads it through the API server.
+    let agent =
+        mcsched_e2e::api::agent_as_installed(&host, &["--leaf-unused-copy-grace=3"]).await?;
     let nodes: Api<Node> = Api::all(host.client.clone());
     wait_ready(&nodes, "mcsched-east", "True", TIMEOUT)
         .await
@@ -1145,36 +1116,8 @@ async fn a_pods_service_account_is_the_leafs_or_created_where_join_allows() -> a
         "{joined}"
     );
     // The agent as installed: its own ServiceAccount's rights, on the host and leaves.
-    let admin = std::fs::read_to_string(&host.kubeconfig)?;
-    let mut as_agent = String::new();
-    for line in admin.lines() {
-        as_agent.push_str(line);
-        as_agent.push('\n');
-        if line == "  user:" {
-            as_agent.push_str("    as: system:serviceaccount:mcsched-system:mcsched-agent\n");
-        }
-    }
-    anyhow::ensure!(as_agent.contains("    as: "), "no user in {admin}");
-    let agent_kc = host.dir().join("agent.kubeconfig");
-    std::fs::write(&agent_kc, as_agent)?;
-    mcsched_e2e::api::register(&host.client).await?;
-    let address = mcsched_e2e::api::routable_address()?;
-    let agent = Agent::start_on(
-        &address,
-        &agent_kc,
-        "mcsched",
-        host.dir(),
-        "as-installed",
-        &[
-            "--leader-elect=false",
-            "--advertise-address",
-            &address,
-            "--leaf-unused-copy-grace=3",
-        ],
-    )?;
-    mcsched_e2e::api::wait_available(&host.client, TIMEOUT)
-        .await
-        .map_err(|e| e.context(agent.logs()))?;
+    let agent =
+        mcsched_e2e::api::agent_as_installed(&host, &["--leaf-unused-copy-grace=3"]).await?;
     let nodes: Api<Node> = Api::all(host.client.clone());
     for n in ["mcsched-east", "mcsched-west"] {
         wait_ready(&nodes, n, "True", TIMEOUT)
