@@ -127,6 +127,19 @@ impl Leaves {
         self.read().get(name).cloned()
     }
 
+    /// A host pod deleted: its assumption in a leaf's view (a Reserve whose copy never
+    /// came, the pod evicted first) goes with it, or the pod its owner recreates under the
+    /// same name would meet it there as a pod that is not this host's. Only that
+    /// incarnation's (by UID): the recreated pod's own assumption stays.
+    pub fn forget_deleted(&self, key: &str, uid: &str) {
+        if uid.is_empty() {
+            return;
+        }
+        for c in self.all() {
+            c.cache().forget(key, uid);
+        }
+    }
+
     pub fn all(&self) -> Vec<Arc<LeafCluster>> {
         self.read().values().cloned().collect()
     }
@@ -449,5 +462,35 @@ mod tests {
 
         assert!(leaves.remove("east").is_some());
         assert!(leaves.cycle(Arc::default()).views.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_deleted_host_pods_assumption_goes_and_its_successors_stays() {
+        let leaves = Leaves::new(LeafSettings::default());
+        let east = leaf("east", true);
+        leaves.insert(east.clone());
+        let incarnation = |uid: &str| {
+            let pod: Pod = serde_json::from_value(json!({
+                "metadata": {"name": "db-1", "namespace": "default", "uid": uid},
+                "spec": {"containers": [{"name": "c", "image": "i"}]}
+            }))
+            .expect("pod");
+            Arc::new(PodInfo::new(Arc::new(pod)))
+        };
+        let choice = LeafChoice {
+            cluster: "east".into(),
+            leaf_node: "east-1".into(),
+            volumes: Vec::new(),
+            notes: Vec::new(),
+        };
+        // Reserved, then evicted before its copy came: the assumption goes.
+        leaves.assume(incarnation("old"), &choice);
+        leaves.forget_deleted("default/db-1", "old");
+        assert!(!east.cache().is_assumed("default/db-1"));
+        // Its successor under the same name, reserved before the old one's deletion is
+        // seen, keeps its own.
+        leaves.assume(incarnation("new"), &choice);
+        leaves.forget_deleted("default/db-1", "old");
+        assert!(east.cache().is_assumed("default/db-1"));
     }
 }

@@ -354,6 +354,9 @@ fn on_pod_event(shared: &Shared, change: Change<Pod>) {
             }
             let was_bound = !is_unbound(&pod) || cached.is_some();
             shared.cache().remove_pod(&key);
+            shared
+                .leaves
+                .forget_deleted(&key, pod.metadata.uid.as_deref().unwrap_or_default());
             let id = crate::queue::pod_id(&pod);
             shared.queue.delete(&id);
             shared.profiles.nominator.delete(&id);
