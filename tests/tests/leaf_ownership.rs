@@ -600,6 +600,21 @@ async fn a_cut_off_leaf_never_leaves_two_copies_of_a_statefulset_pod() -> anyhow
     wait_ready(&host.client, "mcsched-east", "True")
         .await
         .map_err(|e| e.context(agent.logs()))?;
+    // The node lifecycle controller lifts the not-ready taint a moment after Ready: pods
+    // that tolerate it for 0 s and are bound before would be evicted at once.
+    let nodes: Api<Node> = Api::all(host.client.clone());
+    wait::until(TIMEOUT, "mcsched-east without NoExecute taints", || async {
+        let n = nodes.get("mcsched-east").await?;
+        let no_execute = n
+            .spec
+            .and_then(|s| s.taints)
+            .unwrap_or_default()
+            .iter()
+            .any(|t| t.effect == "NoExecute");
+        Ok((!no_execute).then_some(()))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
     let evict_at_once = |key: &str| json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 0});
     let spec = json!({
         "schedulerName": "mcsched",
