@@ -130,6 +130,21 @@ pub struct ExtenderAnswer {
     pub scores: Vec<(String, i64)>,
 }
 
+impl Explanation {
+    /// The entries that name other pods: preemption's victims and every node's nominated
+    /// pods (keys `ns/name`, or a [`counted`] entry where names were withheld).
+    pub fn pod_entries(&self) -> impl Iterator<Item = &str> {
+        let victims: &[String] = match &self.outcome {
+            Outcome::Unschedulable { victims, .. } => victims,
+            _ => &[],
+        };
+        victims
+            .iter()
+            .chain(self.nodes.iter().flat_map(|n| n.nominated_pods.iter()))
+            .map(String::as_str)
+    }
+}
+
 /// What stands in a list of pods (victims, nominated pods) for `n` pods of other
 /// namespaces whose names the caller may not see (it may not list pods there).
 pub fn counted(n: usize) -> String {

@@ -53,7 +53,8 @@ impl<'a> PodDisclosure<'a> {
     /// become a count, in the victims and in every node's nominated pods.
     pub async fn redact(&mut self, e: &mut Explanation) {
         let own = namespace_of(&e.pod).unwrap_or_default().to_string();
-        let others: BTreeSet<String> = named_pods(e)
+        let others: BTreeSet<String> = e
+            .pod_entries()
             .filter_map(namespace_of)
             .filter(|ns| *ns != own)
             .map(str::to_string)
@@ -128,18 +129,6 @@ fn list_pods(namespace: Option<&str>) -> Attributes {
         namespace: namespace.map(str::to_string),
         name: None,
     }
-}
-
-/// Every pod key an explanation names.
-fn named_pods(e: &Explanation) -> impl Iterator<Item = &str> {
-    let victims: &[String] = match &e.outcome {
-        Outcome::Unschedulable { victims, .. } => victims,
-        _ => &[],
-    };
-    victims
-        .iter()
-        .chain(e.nodes.iter().flat_map(|n| n.nominated_pods.iter()))
-        .map(String::as_str)
 }
 
 /// Keeps the keys `shown` allows, in order, and puts one count of the rest last (a list

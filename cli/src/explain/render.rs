@@ -39,14 +39,7 @@ fn verdict(n: &NodeExplanation) -> String {
 
 /// Whether the agent counted some victims or nominated pods instead of naming them.
 fn names_counted_pods(e: &Explanation) -> bool {
-    let victims: &[String] = match &e.outcome {
-        Outcome::Unschedulable { victims, .. } => victims,
-        _ => &[],
-    };
-    victims
-        .iter()
-        .chain(e.nodes.iter().flat_map(|n| n.nominated_pods.iter()))
-        .any(|p| is_count(p))
+    e.pod_entries().any(is_count)
 }
 
 /// A table: one row per node, the winner first; `wide` adds every score plugin.

@@ -811,8 +811,8 @@ mod leaf_question_tests {
     use crate::leaf::leaf_checks::LeafChecks;
     use crate::snapshot::Snapshot;
 
-    #[test]
-    fn a_pod_waits_for_the_leafs_answers_then_a_clash_keeps_it_off() {
+    /// Leaf `east` of host `h1`, with nodes of no interest, whose answers are asked for.
+    fn east_asking() -> (Arc<LeafChecks>, Arc<LeafView>, LeafCycle) {
         let checks = LeafChecks::new("east", "h1");
         let view = Arc::new(LeafView {
             admission: Default::default(),
@@ -822,6 +822,12 @@ mod leaf_question_tests {
             host_id: "h1".into(),
         });
         let cycle = LeafCycle::new(Arc::new(BTreeMap::from([("east".into(), view.clone())])));
+        (checks, view, cycle)
+    }
+
+    #[test]
+    fn a_pod_waits_for_the_leafs_answers_then_a_clash_keeps_it_off() {
+        let (checks, view, cycle) = east_asking();
         let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "web", "namespace": "shop"},
             "spec": {"containers": [{"name": "c", "image": "i",
@@ -860,15 +866,7 @@ mod leaf_question_tests {
 
     #[test]
     fn a_pods_service_account_is_the_leafs_or_created_where_the_join_allows() {
-        let checks = LeafChecks::new("east", "h1");
-        let view = Arc::new(LeafView {
-            admission: Default::default(),
-            cluster: "east".into(),
-            snapshot: Snapshot::from_nodes(vec![]),
-            checks: checks.clone(),
-            host_id: "h1".into(),
-        });
-        let cycle = LeafCycle::new(Arc::new(BTreeMap::from([("east".into(), view.clone())])));
+        let (checks, view, cycle) = east_asking();
         let pod = |sa: Option<&str>| {
             let mut spec = serde_json::json!({"containers": [{"name": "c", "image": "i"}]});
             if let Some(sa) = sa {
