@@ -87,7 +87,10 @@ e2e_except_real_node() {
         echo "    ${m}: ok ($(($(date +%s) - started[$m]))s; $(grep -h '^test result' "$logs/$m.log" | tail -1))"
       else
         echo "    ${m}: FAILED after $(($(date +%s) - started[$m]))s:"
-        sed 's/^/      /' "$logs/$m.log" | tail -200
+        # What failed and why first (a tail alone can be all backtrace), then the end.
+        grep -h -B2 -A12 'panicked at\|^Error: ' "$logs/$m.log" | grep -v '^ *[0-9]*: \|^ *at ' | head -120 | sed 's/^/      /'
+        echo "      ..."
+        sed 's/^/      /' "$logs/$m.log" | tail -60
         failed+=("$m")
       fi
     done
@@ -101,7 +104,8 @@ e2e_except_real_node() {
     [[ $bin == /* ]] || bin=$PWD/$bin
     local dir=tests
     [[ $n == bench_* ]] && dir=bench
-    (cd "$dir" && exec "$bin") >"$logs/$n.log" 2>&1 &
+    # Without backtraces: a failure's message is what a reader of the log needs.
+    (cd "$dir" && RUST_BACKTRACE=0 RUST_LIB_BACKTRACE=0 exec "$bin") >"$logs/$n.log" 2>&1 &
     pid_of[$n]=$!
     running=$((running + 1))
   done
