@@ -292,6 +292,138 @@ async fn explanations_are_read_through_the_api_server_under_the_callers_rbac() -
     Ok(())
 }
 
+/// `kubectl mcsched explain --what-if` as `user`, in `ns`, for `pod`: the exit status and
+/// the output (the explanation as JSON when it succeeds).
+fn what_if_as(
+    kubeconfig: &std::path::Path,
+    ns: &str,
+    pod: &serde_json::Value,
+) -> anyhow::Result<(bool, String)> {
+    let file = kubeconfig.with_extension(format!(
+        "what-if-{}.json",
+        pod["metadata"]["name"].as_str().unwrap_or("pod")
+    ));
+    std::fs::write(&file, serde_json::to_string(pod)?)?;
+    let out = run(
+        kubeconfig,
+        &[
+            "explain",
+            "--what-if",
+            "-n",
+            ns,
+            "-f",
+            &file.to_string_lossy(),
+            "-o",
+            "json",
+        ],
+    )?;
+    Ok((out.status.success(), text(&out)))
+}
+
+#[tokio::test]
+async fn a_what_if_names_no_pod_of_a_namespace_the_caller_may_not_read() -> anyhow::Result<()> {
+    let cp = ControlPlane::start("security-what-if", ControlPlaneOptions::full()).await?;
+    api::register(&cp.client).await?;
+    apply_aggregated_roles(&cp.client).await?;
+    create_node(&cp.client, node("node-a")).await?;
+    let address = api::routable_address()?;
+    let agent = Agent::start_on(
+        &address,
+        &cp.kubeconfig,
+        "mcsched",
+        cp.dir(),
+        "agent",
+        &["--advertise-address", &address],
+    )?;
+    api::wait_available(&cp.client, TIMEOUT)
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
+
+    // node-a full with another team's pod; a class that preempts it.
+    for ns in ["team-a", "team-b"] {
+        namespace(&cp.client, ns).await?;
+    }
+    let payroll = json!({
+        "metadata": {"name": "payroll"},
+        "spec": {
+            "schedulerName": "mcsched",
+            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "4"}}}]
+        }
+    });
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "team-b");
+    pods.create(&PostParams::default(), &serde_json::from_value(payroll)?)
+        .await?;
+    wait::until(TIMEOUT, "team-b/payroll bound", || async {
+        Ok(pods.get("payroll").await?.spec.and_then(|s| s.node_name))
+    })
+    .await?;
+    Api::<k8s_openapi::api::scheduling::v1::PriorityClass>::all(cp.client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "urgent"}, "value": 1000000}))?,
+        )
+        .await?;
+    let alice = user_token(&cp.client, "team-a", "alice").await?;
+    bind_in(&cp.client, "team-a", "edit", "team-a", "alice").await?;
+    let alice_kc = kubeconfig_for(&cp, "alice", &alice)?;
+    let urgent = |extra: serde_json::Value| {
+        let mut spec = json!({
+            "schedulerName": "mcsched",
+            "priorityClassName": "urgent",
+            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "4"}}}]
+        });
+        if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+            s.extend(e.clone());
+        }
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "urgent"}, "spec": spec})
+    };
+
+    // The cluster's admin sees the victim by name: what alice must not.
+    let (ok, admin_view) = what_if_as(&cp.kubeconfig, "team-a", &urgent(json!({})))?;
+    assert!(ok, "{admin_view}");
+    assert!(
+        admin_view.contains("team-b/payroll"),
+        "preemption's victim, named to whoever may list pods there: {admin_view}"
+    );
+    // edit in team-a (RBAC aggregation may take a moment to give edit the what-if role).
+    let (ok, alice_view) = wait::until(TIMEOUT, "alice may create what-ifs", || async {
+        let (ok, out) = what_if_as(&alice_kc, "team-a", &urgent(json!({})))?;
+        Ok((ok || !out.contains("forbidden")).then_some((ok, out)))
+    })
+    .await?;
+    assert!(ok, "{alice_view}");
+    let e: mcsched_shared::explain::Explanation = serde_json::from_str(&alice_view)?;
+    let shown = serde_json::to_string(&e)?;
+    assert!(
+        !shown.contains("payroll") && !shown.contains("team-b"),
+        "nothing of team-b leaks to an editor of team-a: {shown}"
+    );
+    assert!(
+        shown.contains("1 pod in another namespace"),
+        "the victim becomes a count: {shown}"
+    );
+
+    // A what-if's priority is its class's, as admission gives it; no node of the caller's choosing.
+    let (ok, refused) = what_if_as(
+        &alice_kc,
+        "team-a",
+        &urgent(json!({"priority": 2147483647})),
+    )?;
+    assert!(!ok, "{refused}");
+    assert!(
+        refused.contains("spec.template.spec.priority: Forbidden: the integer value of priority (2147483647) must not be provided in pod spec"),
+        "{refused}"
+    );
+    let (ok, refused) = what_if_as(&alice_kc, "team-a", &urgent(json!({"nodeName": "node-a"})))?;
+    assert!(!ok, "{refused}");
+    assert!(
+        refused.contains("spec.template.spec.nodeName: Forbidden"),
+        "{refused}"
+    );
+    assert!(!refused.contains("payroll"), "{refused}");
+    Ok(())
+}
+
 #[tokio::test]
 async fn the_secure_port_authenticates_and_authorizes_every_other_path() -> anyhow::Result<()> {
     let cp = ControlPlane::start("security-port", ControlPlaneOptions::default()).await?;
@@ -405,6 +537,127 @@ async fn the_secure_port_authenticates_and_authorizes_every_other_path() -> anyh
         .send()
         .await?;
     assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    Ok(())
+}
+
+/// Reads until the peer closes the connection (an error counts as closed), for at most
+/// `limit`: false if it is still open then.
+async fn closed_within(conn: &mut tokio::net::TcpStream, limit: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 512];
+    tokio::time::timeout(limit, async {
+        loop {
+            match conn.read(&mut buf).await {
+                Ok(0) | Err(_) => return true,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    .unwrap_or(false)
+}
+
+#[tokio::test]
+async fn slow_clients_cannot_hold_the_secure_port_or_fail_the_probes() -> anyhow::Result<()> {
+    const LIMIT: usize = 8;
+    let cp = ControlPlane::start("security-slow", ControlPlaneOptions::default()).await?;
+    create_node(&cp.client, node("node-a")).await?;
+    let health_port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let agent = Agent::start_with(
+        &cp.kubeconfig,
+        "mcsched",
+        cp.dir(),
+        "agent",
+        &[
+            &format!("--max-connections={LIMIT}"),
+            "--header-read-timeout=4s",
+            &format!("--health-port={health_port}"),
+            "--health-bind-address=127.0.0.1",
+        ],
+    )?;
+    let health = format!("http://127.0.0.1:{health_port}");
+    let plain = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()?;
+    wait::until(TIMEOUT, "the health port answers", || async {
+        Ok(plain
+            .get(format!("{health}/healthz"))
+            .send()
+            .await
+            .ok()
+            .filter(|r| r.status() == StatusCode::OK)
+            .map(|_| ()))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+
+    // Every place of the secure port taken by clients that never send a byte, and one
+    // more: it is closed at once, unserved, and counted (which one is the accept tasks'
+    // order).
+    let secure: std::net::SocketAddr = agent.url.trim_start_matches("https://").parse()?;
+    let mut slow = Vec::new();
+    let connected = std::time::Instant::now();
+    for _ in 0..=LIMIT {
+        slow.push(tokio::net::TcpStream::connect(secure).await?);
+    }
+    let refused = || async {
+        let metrics = plain
+            .get(format!("{health}/metrics"))
+            .send()
+            .await?
+            .text()
+            .await?;
+        anyhow::Ok(
+            metrics
+                .lines()
+                .find_map(|l| l.strip_prefix("mcsched_secure_port_refused_connections_total "))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or(0.0),
+        )
+    };
+    wait::until(TIMEOUT, "a connection refused", || async {
+        Ok((refused().await? > 0.0).then_some(()))
+    })
+    .await?;
+    let mut closed = 0;
+    for conn in slow.iter_mut() {
+        closed += usize::from(closed_within(conn, Duration::from_millis(100)).await);
+    }
+    assert_eq!(
+        closed, 1,
+        "one connection beyond --max-connections closed at once, the others held (until the header-read timeout)"
+    );
+    assert_eq!(refused().await?, 1.0);
+
+    // The probes, on their own port, answer while the secure port is full.
+    let probe = plain.get(format!("{health}/healthz")).send().await?;
+    assert_eq!(probe.status(), StatusCode::OK);
+
+    // The slow clients are cut off by the header-read timeout, and the port serves again.
+    // (4 s from their connect, as the TLS handshake is bounded by it; the handshake's
+    // own default is 10 s.)
+    let deadline = connected + Duration::from_secs(8);
+    for (i, conn) in slow.iter_mut().enumerate() {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        assert!(
+            closed_within(conn, left).await,
+            "slow client {i} still holds a place after --header-read-timeout"
+        );
+    }
+    let tls = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .timeout(Duration::from_secs(10))
+        .build()?;
+    let answer = tls.get(format!("{}/healthz", agent.url)).send().await?;
+    assert!(
+        answer.status() == StatusCode::OK
+            || answer.status() == StatusCode::UNAUTHORIZED
+            || answer.status() == StatusCode::FORBIDDEN,
+        "the secure port serves again: {}",
+        answer.status()
+    );
     Ok(())
 }
 

@@ -273,8 +273,13 @@ pub async fn serve(
         opts.connections.max_connections,
         opts.connections.max_connections_per_ip,
     );
-    let acceptor = RustlsAcceptor::new(tls)
-        .acceptor(LimitedAcceptor::new(limits, opts.connections.idle_timeout));
+    let mut acceptor = RustlsAcceptor::new(tls);
+    // Go's server bounds the TLS handshake by its ReadHeaderTimeout too: a client that
+    // never finishes its handshake holds a place no longer than one slow to send headers.
+    if !opts.connections.header_read_timeout.is_zero() {
+        acceptor = acceptor.handshake_timeout(opts.connections.header_read_timeout);
+    }
+    let acceptor = acceptor.acceptor(LimitedAcceptor::new(limits, opts.connections.idle_timeout));
     let server = axum_server::bind(opts.addr)
         .acceptor(acceptor)
         .handle(handle);
