@@ -261,6 +261,35 @@ fn check_bound_once(
     Ok((requests, rejected, unanswered))
 }
 
+/// Each refused binding with who sent it, when and why, beside the pod's bindings that
+/// succeeded: whether a second replica or the same one (a retry) sent it.
+fn refused_bindings(requests: &[audit::Request]) -> String {
+    let bindings = |pod: &str| {
+        requests
+            .iter()
+            .filter(|r| r.what == "binding" && r.pod == pod && r.succeeded())
+            .map(|r| format!("bound by {} at {}", r.user, r.at))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    requests
+        .iter()
+        .filter(|r| r.what == "binding" && !r.succeeded() && !r.client_gone())
+        .map(|r| {
+            format!(
+                "{} refused {} ({}) for {} at {} [{}]",
+                r.pod,
+                r.code,
+                r.message,
+                r.user,
+                r.at,
+                bindings(&r.pod)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// Each host node's CPU: the host pods fill the nodes to 96 %, so that a scheduler placing
 /// one pod too many on a node shows as an overcommit.
 fn node_cpu_milli(host_pods: usize) -> i64 {
@@ -504,10 +533,13 @@ async fn killed_and_frozen_leaders_lose_no_pod_and_bind_none_twice() -> anyhow::
     let host_writes = audit::writes(&host_log)?;
     let leaf_writes = audit::writes(&leaf_log)?;
     let judged = check_one_writer(&host_writes, &leaf_writes, &ran, &[&host_log, &leaf_log])?;
-    anyhow::ensure!(
-        rejected == 0,
-        "{rejected} bindings refused by the API server (a second writer's, or a stale cache's)"
-    );
+    if rejected > 0 {
+        anyhow::bail!(
+            "{rejected} bindings refused by the API server (a second writer's, or a stale cache's): {} (audit log kept at {})",
+            refused_bindings(&requests),
+            keep(&host_log)?.display()
+        );
+    }
     // The frozen leader was writing before it froze (a field no longer recorded would
     // make the next check pass for nothing), and wrote nothing, anywhere, after.
     let frozen_identity = ran.get(&frozen_user).cloned().unwrap_or_default();
@@ -675,10 +707,12 @@ async fn api_server_restarts_and_compaction_lose_no_pod() -> anyhow::Result<()> 
         creating.await??;
     }
     let pods = all_bound(&cp.client, want).await?;
-    let (_, rejected, _) = check_bound_once(&cp.data_dir().join("audit.log"), &pods, node_cpu)?;
+    let (requests, rejected, _) =
+        check_bound_once(&cp.data_dir().join("audit.log"), &pods, node_cpu)?;
     anyhow::ensure!(
         rejected == 0,
-        "{rejected} bindings refused by the API server"
+        "{rejected} bindings refused by the API server: {}",
+        refused_bindings(&requests)
     );
     let m = metrics().await?;
     let expired = counter_sum(&m, "mcsched_watch_expired");
