@@ -82,7 +82,8 @@ case "$MODE" in
   *) echo "MCSCHED_DEMO_AGENT=$MODE: expected container, host or auto"; exit 1 ;;
 esac
 if [ "$MODE" = container ]; then
-  # The agent image (release build) and the pause and hello images, built here: nothing
+  # The agent image (the release build; `make test` packs its debug build) and the pause
+  # and hello images, built here: nothing
   # is pulled.
   make --no-print-directory image test-images
   APP_IMAGE=mcsched.test/hello:1

@@ -3,7 +3,7 @@
 # program on go-containerregistry, packs a root filesystem into one layer):
 #
 #   scripts/image.sh agent     the agent image (`make image`): the release build of
-#                              mcsched-agent on the layout of scripts/image-rootfs.sh,
+#                              mcsched-agent (the debug build with MCSCHED_IMAGE_BUILD=debug) on the layout of scripts/image-rootfs.sh,
 #                              tagged $IMAGE (default: scripts/image-ref.sh), written to
 #                              .build/image/mcsched-agent.tar (docker load, ctr images
 #                              import, kind load image-archive) and .build/image/oci (an
@@ -53,11 +53,20 @@ agent() {
   local ref="${IMAGE:-$("$ROOT/scripts/image-ref.sh")}"
   local version
   version="$("$ROOT/scripts/image-ref.sh" --version)"
-  say "building mcsched-agent (release) for $ref"
-  cargo build --manifest-path "$ROOT/Cargo.toml" --release --locked -p mcsched-agent
+  # MCSCHED_IMAGE_BUILD=debug packs the debug build instead (`make test` does: the same
+  # image but for the binary's optimisation, without a second build of the workspace).
+  local build=${MCSCHED_IMAGE_BUILD:-release}
+  local profile_flag
+  case "$build" in
+    release) profile_flag=--release ;;
+    debug) profile_flag= ;;
+    *) die "MCSCHED_IMAGE_BUILD: must be release or debug, not \"$build\"" ;;
+  esac
+  say "building mcsched-agent ($build) for $ref"
+  cargo build --manifest-path "$ROOT/Cargo.toml" $profile_flag --locked -p mcsched-agent
   build_tool
   local rootfs="$OUT/rootfs"
-  bash "$ROOT/scripts/image-rootfs.sh" "$TARGET_DIR/release/mcsched-agent" "$ROOT/LICENSE" "$rootfs"
+  bash "$ROOT/scripts/image-rootfs.sh" "$TARGET_DIR/$build/mcsched-agent" "$ROOT/LICENSE" "$rootfs"
   rm -rf "$OUT/oci"
   # The same user, entrypoint, port and environment as the Dockerfile.
   "$TOOL" --rootfs "$rootfs" --ref "$ref" --platform "$(platform)" \

@@ -128,6 +128,10 @@ stage "unit tests" cargo test --workspace --exclude mcsched-e2e --exclude mcsche
 # scripts/setup.sh installs the packages), where the agent runs from that image. (Built
 # beside the end-to-end tests instead, the image's build found few idle cores: it ran
 # after them, and slowed them.)
+# The image packs the debug build the stages above made (a release build of the
+# workspace would add minutes of a 2-core machine to check the same packaging); the demo
+# below uses it too. `make image` alone packs the release build.
+export MCSCHED_IMAGE_BUILD=debug
 stage "image (make image)" make --no-print-directory image
 stage "test images" make --no-print-directory test-images
 stage "end-to-end tests, quick bench" e2e_except_real_node
