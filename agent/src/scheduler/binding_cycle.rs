@@ -89,6 +89,12 @@ pub(super) async fn binding_cycle(
             },
             None => fw.run_bind(&ctx, &state, &pod, &node).await,
         };
+        if !status.is_success() && status.cause.is_none() && landed(&shared, &pod, &node).await {
+            // The answer was lost (a timeout, a dropped connection, a 5xx after the
+            // write) but the binding took: a retry would only be refused as a conflict.
+            debug!(pod = %pod.key, %node, status = %status, "binding answered with an error but bound");
+            status = Status::success();
+        }
     }
     if status.is_success() {
         debug!(pod = %pod.key, %node, "bound");
@@ -116,6 +122,14 @@ pub(super) async fn binding_cycle(
         // elsewhere: the watch tells the rest.
         shared.queue.done(&pod);
     }
+}
+
+/// Whether the pod, read back, is this pod (its UID) bound to `node`.
+async fn landed(shared: &Shared, pod: &PodInfo, node: &str) -> bool {
+    let pods: Api<Pod> = Api::namespaced(shared.bind_ctx.client.clone(), &pod.namespace);
+    matches!(pods.get_opt(&pod.name).await, Ok(Some(now))
+        if now.metadata.uid.as_deref() == Some(pod.uid.as_str())
+            && now.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
 }
 
 /// Whether a pod whose binding failed still waits for one, from the API's answer: a 404

@@ -177,6 +177,40 @@ fn read_back(node: Option<&str>, uid: &str) -> (u16, serde_json::Value) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binding_whose_answer_was_lost_but_took_counts_as_bound() {
+    let (shared, _) = shared_reading_back(
+        (
+            504,
+            fake_api::status(504, "Timeout", "the request timed out"),
+        ),
+        read_back(Some("n1"), "uid-p"),
+    );
+    schedule(&shared, "p", "1", true).await;
+    assert!(shared.cache().is_assumed("default/p"), "not undone");
+    let q = shared.queue.pending();
+    assert_eq!(
+        (q.active, q.backoff, q.unschedulable),
+        (0, 0, 0),
+        "not retried"
+    );
+    let e = shared.explanations.get("default/p").expect("explained");
+    assert!(
+        matches!(e.outcome, mcsched_shared::explain::Outcome::Scheduled { ref node, .. } if node == "n1")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_binding_of_a_pod_still_unbound_is_retried() {
+    let (shared, _) = shared_reading_back(
+        (500, fake_api::status(500, "InternalError", "etcd")),
+        read_back(None, "uid-p"),
+    );
+    schedule(&shared, "p", "1", true).await;
+    assert!(!shared.cache().is_assumed("default/p"));
+    assert_eq!(shared.queue.pending().backoff, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conflict_on_a_pod_bound_elsewhere_ends_its_attempts() {
     let (shared, calls) = shared_reading_back(conflict(), read_back(Some("n2"), "uid-p"));
     schedule(&shared, "p", "1", true).await;
