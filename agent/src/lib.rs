@@ -4,6 +4,7 @@
 pub mod affinity;
 pub mod args;
 pub mod cache;
+pub mod change;
 pub mod client;
 pub mod cluster_failover;
 pub mod config_bridge;

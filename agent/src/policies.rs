@@ -11,7 +11,7 @@ use mcsched_shared::policy::{
     ClusterPlacementPolicy, Invalid, PlacementPolicy, PlacementPolicySpec,
 };
 
-use crate::watch::Change;
+use crate::change::Change;
 
 /// One policy as the scheduler uses it.
 #[derive(Debug, Clone, PartialEq)]

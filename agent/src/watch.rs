@@ -16,6 +16,7 @@ use tokio::task::JoinHandle;
 use tracing::warn;
 
 use crate::cache::Cache;
+pub use crate::change::Change;
 use crate::framework::ClusterEvent;
 use crate::lean_object::Lean;
 use crate::snapshot::VolumeObjects;
@@ -148,20 +149,6 @@ impl Seen {
             ..Default::default()
         };
         Arc::new(o)
-    }
-}
-
-/// A watch event reduced to what a cache needs; `Apply`'s flag tells a new object.
-pub enum Change<K> {
-    Apply(Arc<K>, bool),
-    Delete(Arc<K>),
-}
-
-impl<K> Change<K> {
-    pub fn object(&self) -> &Arc<K> {
-        match self {
-            Change::Apply(o, _) | Change::Delete(o) => o,
-        }
     }
 }
 

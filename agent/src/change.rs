@@ -1,0 +1,19 @@
+//! A watch event reduced to what a cache needs: the vocabulary shared by the watches that
+//! produce it and the indexes (cache, policies, leaf views) that consume it, so that
+//! neither side imports the other.
+
+use std::sync::Arc;
+
+/// `Apply`'s flag tells a new object.
+pub enum Change<K> {
+    Apply(Arc<K>, bool),
+    Delete(Arc<K>),
+}
+
+impl<K> Change<K> {
+    pub fn object(&self) -> &Arc<K> {
+        match self {
+            Change::Apply(o, _) | Change::Delete(o) => o,
+        }
+    }
+}
