@@ -51,6 +51,9 @@ pub struct RunResult {
     pub latency_p50: Option<Duration>,
     pub latency_p99: Option<Duration>,
     pub usage: Option<Usage>,
+    /// CPU seconds of the host's control plane process (kube-apiserver and etcd, one
+    /// process) over the measured phase: what this scheduler cost the API server.
+    pub api_server_cpu_seconds: Option<f64>,
     pub leaf: Option<LeafOutcome>,
     /// Wall time of the measured phase, creation of the first pod to the last binding.
     pub measured_for: Duration,
@@ -219,6 +222,12 @@ pub async fn run(
             workloads::node_name(0),
         )
     });
+    let api_server_cpu = || {
+        host.pid()
+            .and_then(|pid| procstat::usage(pid).ok())
+            .map(|u| u.cpu_seconds)
+    };
+    let api_server_before = api_server_cpu();
     let start = Instant::now();
     crate::populate::pods(&host.client, pods, |name| observer.created(name)).await?;
     info!(
@@ -228,6 +237,10 @@ pub async fn run(
     );
     observer.wait_bound(size.pods, IDLE_LIMIT).await;
     let usage = sched.pid().and_then(|pid| procstat::usage(pid).ok());
+    let api_server_cpu_seconds = match (api_server_before, api_server_cpu()) {
+        (Some(before), Some(after)) => Some(after - before),
+        _ => None,
+    };
     let obs = observer.observation(start);
     info!(bound = obs.bound_at.len(), "measured phase over");
     let status_lags = match probe {
@@ -291,6 +304,7 @@ pub async fn run(
         latency_p50: stats::percentile(&obs.latencies, 50),
         latency_p99: stats::percentile(&obs.latencies, 99),
         usage,
+        api_server_cpu_seconds,
         leaf,
         measured_for,
         violations,

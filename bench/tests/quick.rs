@@ -48,6 +48,32 @@ fn quick_variant_binds_every_pod_and_writes_results() {
             "results.md lacks {needle}:\n{results}"
         );
     }
+    // Every run measured what it cost the API server.
+    let header = results
+        .lines()
+        .find(|l| l.starts_with("| workload | size | scheduler |"))
+        .expect("the results table");
+    let column = header
+        .split('|')
+        .position(|c| c.trim() == "API server CPU ms / pod")
+        .expect("an API server CPU column");
+    let runs: Vec<&str> = results
+        .lines()
+        .skip_while(|l| *l != header)
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .collect();
+    assert!(
+        runs.len() >= 7 * 3,
+        "one row per workload and scheduler:\n{results}"
+    );
+    for row in runs {
+        let cell = row.split('|').nth(column).unwrap_or_default().trim();
+        assert!(
+            cell.parse::<f64>().is_ok_and(|v| v > 0.0),
+            "no API server CPU measured in:\n{row}"
+        );
+    }
     // Every multi-cluster run of mcsched probed each of its leaves, and every change made
     // in a leaf showed in its virtual node's status.
     let leaves = results
