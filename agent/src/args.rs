@@ -85,8 +85,8 @@ pub struct Args {
     pub request_timeout: Duration,
 
     /// How long a client of the secure port (or the health port) may take to send a
-    /// request's headers, and a new connection its first request (Go's
-    /// ReadHeaderTimeout; kube-apiserver's 32s). 0s lifts it.
+    /// request's headers, and a new connection its TLS handshake and its first request
+    /// (Go's ReadHeaderTimeout; kube-apiserver's 32s). 0s lifts it.
     #[arg(long, default_value = "32s", value_name = "DURATION", value_parser = parse_duration)]
     pub header_read_timeout: Duration,
 
