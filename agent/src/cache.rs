@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 
+use crate::node_tree::{NodeTree, zone_key};
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot, VolumeObjects};
 use crate::topology_counts::TopologyCounts;
 
@@ -36,6 +37,10 @@ pub struct Cache {
     pod_selectors: Arc<crate::pod_selectors::PodSelectors>,
     policies: Arc<crate::policies::PolicySet>,
     topology: TopologyCounts,
+    /// The nodes by zone; `nodes` follows its interleaved order from the next snapshot
+    /// after a node is added or deleted (as kube's snapshot list follows its node tree).
+    tree: NodeTree,
+    order_stale: bool,
     snapshot: Option<Snapshot>,
 }
 
@@ -66,6 +71,8 @@ impl Default for Cache {
             pod_selectors: Arc::default(),
             policies: Arc::default(),
             topology: TopologyCounts::kept_by_cache(),
+            tree: NodeTree::default(),
+            order_stale: false,
             snapshot: None,
         }
     }
@@ -121,6 +128,13 @@ impl Cache {
             let relabelled = self.nodes[i].labels() != node_labels(&node);
             if relabelled {
                 self.topology.node(&self.nodes[i], -1);
+                // kube's node tree moves the node at once, its snapshot's list only at
+                // the next node added or deleted: the same here.
+                self.tree.update(
+                    &name,
+                    &zone_key(self.nodes[i].labels()),
+                    &zone_key(node_labels(&node)),
+                );
             }
             let Some(info) = self.node_at(i) else {
                 return;
@@ -142,6 +156,8 @@ impl Cache {
             }
         } else {
             self.dirty();
+            self.tree.add(&name, &zone_key(node_labels(&node)));
+            self.order_stale = true;
             let mut info = NodeInfo::new(node);
             for pod in self.waiting.remove(&name).unwrap_or_default() {
                 info.add_pod(pod);
@@ -159,6 +175,8 @@ impl Cache {
         };
         self.dirty();
         let info = Arc::make_mut(&mut self.nodes).remove(i);
+        self.tree.remove(name, &zone_key(info.labels()));
+        self.order_stale = true;
         self.topology.node(&info, -1);
         self.count_node(info.images.keys(), info.cluster.is_some(), -1);
         // Pods stay known until their own deletion arrives; park them under the node name.
@@ -324,7 +342,41 @@ impl Cache {
         self.nodes.iter().map(|n| n.name.to_string()).collect()
     }
 
+    /// Puts `nodes` in the node tree's order.
+    fn follow_tree(&mut self) {
+        self.order_stale = false;
+        let order = self.tree.list();
+        if order.len() == self.nodes.len()
+            && order
+                .iter()
+                .zip(self.nodes.iter())
+                .all(|(a, n)| *a == &*n.name)
+        {
+            return;
+        }
+        let mut nodes: Vec<Arc<NodeInfo>> = order
+            .iter()
+            .filter_map(|name| self.index.get(*name).map(|&i| self.nodes[i].clone()))
+            .collect();
+        if nodes.len() != self.nodes.len() {
+            // Not in the tree (cannot happen: every node added is): kept, at the end.
+            let listed: HashSet<&str> = order.iter().copied().collect();
+            nodes.extend(
+                self.nodes
+                    .iter()
+                    .filter(|n| !listed.contains(&*n.name))
+                    .cloned(),
+            );
+        }
+        self.dirty();
+        self.nodes = Arc::new(nodes);
+        self.reindex();
+    }
+
     pub fn snapshot(&mut self) -> Snapshot {
+        if self.order_stale {
+            self.follow_tree();
+        }
         if self.topology.keep_asked(&self.nodes) {
             self.dirty();
         }
@@ -482,6 +534,54 @@ mod tests {
         // The snapshot taken before is untouched.
         assert_eq!(held.image_nodes.get("b"), Some(&2));
         assert_eq!(held.virtual_nodes, 1);
+    }
+
+    fn zoned(name: &str, zone: &str) -> Arc<Node> {
+        let mut n = Node::default();
+        n.metadata.name = Some(name.into());
+        n.metadata.labels = Some(BTreeMap::from([(
+            "topology.kubernetes.io/zone".to_string(),
+            zone.to_string(),
+        )]));
+        Arc::new(n)
+    }
+
+    fn order(c: &mut Cache) -> Vec<String> {
+        let s = c.snapshot();
+        assert!(
+            s.nodes
+                .iter()
+                .enumerate()
+                .all(|(i, n)| s.index.get(&*n.name) == Some(&i)),
+            "the index follows the order"
+        );
+        s.nodes.iter().map(|n| n.name.to_string()).collect()
+    }
+
+    /// As kube's snapshot lists its node tree: zone by zone, and a relabelled node moves
+    /// only once a node is added or deleted.
+    #[test]
+    fn snapshots_list_nodes_interleaved_by_zone() {
+        let mut c = Cache::new();
+        for (n, z) in [
+            ("a1", "a"),
+            ("a2", "a"),
+            ("a3", "a"),
+            ("b1", "b"),
+            ("b2", "b"),
+        ] {
+            c.apply_node(zoned(n, z));
+        }
+        c.apply_pod(pod("p", Some("b1"), "1"));
+        assert_eq!(order(&mut c), ["a1", "b1", "a2", "b2", "a3"]);
+        assert_eq!(pods_on(&mut c, "b1"), ["ns/p"]);
+        c.apply_node(zoned("a1", "b"));
+        assert_eq!(order(&mut c), ["a1", "b1", "a2", "b2", "a3"]);
+        c.delete_node("a3");
+        assert_eq!(order(&mut c), ["a2", "b1", "b2", "a1"]);
+        c.apply_node(zoned("c1", "c"));
+        assert_eq!(order(&mut c), ["a2", "b1", "c1", "b2", "a1"]);
+        assert_eq!(pods_on(&mut c, "b1"), ["ns/p"]);
     }
 
     #[test]

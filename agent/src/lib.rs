@@ -22,6 +22,7 @@ pub mod leaf;
 pub mod lean_object;
 pub mod metrics;
 pub mod node_info;
+pub mod node_tree;
 pub mod nominator;
 pub mod plugins;
 pub mod pod_selectors;

@@ -16,10 +16,10 @@
 //! the index the next cycle starts from. Filter runs kube's way with one worker (its
 //! parallel search examines a set of nodes that depends on its goroutines' timing).
 //!
-//! The nodes share one zone: kube's node tree interleaves the nodes of several zones, and
-//! a start index means the same node on both sides only when the orders agree (topology
-//! spread and pod affinity use a rack label instead). PreFilter never narrows the nodes
-//! down here: kube walks such a subset in a map's order.
+//! The nodes lie in one to three zones: both engines list them interleaved zone by zone
+//! (kube's node tree), so a start index names the same node on both sides only when that
+//! order agrees (topology spread and pod affinity use a rack label). PreFilter never
+//! narrows the nodes down here: kube walks such a subset in a map's order.
 //!
 //! MCSCHED_DIFF_LIVE_CASES (default 100) cases of the regression seed and as many of a
 //! fresh one (printed); MCSCHED_DIFF_SEED runs one seed, MCSCHED_DIFF_CASE one case of it.
@@ -94,6 +94,7 @@ fn generate(seed: u64, id: usize) -> Case {
     // How crowded the cluster is: from mostly free to mostly full.
     let fill = 10 + rng.below(70);
     let taint_percent = rng.below(25);
+    let zones = &["z1", "z2", "z3"][..1 + rng.below(3) as usize];
     let mut nodes = Vec::new();
     for i in 0..n_nodes {
         let name = format!("n{i}");
@@ -106,7 +107,7 @@ fn generate(seed: u64, id: usize) -> Case {
         nodes.push(json!({
             "metadata": {"name": name, "uid": format!("uid-{name}"), "labels": {
                 "kubernetes.io/hostname": name,
-                "topology.kubernetes.io/zone": "z1",
+                "topology.kubernetes.io/zone": rng.pick(zones),
                 RACK: rng.pick(RACKS),
                 "pool": rng.pick(POOLS),
             }},
