@@ -52,6 +52,10 @@ pub const LEAF_NODE_SELECTOR_ANNOTATION: &str = "mcsched.io/leaf-node-selector";
 /// Label on a leaf pod (and the objects synced with it) naming the host cluster's leaf
 /// name it belongs to: ownership, so restarts neither duplicate nor orphan.
 pub const MANAGED_CLUSTER_LABEL: &str = "mcsched.io/managed-by-cluster";
+/// Pod Security admission's namespace labels: the level a namespace enforces, and the
+/// version of that level's checks.
+pub const POD_SECURITY_ENFORCE_LABEL: &str = "pod-security.kubernetes.io/enforce";
+pub const POD_SECURITY_ENFORCE_VERSION_LABEL: &str = "pod-security.kubernetes.io/enforce-version";
 /// Annotation on a leaf pod: the host pod's UID it mirrors.
 pub const HOST_POD_UID_ANNOTATION: &str = "mcsched.io/host-pod-uid";
 

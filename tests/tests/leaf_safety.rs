@@ -924,3 +924,205 @@ async fn the_leaf_account_is_least_privilege_and_unjoin_removes_only_what_is_mar
     );
     Ok(())
 }
+
+/// Pod Security in the leaf, from join to the leaf check: the namespace join creates
+/// enforces `baseline` (labels), a leaf owner's namespace keeps its own labels (here
+/// `restricted`), and the agent judges each copy by its namespace's level as the leaf's
+/// admission would. A host pod asking for `privileged: true` and `hostPath: /` in a host
+/// namespace where nothing forbids it stays Pending, with the leaf's refusal in its
+/// FailedScheduling event and in `explain`, and nothing is created in the leaf; the same
+/// pod without them goes. Joining again with `--pod-security privileged` relabels only the
+/// namespace join created, and the refused pod goes too.
+#[tokio::test(flavor = "multi_thread")]
+async fn leaf_copies_run_no_more_privileged_than_the_leaf_namespace_allows() -> anyhow::Result<()> {
+    use k8s_openapi::api::events::v1::Event;
+    use kube::api::ListParams;
+    use mcsched_e2e::wait;
+
+    let timeout = Duration::from_secs(60);
+    let cps =
+        ControlPlane::start_many(&["psa-host", "psa-east"], ControlPlaneOptions::full()).await?;
+    let [host, leaf]: [ControlPlane; 2] = cps
+        .try_into()
+        .map_err(|_| anyhow::anyhow!("expected two control planes"))?;
+    mcsched_e2e::objects::ready_node(
+        &leaf.client,
+        "east-1",
+        "4",
+        "8Gi",
+        json!({"kubernetes.io/hostname": "east-1"}),
+    )
+    .await?;
+    let lc = &leaf.client;
+    let leaf_ns: Api<Namespace> = Api::all(lc.clone());
+    // The leaf owner's namespace, with a level of its own.
+    let owned: Namespace = serde_json::from_value(json!({"metadata": {"name": "owned",
+        "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}))?;
+    leaf_ns.create(&PostParams::default(), &owned).await?;
+    let owned_version = version(&leaf_ns, "owned").await?;
+
+    let kc = host.kubeconfig.clone();
+    let cli = |args: &[&str]| -> anyhow::Result<String> {
+        let out = run(&kc, args)?;
+        anyhow::ensure!(out.status.success(), "{args:?}: {}", text(&out));
+        Ok(text(&out))
+    };
+    cli(&["install", "--image", "mcsched/agent:test"])?;
+    let leaf_kc = leaf.kubeconfig.to_string_lossy().into_owned();
+    let joined = join(&host, &leaf_kc, &["--namespaces", "shop,owned"])?;
+    assert!(
+        joined.contains("created shop with Pod Security baseline"),
+        "{joined}"
+    );
+    assert!(
+        joined.contains("namespace owned is not one join created: its Pod Security labels stay as they are (enforce: restricted)"),
+        "{joined}"
+    );
+    let level = |ns: Namespace| {
+        let labels = ns.metadata.labels.unwrap_or_default();
+        (
+            labels.get("pod-security.kubernetes.io/enforce").cloned(),
+            labels
+                .get("pod-security.kubernetes.io/enforce-version")
+                .cloned(),
+        )
+    };
+    assert_eq!(
+        level(leaf_ns.get("shop").await?),
+        (Some("baseline".into()), Some("latest".into()))
+    );
+    assert_eq!(version(&leaf_ns, "owned").await?, owned_version);
+
+    let agent = mcsched_e2e::api::agent_as_installed(&host, &[]).await?;
+    let nodes: Api<Node> = Api::all(host.client.clone());
+    mcsched_e2e::objects::wait_ready(&nodes, "mcsched-east", "True", timeout)
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
+
+    // Host namespaces that forbid nothing; the leaf is the only node.
+    for ns in ["shop", "owned"] {
+        create_namespace(&host.client, ns).await?;
+    }
+    let pod = |name: &str, ns: &str, privileged: bool| -> anyhow::Result<Pod> {
+        let mut p = json!({
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"schedulerName": "mcsched",
+                "containers": [{"name": "app", "image": "pause",
+                    "resources": {"requests": {"cpu": "100m"}}}]}});
+        if privileged {
+            p["spec"]["containers"][0]["securityContext"] = json!({"privileged": true});
+            p["spec"]["containers"][0]["volumeMounts"] =
+                json!([{"name": "root", "mountPath": "/host"}]);
+            p["spec"]["volumes"] = json!([{"name": "root", "hostPath": {"path": "/"}}]);
+        }
+        Ok(serde_json::from_value(p)?)
+    };
+    let host_shop: Api<Pod> = Api::namespaced(host.client.clone(), "shop");
+    let leaf_shop: Api<Pod> = Api::namespaced(lc.clone(), "shop");
+    host_shop
+        .create(&PostParams::default(), &pod("rooted", "shop", true)?)
+        .await?;
+    let refusal = "leaf cluster east: pods in namespace shop violate PodSecurity \"baseline:latest\": \
+                   hostPath volumes (volume \"root\"), \
+                   privileged (container \"app\" must not set securityContext.privileged=true)";
+    // A FailedScheduling repeated for the same pod only counts up the first event's series
+    // (the first may say "asking leaf cluster ..."): the PodScheduled condition carries
+    // the latest message.
+    let events: Api<Event> = Api::namespaced(host.client.clone(), "shop");
+    wait::until(
+        timeout,
+        "FailedScheduling naming the Pod Security refusal",
+        || async {
+            let lp = ListParams::default().fields("regarding.name=rooted");
+            let condition = host_shop
+                .get("rooted")
+                .await?
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|c| c.type_ == "PodScheduled" && c.status == "False")
+                .filter_map(|c| c.message);
+            Ok(events
+                .list(&lp)
+                .await?
+                .items
+                .into_iter()
+                .filter(|e| e.reason.as_deref() == Some("FailedScheduling"))
+                .filter_map(|e| e.note)
+                .chain(condition)
+                .find(|n| n.contains(refusal)))
+        },
+    )
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    let explained = cli(&["explain", "pod", "rooted", "-n", "shop"])?;
+    assert!(
+        explained.contains("mcsched-east") && explained.contains(refusal),
+        "{explained}"
+    );
+    let node_of = |p: Pod| p.spec.and_then(|s| s.node_name);
+    assert_eq!(node_of(host_shop.get("rooted").await?), None);
+    assert!(
+        leaf_shop.get_opt("rooted").await?.is_none(),
+        "a copy in the leaf"
+    );
+
+    // Without the privilege, the same pod goes.
+    host_shop
+        .create(&PostParams::default(), &pod("plain", "shop", false)?)
+        .await?;
+    wait::until(timeout, "shop/plain copied into the leaf", || async {
+        Ok(leaf_shop.get_opt("plain").await?)
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    assert_eq!(
+        node_of(host_shop.get("plain").await?).as_deref(),
+        Some("mcsched-east")
+    );
+
+    // The leaf owner's level is what counts in its namespace: restricted refuses even
+    // the plain pod.
+    let host_owned: Api<Pod> = Api::namespaced(host.client.clone(), "owned");
+    host_owned
+        .create(&PostParams::default(), &pod("plain", "owned", false)?)
+        .await?;
+    let owned_refusal = "leaf cluster east: pods in namespace owned violate PodSecurity \"restricted:latest\": \
+                         allowPrivilegeEscalation != false";
+    let shown = wait::until(timeout, "owned/plain refused by restricted", || async {
+        let out = run(&kc, &["explain", "pod", "plain", "-n", "owned"])?;
+        Ok(Some(text(&out)).filter(|t| t.contains(owned_refusal)))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    assert!(shown.contains("mcsched-east"), "{shown}");
+
+    // Joining again with privileged relabels the namespace join created, not the owner's;
+    // the namespace's change retries the refused pod, which goes.
+    let rejoined = join(
+        &host,
+        &leaf_kc,
+        &["--namespaces", "shop,owned", "--pod-security", "privileged"],
+    )?;
+    assert!(
+        rejoined.contains("namespace shop now enforces Pod Security privileged"),
+        "{rejoined}"
+    );
+    assert_eq!(
+        level(leaf_ns.get("shop").await?),
+        (Some("privileged".into()), Some("latest".into()))
+    );
+    assert_eq!(version(&leaf_ns, "owned").await?, owned_version);
+    wait::until(timeout, "shop/rooted copied into the leaf", || async {
+        Ok(leaf_shop.get_opt("rooted").await?)
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    assert_eq!(
+        node_of(host_shop.get("rooted").await?).as_deref(),
+        Some("mcsched-east")
+    );
+    assert_eq!(node_of(host_owned.get("plain").await?), None);
+    Ok(())
+}

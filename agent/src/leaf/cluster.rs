@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{
-    LimitRange, Node, PersistentVolume, PersistentVolumeClaim, Pod, ResourceQuota,
+    LimitRange, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, ResourceQuota,
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Client;
@@ -34,8 +34,11 @@ pub struct Health {
 
 /// What the agent watches in every leaf: nodes and pods for the leaf's room, the
 /// storage objects that decide whether a pod's claims can be bound there, and the
-/// ResourceQuotas and LimitRanges its admission applies to a copy.
-const WATCHED: [&str; 7] = [
+/// ResourceQuotas, LimitRanges and namespaces' Pod Security labels its admission applies
+/// to a copy. Nothing goes to a leaf before all have listed: a leaf whose namespaces
+/// cannot be read (its reader role has allowed it since join's first version) takes no
+/// pods, rather than have their Pod Security levels guessed.
+const WATCHED: [&str; 8] = [
     "leaf node",
     "leaf pod",
     "leaf persistentvolume",
@@ -43,6 +46,7 @@ const WATCHED: [&str; 7] = [
     "leaf storageclass",
     "leaf resourcequota",
     "leaf limitrange",
+    "leaf namespace",
 ];
 
 pub struct LeafCluster {
@@ -224,6 +228,14 @@ impl LeafCluster {
     pub async fn probe(&self) -> bool {
         let answer =
             tokio::time::timeout(Duration::from_secs(5), self.client.apiserver_version()).await;
+        if let Ok(Ok(v)) = &answer
+            && self.health().version.as_ref() != Some(&v.git_version)
+        {
+            // What Pod Security's `latest` means in this leaf.
+            self.admission_mut(|a| {
+                a.set_leaf_version(&v.git_version);
+            });
+        }
         let mut h = self.health.lock().unwrap_or_else(|e| e.into_inner());
         match answer {
             Ok(Ok(v)) => {
@@ -323,11 +335,32 @@ impl LeafCluster {
             Api::<LimitRange>::all(client.clone()),
             watcher::Config::default(),
             "leaf limitrange",
-            ready_tx,
+            ready_tx.clone(),
             move |ev| {
                 me.admission_mut(|a| a.apply_limit_range(ev));
                 me.changed.notify_one();
                 on(ClusterEvent::LeafChange);
+            },
+        )));
+        let (me, on) = (self.clone(), on_event.clone());
+        tasks.push(tokio::spawn(watch_kind(
+            Api::<Namespace>::all(client.clone()),
+            watcher::Config::default(),
+            "leaf namespace",
+            ready_tx,
+            move |ev| {
+                // Only a change of level is news: namespaces' other updates are not.
+                let (ns, level) = super::admission::LeafAdmission::level_of(&ev);
+                let known = me
+                    .admission
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .has_level(&ns, level);
+                if !known {
+                    me.admission_mut(|a| a.set_level(ns, level));
+                    me.changed.notify_one();
+                    on(ClusterEvent::LeafChange);
+                }
             },
         )));
         let me = self.clone();

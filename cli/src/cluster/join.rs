@@ -24,7 +24,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-use super::leaf_access::{self, Grant, managed_labels};
+use super::leaf_access::{self, Grant, PodSecurity, managed_labels};
 use super::{code, names, step, warn};
 use crate::duration;
 use crate::kube_context::{KubeArgs, load_config};
@@ -61,6 +61,12 @@ pub struct JoinArgs {
     /// Joining again without it withdraws the grant.
     #[arg(long)]
     pub service_accounts: bool,
+    /// Pod Security level (enforce, version latest) of the leaf namespaces join creates:
+    /// the leaf's admission refuses host pods beyond it, and the agent keeps such pods off
+    /// the leaf. Joining again with another level relabels the granted namespaces join created;
+    /// namespaces that existed before keep their own labels, which the agent judges by.
+    #[arg(long, value_enum, value_name = "LEVEL", default_value_t = PodSecurity::Baseline)]
+    pub pod_security: PodSecurity,
     /// Lifetime of the leaf account's tokens (at least 10m); the agent renews the token
     /// in the join Secret before it expires.
     #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = crate::duration::parse)]
@@ -653,16 +659,24 @@ async fn grant_writes(p: &Plan<'_>, leaf: &Client, rb: &mut Rollback) -> anyhow:
             let namespaces: Api<Namespace> = Api::all(leaf.clone());
             let mut created = Vec::new();
             for ns in list {
-                if namespaces.get_opt(ns).await?.is_none() {
-                    namespaces
-                        .create(
-                            &PostParams::default(),
-                            &leaf_access::granted_namespace(ns, &p.host_id, &p.args.name),
-                        )
-                        .await
-                        .with_context(|| format!("creating leaf namespace {ns}"))?;
-                    rb.record_cluster::<Namespace>(true, ns.clone());
-                    created.push(ns.as_str());
+                match namespaces.get_opt(ns).await? {
+                    None => {
+                        namespaces
+                            .create(
+                                &PostParams::default(),
+                                &leaf_access::granted_namespace(
+                                    ns,
+                                    &p.host_id,
+                                    &p.args.name,
+                                    p.args.pod_security,
+                                ),
+                            )
+                            .await
+                            .with_context(|| format!("creating leaf namespace {ns}"))?;
+                        rb.record_cluster::<Namespace>(true, ns.clone());
+                        created.push(ns.as_str());
+                    }
+                    Some(existing) => pod_security_of(p, &namespaces, &existing, rb).await?,
                 }
                 let api: Api<RoleBinding> = Api::namespaced(leaf.clone(), ns);
                 let binding = leaf_access::writer_binding(ns, &p.host_id);
@@ -687,7 +701,11 @@ async fn grant_writes(p: &Plan<'_>, leaf: &Client, rb: &mut Rollback) -> anyhow:
             let created = if created.is_empty() {
                 String::new()
             } else {
-                format!("; created {}", created.join(", "))
+                format!(
+                    "; created {} with Pod Security {}",
+                    created.join(", "),
+                    p.args.pod_security.as_str()
+                )
             };
             step(&format!(
                 "leaf: {} may write in namespace(s) {} only (RoleBinding {} to ClusterRole {}{created})",
@@ -729,6 +747,71 @@ async fn grant_writes(p: &Plan<'_>, leaf: &Client, rb: &mut Rollback) -> anyhow:
             keys::LEAF_SERVICE_ACCOUNT_ROLE
         ));
     }
+    Ok(())
+}
+
+/// A granted namespace that exists: one this host's join created for this leaf gets the
+/// Pod Security level asked for; another is the leaf's own, whose labels are left as
+/// they are (and are what the leaf enforces, and the agent judges copies by).
+async fn pod_security_of(
+    p: &Plan<'_>,
+    namespaces: &Api<Namespace>,
+    existing: &Namespace,
+    rb: &mut Rollback,
+) -> anyhow::Result<()> {
+    let ns = existing.name_any();
+    let labels = existing.labels();
+    let ours = is_managed(&existing.metadata)
+        && labels.get(keys::HOST_ID_LABEL) == Some(&p.host_id)
+        && labels.get(keys::MANAGED_CLUSTER_LABEL) == Some(&p.args.name);
+    if !ours {
+        let level = labels
+            .get(keys::POD_SECURITY_ENFORCE_LABEL)
+            .map_or("none: the leaf's default", String::as_str);
+        step(&format!(
+            "leaf: namespace {ns} is not one join created: its Pod Security labels stay as they are (enforce: {level})"
+        ));
+        return Ok(());
+    }
+    let wanted = leaf_access::pod_security_labels(p.args.pod_security);
+    if wanted.iter().all(|(k, v)| labels.get(k) == Some(v)) {
+        return Ok(());
+    }
+    namespaces
+        .patch(
+            &ns,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": wanted}})),
+        )
+        .await
+        .with_context(|| format!("labelling leaf namespace {ns} with its Pod Security level"))?;
+    // Undone with the rest if a later step fails: the labels as they were.
+    let before: serde_json::Map<String, serde_json::Value> = wanted
+        .keys()
+        .map(|k| (k.clone(), labels.get(k).cloned().into()))
+        .collect();
+    rb.push(
+        true,
+        format!("Pod Security relabelling of Namespace {ns}"),
+        Box::new(
+            move |client: Client| -> futures::future::BoxFuture<'static, ()> {
+                Box::pin(async move {
+                    let _ = Api::<Namespace>::all(client)
+                        .patch(
+                            &ns,
+                            &PatchParams::default(),
+                            &Patch::Merge(json!({"metadata": {"labels": before}})),
+                        )
+                        .await;
+                })
+            },
+        ),
+    );
+    step(&format!(
+        "leaf: namespace {} now enforces Pod Security {}",
+        existing.name_any(),
+        p.args.pod_security.as_str()
+    ));
     Ok(())
 }
 

@@ -252,11 +252,58 @@ pub fn service_account() -> ServiceAccount {
     }
 }
 
+/// The Pod Security level a namespace join creates enforces (`join --pod-security`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PodSecurity {
+    /// No restriction: host pods may run privileged, on the leaf node's network and
+    /// files.
+    Privileged,
+    /// Pod Security's baseline: no privileged containers, host namespaces, hostPath
+    /// volumes, host ports or added capabilities beyond the default set.
+    Baseline,
+    /// Pod Security's restricted: baseline, and non-root, no privilege escalation,
+    /// capabilities dropped, RuntimeDefault or Localhost seccomp.
+    Restricted,
+}
+
+impl PodSecurity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PodSecurity::Privileged => "privileged",
+            PodSecurity::Baseline => "baseline",
+            PodSecurity::Restricted => "restricted",
+        }
+    }
+}
+
+/// The Pod Security labels of a namespace join creates: `level`, checks of the leaf's
+/// own (`latest`) version.
+pub fn pod_security_labels(level: PodSecurity) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (
+            keys::POD_SECURITY_ENFORCE_LABEL.to_string(),
+            level.as_str().to_string(),
+        ),
+        (
+            keys::POD_SECURITY_ENFORCE_VERSION_LABEL.to_string(),
+            "latest".to_string(),
+        ),
+    ])
+}
+
 /// A granted leaf namespace that join creates: marked with the host and the leaf name,
-/// as pod sync marks what it creates, so that only this host's `unjoin` removes it.
-pub fn granted_namespace(name: &str, host_id: &str, cluster: &str) -> Namespace {
+/// as pod sync marks what it creates, so that only this host's `unjoin` removes it (and
+/// only this host's join relabels it); and enforcing Pod Security `level`, so that the
+/// host's pods run there no more privileged than the leaf's owner allows.
+pub fn granted_namespace(
+    name: &str,
+    host_id: &str,
+    cluster: &str,
+    level: PodSecurity,
+) -> Namespace {
     let mut labels = host_labels(host_id);
     labels.insert(keys::MANAGED_CLUSTER_LABEL.into(), cluster.into());
+    labels.extend(pod_security_labels(level));
     Namespace {
         metadata: meta(name, None, labels),
         ..Default::default()
@@ -270,6 +317,8 @@ fn needed(grant: &Grant) -> Vec<(&'static str, &'static str, &'static str, Optio
     let mut out = vec![
         ("get", "", "namespaces", None),
         ("create", "", "namespaces", None),
+        // The Pod Security labels of the namespaces an earlier join created.
+        ("patch", "", "namespaces", None),
         ("create", "", "serviceaccounts", system()),
         ("create", "", "serviceaccounts/token", system()),
         ("create", RBAC_GROUP, "clusterroles", None),
@@ -532,11 +581,23 @@ mod tests {
             labels.get(keys::HOST_ID_LABEL).map(String::as_str),
             Some("host-1")
         );
-        let ns = granted_namespace("apps", "host-1", "east");
+        let ns = granted_namespace("apps", "host-1", "east", PodSecurity::Baseline);
         let labels = ns.metadata.labels.unwrap_or_default();
         assert_eq!(
             labels.get(keys::MANAGED_CLUSTER_LABEL).map(String::as_str),
             Some("east")
+        );
+        assert_eq!(
+            labels
+                .get("pod-security.kubernetes.io/enforce")
+                .map(String::as_str),
+            Some("baseline")
+        );
+        assert_eq!(
+            labels
+                .get("pod-security.kubernetes.io/enforce-version")
+                .map(String::as_str),
+            Some("latest")
         );
         assert_eq!(
             ours_selector("h", "east"),

@@ -1,22 +1,32 @@
 //! What a leaf's admission does to a pod's copy before its scheduler sees it: LimitRange
-//! defaults and limits, then ResourceQuota. The leaf check asks this first, so a pod is
-//! sent only where its copy would be created, and judged as the leaf will hold it.
+//! defaults and limits, the namespace's Pod Security level, then ResourceQuota (the
+//! API server's order). The leaf check asks this first, so a pod is sent only where its
+//! copy would be created, and judged as the leaf will hold it.
 
 pub mod limit_range;
+pub mod pod_security;
 pub mod quota;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{LimitRange, Pod, ResourceQuota};
+use k8s_openapi::api::core::v1::{LimitRange, Namespace, Pod, ResourceQuota};
 
 use crate::watch::{Change, key_of};
+use pod_security::Enforce;
 
-/// A leaf's ResourceQuotas and LimitRanges, by namespace; cloned per cycle (pointers).
+/// A leaf's ResourceQuotas and LimitRanges, by namespace, and its namespaces' Pod
+/// Security levels; cloned per cycle (pointers).
 #[derive(Clone, Default)]
 pub struct LeafAdmission {
     quotas: HashMap<String, HashMap<String, Arc<ResourceQuota>>>,
     limit_ranges: HashMap<String, HashMap<String, Arc<LimitRange>>>,
+    /// Namespace → its enforced level, for the namespaces that label one (the others
+    /// get the default). Behind its own pointer: quota status changes often, namespace
+    /// labels seldom.
+    pod_security: Arc<HashMap<String, Enforce>>,
+    /// The leaf's Kubernetes minor version, once known: what `latest` means there.
+    leaf_minor: Option<u32>,
 }
 
 fn apply<K: kube::Resource>(map: &mut HashMap<String, HashMap<String, Arc<K>>>, change: Change<K>) {
@@ -48,6 +58,9 @@ pub enum Admitted {
     OutOfLimits(String),
     /// Over a ResourceQuota: room may come back as the namespace's pods end.
     OverQuota(String),
+    /// Against the namespace's Pod Security level: only a change of the pod or of the
+    /// namespace's level helps.
+    Forbidden(String),
 }
 
 impl LeafAdmission {
@@ -61,6 +74,53 @@ impl LeafAdmission {
 
     pub fn apply_limit_range(&mut self, change: Change<LimitRange>) {
         apply(&mut self.limit_ranges, change);
+    }
+
+    /// A leaf namespace's change as Pod Security sees it: the namespace and the level it
+    /// now enforces (None: the default, or gone).
+    pub fn level_of(change: &Change<Namespace>) -> (String, Option<Enforce>) {
+        let (ns, gone) = match change {
+            Change::Apply(o, _) => (o, false),
+            Change::Delete(o) => (o, true),
+        };
+        let name = ns.metadata.name.clone().unwrap_or_default();
+        let enforce = Enforce::from_labels(ns.metadata.labels.as_ref());
+        (
+            name,
+            (!gone && enforce != Enforce::default()).then_some(enforce),
+        )
+    }
+
+    /// Whether namespace `ns` is known to enforce `level` already.
+    pub fn has_level(&self, ns: &str, level: Option<Enforce>) -> bool {
+        self.pod_security.get(ns).copied() == level
+    }
+
+    pub fn set_level(&mut self, ns: String, level: Option<Enforce>) {
+        match level {
+            Some(l) => Arc::make_mut(&mut self.pod_security).insert(ns, l),
+            None => Arc::make_mut(&mut self.pod_security).remove(&ns),
+        };
+    }
+
+    /// The leaf's version (`v1.36.3`), as its API server reports it; true when it changed.
+    pub fn set_leaf_version(&mut self, git_version: &str) -> bool {
+        let minor = git_version
+            .trim_start_matches('v')
+            .split('.')
+            .nth(1)
+            .map(|m| m.trim_end_matches(|c: char| !c.is_ascii_digit()))
+            .and_then(|m| m.parse().ok());
+        let changed = minor.is_some() && minor != self.leaf_minor;
+        if changed {
+            self.leaf_minor = minor;
+        }
+        changed
+    }
+
+    /// The level enforced in leaf namespace `ns`.
+    pub fn enforced(&self, ns: &str) -> Enforce {
+        self.pod_security.get(ns).copied().unwrap_or_default()
     }
 
     fn in_namespace<K>(map: &HashMap<String, HashMap<String, Arc<K>>>, ns: &str) -> Vec<Arc<K>> {
@@ -81,8 +141,16 @@ impl LeafAdmission {
         let ns = copy.metadata.namespace.as_deref().unwrap_or_default();
         let ranges = Self::in_namespace(&self.limit_ranges, ns);
         let quotas = Self::in_namespace(&self.quotas, ns);
+        // LimitRange defaults only touch resources, which Pod Security does not read.
+        let forbidden = || {
+            let enforce = self.enforced(ns);
+            let why = enforce.refusal(&copy.metadata, copy.spec.as_ref()?, self.leaf_minor)?;
+            Some(Admitted::Forbidden(format!(
+                "pods in namespace {ns} violate PodSecurity \"{enforce}\": {why}"
+            )))
+        };
         if ranges.is_empty() && quotas.is_empty() {
-            return Admitted::AsIs;
+            return forbidden().unwrap_or(Admitted::AsIs);
         }
         let mut admitted = copy.clone();
         let defaulted = limit_range::apply_defaults(&mut admitted, &ranges);
@@ -94,6 +162,9 @@ impl LeafAdmission {
                 format!("[{}]", errs.join(", "))
             };
             return Admitted::OutOfLimits(format!("LimitRange: {msg}"));
+        }
+        if let Some(refused) = forbidden() {
+            return refused;
         }
         if !quotas.is_empty() {
             let mut judged = admitted.clone();
@@ -176,5 +247,88 @@ mod tests {
             a.admit(&copy(None), None, &[]),
             Admitted::Defaulted(_)
         ));
+    }
+
+    fn namespace(labels: serde_json::Value) -> Change<Namespace> {
+        change(json!({"metadata": {"name": "shop", "labels": labels}}))
+    }
+
+    fn learn(a: &mut LeafAdmission, c: Change<Namespace>) {
+        let (ns, level) = LeafAdmission::level_of(&c);
+        a.set_level(ns, level);
+    }
+
+    #[test]
+    fn the_namespaces_pod_security_level_judges_the_copy_after_limit_ranges() {
+        let privileged: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"containers": [{"name": "app", "image": "i",
+                "securityContext": {"privileged": true}}],
+                "volumes": [{"name": "root", "hostPath": {"path": "/"}}]}}))
+        .expect("pod");
+        let mut a = LeafAdmission::default();
+        assert_eq!(
+            a.admit(&privileged, None, &[]),
+            Admitted::AsIs,
+            "no label: the default, privileged"
+        );
+        learn(
+            &mut a,
+            namespace(json!({"pod-security.kubernetes.io/enforce": "baseline"})),
+        );
+        assert!(!a.has_level("shop", None));
+        assert_eq!(
+            a.admit(&privileged, None, &[]),
+            Admitted::Forbidden(
+                "pods in namespace shop violate PodSecurity \"baseline:latest\": hostPath volumes (volume \"root\"), privileged (container \"app\" must not set securityContext.privileged=true)".into()
+            )
+        );
+        assert_eq!(a.admit(&copy(Some("1")), None, &[]), Admitted::AsIs);
+        // A pinned version, as labelled; `latest` is the leaf's own version.
+        learn(
+            &mut a,
+            namespace(json!({"pod-security.kubernetes.io/enforce": "restricted",
+                "pod-security.kubernetes.io/enforce-version": "v1.30"})),
+        );
+        let Admitted::Forbidden(why) = a.admit(&copy(Some("1")), None, &[]) else {
+            panic!("restricted refuses a plain pod");
+        };
+        assert!(
+            why.starts_with("pods in namespace shop violate PodSecurity \"restricted:v1.30\": allowPrivilegeEscalation != false"),
+            "{why}"
+        );
+        assert!(a.set_leaf_version("v1.36.3"));
+        assert!(!a.set_leaf_version("v1.36.4"));
+        // A LimitRange's refusal comes first, as the API server validates it first.
+        a.apply_limit_range(change(
+            json!({"metadata": {"name": "lr", "namespace": "shop"},
+            "spec": {"limits": [{"type": "Container", "max": {"cpu": "1"}}]}}),
+        ));
+        assert!(matches!(
+            a.admit(&copy(Some("2")), None, &[]),
+            Admitted::OutOfLimits(_)
+        ));
+        a.apply_limit_range(Change::Delete(Arc::new(
+            serde_json::from_value(json!({"metadata": {"name": "lr", "namespace": "shop"}}))
+                .expect("lr"),
+        )));
+        // Relabelled privileged, or gone: the default again.
+        learn(
+            &mut a,
+            namespace(json!({"pod-security.kubernetes.io/enforce": "privileged"})),
+        );
+        assert!(a.has_level("shop", None));
+        assert_eq!(a.admit(&privileged, None, &[]), Admitted::AsIs);
+        learn(
+            &mut a,
+            namespace(json!({"pod-security.kubernetes.io/enforce": "baseline"})),
+        );
+        learn(
+            &mut a,
+            Change::Delete(Arc::new(
+                serde_json::from_value(json!({"metadata": {"name": "shop"}})).expect("ns"),
+            )),
+        );
+        assert_eq!(a.admit(&privileged, None, &[]), Admitted::AsIs);
     }
 }

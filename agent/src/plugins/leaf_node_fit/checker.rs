@@ -130,6 +130,9 @@ impl LeafChecker {
                         "leaf cluster {cluster} would refuse the copy: {why}"
                     ));
                 }
+                Admitted::Forbidden(why) => {
+                    return Status::unresolvable(format!("leaf cluster {cluster}: {why}"));
+                }
             };
         let (leaf_pod, snapshot) =
             match super::leaf_claims::leaf_view(&cycle.host_volumes, &leaf_pod, &view.snapshot) {
