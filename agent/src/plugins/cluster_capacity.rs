@@ -112,7 +112,7 @@ impl PreScorePlugin for ClusterCapacity {
         nodes: &crate::snapshot::NodeList,
         snapshot: &Snapshot,
     ) -> Status {
-        if super::placement_policy::overrides_profile(state) {
+        if super::helper::placement_state::overrides_profile(state) {
             return Status::skip();
         }
         let leaves = state

@@ -45,7 +45,7 @@ impl Plugin for ClusterTiers {
 impl ScorePlugin for ClusterTiers {
     fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         // The pod's placement policy orders the clusters instead.
-        if super::placement_policy::overrides_profile(state) {
+        if super::helper::placement_state::overrides_profile(state) {
             return Ok(0);
         }
         let len = self.tiers.len() as i64;

@@ -59,7 +59,7 @@ impl PreScorePlugin for ClusterWeights {
         let Some(owner) = pod.controller_uid() else {
             return Status::skip();
         };
-        if self.weights.is_empty() || super::placement_policy::overrides_profile(state) {
+        if self.weights.is_empty() || super::helper::placement_state::overrides_profile(state) {
             return Status::skip();
         }
         let placed = placed_per_cluster(snapshot, owner, pod, |n| {

@@ -24,53 +24,15 @@ use mcsched_shared::policy::{DivisionType, PlacementPolicySpec, SpreadBy};
 
 use super::cluster_capacity;
 use super::cluster_policy::{largest_deficit, placed_per_cluster};
+use super::helper::placement_state::{self, Applied, applied};
 use crate::framework::{
     ClusterEvent, CycleState, FilterPlugin, MAX_NODE_SCORE, MIN_NODE_SCORE, Plugin,
     PreFilterPlugin, PreFilterResult, PreScorePlugin, ScorePlugin, Status,
 };
 use crate::leaf::cycle::{LEAF_CYCLE_KEY, LeafCycle};
-use crate::policies::Policy;
 use crate::snapshot::{NodeInfo, NodeList, PodInfo, Snapshot};
 
 pub const NAME: &str = "PlacementPolicy";
-
-/// The pod's policy, and the groups of each spread constraint its owner already uses.
-#[derive(Clone)]
-pub struct Applied {
-    pub policy: Arc<Policy>,
-    in_use: Vec<BTreeSet<String>>,
-    /// Set at PreScore: clusters picked, and the clusters of the first usable group.
-    picked: Option<HashSet<String>>,
-    group: Option<HashSet<String>>,
-    /// What PreScore weighed, for explanations.
-    pub notes: Vec<String>,
-}
-
-/// The policy applied to the pod of `state`'s cycle, if any.
-pub fn applied(state: &CycleState) -> Option<&Applied> {
-    state.read::<Applied>(NAME)
-}
-
-/// The cluster tolerations of the pod's policy, which count on virtual nodes as the pod's own.
-pub fn cluster_tolerations(state: &CycleState) -> &[k8s_openapi::api::core::v1::Toleration] {
-    applied(state).map_or(&[], |a| a.policy.spec.cluster_tolerations.as_slice())
-}
-
-/// The policy applied in `state`'s cycle, for its explanation.
-pub fn explained(state: &CycleState) -> Option<mcsched_shared::explain::AppliedPolicy> {
-    applied(state).map(|a| mcsched_shared::explain::AppliedPolicy {
-        name: a.policy.reference.clone(),
-        notes: a.notes.clone(),
-    })
-}
-
-/// Whether `pod` falls under a policy that divides its owner's replicas or orders
-/// clusters: then the profile's cluster-policy plugins step aside.
-pub fn overrides_profile(state: &CycleState) -> bool {
-    applied(state).is_some_and(|a| {
-        a.policy.spec.division.is_some() || !a.policy.spec.cluster_groups.is_empty()
-    })
-}
 
 pub struct PlacementPolicy;
 
@@ -155,7 +117,7 @@ impl PreFilterPlugin for PlacementPolicy {
             })
             .collect();
         state.write(
-            NAME,
+            placement_state::KEY,
             Applied {
                 policy,
                 in_use,
@@ -221,7 +183,7 @@ impl PreScorePlugin for PlacementPolicy {
             .read::<LeafCycle>(LEAF_CYCLE_KEY)
             .cloned()
             .unwrap_or_default();
-        let Some(a) = state.read_mut::<Applied>(NAME) else {
+        let Some(a) = state.read_mut::<Applied>(placement_state::KEY) else {
             return Status::skip();
         };
         let spec = a.policy.spec.clone();
@@ -456,6 +418,11 @@ mod tests {
             virtual_node("east", &[("topology.kubernetes.io/region", "us")]),
             virtual_node("west", &[("topology.kubernetes.io/region", "eu")]),
         ]
+    }
+
+    #[test]
+    fn the_record_is_kept_under_the_plugins_name() {
+        assert_eq!(placement_state::KEY, NAME);
     }
 
     #[test]

@@ -32,7 +32,7 @@ pub fn node_taints(node: &NodeInfo) -> &[Taint] {
 /// Whether the pod's placement policy tolerates `taint` on `node` (a cluster's virtual node).
 pub fn policy_tolerates(state: &CycleState, node: &NodeInfo, taint: &Taint) -> bool {
     node.cluster.is_some()
-        && super::placement_policy::cluster_tolerations(state)
+        && super::helper::placement_state::cluster_tolerations(state)
             .iter()
             .any(|tol| taints::tolerates(tol, taint))
 }

@@ -1,4 +1,8 @@
-//! Score normalisation shared by plugins (kube-scheduler's `helper.DefaultNormalizeScore`).
+//! What plugins share, so that no plugin imports another: score normalisation
+//! (kube-scheduler's `helper.DefaultNormalizeScore`) here, and one module per shared
+//! algorithm or record.
+
+pub mod placement_state;
 
 use crate::framework::MAX_NODE_SCORE;
 
