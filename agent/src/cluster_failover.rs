@@ -29,7 +29,7 @@ pub fn due(set: &PolicySet, snapshot: &Snapshot, now: k8s_openapi::jiff::Timesta
         return out;
     }
     for node in snapshot.nodes.iter().filter(|n| n.cluster.is_some()) {
-        let tainted: Vec<_> = crate::plugins::taint_toleration::node_taints(node)
+        let tainted: Vec<_> = crate::plugins::helper::taints::node_taints(node)
             .iter()
             .filter(|t| t.effect == "NoExecute")
             .collect();

@@ -3,6 +3,7 @@
 //! algorithm or record.
 
 pub mod placement_state;
+pub mod taints;
 
 use crate::framework::MAX_NODE_SCORE;
 
