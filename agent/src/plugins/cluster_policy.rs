@@ -7,8 +7,8 @@ use std::hash::Hash;
 
 use mcsched_shared::resources::Resources;
 
+use super::helper::node_affinity::pod_matches_node;
 use super::helper::taints::filter_taints;
-use super::node_affinity::pod_matches_node;
 use crate::framework::{MAX_NODE_SCORE, MIN_NODE_SCORE};
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 
