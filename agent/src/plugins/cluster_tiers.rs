@@ -59,7 +59,7 @@ impl ScorePlugin for ClusterTiers {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::cluster_policy::tests_support::virtual_node;
+    use crate::plugins::helper::cluster_placement::tests_support::virtual_node;
     use crate::plugins::testing::{node_with, pod_with};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
     use std::collections::BTreeMap;

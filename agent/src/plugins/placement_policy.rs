@@ -22,8 +22,9 @@ use std::sync::Arc;
 use mcsched_shared::keys;
 use mcsched_shared::policy::{DivisionType, PlacementPolicySpec, SpreadBy};
 
-use super::cluster_capacity;
-use super::cluster_policy::{largest_deficit, placed_per_cluster};
+use super::helper::cluster_placement::{
+    fewest_clusters, fits_per_cluster, largest_deficit, placed_per_cluster,
+};
 use super::helper::placement_state::{self, Applied, applied};
 use crate::framework::{
     ClusterEvent, CycleState, FilterPlugin, MAX_NODE_SCORE, MIN_NODE_SCORE, Plugin,
@@ -246,11 +247,10 @@ impl PreScorePlugin for PlacementPolicy {
                         c.clone()
                             .unwrap_or_else(|| keys::HOST_CLUSTER_NAME.to_string())
                     };
-                    let fits: HashMap<String, i64> =
-                        cluster_capacity::fits_per_cluster(pod, snapshot, &leaves)
-                            .iter()
-                            .map(|(c, n)| (named(c), *n))
-                            .collect();
+                    let fits: HashMap<String, i64> = fits_per_cluster(pod, snapshot, &leaves)
+                        .iter()
+                        .map(|(c, n)| (named(c), *n))
+                        .collect();
                     if d.type_ == DivisionType::Dynamic {
                         let mut weights = fits.clone();
                         for (c, n) in &placed {
@@ -258,7 +258,7 @@ impl PreScorePlugin for PlacementPolicy {
                         }
                         largest_deficit(&weights, &placed, &candidates)
                     } else {
-                        cluster_capacity::fewest_clusters(&placed, &fits, &candidates)
+                        fewest_clusters(&placed, &fits, &candidates)
                     }
                 }
             };
@@ -350,7 +350,7 @@ impl ScorePlugin for PlacementPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::cluster_policy::tests_support::virtual_node;
+    use crate::plugins::helper::cluster_placement::tests_support::virtual_node;
     use crate::plugins::testing::node_with;
     use crate::watch::Change;
     use serde_json::json;

@@ -2,6 +2,7 @@
 //! (kube-scheduler's `helper.DefaultNormalizeScore`) here, and one module per shared
 //! algorithm or record.
 
+pub mod cluster_placement;
 pub mod node_affinity;
 pub mod placement_state;
 pub mod taints;
