@@ -7,6 +7,7 @@ pub mod node_affinity;
 pub mod placement_state;
 pub mod resources;
 pub mod taints;
+pub mod volumes;
 
 use crate::framework::MAX_NODE_SCORE;
 
@@ -31,11 +32,6 @@ pub fn default_normalize_score(max: i64, reverse: bool, scores: &mut [i64]) {
 
 pub fn normalize_to_max(scores: &mut [i64]) {
     default_normalize_score(MAX_NODE_SCORE, false, scores)
-}
-
-/// The pod's volumes (none when it has no spec).
-pub fn pod_volumes(pod: &crate::snapshot::PodInfo) -> &[k8s_openapi::api::core::v1::Volume] {
-    &pod.volumes
 }
 
 #[cfg(test)]
