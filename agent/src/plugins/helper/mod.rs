@@ -5,6 +5,7 @@
 pub mod cluster_placement;
 pub mod node_affinity;
 pub mod placement_state;
+pub mod queue_sort;
 pub mod resources;
 pub mod taints;
 pub mod volumes;
