@@ -15,6 +15,8 @@
 //!
 //! Policies override the profile's ClusterWeights, ClusterCapacity and ClusterTiers
 //! arguments: those skip a pod whose policy divides or groups.
+//! The record this plugin keeps in the cycle state is in [`super::helper::placement_state`],
+//! where those plugins, the taint plugins and explanations read it.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
