@@ -29,7 +29,7 @@ pub fn due(set: &PolicySet, snapshot: &Snapshot, now: k8s_openapi::jiff::Timesta
         return out;
     }
     for node in snapshot.nodes.iter().filter(|n| n.cluster.is_some()) {
-        let tainted: Vec<_> = crate::plugins::taint_toleration::node_taints(node)
+        let tainted: Vec<_> = crate::plugins::helper::taints::node_taints(node)
             .iter()
             .filter(|t| t.effect == "NoExecute")
             .collect();
@@ -108,7 +108,7 @@ pub async fn run(client: &Client, set: &PolicySet, snapshot: &Snapshot) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::cluster_policy::tests_support::virtual_node;
+    use crate::plugins::helper::cluster_placement::tests_support::virtual_node;
     use crate::snapshot::PodInfo;
     use crate::watch::Change;
     use serde_json::json;

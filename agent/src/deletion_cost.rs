@@ -147,7 +147,7 @@ pub async fn write(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::cluster_policy::tests_support::virtual_node;
+    use crate::plugins::helper::cluster_placement::tests_support::virtual_node;
     use crate::snapshot::PodInfo;
     use crate::watch::Change;
     use serde_json::json;

@@ -229,7 +229,7 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::cluster_policy::tests_support::virtual_node;
+    use crate::plugins::helper::cluster_placement::tests_support::virtual_node;
     use crate::snapshot::PodInfo;
     use crate::watch::Change;
     use serde_json::json;

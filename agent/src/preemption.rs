@@ -78,7 +78,7 @@ pub fn evict(
             json!({"status": {"conditions": [{
                 "type": "DisruptionTarget",
                 "status": "True",
-                "reason": crate::plugins::default_preemption::PREEMPTED_REASON,
+                "reason": crate::node_info::PREEMPTED_REASON,
                 "message": condition_message,
                 "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
             }]}}),

@@ -54,8 +54,7 @@ pub type Less = Arc<dyn Fn(&QueuedPodInfo, &QueuedPodInfo) -> bool + Send + Sync
 
 /// kube-scheduler's default QueueSort, PrioritySort.
 pub fn priority_sort() -> Less {
-    use crate::framework::QueueSortPlugin;
-    Arc::new(|a, b| crate::plugins::priority_sort::PrioritySort.less(a, b))
+    Arc::new(crate::plugins::helper::queue_sort::priority_less)
 }
 
 struct Active {

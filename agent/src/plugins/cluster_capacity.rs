@@ -12,12 +12,11 @@
 //! A pod without a controller is a group of one: it goes where the most such pods fit.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 
 use mcsched_shared::config::{CapacityMode, ClusterCapacityArgs};
 
-use super::cluster_policy::{
-    could_host, favour, largest_deficit, placed_per_cluster, replicas_that_fit,
+use super::helper::cluster_placement::{
+    favour, fewest_clusters, fits_per_cluster, largest_deficit, placed_per_cluster,
 };
 use crate::framework::{CycleState, Plugin, PreScorePlugin, ScorePlugin, Status};
 use crate::leaf::cycle::{LEAF_CYCLE_KEY, LeafCycle};
@@ -53,57 +52,6 @@ impl Plugin for ClusterCapacity {
     }
 }
 
-/// How many more copies of `pod` each cluster can hold: the host over its real nodes,
-/// each connected leaf over its own nodes as the leaf copy of the pod sees them.
-pub(crate) fn fits_per_cluster(
-    pod: &PodInfo,
-    snapshot: &Snapshot,
-    leaves: &LeafCycle,
-) -> HashMap<Cluster, i64> {
-    let mut fits: HashMap<Cluster, i64> = HashMap::new();
-    let host: i64 = snapshot
-        .nodes
-        .iter()
-        .filter(|n| n.cluster.is_none() && could_host(pod, n, false))
-        .map(|n| replicas_that_fit(&pod.requests, n))
-        .sum();
-    fits.insert(None, host);
-    // The leaf copy carries the leaf node selector and none of the host's constraints.
-    let leaf_pod = leaves
-        .leaf_pod(pod)
-        .unwrap_or_else(|_| Arc::new(pod.clone()));
-    for (name, view) in leaves.views.iter() {
-        let n: i64 = view
-            .snapshot
-            .nodes
-            .iter()
-            .filter(|n| could_host(&leaf_pod, n, true))
-            .map(|n| replicas_that_fit(&leaf_pod.requests, n))
-            .sum();
-        fits.insert(Some(name.clone()), n);
-    }
-    fits
-}
-
-/// Aggregated: among `candidates`, those holding the most of the owner's pods if any
-/// holds some, else those that fit the most.
-pub(crate) fn fewest_clusters<K: Eq + std::hash::Hash + Clone>(
-    placed: &HashMap<K, i64>,
-    fits: &HashMap<K, i64>,
-    candidates: &HashSet<K>,
-) -> HashSet<K> {
-    let get = |m: &HashMap<K, i64>, c: &K| m.get(c).copied().unwrap_or(0);
-    let rank = |c: &K| (get(placed, c), get(fits, c));
-    let Some(best) = candidates.iter().map(rank).max() else {
-        return HashSet::new();
-    };
-    candidates
-        .iter()
-        .filter(|c| rank(c) == best)
-        .cloned()
-        .collect()
-}
-
 impl PreScorePlugin for ClusterCapacity {
     fn pre_score(
         &self,
@@ -112,7 +60,7 @@ impl PreScorePlugin for ClusterCapacity {
         nodes: &crate::snapshot::NodeList,
         snapshot: &Snapshot,
     ) -> Status {
-        if super::placement_policy::overrides_profile(state) {
+        if super::helper::placement_state::overrides_profile(state) {
             return Status::skip();
         }
         let leaves = state
@@ -153,9 +101,13 @@ impl ScorePlugin for ClusterCapacity {
 mod tests {
     use super::*;
     use crate::leaf::cycle::LeafView;
-    use crate::plugins::cluster_policy::tests_support::{ready, virtual_node, with_owner};
+    use crate::plugins::helper::cluster_placement::replicas_that_fit;
+    use crate::plugins::helper::cluster_placement::tests_support::{
+        ready, virtual_node, with_owner,
+    };
     use crate::plugins::testing::{node_with, pod_requesting, quantities};
     use std::collections::BTreeMap;
+    use std::sync::Arc;
 
     /// A leaf node with `cpu` allocatable and 110 pod slots, Ready.
     fn leaf_node(name: &str, cpu: &str) -> NodeInfo {

@@ -73,7 +73,7 @@ impl ScorePlugin for ClusterCost {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::cluster_policy::tests_support::virtual_node;
+    use crate::plugins::helper::cluster_placement::tests_support::virtual_node;
     use crate::plugins::testing::{node_with, pod_with};
 
     #[test]

@@ -45,7 +45,7 @@ impl Plugin for ClusterTiers {
 impl ScorePlugin for ClusterTiers {
     fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         // The pod's placement policy orders the clusters instead.
-        if super::placement_policy::overrides_profile(state) {
+        if super::helper::placement_state::overrides_profile(state) {
             return Ok(0);
         }
         let len = self.tiers.len() as i64;
@@ -59,7 +59,7 @@ impl ScorePlugin for ClusterTiers {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::cluster_policy::tests_support::virtual_node;
+    use crate::plugins::helper::cluster_placement::tests_support::virtual_node;
     use crate::plugins::testing::{node_with, pod_with};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
     use std::collections::BTreeMap;

@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 
 use mcsched_shared::config::ClusterWeightsArgs;
 
-use super::cluster_policy::{favour, largest_deficit, placed_per_cluster};
+use super::helper::cluster_placement::{favour, largest_deficit, placed_per_cluster};
 use crate::framework::{CycleState, Plugin, PreScorePlugin, ScorePlugin, Status};
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 
@@ -59,7 +59,7 @@ impl PreScorePlugin for ClusterWeights {
         let Some(owner) = pod.controller_uid() else {
             return Status::skip();
         };
-        if self.weights.is_empty() || super::placement_policy::overrides_profile(state) {
+        if self.weights.is_empty() || super::helper::placement_state::overrides_profile(state) {
             return Status::skip();
         }
         let placed = placed_per_cluster(snapshot, owner, pod, |n| {
@@ -90,7 +90,7 @@ impl ScorePlugin for ClusterWeights {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::cluster_policy::tests_support::{
+    use crate::plugins::helper::cluster_placement::tests_support::{
         owned_pod, run_replicas, virtual_node, with_owner,
     };
     use crate::plugins::testing::{node_with, pod_with};

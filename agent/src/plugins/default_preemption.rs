@@ -19,8 +19,6 @@ use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 pub const NAME: &str = "DefaultPreemption";
 pub const NOT_HELPFUL: &str = "Preemption is not helpful for scheduling";
 pub const NO_VICTIMS: &str = "No preemption victims found for incoming pod";
-/// The DisruptionTarget condition's reason on a pod the scheduler preempts.
-pub use crate::node_info::PREEMPTED_REASON;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PreemptionArgs {
@@ -442,6 +440,7 @@ impl PostFilterPlugin for DefaultPreemption {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::node_info::PREEMPTED_REASON;
     use crate::plugins::default_registry;
     use crate::plugins::testing::{node_with, pod_requesting};
 

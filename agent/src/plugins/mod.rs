@@ -2,7 +2,6 @@
 
 pub mod cluster_capacity;
 pub mod cluster_cost;
-pub mod cluster_policy;
 pub mod cluster_tiers;
 pub mod cluster_weights;
 pub mod default_binder;

@@ -3,11 +3,10 @@
 
 use std::collections::HashSet;
 
-use k8s_openapi::api::core::v1::{
-    NodeAffinity as ApiNodeAffinity, NodeSelector, Pod, PreferredSchedulingTerm,
-};
+use k8s_openapi::api::core::v1::{NodeAffinity as ApiNodeAffinity, PreferredSchedulingTerm};
 use mcsched_shared::selectors::{node_selector_matches, node_selector_term_matches};
 
+use super::helper::node_affinity::{pod_matches_node, pod_node_affinity, required};
 use super::helper::normalize_to_max;
 use crate::framework::{
     ClusterEvent, CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult,
@@ -28,34 +27,6 @@ impl NodeAffinity {
     pub fn new(added: Option<ApiNodeAffinity>) -> Self {
         NodeAffinity { added }
     }
-}
-
-fn pod_node_affinity(pod: &Pod) -> Option<&ApiNodeAffinity> {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.affinity.as_ref())
-        .and_then(|a| a.node_affinity.as_ref())
-}
-
-fn required(a: Option<&ApiNodeAffinity>) -> Option<&NodeSelector> {
-    a.and_then(|a| {
-        a.required_during_scheduling_ignored_during_execution
-            .as_ref()
-    })
-}
-
-/// Whether the pod's own nodeSelector and required affinity accept the node.
-pub fn pod_matches_node(pod: &PodInfo, node: &NodeInfo) -> bool {
-    let labels = node.labels();
-    let pod = pod.object();
-    let selector_ok = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_selector.as_ref())
-        .is_none_or(|sel| sel.iter().all(|(k, v)| labels.get(k) == Some(v)));
-    selector_ok
-        && required(pod_node_affinity(&pod))
-            .is_none_or(|ns| node_selector_matches(ns, labels, &node.name))
 }
 
 #[derive(Clone)]
@@ -195,7 +166,9 @@ impl ScorePlugin for NodeAffinity {
 mod tests {
     use super::*;
     use crate::plugins::testing::{node_with, pod_with};
-    use k8s_openapi::api::core::v1::{Affinity, NodeSelectorRequirement, NodeSelectorTerm};
+    use k8s_openapi::api::core::v1::{
+        Affinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+    };
 
     fn zone_node(name: &str, zone: &str) -> NodeInfo {
         node_with(name, |n| {

@@ -5,7 +5,7 @@
 
 use mcsched_shared::resources::{CPU, MEMORY};
 
-use super::node_resources_fit::{ResourceKind, allocatable_and_requested};
+use super::helper::resources::{ResourceKind, allocatable_and_requested};
 use crate::framework::{
     ClusterEvent, CycleState, MAX_NODE_SCORE, Plugin, PreScorePlugin, ScorePlugin, Status,
 };

@@ -18,7 +18,7 @@ use crate::framework::{
     ClusterEvent, CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
     VOLUMES_KEY,
 };
-use crate::plugins::volume_binding::class_of;
+use crate::plugins::helper::volumes::{class_of, pod_volumes};
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot, VolumeObjects};
 
 pub const NAME: &str = "NodeVolumeLimits";
@@ -221,7 +221,7 @@ impl NodeVolumeLimits {
     ) -> Result<(), Status> {
         let namespace = pod.namespace.as_str();
         let pod_name = pod.name.as_str();
-        for v in super::helper::pod_volumes(pod) {
+        for v in pod_volumes(pod) {
             let (claim, ephemeral) = if let Some(c) = &v.persistent_volume_claim {
                 (c.claim_name.clone(), false)
             } else if v.ephemeral.is_some() {
@@ -284,7 +284,7 @@ impl PreFilterPlugin for NodeVolumeLimits {
         pod: &PodInfo,
         _snapshot: &Snapshot,
     ) -> (PreFilterResult, Status) {
-        let counted = super::helper::pod_volumes(pod).iter().any(|v| {
+        let counted = pod_volumes(pod).iter().any(|v| {
             v.persistent_volume_claim.is_some() || v.ephemeral.is_some() || inline_migratable(v)
         });
         if counted {
@@ -297,7 +297,7 @@ impl PreFilterPlugin for NodeVolumeLimits {
 
 impl FilterPlugin for NodeVolumeLimits {
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        if super::helper::pod_volumes(pod).is_empty() {
+        if pod_volumes(pod).is_empty() {
             return Status::success();
         }
         let Some(vols) = state.read::<Arc<VolumeObjects>>(VOLUMES_KEY) else {

@@ -15,6 +15,8 @@
 //!
 //! Policies override the profile's ClusterWeights, ClusterCapacity and ClusterTiers
 //! arguments: those skip a pod whose policy divides or groups.
+//! The record this plugin keeps in the cycle state is in [`super::helper::placement_state`],
+//! where those plugins, the taint plugins and explanations read it.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -22,55 +24,18 @@ use std::sync::Arc;
 use mcsched_shared::keys;
 use mcsched_shared::policy::{DivisionType, PlacementPolicySpec, SpreadBy};
 
-use super::cluster_capacity;
-use super::cluster_policy::{largest_deficit, placed_per_cluster};
+use super::helper::cluster_placement::{
+    fewest_clusters, fits_per_cluster, largest_deficit, placed_per_cluster,
+};
+use super::helper::placement_state::{self, Applied, applied};
 use crate::framework::{
     ClusterEvent, CycleState, FilterPlugin, MAX_NODE_SCORE, MIN_NODE_SCORE, Plugin,
     PreFilterPlugin, PreFilterResult, PreScorePlugin, ScorePlugin, Status,
 };
 use crate::leaf::cycle::{LEAF_CYCLE_KEY, LeafCycle};
-use crate::policies::Policy;
 use crate::snapshot::{NodeInfo, NodeList, PodInfo, Snapshot};
 
 pub const NAME: &str = "PlacementPolicy";
-
-/// The pod's policy, and the groups of each spread constraint its owner already uses.
-#[derive(Clone)]
-pub struct Applied {
-    pub policy: Arc<Policy>,
-    in_use: Vec<BTreeSet<String>>,
-    /// Set at PreScore: clusters picked, and the clusters of the first usable group.
-    picked: Option<HashSet<String>>,
-    group: Option<HashSet<String>>,
-    /// What PreScore weighed, for explanations.
-    pub notes: Vec<String>,
-}
-
-/// The policy applied to the pod of `state`'s cycle, if any.
-pub fn applied(state: &CycleState) -> Option<&Applied> {
-    state.read::<Applied>(NAME)
-}
-
-/// The cluster tolerations of the pod's policy, which count on virtual nodes as the pod's own.
-pub fn cluster_tolerations(state: &CycleState) -> &[k8s_openapi::api::core::v1::Toleration] {
-    applied(state).map_or(&[], |a| a.policy.spec.cluster_tolerations.as_slice())
-}
-
-/// The policy applied in `state`'s cycle, for its explanation.
-pub fn explained(state: &CycleState) -> Option<mcsched_shared::explain::AppliedPolicy> {
-    applied(state).map(|a| mcsched_shared::explain::AppliedPolicy {
-        name: a.policy.reference.clone(),
-        notes: a.notes.clone(),
-    })
-}
-
-/// Whether `pod` falls under a policy that divides its owner's replicas or orders
-/// clusters: then the profile's cluster-policy plugins step aside.
-pub fn overrides_profile(state: &CycleState) -> bool {
-    applied(state).is_some_and(|a| {
-        a.policy.spec.division.is_some() || !a.policy.spec.cluster_groups.is_empty()
-    })
-}
 
 pub struct PlacementPolicy;
 
@@ -155,7 +120,7 @@ impl PreFilterPlugin for PlacementPolicy {
             })
             .collect();
         state.write(
-            NAME,
+            placement_state::KEY,
             Applied {
                 policy,
                 in_use,
@@ -221,7 +186,7 @@ impl PreScorePlugin for PlacementPolicy {
             .read::<LeafCycle>(LEAF_CYCLE_KEY)
             .cloned()
             .unwrap_or_default();
-        let Some(a) = state.read_mut::<Applied>(NAME) else {
+        let Some(a) = state.read_mut::<Applied>(placement_state::KEY) else {
             return Status::skip();
         };
         let spec = a.policy.spec.clone();
@@ -284,11 +249,10 @@ impl PreScorePlugin for PlacementPolicy {
                         c.clone()
                             .unwrap_or_else(|| keys::HOST_CLUSTER_NAME.to_string())
                     };
-                    let fits: HashMap<String, i64> =
-                        cluster_capacity::fits_per_cluster(pod, snapshot, &leaves)
-                            .iter()
-                            .map(|(c, n)| (named(c), *n))
-                            .collect();
+                    let fits: HashMap<String, i64> = fits_per_cluster(pod, snapshot, &leaves)
+                        .iter()
+                        .map(|(c, n)| (named(c), *n))
+                        .collect();
                     if d.type_ == DivisionType::Dynamic {
                         let mut weights = fits.clone();
                         for (c, n) in &placed {
@@ -296,7 +260,7 @@ impl PreScorePlugin for PlacementPolicy {
                         }
                         largest_deficit(&weights, &placed, &candidates)
                     } else {
-                        cluster_capacity::fewest_clusters(&placed, &fits, &candidates)
+                        fewest_clusters(&placed, &fits, &candidates)
                     }
                 }
             };
@@ -388,7 +352,7 @@ impl ScorePlugin for PlacementPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::cluster_policy::tests_support::virtual_node;
+    use crate::plugins::helper::cluster_placement::tests_support::virtual_node;
     use crate::plugins::testing::node_with;
     use crate::watch::Change;
     use serde_json::json;
@@ -456,6 +420,11 @@ mod tests {
             virtual_node("east", &[("topology.kubernetes.io/region", "us")]),
             virtual_node("west", &[("topology.kubernetes.io/region", "eu")]),
         ]
+    }
+
+    #[test]
+    fn the_record_is_kept_under_the_plugins_name() {
+        assert_eq!(placement_state::KEY, NAME);
     }
 
     #[test]

@@ -13,8 +13,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use mcsched_shared::selectors::label_selector_matches;
 use mcsched_shared::taints;
 
-use super::node_affinity::pod_matches_node;
-use super::taint_toleration::{node_taints, tolerations};
+use super::helper::node_affinity::pod_matches_node;
+use super::helper::taints::{node_taints, tolerations};
 use crate::framework::{
     ClusterEvent, CycleState, FilterPlugin, MAX_NODE_SCORE, Plugin, PreFilterPlugin,
     PreFilterResult, PreScorePlugin, ScorePlugin, Status,

@@ -1,5 +1,6 @@
 //! PrioritySort: higher priority first, then the earlier queued.
 
+use super::helper::queue_sort::priority_less;
 use crate::framework::{Plugin, QueueSortPlugin, QueuedPodInfo};
 
 pub const NAME: &str = "PrioritySort";
@@ -17,7 +18,6 @@ impl Plugin for PrioritySort {
 
 impl QueueSortPlugin for PrioritySort {
     fn less(&self, a: &QueuedPodInfo, b: &QueuedPodInfo) -> bool {
-        let (pa, pb) = (a.pod.priority(), b.pod.priority());
-        pa > pb || (pa == pb && a.timestamp < b.timestamp)
+        priority_less(a, b)
     }
 }

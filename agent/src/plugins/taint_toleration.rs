@@ -1,11 +1,13 @@
 //! TaintToleration: Filter rejects nodes with an untolerated NoSchedule/NoExecute taint;
 //! Score prefers nodes with fewer untolerated PreferNoSchedule taints.
 
-use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::core::v1::{Taint, Toleration};
+use k8s_openapi::api::core::v1::Toleration;
 use mcsched_shared::taints;
 
 use super::helper::default_normalize_score;
+use super::helper::taints::{
+    UNTOLERATED, filter_taints, node_taints, policy_tolerates, tolerations,
+};
 use crate::framework::{
     ClusterEvent, CycleState, FilterPlugin, MAX_NODE_SCORE, Plugin, PreScorePlugin, ScorePlugin,
     Status,
@@ -14,45 +16,9 @@ use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 
 pub const NAME: &str = "TaintToleration";
 /// kube-scheduler v1.36's wording (older releases named the taint).
-pub const REASON: &str = "node(s) had untolerated taint(s)";
+pub const REASON: &str = UNTOLERATED;
 
 pub struct TaintToleration;
-
-pub fn tolerations(pod: &Pod) -> &[Toleration] {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.tolerations.as_deref())
-        .unwrap_or_default()
-}
-
-pub fn node_taints(node: &NodeInfo) -> &[Taint] {
-    &node.taints
-}
-
-/// Whether the pod's placement policy tolerates `taint` on `node` (a cluster's virtual node).
-pub fn policy_tolerates(state: &CycleState, node: &NodeInfo, taint: &Taint) -> bool {
-    node.cluster.is_some()
-        && super::placement_policy::cluster_tolerations(state)
-            .iter()
-            .any(|tol| taints::tolerates(tol, taint))
-}
-
-/// The Filter both TaintToleration and LeafNodeTaintToleration use; `ignore` picks taints
-/// that count as tolerated.
-pub fn filter_taints(pod: &PodInfo, node: &NodeInfo, ignore: impl Fn(&Taint) -> bool) -> Status {
-    let obj = pod.object();
-    let tols = tolerations(&obj);
-    let untolerated = node_taints(node)
-        .iter()
-        .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
-        .filter(|t| !ignore(t))
-        .any(|t| !tols.iter().any(|tol| taints::tolerates(tol, t)));
-    if untolerated {
-        Status::unresolvable(REASON)
-    } else {
-        Status::success()
-    }
-}
 
 impl Plugin for TaintToleration {
     fn name(&self) -> &'static str {
@@ -132,6 +98,7 @@ impl ScorePlugin for TaintToleration {
 mod tests {
     use super::*;
     use crate::plugins::testing::{node_with, pod_with};
+    use k8s_openapi::api::core::v1::Taint;
 
     fn taint(key: &str, value: &str, effect: &str) -> Taint {
         Taint {
@@ -201,6 +168,21 @@ mod tests {
                 assert_eq!(s.code, crate::framework::Code::UnschedulableAndUnresolvable);
             }
         }
+    }
+
+    #[test]
+    fn the_leaf_taint_is_refused() {
+        // LeafNodeTaintToleration tolerates it; the plain plugin keeps refusing it.
+        let virtual_node = node_with("n", |n| {
+            n.spec.get_or_insert_default().taints =
+                Some(vec![taint("mcsched.io/leaf", "true", "NoSchedule")]);
+        });
+        assert!(
+            !TaintToleration
+                .filter(&CycleState::new(), &pod_with(|_| {}), &virtual_node)
+                .is_success(),
+            "the plain plugin keeps refusing the leaf taint"
+        );
     }
 
     #[test]

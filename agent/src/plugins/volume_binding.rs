@@ -16,6 +16,7 @@ use kube::api::{Api, Patch, PatchParams};
 use mcsched_shared::quantity::Quantity;
 use mcsched_shared::selectors;
 
+use super::helper::volumes::{claim_names, class_of};
 use crate::framework::{
     BindContext, ClusterEvent, CycleState, FilterPlugin, Plugin, PreBindPlugin, PreFilterPlugin,
     PreFilterResult, ReservePlugin, Status,
@@ -80,29 +81,6 @@ fn claim_key(c: &PersistentVolumeClaim) -> String {
         c.metadata.namespace.as_deref().unwrap_or_default(),
         c.metadata.name.as_deref().unwrap_or_default()
     )
-}
-
-/// `spec.storageClassName`, or the beta annotation older claims carry.
-/// The claims a pod's volumes name, in volume order.
-pub(crate) fn claim_names(pod: &PodInfo) -> Vec<String> {
-    super::helper::pod_volumes(pod)
-        .iter()
-        .filter_map(|v| {
-            v.persistent_volume_claim
-                .as_ref()
-                .map(|c| c.claim_name.clone())
-        })
-        .collect()
-}
-
-pub(crate) fn class_of(c: &PersistentVolumeClaim) -> String {
-    c.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get("volume.beta.kubernetes.io/storage-class"))
-        .cloned()
-        .or_else(|| c.spec.as_ref().and_then(|s| s.storage_class_name.clone()))
-        .unwrap_or_default()
 }
 
 fn pv_class(pv: &PersistentVolume) -> String {

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Volume;
 
+use super::helper::volumes::pod_volumes;
 use crate::framework::{
     ClusterEvent, CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
 };
@@ -35,7 +36,7 @@ struct State {
 impl State {
     /// Like kube, matched by claim name alone: only pods on one node are added or removed.
     fn refs_of(&self, pod: &PodInfo) -> i64 {
-        super::helper::pod_volumes(pod)
+        pod_volumes(pod)
             .iter()
             .filter_map(|v| v.persistent_volume_claim.as_ref())
             .filter(|c| self.rwop_claims.contains(&c.claim_name))
@@ -57,7 +58,7 @@ fn have_overlap(a: &[String], b: &[String]) -> bool {
 
 /// kube's isVolumeConflict: does `v` clash with any volume of `existing`?
 fn is_volume_conflict(v: &Volume, existing: &PodInfo) -> bool {
-    super::helper::pod_volumes(existing).iter().any(|ev| {
+    pod_volumes(existing).iter().any(|ev| {
         if let (Some(d), Some(ed)) = (&v.gce_persistent_disk, &ev.gce_persistent_disk)
             && d.pd_name == ed.pd_name
             && !(d.read_only.unwrap_or(false) && ed.read_only.unwrap_or(false))
@@ -88,7 +89,7 @@ fn is_volume_conflict(v: &Volume, existing: &PodInfo) -> bool {
 }
 
 fn satisfies_volume_conflicts(pod: &PodInfo, node: &NodeInfo) -> bool {
-    super::helper::pod_volumes(pod)
+    pod_volumes(pod)
         .iter()
         .filter(|v| needs_restrictions_check(v))
         .all(|v| !node.pods.iter().any(|ep| is_volume_conflict(v, ep)))
@@ -98,7 +99,7 @@ fn satisfies_volume_conflicts(pod: &PodInfo, node: &NodeInfo) -> bool {
 fn is_claim_used(snapshot: &Snapshot, namespace: &str, claim: &str) -> bool {
     snapshot.nodes.iter().flat_map(|n| n.pods.iter()).any(|p| {
         p.namespace == namespace
-            && super::helper::pod_volumes(p)
+            && pod_volumes(p)
                 .iter()
                 .filter_map(|v| v.persistent_volume_claim.as_ref())
                 .any(|c| c.claim_name == claim)
@@ -134,7 +135,7 @@ impl PreFilterPlugin for VolumeRestrictions {
         pod: &PodInfo,
         snapshot: &Snapshot,
     ) -> (PreFilterResult, Status) {
-        let vols = super::helper::pod_volumes(pod);
+        let vols = pod_volumes(pod);
         let needs_check = vols.iter().any(needs_restrictions_check);
         let mut rwop = HashSet::new();
         for c in vols

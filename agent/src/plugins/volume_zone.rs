@@ -14,7 +14,7 @@ use crate::framework::{
     ClusterEvent, CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
     VOLUMES_KEY,
 };
-use crate::plugins::volume_binding::class_of;
+use crate::plugins::helper::volumes::{class_of, pod_volumes};
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot, VolumeObjects};
 
 pub const NAME: &str = "VolumeZone";
@@ -78,7 +78,7 @@ fn pv_topologies(pv: &PersistentVolume) -> Vec<PvTopology> {
 /// getPVbyPod: the topologies of the volumes bound to the pod's claims.
 fn topologies_of(pod: &PodInfo, vols: &VolumeObjects) -> Result<Vec<PvTopology>, Status> {
     let mut out = Vec::new();
-    let claims = super::helper::pod_volumes(pod)
+    let claims = pod_volumes(pod)
         .iter()
         .filter_map(|v| v.persistent_volume_claim.as_ref());
     for c in claims {
@@ -172,7 +172,7 @@ impl PreFilterPlugin for VolumeZone {
 
 impl FilterPlugin for VolumeZone {
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        if super::helper::pod_volumes(pod).is_empty() {
+        if pod_volumes(pod).is_empty() {
             return Status::success();
         }
         // Without PreFilter (not enabled in the profile), compute here as kube does.

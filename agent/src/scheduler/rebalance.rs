@@ -289,7 +289,7 @@ async fn evict(shared: &Shared, pod: &Pod) -> Result<(), Refusal> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::cluster_policy::tests_support::virtual_node;
+    use crate::plugins::helper::cluster_placement::tests_support::virtual_node;
 
     fn spec(v: serde_json::Value) -> PlacementPolicySpec {
         serde_json::from_value(v).expect("spec")

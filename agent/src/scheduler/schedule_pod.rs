@@ -16,7 +16,8 @@ use crate::framework::{
     CycleState, Filtered, FitError, Framework, MAX_NODE_SCORE, NodeStatuses, PostFilterResult,
     ScheduleResult, Status, fit_error, with_rejected,
 };
-use crate::plugins::{leaf_node_fit, placement_policy};
+use crate::plugins::helper::placement_state;
+use crate::plugins::leaf_node_fit;
 use crate::snapshot::{NodeList, PodInfo, Snapshot};
 
 /// Filter (plugins, then interested extenders) and Score (plugins, plus extenders'
@@ -41,7 +42,7 @@ pub async fn schedule_pod(
     };
     record.leaf_nodes = leaf_node_fit::leaf_nodes(state);
     record.leaf_notes = leaf_node_fit::leaf_notes(state);
-    record.policy = placement_policy::explained(state);
+    record.policy = placement_state::explained(state);
     result
 }
 

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::leaf::transform::leaf_claim_spec;
-use crate::plugins::volume_binding::{claim_names, class_of};
+use crate::plugins::helper::volumes::{claim_names, class_of};
 use crate::snapshot::{PodInfo, Snapshot, VolumeObjects};
 
 /// The pod and leaf snapshot to check: claims already copied to the leaf as they are

@@ -1,18 +1,19 @@
-//! What the cluster-policy plugins share: which cluster a node belongs to, an owner's
-//! replicas already placed per cluster, how many more replicas a node can hold, and the
-//! deficit rule that divides replicas by weights.
+//! What the cluster-policy plugins (ClusterWeights, ClusterCapacity, ClusterTiers,
+//! ClusterCost, PlacementPolicy) share: an owner's replicas already placed per cluster,
+//! how many more replicas a node and each cluster can hold, and the rules that divide
+//! replicas: by weights (the largest deficit) and into as few clusters as possible.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
+use std::sync::Arc;
 
 use mcsched_shared::resources::Resources;
 
 use super::node_affinity::pod_matches_node;
-use super::taint_toleration::filter_taints;
+use super::taints::filter_taints;
 use crate::framework::{MAX_NODE_SCORE, MIN_NODE_SCORE};
+use crate::leaf::cycle::LeafCycle;
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
-
-pub use crate::node_info::controller_uid;
 
 /// The pods of controller `owner` on each cluster, bound or assumed, as the snapshot has
 /// them. `cluster_of` names a node's cluster, or `None` to leave the node out. `pod`
@@ -130,6 +131,58 @@ pub fn could_host(pod: &PodInfo, node: &NodeInfo, must_be_ready: bool) -> bool {
         && !node.unschedulable
         && filter_taints(pod, node, |_| false).is_success()
         && pod_matches_node(pod, node)
+}
+
+/// How many more copies of `pod` each cluster can hold (`None` for the host): the host
+/// over its real nodes, each connected leaf over its own nodes as the leaf copy of the
+/// pod sees them.
+pub(crate) fn fits_per_cluster(
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    leaves: &LeafCycle,
+) -> HashMap<Option<String>, i64> {
+    let mut fits: HashMap<Option<String>, i64> = HashMap::new();
+    let host: i64 = snapshot
+        .nodes
+        .iter()
+        .filter(|n| n.cluster.is_none() && could_host(pod, n, false))
+        .map(|n| replicas_that_fit(&pod.requests, n))
+        .sum();
+    fits.insert(None, host);
+    // The leaf copy carries the leaf node selector and none of the host's constraints.
+    let leaf_pod = leaves
+        .leaf_pod(pod)
+        .unwrap_or_else(|_| Arc::new(pod.clone()));
+    for (name, view) in leaves.views.iter() {
+        let n: i64 = view
+            .snapshot
+            .nodes
+            .iter()
+            .filter(|n| could_host(&leaf_pod, n, true))
+            .map(|n| replicas_that_fit(&leaf_pod.requests, n))
+            .sum();
+        fits.insert(Some(name.clone()), n);
+    }
+    fits
+}
+
+/// Aggregated division: among `candidates`, those holding the most of the owner's pods if
+/// any holds some, else those that fit the most.
+pub(crate) fn fewest_clusters<K: Eq + Hash + Clone>(
+    placed: &HashMap<K, i64>,
+    fits: &HashMap<K, i64>,
+    candidates: &HashSet<K>,
+) -> HashSet<K> {
+    let get = |m: &HashMap<K, i64>, c: &K| m.get(c).copied().unwrap_or(0);
+    let rank = |c: &K| (get(placed, c), get(fits, c));
+    let Some(best) = candidates.iter().map(rank).max() else {
+        return HashSet::new();
+    };
+    candidates
+        .iter()
+        .filter(|c| rank(c) == best)
+        .cloned()
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,4 +1,14 @@
-//! Score normalisation shared by plugins (kube-scheduler's `helper.DefaultNormalizeScore`).
+//! What plugins share, so that no plugin imports another: score normalisation
+//! (kube-scheduler's `helper.DefaultNormalizeScore`) here, and one module per shared
+//! algorithm or record.
+
+pub mod cluster_placement;
+pub mod node_affinity;
+pub mod placement_state;
+pub mod queue_sort;
+pub mod resources;
+pub mod taints;
+pub mod volumes;
 
 use crate::framework::MAX_NODE_SCORE;
 
@@ -23,11 +33,6 @@ pub fn default_normalize_score(max: i64, reverse: bool, scores: &mut [i64]) {
 
 pub fn normalize_to_max(scores: &mut [i64]) {
     default_normalize_score(MAX_NODE_SCORE, false, scores)
-}
-
-/// The pod's volumes (none when it has no spec).
-pub fn pod_volumes(pod: &crate::snapshot::PodInfo) -> &[k8s_openapi::api::core::v1::Volume] {
-    &pod.volumes
 }
 
 #[cfg(test)]
