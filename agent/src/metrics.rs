@@ -99,6 +99,7 @@ pub struct Metrics {
     pub throttled_authentications: Counter,
     pub leaf_check_dropped: Family<ClusterLabels, Counter>,
     pub leaf_check_evicted: Family<ClusterLabels, Counter>,
+    pub leaf_forged_copies: Family<ClusterLabels, Counter>,
     pub read_access_dropped: Counter,
     pub read_access_evicted: Counter,
     /// plugin_evaluations' counters by profile, then (extension point, plugin).
@@ -265,6 +266,12 @@ impl Metrics {
             "Answers of a leaf forgotten before their time to make room for new questions, what-ifs' first, then the least recently wanted.",
             leaf_check_evicted.clone(),
         );
+        let leaf_forged_copies = Family::<ClusterLabels, Counter>::default();
+        registry.register(
+            "mcsched_leaf_forged_copies",
+            "Leaf pods found carrying this host's marks under a host pod's name but not the UID recorded for its copy (each counted once): neither adopted, deleted nor read into the host pod.",
+            leaf_forged_copies.clone(),
+        );
         let read_access_dropped = Counter::default();
         registry.register(
             "mcsched_read_access_questions_dropped",
@@ -280,6 +287,7 @@ impl Metrics {
         Metrics {
             leaf_check_dropped,
             leaf_check_evicted,
+            leaf_forged_copies,
             read_access_dropped,
             read_access_evicted,
             watch_restarts,
@@ -331,6 +339,15 @@ impl Metrics {
             self.leaf_check_dropped.get_or_create(&labels).clone(),
             self.leaf_check_evicted.get_or_create(&labels).clone(),
         )
+    }
+
+    /// A forged copy found in leaf `cluster`.
+    pub fn leaf_forged_copy(&self, cluster: &str) {
+        self.leaf_forged_copies
+            .get_or_create(&ClusterLabels {
+                cluster: cluster.into(),
+            })
+            .inc();
     }
 
     pub fn watch_relist(&self, resource: &str) {

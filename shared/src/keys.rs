@@ -58,6 +58,11 @@ pub const POD_SECURITY_ENFORCE_LABEL: &str = "pod-security.kubernetes.io/enforce
 pub const POD_SECURITY_ENFORCE_VERSION_LABEL: &str = "pod-security.kubernetes.io/enforce-version";
 /// Annotation on a leaf pod: the host pod's UID it mirrors.
 pub const HOST_POD_UID_ANNOTATION: &str = "mcsched.io/host-pod-uid";
+/// Annotation on a host pod bound to a virtual node: the UID the leaf's API server gave
+/// its copy when pod sync created it. The marks above can be copied by anyone who may
+/// create pods in the leaf; this UID cannot, so only the leaf pod holding it is taken for
+/// the copy (adopted, deleted, its status written back).
+pub const LEAF_POD_UID_ANNOTATION: &str = "mcsched.io/leaf-pod-uid";
 
 /// The virtual node standing for leaf `cluster`.
 pub fn virtual_node_name(cluster: &str) -> String {

@@ -81,6 +81,8 @@ pub struct LeafCluster {
     pub volumes_held: super::volume_reservations::VolumeReservations,
     /// The ConfigMaps, Secrets and claims pod sync copied here.
     pub copied: super::copied::Copied,
+    /// Copies created and not recorded on their host pods yet, and forged pods found.
+    pub ownership: super::ownership::Ownership,
 }
 
 /// How long a PriorityClass lookup is trusted.
@@ -106,6 +108,7 @@ impl LeafCluster {
             admission: Mutex::default(),
             volumes_held: Default::default(),
             copied: Default::default(),
+            ownership: Default::default(),
         })
     }
 

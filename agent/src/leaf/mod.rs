@@ -10,6 +10,7 @@ pub mod dependents;
 pub mod grants;
 pub mod host_objects;
 pub mod leaf_checks;
+pub mod ownership;
 pub mod pod_sync;
 pub mod registry;
 pub mod rescheduling;

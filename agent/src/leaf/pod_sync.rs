@@ -22,6 +22,7 @@ use tracing::{debug, info, warn};
 use super::cluster::LeafCluster;
 use super::dependents::{self, Dep, DepKind, apply_params, owned_meta};
 use super::leaf_checks::{Question, Synced, is_ours};
+use super::ownership::{self, Verdict};
 use super::registry::Leaves;
 use super::rescheduling::{self, Avoided};
 use super::transform;
@@ -157,6 +158,20 @@ async fn reconcile(host: &Client, host_side: &HostSide, leaf: &LeafCluster) {
     let node = keys::virtual_node_name(&leaf.name);
     let hosts = host_pods(host_side, &node);
     let copies = leaf.managed();
+    {
+        let host_uids = hosts.values().map(|i| i.uid.as_str()).collect();
+        let leaf_uids = copies
+            .values()
+            .filter_map(|c| c.metadata.uid.as_deref())
+            .collect();
+        leaf.ownership.retain(&host_uids, &leaf_uids);
+    }
+    let is_forged = |c: &Pod| {
+        c.metadata
+            .uid
+            .as_deref()
+            .is_some_and(|u| leaf.ownership.is_forged(u))
+    };
     let mut refs = HashSet::new();
     for (key, info) in &hosts {
         let pod = info.pod();
@@ -178,7 +193,10 @@ async fn reconcile(host: &Client, host_side: &HostSide, leaf: &LeafCluster) {
         grace: host_side.leaves.settings.unused_copy_grace,
         may_write: &may_write,
         // A copy whose host pod is gone may still use what it refers to until it is.
-        complete: copies.keys().all(|k| hosts.contains_key(k)),
+        // A forged pod is not one of them.
+        complete: copies
+            .iter()
+            .all(|(k, c)| hosts.contains_key(k) || is_forged(c)),
     };
     if let Err(e) = dependents::follow(&follow, &refs).await {
         if matches!(e, dependents::FollowError::NotLeader) {
@@ -187,17 +205,60 @@ async fn reconcile(host: &Client, host_side: &HostSide, leaf: &LeafCluster) {
         warn!(cluster = %leaf.name, error = %e, "keeping leaf copies of ConfigMaps, Secrets and claims in step failed; retrying");
     }
     for (key, copy) in &copies {
-        if hosts.contains_key(key) || copy.metadata.deletion_timestamp.is_some() {
+        if hosts.contains_key(key) || copy.metadata.deletion_timestamp.is_some() || is_forged(copy)
+        {
             continue;
         }
         // A stale cache of an old leader would take the new leader's copies for orphans.
         if host_side.fence().is_err() {
             return;
         }
+        match forged_orphan(host, host_side, leaf, copy).await {
+            Ok(false) => {}
+            Ok(true) => continue,
+            Err(e) => {
+                warn!(cluster = %leaf.name, pod = %key, error = %e, "cannot tell whether a leaf pod without a host pod is this host's; retrying");
+                continue;
+            }
+        }
         info!(cluster = %leaf.name, pod = %key, "deleting leaf pod without a host pod");
         if let Err(e) = delete_copy(leaf, copy, None).await {
             warn!(cluster = %leaf.name, pod = %key, error = %e, "deleting orphan failed");
         }
+    }
+}
+
+/// Whether `copy`, a marked leaf pod without a host pod on the virtual node, is forged:
+/// the host pod it names may still be there, terminal (the host cache holds no terminal
+/// pods) — e.g. failed because its copy was replaced — with a record naming another leaf
+/// pod. A copy whose host pod is gone, or replaced by a pod of the same name, cannot be
+/// told from a forged one and goes as an orphan: deleting it is what keeps a StatefulSet
+/// pod force-deleted on the host from running twice.
+async fn forged_orphan(
+    host: &Client,
+    host_side: &HostSide,
+    leaf: &LeafCluster,
+    copy: &Pod,
+) -> Result<bool, SyncError> {
+    let ns = copy.metadata.namespace.clone().unwrap_or_default();
+    let name = copy.metadata.name.clone().unwrap_or_default();
+    let Some(named) = ownership::names_host_pod(copy) else {
+        return Ok(false);
+    };
+    let host_pods: Api<Pod> = Api::namespaced(host.clone(), &ns);
+    let found = host_pods
+        .get_opt(&name)
+        .await
+        .map_err(api_err(format!("reading host pod {ns}/{name}")))?;
+    let Some(pod) = found.filter(|p| p.metadata.uid.as_deref() == Some(named)) else {
+        return Ok(false);
+    };
+    match ownership::judge(&pod, copy, None, false) {
+        Verdict::Forged { recorded } => {
+            report_forged(host_side, leaf, &pod, copy, recorded.as_deref());
+            Ok(true)
+        }
+        _ => Ok(false),
     }
 }
 
@@ -221,13 +282,26 @@ async fn sync_one(
     let name = pod.metadata.name.clone().unwrap_or_default();
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let host_pods: Api<Pod> = Api::namespaced(host.clone(), &ns);
-    let copy_uid = |c: &Pod| {
-        c.metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(keys::HOST_POD_UID_ANNOTATION))
-            .cloned()
+    // Whether a leaf pod with this host's marks under the pod's name is its copy: by the
+    // UID recorded on the host pod, never by the marks alone (see `ownership`).
+    let judge = |c: &Pod| {
+        let forged = c
+            .metadata
+            .uid
+            .as_deref()
+            .is_some_and(|u| leaf.ownership.is_forged(u));
+        ownership::judge(pod, c, leaf.ownership.unrecorded(&uid).as_deref(), forged)
     };
+    // The leaf's own answer, not a watch gap: the marked pod under the name, if any.
+    let read_leaf = || async {
+        let leaf_pods: Api<Pod> = Api::namespaced(leaf.client.clone(), &ns);
+        let there = leaf_pods
+            .get_opt(&name)
+            .await
+            .map_err(api_err(format!("reading leaf pod {ns}/{name}")))?;
+        Ok::<_, SyncError>(there.filter(|c| is_ours(&c.metadata, &leaf.name, &leaf.host_id)))
+    };
+    let had_copy = condition(pod.status.as_ref(), LEAF_POD_CONDITION).is_some();
     if pod.metadata.deletion_timestamp.is_some() {
         // As a node partition in Kubernetes: the host pod stays Terminating until its leaf
         // confirms the copy is gone (or an operator force-deletes it), so a StatefulSet
@@ -236,69 +310,59 @@ async fn sync_one(
             debug!(cluster = %leaf.name, pod = %format!("{ns}/{name}"), "leaf not answering; the host pod stays Terminating");
             return Ok(());
         }
-        match copy.filter(|c| copy_uid(c).as_deref() == Some(uid.as_str())) {
-            Some(c) if c.metadata.deletion_timestamp.is_none() => {
-                let grace = pod.metadata.deletion_grace_period_seconds;
-                delete_copy(leaf, c, grace).await?;
-            }
-            Some(_) => {}
-            None => {
-                // The leaf's own answer, not a watch gap, says the copy is gone.
-                let leaf_pods: Api<Pod> = Api::namespaced(leaf.client.clone(), &ns);
-                let there = leaf_pods
-                    .get_opt(&name)
-                    .await
-                    .map_err(api_err(format!("reading leaf pod {ns}/{name}")))?;
-                if let Some(c) = there.filter(|c| {
-                    is_ours(&c.metadata, &leaf.name, &leaf.host_id)
-                        && copy_uid(c).as_deref() == Some(uid.as_str())
-                }) {
+        let grace = pod.metadata.deletion_grace_period_seconds;
+        let there = match copy {
+            Some(c) if matches!(judge(c), Verdict::Copy | Verdict::Adopt) => Some((**c).clone()),
+            _ => read_leaf().await?,
+        };
+        if let Some(c) = there {
+            match judge(&c) {
+                Verdict::Copy | Verdict::Adopt => {
                     if c.metadata.deletion_timestamp.is_none() {
-                        delete_copy(leaf, &c, pod.metadata.deletion_grace_period_seconds).await?;
+                        delete_copy(leaf, &c, grace).await?;
                     }
                     return Ok(());
                 }
-                // No kubelet will finish this deletion: the leaf copy is gone, so do it.
-                delete_host_pod_now(&host_pods, &name, &uid)
-                    .await
-                    .map_err(api_err(format!(
-                        "finishing deletion of host pod {ns}/{name}"
-                    )))?;
+                // Not this pod's copy: left as it is, and this pod's copy is gone.
+                Verdict::Forged { recorded } => {
+                    report_forged(host_side, leaf, pod, &c, recorded.as_deref());
+                }
+                Verdict::Earlier => {}
             }
         }
+        // No kubelet will finish this deletion: the leaf copy is gone, so do it.
+        delete_host_pod_now(&host_pods, &name, &uid)
+            .await
+            .map_err(api_err(format!(
+                "finishing deletion of host pod {ns}/{name}"
+            )))?;
         return Ok(());
     }
     let status = pod.status.as_ref();
     match copy {
-        None if condition(status, LEAF_POD_CONDITION).is_some() => {
+        None if had_copy => {
             // The leaf's watch may not show a copy created a moment ago: the leaf's API
             // server answers for it before the pod is given up.
-            let leaf_pods: Api<Pod> = Api::namespaced(leaf.client.clone(), &ns);
-            let there = leaf_pods
-                .get_opt(&name)
-                .await
-                .map_err(api_err(format!("reading leaf pod {ns}/{name}")))?;
-            if there.is_some_and(|c| copy_uid(&c).as_deref() == Some(uid.as_str())) {
-                return Ok(());
+            if let Some(c) = read_leaf().await? {
+                match judge(&c) {
+                    Verdict::Copy | Verdict::Adopt => return Ok(()),
+                    Verdict::Forged { recorded } => {
+                        return forged(host_side, leaf, &host_pods, pod, &c, recorded).await;
+                    }
+                    Verdict::Earlier => {}
+                }
             }
             // The copy existed and is gone without the host asking: the pod is lost.
             if status.and_then(|s| s.phase.as_deref()) != Some("Failed") {
                 info!(cluster = %leaf.name, pod = %format!("{ns}/{name}"), "leaf pod vanished; host pod failed");
-                let patch = json!({"status": {
-                    "phase": "Failed",
-                    "reason": "LeafPodDeleted",
-                    "message": format!("the pod's copy in leaf cluster {} was deleted", leaf.name),
-                }});
-                host_pods
-                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
-                    .await
-                    .map_err(api_err(format!("failing host pod {ns}/{name}")))?;
+                let message = format!("the pod's copy in leaf cluster {} was deleted", leaf.name);
+                fail_host_pod(&host_pods, &name, "LeafPodDeleted", &message).await?;
             }
             Ok(())
         }
         None => {
-            match create_copy(host, host_side, leaf, pod).await {
-                Ok(()) => {}
+            let placed = match create_copy(host, host_side, leaf, pod).await {
+                Ok(p) => p,
                 Err(e @ SyncError::MissingOnHost { .. }) => {
                     warn_event(host_side, pod, "LeafPodWaiting", "Syncing", e.to_string());
                     return Err(e);
@@ -312,39 +376,173 @@ async fn sync_one(
                     return clash(host_side, leaf, &host_pods, pod, e).await;
                 }
                 Err(e) => return Err(e),
-            }
-            let mut new = pod.status.clone().unwrap_or_default();
-            set_leaf_condition(&mut new, leaf, None);
-            write_host_status(&host_pods, &name, &new).await
-        }
-        Some(c) if copy_uid(c).as_deref() != Some(uid.as_str()) => {
-            // A copy of an earlier pod of the same name: it goes before the new one comes.
-            if c.metadata.deletion_timestamp.is_none() {
-                delete_copy(leaf, c, None).await?;
-            }
-            Ok(())
-        }
-        Some(c) => {
-            let mut new = transform::host_status(&c.status.clone().unwrap_or_default(), status);
-            let leaf_node = c.spec.as_ref().and_then(|s| s.node_name.clone());
-            set_leaf_condition(&mut new, leaf, leaf_node.as_deref());
-            let old = status.cloned().unwrap_or_default();
-            if transform::status_differs(&new, &old)
-                || condition(Some(&new), LEAF_POD_CONDITION).map(|c| &c.message)
-                    != condition(Some(&old), LEAF_POD_CONDITION).map(|c| &c.message)
-            {
-                debug!(pod = %format!("{ns}/{name}"), phase = ?new.phase, "leaf status to host");
-                write_host_status(&host_pods, &name, &new).await?;
-            }
-            let settings = host_side.leaves.settings;
-            match rescheduling::pending_for(c) {
-                Some(waited) if waited >= settings.pending_timeout => {
-                    take_back(host_side, leaf, &host_pods, pod, c, waited).await
+            };
+            let found = match placed {
+                Placed::Created(leaf_uid) => {
+                    // Remembered until recorded: a retry records this UID, not whatever
+                    // holds the name by then.
+                    leaf.ownership.created(&uid, &leaf_uid);
+                    let mut new = pod.status.clone().unwrap_or_default();
+                    set_leaf_condition(&mut new, leaf, None);
+                    return write_host_status(leaf, &host_pods, pod, &new, Some(&leaf_uid)).await;
                 }
-                _ => Ok(()),
+                Placed::Found(c) => c,
+            };
+            // A pod of this host's marks already holds the name (an earlier run's copy
+            // whose watch event has not come yet, or not).
+            match judge(&found) {
+                Verdict::Copy | Verdict::Adopt => {
+                    let mut new = pod.status.clone().unwrap_or_default();
+                    set_leaf_condition(&mut new, leaf, None);
+                    let leaf_uid = found.metadata.uid.clone().unwrap_or_default();
+                    write_host_status(leaf, &host_pods, pod, &new, Some(&leaf_uid)).await
+                }
+                Verdict::Forged { recorded } => {
+                    forged(host_side, leaf, &host_pods, pod, &found, recorded).await
+                }
+                // Deleted when the watch shows it; the new copy comes after.
+                Verdict::Earlier => Ok(()),
             }
         }
+        Some(c) => match judge(c) {
+            Verdict::Earlier => {
+                // A copy of an earlier pod of the same name: it goes before the new one
+                // comes.
+                if c.metadata.deletion_timestamp.is_none() {
+                    delete_copy(leaf, c, None).await?;
+                }
+                Ok(())
+            }
+            Verdict::Forged { recorded } => {
+                forged(host_side, leaf, &host_pods, pod, c, recorded).await
+            }
+            verdict @ (Verdict::Copy | Verdict::Adopt) => {
+                let mut new = transform::host_status(&c.status.clone().unwrap_or_default(), status);
+                let leaf_node = c.spec.as_ref().and_then(|s| s.node_name.clone());
+                set_leaf_condition(&mut new, leaf, leaf_node.as_deref());
+                let old = status.cloned().unwrap_or_default();
+                let leaf_uid = c.metadata.uid.clone().unwrap_or_default();
+                // Recorded when adopted, or when this agent's record write failed.
+                let record = (ownership::recorded(pod) != Some(leaf_uid.as_str()))
+                    .then_some(leaf_uid.as_str());
+                if verdict == Verdict::Adopt {
+                    info!(cluster = %leaf.name, pod = %format!("{ns}/{name}"), leaf_uid = %leaf_uid, "no copy UID recorded (created before records, or just before a crash): the copy found is adopted and recorded");
+                }
+                if record.is_some()
+                    || transform::status_differs(&new, &old)
+                    || condition(Some(&new), LEAF_POD_CONDITION).map(|c| &c.message)
+                        != condition(Some(&old), LEAF_POD_CONDITION).map(|c| &c.message)
+                {
+                    debug!(pod = %format!("{ns}/{name}"), phase = ?new.phase, "leaf status to host");
+                    write_host_status(leaf, &host_pods, pod, &new, record).await?;
+                }
+                let settings = host_side.leaves.settings;
+                match rescheduling::pending_for(c) {
+                    Some(waited) if waited >= settings.pending_timeout => {
+                        take_back(host_side, leaf, &host_pods, pod, c, waited).await
+                    }
+                    _ => Ok(()),
+                }
+            }
+        },
     }
+}
+
+/// Reports a forged leaf pod on its host pod, once per leaf UID: a Warning event, a log
+/// line and `mcsched_leaf_forged_copies_total`.
+fn report_forged(
+    host_side: &HostSide,
+    leaf: &LeafCluster,
+    pod: &Pod,
+    forged: &Pod,
+    recorded: Option<&str>,
+) {
+    let leaf_uid = forged.metadata.uid.clone().unwrap_or_default();
+    if !leaf.ownership.forged(&leaf_uid) {
+        return;
+    }
+    crate::metrics::global().leaf_forged_copy(&leaf.name);
+    let object = format!(
+        "{}/{}",
+        forged.metadata.namespace.as_deref().unwrap_or_default(),
+        forged.metadata.name.as_deref().unwrap_or_default()
+    );
+    let expected = match recorded {
+        Some(r) => format!("the copy mcsched created has UID {r}"),
+        None => "no copy UID is recorded on this pod".to_string(),
+    };
+    warn!(cluster = %leaf.name, pod = %object, leaf_uid = %leaf_uid, recorded = ?recorded, "forged leaf copy: left alone, nothing of it written to the host");
+    warn_event(
+        host_side,
+        pod,
+        "ForgedLeafCopy",
+        "Syncing",
+        format!(
+            "leaf cluster {}: pod {object} (UID {leaf_uid}) carries this host's marks but is not this pod's copy ({expected}); it is neither adopted nor deleted, and nothing of it is written to this pod",
+            leaf.name
+        ),
+    );
+}
+
+/// A forged pod holds the name of `pod`'s copy. The forged pod is never adopted, deleted
+/// or read. Where `pod` had a copy, that copy is gone: the pod fails as for a copy
+/// deleted in the leaf (`LeafPodReplaced`), so its controller replaces it and Services
+/// drop it; where it never had one, the name is taken as by any pod that is not this
+/// host's (a clash: a pod with a controller goes elsewhere, a bare pod waits).
+async fn forged(
+    host_side: &HostSide,
+    leaf: &LeafCluster,
+    host_pods: &Api<Pod>,
+    pod: &Pod,
+    forged: &Pod,
+    recorded: Option<String>,
+) -> Result<(), SyncError> {
+    report_forged(host_side, leaf, pod, forged, recorded.as_deref());
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let had_copy =
+        recorded.is_some() || condition(pod.status.as_ref(), LEAF_POD_CONDITION).is_some();
+    if !had_copy {
+        let e = SyncError::Clash {
+            kind: "Pod",
+            object: format!("{ns}/{name}"),
+        };
+        return clash(host_side, leaf, host_pods, pod, e).await;
+    }
+    host_side.fence()?;
+    if pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed") {
+        return Ok(());
+    }
+    let message = format!(
+        "the pod's copy in leaf cluster {} was deleted and pod {ns}/{name} there (UID {}) is not it",
+        leaf.name,
+        forged.metadata.uid.as_deref().unwrap_or_default()
+    );
+    fail_host_pod(host_pods, &name, "LeafPodReplaced", &message).await
+}
+
+/// Fails a host pod whose copy is gone, as a kubelet fails a pod it lost: Failed, not
+/// Ready (terminal pods leave every EndpointSlice).
+async fn fail_host_pod(
+    host_pods: &Api<Pod>,
+    name: &str,
+    reason: &str,
+    message: &str,
+) -> Result<(), SyncError> {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let not = |type_: &str| json!({"type": type_, "status": "False", "reason": reason, "lastTransitionTime": now});
+    let patch = json!({"status": {
+        "phase": "Failed",
+        "reason": reason,
+        "message": message,
+        // Strategic merge keys conditions by type: the others stay.
+        "conditions": [not("Ready"), not("ContainersReady")],
+    }});
+    host_pods
+        .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
+        .await
+        .map_err(api_err(format!("failing host pod {name}")))?;
+    Ok(())
 }
 
 /// A copy Pending too long is taken back: a pod with a controller is deleted so that its
@@ -509,15 +707,33 @@ fn set_leaf_condition(status: &mut PodStatus, leaf: &LeafCluster, leaf_node: Opt
     });
 }
 
+/// Writes `status` to the host pod and, with `record`, the UID of its leaf copy.
+/// Both go through `pods/status` in one patch — the agent may patch a pod's status (as
+/// kube-scheduler) but not the pod, and the status strategy keeps metadata changes — so a
+/// host pod never shows a copy without its record. The pod's UID in the patch makes it
+/// fail against another pod of the same name.
 async fn write_host_status(
+    leaf: &LeafCluster,
     pods: &Api<Pod>,
-    name: &str,
+    pod: &Pod,
     status: &PodStatus,
+    record: Option<&str>,
 ) -> Result<(), SyncError> {
-    let patch = json!({ "status": status });
-    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let patch = match record {
+        Some(r) => json!({
+            "metadata": {"uid": uid, "annotations": {keys::LEAF_POD_UID_ANNOTATION: r}},
+            "status": status,
+        }),
+        None => json!({ "status": status }),
+    };
+    pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
         .await
         .map_err(api_err(format!("writing status of host pod {name}")))?;
+    if record.is_some() {
+        leaf.ownership.recorded(&uid);
+    }
     Ok(())
 }
 
@@ -599,6 +815,14 @@ fn missing(
     }
 }
 
+/// What holds the copy's name in the leaf after [`create_copy`].
+enum Placed {
+    /// The copy, created now: its UID, as the leaf's API server gave it.
+    Created(String),
+    /// A pod with this host's marks that was there already (metadata only).
+    Found(Box<Pod>),
+}
+
 /// The namespace, the objects the pod refers to, then the pod. Nothing in the leaf that
 /// is not this host's is used, overwritten or adopted; nothing missing on the host is
 /// replaced by the leaf's object of the same name.
@@ -607,7 +831,7 @@ async fn create_copy(
     host_side: &HostSide,
     leaf: &LeafCluster,
     pod: &Pod,
-) -> Result<(), SyncError> {
+) -> Result<Placed, SyncError> {
     let agent_namespace = host_side.leaves.agent_namespace();
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
     let name = pod.metadata.name.clone().unwrap_or_default();
@@ -755,25 +979,30 @@ async fn create_copy(
     keep_priority_class(host_side, leaf, pod, &mut copy).await;
     let leaf_pods: Api<Pod> = Api::namespaced(leaf.client.clone(), &ns);
     match leaf_pods.create(&PostParams::default(), &copy).await {
-        Ok(_) => {
+        Ok(created) => {
             info!(cluster = %leaf.name, pod = %format!("{ns}/{name}"), "leaf pod created");
-            Ok(())
+            Ok(Placed::Created(created.metadata.uid.unwrap_or_default()))
         }
         // Created by an earlier run whose watch event has not arrived yet, or a pod of
-        // the same name that is not this host's.
+        // the same name that is not this host's (or only looks it: judged by the caller).
         Err(e) if code(&e) == Some(409) => {
             let there = leaf_pods
                 .get_metadata_opt(&name)
                 .await
                 .map_err(api_err(format!("reading leaf pod {ns}/{name}")))?;
             match there {
-                Some(m) if !is_ours(&m.metadata, &leaf.name, &leaf.host_id) => {
-                    Err(SyncError::Clash {
-                        kind: "Pod",
-                        object: format!("{ns}/{name}"),
-                    })
+                Some(m) if is_ours(&m.metadata, &leaf.name, &leaf.host_id) => {
+                    Ok(Placed::Found(Box::new(Pod {
+                        metadata: m.metadata,
+                        ..Default::default()
+                    })))
                 }
-                _ => Ok(()),
+                Some(_) => Err(SyncError::Clash {
+                    kind: "Pod",
+                    object: format!("{ns}/{name}"),
+                }),
+                // Gone meanwhile: created on the next pass.
+                None => Err(api_err(format!("creating leaf pod {ns}/{name}"))(e)),
             }
         }
         Err(e) if is_rbac_denial(&e) => Err(not_granted(leaf, &ns)),

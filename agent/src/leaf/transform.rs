@@ -47,6 +47,8 @@ pub fn leaf_pod(host: &Pod, cluster: &str, host_id: &str) -> Result<Pod, Transfo
     labels.insert(keys::HOST_ID_LABEL.into(), host_id.into());
     labels.insert(keys::MANAGED_BY_LABEL.into(), keys::MANAGED_BY_VALUE.into());
     let mut annotations = host.metadata.annotations.clone().unwrap_or_default();
+    // The host's record of its copy, not the copy's.
+    annotations.remove(keys::LEAF_POD_UID_ANNOTATION);
     annotations.insert(
         keys::HOST_POD_UID_ANNOTATION.into(),
         host.metadata.uid.clone().unwrap_or_default(),
