@@ -534,3 +534,284 @@ async fn a_former_leader_writes_nothing_for_a_pod() {
     assert_eq!(fake_api::writes(&f.leaf_calls), Vec::<String>::new());
     assert_eq!(f.host_writes(), Vec::<String>::new());
 }
+
+/// The UID the leaf gave this host's copy, as [`copy_of`] has it.
+const LEAF_UID: &str = "leaf-uid-p";
+
+/// A pod of the leaf user's own, carrying the marks and the annotation of the copy of
+/// host pod `uid-p`, and a status of their choosing.
+fn forged(extra: Value) -> Pod {
+    let pod = copy_of(
+        "uid-p",
+        json!({"metadata": {"uid": "forged-uid"}, "spec": {"nodeName": "leaf-1"},
+            "status": {"phase": "Running", "podIP": "10.66.6.6",
+                "podIPs": [{"ip": "10.66.6.6"}],
+                "conditions": [{"type": "Ready", "status": "True"}]}}),
+    );
+    serde_json::from_value(fake_api::merged(pod, extra)).expect("forged")
+}
+
+/// Host pod `default/p` whose copy (`LEAF_UID`) ran in the leaf at 10.1.2.3, recorded.
+fn with_recorded_copy() -> Value {
+    json!({"metadata": {"annotations": {keys::LEAF_POD_UID_ANNOTATION: LEAF_UID}},
+        "status": {"phase": "Running", "podIP": "10.1.2.3", "conditions": [
+            {"type": "Ready", "status": "True"},
+            {"type": LEAF_POD_CONDITION, "status": "True", "reason": "LeafPodCreated"}]}})
+}
+
+/// The events the host was sent so far (they go in the background: given a moment).
+async fn events(f: &Fixture, at_least: usize) -> Vec<Value> {
+    let all = || {
+        f.host_sent
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(c, _)| c.contains("/events") && !c.starts_with("GET"))
+            .map(|(_, b)| b.clone())
+            .collect::<Vec<_>>()
+    };
+    for _ in 0..200 {
+        if all().len() >= at_least {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    all()
+}
+
+#[tokio::test]
+async fn a_created_copys_leaf_uid_is_recorded_on_its_host_pod_with_the_leaf_pod_condition() {
+    let leaf = Server::default().with(NS, namespace()).answering(
+        "POST",
+        &format!("{NS}/pods"),
+        (201, copy_of("uid-p", json!({}))),
+    );
+    let f = fixture(Server::default(), leaf);
+    f.sync(&host_pod(json!({})), None).await.expect("synced");
+    let created = &fake_api::sent(&f.leaf_sent, "POST", &format!("{NS}/pods"))[0];
+    assert_eq!(
+        created["metadata"]["annotations"][keys::LEAF_POD_UID_ANNOTATION],
+        Value::Null,
+        "the host's record is not the copy's"
+    );
+    let written = status_writes(&f);
+    assert_eq!(written.len(), 1, "one write: record and condition together");
+    assert_eq!(
+        written[0]["metadata"]["annotations"][keys::LEAF_POD_UID_ANNOTATION],
+        LEAF_UID
+    );
+    assert_eq!(written[0]["metadata"]["uid"], "uid-p", "only on this pod");
+    assert!(leaf_pod_condition(&written[0]).is_some());
+    assert_eq!(f.leaf.ownership.unrecorded("uid-p"), None, "recorded");
+}
+
+#[tokio::test]
+async fn a_forged_copy_is_neither_adopted_nor_deleted_and_its_host_pod_fails_once_reported() {
+    let f = fixture(Server::default(), Server::default());
+    let pod = host_pod(fake_api::merged(owned(), with_recorded_copy()));
+    f.sync(&pod, Some(forged(json!({})))).await.expect("synced");
+    assert_eq!(
+        f.leaf_writes(),
+        Vec::<String>::new(),
+        "the forged pod is left alone"
+    );
+    let written = status_writes(&f);
+    assert_eq!(written.len(), 1, "{written:?}");
+    let status = &written[0]["status"];
+    assert_eq!(status["phase"], "Failed");
+    assert_eq!(status["reason"], "LeafPodReplaced");
+    assert_eq!(
+        status["podIP"],
+        Value::Null,
+        "nothing of the forged pod: {status}"
+    );
+    assert!(
+        !written[0].to_string().contains("10.66.6.6"),
+        "the forged pod's IP reached the host: {}",
+        written[0]
+    );
+    let ready = status["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+        .cloned();
+    assert_eq!(ready.map(|c| c["status"].clone()), Some(json!("False")));
+    assert_eq!(
+        host_deletions(&f),
+        [],
+        "failed, not deleted: its controller replaces it"
+    );
+    let sent = events(&f, 1).await;
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0]["reason"], "ForgedLeafCopy");
+    assert_eq!(sent[0]["type"], "Warning");
+    let note = sent[0]["note"].as_str().unwrap_or_default();
+    for part in ["leaf cluster east", "default/p", "forged-uid", LEAF_UID] {
+        assert!(note.contains(part), "{part} not in {note:?}");
+    }
+    // The next resyncs report it no more.
+    f.sync(&pod, Some(forged(json!({})))).await.expect("synced");
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(events(&f, 2).await.len(), 1, "reported once per forged UID");
+    assert_eq!(f.leaf_writes(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_forged_pod_pending_for_long_is_not_taken_back() {
+    let f = fixture(Server::default(), Server::default());
+    let pending = forged(json!({"metadata": {"creationTimestamp": long_ago()},
+        "status": {"phase": "Pending"}}));
+    f.sync(
+        &host_pod(fake_api::merged(owned(), with_recorded_copy())),
+        Some(pending),
+    )
+    .await
+    .expect("synced");
+    assert_eq!(f.leaf_writes(), Vec::<String>::new());
+    assert_eq!(host_deletions(&f), []);
+    assert_eq!(f.avoided(), []);
+}
+
+#[tokio::test]
+async fn a_forged_pod_found_when_the_watch_shows_no_copy_is_not_taken_for_it() {
+    let leaf = Server::default().with(
+        &format!("{NS}/pods/p"),
+        serde_json::to_value(forged(json!({}))).expect("json"),
+    );
+    let f = fixture(Server::default(), leaf);
+    f.sync(&host_pod(with_recorded_copy()), None)
+        .await
+        .expect("synced");
+    let written = status_writes(&f);
+    assert_eq!(written.len(), 1, "{written:?}");
+    assert_eq!(written[0]["status"]["reason"], "LeafPodReplaced");
+    assert_eq!(f.leaf_writes(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_deleted_host_pod_leaves_a_forged_pod_and_finishes_as_its_copy_is_gone() {
+    let leaf = Server::default().with(
+        &format!("{NS}/pods/p"),
+        serde_json::to_value(forged(json!({}))).expect("json"),
+    );
+    let f = fixture(Server::default(), leaf);
+    let pod = host_pod(fake_api::merged(with_recorded_copy(), deleted(30)));
+    f.sync(&pod, Some(forged(json!({})))).await.expect("synced");
+    assert_eq!(
+        f.leaf_writes(),
+        Vec::<String>::new(),
+        "the forged pod was deleted"
+    );
+    assert_eq!(host_deletions(&f), [(json!(0), json!("uid-p"))]);
+    assert_eq!(events(&f, 1).await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_deleted_host_pod_still_deletes_its_recorded_copy() {
+    let f = fixture(Server::default(), Server::default());
+    let pod = host_pod(fake_api::merged(with_recorded_copy(), deleted(30)));
+    f.sync(&pod, Some(copy(json!({})))).await.expect("synced");
+    let leaf_deletes = fake_api::sent(&f.leaf_sent, "DELETE", &format!("{NS}/pods/p"));
+    assert_eq!(leaf_deletes.len(), 1);
+    assert_eq!(leaf_deletes[0]["preconditions"]["uid"], LEAF_UID);
+}
+
+#[tokio::test]
+async fn a_copy_created_before_records_is_adopted_and_recorded_at_first_sight() {
+    let f = fixture(Server::default(), Server::default());
+    let legacy = host_pod(json!({"status": {"phase": "Running", "conditions": [
+        {"type": LEAF_POD_CONDITION, "status": "True", "reason": "LeafPodCreated"}]}}));
+    let running = copy(json!({"spec": {"nodeName": "leaf-1"},
+        "status": {"phase": "Running", "podIP": "10.1.2.3"}}));
+    f.sync(&legacy, Some(running)).await.expect("synced");
+    let written = status_writes(&f);
+    assert_eq!(written.len(), 1);
+    assert_eq!(
+        written[0]["metadata"]["annotations"][keys::LEAF_POD_UID_ANNOTATION],
+        LEAF_UID
+    );
+    assert_eq!(written[0]["status"]["podIP"], "10.1.2.3");
+}
+
+#[tokio::test]
+async fn a_copy_whose_record_failed_is_known_by_the_uid_created_not_by_what_holds_the_name() {
+    let host = Server::default().answering(
+        "PATCH",
+        &format!("{NS}/pods/p/status"),
+        (500, fake_api::status(500, "InternalError", "etcd")),
+    );
+    let leaf = Server::default().with(NS, namespace()).answering(
+        "POST",
+        &format!("{NS}/pods"),
+        (201, copy_of("uid-p", json!({}))),
+    );
+    let f = fixture(host, leaf);
+    let pod = host_pod(owned());
+    assert!(f.sync(&pod, None).await.is_err(), "the record write failed");
+    assert_eq!(
+        f.leaf.ownership.unrecorded("uid-p").as_deref(),
+        Some(LEAF_UID)
+    );
+    // Before the retry, the copy is replaced by a pod of the leaf user's.
+    let _ = f.sync(&pod, Some(forged(json!({})))).await;
+    assert!(
+        !status_writes(&f)
+            .iter()
+            .any(|w| w.to_string().contains("10.66.6.6")),
+        "the forged pod was adopted"
+    );
+    assert_eq!(f.leaf_writes(), [format!("POST {NS}/pods")]);
+    assert_eq!(events(&f, 1).await[0]["reason"], "ForgedLeafCopy");
+}
+
+#[tokio::test]
+async fn a_forged_pod_whose_host_pod_failed_is_no_orphan_to_delete() {
+    let host = Server::default().with(
+        &format!("{NS}/pods/p"),
+        serde_json::to_value(host_pod(fake_api::merged(
+            with_recorded_copy(),
+            json!({"status": {"phase": "Failed", "reason": "LeafPodReplaced"}}),
+        )))
+        .expect("json"),
+    );
+    let f = fixture(host, Server::default());
+    with_virtual_node(&f);
+    f.leaf.saw_pod(forged(json!({})));
+    reconcile(&f.host, &f.side, &f.leaf).await;
+    reconcile(&f.host, &f.side, &f.leaf).await;
+    assert_eq!(
+        f.leaf_writes(),
+        Vec::<String>::new(),
+        "the forged pod was deleted"
+    );
+    assert_eq!(events(&f, 1).await.len(), 1, "reported once");
+}
+
+#[tokio::test]
+async fn a_copy_whose_failed_host_pod_recorded_it_is_still_deleted_as_an_orphan() {
+    let host = Server::default().with(
+        &format!("{NS}/pods/p"),
+        serde_json::to_value(host_pod(fake_api::merged(
+            with_recorded_copy(),
+            json!({"status": {"phase": "Succeeded"}}),
+        )))
+        .expect("json"),
+    );
+    let f = fixture(host, Server::default());
+    with_virtual_node(&f);
+    f.leaf.saw_pod(copy(json!({})));
+    reconcile(&f.host, &f.side, &f.leaf).await;
+    assert_eq!(f.leaf_writes(), [format!("DELETE {NS}/pods/p")]);
+}
+
+#[tokio::test]
+async fn a_forged_pod_holding_the_name_of_a_pod_never_copied_is_a_clash() {
+    let f = fixture(Server::default(), Server::default());
+    f.leaf.ownership.forged("forged-uid");
+    let result = f.sync(&host_pod(json!({})), Some(forged(json!({})))).await;
+    assert!(
+        matches!(result, Err(SyncError::Clash { kind: "Pod", .. })),
+        "{result:?}"
+    );
+    assert_eq!(f.leaf_writes(), Vec::<String>::new());
+    assert_eq!(status_writes(&f), Vec::<Value>::new());
+}
