@@ -945,3 +945,265 @@ async fn the_leaf_stays_ready_across_two_token_expiries() -> anyhow::Result<()> 
     );
     Ok(())
 }
+
+/// The IP a leaf user gives the pod they pass off as a copy.
+const FORGED_IP: &str = "10.66.6.6";
+
+/// As a leaf user who may delete and create pods in the namespace (here the leaf's
+/// admin): deletes `name`'s copy and creates a pod of their own under its name, with its
+/// labels and annotations and a Running, Ready status at [`FORGED_IP`]. Its UID.
+async fn forge(leaf_pods: &Api<Pod>, name: &str) -> anyhow::Result<String> {
+    let copy = leaf_pods.get(name).await?;
+    leaf_pods
+        .delete(
+            name,
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            },
+        )
+        .await?;
+    wait::until(TIMEOUT, &format!("{name}'s copy gone"), || async {
+        Ok(leaf_pods.get_opt(name).await?.is_none().then_some(()))
+    })
+    .await?;
+    let forged = leaf_pods
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": copy.metadata.labels,
+                    "annotations": copy.metadata.annotations},
+                "spec": {"nodeName": "east-1", "containers": [{"name": "c", "image": "pause"}]}
+            }))?,
+        )
+        .await?;
+    let status = json!({"status": {"phase": "Running", "podIP": FORGED_IP,
+        "podIPs": [{"ip": FORGED_IP}], "hostIP": "127.0.0.1",
+        "conditions": [{"type": "Ready", "status": "True"}]}});
+    leaf_pods
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await?;
+    forged
+        .metadata
+        .uid
+        .ok_or_else(|| anyhow::anyhow!("forged pod without a UID"))
+}
+
+/// The ForgedLeafCopy events on host pod `name` naming leaf pod `uid`.
+async fn forged_events(client: &Client, name: &str, uid: &str) -> anyhow::Result<Vec<Event>> {
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    Ok(events
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some("ForgedLeafCopy")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                && e.note.as_deref().is_some_and(|n| n.contains(uid))
+        })
+        .collect())
+}
+
+/// A leaf user deletes a copy and creates a pod of their own with its name, labels,
+/// annotations and a status they set — once while the agent runs, once while no agent
+/// runs (then only the UID recorded on the host pod tells, not the agent's memory): the
+/// host pod never takes the forged pod's IP or Ready, it fails as its copy is gone, the
+/// forged pod is neither adopted nor deleted, and a Warning event on the host pod says so.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_forged_copy_is_never_adopted_deleted_or_read_into_the_host() -> anyhow::Result<()> {
+    let [host, leaf]: [ControlPlane; 2] =
+        ControlPlane::start_many(&["forge-host", "forge-east"], ControlPlaneOptions::full())
+            .await?
+            .try_into()
+            .map_err(|_| anyhow::anyhow!("two control planes"))?;
+    node(&leaf.client, "east-1").await?;
+    mcsched_e2e::objects::join_as_join_does(&host.client, &leaf, "east", json!({})).await?;
+    let mut agent = Agent::start(&host.kubeconfig, "mcsched", host.dir())?;
+    wait_ready(&host.client, "mcsched-east", "True")
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
+    let host_pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
+    let leaf_pods: Api<Pod> = Api::namespaced(leaf.client.clone(), "default");
+    for name in ["web", "db"] {
+        host_pods
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": name},
+                    "spec": to_east(json!([{"name": "c", "image": "pause"}]))}))?,
+            )
+            .await?;
+    }
+    // Each host pod Running at its copy's IP, with its copy's leaf UID recorded.
+    let mut copies = BTreeMap::new();
+    for name in ["web", "db"] {
+        let (ip, uid) = wait::until(
+            TIMEOUT,
+            &format!("{name} running, its copy recorded"),
+            || async {
+                let (Some(p), Some(c)) = (
+                    host_pods.get_opt(name).await?,
+                    leaf_pods.get_opt(name).await?,
+                ) else {
+                    return Ok(None);
+                };
+                let record = p
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(keys::LEAF_POD_UID_ANNOTATION))
+                    .cloned();
+                let status = p.status.unwrap_or_default();
+                let running = status.phase.as_deref() == Some("Running") && status.pod_ip.is_some();
+                Ok(
+                    (running && record.is_some() && record == c.metadata.uid).then(|| {
+                        (
+                            status.pod_ip.unwrap_or_default(),
+                            record.unwrap_or_default(),
+                        )
+                    }),
+                )
+            },
+        )
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
+        copies.insert(name, (ip, uid));
+    }
+    // The host pod shows nothing of the forged pod, and is no longer Running or Ready.
+    let check = |name: &'static str, replaced_only: bool| {
+        let (host_pods, leaf_pods, copies) = (host_pods.clone(), leaf_pods.clone(), &copies);
+        async move {
+            let p = host_pods.get(name).await?;
+            let status = p.status.unwrap_or_default();
+            let ips: Vec<String> = status
+                .pod_ips
+                .iter()
+                .flatten()
+                .map(|i| i.ip.clone())
+                .chain(status.pod_ip.clone())
+                .collect();
+            anyhow::ensure!(
+                !ips.iter().any(|ip| ip == FORGED_IP),
+                "host pod {name} took the forged pod's IP: {ips:?}"
+            );
+            anyhow::ensure!(
+                status.pod_ip.as_deref() == Some(copies[name].0.as_str()),
+                "host pod {name}: IP {:?}, its copy's was {}",
+                status.pod_ip,
+                copies[name].0
+            );
+            anyhow::ensure!(
+                status.phase.as_deref() == Some("Failed"),
+                "host pod {name} is {:?}, its copy is gone",
+                status.phase
+            );
+            let reasons: &[&str] = if replaced_only {
+                &["LeafPodReplaced"]
+            } else {
+                // The agent may see the copy gone before the forged pod comes.
+                &["LeafPodReplaced", "LeafPodDeleted"]
+            };
+            anyhow::ensure!(
+                status
+                    .reason
+                    .as_deref()
+                    .is_some_and(|r| reasons.contains(&r)),
+                "host pod {name}: reason {:?}",
+                status.reason
+            );
+            let ready = status
+                .conditions
+                .iter()
+                .flatten()
+                .find(|c| c.type_ == "Ready")
+                .map(|c| c.status.clone());
+            anyhow::ensure!(
+                ready.as_deref() != Some("True"),
+                "host pod {name} still Ready"
+            );
+            // The forged pod is there, untouched.
+            let forged = leaf_pods.get(name).await?;
+            let forged_status = forged.status.unwrap_or_default();
+            anyhow::ensure!(
+                forged.metadata.deletion_timestamp.is_none()
+                    && forged_status.pod_ip.as_deref() == Some(FORGED_IP),
+                "the forged pod {name} was deleted or changed"
+            );
+            anyhow::Ok(forged.metadata.uid.unwrap_or_default())
+        }
+    };
+
+    // While the agent runs.
+    let forged_web = forge(&leaf_pods, "web").await?;
+    wait::until(TIMEOUT, "ForgedLeafCopy event on web", || async {
+        Ok((!forged_events(&host.client, "web", &forged_web)
+            .await?
+            .is_empty())
+        .then_some(()))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    let note = forged_events(&host.client, "web", &forged_web).await?[0]
+        .note
+        .clone()
+        .unwrap_or_default();
+    for part in [
+        "leaf cluster east",
+        "default/web",
+        &forged_web,
+        &copies["web"].1,
+    ] {
+        anyhow::ensure!(
+            note.contains(part),
+            "{part} not in the event's note: {note}"
+        );
+    }
+    // Settled a moment (the watch events of the forged pod's status come after its create).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let seen = check("web", false)
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
+    anyhow::ensure!(seen == forged_web, "another pod holds web's name");
+    let web = host_pods.get("web").await?.status.unwrap_or_default();
+    println!(
+        "forged while the agent ran: host pod web {:?} ({:?})",
+        web.phase, web.reason
+    );
+
+    // While no agent runs: the next one knows its copy only by the host pod's record.
+    agent.stop();
+    let forged_db = forge(&leaf_pods, "db").await?;
+    let agent = Agent::start_with(&host.kubeconfig, "mcsched", host.dir(), "restarted", &[])?;
+    wait::until(
+        Duration::from_secs(90),
+        "ForgedLeafCopy event on db",
+        || async {
+            Ok((!forged_events(&host.client, "db", &forged_db)
+                .await?
+                .is_empty())
+            .then_some(()))
+        },
+    )
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    check("db", true)
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
+
+    // Past a resync (30 s), which also passes over pods without a host pod on the
+    // virtual node (both host pods are Failed now): nothing changed, and db's forged pod
+    // was reported once, not at every resync.
+    tokio::time::sleep(Duration::from_secs(35)).await;
+    for name in ["web", "db"] {
+        check(name, name == "db")
+            .await
+            .map_err(|e| e.context(agent.logs()))?;
+    }
+    let db_events = forged_events(&host.client, "db", &forged_db).await?;
+    anyhow::ensure!(
+        db_events.len() == 1 && db_events[0].series.is_none(),
+        "db's forged pod reported more than once: {db_events:?}"
+    );
+    Ok(())
+}
