@@ -659,7 +659,7 @@ async fn a_forged_copy_is_neither_adopted_nor_deleted_and_its_host_pod_fails_onc
 async fn a_forged_pod_pending_for_long_is_not_taken_back() {
     let f = fixture(Server::default(), Server::default());
     let pending = forged(json!({"metadata": {"creationTimestamp": long_ago()},
-        "status": {"phase": "Pending"}}));
+        "spec": {"nodeName": null}, "status": {"phase": "Pending"}}));
     f.sync(
         &host_pod(fake_api::merged(owned(), with_recorded_copy())),
         Some(pending),
@@ -814,4 +814,27 @@ async fn a_forged_pod_holding_the_name_of_a_pod_never_copied_is_a_clash() {
     );
     assert_eq!(f.leaf_writes(), Vec::<String>::new());
     assert_eq!(status_writes(&f), Vec::<Value>::new());
+}
+
+#[tokio::test]
+async fn a_recorded_copy_whose_status_is_written_back_is_not_written_again() {
+    let f = fixture(Server::default(), Server::default());
+    let running = || {
+        copy(json!({"spec": {"nodeName": "leaf-1"},
+            "status": {"phase": "Running", "podIP": "10.1.2.3"}}))
+    };
+    f.sync(&host_pod(json!({})), Some(running()))
+        .await
+        .expect("synced");
+    let written = status_writes(&f);
+    assert_eq!(written.len(), 1);
+    // The host pod as that write left it.
+    let after = host_pod(written[0].clone());
+    f.sync(&after, Some(running())).await.expect("synced");
+    assert_eq!(
+        status_writes(&f).len(),
+        1,
+        "written again: {:?}",
+        status_writes(&f)
+    );
 }
