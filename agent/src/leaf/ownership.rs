@@ -5,7 +5,9 @@
 //! recorded on the host pod (`mcsched.io/leaf-pod-uid`) right after the create, and only
 //! the leaf pod holding it is taken for the copy — adopted, deleted, taken back, its
 //! status written to the host pod. A leaf pod with the marks and another UID is
-//! *forged*: left alone, never read into the host.
+//! *forged*: left alone, never read into the host. The host pod whose copy it replaced
+//! fails as for a copy deleted in the leaf (`LeafPodReplaced`): its copy is gone, and the
+//! name is taken; a new host pod of that name sent there meets it as a name clash.
 //!
 //! Host pods without a record — copies created before the record existed (an upgrade),
 //! or an agent stopped between the create and the record — adopt the first leaf pod seen
@@ -15,6 +17,13 @@
 //! inside it; before this record existed they could do so at any time. A copy this agent
 //! created whose record write failed is remembered here, so a retry records that UID and
 //! not whatever holds the name by then.
+//!
+//! A marked leaf pod whose host pod is gone (force-deleted, or replaced by a pod of the
+//! same name) has no record left to be judged by: it is deleted as an orphan or an earlier
+//! pod's copy, since a StatefulSet pod force-deleted on the host must not keep running in
+//! the leaf — unless it is known forged (found so by this agent, or the host pod it names
+//! is still there, terminal, recording another UID). After a restart, a forged pod whose
+//! host pod was deleted cannot be told from such a copy, and goes.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;

@@ -1,5 +1,6 @@
 //! Pod sync: each host pod bound to a virtual node has one copy in its leaf (same
-//! namespace and name, labelled with the cluster, annotated with the host pod's UID), with
+//! namespace and name, labelled with the cluster, annotated with the host pod's UID; its
+//! leaf UID recorded on the host pod, which alone tells it from a forgery), with
 //! the ConfigMaps, Secrets and PVCs it needs; the copy's status is written back; deletion
 //! goes both ways. Reconciled from the two caches, so a restart or a new leader picks up
 //! where the last one stopped, creating nothing twice and leaving nothing behind.
