@@ -26,18 +26,52 @@ const SETTLE: Duration = Duration::from_secs(30);
 
 fn join(host: &ControlPlane, leaf: &ControlPlane, extra: &[&str]) -> anyhow::Result<String> {
     let leaf_kc = leaf.kubeconfig.to_string_lossy().into_owned();
+    join_with(host, &leaf_kc, extra)
+}
+
+fn join_with(host: &ControlPlane, leaf_kc: &str, extra: &[&str]) -> anyhow::Result<String> {
+    let out = join_output(host, leaf_kc, extra)?;
+    anyhow::ensure!(out.status.success(), "join failed: {}", text(&out));
+    Ok(text(&out))
+}
+
+fn join_output(
+    host: &ControlPlane,
+    leaf_kc: &str,
+    extra: &[&str],
+) -> anyhow::Result<std::process::Output> {
     let mut args = vec![
         "join",
         "cluster",
         "--name",
         "east",
         "--cluster-kubeconfig",
-        &leaf_kc,
+        leaf_kc,
     ];
     args.extend(extra);
-    let out = run(&host.kubeconfig, &args)?;
-    anyhow::ensure!(out.status.success(), "join failed: {}", text(&out));
-    Ok(text(&out))
+    run(&host.kubeconfig, &args)
+}
+
+/// The leaf admin's kubeconfig with its cluster entry changed by `edit`, in `dir`.
+fn edited_kubeconfig(
+    leaf: &ControlPlane,
+    dir: &std::path::Path,
+    name: &str,
+    edit: impl Fn(&mut serde_yaml::Mapping),
+) -> anyhow::Result<String> {
+    let mut doc: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(&leaf.kubeconfig)?)?;
+    for c in doc["clusters"]
+        .as_sequence_mut()
+        .ok_or_else(|| anyhow::anyhow!("no clusters in the leaf's kubeconfig"))?
+    {
+        if let Some(entry) = c["cluster"].as_mapping_mut() {
+            edit(entry);
+        }
+    }
+    let path = dir.join(name);
+    std::fs::write(&path, serde_yaml::to_string(&doc)?)?;
+    Ok(path.to_string_lossy().into_owned())
 }
 
 /// The kubeconfig in the host's join Secret.
@@ -291,7 +325,49 @@ async fn all_namespaces_never_reaches_the_leafs_system_namespaces() -> anyhow::R
             .create(&PostParams::default(), &s)
             .await?;
     }
-    let out = join(&host, &leaf, &["--all-namespaces"])?;
+    // Before anything: join refuses to reach the leaf over plain HTTP, or unverified
+    // unless told to (and then pins the CA the leaf answers with).
+    let dir = tempfile::tempdir()?;
+    let http = edited_kubeconfig(&leaf, dir.path(), "http.yaml", |c| {
+        let server = c["server"]
+            .as_str()
+            .unwrap_or_default()
+            .replace("https://", "http://");
+        c.insert("server".into(), server.into());
+    })?;
+    let out = join_output(&host, &http, &["--all-namespaces"])?;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("clusters[].cluster.server is http://"),
+        "{}",
+        text(&out)
+    );
+    let unverified = edited_kubeconfig(&leaf, dir.path(), "insecure.yaml", |c| {
+        c.remove("certificate-authority-data");
+        c.remove("certificate-authority");
+        c.insert("insecure-skip-tls-verify".into(), true.into());
+    })?;
+    let out = join_output(&host, &unverified, &["--all-namespaces"])?;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("insecure-skip-tls-verify is true")
+            && text(&out).contains("--unsafe-skip-ca-verification"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        Api::<ServiceAccount>::namespaced(leaf.client.clone(), keys::SYSTEM_NAMESPACE)
+            .get_opt(keys::LEAF_ACCOUNT)
+            .await?
+            .is_none(),
+        "a refused join created nothing"
+    );
+    let out = join_with(
+        &host,
+        &unverified,
+        &["--all-namespaces", "--unsafe-skip-ca-verification"],
+    )?;
+    assert!(out.contains("is not verified"), "{out}");
     assert!(out.contains("but kube-system, kube-public"), "{out}");
     let as_leaf = client_of(&join_kubeconfig(&host).await?).await?;
     let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "probe"},

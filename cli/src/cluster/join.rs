@@ -78,6 +78,14 @@ pub struct JoinArgs {
     /// joining again replaces that Secret, revoking every token bound to the old one.
     #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = crate::duration::parse)]
     pub token_lifetime: Duration,
+    /// Accept a --cluster-kubeconfig with `insecure-skip-tls-verify: true`: join then
+    /// talks to the leaf without verifying its certificate and pins into the join Secret
+    /// the CA the leaf publishes (ConfigMap kube-root-ca.crt) as read over that unverified
+    /// connection — trust on first use, as kubeadm's
+    /// --discovery-token-unsafe-skip-ca-verification. Without it such a kubeconfig is
+    /// refused.
+    #[arg(long)]
+    pub unsafe_skip_ca_verification: bool,
     /// Region label of the virtual node (default: the leaf nodes' common region).
     #[arg(long)]
     pub region: Option<String>,
@@ -259,6 +267,35 @@ where
     }
 }
 
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TransportError {
+    #[error(
+        "clusters[].cluster.server is {0}://: join would send the leaf admin's credentials, and receive the leaf account's token, unencrypted; give the leaf's https:// address"
+    )]
+    NotHttps(String),
+    #[error(
+        "clusters[].cluster.insecure-skip-tls-verify is true: the leaf's CA join would pin would be read over an unverified connection; give the leaf's CA (certificate-authority-data), or pass --unsafe-skip-ca-verification to trust what the leaf answers now"
+    )]
+    Unverified,
+}
+
+/// How join may reach the leaf: over HTTPS only, and without verifying the leaf's
+/// certificate only when the user said so.
+fn transport(
+    scheme: Option<&str>,
+    insecure: bool,
+    acknowledged: bool,
+) -> Result<(), TransportError> {
+    match scheme {
+        Some("https") => {}
+        other => return Err(TransportError::NotHttps(other.unwrap_or_default().into())),
+    }
+    if insecure && !acknowledged {
+        return Err(TransportError::Unverified);
+    }
+    Ok(())
+}
+
 /// Everything join decided before it touches a cluster.
 struct Plan<'a> {
     args: &'a JoinArgs,
@@ -308,6 +345,17 @@ pub async fn run(kube: &KubeArgs, args: JoinArgs) -> anyhow::Result<()> {
         .to_string()
         .trim_end_matches('/')
         .to_string();
+    transport(
+        leaf_config.cluster_url.scheme_str(),
+        leaf_config.accept_invalid_certs,
+        args.unsafe_skip_ca_verification,
+    )
+    .with_context(|| format!("--cluster-kubeconfig {}", args.cluster_kubeconfig.display()))?;
+    if leaf_config.accept_invalid_certs {
+        warn(
+            "--unsafe-skip-ca-verification: the leaf's certificate is not verified; the CA pinned into the join Secret is the one the leaf answers with now",
+        );
+    }
     let ca = leaf_config
         .root_cert
         .as_deref()
@@ -1297,5 +1345,33 @@ where
         Ok(_) => Ok(true),
         Err(e) if code(&e) == Some(404) => Ok(false),
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_leaf_is_reached_over_verified_https_unless_the_user_accepts_less() {
+        assert_eq!(transport(Some("https"), false, false), Ok(()));
+        let e = transport(Some("http"), false, false).expect_err("http refused");
+        assert!(
+            e.to_string()
+                .starts_with("clusters[].cluster.server is http://"),
+            "{e}"
+        );
+        assert_eq!(
+            transport(Some("http"), true, true),
+            Err(TransportError::NotHttps("http".into())),
+            "not even acknowledged"
+        );
+        let e = transport(Some("https"), true, false).expect_err("unverified refused");
+        assert!(
+            e.to_string().contains("insecure-skip-tls-verify is true")
+                && e.to_string().contains("--unsafe-skip-ca-verification"),
+            "{e}"
+        );
+        assert_eq!(transport(Some("https"), true, true), Ok(()));
     }
 }
