@@ -9,7 +9,7 @@ use std::time::Duration;
 use k8s_openapi::api::authentication::v1::{
     BoundObjectReference, TokenRequest, TokenRequestSpec, TokenReview, TokenReviewSpec,
 };
-use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, ServiceAccount};
 use kube::api::{ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
@@ -342,6 +342,25 @@ async fn all_namespaces_never_reaches_the_leafs_system_namespaces() -> anyhow::R
         "{}",
         text(&out)
     );
+    // What kube-controller-manager would publish (this leaf runs none): the leaf's CA.
+    let doc: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(&leaf.kubeconfig)?)?;
+    let ca = base64::Engine::decode(
+        &base64::engine::general_purpose::STANDARD,
+        doc["clusters"][0]["cluster"]["certificate-authority-data"]
+            .as_str()
+            .unwrap_or_default(),
+    )?;
+    let ns: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": keys::SYSTEM_NAMESPACE}}))?;
+    Api::<Namespace>::all(leaf.client.clone())
+        .create(&PostParams::default(), &ns)
+        .await?;
+    let published: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "kube-root-ca.crt"},
+        "data": {"ca.crt": String::from_utf8(ca)?}}))?;
+    Api::<ConfigMap>::namespaced(leaf.client.clone(), keys::SYSTEM_NAMESPACE)
+        .create(&PostParams::default(), &published)
+        .await?;
     let unverified = edited_kubeconfig(&leaf, dir.path(), "insecure.yaml", |c| {
         c.remove("certificate-authority-data");
         c.remove("certificate-authority");
