@@ -253,7 +253,10 @@ async fn leaf_tokens_are_bounded_bound_and_revoked_with_their_secret() -> anyhow
     let second = leaf_kubeconfig::token(&join_kubeconfig(&host).await?).unwrap_or_default();
     let new_secret = bound_secret(&second).unwrap_or_default();
     assert_ne!(new_secret, secret);
-    assert_eq!(token_secrets(&leaf).await?, std::slice::from_ref(&new_secret));
+    assert_eq!(
+        token_secrets(&leaf).await?,
+        std::slice::from_ref(&new_secret)
+    );
     for (what, t) in [
         ("join's first token", &first),
         ("the renewed token", &renewed),
