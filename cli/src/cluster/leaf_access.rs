@@ -815,6 +815,58 @@ mod tests {
     }
 
     #[test]
+    fn all_namespaces_never_reads_secrets_cluster_wide_nor_writes_in_system_namespaces() {
+        let all = cluster_writer_role().rules.unwrap_or_default();
+        let secrets: Vec<&PolicyRule> = all
+            .iter()
+            .filter(|r| r.resources.iter().flatten().any(|res| res == "secrets"))
+            .collect();
+        assert_eq!(secrets.len(), 1, "{all:?}");
+        assert_eq!(verbs(secrets[0]), ["create", "update", "patch", "delete"]);
+        // Otherwise the writer's rules.
+        let others = |rules: Vec<PolicyRule>| -> Vec<(Vec<String>, Vec<String>)> {
+            rules
+                .into_iter()
+                .filter_map(|r| {
+                    let res: Vec<String> = r
+                        .resources
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter(|x| x != "secrets")
+                        .collect();
+                    (!res.is_empty()).then_some((res, r.verbs))
+                })
+                .collect()
+        };
+        assert_eq!(
+            others(all.clone()),
+            others(writer_role().rules.unwrap_or_default())
+        );
+        let policy = namespace_policy().spec.unwrap_or_default();
+        let conditions = policy.match_conditions.unwrap_or_default();
+        for ns in keys::LEAF_PROTECTED_NAMESPACES {
+            assert!(
+                conditions
+                    .iter()
+                    .any(|c| c.expression.contains(&format!("'{ns}'"))),
+                "{ns}: {conditions:?}"
+            );
+        }
+        assert_eq!(policy.failure_policy.as_deref(), Some("Fail"));
+        let token = token_policy().spec.unwrap_or_default();
+        assert_eq!(token.failure_policy.as_deref(), Some("Fail"));
+        let binding = token_policy_binding().spec.unwrap_or_default();
+        assert_eq!(
+            binding
+                .param_ref
+                .and_then(|p| p.parameter_not_found_action)
+                .as_deref(),
+            Some("Deny"),
+            "no token Secret: no token"
+        );
+    }
+
+    #[test]
     fn the_writer_role_cannot_grant_itself_anything() {
         let rules = writer_role().rules.unwrap_or_default();
         for r in &rules {
