@@ -154,3 +154,41 @@ pub const LEAF_SERVICE_ACCOUNT_ROLE: &str = "mcsched-leaf-serviceaccount-writer"
 /// request tokens for itself only (`serviceaccounts/token`, by name), so the agent renews
 /// its token before it expires.
 pub const LEAF_TOKEN_ROLE: &str = "mcsched-leaf-token";
+/// In a leaf: the ClusterRole (and ClusterRoleBinding) of `join --all-namespaces`: what
+/// [`LEAF_WRITER_ROLE`] grants, but Secrets only written, never read, cluster-wide; Secrets
+/// are read where a RoleBinding of [`LEAF_WRITER_ROLE`] grants it (every namespace that
+/// existed at join, [`LEAF_PROTECTED_NAMESPACES`] excepted).
+pub const LEAF_CLUSTER_WRITER_ROLE: &str = "mcsched-leaf-writer-all-namespaces";
+/// Leaf namespaces [`LEAF_ACCOUNT`] never writes in, whatever the grant (`--all-namespaces`
+/// included): a pod there could run as their controllers' ServiceAccounts, and a Secret in
+/// [`SYSTEM_NAMESPACE`] could become a token for the leaf account that never expires. Join
+/// enforces it in the leaf with the admission policy [`LEAF_NAMESPACE_POLICY`].
+pub const LEAF_PROTECTED_NAMESPACES: &[&str] = &[
+    "kube-system",
+    "kube-public",
+    "kube-node-lease",
+    SYSTEM_NAMESPACE,
+];
+/// Whether [`LEAF_ACCOUNT`] is never let write in leaf namespace `ns`.
+pub fn is_protected_leaf_namespace(ns: &str) -> bool {
+    LEAF_PROTECTED_NAMESPACES.contains(&ns)
+}
+/// In a leaf: the ValidatingAdmissionPolicy (and its binding) refusing every write of
+/// [`LEAF_ACCOUNT`] in [`LEAF_PROTECTED_NAMESPACES`] but its own token requests.
+pub const LEAF_NAMESPACE_POLICY: &str = "mcsched-leaf-system-namespaces";
+/// In a leaf: the ValidatingAdmissionPolicy (and its binding) bounding the tokens
+/// [`LEAF_ACCOUNT`] requests for itself: bound to one of join's token Secrets, for at most
+/// that Secret's lifetime, for its audiences.
+pub const LEAF_TOKEN_POLICY: &str = "mcsched-leaf-tokens";
+/// In a leaf's [`SYSTEM_NAMESPACE`]: the name prefix of the Secrets join creates (one per
+/// host) that the leaf account's tokens are bound to; deleting one revokes every token
+/// bound to it.
+pub const LEAF_TOKEN_SECRET_PREFIX: &str = "mcsched-leaf-token-";
+/// Label (`"true"`) on a leaf token Secret: what the token policy takes as its parameters.
+pub const LEAF_TOKEN_SECRET_LABEL: &str = "mcsched.io/leaf-token";
+/// Annotation on a leaf token Secret: the longest lifetime, in seconds, of a token bound
+/// to it.
+pub const TOKEN_LIFETIME_SECONDS_ANNOTATION: &str = "mcsched.io/token-lifetime-seconds";
+/// Annotation on a leaf token Secret: the audiences (comma-separated) of a token bound to
+/// it, the leaf API server's own as join's first token got them.
+pub const TOKEN_AUDIENCES_ANNOTATION: &str = "mcsched.io/token-audiences";

@@ -561,7 +561,8 @@ async fn the_leaf_account_is_least_privilege_and_unjoin_removes_only_what_is_mar
         Some("east")
     );
     // ... and without apps, removes apps's grant, leaving the namespace and its objects.
-    // This time the leaf's kubeconfig names no CA: join takes the one the leaf publishes.
+    // This time the leaf's kubeconfig names no CA and skips verification: join refuses it
+    // unless told to, and then takes the one the leaf publishes.
     let no_ca: String = std::fs::read_to_string(&leaf.kubeconfig)?
         .lines()
         .map(
@@ -577,10 +578,29 @@ async fn the_leaf_account_is_least_privilege_and_unjoin_removes_only_what_is_mar
     anyhow::ensure!(no_ca.contains("insecure-skip-tls-verify"), "{no_ca}");
     let no_ca_path = dir.path().join("leaf-no-ca.yaml");
     std::fs::write(&no_ca_path, no_ca)?;
+    let refused = run(
+        &host.kubeconfig,
+        &[
+            "join",
+            "cluster",
+            "--name",
+            "east",
+            "--cluster-kubeconfig",
+            &no_ca_path.to_string_lossy(),
+            "--namespaces",
+            "web",
+        ],
+    )?;
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
+    assert!(
+        text(&refused).contains("--unsafe-skip-ca-verification"),
+        "{}",
+        text(&refused)
+    );
     let shown = join(
         &host,
         &no_ca_path.to_string_lossy(),
-        &["--namespaces", "web"],
+        &["--namespaces", "web", "--unsafe-skip-ca-verification"],
     )?;
     assert!(shown.contains("grant in namespace apps removed"), "{shown}");
     assert!(!leaf_may(&leaf, &["create", "pods", "-n", "apps"])?);

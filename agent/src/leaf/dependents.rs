@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Client};
 use mcsched_shared::keys;
 use tracing::{debug, info};
@@ -269,8 +269,10 @@ async fn refresh(f: &Follow<'_>, dep: &Dep, source: &Source) -> Result<(), Follo
     Ok(())
 }
 
-/// Server-side applies `copy` as the leaf's `dep`, unless the leaf's object of that name is
-/// someone else's.
+/// Writes `copy` as the leaf's `dep`: created when the leaf has none (an object of that name
+/// made meanwhile answers 409 and is someone else's unless it carries this host's marks),
+/// else server-side applied over this host's copy with its UID and resourceVersion as
+/// preconditions, so that an object replaced since it was read is never taken over.
 async fn apply_ours<K>(f: &Follow<'_>, dep: &Dep, copy: &K) -> Result<(), FollowError>
 where
     K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
@@ -280,13 +282,43 @@ where
         + std::fmt::Debug,
 {
     let api: Api<K> = Api::namespaced(f.leaf.client.clone(), &dep.namespace);
-    if ours_or_absent(&api, f.leaf, dep).await?.is_none() {
+    let read = || async {
+        api.get_metadata_opt(&dep.name)
+            .await
+            .map_err(api_err(format!("reading leaf {dep}")))
+    };
+    let found = match read().await? {
+        Some(m) => m,
+        None => {
+            if !(f.may_write)() {
+                return Err(FollowError::NotLeader);
+            }
+            let pp = PostParams {
+                field_manager: Some(keys::FIELD_MANAGER.into()),
+                ..Default::default()
+            };
+            match api.create(&pp, copy).await {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 => match read().await? {
+                    Some(m) => m,
+                    // Gone again already: the next round creates it.
+                    None => return Ok(()),
+                },
+                Err(e) => return Err(api_err(format!("creating leaf {dep}"))(e)),
+            }
+        }
+    };
+    if !is_ours(&found.metadata, &f.leaf.name, &f.leaf.host_id) {
+        debug!(cluster = %f.leaf.name, object = %dep, "the leaf's object of that name is not this host's: left alone");
         return Ok(());
     }
     if !(f.may_write)() {
         return Err(FollowError::NotLeader);
     }
-    api.patch(&dep.name, &apply_params(), &Patch::Apply(copy))
+    let mut copy = copy.clone();
+    copy.meta_mut().uid = found.metadata.uid;
+    copy.meta_mut().resource_version = found.metadata.resource_version;
+    api.patch(&dep.name, &apply_params(), &Patch::Apply(&copy))
         .await
         .map_err(api_err(format!("updating leaf {dep}")))?;
     Ok(())
@@ -390,7 +422,102 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fake_api;
     use serde_json::json;
+
+    const CM: &str = "/api/v1/namespaces/shop/configmaps";
+
+    /// `apply_ours` of ConfigMap shop/settings against a leaf answering with `answer`.
+    async fn write_copy(
+        answer: impl Fn(&str, &str, &serde_json::Value) -> (u16, serde_json::Value)
+        + Send
+        + Sync
+        + 'static,
+    ) -> (Result<(), FollowError>, fake_api::Calls, fake_api::Requests) {
+        let (leaf_client, calls, sent) = fake_api::recording(answer);
+        let (host, _, _) = fake_api::recording(|_, _, _| (404, json!({})));
+        let leaf = LeafCluster::new("east".into(), leaf_client, "1".into(), "h1".into());
+        let objects = HostObjects::default();
+        let f = Follow {
+            host: &host,
+            leaf: &leaf,
+            objects: &objects,
+            host_has_claim: &|_| false,
+            grace: Duration::from_secs(60),
+            may_write: &|| true,
+            complete: false,
+        };
+        let host_cm: ConfigMap = serde_json::from_value(json!({"metadata": {
+            "name": "settings", "namespace": "shop", "uid": "host-uid"}, "data": {"k": "v"}}))
+        .expect("cm");
+        let dep = Dep::new(DepKind::ConfigMap, "shop", "settings");
+        let r = apply_ours(&f, &dep, &config_map_copy(&leaf, &host_cm)).await;
+        (r, calls, sent)
+    }
+
+    fn found(labels: serde_json::Value) -> (u16, serde_json::Value) {
+        (
+            200,
+            json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+            "metadata": {"name": "settings", "namespace": "shop", "uid": "leaf-uid",
+                "resourceVersion": "42", "labels": labels}}),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_copy_is_created_and_one_made_meanwhile_is_not_taken_over() {
+        // Absent when read, then someone's of that name is there when created.
+        let reads = std::sync::atomic::AtomicUsize::new(0);
+        let (r, calls, _) = write_copy(move |method, path, _| match method {
+            "GET" if reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 => {
+                (404, fake_api::status(404, "NotFound", "not found"))
+            }
+            "GET" => found(json!({"team": "theirs"})),
+            "POST" => (409, fake_api::status(409, "AlreadyExists", path)),
+            _ => (500, json!({})),
+        })
+        .await;
+        assert!(r.is_ok(), "{r:?}");
+        assert_eq!(
+            fake_api::writes(&calls),
+            [format!("POST {CM}")],
+            "created, never patched over theirs"
+        );
+
+        // Absent: created, with this host's marks, and nothing else.
+        let (r, calls, sent) = write_copy(|method, _, body| match method {
+            "GET" => (404, fake_api::status(404, "NotFound", "not found")),
+            _ => (201, body.clone()),
+        })
+        .await;
+        assert!(r.is_ok(), "{r:?}");
+        assert_eq!(fake_api::writes(&calls), [format!("POST {CM}")]);
+        let created = fake_api::sent(&sent, "POST", CM);
+        assert_eq!(created[0]["metadata"]["labels"][keys::HOST_ID_LABEL], "h1");
+    }
+
+    #[tokio::test]
+    async fn this_hosts_copy_is_updated_only_as_it_was_read() {
+        let ours = json!({keys::MANAGED_CLUSTER_LABEL: "east", keys::HOST_ID_LABEL: "h1"});
+        let (r, calls, sent) = write_copy(move |method, _, body| match method {
+            "GET" => found(ours.clone()),
+            _ => (200, body.clone()),
+        })
+        .await;
+        assert!(r.is_ok(), "{r:?}");
+        assert_eq!(fake_api::writes(&calls), [format!("PATCH {CM}/settings")]);
+        let patch = &fake_api::sent(&sent, "PATCH", "/settings")[0];
+        assert_eq!(patch["metadata"]["uid"], "leaf-uid");
+        assert_eq!(patch["metadata"]["resourceVersion"], "42");
+        // Someone else's of that name: not written at all.
+        let (r, calls, _) = write_copy(|method, _, body| match method {
+            "GET" => found(json!({keys::HOST_ID_LABEL: "another-host"})),
+            _ => (200, body.clone()),
+        })
+        .await;
+        assert!(r.is_ok(), "{r:?}");
+        assert!(fake_api::writes(&calls).is_empty());
+    }
 
     #[test]
     fn a_pod_refers_to_its_config_maps_secrets_and_claims_in_its_namespace() {

@@ -71,6 +71,20 @@ pub fn is_ours(meta: &ObjectMeta, cluster: &str, host_id: &str) -> bool {
             .is_some_and(|h| h == host_id)
 }
 
+/// A leaf's system namespaces are never granted, whatever its RBAC says: join's
+/// admission policy refuses the leaf account every write there, `--all-namespaces`
+/// included (whose ClusterRoleBinding a SelfSubjectAccessReview would count).
+fn never_granted(q: &Question) -> Option<bool> {
+    match q {
+        Question::Granted(ns) | Question::MayCreateServiceAccounts(ns)
+            if keys::is_protected_leaf_namespace(ns) =>
+        {
+            Some(false)
+        }
+        _ => None,
+    }
+}
+
 /// How much a leaf's checks hold: with the leaf client's rate limit, what a flood of
 /// pods or what-ifs naming objects can cost the leaf and the agent.
 pub const LIMITS: Limits = Limits {
@@ -130,6 +144,9 @@ impl LeafChecks {
     /// The answer if known; otherwise None, and the question is asked (for a live pod,
     /// again every 30 s while wanted; for a what-if, once).
     pub fn want(&self, q: &Question, asker: Asker) -> Option<bool> {
+        if let Some(a) = never_granted(q) {
+            return Some(a);
+        }
         if self.settled {
             return Some(Self::settled_answer(q));
         }
@@ -139,6 +156,9 @@ impl LeafChecks {
     /// The answer if known, without asking: for the filters of a cycle whose PreFilter
     /// asked with [`LeafChecks::want`].
     pub fn answer(&self, q: &Question) -> Option<bool> {
+        if let Some(a) = never_granted(q) {
+            return Some(a);
+        }
         if self.settled {
             return Some(Self::settled_answer(q));
         }
@@ -208,23 +228,40 @@ impl LeafChecks {
                 }
             }
             Question::Foreign(kind, ns, name) => {
-                let meta = match kind {
-                    Synced::ConfigMap => Api::<ConfigMap>::namespaced(leaf.clone(), ns)
-                        .get_metadata_opt(name)
-                        .await?
-                        .map(|m| m.metadata),
-                    Synced::Secret => Api::<Secret>::namespaced(leaf.clone(), ns)
-                        .get_metadata_opt(name)
-                        .await?
-                        .map(|m| m.metadata),
-                    Synced::Claim => Api::<PersistentVolumeClaim>::namespaced(leaf.clone(), ns)
-                        .get_metadata_opt(name)
-                        .await?
-                        .map(|m| m.metadata),
+                let meta = match self.foreign_meta(leaf, *kind, ns, name).await {
+                    Ok(m) => m,
+                    // Not readable (a namespace made after an `--all-namespaces` join,
+                    // Secrets read only where join bound it): it cannot be told to be
+                    // ours, so it is taken as not ours.
+                    Err(kube::Error::Api(s)) if s.code == 403 => return Ok(true),
+                    Err(e) => return Err(e),
                 };
                 Ok(meta.is_some_and(|m| !is_ours(&m, &self.cluster, &self.host_id)))
             }
         }
+    }
+
+    async fn foreign_meta(
+        &self,
+        leaf: &kube::Client,
+        kind: Synced,
+        ns: &str,
+        name: &str,
+    ) -> Result<Option<ObjectMeta>, kube::Error> {
+        Ok(match kind {
+            Synced::ConfigMap => Api::<ConfigMap>::namespaced(leaf.clone(), ns)
+                .get_metadata_opt(name)
+                .await?
+                .map(|m| m.metadata),
+            Synced::Secret => Api::<Secret>::namespaced(leaf.clone(), ns)
+                .get_metadata_opt(name)
+                .await?
+                .map(|m| m.metadata),
+            Synced::Claim => Api::<PersistentVolumeClaim>::namespaced(leaf.clone(), ns)
+                .get_metadata_opt(name)
+                .await?
+                .map(|m| m.metadata),
+        })
     }
 }
 

@@ -1,15 +1,17 @@
 //! The leaf token in a join Secret expires (a bound token from the TokenRequest API):
 //! the leader asks the leaf for a new one at 80 % of its lifetime — the leaf account may
-//! request tokens for itself only — and writes it back into the Secret, whose change
-//! reconnects the leaf. A failure is a Warning event on the virtual node, retried every
-//! 30 s until the token runs out.
+//! request tokens for itself only, and join's admission policy in the leaf lets it ask
+//! only for what the renewal asks: bound to the same Secret as the current token, for the
+//! same audiences, for at most join's lifetime — and writes it back into the Secret, whose
+//! change reconnects the leaf. A failure is a Warning event on the virtual node, retried
+//! every 30 s until the token runs out.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
 use k8s_openapi::ByteString;
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{ObjectReference, Secret, ServiceAccount};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -60,11 +62,7 @@ pub enum RenewalError {
 /// When a JWT was issued and when it expires (seconds since the epoch), from its claims;
 /// None for a token that is not a JWT or never expires.
 pub fn validity(token: &str) -> Option<(u64, u64)> {
-    let payload = token.split('.').nth(1)?;
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(payload.trim_end_matches('='))
-        .ok()?;
-    let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    let claims = claims(token)?;
     let exp = claims.get("exp")?.as_u64()?;
     let iat = claims
         .get("iat")
@@ -72,6 +70,47 @@ pub fn validity(token: &str) -> Option<(u64, u64)> {
         .or_else(|| claims.get("nbf").and_then(|v| v.as_u64()))
         .unwrap_or(exp.saturating_sub(DEFAULT_LIFETIME.as_secs()));
     Some((iat, exp))
+}
+
+/// A JWT's claims, if it is one.
+fn claims(token: &str) -> Option<serde_json::Value> {
+    let payload = token.split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// The TokenRequest renewing `current`: `lifetime`, and the binding and audiences of
+/// `current` (join's token is bound to its token Secret, with the leaf API server's own
+/// audiences; the leaf's token policy allows nothing else). A token bound to nothing (a
+/// join before the policy) is renewed as it was: bound to nothing, default audiences.
+pub fn renewal_request(current: &str, lifetime: Duration) -> TokenRequest {
+    let claims = claims(current).unwrap_or_default();
+    let secret = &claims["kubernetes.io"]["secret"];
+    let bound_object_ref = secret["name"].as_str().map(|name| BoundObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Secret".into()),
+        name: Some(name.to_string()),
+        uid: secret["uid"].as_str().map(String::from),
+    });
+    let audiences = match (&bound_object_ref, &claims["aud"]) {
+        (None, _) => Vec::new(),
+        (Some(_), serde_json::Value::String(a)) => vec![a.clone()],
+        (Some(_), serde_json::Value::Array(a)) => a
+            .iter()
+            .filter_map(|a| a.as_str().map(String::from))
+            .collect(),
+        (Some(_), _) => Vec::new(),
+    };
+    TokenRequest {
+        spec: TokenRequestSpec {
+            audiences,
+            expiration_seconds: Some(i64::try_from(lifetime.as_secs()).unwrap_or(i64::MAX)),
+            bound_object_ref,
+        },
+        ..Default::default()
+    }
 }
 
 /// How long from `now` until the token should be renewed.
@@ -149,14 +188,8 @@ async fn renew(host: &Client, leaf: &LeafCluster, join: &JoinSecret) -> Result<(
     let lifetime = join.lifetime.unwrap_or(DEFAULT_LIFETIME);
     let accounts: Api<ServiceAccount> =
         Api::namespaced(leaf.client.clone(), keys::SYSTEM_NAMESPACE);
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: vec![],
-            expiration_seconds: Some(lifetime.as_secs() as i64),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
+    let current = leaf_kubeconfig::token(&join.kubeconfig).unwrap_or_default();
+    let request = renewal_request(&current, lifetime);
     let answer = accounts
         .create_token_request(keys::LEAF_ACCOUNT, &PostParams::default(), &request)
         .await
@@ -207,6 +240,48 @@ mod tests {
             Duration::ZERO,
             "overdue: at once"
         );
+    }
+
+    #[test]
+    fn a_renewal_asks_for_the_lifetime_binding_and_audiences_of_join() {
+        let bound = jwt(json!({"iat": 1000, "exp": 4600,
+            "aud": ["https://kubernetes.default.svc.cluster.local"],
+            "kubernetes.io": {"namespace": "mcsched-system",
+                "secret": {"name": "mcsched-leaf-token-abcde", "uid": "u-1"},
+                "serviceaccount": {"name": "mcsched-leaf", "uid": "sa"}}}));
+        let r = renewal_request(&bound, Duration::from_secs(1800)).spec;
+        assert_eq!(r.expiration_seconds, Some(1800));
+        assert_eq!(
+            r.audiences,
+            ["https://kubernetes.default.svc.cluster.local"]
+        );
+        let b = r.bound_object_ref.expect("bound");
+        assert_eq!(
+            (
+                b.api_version.as_deref(),
+                b.kind.as_deref(),
+                b.name.as_deref(),
+                b.uid.as_deref()
+            ),
+            (
+                Some("v1"),
+                Some("Secret"),
+                Some("mcsched-leaf-token-abcde"),
+                Some("u-1")
+            )
+        );
+        let single = jwt(json!({"exp": 2, "aud": "a",
+            "kubernetes.io": {"secret": {"name": "s", "uid": "u"}}}));
+        assert_eq!(
+            renewal_request(&single, Duration::from_secs(600))
+                .spec
+                .audiences,
+            ["a"]
+        );
+        // A token of a join before the policy: as before.
+        let unbound = jwt(json!({"iat": 1, "exp": 2, "aud": ["x"]}));
+        let r = renewal_request(&unbound, Duration::from_secs(600)).spec;
+        assert!(r.bound_object_ref.is_none() && r.audiences.is_empty());
     }
 
     #[test]

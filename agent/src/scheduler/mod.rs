@@ -194,14 +194,22 @@ fn spawn_policy_status(
             }
             let set = snapshot.policies.clone();
             let client = &shared.bind_ctx.client;
-            crate::cluster_failover::run(client, &set, &snapshot).await;
-            let mut refused = crate::deletion_cost::write(
+            let mut refused = crate::cluster_failover::run(
                 client,
                 &set,
                 &snapshot,
                 shared.leaves.agent_namespace(),
             )
             .await;
+            refused.extend(
+                crate::deletion_cost::write(
+                    client,
+                    &set,
+                    &snapshot,
+                    shared.leaves.agent_namespace(),
+                )
+                .await,
+            );
             refused.extend(rebalancer.round(&shared, &snapshot).await);
             writer.write(client, &set, &snapshot, &refused).await;
         }

@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, EvictParams, Preconditions};
 use mcsched_shared::policy::{DivisionType, PlacementPolicySpec};
 use tracing::info;
 
@@ -266,20 +265,9 @@ enum Refusal {
 async fn evict(shared: &Shared, pod: &Pod) -> Result<(), Refusal> {
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
     let name = pod.metadata.name.clone().unwrap_or_default();
-    let params = EvictParams {
-        delete_options: Some(DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: pod.metadata.uid.clone(),
-                resource_version: None,
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    match Api::<Pod>::namespaced(shared.bind_ctx.client.clone(), &ns)
-        .evict(&name, &params)
-        .await
-    {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    // Written out there: kube's `evict` drops the UID precondition.
+    match crate::cluster_failover::evict(&shared.bind_ctx.client, &ns, &name, &uid).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 403 => Err(Refusal::Forbidden(ns)),
         Err(e) => Err(Refusal::NotNow(e.to_string())),

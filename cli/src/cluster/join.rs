@@ -11,6 +11,9 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::core::v1::{Namespace, Node, NodeSpec, Secret, ServiceAccount, Taint};
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
@@ -51,8 +54,10 @@ pub struct JoinArgs {
         conflicts_with = "all_namespaces"
     )]
     pub namespaces: Vec<String>,
-    /// Let the host run pods in every leaf namespace, kube-system included, and create
-    /// namespaces: only for a host trusted as much as the leaf's admins.
+    /// Let the host run pods in every leaf namespace but kube-system, kube-public,
+    /// kube-node-lease and mcsched-system (an admission policy refuses writes there), and
+    /// create namespaces; Secrets are read only in the namespaces there at join (join
+    /// again to add later ones). Only for a host trusted as much as the leaf's admins.
     #[arg(long)]
     pub all_namespaces: bool,
     /// Let pod sync create, in the granted namespaces, a ServiceAccount a host pod names
@@ -68,9 +73,19 @@ pub struct JoinArgs {
     #[arg(long, value_enum, value_name = "LEVEL", default_value_t = PodSecurity::Baseline)]
     pub pod_security: PodSecurity,
     /// Lifetime of the leaf account's tokens (at least 10m); the agent renews the token
-    /// in the join Secret before it expires.
+    /// in the join Secret before it expires. The leaf refuses the account longer tokens,
+    /// or tokens not bound to the Secret join creates in its mcsched-system namespace;
+    /// joining again replaces that Secret, revoking every token bound to the old one.
     #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = crate::duration::parse)]
     pub token_lifetime: Duration,
+    /// Accept a --cluster-kubeconfig with `insecure-skip-tls-verify: true`: join then
+    /// talks to the leaf without verifying its certificate and pins into the join Secret
+    /// the CA the leaf publishes (ConfigMap kube-root-ca.crt) as read over that unverified
+    /// connection — trust on first use, as kubeadm's
+    /// --discovery-token-unsafe-skip-ca-verification. Without it such a kubeconfig is
+    /// refused.
+    #[arg(long)]
+    pub unsafe_skip_ca_verification: bool,
     /// Region label of the virtual node (default: the leaf nodes' common region).
     #[arg(long)]
     pub region: Option<String>,
@@ -252,6 +267,35 @@ where
     }
 }
 
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TransportError {
+    #[error(
+        "clusters[].cluster.server is {0}://: join would send the leaf admin's credentials, and receive the leaf account's token, unencrypted; give the leaf's https:// address"
+    )]
+    NotHttps(String),
+    #[error(
+        "clusters[].cluster.insecure-skip-tls-verify is true: the leaf's CA join would pin would be read over an unverified connection; give the leaf's CA (certificate-authority-data), or pass --unsafe-skip-ca-verification to trust what the leaf answers now"
+    )]
+    Unverified,
+}
+
+/// How join may reach the leaf: over HTTPS only, and without verifying the leaf's
+/// certificate only when the user said so.
+fn transport(
+    scheme: Option<&str>,
+    insecure: bool,
+    acknowledged: bool,
+) -> Result<(), TransportError> {
+    match scheme {
+        Some("https") => {}
+        other => return Err(TransportError::NotHttps(other.unwrap_or_default().into())),
+    }
+    if insecure && !acknowledged {
+        return Err(TransportError::Unverified);
+    }
+    Ok(())
+}
+
 /// Everything join decided before it touches a cluster.
 struct Plan<'a> {
     args: &'a JoinArgs,
@@ -301,6 +345,17 @@ pub async fn run(kube: &KubeArgs, args: JoinArgs) -> anyhow::Result<()> {
         .to_string()
         .trim_end_matches('/')
         .to_string();
+    transport(
+        leaf_config.cluster_url.scheme_str(),
+        leaf_config.accept_invalid_certs,
+        args.unsafe_skip_ca_verification,
+    )
+    .with_context(|| format!("--cluster-kubeconfig {}", args.cluster_kubeconfig.display()))?;
+    if leaf_config.accept_invalid_certs {
+        warn(
+            "--unsafe-skip-ca-verification: the leaf's certificate is not verified; the CA pinned into the join Secret is the one the leaf answers with now",
+        );
+    }
     let ca = leaf_config
         .root_cert
         .as_deref()
@@ -447,6 +502,11 @@ async fn join_steps(
     {
         rb.record_cluster::<ClusterRole>(true, keys::LEAF_SERVICE_ACCOUNT_ROLE.into());
     }
+    if matches!(p.grant, Grant::AllNamespaces)
+        && apply_in_leaf(&Api::all(leaf.clone()), &leaf_access::cluster_writer_role()).await?
+    {
+        rb.record_cluster::<ClusterRole>(true, keys::LEAF_CLUSTER_WRITER_ROLE.into());
+    }
     if apply_in_leaf(
         &Api::namespaced(leaf.clone(), system),
         &leaf_access::token_role(),
@@ -469,6 +529,8 @@ async fn join_steps(
         keys::LEAF_ACCOUNT,
         keys::LEAF_TOKEN_ROLE
     ));
+    // The policies before any grant: no moment when the account writes where it never may.
+    policies(leaf, rb).await?;
     grant_writes(p, leaf, rb).await?;
 
     let ca = match &p.ca {
@@ -484,7 +546,12 @@ async fn join_steps(
                 )
             })?,
     };
-    let (token, expires) = leaf_access::request_token(leaf, args.token_lifetime)
+    let token_secret = new_token_secret(p, leaf, rb).await?;
+    let leaf_access::LeafToken {
+        token,
+        expires,
+        audiences,
+    } = leaf_access::request_token(leaf, args.token_lifetime, &token_secret)
         .await
         .with_context(|| {
             format!(
@@ -492,6 +559,7 @@ async fn join_steps(
                 keys::LEAF_ACCOUNT
             )
         })?;
+    allow_audiences(leaf, &token_secret, &audiences).await?;
     if token.is_empty() {
         bail!(
             "the leaf answered the TokenRequest for {system}/{} without a token",
@@ -500,11 +568,12 @@ async fn join_steps(
     }
     let lifetime = duration::display(args.token_lifetime);
     step(&format!(
-        "leaf: a token for {} valid for {lifetime}{}",
+        "leaf: a token for {} valid for {lifetime}{}, bound to Secret {system}/{} (the agent renews it; tokens are refused longer, or bound to anything else)",
         keys::LEAF_ACCOUNT,
         expires
             .map(|t| format!(" (until {})", t.0))
-            .unwrap_or_default()
+            .unwrap_or_default(),
+        token_secret.name_any()
     ));
 
     // Host side.
@@ -628,7 +697,113 @@ async fn join_steps(
     // What the Secret no longer needs, and grants no longer asked for, go once all else
     // is in place.
     remove_legacy_token(leaf).await?;
+    remove_old_token_secrets(p, leaf, &token_secret).await?;
     remove_stale_grants(p, leaf).await
+}
+
+/// The admission policies bounding the leaf account's tokens and keeping it out of the
+/// leaf's system namespaces (the same for every host: applied again as they are).
+async fn policies(leaf: &Client, rb: &mut Rollback) -> anyhow::Result<()> {
+    let all = Api::<ValidatingAdmissionPolicy>::all(leaf.clone());
+    let bindings = Api::<ValidatingAdmissionPolicyBinding>::all(leaf.clone());
+    for (policy, binding) in [
+        (
+            leaf_access::namespace_policy(),
+            leaf_access::namespace_policy_binding(),
+        ),
+        (
+            leaf_access::token_policy(),
+            leaf_access::token_policy_binding(),
+        ),
+    ] {
+        let name = policy.name_any();
+        if apply_in_leaf(&all, &policy).await? {
+            rb.record_cluster::<ValidatingAdmissionPolicy>(true, name.clone());
+        }
+        if apply_in_leaf(&bindings, &binding).await? {
+            rb.record_cluster::<ValidatingAdmissionPolicyBinding>(true, name);
+        }
+    }
+    step(&format!(
+        "leaf: admission policies {} (no write of {} in {}) and {} (its tokens bound to join's Secret, for its lifetime at most)",
+        keys::LEAF_NAMESPACE_POLICY,
+        keys::LEAF_ACCOUNT,
+        keys::LEAF_PROTECTED_NAMESPACES.join(", "),
+        keys::LEAF_TOKEN_POLICY
+    ));
+    Ok(())
+}
+
+/// A new token Secret for this host, with the lifetime asked for: the leaf tokens are
+/// bound to it.
+async fn new_token_secret(
+    p: &Plan<'_>,
+    leaf: &Client,
+    rb: &mut Rollback,
+) -> anyhow::Result<Secret> {
+    let api: Api<Secret> = Api::namespaced(leaf.clone(), keys::SYSTEM_NAMESPACE);
+    let secret = api
+        .create(
+            &PostParams::default(),
+            &leaf_access::token_secret(&p.host_id, &p.args.name, p.args.token_lifetime),
+        )
+        .await
+        .context("creating the leaf token Secret")?;
+    rb.record_namespaced::<Secret>(true, keys::SYSTEM_NAMESPACE.into(), secret.name_any());
+    Ok(secret)
+}
+
+/// Records on the token Secret the audiences the leaf gave join's token: the token policy
+/// lets renewals ask for these only.
+async fn allow_audiences(
+    leaf: &Client,
+    secret: &Secret,
+    audiences: &[String],
+) -> anyhow::Result<()> {
+    if audiences.is_empty() || audiences.iter().any(|a| a.is_empty() || a.contains(',')) {
+        bail!(
+            "the leaf gave its token the audiences {audiences:?}: the token policy keeps a comma-separated list of non-empty ones"
+        );
+    }
+    let patch = json!({"metadata": {"annotations": {
+        keys::TOKEN_AUDIENCES_ANNOTATION: audiences.join(",")}}});
+    Api::<Secret>::namespaced(leaf.clone(), keys::SYSTEM_NAMESPACE)
+        .patch(
+            &secret.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .context("recording the token's audiences on the leaf token Secret")?;
+    Ok(())
+}
+
+/// This host's token Secrets but the new one: deleting one revokes every token bound to
+/// it (the join before's, and any minted from them).
+async fn remove_old_token_secrets(
+    p: &Plan<'_>,
+    leaf: &Client,
+    keep: &Secret,
+) -> anyhow::Result<()> {
+    let api: Api<Secret> = Api::namespaced(leaf.clone(), keys::SYSTEM_NAMESPACE);
+    let old = api
+        .list(&ListParams::default().labels(&leaf_access::token_secret_selector(&p.host_id)))
+        .await
+        .context("listing this host's leaf token Secrets")?;
+    for s in old.items {
+        if s.metadata.uid == keep.metadata.uid || !is_managed(&s.metadata) {
+            continue;
+        }
+        delete_exactly(&api, &s)
+            .await
+            .context("removing the leaf token Secret of the join before")?;
+        step(&format!(
+            "leaf: token Secret {}/{} of the join before removed (the tokens bound to it no longer authenticate)",
+            keys::SYSTEM_NAMESPACE,
+            s.name_any()
+        ));
+    }
+    Ok(())
 }
 
 /// The never-expiring token Secret earlier joins created: the join Secret now holds an
@@ -652,7 +827,9 @@ async fn remove_legacy_token(leaf: &Client) -> anyhow::Result<()> {
 
 /// The leaf account's write rights: a RoleBinding of [`keys::LEAF_WRITER_ROLE`] in each
 /// granted namespace (created, marked as this host's, when missing), or with
-/// `--all-namespaces` one ClusterRoleBinding.
+/// `--all-namespaces` a ClusterRoleBinding of [`keys::LEAF_CLUSTER_WRITER_ROLE`] (no
+/// Secret read) and a RoleBinding of the writer role (Secrets read) in every namespace
+/// there now but the protected ones, where the namespace policy refuses every write.
 async fn grant_writes(p: &Plan<'_>, leaf: &Client, rb: &mut Rollback) -> anyhow::Result<()> {
     match &p.grant {
         Grant::Namespaces(list) => {
@@ -716,18 +893,42 @@ async fn grant_writes(p: &Plan<'_>, leaf: &Client, rb: &mut Rollback) -> anyhow:
             ));
         }
         Grant::AllNamespaces => {
-            warn(
-                "--all-namespaces: the host may create pods and write Secrets in every namespace of the leaf, kube-system included, and so act as any ServiceAccount there; name the namespaces with --namespaces unless the host is trusted as much as the leaf's admins",
-            );
+            warn(&format!(
+                "--all-namespaces: the host may create pods and write Secrets in every namespace of the leaf but {} (an admission policy refuses those), and so act as any ServiceAccount there; name the namespaces with --namespaces unless the host is trusted as much as the leaf's admins",
+                keys::LEAF_PROTECTED_NAMESPACES.join(", ")
+            ));
             let api: Api<ClusterRoleBinding> = Api::all(leaf.clone());
             let binding = leaf_access::writer_cluster_binding(&p.host_id);
             if put_grant(&api, &binding, &binding.role_ref, &p.host_id).await? {
-                rb.record_cluster::<ClusterRoleBinding>(true, keys::LEAF_WRITER_ROLE.into());
+                rb.record_cluster::<ClusterRoleBinding>(
+                    true,
+                    keys::LEAF_CLUSTER_WRITER_ROLE.into(),
+                );
+            }
+            // Secrets are read by RoleBindings, never cluster-wide: in each namespace
+            // there now (a namespace made later gets one when join runs again).
+            for ns in readable_namespaces(leaf).await? {
+                let api: Api<RoleBinding> = Api::namespaced(leaf.clone(), &ns);
+                let binding = leaf_access::writer_binding(&ns, &p.host_id);
+                if let Some(b) = api.get_opt(keys::LEAF_ACCOUNT).await?
+                    && !(is_managed(&b.metadata) && b.role_ref == binding.role_ref)
+                {
+                    warn(&format!(
+                        "leaf namespace {ns} has a RoleBinding {} that is not mcsched's: left as it is, and Secrets there are not read",
+                        keys::LEAF_ACCOUNT
+                    ));
+                    continue;
+                }
+                if put_grant(&api, &binding, &binding.role_ref, &p.host_id).await? {
+                    rb.record_namespaced::<RoleBinding>(true, ns, keys::LEAF_ACCOUNT.into());
+                }
             }
             step(&format!(
-                "leaf: {} may write in every namespace (ClusterRoleBinding {})",
+                "leaf: {} may write in every namespace but {} (ClusterRoleBinding {}; Secrets read only in the namespaces there now, by RoleBindings {})",
                 keys::LEAF_ACCOUNT,
-                keys::LEAF_WRITER_ROLE
+                keys::LEAF_PROTECTED_NAMESPACES.join(", "),
+                keys::LEAF_CLUSTER_WRITER_ROLE,
+                keys::LEAF_ACCOUNT
             ));
             if p.args.service_accounts {
                 let binding = leaf_access::service_account_cluster_binding(&p.host_id);
@@ -857,6 +1058,22 @@ where
     Ok(false)
 }
 
+/// The leaf's namespaces that `--all-namespaces` grants Secrets read in: all there now
+/// but the protected ones and those on their way out.
+async fn readable_namespaces(leaf: &Client) -> anyhow::Result<Vec<String>> {
+    let list = Api::<Namespace>::all(leaf.clone())
+        .list(&ListParams::default())
+        .await
+        .context("listing the leaf's namespaces")?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|n| n.metadata.deletion_timestamp.is_none())
+        .map(|n| n.name_any())
+        .filter(|n| !keys::is_protected_leaf_namespace(n))
+        .collect())
+}
+
 /// RoleBinding and ClusterRoleBinding alike.
 trait HasRoleRef {
     fn role_ref(&self) -> &RoleRef;
@@ -885,10 +1102,11 @@ async fn remove_stale_grants(p: &Plan<'_>, leaf: &Client) -> anyhow::Result<()> 
         keys::HOST_ID_LABEL,
         p.host_id
     );
-    let keep: &[String] = match &p.grant {
-        Grant::Namespaces(list) => list,
-        Grant::AllNamespaces => &[],
+    let keep: Vec<String> = match &p.grant {
+        Grant::Namespaces(list) => list.clone(),
+        Grant::AllNamespaces => readable_namespaces(leaf).await?,
     };
+    let all = matches!(p.grant, Grant::AllNamespaces);
     let bindings = Api::<RoleBinding>::all(leaf.clone())
         .list(&ListParams::default().labels(&ours))
         .await
@@ -899,7 +1117,9 @@ async fn remove_stale_grants(p: &Plan<'_>, leaf: &Client) -> anyhow::Result<()> 
             b.name_any() == keys::LEAF_ACCOUNT && b.role_ref.name == keys::LEAF_WRITER_ROLE;
         let accounts = b.name_any() == keys::LEAF_SERVICE_ACCOUNT_ROLE
             && b.role_ref.name == keys::LEAF_SERVICE_ACCOUNT_ROLE;
-        let wanted = keep.contains(&ns) && (writes || p.args.service_accounts);
+        // With --all-namespaces the per-namespace grant is the writer's only (Secrets
+        // read); the ServiceAccount grant is cluster-wide.
+        let wanted = keep.contains(&ns) && (writes || (p.args.service_accounts && !all));
         if !(writes || accounts) || wanted {
             continue;
         }
@@ -917,9 +1137,18 @@ async fn remove_stale_grants(p: &Plan<'_>, leaf: &Client) -> anyhow::Result<()> 
         ));
     }
     let api: Api<ClusterRoleBinding> = Api::all(leaf.clone());
-    let all = matches!(p.grant, Grant::AllNamespaces);
     for (name, wanted, what) in [
-        (keys::LEAF_WRITER_ROLE, all, "the all-namespaces grant"),
+        (
+            keys::LEAF_CLUSTER_WRITER_ROLE,
+            all,
+            "the all-namespaces grant",
+        ),
+        // Joins before the split bound the writer role, Secrets read included, here.
+        (
+            keys::LEAF_WRITER_ROLE,
+            false,
+            "the all-namespaces grant of an earlier join",
+        ),
         (
             keys::LEAF_SERVICE_ACCOUNT_ROLE,
             all && p.args.service_accounts,
@@ -1116,5 +1345,33 @@ where
         Ok(_) => Ok(true),
         Err(e) if code(&e) == Some(404) => Ok(false),
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_leaf_is_reached_over_verified_https_unless_the_user_accepts_less() {
+        assert_eq!(transport(Some("https"), false, false), Ok(()));
+        let e = transport(Some("http"), false, false).expect_err("http refused");
+        assert!(
+            e.to_string()
+                .starts_with("clusters[].cluster.server is http://"),
+            "{e}"
+        );
+        assert_eq!(
+            transport(Some("http"), true, true),
+            Err(TransportError::NotHttps("http".into())),
+            "not even acknowledged"
+        );
+        let e = transport(Some("https"), true, false).expect_err("unverified refused");
+        assert!(
+            e.to_string().contains("insecure-skip-tls-verify is true")
+                && e.to_string().contains("--unsafe-skip-ca-verification"),
+            "{e}"
+        );
+        assert_eq!(transport(Some("https"), true, true), Ok(()));
     }
 }

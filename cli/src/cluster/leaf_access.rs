@@ -1,20 +1,26 @@
 //! What `join` creates in a leaf so the agent can work there, and nothing more: a
 //! ServiceAccount that reads cluster-wide what feasibility needs, writes only in the
-//! namespaces the leaf's admin grants, and may request tokens for itself alone; and the
-//! expiring token, CA and server the host's join Secret holds.
+//! namespaces the leaf's admin grants (never in the leaf's system namespaces), and may
+//! request tokens for itself alone, bounded by an admission policy; and the expiring
+//! token, CA and server the host's join Secret holds.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::admissionregistration::v1::{
+    MatchCondition, MatchResources, NamedRuleWithOperations, ParamKind, ParamRef,
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    ValidatingAdmissionPolicyBindingSpec, ValidatingAdmissionPolicySpec, Validation,
+};
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use kube::Client;
 use kube::api::{Api, ObjectMeta, PostParams};
 use mcsched_shared::keys;
@@ -27,6 +33,7 @@ pub const LEGACY_TOKEN_SECRET: &str = "mcsched-leaf-token";
 pub const ROOT_CA_CONFIGMAP: &str = "kube-root-ca.crt";
 
 const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+const ADMISSION_GROUP: &str = "admissionregistration.k8s.io";
 
 /// Where the leaf account may write: the leaf namespaces the admin names, or (opt-in)
 /// every namespace.
@@ -159,6 +166,37 @@ pub fn writer_role() -> ClusterRole {
     }
 }
 
+/// What `--all-namespaces` grants cluster-wide: [`writer_role`]'s rules but Secrets only
+/// written, never read: RBAC cannot leave namespaces out, and a cluster-wide `get` would
+/// read kube-system's Secrets by name. Writes in the leaf's system namespaces (which would
+/// return what they write over) are refused by [`namespace_policy`]; Secrets are read
+/// through [`writer_binding`]s in every other namespace there at join.
+pub fn cluster_writer_role() -> ClusterRole {
+    let mut rules = writer_role().rules.unwrap_or_default();
+    for r in &mut rules {
+        if r.resources.iter().flatten().any(|res| res == "secrets") {
+            r.resources = Some(
+                r.resources
+                    .iter()
+                    .flatten()
+                    .filter(|res| *res != "secrets")
+                    .cloned()
+                    .collect(),
+            );
+        }
+    }
+    rules.push(rule(
+        &[""],
+        &["secrets"],
+        &["create", "update", "patch", "delete"],
+    ));
+    ClusterRole {
+        metadata: meta(keys::LEAF_CLUSTER_WRITER_ROLE, None, managed_labels()),
+        rules: Some(rules),
+        ..Default::default()
+    }
+}
+
 /// `join --service-accounts`: pod sync may create (and delete its own) ServiceAccounts of
 /// the names the host's pods use. No RBAC goes with them: a copy runs with the leaf's
 /// defaults for an account, nothing more.
@@ -205,11 +243,11 @@ pub fn writer_binding(namespace: &str, host_id: &str) -> RoleBinding {
     }
 }
 
-/// The writer role bound cluster-wide: `--all-namespaces` only.
+/// [`cluster_writer_role`] bound cluster-wide: `--all-namespaces` only.
 pub fn writer_cluster_binding(host_id: &str) -> ClusterRoleBinding {
     ClusterRoleBinding {
-        metadata: meta(keys::LEAF_WRITER_ROLE, None, host_labels(host_id)),
-        role_ref: role_ref("ClusterRole", keys::LEAF_WRITER_ROLE),
+        metadata: meta(keys::LEAF_CLUSTER_WRITER_ROLE, None, host_labels(host_id)),
+        role_ref: role_ref("ClusterRole", keys::LEAF_CLUSTER_WRITER_ROLE),
         subjects: Some(vec![leaf_subject()]),
     }
 }
@@ -239,6 +277,223 @@ pub fn token_binding() -> RoleBinding {
         role_ref: role_ref("Role", keys::LEAF_TOKEN_ROLE),
         subjects: Some(vec![leaf_subject()]),
     }
+}
+
+/// The leaf account's user name, as admission policies see it.
+fn leaf_user() -> String {
+    format!(
+        "system:serviceaccount:{}:{}",
+        keys::SYSTEM_NAMESPACE,
+        keys::LEAF_ACCOUNT
+    )
+}
+
+fn cel_list(items: &[&str]) -> String {
+    let quoted: Vec<String> = items.iter().map(|i| format!("'{i}'")).collect();
+    format!("[{}]", quoted.join(", "))
+}
+
+fn validation(expression: String, message: String) -> Validation {
+    Validation {
+        expression,
+        message: Some(message),
+        reason: Some("Forbidden".into()),
+        ..Default::default()
+    }
+}
+
+fn policy_binding(name: &str, param_ref: Option<ParamRef>) -> ValidatingAdmissionPolicyBinding {
+    ValidatingAdmissionPolicyBinding {
+        metadata: meta(name, None, managed_labels()),
+        spec: Some(ValidatingAdmissionPolicyBindingSpec {
+            policy_name: Some(name.into()),
+            param_ref,
+            validation_actions: Some(vec!["Deny".into()]),
+            ..Default::default()
+        }),
+    }
+}
+
+/// Every write of the leaf account in [`keys::LEAF_PROTECTED_NAMESPACES`] is refused but
+/// its own TokenRequest, whatever RBAC grants (`--all-namespaces` grants every namespace,
+/// and RBAC cannot leave one out).
+pub fn namespace_policy() -> ValidatingAdmissionPolicy {
+    let protected = cel_list(keys::LEAF_PROTECTED_NAMESPACES);
+    ValidatingAdmissionPolicy {
+        metadata: meta(keys::LEAF_NAMESPACE_POLICY, None, managed_labels()),
+        spec: Some(ValidatingAdmissionPolicySpec {
+            failure_policy: Some("Fail".into()),
+            match_constraints: Some(MatchResources {
+                resource_rules: Some(vec![NamedRuleWithOperations {
+                    api_groups: Some(vec!["*".into()]),
+                    api_versions: Some(vec!["*".into()]),
+                    operations: Some(
+                        ["CREATE", "UPDATE", "DELETE", "CONNECT"]
+                            .map(String::from)
+                            .to_vec(),
+                    ),
+                    // Every resource and subresource.
+                    resources: Some(vec!["*/*".into()]),
+                    scope: Some("Namespaced".into()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            match_conditions: Some(vec![
+                MatchCondition {
+                    name: "leaf-account".into(),
+                    expression: format!("request.userInfo.username == '{}'", leaf_user()),
+                },
+                MatchCondition {
+                    name: "protected-namespace".into(),
+                    expression: format!("request.namespace in {protected}"),
+                },
+            ]),
+            validations: Some(vec![validation(
+                format!(
+                    "request.namespace == '{}' && request.operation == 'CREATE' && request.resource.group == '' && request.resource.resource == 'serviceaccounts' && request.subResource == 'token' && request.name == '{}'",
+                    keys::SYSTEM_NAMESPACE,
+                    keys::LEAF_ACCOUNT
+                ),
+                format!(
+                    "mcsched's leaf account never writes in the leaf's system namespaces ({})",
+                    keys::LEAF_PROTECTED_NAMESPACES.join(", ")
+                ),
+            )]),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+pub fn namespace_policy_binding() -> ValidatingAdmissionPolicyBinding {
+    policy_binding(keys::LEAF_NAMESPACE_POLICY, None)
+}
+
+/// The leaf account's TokenRequests are refused unless bound to one of join's token
+/// Secrets ([`token_secret`], the policy's parameters) and, for that Secret, no longer
+/// than its lifetime and for its audiences: a leaked token cannot mint a longer-lived or
+/// unbound one, and deleting the Secret revokes every token bound to it. Join's own
+/// request (as the leaf's admin) is not matched.
+pub fn token_policy() -> ValidatingAdmissionPolicy {
+    // Each field asked for by itself: a request bound to nothing may still carry an empty
+    // reference.
+    let bound = "(has(object.spec.boundObjectRef) && has(object.spec.boundObjectRef.apiVersion) && has(object.spec.boundObjectRef.kind) && has(object.spec.boundObjectRef.name))";
+    let ours = "object.spec.boundObjectRef.name == params.metadata.name";
+    let lifetime = format!(
+        "int(params.metadata.annotations['{}'])",
+        keys::TOKEN_LIFETIME_SECONDS_ANNOTATION
+    );
+    let audiences = format!(
+        "params.metadata.annotations['{}'].split(',')",
+        keys::TOKEN_AUDIENCES_ANNOTATION
+    );
+    ValidatingAdmissionPolicy {
+        metadata: meta(keys::LEAF_TOKEN_POLICY, None, managed_labels()),
+        spec: Some(ValidatingAdmissionPolicySpec {
+            failure_policy: Some("Fail".into()),
+            param_kind: Some(ParamKind {
+                api_version: Some("v1".into()),
+                kind: Some("Secret".into()),
+            }),
+            match_constraints: Some(MatchResources {
+                resource_rules: Some(vec![NamedRuleWithOperations {
+                    api_groups: Some(vec![String::new()]),
+                    api_versions: Some(vec!["v1".into()]),
+                    operations: Some(vec!["CREATE".into()]),
+                    resources: Some(vec!["serviceaccounts/token".into()]),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            match_conditions: Some(vec![MatchCondition {
+                name: "leaf-account".into(),
+                expression: format!("request.userInfo.username == '{}'", leaf_user()),
+            }]),
+            validations: Some(vec![
+                validation(
+                    format!(
+                        "{bound} && object.spec.boundObjectRef.apiVersion == 'v1' && object.spec.boundObjectRef.kind == 'Secret' && object.spec.boundObjectRef.name.startsWith('{}')",
+                        keys::LEAF_TOKEN_SECRET_PREFIX
+                    ),
+                    format!(
+                        "a token of mcsched's leaf account must be bound to a Secret {}/{}* that join created (spec.boundObjectRef)",
+                        keys::SYSTEM_NAMESPACE,
+                        keys::LEAF_TOKEN_SECRET_PREFIX
+                    ),
+                ),
+                Validation {
+                    message_expression: Some(format!(
+                        "'spec.expirationSeconds ' + string(object.spec.expirationSeconds) + ' is longer than the ' + string({lifetime}) + 's join allows'"
+                    )),
+                    ..validation(
+                        format!(
+                            "!{bound} || !({ours}) || object.spec.expirationSeconds <= {lifetime}"
+                        ),
+                        "spec.expirationSeconds is longer than join allows".into(),
+                    )
+                },
+                validation(
+                    format!("!{bound} || !({ours}) || object.spec.audiences == {audiences}"),
+                    "spec.audiences are not the leaf API server's own, as join's token had them"
+                        .into(),
+                ),
+            ]),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// Every token Secret join created is a parameter; none (no host joined) refuses all.
+pub fn token_policy_binding() -> ValidatingAdmissionPolicyBinding {
+    policy_binding(
+        keys::LEAF_TOKEN_POLICY,
+        Some(ParamRef {
+            namespace: Some(keys::SYSTEM_NAMESPACE.into()),
+            selector: Some(LabelSelector {
+                match_labels: Some(BTreeMap::from([(
+                    keys::LEAF_TOKEN_SECRET_LABEL.to_string(),
+                    "true".to_string(),
+                )])),
+                ..Default::default()
+            }),
+            parameter_not_found_action: Some("Deny".into()),
+            ..Default::default()
+        }),
+    )
+}
+
+/// The Secret a host's leaf tokens are bound to (a new name each join: the one before is
+/// deleted once the join Secret holds a token bound to this one, revoking what the old
+/// one's tokens could do), with the lifetime [`token_policy`] allows.
+pub fn token_secret(host_id: &str, cluster: &str, lifetime: Duration) -> Secret {
+    let mut labels = host_labels(host_id);
+    labels.insert(keys::MANAGED_CLUSTER_LABEL.into(), cluster.into());
+    labels.insert(keys::LEAF_TOKEN_SECRET_LABEL.into(), "true".into());
+    Secret {
+        metadata: ObjectMeta {
+            generate_name: Some(keys::LEAF_TOKEN_SECRET_PREFIX.into()),
+            namespace: Some(keys::SYSTEM_NAMESPACE.into()),
+            labels: Some(labels),
+            annotations: Some(BTreeMap::from([(
+                keys::TOKEN_LIFETIME_SECONDS_ANNOTATION.to_string(),
+                lifetime.as_secs().to_string(),
+            )])),
+            ..Default::default()
+        },
+        type_: Some("Opaque".into()),
+        ..Default::default()
+    }
+}
+
+/// The selector of a host's token Secrets in the leaf.
+pub fn token_secret_selector(host_id: &str) -> String {
+    format!(
+        "{}=true,{}={host_id}",
+        keys::LEAF_TOKEN_SECRET_LABEL,
+        keys::HOST_ID_LABEL
+    )
 }
 
 pub fn service_account() -> ServiceAccount {
@@ -327,10 +582,34 @@ fn needed(grant: &Grant) -> Vec<(&'static str, &'static str, &'static str, Optio
         ("create", RBAC_GROUP, "rolebindings", system()),
         // Grants no longer asked for are found and removed.
         ("list", RBAC_GROUP, "rolebindings", None),
+        // What bounds the leaf account's tokens and keeps it out of system namespaces.
+        (
+            "create",
+            ADMISSION_GROUP,
+            "validatingadmissionpolicies",
+            None,
+        ),
+        (
+            "create",
+            ADMISSION_GROUP,
+            "validatingadmissionpolicybindings",
+            None,
+        ),
+        // The token Secret: created, and the one of the join before found and deleted.
+        ("create", "", "secrets", system()),
+        ("list", "", "secrets", system()),
+        ("delete", "", "secrets", system()),
     ];
-    if let Grant::Namespaces(namespaces) = grant {
-        for ns in namespaces {
-            out.push(("create", RBAC_GROUP, "rolebindings", Some(ns.clone())));
+    match grant {
+        Grant::Namespaces(namespaces) => {
+            for ns in namespaces {
+                out.push(("create", RBAC_GROUP, "rolebindings", Some(ns.clone())));
+            }
+        }
+        // A RoleBinding (Secrets read) in every namespace there.
+        Grant::AllNamespaces => {
+            out.push(("list", "", "namespaces", None));
+            out.push(("create", RBAC_GROUP, "rolebindings", None));
         }
     }
     out
@@ -377,29 +656,48 @@ pub async fn missing_permissions(leaf: &Client, grant: &Grant) -> Result<Vec<Str
     Ok(missing)
 }
 
-/// A bound, expiring token for the leaf account (TokenRequest, the API server's default
-/// audiences), with when it expires.
+/// A token join got for the leaf account.
+pub struct LeafToken {
+    pub token: String,
+    pub expires: Option<Time>,
+    /// The audiences the leaf API server gave it (its own, none being asked for).
+    pub audiences: Vec<String>,
+}
+
+/// An expiring token for the leaf account (TokenRequest, the API server's default
+/// audiences), bound to `secret` (its name and UID): deleting that Secret revokes it.
 pub async fn request_token(
     leaf: &Client,
     lifetime: Duration,
-) -> Result<(String, Option<Time>), kube::Error> {
+    secret: &Secret,
+) -> Result<LeafToken, kube::Error> {
     let request = TokenRequest {
         spec: TokenRequestSpec {
             audiences: Vec::new(),
             expiration_seconds: Some(i64::try_from(lifetime.as_secs()).unwrap_or(i64::MAX)),
-            bound_object_ref: None,
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Secret".into()),
+                name: secret.metadata.name.clone(),
+                uid: secret.metadata.uid.clone(),
+            }),
         },
         ..Default::default()
     };
     let answer = Api::<ServiceAccount>::namespaced(leaf.clone(), keys::SYSTEM_NAMESPACE)
         .create_token_request(keys::LEAF_ACCOUNT, &PostParams::default(), &request)
         .await?;
-    Ok(match answer.status {
+    let (token, expires) = match answer.status {
         Some(s) => (
             s.token,
             Some(s.expiration_timestamp).filter(|t| t.0.as_second() > 0),
         ),
         None => (String::new(), None),
+    };
+    Ok(LeafToken {
+        token,
+        expires,
+        audiences: answer.spec.audiences,
     })
 }
 
@@ -514,6 +812,58 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn all_namespaces_never_reads_secrets_cluster_wide_nor_writes_in_system_namespaces() {
+        let all = cluster_writer_role().rules.unwrap_or_default();
+        let secrets: Vec<&PolicyRule> = all
+            .iter()
+            .filter(|r| r.resources.iter().flatten().any(|res| res == "secrets"))
+            .collect();
+        assert_eq!(secrets.len(), 1, "{all:?}");
+        assert_eq!(verbs(secrets[0]), ["create", "update", "patch", "delete"]);
+        // Otherwise the writer's rules.
+        let others = |rules: Vec<PolicyRule>| -> Vec<(Vec<String>, Vec<String>)> {
+            rules
+                .into_iter()
+                .filter_map(|r| {
+                    let res: Vec<String> = r
+                        .resources
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter(|x| x != "secrets")
+                        .collect();
+                    (!res.is_empty()).then_some((res, r.verbs))
+                })
+                .collect()
+        };
+        assert_eq!(
+            others(all.clone()),
+            others(writer_role().rules.unwrap_or_default())
+        );
+        let policy = namespace_policy().spec.unwrap_or_default();
+        let conditions = policy.match_conditions.unwrap_or_default();
+        for ns in keys::LEAF_PROTECTED_NAMESPACES {
+            assert!(
+                conditions
+                    .iter()
+                    .any(|c| c.expression.contains(&format!("'{ns}'"))),
+                "{ns}: {conditions:?}"
+            );
+        }
+        assert_eq!(policy.failure_policy.as_deref(), Some("Fail"));
+        let token = token_policy().spec.unwrap_or_default();
+        assert_eq!(token.failure_policy.as_deref(), Some("Fail"));
+        let binding = token_policy_binding().spec.unwrap_or_default();
+        assert_eq!(
+            binding
+                .param_ref
+                .and_then(|p| p.parameter_not_found_action)
+                .as_deref(),
+            Some("Deny"),
+            "no token Secret: no token"
+        );
     }
 
     #[test]

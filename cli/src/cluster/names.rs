@@ -119,16 +119,11 @@ pub fn topology(flag: &'static str, raw: &str) -> Result<(), NameError> {
     label_value(raw).map_err(|e| NameError::Topology(flag, raw.into(), e))
 }
 
-/// Leaf namespaces never granted by name: a pod created there may run as any of their
+/// Leaf namespaces never granted: a pod created there may run as any of their
 /// ServiceAccounts (the leaf's controllers in `kube-system`), and a Secret created in
 /// [`keys::SYSTEM_NAMESPACE`] could be a token that never expires for the leaf account
-/// itself. `--all-namespaces` grants them too, knowingly.
-const NEVER_GRANTED: &[&str] = &[
-    "kube-system",
-    "kube-public",
-    "kube-node-lease",
-    keys::SYSTEM_NAMESPACE,
-];
+/// itself. `--all-namespaces` leaves them out too (an admission policy join creates).
+const NEVER_GRANTED: &[&str] = keys::LEAF_PROTECTED_NAMESPACES;
 
 /// The leaf namespaces of `--namespaces`, sorted and each once.
 pub fn namespaces(raw: &[String]) -> Result<Vec<String>, NameError> {
@@ -138,7 +133,7 @@ pub fn namespaces(raw: &[String]) -> Result<Vec<String>, NameError> {
         if NEVER_GRANTED.contains(&ns.as_str()) {
             return Err(NameError::Namespace(
                 ns.clone(),
-                "a system namespace is never granted by name (pods there could run as its ServiceAccounts); --all-namespaces grants every namespace, knowingly".into(),
+                "a system namespace is never granted (pods there could run as its ServiceAccounts), not even by --all-namespaces".into(),
             ));
         }
         out.insert(ns.clone());

@@ -6,6 +6,9 @@ use std::collections::BTreeSet;
 use std::io::IsTerminal;
 
 use anyhow::{Context, bail};
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
     ConfigMap, EnvFromSource, EnvVar, Namespace, Node, PersistentVolumeClaim, Pod, Secret,
@@ -22,7 +25,9 @@ use mcsched_shared::{keys, leaf_kubeconfig};
 use serde_json::json;
 
 use super::join::{NODE_LEASE_NS, delete_exactly, delete_quietly, is_managed, rbac_name};
-use super::leaf_access::{LEGACY_TOKEN_SECRET, ROOT_CA_CONFIGMAP, ours_selector};
+use super::leaf_access::{
+    LEGACY_TOKEN_SECRET, ROOT_CA_CONFIGMAP, ours_selector, token_secret_selector,
+};
 use super::{code, names, step, warn};
 use crate::kube_context::KubeArgs;
 
@@ -34,8 +39,9 @@ pub struct UnjoinArgs {
     #[arg(long, short = 'y')]
     pub yes: bool,
     /// Kubeconfig of the leaf with rights to remove what join created there (its
-    /// ServiceAccount, roles, grants and namespaces). Without it only the pods and objects
-    /// this host synced are removed, with the leaf account's token from the join Secret.
+    /// ServiceAccount, roles, grants, admission policies, token Secret — revoking the leaf
+    /// tokens — and namespaces). Without it only the pods and objects this host synced are
+    /// removed, with the leaf account's token from the join Secret.
     #[arg(long, value_name = "FILE")]
     pub cluster_kubeconfig: Option<std::path::PathBuf>,
     /// Context of --cluster-kubeconfig.
@@ -136,15 +142,20 @@ pub async fn run(kube: &KubeArgs, args: UnjoinArgs) -> anyhow::Result<()> {
     };
     let admin = args.cluster_kubeconfig.is_some();
     let left_rbac = format!(
-        "ServiceAccount {}/{}, ClusterRoles {}, {} and {}, Role {}, and this host's grants (RoleBindings {} and {})",
+        "ServiceAccount {}/{}, ClusterRoles {}, {}, {} and {}, Role {}, admission policies {} and {}, this host's grants (RoleBindings {} and {}) and its token Secret {}/{}* (its tokens stay valid until they expire)",
         keys::SYSTEM_NAMESPACE,
         keys::LEAF_ACCOUNT,
         keys::LEAF_ACCOUNT,
         keys::LEAF_WRITER_ROLE,
+        keys::LEAF_CLUSTER_WRITER_ROLE,
         keys::LEAF_SERVICE_ACCOUNT_ROLE,
         keys::LEAF_TOKEN_ROLE,
+        keys::LEAF_TOKEN_POLICY,
+        keys::LEAF_NAMESPACE_POLICY,
         keys::LEAF_ACCOUNT,
-        keys::LEAF_SERVICE_ACCOUNT_ROLE
+        keys::LEAF_SERVICE_ACCOUNT_ROLE,
+        keys::SYSTEM_NAMESPACE,
+        keys::LEAF_TOKEN_SECRET_PREFIX
     );
     match leaf {
         Ok(Some(leaf)) => match clean_leaf(&leaf, &args.name, &host_id, admin).await {
@@ -385,6 +396,7 @@ async fn clean_leaf(
         return Ok(Vec::new());
     }
     let others = remove_grants(leaf, host_id).await?;
+    remove_token_secrets(leaf, host_id).await?;
     let mut kept = Vec::new();
     let namespaces: Api<Namespace> = Api::all(leaf.clone());
     let listed = namespaces.list(&ours).await?.items;
@@ -556,7 +568,12 @@ async fn remove_grants(leaf: &Client, host_id: &str) -> anyhow::Result<BTreeSet<
         }
     }
     let cluster_grants: Api<ClusterRoleBinding> = Api::all(leaf.clone());
-    for name in [keys::LEAF_WRITER_ROLE, keys::LEAF_SERVICE_ACCOUNT_ROLE] {
+    for name in [
+        keys::LEAF_CLUSTER_WRITER_ROLE,
+        // The all-namespaces grant of joins before Secrets read left it.
+        keys::LEAF_WRITER_ROLE,
+        keys::LEAF_SERVICE_ACCOUNT_ROLE,
+    ] {
         if let Some(b) = cluster_grants.get_opt(name).await?
             && is_managed(&b.metadata)
         {
@@ -576,9 +593,40 @@ async fn remove_grants(leaf: &Client, host_id: &str) -> anyhow::Result<BTreeSet<
     Ok(others)
 }
 
-/// The account and the roles join created, once no host holds a grant.
+/// This host's token Secrets: every token of the leaf account bound to one stops
+/// authenticating.
+async fn remove_token_secrets(leaf: &Client, host_id: &str) -> anyhow::Result<()> {
+    let api = Api::<Secret>::namespaced(leaf.clone(), keys::SYSTEM_NAMESPACE);
+    let ours = api
+        .list(&ListParams::default().labels(&token_secret_selector(host_id)))
+        .await
+        .context("listing this host's leaf token Secrets")?;
+    for s in ours.items {
+        if is_managed(&s.metadata) {
+            delete_exactly(&api, &s).await.with_context(|| {
+                format!(
+                    "deleting leaf token Secret {}/{}",
+                    keys::SYSTEM_NAMESPACE,
+                    s.name_any()
+                )
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// The account, the roles and the admission policies join created, once no host holds a
+/// grant.
 async fn remove_account(leaf: &Client) -> anyhow::Result<()> {
     let system = keys::SYSTEM_NAMESPACE;
+    for name in [keys::LEAF_TOKEN_POLICY, keys::LEAF_NAMESPACE_POLICY] {
+        delete_if_managed(
+            &Api::<ValidatingAdmissionPolicyBinding>::all(leaf.clone()),
+            name,
+        )
+        .await?;
+        delete_if_managed(&Api::<ValidatingAdmissionPolicy>::all(leaf.clone()), name).await?;
+    }
     delete_if_managed(
         &Api::<RoleBinding>::namespaced(leaf.clone(), system),
         keys::LEAF_TOKEN_ROLE,
@@ -598,6 +646,11 @@ async fn remove_account(leaf: &Client) -> anyhow::Result<()> {
     delete_if_managed(
         &Api::<ClusterRole>::all(leaf.clone()),
         keys::LEAF_WRITER_ROLE,
+    )
+    .await?;
+    delete_if_managed(
+        &Api::<ClusterRole>::all(leaf.clone()),
+        keys::LEAF_CLUSTER_WRITER_ROLE,
     )
     .await?;
     delete_if_managed(

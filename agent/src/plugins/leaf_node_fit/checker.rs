@@ -282,6 +282,11 @@ pub fn unanswered(cycle: &LeafCycle, pod: &PodInfo, asker: Asker) -> Option<Stri
 fn leaf_refuses(view: &LeafView, pod: &PodInfo) -> Option<Status> {
     let cluster = &view.cluster;
     let ns = &pod.namespace;
+    if mcsched_shared::keys::is_protected_leaf_namespace(ns) {
+        return Some(Status::unresolvable(format!(
+            "namespace {ns} is a system namespace: mcsched never sends pods to it in a leaf cluster, whatever the leaf grants"
+        )));
+    }
     if view.checks.answer(&Question::Granted(ns.clone())) == Some(false) {
         return Some(Status::unresolvable(format!(
             "leaf cluster {cluster} has not granted namespace {ns} to mcsched: its admin adds it with `kubectl mcsched join cluster {cluster} --namespaces <granted namespaces>,{ns}`"
@@ -865,6 +870,38 @@ mod leaf_question_tests {
                 .message()
                 .contains("--namespaces <granted namespaces>,shop")
         );
+    }
+
+    #[test]
+    fn a_leafs_system_namespace_is_never_granted_even_if_its_rbac_says_so() {
+        let (checks, view, cycle) = east_asking();
+        for ns in [
+            "kube-system",
+            "kube-public",
+            "kube-node-lease",
+            "mcsched-system",
+        ] {
+            let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(
+                serde_json::json!({"metadata": {"name": "web", "namespace": ns},
+                    "spec": {"containers": [{"name": "c", "image": "i"}]}}),
+            )
+            .unwrap();
+            let pod = PodInfo::new(Arc::new(pod));
+            // An `--all-namespaces` ClusterRoleBinding: the review would say yes.
+            checks.learned(Question::Granted(ns.into()), true);
+            assert_eq!(checks.answer(&Question::Granted(ns.into())), Some(false));
+            assert_eq!(
+                unanswered(&cycle, &pod, Asker::Live),
+                None,
+                "nothing to ask"
+            );
+            let refused = leaf_refuses(&view, &pod).expect("never sent");
+            assert!(
+                refused.message().contains("is a system namespace"),
+                "{}",
+                refused.message()
+            );
+        }
     }
 
     #[test]
