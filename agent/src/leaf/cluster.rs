@@ -71,7 +71,7 @@ pub struct LeafCluster {
     /// The join Secret's resourceVersion this connection was made from.
     pub secret_version: String,
     /// The join Secret itself, for the token's renewal.
-    pub join: Mutex<Option<super::token_renewal::JoinSecret>>,
+    pub join: Mutex<Option<super::join_secret::JoinSecret>>,
     /// Which PriorityClasses the leaf has, as last looked up, and when.
     priority_classes: Mutex<HashMap<String, (bool, Instant)>>,
     /// The leaf's ResourceQuotas and LimitRanges; copied on write, so a cycle's view of

@@ -9,6 +9,7 @@ pub mod cycle;
 pub mod dependents;
 pub mod grants;
 pub mod host_objects;
+pub mod join_secret;
 pub mod leaf_checks;
 pub mod ownership;
 pub mod pod_sync;

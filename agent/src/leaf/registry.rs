@@ -287,13 +287,13 @@ pub async fn connect(
 }
 
 /// What token renewal needs of a join Secret (its kubeconfig was checked by `connect`).
-fn join_secret(secret: &Secret) -> Option<super::token_renewal::JoinSecret> {
+fn join_secret(secret: &Secret) -> Option<super::join_secret::JoinSecret> {
     let raw = secret.data.as_ref()?.get(keys::KUBECONFIG_KEY)?;
     let lifetime = secret
         .annotations()
         .get(keys::TOKEN_LIFETIME_ANNOTATION)
         .and_then(|d| mcsched_shared::config::duration::parse(d).ok());
-    Some(super::token_renewal::JoinSecret {
+    Some(super::join_secret::JoinSecret {
         name: secret.name_any(),
         namespace: secret.namespace().unwrap_or_default(),
         kubeconfig: String::from_utf8(raw.0.clone()).ok()?,

@@ -21,6 +21,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::cluster::LeafCluster;
+use super::join_secret::JoinSecret;
 use crate::events::{EventSink, Message};
 use crate::leader::{LeaseHealth, may_act};
 
@@ -29,15 +30,6 @@ const RENEW_AT: f64 = 0.8;
 const RETRY: Duration = Duration::from_secs(30);
 /// The lifetime asked for when the Secret does not say (join's default).
 const DEFAULT_LIFETIME: Duration = Duration::from_secs(3600);
-
-/// What the agent keeps of the join Secret a leaf was connected from.
-#[derive(Debug, Clone)]
-pub struct JoinSecret {
-    pub name: String,
-    pub namespace: String,
-    pub kubeconfig: String,
-    pub lifetime: Option<Duration>,
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum RenewalError {
