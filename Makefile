@@ -14,9 +14,9 @@ LDFLAGS := -s -w $(foreach p,$(VERSION_PKGS),-X $(p).gitVersion=$(K8S_VERSION) -
 # finds every k8s.io/kubernetes package the build compiled in the build cache instead of
 # compiling the whole graph again (link flags like LDFLAGS do not matter to vet).
 GO_FLAGS := -trimpath
-# Every Go module of the repository; seed 002's extender is kept as the seed wrote it
+# Every Go module of the repository; the docs' example extender is kept as the docs wrote it
 # (vetted, not reformatted).
-GO_MODULES := tests/controlplane tests/extender-seed002 tools/image tools/lint
+GO_MODULES := tests/controlplane tests/go-extender tools/image tools/lint
 GO_FORMATTED := tests/controlplane tools/image tools/lint
 
 .PHONY: all build controlplane demo test lint fmt clean manifests bench bench-engine soak image test-images vet actionlint

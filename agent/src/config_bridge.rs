@@ -206,11 +206,11 @@ mod tests {
     }
 
     #[test]
-    fn seed_configs_build_frameworks() {
+    fn example_configs_build_frameworks() {
         for file in [
-            "seed-001-my-scheduler-v1beta2.yaml",
-            "seed-002-my-scheduler-v1.yaml",
-            "seed-002-extender-v1.yaml",
+            "multiple-schedulers-v1beta2.yaml",
+            "extending-my-scheduler-v1.yaml",
+            "extending-extender-v1.yaml",
             "cluster-policies-v1.yaml",
         ] {
             let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -1,4 +1,4 @@
-//! mcsched with a scheduler extender (seed 002's `extenders:` block): the extender's
+//! mcsched with a scheduler extender (the `extenders:` block of the Kubernetes docs' "Extending the scheduler"): the extender's
 //! filter, prioritize and bind verbs decide, through a configuration file, and decide
 //! explanations and what-ifs the same way.
 
@@ -40,7 +40,7 @@ struct Calls {
     preempt: AtomicUsize,
 }
 
-/// An extender like seed 002's: filter drops `n2`, prioritize prefers `n3`, bind posts
+/// An extender like the docs' example: filter drops `n2`, prioritize prefers `n3`, bind posts
 /// the Binding itself, and preempt keeps every candidate but `n1` (with the victims it
 /// was given, answered by UID as kube's extenders do). Answers use lower-case keys here
 /// and there, as Go accepts them.
@@ -178,7 +178,7 @@ extenders:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_extender_filters_prioritizes_and_binds() -> anyhow::Result<()> {
-    // seed 002's configuration, pointed at this extender.
+    // the docs example's configuration, pointed at this extender.
     let (cp, calls, agent) = with_extender(
         "extender",
         "my-scheduler-with-extender",

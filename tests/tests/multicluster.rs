@@ -647,28 +647,27 @@ async fn leaf_claim_volume(leaf: &ControlPlane, name: &str) -> anyhow::Result<St
     .await
 }
 
-/// Seed 000's MySQL case with seed 000's configuration, unchanged: two replicas with
+/// Kosmos's MySQL example with Kosmos's scheduler configuration, unchanged: two replicas with
 /// required anti-affinity on the hostname and a WaitForFirstConsumer claim each; the host
 /// has one usable node, so one replica runs there on a host volume and the other in the
 /// leaf, on a leaf volume, Running in both clusters.
 #[tokio::test(flavor = "multi_thread")]
-async fn seed_000_mysql_one_replica_on_the_host_one_in_the_leaf() -> anyhow::Result<()> {
+async fn kosmos_mysql_one_replica_on_the_host_one_in_the_leaf() -> anyhow::Result<()> {
     let (host, leaf) = host_and_leaf_with_a_volume_each("my-host", "my-east").await?;
-    // Seed 000 elects its leader in kosmos-system.
+    // Kosmos's configuration elects its leader in kosmos-system.
     Api::<Namespace>::all(host.client.clone())
         .create(
             &PostParams::default(),
             &serde_json::from_value(json!({"metadata": {"name": "kosmos-system"}}))?,
         )
         .await?;
-    let config =
-        mcsched_e2e::repo_root().join("shared/testdata/config/seed-000-kosmos-v1beta1.yaml");
+    let config = mcsched_e2e::repo_root().join("shared/testdata/config/kosmos-v1beta1.yaml");
     let config_arg = format!("--config={}", config.display());
     let mut agent = Agent::start_with(
         &host.kubeconfig,
         "kosmos-scheduler",
         host.dir(),
-        "seed-000",
+        "kosmos",
         &[&config_arg],
     )?;
     let statefulsets: Api<k8s_openapi::api::apps::v1::StatefulSet> =

@@ -104,8 +104,8 @@ fn v1_defaults() {
 }
 
 #[test]
-fn seed_001_v1beta2_loads_unchanged() {
-    let c = ok(&testdata("seed-001-my-scheduler-v1beta2.yaml"));
+fn multiple_schedulers_v1beta2_loads_unchanged() {
+    let c = ok(&testdata("multiple-schedulers-v1beta2.yaml"));
     assert_eq!(c.profiles[0].scheduler_name, "my-scheduler");
     assert!(!c.leader_election.leader_elect);
     // v1beta2's own default weights: PodTopologySpread 2, the others 1.
@@ -132,10 +132,10 @@ fn seed_001_v1beta2_loads_unchanged() {
 }
 
 #[test]
-fn seed_002_configs_load_unchanged() {
-    let c = ok(&testdata("seed-002-my-scheduler-v1.yaml"));
+fn extending_the_scheduler_configs_load_unchanged() {
+    let c = ok(&testdata("extending-my-scheduler-v1.yaml"));
     assert_eq!(c.profiles[0].scheduler_name, "my-scheduler");
-    let c = ok(&testdata("seed-002-extender-v1.yaml"));
+    let c = ok(&testdata("extending-extender-v1.yaml"));
     assert_eq!(c.profiles[0].scheduler_name, "my-scheduler-with-extender");
     let e = &c.extenders[0];
     assert_eq!(
@@ -160,8 +160,8 @@ fn seed_002_configs_load_unchanged() {
 }
 
 #[test]
-fn seed_000_loads_with_the_leaf_node_plugins() {
-    let c = ok(&testdata("seed-000-kosmos-v1beta1.yaml"));
+fn kosmos_config_loads_with_the_leaf_node_plugins() {
+    let c = ok(&testdata("kosmos-v1beta1.yaml"));
     let p = &c.profiles[0];
     assert_eq!(p.scheduler_name, "kosmos-scheduler");
     let names = |refs: &[PluginRef]| refs.iter().map(|r| r.name.clone()).collect::<Vec<_>>();

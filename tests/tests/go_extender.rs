@@ -1,9 +1,10 @@
-//! Seed 002's own scheduler extender, its Go source unchanged (`tests/extender-seed002/`),
-//! built with `go build` and run on the port it hard-codes (8080), behind mcsched-agent
-//! with seed 002's KubeSchedulerConfiguration (only the extender's URL changed from the
+//! The example scheduler extender of the Kubernetes docs' "Extending the scheduler", its
+//! Go source unchanged (`tests/go-extender/`), built with `go build` and run on the port it
+//! hard-codes (8080), behind mcsched-agent
+//! with that page's KubeSchedulerConfiguration (only the extender's URL changed from the
 //! in-cluster Service to 127.0.0.1).
 //!
-//! The seed serves prioritize at `/priority` while its configuration says
+//! The example serves prioritize at `/priority` while its configuration says
 //! `prioritizeVerb: "prioritize"`: as written, every prioritize call gets a 404, which
 //! kube-scheduler ignores (the extender's scores count as zero) and so does mcsched. The
 //! second run sets `prioritizeVerb: "priority"`, the path the code serves, and the
@@ -23,13 +24,13 @@ use mcsched_shared::explain::{Explanation, Outcome};
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
-/// The seed's `http.ListenAndServe(":8080", nil)`.
-const SEED_PORT: u16 = 8080;
+/// The example's `http.ListenAndServe(":8080", nil)`.
+const EXAMPLE_PORT: u16 = 8080;
 const SCHEDULER: &str = "my-scheduler-with-extender";
 
-/// `go build` of the seed's module into `dir` (Go's build cache makes reruns quick).
+/// `go build` of the example's module into `dir` (Go's build cache makes reruns quick).
 fn build_extender(dir: &Path) -> anyhow::Result<PathBuf> {
-    let src = mcsched_e2e::repo_root().join("tests/extender-seed002");
+    let src = mcsched_e2e::repo_root().join("tests/go-extender");
     let bin = dir.join("my-scheduler-extender");
     let out = Command::new("go")
         .arg("build")
@@ -60,14 +61,15 @@ async fn node(client: &kube::Client, name: &str) -> anyhow::Result<()> {
     .await
 }
 
-/// Seed 002's configuration (`shared/testdata/config/seed-002-extender-v1.yaml`) with the
-/// URL pointed here and, optionally, the prioritize verb the seed's code serves.
+/// The example's configuration (`shared/testdata/config/extending-extender-v1.yaml`) with the
+/// URL pointed here and, optionally, the prioritize verb the example's code serves.
 fn config(dir: &Path, name: &str, prioritize_verb: &str) -> anyhow::Result<PathBuf> {
-    let seed = mcsched_e2e::repo_root().join("shared/testdata/config/seed-002-extender-v1.yaml");
-    let text = std::fs::read_to_string(&seed)?
+    let example =
+        mcsched_e2e::repo_root().join("shared/testdata/config/extending-extender-v1.yaml");
+    let text = std::fs::read_to_string(&example)?
         .replace(
             "http://my-scheduler-extender.kube-system.svc:8080",
-            &format!("http://127.0.0.1:{SEED_PORT}"),
+            &format!("http://127.0.0.1:{EXAMPLE_PORT}"),
         )
         .replace(
             "prioritizeVerb: \"prioritize\"",
@@ -99,25 +101,25 @@ async fn bound(pods: &Api<Pod>, name: &str, agent: &Agent) -> anyhow::Result<Str
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn seed_002_go_extender_filters_and_binds_unchanged() -> anyhow::Result<()> {
-    if std::net::TcpListener::bind(("0.0.0.0", SEED_PORT)).is_err() {
-        bail!("port {SEED_PORT}, which seed 002's extender hard-codes, is in use");
+async fn the_docs_go_extender_filters_and_binds_unchanged() -> anyhow::Result<()> {
+    if std::net::TcpListener::bind(("0.0.0.0", EXAMPLE_PORT)).is_err() {
+        bail!("port {EXAMPLE_PORT}, which the example extender hard-codes, is in use");
     }
-    let cp = ControlPlane::start("seed002", ControlPlaneOptions::default()).await?;
+    let cp = ControlPlane::start("go-extender", ControlPlaneOptions::default()).await?;
     let bin = build_extender(cp.dir())?;
     for n in ["n1", "n2", "n3"] {
         node(&cp.client, n).await?;
     }
-    // The seed's bind.go reads its kubeconfig as controller-runtime does: $KUBECONFIG.
+    // The example's bind.go reads its kubeconfig as controller-runtime does: $KUBECONFIG.
     let ext_log = cp.dir().join("extender.log");
     let mut cmd = Command::new(&bin);
     cmd.env("KUBECONFIG", &cp.kubeconfig);
-    let _extender = Guarded::spawn(cmd, "seed 002 extender", &ext_log)?;
+    let _extender = Guarded::spawn(cmd, "the docs' example extender", &ext_log)?;
     let http = mcsched_e2e::api::admin_https(&cp)?;
     wait::until(TIMEOUT, "the extender listening", || async {
-        // GET is refused with 405 by the seed's handlers: it is up.
+        // GET is refused with 405 by the example's handlers: it is up.
         let r = http
-            .get(format!("http://127.0.0.1:{SEED_PORT}/filter"))
+            .get(format!("http://127.0.0.1:{EXAMPLE_PORT}/filter"))
             .send()
             .await;
         Ok(r.ok().map(|_| ()))
@@ -125,13 +127,13 @@ async fn seed_002_go_extender_filters_and_binds_unchanged() -> anyhow::Result<()
     .await?;
     let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
 
-    // 1. The seed's configuration as written.
-    let as_written = config(cp.dir(), "seed-002.yaml", "prioritize")?;
+    // 1. The example's configuration as written.
+    let as_written = config(cp.dir(), "go-extender.yaml", "prioritize")?;
     let mut agent = Agent::start_with(
         &cp.kubeconfig,
         "unused",
         cp.dir(),
-        "seed002",
+        "go-extender",
         &[&format!("--config={}", as_written.display())],
     )?;
     create_pods(&pods, &["a0", "a1"]).await?;
@@ -140,7 +142,7 @@ async fn seed_002_go_extender_filters_and_binds_unchanged() -> anyhow::Result<()
         let log = std::fs::read_to_string(&ext_log)?;
         assert!(
             log.contains(&format!("pod default/{name} is bind to {node}")),
-            "the seed's bind verb bound {name}:\n{log}"
+            "the example's bind verb bound {name}:\n{log}"
         );
     }
     let log = std::fs::read_to_string(&ext_log)?;
@@ -150,7 +152,7 @@ async fn seed_002_go_extender_filters_and_binds_unchanged() -> anyhow::Result<()
     );
     assert!(
         !log.contains("prioritize called"),
-        "nothing serves /prioritize in the seed:\n{log}"
+        "nothing serves /prioritize in the example:\n{log}"
     );
     assert!(
         agent.logs().contains("extender prioritize failed"),
@@ -159,13 +161,13 @@ async fn seed_002_go_extender_filters_and_binds_unchanged() -> anyhow::Result<()
     );
     agent.stop();
 
-    // 2. With the verb the seed's code serves, its scores by node order count in the totals.
-    let served = config(cp.dir(), "seed-002-priority.yaml", "priority")?;
+    // 2. With the verb the example's code serves, its scores by node order count in the totals.
+    let served = config(cp.dir(), "go-extender-priority.yaml", "priority")?;
     let agent = Agent::start_with(
         &cp.kubeconfig,
         "unused",
         cp.dir(),
-        "seed002-priority",
+        "go-extender-priority",
         &[&format!("--config={}", served.display())],
     )?;
     for name in ["b0", "b1", "b2"] {
