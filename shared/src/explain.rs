@@ -44,17 +44,27 @@ pub struct AppliedPolicy {
     pub notes: Vec<String>,
 }
 
+/// Fields in camelCase as every other field of the API (earlier builds wrote `leaf_node`
+/// and `nominated_node`: still read).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", tag = "result")]
+#[serde(
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase",
+    tag = "result"
+)]
 pub enum Outcome {
     Scheduled {
         node: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(default, alias = "leaf_node", skip_serializing_if = "Option::is_none")]
         leaf_node: Option<String>,
     },
     Unschedulable {
         message: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            default,
+            alias = "nominated_node",
+            skip_serializing_if = "Option::is_none"
+        )]
         nominated_node: Option<String>,
         /// The pods preemption evicts to make room on the nominated node, `namespace/name`;
         /// those of other namespaces where the caller may not list pods are one count
@@ -171,5 +181,31 @@ mod tests {
         assert_eq!(counted(3), "3 pods in other namespaces");
         assert!(is_count(&counted(3)));
         assert!(!is_count("shop/web"));
+    }
+
+    #[test]
+    fn outcomes_are_camel_case_on_the_wire_and_old_names_still_read() {
+        let o = Outcome::Unschedulable {
+            message: "m".into(),
+            nominated_node: Some("n1".into()),
+            victims: vec!["shop/low".into()],
+        };
+        assert_eq!(
+            serde_json::to_value(&o).expect("serialize"),
+            serde_json::json!({"result": "unschedulable", "message": "m", "nominatedNode": "n1", "victims": ["shop/low"]})
+        );
+        let s = Outcome::Scheduled {
+            node: "mcsched-east".into(),
+            leaf_node: Some("east-1".into()),
+        };
+        assert_eq!(
+            serde_json::to_value(&s).expect("serialize"),
+            serde_json::json!({"result": "scheduled", "node": "mcsched-east", "leafNode": "east-1"})
+        );
+        let old: Outcome = serde_json::from_value(serde_json::json!(
+            {"result": "scheduled", "node": "mcsched-east", "leaf_node": "east-1"}
+        ))
+        .expect("old name");
+        assert_eq!(old, s);
     }
 }

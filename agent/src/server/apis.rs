@@ -622,7 +622,7 @@ mod tests {
         assert_eq!(status, StatusCode::CREATED, "{answer}");
         let outcome = &answer["status"]["outcome"];
         // (The outcome's fields are snake_case on the wire.)
-        assert_eq!(outcome["nominated_node"], "n1", "{outcome}");
+        assert_eq!(outcome["nominatedNode"], "n1", "{outcome}");
         let mut victims: Vec<String> = serde_json::from_value(outcome["victims"].clone()).unwrap();
         let count = victims.pop();
         victims.sort();
