@@ -50,7 +50,7 @@ use std::time::Duration;
 use anyhow::Context;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
 use mcsched_e2e::objects::create_node;
@@ -1137,6 +1137,14 @@ async fn create_shared_objects(client: &Client) -> anyhow::Result<()> {
     Api::<PriorityClass>::all(client.clone())
         .create(&PostParams::default(), &probe)
         .await?;
+    let class: StorageClass = serde_json::from_value(json!({
+        "metadata": {"name": cases::PROVISIONED_CLASS},
+        "provisioner": cases::PROVISIONED_CLASS_DRIVER,
+        "volumeBindingMode": "WaitForFirstConsumer",
+    }))?;
+    Api::<StorageClass>::all(client.clone())
+        .create(&PostParams::default(), &class)
+        .await?;
     let rc: RuntimeClass = serde_json::from_value(json!({
         "metadata": {"name": cases::RUNTIME_CLASS}, "handler": "runc",
         "overhead": {"podFixed": {"cpu": "250m", "memory": "64Mi"}}
@@ -1267,6 +1275,42 @@ async fn run_batch(
         create_with_status::<PodDisruptionBudget>(&j.client, pdb).await
     })
     .await?;
+    // Volumes before the pods that use them (the PV binder does not run here: bound claims
+    // are created bound).
+    let claims: Vec<Value> = batch_cases.iter().flat_map(|c| c.claims.clone()).collect();
+    write_all(claims, |c| async move {
+        let ns = c["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let c: PersistentVolumeClaim = serde_json::from_value(c)?;
+        Api::<PersistentVolumeClaim>::namespaced(j.client.clone(), &ns)
+            .create(&PostParams::default(), &c)
+            .await?;
+        Ok(())
+    })
+    .await?;
+    let volumes: Vec<Value> = batch_cases.iter().flat_map(|c| c.volumes.clone()).collect();
+    write_all(volumes, |v| async move {
+        let v: PersistentVolume = serde_json::from_value(v)?;
+        Api::<PersistentVolume>::all(j.client.clone())
+            .create(&PostParams::default(), &v)
+            .await?;
+        Ok(())
+    })
+    .await?;
+    let csi_nodes: Vec<Value> = batch_cases
+        .iter()
+        .flat_map(|c| c.csi_nodes.clone())
+        .collect();
+    write_all(csi_nodes, |n| async move {
+        let n: CSINode = serde_json::from_value(n)?;
+        Api::<CSINode>::all(j.client.clone())
+            .create(&PostParams::default(), &n)
+            .await?;
+        Ok(())
+    })
+    .await?;
     let pods: Vec<Value> = batch_cases
         .iter()
         .flat_map(|c| {
@@ -1357,12 +1401,16 @@ async fn run_batch(
     .collect()
     .await;
 
-    let nodes: Api<Node> = Api::all(j.client.clone());
-    nodes
-        .delete_collection(
-            &DeleteParams::default(),
-            &kube::api::ListParams::default().labels(&format!("{}={batch}", cases::BATCH_LABEL)),
-        )
+    let of_batch =
+        kube::api::ListParams::default().labels(&format!("{}={batch}", cases::BATCH_LABEL));
+    Api::<Node>::all(j.client.clone())
+        .delete_collection(&DeleteParams::default(), &of_batch)
+        .await?;
+    Api::<PersistentVolume>::all(j.client.clone())
+        .delete_collection(&DeleteParams::default(), &of_batch)
+        .await?;
+    Api::<CSINode>::all(j.client.clone())
+        .delete_collection(&DeleteParams::default(), &of_batch)
         .await?;
     let now = DeleteParams {
         grace_period_seconds: Some(0),
@@ -1635,7 +1683,8 @@ const COVERAGE_MIN_CASES: usize = 400;
 /// Cases per thousand in which each filter plugin must reject a node of the case, about a
 /// third of what the generator gives (2000 cases: NodeResourcesFit 1609, TaintToleration
 /// 873, NodeAffinity 583, InterPodAffinity 528, NodeUnschedulable 301, PodTopologySpread
-/// 116, NodePorts 74).
+/// 116, NodePorts 74; NodeVolumeLimits 75, VolumeRestrictions 36, VolumeZone 22,
+/// VolumeBinding 17).
 const MIN_REJECTING_PER_MILLE: &[(&str, usize)] = &[
     ("NodeResourcesFit", 250),
     ("TaintToleration", 140),
@@ -1644,6 +1693,10 @@ const MIN_REJECTING_PER_MILLE: &[(&str, usize)] = &[
     ("NodeUnschedulable", 50),
     ("PodTopologySpread", 18),
     ("NodePorts", 12),
+    ("NodeVolumeLimits", 12),
+    ("VolumeRestrictions", 6),
+    ("VolumeZone", 4),
+    ("VolumeBinding", 3),
 ];
 /// Cases per thousand in which each score plugin's normalized scores must tell the case's
 /// feasible nodes apart, about a third of what the generator gives (2000 cases:

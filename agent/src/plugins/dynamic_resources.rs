@@ -2,7 +2,9 @@
 //! and for a pod without resource claims it steps aside (PreFilter and PreScore Skip) but its
 //! PostFilter still answers "no new claims to deallocate" — a phrase every FailedScheduling
 //! message of kube-scheduler carries. Pods that do use claims are refused plainly:
-//! mcsched does not allocate devices.
+//! mcsched does not allocate devices. When an earlier PreFilter plugin ended the cycle
+//! before this one's PreFilter ran, its PostFilter finds no state and fails as kube's does
+//! ("not found"), which ends PostFilter before preemption and is what FailedScheduling says.
 
 use crate::framework::{
     CycleState, Framework, NodeStatuses, Plugin, PostFilterPlugin, PostFilterResult,
@@ -13,6 +15,13 @@ use crate::snapshot::{NodeInfo, NodeList, PodInfo, Snapshot};
 pub const NAME: &str = "DynamicResources";
 pub const REASON_NO_CLAIMS: &str = "no new claims to deallocate";
 pub const REASON_UNSUPPORTED: &str = "pod uses resource claims, which mcsched does not allocate";
+/// CycleState's error for a key nothing wrote, in kube's words.
+pub const REASON_NO_STATE: &str = "not found";
+const STATE_KEY: &str = "PreFilterDynamicResources";
+
+/// What PreFilter saw; written before anything else, as kube's empty stateData.
+#[derive(Clone, Copy)]
+struct PreFiltered;
 
 pub struct DynamicResources;
 
@@ -45,10 +54,11 @@ impl Plugin for DynamicResources {
 impl PreFilterPlugin for DynamicResources {
     fn pre_filter(
         &self,
-        _state: &mut CycleState,
+        state: &mut CycleState,
         pod: &PodInfo,
         _snapshot: &Snapshot,
     ) -> (PreFilterResult, Status) {
+        state.write(STATE_KEY, PreFiltered);
         if has_claims(pod) {
             (None, Status::unresolvable(REASON_UNSUPPORTED))
         } else {
@@ -61,11 +71,14 @@ impl PostFilterPlugin for DynamicResources {
     fn post_filter(
         &self,
         _fw: &Framework,
-        _state: &CycleState,
+        state: &CycleState,
         _pod: &PodInfo,
         _snapshot: &Snapshot,
         _statuses: &NodeStatuses,
     ) -> (PostFilterResult, Status) {
+        if state.read::<PreFiltered>(STATE_KEY).is_none() {
+            return (PostFilterResult::default(), Status::error(REASON_NO_STATE));
+        }
         (
             PostFilterResult::default(),
             Status::unschedulable(REASON_NO_CLAIMS),

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use mcsched_shared::keys;
 
-use super::helper::volumes::claim_names;
+use super::helper::volumes::{pod_claims, usable_claim};
 use crate::framework::{
     BindContext, ClusterEvent, CycleState, FilterPlugin, Plugin, PreBindPlugin, PreFilterPlugin,
     PreFilterResult, ReservePlugin, Status,
@@ -80,19 +80,17 @@ impl PreFilterPlugin for LeafNodeVolumeBinding {
         pod: &PodInfo,
         snapshot: &Snapshot,
     ) -> (PreFilterResult, Status) {
-        let names = claim_names(pod);
-        if names.is_empty() {
+        let pod_claims = pod_claims(pod);
+        if pod_claims.is_empty() {
             return (None, Status::skip());
         }
         let mut claims = Claims::default();
-        for name in &names {
-            let key = format!("{}/{name}", pod.namespace);
-            let Some(pvc) = snapshot.volumes.claims.get(&key) else {
-                // VolumeBinding's own message for a missing claim.
-                return (
-                    None,
-                    Status::unresolvable(format!("persistentvolumeclaim \"{name}\" not found")),
-                );
+        for claim in &pod_claims {
+            let name = &claim.name;
+            // VolumeBinding's own refusals (missing, lost, being deleted, another pod's).
+            let pvc = match usable_claim(pod, claim, &snapshot.volumes) {
+                Ok(pvc) => pvc,
+                Err(message) => return (None, Status::unresolvable(message)),
             };
             if let Some(cluster) = pvc
                 .metadata

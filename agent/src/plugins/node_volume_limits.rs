@@ -18,7 +18,7 @@ use crate::framework::{
     ClusterEvent, CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
     VOLUMES_KEY,
 };
-use crate::plugins::helper::volumes::{class_of, pod_volumes};
+use crate::plugins::helper::volumes::{class_of, ephemeral_is_for_pod, pod_volumes};
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot, VolumeObjects};
 
 pub const NAME: &str = "NodeVolumeLimits";
@@ -151,27 +151,6 @@ fn inline_driver(v: &Volume, csi_node: Option<&CSINode>) -> Option<(String, Stri
         return None;
     };
     Some((csi_driver_of(plugin)?.to_string(), handle))
-}
-
-/// VolumeIsForPod: a generic ephemeral volume's claim must be controlled by the pod.
-fn ephemeral_is_for_pod(pod: &PodInfo, pvc: &PersistentVolumeClaim) -> Result<(), String> {
-    let uid = Some(pod.uid.as_str());
-    let owned = pvc
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|r| r.controller == Some(true) && Some(r.uid.as_str()) == uid);
-    if owned {
-        return Ok(());
-    }
-    Err(format!(
-        "PVC {}/{} was not created for pod {}/{} (pod is not owner)",
-        pvc.metadata.namespace.as_deref().unwrap_or_default(),
-        pvc.metadata.name.as_deref().unwrap_or_default(),
-        pod.namespace,
-        pod.name,
-    ))
 }
 
 impl NodeVolumeLimits {

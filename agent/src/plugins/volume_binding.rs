@@ -16,7 +16,7 @@ use kube::api::{Api, Patch, PatchParams};
 use mcsched_shared::quantity::Quantity;
 use mcsched_shared::selectors;
 
-use super::helper::volumes::{claim_names, class_of};
+use super::helper::volumes::{class_of, pod_claims, usable_claim};
 use crate::framework::{
     BindContext, ClusterEvent, CycleState, FilterPlugin, Plugin, PreBindPlugin, PreFilterPlugin,
     PreFilterResult, ReservePlugin, Status,
@@ -280,32 +280,26 @@ impl PreFilterPlugin for VolumeBinding {
         pod: &PodInfo,
         snapshot: &Snapshot,
     ) -> (PreFilterResult, Status) {
-        let names = claim_names(pod);
-        if names.is_empty() {
+        let claims = pod_claims(pod);
+        if claims.is_empty() {
             return (None, Status::skip());
         }
         let vols = &snapshot.volumes;
+        // podHasPVCs: every claim there, alive and the pod's, before any is classified.
+        let mut found = Vec::with_capacity(claims.len());
+        for claim in &claims {
+            match usable_claim(pod, claim, vols) {
+                Ok(c) => found.push(c),
+                Err(message) => return (None, Status::unresolvable(message)),
+            }
+        }
         let mut st = State {
             volumes: Arc::new(vols.volumes.clone()),
             classes: Arc::new(vols.storage_classes.clone()),
             ..Default::default()
         };
         let mut immediate = false;
-        for name in &names {
-            let Some(c) = vols.claims.get(&format!("{}/{name}", pod.namespace)) else {
-                return (
-                    None,
-                    Status::unresolvable(format!("persistentvolumeclaim \"{name}\" not found")),
-                );
-            };
-            if c.metadata.deletion_timestamp.is_some() {
-                return (
-                    None,
-                    Status::unresolvable(format!(
-                        "persistentvolumeclaim \"{name}\" is being deleted"
-                    )),
-                );
-            }
+        for c in found {
             if fully_bound(c) {
                 st.bound.push(c.clone());
                 continue;
@@ -705,6 +699,54 @@ mod tests {
         assert_eq!(
             vb.filter(&state, &p, &node("a", "z")).reasons,
             [REASON_PV_NOT_EXIST]
+        );
+    }
+
+    /// podHasPVCs' messages: a generic ephemeral volume's claim not made yet, or made for
+    /// another pod; a claim whose volume is lost.
+    #[test]
+    fn ephemeral_and_lost_claims_are_refused_in_kubes_words() {
+        let vb = VolumeBinding::new(600);
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "db", "namespace": "ns", "uid": "pod-uid"},
+            "spec": {"containers": [], "volumes": [{"name": "scratch", "ephemeral": {
+                "volumeClaimTemplate": {"spec": {"storageClassName": "local"}}}}]}
+        }))
+        .expect("pod");
+        let p = PodInfo::new(Arc::new(p));
+        let refusal = |claims| {
+            vb.pre_filter(&mut CycleState::new(), &p, &snapshot(claims, vec![]))
+                .1
+        };
+        let s = refusal(vec![]);
+        assert_eq!(s.code, crate::framework::Code::UnschedulableAndUnresolvable);
+        assert_eq!(
+            s.message(),
+            "waiting for ephemeral volume controller to create the persistentvolumeclaim \"db-scratch\""
+        );
+        let mut theirs = claim("db-scratch", "local", "1Gi");
+        theirs["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "Pod",
+            "name": "db", "uid": "other-uid", "controller": true}]);
+        assert_eq!(
+            refusal(vec![theirs.clone()]).message(),
+            "PVC ns/db-scratch was not created for pod ns/db (pod is not owner)"
+        );
+        theirs["metadata"]["ownerReferences"][0]["uid"] = json!("pod-uid");
+        assert!(refusal(vec![theirs]).is_success());
+
+        let mut lost = claim("data", "local", "1Gi");
+        lost["spec"]["volumeName"] = json!("pv-gone");
+        lost["status"] = json!({"phase": "Lost"});
+        let s = vb
+            .pre_filter(
+                &mut CycleState::new(),
+                &pod("data"),
+                &snapshot(vec![lost], vec![]),
+            )
+            .1;
+        assert_eq!(
+            s.message(),
+            "persistentvolumeclaim \"data\" bound to non-existent persistentvolume \"pv-gone\""
         );
     }
 

@@ -20,8 +20,7 @@ pub const NAME: &str = "VolumeRestrictions";
 const STATE_KEY: &str = "PreFilterVolumeRestrictions";
 
 pub const REASON_DISK_CONFLICT: &str = "node(s) had no available disk";
-pub const REASON_READ_WRITE_ONCE_POD_CONFLICT: &str =
-    "node has pod using PersistentVolumeClaim with the same name and ReadWriteOncePod access mode";
+pub const REASON_READ_WRITE_ONCE_POD_CONFLICT: &str = "node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode already in-use by another pod";
 
 pub struct VolumeRestrictions;
 

@@ -310,3 +310,61 @@ async fn a_lease_lost_during_pre_bind_leaves_binding_to_the_new_leader() {
     assert!(!shared.cache().is_assumed("default/p"));
     assert_eq!(shared.queue.pending().backoff, 1);
 }
+
+/// kube's message when a PreFilter plugin ends the cycle before DynamicResources' PreFilter
+/// ran: DynamicResources' PostFilter finds no state, fails ("not found") and so ends
+/// PostFilter before preemption; a Filter rejection still reads "no new claims to
+/// deallocate, preemption: ...".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pre_filter_rejection_ends_post_filter_as_kube_scheduler_does() {
+    use crate::framework::CycleState;
+    use crate::framework::runtime::CycleRecord;
+    use crate::snapshot::{NodeInfo, Snapshot};
+
+    let spec = crate::config_bridge::default_spec("mcsched").expect("default profile");
+    let registry = crate::plugins::default_registry();
+    let fw = crate::framework::Framework::new(&spec, &registry, 1).expect("framework");
+    let node: Node = serde_json::from_value(json!({"metadata": {"name": "n1"},
+        "status": {"allocatable": {"cpu": "1", "memory": "1Gi", "pods": "10"}}}))
+    .expect("node");
+    let snapshot = Snapshot::from_nodes(vec![Arc::new(NodeInfo::new(Arc::new(node)))]);
+    let message = |pod: serde_json::Value| {
+        let pod: Pod = serde_json::from_value(pod).expect("pod");
+        let pod = PodInfo::new(Arc::new(pod));
+        let mut state = CycleState::new();
+        let mut record = CycleRecord::default();
+        let run = super::schedule_pod(&fw, &[], &mut state, &pod, &snapshot, &mut record, false);
+        let mut fit = match futures::executor::block_on(run) {
+            Ok(_) => panic!("scheduled"),
+            Err(fit) => fit,
+        };
+        super::run_post_filter(&fw, &state, &pod, &snapshot, &mut fit);
+        fit.to_string()
+    };
+    let spec = |volumes: serde_json::Value, cpu: &str| {
+        json!({"metadata": {"name": "p", "namespace": "default", "uid": "u"},
+               "spec": {"volumes": volumes, "containers": [{"name": "c",
+                        "resources": {"requests": {"cpu": cpu}}}]}})
+    };
+    assert_eq!(
+        message(spec(
+            json!([{"name": "v", "persistentVolumeClaim": {"claimName": "missing"}}]),
+            "100m"
+        )),
+        "0/1 nodes are available: persistentvolumeclaim \"missing\" not found. not found"
+    );
+    assert_eq!(
+        message(spec(
+            json!([{"name": "v", "ephemeral": {"volumeClaimTemplate": {"spec": {
+                "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}}}]),
+            "100m"
+        )),
+        "0/1 nodes are available: waiting for ephemeral volume controller to create the \
+         persistentvolumeclaim \"p-v\". not found"
+    );
+    assert_eq!(
+        message(spec(json!([]), "2")),
+        "0/1 nodes are available: 1 Insufficient cpu. no new claims to deallocate, \
+         preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
+    );
+}

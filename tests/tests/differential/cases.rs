@@ -14,6 +14,10 @@
 //! nodes by an earlier preemption (of the scheduler name both schedulers serve but
 //! neither binds here), which Filter counts for pods of their priority or lower.
 //!
+//! About one case in ten is a volume case (`generate_volumes`): CSINodes with attach limits,
+//! claims bound to CSI volumes (shared handles, ReadWriteOncePod claims in use, zones and
+//! node affinity), a provisioned claim, in-tree disks inline, missing and ephemeral claims.
+//!
 //! About one case in fourteen is a crowd: five to eight nodes and 20 to 40 existing pods, many
 //! with pod (anti-)affinity terms, and an incoming pod with spread constraints and pod
 //! (anti-)affinity, where counts per topology domain decide.
@@ -82,6 +86,12 @@ pub struct Case {
     pub nominated: Vec<Value>,
     /// PodDisruptionBudgets with their status (set after they are created).
     pub pdbs: Vec<Value>,
+    /// Claims of the case's namespace, bound ones with their volume named and marked
+    /// bound (there is no PV binder in this cluster).
+    pub claims: Vec<Value>,
+    /// PersistentVolumes and CSINodes (cluster-scoped, labelled with the batch).
+    pub volumes: Vec<Value>,
+    pub csi_nodes: Vec<Value>,
 }
 
 impl Case {
@@ -149,7 +159,8 @@ impl Case {
     pub fn to_json(&self) -> Value {
         json!({"namespaces": self.namespaces, "nodes": self.nodes, "services": self.services,
                "existing": self.existing, "pod": self.pod, "nominated": self.nominated,
-               "pdbs": self.pdbs})
+               "pdbs": self.pdbs, "claims": self.claims, "volumes": self.volumes,
+               "csiNodes": self.csi_nodes})
     }
 }
 
@@ -221,6 +232,12 @@ pub fn generate(seed: u64, id: usize, batch: &str) -> Case {
     let tag = tag(seed, id);
     if rng.chance(12) {
         return generate_preemption(seed, id, batch, tag, rng);
+    }
+    // Decided by a generator of its own, so that every other case of a seed stays the
+    // case it was before volume cases were added.
+    if Rng(seed ^ (id as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)).chance(VOLUME_CASES_PERCENT)
+    {
+        return generate_volumes(seed, id, batch, tag, rng);
     }
     // A crowd: many pods with affinity terms on more nodes, and an incoming pod with
     // spread constraints and pod (anti-)affinity over them — where counts per topology
@@ -584,6 +601,9 @@ pub fn generate(seed: u64, id: usize, batch: &str) -> Case {
         services,
         nominated,
         pdbs: Vec::new(),
+        claims: Vec::new(),
+        volumes: Vec::new(),
+        csi_nodes: Vec::new(),
         namespaces,
         nodes,
         existing,
@@ -668,6 +688,218 @@ fn generate_preemption(seed: u64, id: usize, batch: &str, tag: String, mut rng: 
         services: Vec::new(),
         nominated,
         pdbs,
+        claims: Vec::new(),
+        volumes: Vec::new(),
+        csi_nodes: Vec::new(),
+        tag,
+    }
+}
+
+/// Share of the cases that are volume cases.
+const VOLUME_CASES_PERCENT: u64 = 12;
+/// CSI drivers of the volume cases, and the drivers the in-tree GCE PD and AWS EBS volumes
+/// migrate to (counted under them by NodeVolumeLimits).
+const CSI_DRIVERS: &[&str] = &["csi-a.diff.mcsched.io", "csi-b.diff.mcsched.io"];
+const MIGRATED_DRIVERS: &[&str] = &["pd.csi.storage.gke.io", "ebs.csi.aws.com"];
+/// A WaitForFirstConsumer class provisioned by the first CSI driver: its unbound claims
+/// count under that driver.
+pub const PROVISIONED_CLASS: &str = "diff-csi-wffc";
+pub const PROVISIONED_CLASS_DRIVER: &str = CSI_DRIVERS[0];
+
+/// Volumes against the nodes' attach limits and each other: CSINodes with per-driver
+/// limits (or none, or no CSINode), claims bound to CSI volumes (some sharing a handle,
+/// some ReadWriteOncePod and in use, some with a zone or a node affinity), a provisioned
+/// unbound claim, in-tree GCE PD and AWS EBS disks inline (read-only or not), and now and
+/// then a claim that does not exist or a generic ephemeral volume whose claim does not;
+/// existing pods using them on the case's nodes. NodeVolumeLimits, VolumeRestrictions,
+/// VolumeBinding and VolumeZone decide.
+fn generate_volumes(seed: u64, id: usize, batch: &str, tag: String, mut rng: Rng) -> Case {
+    let namespaces = vec![json!({"metadata": {"name": tag, "labels": {CASE_LABEL: tag}}})];
+    let mut nodes = Vec::new();
+    let mut csi_nodes = Vec::new();
+    for i in 0..2 + rng.below(4) as usize {
+        let name = format!("{tag}-n{i}");
+        let zone = *rng.pick(ZONES);
+        nodes.push(json!({
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
+                "topology.kubernetes.io/zone": zone, "topology.kubernetes.io/region": "r1",
+                CASE_LABEL: tag, BATCH_LABEL: batch}},
+            "status": {"capacity": {"cpu": "4", "memory": "8Gi", "pods": "20"},
+                       "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "20"},
+                       "conditions": [{"type": "Ready", "status": "True"}]},
+        }));
+        if rng.chance(85) {
+            let mut drivers = Vec::new();
+            for d in CSI_DRIVERS.iter().chain(MIGRATED_DRIVERS) {
+                if rng.chance(65) {
+                    let mut driver = json!({"name": d, "nodeID": name});
+                    if rng.chance(85) {
+                        driver["allocatable"] = json!({"count": rng.below(4)});
+                    }
+                    drivers.push(driver);
+                }
+            }
+            csi_nodes.push(
+                json!({"metadata": {"name": name, "labels": {BATCH_LABEL: batch}},
+                                  "spec": {"drivers": drivers}}),
+            );
+        }
+    }
+    let node_names: Vec<String> = nodes
+        .iter()
+        .filter_map(|n| n["metadata"]["name"].as_str().map(String::from))
+        .collect();
+
+    // Claims bound to CSI volumes.
+    let mut claims = Vec::new();
+    let mut volumes = Vec::new();
+    let mut bound = Vec::new();
+    let mut once_pod = Vec::new();
+    for j in 0..1 + rng.below(5) as usize {
+        let claim = format!("c{j}");
+        let pv = format!("{tag}-pv{j}");
+        let mode = if rng.chance(20) {
+            "ReadWriteOncePod"
+        } else {
+            "ReadWriteOnce"
+        };
+        // Two volumes of one handle are one attachment.
+        let handle = if j > 0 && rng.chance(15) { 0 } else { j };
+        let mut spec = json!({
+            "capacity": {"storage": "1Gi"}, "accessModes": [mode], "storageClassName": "",
+            "persistentVolumeReclaimPolicy": "Retain",
+            "csi": {"driver": rng.pick(CSI_DRIVERS), "volumeHandle": format!("{tag}-h{handle}")},
+            "claimRef": {"namespace": tag, "name": claim},
+        });
+        let mut labels = json!({BATCH_LABEL: batch});
+        if rng.chance(15) {
+            labels["topology.kubernetes.io/zone"] = json!(rng.pick(ZONES));
+        } else if rng.chance(15) {
+            spec["nodeAffinity"] = json!({"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": [rng.pick(&node_names)]}]}]}});
+        }
+        volumes.push(json!({"metadata": {"name": pv, "labels": labels}, "spec": spec}));
+        claims.push(json!({
+            "metadata": {"name": claim, "namespace": tag,
+                         "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
+            "spec": {"accessModes": [mode], "storageClassName": "", "volumeName": pv,
+                     "resources": {"requests": {"storage": "1Gi"}}},
+        }));
+        if mode == "ReadWriteOncePod" {
+            once_pod.push(claim.clone());
+        }
+        bound.push(claim);
+    }
+    let provisioned = rng.chance(30).then(|| {
+        claims.push(json!({
+            "metadata": {"name": "provisioned", "namespace": tag},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": PROVISIONED_CLASS,
+                     "resources": {"requests": {"storage": "1Gi"}}},
+        }));
+        "provisioned".to_string()
+    });
+    let inline = |rng: &mut Rng| {
+        if rng.chance(50) {
+            json!({"gcePersistentDisk": {"pdName": format!("{tag}-pd{}", rng.below(2)),
+                                         "readOnly": rng.chance(40)}})
+        } else {
+            json!({"awsElasticBlockStore": {"volumeID": format!("{tag}-ebs{}", rng.below(2))}})
+        }
+    };
+
+    // Pods on the nodes: each ReadWriteOncePod claim in use by one of them or by none.
+    let mut existing = Vec::new();
+    let mut in_use: Vec<String> = once_pod
+        .iter()
+        .filter(|_| rng.chance(60))
+        .cloned()
+        .collect();
+    for j in 0..rng.below(6) as usize {
+        let mut vols = Vec::new();
+        for k in 0..rng.below(4) as usize {
+            let source = if rng.chance(60) {
+                let claim = rng.pick(&bound).clone();
+                if once_pod.contains(&claim) {
+                    continue;
+                }
+                json!({"persistentVolumeClaim": {"claimName": claim}})
+            } else {
+                inline(&mut rng)
+            };
+            let mut v = source;
+            v["name"] = json!(format!("v{k}"));
+            vols.push(v);
+        }
+        if let Some(claim) = in_use.pop() {
+            vols.push(json!({"name": "once", "persistentVolumeClaim": {"claimName": claim}}));
+        }
+        existing.push(json!({
+            "metadata": {"name": format!("e{j}"), "namespace": tag},
+            "spec": {"nodeName": rng.pick(&node_names), "volumes": vols,
+                     "tolerations": [{"operator": "Exists"}],
+                     "containers": [{"name": "c", "image": "pause",
+                                     "resources": {"requests": {"cpu": "100m"}}}]},
+            "status": {"startTime": start_time(j as u64 * 60)},
+        }));
+    }
+    // Claims in use that no pod above took: a pod of their own.
+    for claim in in_use {
+        existing.push(json!({
+            "metadata": {"name": format!("once-{claim}"), "namespace": tag},
+            "spec": {"nodeName": rng.pick(&node_names),
+                     "volumes": [{"name": "once", "persistentVolumeClaim": {"claimName": claim}}],
+                     "containers": [{"name": "c", "image": "pause"}]},
+        }));
+    }
+
+    let mut vols = Vec::new();
+    for k in 0..1 + rng.below(3) as usize {
+        let mut v = match rng.below(20) {
+            0 => json!({"persistentVolumeClaim": {"claimName": "missing"}}),
+            1 => json!({"ephemeral": {"volumeClaimTemplate": {"spec": {
+                "accessModes": ["ReadWriteOnce"], "storageClassName": PROVISIONED_CLASS,
+                "resources": {"requests": {"storage": "1Gi"}}}}}}),
+            2..=5 if provisioned.is_some() => {
+                json!({"persistentVolumeClaim": {"claimName": provisioned.as_deref()}})
+            }
+            2..=8 => inline(&mut rng),
+            _ => json!({"persistentVolumeClaim": {"claimName": rng.pick(&bound)}}),
+        };
+        // A pod names a claim once.
+        if let Some(claim) = v["persistentVolumeClaim"]["claimName"].as_str()
+            && vols
+                .iter()
+                .any(|o: &Value| o["persistentVolumeClaim"]["claimName"] == claim)
+        {
+            continue;
+        }
+        v["name"] = json!(format!("v{k}"));
+        vols.push(v);
+    }
+    let pod = json!({
+        "metadata": {"name": INCOMING, "namespace": tag, "labels": {"app": INCOMING}},
+        "spec": {
+            "schedulerName": NOBODY,
+            "volumes": vols,
+            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "100m"}}}],
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": CASE_LABEL, "operator": "In", "values": [tag]}]}]}}},
+        },
+    });
+    Case {
+        seed,
+        id,
+        namespaces,
+        nodes,
+        existing,
+        pod,
+        services: Vec::new(),
+        nominated: Vec::new(),
+        pdbs: Vec::new(),
+        claims,
+        volumes,
+        csi_nodes,
         tag,
     }
 }

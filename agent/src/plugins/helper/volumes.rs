@@ -2,9 +2,11 @@
 //! LeafNodeVolumeBinding, VolumeRestrictions, VolumeZone, NodeVolumeLimits) and the leaf
 //! check read them.
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Volume};
 
-use crate::snapshot::PodInfo;
+use crate::snapshot::{PodInfo, VolumeObjects};
 
 /// The pod's volumes (none when it has no spec).
 pub fn pod_volumes(pod: &PodInfo) -> &[Volume] {
@@ -23,6 +25,56 @@ pub(crate) fn claim_names(pod: &PodInfo) -> Vec<String> {
         .collect()
 }
 
+/// A claim a pod's volume uses: named by it, or a generic ephemeral volume's
+/// (`<pod>-<volume>`, made by the ephemeral volume controller).
+pub(crate) struct PodClaim {
+    pub name: String,
+    pub ephemeral: bool,
+}
+
+/// Every claim the pod's volumes use, ephemeral ones included, in volume order.
+pub(crate) fn pod_claims(pod: &PodInfo) -> Vec<PodClaim> {
+    pod_volumes(pod)
+        .iter()
+        .filter_map(|v| {
+            if let Some(c) = &v.persistent_volume_claim {
+                Some(PodClaim {
+                    name: c.claim_name.clone(),
+                    ephemeral: false,
+                })
+            } else {
+                v.ephemeral.as_ref().map(|_| PodClaim {
+                    name: format!("{}-{}", pod.name, v.name),
+                    ephemeral: true,
+                })
+            }
+        })
+        .collect()
+}
+
+/// VolumeIsForPod: a generic ephemeral volume's claim must be controlled by the pod.
+pub(crate) fn ephemeral_is_for_pod(
+    pod: &PodInfo,
+    pvc: &PersistentVolumeClaim,
+) -> Result<(), String> {
+    let owned = pvc
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|r| r.controller == Some(true) && r.uid == pod.uid);
+    if owned {
+        return Ok(());
+    }
+    Err(format!(
+        "PVC {}/{} was not created for pod {}/{} (pod is not owner)",
+        pvc.metadata.namespace.as_deref().unwrap_or_default(),
+        pvc.metadata.name.as_deref().unwrap_or_default(),
+        pod.namespace,
+        pod.name,
+    ))
+}
+
 /// `spec.storageClassName`, or the beta annotation older claims carry.
 pub(crate) fn class_of(c: &PersistentVolumeClaim) -> String {
     c.metadata
@@ -32,4 +84,39 @@ pub(crate) fn class_of(c: &PersistentVolumeClaim) -> String {
         .cloned()
         .or_else(|| c.spec.as_ref().and_then(|s| s.storage_class_name.clone()))
         .unwrap_or_default()
+}
+
+/// podHasPVCs for one claim: the claim, or kube's message for why the pod cannot use it.
+pub(crate) fn usable_claim<'a>(
+    pod: &PodInfo,
+    claim: &PodClaim,
+    vols: &'a VolumeObjects,
+) -> Result<&'a Arc<PersistentVolumeClaim>, String> {
+    let name = &claim.name;
+    let Some(c) = vols.claims.get(&format!("{}/{name}", pod.namespace)) else {
+        // Normal right after a pod with generic ephemeral volumes is created.
+        return Err(if claim.ephemeral {
+            format!(
+                "waiting for ephemeral volume controller to create the persistentvolumeclaim \"{name}\""
+            )
+        } else {
+            format!("persistentvolumeclaim \"{name}\" not found")
+        });
+    };
+    if c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Lost") {
+        return Err(format!(
+            "persistentvolumeclaim \"{name}\" bound to non-existent persistentvolume \"{}\"",
+            c.spec
+                .as_ref()
+                .and_then(|s| s.volume_name.as_deref())
+                .unwrap_or_default()
+        ));
+    }
+    if c.metadata.deletion_timestamp.is_some() {
+        return Err(format!("persistentvolumeclaim \"{name}\" is being deleted"));
+    }
+    if claim.ephemeral {
+        ephemeral_is_for_pod(pod, c)?;
+    }
+    Ok(c)
 }

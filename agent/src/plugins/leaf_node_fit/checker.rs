@@ -601,6 +601,20 @@ mod tests {
         let cycle = leaf_with_storage(Some("Immediate"), false);
         let s = checker.check(&cycle, &pod_with_claim(), &vn);
         assert!(s.is_success(), "{s:?}");
+
+        // A generic ephemeral volume: its claim is made in the leaf for the leaf's pod, so
+        // its absence there now is no refusal.
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "scratch", "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "image": "i"}],
+                "volumes": [{"name": "tmp", "ephemeral": {"volumeClaimTemplate": {"spec": {
+                    "storageClassName": "local", "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "1Gi"}}}}}}]}
+        }))
+        .expect("pod");
+        let cycle = leaf_with_storage(Some("WaitForFirstConsumer"), false);
+        let s = checker.check(&cycle, &PodInfo::new(Arc::new(p)), &vn);
+        assert!(s.is_success(), "{s:?}");
     }
 
     /// Leaf `east` with one 4-CPU node running `resident`, and `admission` as its rules.

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::leaf::transform::leaf_claim_spec;
-use crate::plugins::helper::volumes::{claim_names, class_of};
+use crate::plugins::helper::volumes::{claim_names, class_of, pod_volumes};
 use crate::snapshot::{PodInfo, Snapshot, VolumeObjects};
 
 /// The pod and leaf snapshot to check: claims already copied to the leaf as they are
@@ -23,7 +23,10 @@ pub fn leaf_view(
     leaf: &Snapshot,
 ) -> Result<(Arc<PodInfo>, Snapshot), String> {
     let names = claim_names(pod);
-    if names.is_empty() {
+    // A generic ephemeral volume's claim is made in the leaf, for the leaf's pod, by the
+    // leaf's ephemeral volume controller: nothing to check before.
+    let ephemeral = pod_volumes(pod).iter().any(|v| v.ephemeral.is_some());
+    if names.is_empty() && !ephemeral {
         return Ok((pod.clone(), leaf.clone()));
     }
     let mut added: Vec<Arc<PersistentVolumeClaim>> = Vec::new();
@@ -77,15 +80,16 @@ pub fn leaf_view(
         }
         snapshot.volumes = Arc::new(volumes);
     }
-    if left_to_leaf.is_empty() {
+    if left_to_leaf.is_empty() && !ephemeral {
         return Ok((pod.clone(), snapshot));
     }
     let mut trimmed = (*pod.pod()).clone();
     if let Some(vols) = trimmed.spec.as_mut().and_then(|s| s.volumes.as_mut()) {
         vols.retain(|v| {
-            v.persistent_volume_claim
-                .as_ref()
-                .is_none_or(|c| !left_to_leaf.contains(&c.claim_name))
+            v.ephemeral.is_none()
+                && v.persistent_volume_claim
+                    .as_ref()
+                    .is_none_or(|c| !left_to_leaf.contains(&c.claim_name))
         });
     }
     Ok((Arc::new(PodInfo::new(Arc::new(trimmed))), snapshot))
