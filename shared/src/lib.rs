@@ -7,6 +7,7 @@ pub mod keys;
 pub mod leaf_kubeconfig;
 pub mod manifests;
 pub mod node;
+pub mod overrides;
 pub mod pod;
 pub mod policy;
 pub mod quantity;

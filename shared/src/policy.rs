@@ -92,6 +92,13 @@ pub struct PlacementPolicySpec {
     /// replacement would be placed better, a bounded number at a time. Off when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rebalance: Option<Rebalance>,
+    /// How the copies of these pods are adapted to the leaf cluster they go to (images,
+    /// command, env, resources, labels, the leaf's node selector and tolerations, storage
+    /// classes, a JSON patch), in order; the leaf check judges the adapted copy. A change
+    /// reaches running pods only when their owner replaces them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub overrides: Vec<crate::overrides::ClusterOverride>,
 }
 
 /// Clusters by name, by their virtual nodes' labels, and by exclusion.
@@ -401,6 +408,13 @@ impl PlacementPolicySpec {
                     "only a NoExecute toleration has seconds",
                 ));
             }
+        }
+        for (i, o) in self.overrides.iter().enumerate() {
+            let f = format!("spec.overrides[{i}]");
+            if let Some(t) = &o.target {
+                check_affinity(t, &format!("{f}.target"))?;
+            }
+            o.validate(&f).map_err(|e| invalid(e.field, e.message))?;
         }
         if let Some(r) = &self.rebalance
             && r.max_in_flight < 1

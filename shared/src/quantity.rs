@@ -144,6 +144,14 @@ impl Quantity {
         }
     }
 
+    /// `percent` of this quantity, rounded up to a whole nano-unit.
+    pub fn scaled_percent(self, percent: i64) -> Quantity {
+        let scaled = self.nanos.saturating_mul(i128::from(percent));
+        Quantity {
+            nanos: ceil_div(scaled, 100),
+        }
+    }
+
     pub fn is_zero(&self) -> bool {
         self.nanos == 0
     }

@@ -1,0 +1,795 @@
+//! Per-cluster overrides of leaf copies (Karmada's OverridePolicy, for pods): a policy's
+//! `overrides` adapt the copy of a pod, and of its claims, to the leaf cluster it goes to —
+//! images, command and args, environment, resources, labels and annotations, the leaf's
+//! node selector and tolerations, storage classes, and an RFC 6902 JSON patch for the
+//! rest. Pure: the leaf check judges exactly the copy pod sync creates.
+//!
+//! Entries apply in list order; within an entry: labels, annotations, image, command, args,
+//! env, resources, leaf node selector, leaf tolerations, then the JSON patch. The host's
+//! own pods are never changed.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, ResourceRequirements, Toleration};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::policy::ClusterAffinity;
+use crate::quantity::Quantity;
+
+/// One override: the leaf clusters it targets and what it changes in their copies.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterOverride {
+    /// The leaf clusters whose copies this changes (names, virtual-node labels,
+    /// exclusions); every leaf when absent. `host` is never a target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<ClusterAffinity>,
+    /// Image references changed by component (registry, repository, tag, digest).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image: Vec<ImageOverride>,
+    /// A container's command: values added at the end, removed, or the whole list replaced.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command: Vec<ListOverride>,
+    /// A container's args, as `command`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<ListOverride>,
+    /// Environment variables added, replaced or removed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<EnvOverride>,
+    /// Requests and limits set, or scaled by a percentage.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<ResourcesOverride>,
+    /// Labels of the copy added, replaced or removed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<MapOverride>,
+    /// Annotations of the copy added, replaced or removed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub annotations: Vec<MapOverride>,
+    /// Node selector entries for the leaf's own nodes, merged into the copy's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub leaf_node_selector: BTreeMap<String, String>,
+    /// Tolerations of the leaf's own nodes' taints, added to the copy's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub leaf_tolerations: Vec<Toleration>,
+    /// Host StorageClass → the leaf's, for the copies of the pod's claims.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub storage_classes: BTreeMap<String, String>,
+    /// RFC 6902 operations on the copy, applied last.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub json_patch: Vec<PatchOperation>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Operator {
+    Add,
+    Remove,
+    Replace,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ImageComponent {
+    Registry,
+    Repository,
+    Tag,
+    Digest,
+}
+
+/// Karmada's image overrider: `add` appends the value to the component (sets it when
+/// empty), `replace` sets it, `remove` clears it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageOverride {
+    /// Containers and init containers by name; every one when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub containers: Vec<String>,
+    pub component: ImageComponent,
+    pub operator: Operator,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub value: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ListOverride {
+    pub container_name: String,
+    pub operator: Operator,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub value: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvOverride {
+    /// Containers and init containers by name; every one when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub containers: Vec<String>,
+    pub operator: Operator,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourcesOverride {
+    /// Containers and init containers by name; every one when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub containers: Vec<String>,
+    /// Requests set to these quantities.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub requests: BTreeMap<String, String>,
+    /// Limits set to these quantities.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub limits: BTreeMap<String, String>,
+    /// Every request and limit scaled to this percentage (150: half as much again),
+    /// after the quantities above are set; rounded up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub scale_percent: Option<i64>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MapOverride {
+    pub operator: Operator,
+    /// For `remove`, only the keys count.
+    pub value: BTreeMap<String, String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PatchOp {
+    Add,
+    Remove,
+    Replace,
+    Move,
+    Copy,
+    Test,
+}
+
+/// One RFC 6902 operation on the copy (a Pod as JSON).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PatchOperation {
+    pub op: PatchOp,
+    /// A JSON pointer (`/spec/containers/0/image`).
+    pub path: String,
+    /// For `move` and `copy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// For `add`, `replace` and `test`: any JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+    pub value: Option<serde_json::Value>,
+}
+
+/// An override that cannot apply, with the field that says so.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct OverrideError {
+    pub field: String,
+    pub message: String,
+}
+
+fn error(field: impl Into<String>, message: impl Into<String>) -> OverrideError {
+    OverrideError {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+impl ClusterOverride {
+    /// Whether this entry adapts copies for `cluster`, whose virtual node has `labels`.
+    pub fn targets(&self, cluster: &str, labels: &BTreeMap<String, String>) -> bool {
+        cluster != crate::keys::HOST_CLUSTER_NAME
+            && self
+                .target
+                .as_ref()
+                .is_none_or(|t| t.allows(cluster, labels))
+    }
+
+    /// What the schema cannot say; `field` is the entry's path (`spec.overrides[0]`).
+    pub fn validate(&self, field: &str) -> Result<(), OverrideError> {
+        for (i, o) in self.image.iter().enumerate() {
+            let f = format!("{field}.image[{i}]");
+            if o.operator != Operator::Remove && o.value.is_empty() {
+                return Err(error(format!("{f}.value"), "must not be empty"));
+            }
+            if o.operator != Operator::Remove {
+                let bad = match o.component {
+                    ImageComponent::Registry => o.value.contains('@'),
+                    ImageComponent::Repository => o.value.contains([':', '@']),
+                    ImageComponent::Tag => o.value.contains(['/', ':', '@']),
+                    ImageComponent::Digest => o.operator == Operator::Add || !o.value.contains(':'),
+                };
+                if bad {
+                    return Err(error(
+                        format!("{f}.value"),
+                        format!(
+                            "{:?} is not a {:?} this operator can apply",
+                            o.value, o.component
+                        ),
+                    ));
+                }
+            }
+        }
+        for (name, list) in [("command", &self.command), ("args", &self.args)] {
+            for (i, o) in list.iter().enumerate() {
+                if o.container_name.is_empty() {
+                    return Err(error(
+                        format!("{field}.{name}[{i}].containerName"),
+                        "must not be empty",
+                    ));
+                }
+            }
+        }
+        for (i, o) in self.env.iter().enumerate() {
+            let f = format!("{field}.env[{i}]");
+            if o.name.is_empty() {
+                return Err(error(format!("{f}.name"), "must not be empty"));
+            }
+            if o.operator != Operator::Remove && o.value.is_none() {
+                return Err(error(
+                    format!("{f}.value"),
+                    "is required unless operator is remove",
+                ));
+            }
+        }
+        for (i, o) in self.resources.iter().enumerate() {
+            let f = format!("{field}.resources[{i}]");
+            for (what, map) in [("requests", &o.requests), ("limits", &o.limits)] {
+                for (resource, q) in map {
+                    if let Err(e) = Quantity::parse(q) {
+                        return Err(error(format!("{f}.{what}.{resource}"), e.to_string()));
+                    }
+                }
+            }
+            if o.scale_percent.is_some_and(|p| !(1..=10_000).contains(&p)) {
+                return Err(error(format!("{f}.scalePercent"), "must be 1 to 10000"));
+            }
+        }
+        for (i, t) in self.leaf_tolerations.iter().enumerate() {
+            let op = t.operator.as_deref().unwrap_or("Equal");
+            if op != "Equal" && op != "Exists" {
+                return Err(error(
+                    format!("{field}.leafTolerations[{i}].operator"),
+                    format!("{op:?} is not Equal or Exists"),
+                ));
+            }
+        }
+        for (host, leaf) in &self.storage_classes {
+            if host.is_empty() || leaf.is_empty() {
+                return Err(error(
+                    format!("{field}.storageClasses"),
+                    "class names must not be empty",
+                ));
+            }
+        }
+        for (i, p) in self.json_patch.iter().enumerate() {
+            let f = format!("{field}.jsonPatch[{i}]");
+            if !p.path.is_empty() && !p.path.starts_with('/') {
+                return Err(error(
+                    format!("{f}.path"),
+                    "must be a JSON pointer starting with /",
+                ));
+            }
+            if p.path.starts_with("/metadata/name") || p.path.starts_with("/metadata/namespace") {
+                return Err(error(
+                    format!("{f}.path"),
+                    "the copy's name and namespace are the host pod's",
+                ));
+            }
+            match p.op {
+                PatchOp::Add | PatchOp::Replace | PatchOp::Test if p.value.is_none() => {
+                    return Err(error(format!("{f}.value"), "is required for this op"));
+                }
+                PatchOp::Move | PatchOp::Copy
+                    if p.from.as_deref().is_none_or(|s| !s.starts_with('/')) =>
+                {
+                    return Err(error(
+                        format!("{f}.from"),
+                        "must be a JSON pointer starting with /",
+                    ));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The leaf's class for a host claim's `class` under `overrides` (the last that maps it).
+pub fn storage_class<'a>(overrides: &[&'a ClusterOverride], class: &'a str) -> &'a str {
+    overrides
+        .iter()
+        .rev()
+        .find_map(|o| o.storage_classes.get(class))
+        .map_or(class, String::as_str)
+}
+
+/// An image reference by component: `[registry/]repository[:tag][@digest]`.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct ImageRef {
+    registry: String,
+    repository: String,
+    tag: String,
+    digest: String,
+}
+
+impl ImageRef {
+    fn parse(image: &str) -> Self {
+        let (rest, digest) = image.split_once('@').unwrap_or((image, ""));
+        // A registry is a first component with a dot or a port, or localhost.
+        let (registry, rest) = match rest.split_once('/') {
+            Some((first, tail)) if first.contains(['.', ':']) || first == "localhost" => {
+                (first, tail)
+            }
+            _ => ("", rest),
+        };
+        let (repository, tag) = match rest.rsplit_once(':') {
+            Some((repo, tag)) if !tag.contains('/') => (repo, tag),
+            _ => (rest, ""),
+        };
+        ImageRef {
+            registry: registry.into(),
+            repository: repository.into(),
+            tag: tag.into(),
+            digest: digest.into(),
+        }
+    }
+
+    fn render(&self) -> String {
+        let mut s = String::new();
+        if !self.registry.is_empty() {
+            s.push_str(&self.registry);
+            s.push('/');
+        }
+        s.push_str(&self.repository);
+        if !self.tag.is_empty() {
+            s.push(':');
+            s.push_str(&self.tag);
+        }
+        if !self.digest.is_empty() {
+            s.push('@');
+            s.push_str(&self.digest);
+        }
+        s
+    }
+}
+
+fn operate(part: &mut String, op: Operator, value: &str) {
+    match op {
+        Operator::Add => part.push_str(value),
+        Operator::Replace => *part = value.to_string(),
+        Operator::Remove => part.clear(),
+    }
+}
+
+fn selected(names: &[String], container: &Container) -> bool {
+    names.is_empty() || names.contains(&container.name)
+}
+
+fn containers(pod: &mut Pod) -> impl Iterator<Item = &mut Container> {
+    let spec = pod.spec.get_or_insert_default();
+    spec.init_containers
+        .iter_mut()
+        .flatten()
+        .chain(spec.containers.iter_mut())
+}
+
+fn map_override(map: &mut BTreeMap<String, String>, o: &MapOverride) {
+    for (k, v) in &o.value {
+        match o.operator {
+            Operator::Add => {
+                map.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+            Operator::Replace => {
+                map.insert(k.clone(), v.clone());
+            }
+            Operator::Remove => {
+                map.remove(k);
+            }
+        }
+    }
+}
+
+fn quantity_map(reqs: &mut Option<BTreeMap<String, K8sQuantity>>, set: &BTreeMap<String, String>) {
+    if set.is_empty() {
+        return;
+    }
+    let m = reqs.get_or_insert_default();
+    for (k, v) in set {
+        m.insert(k.clone(), K8sQuantity(v.clone()));
+    }
+}
+
+fn scale(reqs: &mut Option<BTreeMap<String, K8sQuantity>>, percent: i64) -> Result<(), String> {
+    for (resource, q) in reqs.iter_mut().flatten() {
+        let parsed = Quantity::parse(&q.0).map_err(|e| e.to_string())?;
+        let binary = q.0.ends_with('i');
+        *q = K8sQuantity(
+            parsed
+                .scaled_percent(percent)
+                .canonical(binary || resource == "memory"),
+        );
+    }
+    Ok(())
+}
+
+/// `pod` as `overrides` adapt it, in order; the differences, said for `explain`
+/// (`image web: nginx:1 → mirror.eu/nginx:1`).
+pub fn apply(pod: &mut Pod, overrides: &[&ClusterOverride]) -> Result<Vec<String>, OverrideError> {
+    let before = pod.clone();
+    for (n, o) in overrides.iter().enumerate() {
+        let meta = &mut pod.metadata;
+        for l in &o.labels {
+            map_override(meta.labels.get_or_insert_default(), l);
+        }
+        for a in &o.annotations {
+            map_override(meta.annotations.get_or_insert_default(), a);
+        }
+        for i in &o.image {
+            for c in containers(pod).filter(|c| selected(&i.containers, c)) {
+                let mut r = ImageRef::parse(c.image.as_deref().unwrap_or_default());
+                let part = match i.component {
+                    ImageComponent::Registry => &mut r.registry,
+                    ImageComponent::Repository => &mut r.repository,
+                    ImageComponent::Tag => &mut r.tag,
+                    ImageComponent::Digest => &mut r.digest,
+                };
+                operate(part, i.operator, &i.value);
+                c.image = Some(r.render());
+            }
+        }
+        for (is_command, list) in [(true, &o.command), (false, &o.args)] {
+            for l in list {
+                for c in containers(pod).filter(|c| c.name == l.container_name) {
+                    let target = if is_command {
+                        &mut c.command
+                    } else {
+                        &mut c.args
+                    };
+                    let v = target.get_or_insert_default();
+                    match l.operator {
+                        Operator::Add => v.extend(l.value.iter().cloned()),
+                        Operator::Replace => *v = l.value.clone(),
+                        Operator::Remove => v.retain(|x| !l.value.contains(x)),
+                    }
+                }
+            }
+        }
+        for e in &o.env {
+            for c in containers(pod).filter(|c| selected(&e.containers, c)) {
+                let env = c.env.get_or_insert_default();
+                let at = env.iter().position(|v| v.name == e.name);
+                let var = EnvVar {
+                    name: e.name.clone(),
+                    value: e.value.clone(),
+                    value_from: None,
+                };
+                match (e.operator, at) {
+                    (Operator::Add, None) => env.push(var),
+                    (Operator::Add, Some(_)) => {}
+                    (Operator::Replace, Some(i)) => env[i] = var,
+                    (Operator::Replace, None) => env.push(var),
+                    (Operator::Remove, Some(i)) => {
+                        env.remove(i);
+                    }
+                    (Operator::Remove, None) => {}
+                }
+            }
+        }
+        for (i, r) in o.resources.iter().enumerate() {
+            for c in containers(pod).filter(|c| selected(&r.containers, c)) {
+                let res = c
+                    .resources
+                    .get_or_insert_with(ResourceRequirements::default);
+                quantity_map(&mut res.requests, &r.requests);
+                quantity_map(&mut res.limits, &r.limits);
+                if let Some(p) = r.scale_percent {
+                    scale(&mut res.requests, p)
+                        .and_then(|()| scale(&mut res.limits, p))
+                        .map_err(|e| error(format!("spec.overrides[{n}].resources[{i}]"), e))?;
+                }
+            }
+        }
+        let spec = pod.spec.get_or_insert_default();
+        if !o.leaf_node_selector.is_empty() {
+            let sel = spec.node_selector.get_or_insert_default();
+            sel.extend(o.leaf_node_selector.clone());
+        }
+        if !o.leaf_tolerations.is_empty() {
+            spec.tolerations
+                .get_or_insert_default()
+                .extend(o.leaf_tolerations.iter().cloned());
+        }
+        if !o.json_patch.is_empty() {
+            let field = format!("spec.overrides[{n}].jsonPatch");
+            let ops =
+                serde_json::to_value(&o.json_patch).map_err(|e| error(&field, e.to_string()))?;
+            let patch: json_patch::Patch =
+                serde_json::from_value(ops).map_err(|e| error(&field, e.to_string()))?;
+            let mut doc = serde_json::to_value(&*pod).map_err(|e| error(&field, e.to_string()))?;
+            json_patch::patch(&mut doc, &patch).map_err(|e| error(&field, e.to_string()))?;
+            let name = pod.metadata.name.clone();
+            let namespace = pod.metadata.namespace.clone();
+            *pod = serde_json::from_value(doc)
+                .map_err(|e| error(&field, format!("the patched copy is no Pod: {e}")))?;
+            pod.metadata.name = name;
+            pod.metadata.namespace = namespace;
+        }
+    }
+    Ok(differences(&before, pod))
+}
+
+/// What changed between the copy and its overridden form, for `explain`.
+fn differences(before: &Pod, after: &Pod) -> Vec<String> {
+    let mut out = Vec::new();
+    let spec = |p: &Pod| p.spec.clone().unwrap_or_default();
+    let (b, a) = (spec(before), spec(after));
+    let all = |s: &k8s_openapi::api::core::v1::PodSpec| {
+        s.init_containers
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .chain(s.containers.clone())
+            .collect::<Vec<_>>()
+    };
+    let (bc, ac) = (all(&b), all(&a));
+    for c in &ac {
+        let Some(o) = bc.iter().find(|o| o.name == c.name) else {
+            continue;
+        };
+        if o.image != c.image {
+            out.push(format!(
+                "image {}: {} → {}",
+                c.name,
+                o.image.as_deref().unwrap_or_default(),
+                c.image.as_deref().unwrap_or_default()
+            ));
+        }
+        if o.command != c.command {
+            out.push(format!(
+                "command {}: {:?}",
+                c.name,
+                c.command.clone().unwrap_or_default()
+            ));
+        }
+        if o.args != c.args {
+            out.push(format!(
+                "args {}: {:?}",
+                c.name,
+                c.args.clone().unwrap_or_default()
+            ));
+        }
+        if o.env != c.env {
+            out.push(format!("env {} changed", c.name));
+        }
+        let q = |r: &Option<ResourceRequirements>, limits: bool| {
+            r.as_ref()
+                .and_then(|r| {
+                    if limits {
+                        r.limits.clone()
+                    } else {
+                        r.requests.clone()
+                    }
+                })
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| format!("{k}={}", v.0))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        for (what, limits) in [("requests", false), ("limits", true)] {
+            let (x, y) = (q(&o.resources, limits), q(&c.resources, limits));
+            if x != y {
+                out.push(format!("{what} {}: {} → {}", c.name, none(&x), none(&y)));
+            }
+        }
+    }
+    if b.node_selector != a.node_selector {
+        out.push(format!(
+            "leaf node selector: {}",
+            a.node_selector
+                .unwrap_or_default()
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        ));
+    }
+    if b.tolerations != a.tolerations {
+        out.push("tolerations of the leaf's nodes added".into());
+    }
+    if before.metadata.labels != after.metadata.labels {
+        out.push("labels changed".into());
+    }
+    if before.metadata.annotations != after.metadata.annotations {
+        out.push("annotations changed".into());
+    }
+    if out.is_empty() && before != after {
+        out.push("changed by JSON patch".into());
+    }
+    out
+}
+
+fn none(s: &str) -> &str {
+    if s.is_empty() { "none" } else { s }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod() -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "db", "namespace": "shop", "labels": {"app": "db"}},
+            "spec": {"containers": [
+                {"name": "mysql", "image": "docker.io/library/mysql:8.0", "args": ["--a"],
+                 "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}},
+                {"name": "exporter", "image": "prom/mysqld-exporter"}]}
+        }))
+        .expect("pod")
+    }
+
+    fn over(v: serde_json::Value) -> ClusterOverride {
+        serde_json::from_value(v).expect("override")
+    }
+
+    fn image(p: &Pod, i: usize) -> &str {
+        p.spec.as_ref().expect("spec").containers[i]
+            .image
+            .as_deref()
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn image_references_are_changed_by_component() {
+        for (raw, want) in [
+            (
+                "nginx",
+                ImageRef {
+                    repository: "nginx".into(),
+                    ..Default::default()
+                },
+            ),
+            (
+                "localhost:5000/a/b:1@sha256:x",
+                ImageRef {
+                    registry: "localhost:5000".into(),
+                    repository: "a/b".into(),
+                    tag: "1".into(),
+                    digest: "sha256:x".into(),
+                },
+            ),
+        ] {
+            let r = ImageRef::parse(raw);
+            assert_eq!(r, want, "{raw}");
+            assert_eq!(r.render(), raw);
+        }
+        let mut p = pod();
+        let o = over(json!({"image": [
+            {"component": "Registry", "operator": "replace", "value": "mirror.eu"},
+            {"containers": ["mysql"], "component": "Tag", "operator": "replace", "value": "8.4"}]}));
+        let diff = apply(&mut p, &[&o]).expect("apply");
+        assert_eq!(image(&p, 0), "mirror.eu/library/mysql:8.4");
+        assert_eq!(image(&p, 1), "mirror.eu/prom/mysqld-exporter");
+        assert_eq!(
+            diff[0],
+            "image mysql: docker.io/library/mysql:8.0 → mirror.eu/library/mysql:8.4"
+        );
+    }
+
+    #[test]
+    fn resources_env_args_and_maps_apply_in_order() {
+        let mut p = pod();
+        let first = over(json!({
+            "resources": [{"containers": ["mysql"], "requests": {"cpu": "1"}, "scalePercent": 150}],
+            "env": [{"operator": "add", "name": "REGION", "value": "eu"}],
+            "args": [{"containerName": "mysql", "operator": "add", "value": ["--b"]}],
+            "labels": [{"operator": "replace", "value": {"tier": "leaf"}}],
+            "leafNodeSelector": {"disk": "ssd"}}));
+        let second =
+            over(json!({"env": [{"operator": "replace", "name": "REGION", "value": "us"}]}));
+        let diff = apply(&mut p, &[&first, &second]).expect("apply");
+        let c = &p.spec.as_ref().expect("spec").containers[0];
+        let req = c
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.clone())
+            .expect("requests");
+        assert_eq!(req["cpu"].0, "1500m");
+        assert_eq!(req["memory"].0, "1536Mi");
+        assert_eq!(
+            c.args.as_deref(),
+            Some(&["--a".to_string(), "--b".to_string()][..])
+        );
+        assert_eq!(c.env.as_ref().expect("env")[0].value.as_deref(), Some("us"));
+        assert_eq!(p.metadata.labels.as_ref().expect("labels")["tier"], "leaf");
+        assert!(
+            diff.contains(
+                &"requests mysql: cpu=500m,memory=1Gi → cpu=1500m,memory=1536Mi".to_string()
+            ),
+            "{diff:?}"
+        );
+        assert!(
+            diff.contains(&"leaf node selector: disk=ssd".to_string()),
+            "{diff:?}"
+        );
+    }
+
+    #[test]
+    fn a_json_patch_applies_last_and_keeps_the_name() {
+        let mut p = pod();
+        let o = over(json!({"jsonPatch": [
+            {"op": "add", "path": "/spec/hostname", "value": "leafy"},
+            {"op": "replace", "path": "/spec/containers/1/image", "value": "exporter:2"}]}));
+        apply(&mut p, &[&o]).expect("apply");
+        assert_eq!(
+            p.spec.as_ref().and_then(|s| s.hostname.as_deref()),
+            Some("leafy")
+        );
+        assert_eq!(image(&p, 1), "exporter:2");
+        let bad = over(json!({"jsonPatch": [{"op": "remove", "path": "/spec/nothing"}]}));
+        let e = apply(&mut pod(), &[&bad]).expect_err("nothing to remove");
+        assert_eq!(e.field, "spec.overrides[0].jsonPatch");
+    }
+
+    #[test]
+    fn invalid_overrides_name_their_field() {
+        for (v, field) in [
+            (
+                json!({"image": [{"component": "Tag", "operator": "replace", "value": "a/b"}]}),
+                "x.image[0].value",
+            ),
+            (
+                json!({"image": [{"component": "Tag", "operator": "add"}]}),
+                "x.image[0].value",
+            ),
+            (
+                json!({"env": [{"operator": "add", "name": "A"}]}),
+                "x.env[0].value",
+            ),
+            (
+                json!({"resources": [{"requests": {"cpu": "lots"}}]}),
+                "x.resources[0].requests.cpu",
+            ),
+            (
+                json!({"args": [{"containerName": "", "operator": "add"}]}),
+                "x.args[0].containerName",
+            ),
+            (
+                json!({"jsonPatch": [{"op": "add", "path": "spec"}]}),
+                "x.jsonPatch[0].path",
+            ),
+            (
+                json!({"jsonPatch": [{"op": "replace", "path": "/metadata/name", "value": "x"}]}),
+                "x.jsonPatch[0].path",
+            ),
+            (
+                json!({"jsonPatch": [{"op": "move", "path": "/a"}]}),
+                "x.jsonPatch[0].from",
+            ),
+            (json!({"storageClasses": {"a": ""}}), "x.storageClasses"),
+        ] {
+            let e = over(v.clone()).validate("x").expect_err("invalid");
+            assert_eq!(e.field, field, "{v}");
+        }
+    }
+
+    #[test]
+    fn targets_and_storage_classes() {
+        let o = over(
+            json!({"target": {"clusterNames": ["west"]}, "storageClasses": {"local-wffc": "standard"}}),
+        );
+        assert!(o.targets("west", &BTreeMap::new()));
+        assert!(!o.targets("east", &BTreeMap::new()));
+        assert!(!over(json!({})).targets(crate::keys::HOST_CLUSTER_NAME, &BTreeMap::new()));
+        assert_eq!(storage_class(&[&o], "local-wffc"), "standard");
+        assert_eq!(storage_class(&[&o], "other"), "other");
+    }
+}
