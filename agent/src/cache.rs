@@ -333,6 +333,17 @@ impl Cache {
         self.dirty();
     }
 
+    /// The placement policies as last set.
+    pub fn policies(&self) -> Arc<crate::policies::PolicySet> {
+        self.policies.clone()
+    }
+
+    /// The labels of node `name`, if the cache has it.
+    pub fn labels_of_node(&self, name: &str) -> Option<BTreeMap<String, String>> {
+        let i = *self.index.get(name)?;
+        self.nodes.get(i).map(|n| node_labels(&n.node).clone())
+    }
+
     pub fn pod_selectors_mut(&mut self) -> &mut crate::pod_selectors::PodSelectors {
         self.dirty();
         Arc::make_mut(&mut self.pod_selectors)

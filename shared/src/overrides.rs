@@ -251,6 +251,16 @@ impl ClusterOverride {
                 return Err(error(format!("{f}.scalePercent"), "must be 1 to 10000"));
             }
         }
+        for (name, list) in [("labels", &self.labels), ("annotations", &self.annotations)] {
+            for (i, o) in list.iter().enumerate() {
+                if let Some(k) = o.value.keys().find(|k| is_mark(k)) {
+                    return Err(error(
+                        format!("{field}.{name}[{i}].value"),
+                        format!("{k} is mcsched's own mark on a copy"),
+                    ));
+                }
+            }
+        }
         for (i, t) in self.leaf_tolerations.iter().enumerate() {
             let op = t.operator.as_deref().unwrap_or("Equal");
             if op != "Equal" && op != "Exists" {
@@ -423,6 +433,17 @@ fn scale(reqs: &mut Option<BTreeMap<String, K8sQuantity>>, percent: i64) -> Resu
 /// (`image web: nginx:1 → mirror.eu/nginx:1`).
 pub fn apply(pod: &mut Pod, overrides: &[&ClusterOverride]) -> Result<Vec<String>, OverrideError> {
     let before = pod.clone();
+    let marks = |m: &Option<BTreeMap<String, String>>| -> BTreeMap<String, String> {
+        m.iter()
+            .flatten()
+            .filter(|(k, _)| is_mark(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    let (labels, annotations) = (
+        marks(&pod.metadata.labels),
+        marks(&pod.metadata.annotations),
+    );
     for (n, o) in overrides.iter().enumerate() {
         let meta = &mut pod.metadata;
         for l in &o.labels {
@@ -522,7 +543,21 @@ pub fn apply(pod: &mut Pod, overrides: &[&ClusterOverride]) -> Result<Vec<String
             pod.metadata.namespace = namespace;
         }
     }
+    // The marks that make the copy this host's are never overridden.
+    for (target, saved) in [
+        (&mut pod.metadata.labels, labels),
+        (&mut pod.metadata.annotations, annotations),
+    ] {
+        let m = target.get_or_insert_default();
+        m.retain(|k, _| !is_mark(k));
+        m.extend(saved);
+    }
     Ok(differences(&before, pod))
+}
+
+/// mcsched's own labels and annotations on a copy.
+fn is_mark(key: &str) -> bool {
+    key.starts_with("mcsched.io/") || key == crate::keys::MANAGED_BY_LABEL
 }
 
 /// What changed between the copy and its overridden form, for `explain`.
@@ -723,6 +758,25 @@ mod tests {
     }
 
     #[test]
+    fn the_copys_marks_survive_every_override() {
+        let mut p = pod();
+        p.metadata
+            .labels
+            .get_or_insert_default()
+            .insert("mcsched.io/managed-by-cluster".into(), "west".into());
+        let o = over(json!({"jsonPatch": [{"op": "remove", "path": "/metadata/labels"}]}));
+        apply(&mut p, &[&o]).expect("apply");
+        let labels = p.metadata.labels.expect("labels");
+        assert_eq!(
+            labels
+                .get("mcsched.io/managed-by-cluster")
+                .map(String::as_str),
+            Some("west")
+        );
+        assert!(!labels.contains_key("app"));
+    }
+
+    #[test]
     fn a_json_patch_applies_last_and_keeps_the_name() {
         let mut p = pod();
         let o = over(json!({"jsonPatch": [
@@ -775,6 +829,10 @@ mod tests {
                 "x.jsonPatch[0].from",
             ),
             (json!({"storageClasses": {"a": ""}}), "x.storageClasses"),
+            (
+                json!({"labels": [{"operator": "remove", "value": {"mcsched.io/managed-by-cluster": ""}}]}),
+                "x.labels[0].value",
+            ),
         ] {
             let e = over(v.clone()).validate("x").expect_err("invalid");
             assert_eq!(e.field, field, "{v}");

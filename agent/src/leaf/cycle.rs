@@ -4,6 +4,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use mcsched_shared::overrides::ClusterOverride;
+
 use super::grants::{ReadAccess, ReadAll};
 use crate::snapshot::{PodInfo, Snapshot, VolumeObjects};
 
@@ -72,7 +74,15 @@ pub struct LeafCycle {
     /// Preemption's what-if: leaf copies of host victims taken out of their leaf's view,
     /// by host pod key, with their cluster and leaf node.
     removed: HashMap<String, (String, String, Arc<PodInfo>)>,
+    /// The overrides of the pod's policy, with the policy's reference.
+    overrides: Arc<(String, Vec<ClusterOverride>)>,
+    /// Cluster → the copy with its overrides applied, and what they changed.
+    overridden: Arc<Mutex<HashMap<String, OverriddenCopy>>>,
 }
+
+/// A leaf copy with the overrides for its cluster, and what they changed (said by
+/// `explain`).
+pub type OverriddenCopy = Result<(Arc<PodInfo>, Arc<Vec<String>>), String>;
 
 /// Whether leaf pod `copy` is this host's copy of host pod `host`: same name, and the
 /// host pod's UID in its annotation.
@@ -190,6 +200,78 @@ impl LeafCycle {
             .iter()
             .map(|(v, c)| (v.clone(), c.leaf_node.clone()))
             .collect()
+    }
+
+    /// The overrides of `policy` (its reference) for this cycle's pod.
+    pub fn set_overrides(&mut self, policy: String, overrides: Vec<ClusterOverride>) {
+        self.overrides = Arc::new((policy, overrides));
+    }
+
+    /// The overrides targeting `cluster`, whose virtual node carries `labels`, in order.
+    pub fn overrides_for(
+        &self,
+        cluster: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Vec<&ClusterOverride> {
+        self.overrides
+            .1
+            .iter()
+            .filter(|o| o.targets(cluster, labels))
+            .collect()
+    }
+
+    /// The leaf's StorageClass for a host claim of class `class` copied to `cluster`.
+    pub fn leaf_class(
+        &self,
+        cluster: &str,
+        labels: &BTreeMap<String, String>,
+        class: &str,
+    ) -> String {
+        mcsched_shared::overrides::storage_class(&self.overrides_for(cluster, labels), class)
+            .to_string()
+    }
+
+    /// The copy as it would be created in `cluster` (virtual node labels `labels`): the
+    /// pod's policy's overrides for that cluster applied, built once per cycle and
+    /// cluster; with what they changed, each line naming the policy.
+    pub fn leaf_pod_in(
+        &self,
+        host: &PodInfo,
+        cluster: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> OverriddenCopy {
+        let targeted = self.overrides_for(cluster, labels);
+        if targeted.is_empty() {
+            return self.leaf_pod(host).map(|p| (p, Arc::default()));
+        }
+        let mut cache = self.overridden.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(done) = cache.get(cluster) {
+            return done.clone();
+        }
+        let built = self.leaf_pod(host).and_then(|plain| {
+            let mut copy = (*plain.pod()).clone();
+            let changed = mcsched_shared::overrides::apply(&mut copy, &targeted)
+                .map_err(|e| format!("{} cannot override the copy: {e}", self.overrides.0))?;
+            let said = changed
+                .into_iter()
+                .map(|c| format!("{} overrides {c}", self.overrides.0))
+                .collect();
+            Ok((Arc::new(PodInfo::new(Arc::new(copy))), Arc::new(said)))
+        });
+        cache.insert(cluster.to_string(), built.clone());
+        built
+    }
+
+    /// The copy [`Self::leaf_pod_in`] built for `cluster` this cycle, or the plain one.
+    pub fn built_leaf_pod(&self, host: &PodInfo, cluster: &str) -> Result<Arc<PodInfo>, String> {
+        let cache = self.overridden.lock().unwrap_or_else(|e| e.into_inner());
+        match cache.get(cluster) {
+            Some(built) => built.clone().map(|(p, _)| p),
+            None => {
+                drop(cache);
+                self.leaf_pod(host)
+            }
+        }
     }
 
     /// The pod as it would be created in a leaf, built once per cycle.

@@ -99,6 +99,37 @@ pub enum SyncError {
     /// What the pod refers to is missing on the host: the copy waits, as a kubelet waits.
     #[error("{kind} {object} not found on the host; the leaf copy waits for it")]
     MissingOnHost { kind: &'static str, object: String },
+    /// The pod's policy's overrides for this leaf cannot apply to the copy.
+    #[error("{policy} cannot override the copy: {source}")]
+    Override {
+        policy: String,
+        #[source]
+        source: mcsched_shared::overrides::OverrideError,
+    },
+}
+
+/// The overrides of `pod`'s policy for `leaf`, with the policy's reference: what the leaf
+/// check applied when it sent the pod there.
+fn overrides_for(
+    host_side: &HostSide,
+    leaf: &LeafCluster,
+    pod: &Pod,
+) -> Option<(String, Vec<mcsched_shared::overrides::ClusterOverride>)> {
+    let cache = host_side.cache();
+    let policy = cache.policies().for_pod(&pod.metadata)?;
+    if policy.invalid.is_some() || policy.spec.overrides.is_empty() {
+        return None;
+    }
+    let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref())?;
+    let labels = cache.labels_of_node(node).unwrap_or_default();
+    let targeted: Vec<_> = policy
+        .spec
+        .overrides
+        .iter()
+        .filter(|o| o.targets(&leaf.name, &labels))
+        .cloned()
+        .collect();
+    (!targeted.is_empty()).then(|| (policy.reference.clone(), targeted))
 }
 
 fn code(e: &kube::Error) -> Option<u16> {
@@ -855,6 +886,8 @@ async fn create_copy(
         }
     }
     let deps = transform::dependencies(pod);
+    let overrides = overrides_for(host_side, leaf, pod);
+    let targeted: Vec<_> = overrides.iter().flat_map(|(_, o)| o.iter()).collect();
     let host_cms: Api<ConfigMap> = Api::namespaced(host.clone(), &ns);
     let leaf_cms: Api<ConfigMap> = Api::namespaced(leaf.client.clone(), &ns);
     for cm_name in &deps.config_maps {
@@ -953,7 +986,14 @@ async fn create_copy(
                     ..Default::default()
                 },
             ),
-            spec: Some(transform::leaf_claim_spec(&spec)),
+            spec: Some(transform::leaf_claim_spec(&spec)).map(|mut s| {
+                if let Some(class) = s.storage_class_name.take() {
+                    let leaf_class =
+                        mcsched_shared::overrides::storage_class(&targeted, &class).to_string();
+                    s.storage_class_name = Some(leaf_class);
+                }
+                s
+            }),
             status: None,
         };
         match leaf_claims.create(&PostParams::default(), &copy).await {
@@ -977,6 +1017,14 @@ async fn create_copy(
         ensure_service_account(leaf, pod, &ns, sa).await?;
     }
     let mut copy = transform::leaf_pod(pod, &leaf.name, &leaf.host_id)?;
+    if let Some((policy, _)) = &overrides {
+        mcsched_shared::overrides::apply(&mut copy, &targeted).map_err(|source| {
+            SyncError::Override {
+                policy: policy.clone(),
+                source,
+            }
+        })?;
+    }
     keep_priority_class(host_side, leaf, pod, &mut copy).await;
     let leaf_pods: Api<Pod> = Api::namespaced(leaf.client.clone(), &ns);
     match leaf_pods.create(&PostParams::default(), &copy).await {

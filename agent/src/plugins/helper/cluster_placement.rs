@@ -149,11 +149,21 @@ pub(crate) fn fits_per_cluster(
         .map(|n| replicas_that_fit(&pod.requests, n))
         .sum();
     fits.insert(None, host);
-    // The leaf copy carries the leaf node selector and none of the host's constraints.
-    let leaf_pod = leaves
+    // The leaf copy carries the leaf node selector, the overrides for its cluster, and
+    // none of the host's constraints.
+    let plain = leaves
         .leaf_pod(pod)
         .unwrap_or_else(|_| Arc::new(pod.clone()));
     for (name, view) in leaves.views.iter() {
+        let labels = snapshot
+            .nodes
+            .iter()
+            .find(|n| n.cluster.as_deref() == Some(name.as_str()))
+            .and_then(|n| n.node.metadata.labels.clone())
+            .unwrap_or_default();
+        let leaf_pod = leaves
+            .leaf_pod_in(pod, name, &labels)
+            .map_or_else(|_| plain.clone(), |(p, _)| p);
         let n: i64 = view
             .snapshot
             .nodes

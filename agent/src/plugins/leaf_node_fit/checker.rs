@@ -102,10 +102,14 @@ impl LeafChecker {
         if let Some(refused) = leaf_refuses(view, pod) {
             return refused;
         }
-        let notes: Vec<String> = service_account_note(view, pod).into_iter().collect();
-        let leaf_pod = match cycle.leaf_pod(pod) {
-            Ok(p) => p,
-            Err(e) => return Status::unresolvable(e),
+        let mut notes: Vec<String> = service_account_note(view, pod).into_iter().collect();
+        let vn_labels = node.node.metadata.labels.clone().unwrap_or_default();
+        let leaf_pod = match cycle.leaf_pod_in(pod, cluster, &vn_labels) {
+            Ok((p, changed)) => {
+                notes.extend(changed.iter().cloned());
+                p
+            }
+            Err(e) => return Status::unresolvable(format!("leaf cluster {cluster}: {e}")),
         };
         let obj = pod.object();
         let class = obj
@@ -134,11 +138,15 @@ impl LeafChecker {
                     return Status::unresolvable(format!("leaf cluster {cluster}: {why}"));
                 }
             };
-        let (leaf_pod, snapshot) =
-            match super::leaf_claims::leaf_view(&cycle.host_volumes, &leaf_pod, &view.snapshot) {
-                Ok(v) => v,
-                Err(e) => return Status::unschedulable(format!("leaf cluster {cluster}: {e}")),
-            };
+        let (leaf_pod, snapshot) = match super::leaf_claims::leaf_view(
+            &cycle.host_volumes,
+            &leaf_pod,
+            &view.snapshot,
+            &|class| cycle.leaf_class(cluster, &vn_labels, class),
+        ) {
+            Ok(v) => v,
+            Err(e) => return Status::unschedulable(format!("leaf cluster {cluster}: {e}")),
+        };
         let mut state = CycleState::new();
         for p in &self.plugins {
             let Some(pf) = p.as_pre_filter() else {

@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PersistentVolumeClaimSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::leaf::transform::leaf_claim_spec;
@@ -21,6 +21,7 @@ pub fn leaf_view(
     host: &VolumeObjects,
     pod: &Arc<PodInfo>,
     leaf: &Snapshot,
+    leaf_class: &dyn Fn(&str) -> String,
 ) -> Result<(Arc<PodInfo>, Snapshot), String> {
     let names = claim_names(pod);
     // A generic ephemeral volume's claim is made in the leaf, for the leaf's pod, by the
@@ -41,7 +42,12 @@ pub fn leaf_view(
             left_to_leaf.insert(name);
             continue;
         };
-        let class = class_of(c);
+        let host_class = class_of(c);
+        let class = if host_class.is_empty() {
+            host_class
+        } else {
+            leaf_class(&host_class)
+        };
         if class.is_empty() {
             left_to_leaf.insert(name);
             continue;
@@ -61,7 +67,10 @@ pub fn leaf_view(
                 namespace: Some(pod.namespace.clone()),
                 ..Default::default()
             },
-            spec: Some(leaf_claim_spec(&c.spec.clone().unwrap_or_default())),
+            spec: Some(PersistentVolumeClaimSpec {
+                storage_class_name: Some(class),
+                ..leaf_claim_spec(&c.spec.clone().unwrap_or_default())
+            }),
             status: None,
         }));
     }

@@ -85,7 +85,15 @@ impl PreFilterPlugin for LeafNodeFit {
         if snapshot.virtual_nodes == 0 {
             return (None, Status::skip());
         }
-        let cycle = self.leaves.cycle(snapshot.volumes.clone());
+        let mut cycle = self.leaves.cycle(snapshot.volumes.clone());
+        // An invalid policy keeps the pod Pending elsewhere (PlacementPolicy); here only a
+        // valid one's overrides shape the copies.
+        if let Some(policy) = snapshot.policies.for_pod(&pod.meta)
+            && policy.invalid.is_none()
+            && !policy.spec.overrides.is_empty()
+        {
+            cycle.set_overrides(policy.reference.clone(), policy.spec.overrides.clone());
+        }
         // The pod waits for what the leaves have not answered yet (a profile may ignore
         // the leaf taint, so any pod may go to a leaf), rather than land elsewhere for
         // want of an answer; it is asked once per namespace and object name.
@@ -156,7 +164,7 @@ impl ReservePlugin for LeafNodeFit {
             return Status::success();
         };
         if let Some(choice) = cycle.placement(node)
-            && let Ok(leaf_pod) = cycle.leaf_pod(pod)
+            && let Ok(leaf_pod) = cycle.built_leaf_pod(pod, &choice.cluster)
         {
             self.leaves.assume(leaf_pod, &choice);
         }
