@@ -311,6 +311,55 @@ impl ClusterOverride {
     }
 }
 
+impl ClusterOverride {
+    /// `west: image,storageClasses` — the targets (`*` for every leaf, `labels` for a
+    /// selector) and what it overrides, as `get policies` lists it.
+    pub fn summary(&self) -> String {
+        let target = match &self.target {
+            None => "*".to_string(),
+            Some(t) => {
+                let mut parts: Vec<String> = t.cluster_names.clone();
+                if t.label_selector.is_some() {
+                    parts.push("labels".into());
+                }
+                if parts.is_empty() {
+                    parts.push("*".into());
+                }
+                let mut s = parts.join("+");
+                if !t.exclude.is_empty() {
+                    s.push_str(&format!(" except {}", t.exclude.join("+")));
+                }
+                s
+            }
+        };
+        let kinds: Vec<&str> = [
+            ("image", self.image.is_empty()),
+            ("command", self.command.is_empty()),
+            ("args", self.args.is_empty()),
+            ("env", self.env.is_empty()),
+            ("resources", self.resources.is_empty()),
+            ("labels", self.labels.is_empty()),
+            ("annotations", self.annotations.is_empty()),
+            ("leafNodeSelector", self.leaf_node_selector.is_empty()),
+            ("leafTolerations", self.leaf_tolerations.is_empty()),
+            ("storageClasses", self.storage_classes.is_empty()),
+            ("jsonPatch", self.json_patch.is_empty()),
+        ]
+        .into_iter()
+        .filter(|(_, empty)| !empty)
+        .map(|(k, _)| k)
+        .collect();
+        format!(
+            "{target}: {}",
+            if kinds.is_empty() {
+                "nothing".to_string()
+            } else {
+                kinds.join(",")
+            }
+        )
+    }
+}
+
 /// The leaf's class for a host claim's `class` under `overrides` (the last that maps it).
 pub fn storage_class<'a>(overrides: &[&'a ClusterOverride], class: &'a str) -> &'a str {
     overrides

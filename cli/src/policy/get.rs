@@ -37,6 +37,9 @@ pub struct PolicyRow {
     pub priority: i32,
     /// `east:8,west:4`; `-` while none of its pods runs.
     pub clusters: String,
+    /// What its overrides change in leaf copies, per entry (`west: image; *: env`); `-`
+    /// when none.
+    pub overrides: String,
     /// The Ready condition's status, and its reason when not True.
     pub ready: String,
 }
@@ -67,6 +70,15 @@ fn row(
         clusters: status
             .and_then(|s| s.clusters_in_use.clone())
             .unwrap_or_else(|| "-".into()),
+        overrides: if spec.overrides.is_empty() {
+            "-".into()
+        } else {
+            spec.overrides
+                .iter()
+                .map(|o| o.summary())
+                .collect::<Vec<_>>()
+                .join("; ")
+        },
         ready,
     }
 }
@@ -136,6 +148,7 @@ pub fn render(rows: &[PolicyRow]) -> String {
         "SELECTOR",
         "PRIORITY",
         "CLUSTERS (PODS)",
+        "OVERRIDES",
         "READY",
     ];
     let table: Vec<Vec<String>> = std::iter::once(header.map(String::from).to_vec())
@@ -156,6 +169,7 @@ pub fn render(rows: &[PolicyRow]) -> String {
                 r.selector.clone(),
                 r.priority.to_string(),
                 r.clusters.clone(),
+                r.overrides.clone(),
                 r.ready.clone(),
             ]
         }))
@@ -170,7 +184,10 @@ mod tests {
     #[test]
     fn a_table_row_per_policy_with_why_it_is_not_ready() {
         let spec: mcsched_shared::policy::PlacementPolicySpec = serde_json::from_value(
-            serde_json::json!({"podSelector": {"matchLabels": {"app": "web"}}}),
+            serde_json::json!({"podSelector": {"matchLabels": {"app": "web"}}, "overrides": [
+                {"target": {"clusterNames": ["west"]}, "storageClasses": {"a": "b"},
+                 "image": [{"component": "Registry", "operator": "replace", "value": "m.eu"}]},
+                {"env": [{"operator": "add", "name": "A", "value": "1"}]}]}),
         )
         .unwrap();
         let status: PlacementPolicyStatus = serde_json::from_value(serde_json::json!({
@@ -199,6 +216,10 @@ mod tests {
         assert!(lines[0].starts_with("NAME"), "{table}");
         assert!(lines[1].starts_with("placementpolicy/web"), "{table}");
         assert!(lines[1].contains("east:8,west:4"), "{table}");
+        assert!(
+            lines[1].contains("west: image,storageClasses; *: env"),
+            "{table}"
+        );
         assert!(
             lines[1].ends_with(
                 "False (NoReadyCluster: no Ready cluster satisfies its cluster affinity and groups)"

@@ -104,10 +104,10 @@ impl LeafChecker {
         }
         let mut notes: Vec<String> = service_account_note(view, pod).into_iter().collect();
         let vn_labels = node.node.metadata.labels.clone().unwrap_or_default();
-        let leaf_pod = match cycle.leaf_pod_in(pod, cluster, &vn_labels) {
+        let (leaf_pod, overridden) = match cycle.leaf_pod_in(pod, cluster, &vn_labels) {
             Ok((p, changed)) => {
                 notes.extend(changed.iter().cloned());
-                p
+                (p, changed)
             }
             Err(e) => return Status::unresolvable(format!("leaf cluster {cluster}: {e}")),
         };
@@ -203,7 +203,12 @@ impl LeafChecker {
                 *counts.entry(r.into_owned()).or_default() += 1;
             }
         }
-        Status::unschedulable(rejection(cluster, nodes, &counts))
+        let mut why = rejection(cluster, nodes, &counts);
+        // The copy judged is the overridden one: say so, or the reason reads as the pod's.
+        if !overridden.is_empty() {
+            why = format!("{why} (judged as {})", overridden.join("; "));
+        }
+        Status::unschedulable(why)
     }
 }
 
