@@ -256,6 +256,21 @@ async fn overrides_adapt_leaf_copies_and_the_leaf_check_judges_them() -> anyhow:
         .spec
         .map(|s| s.containers[0].image.clone().unwrap_or_default());
     assert_eq!(host_image.as_deref(), Some("nginx:1.27"));
+    // Explain says what the override changed in west's copy.
+    let http = mcsched_e2e::api::admin_https(&host)?;
+    let explanation = mcsched_e2e::api::explain(&http, &agent.url, "default", "web").await?;
+    let notes = explanation
+        .nodes
+        .iter()
+        .find(|n| n.node == "mcsched-west")
+        .map(|n| n.leaf_notes.clone())
+        .unwrap_or_default();
+    assert_eq!(
+        notes,
+        [
+            "PlacementPolicy default/web overrides image web: nginx:1.27 → mirror.eu.example/nginx:1.27"
+        ]
+    );
 
     // Requests raised for east: east's 2-CPU node no longer fits, so the pod goes to the
     // next group at once, and explain says east was judged with the raised requests.
@@ -284,19 +299,34 @@ async fn overrides_adapt_leaf_copies_and_the_leaf_check_judges_them() -> anyhow:
         "{}",
         agent.logs()
     );
-    let http = mcsched_e2e::api::admin_https(&host)?;
+    let east_says = |e: &mcsched_shared::explain::Explanation| {
+        e.nodes
+            .iter()
+            .find(|n| n.node == "mcsched-east")
+            .map(|n| format!("{:?}", n))
+            .unwrap_or_default()
+    };
     let explanation = mcsched_e2e::api::explain(&http, &agent.url, "default", "batch").await?;
-    let east_says = explanation
-        .nodes
-        .iter()
-        .find(|n| n.node == "mcsched-east")
-        .map(|n| format!("{:?}", n))
-        .unwrap_or_default();
+    let said = east_says(&explanation);
     assert!(
-        east_says.contains("Insufficient cpu")
-            && east_says
-                .contains("PlacementPolicy default/batch overrides requests job: cpu=1 → cpu=3"),
-        "{east_says}"
+        said.contains("Insufficient cpu")
+            && said.contains("PlacementPolicy default/batch overrides requests job: cpu=1 → cpu=3"),
+        "{said}"
+    );
+    // A what-if of the same manifest is judged the same way, overrides applied.
+    let what_if = mcsched_e2e::api::what_if(
+        &http,
+        &agent.url,
+        "default",
+        &json!({"metadata": {"name": "batch-2", "labels": {"app": "batch"}},
+            "spec": {"schedulerName": "mcsched", "containers": [{"name": "job", "image": "pause",
+                "resources": {"requests": {"cpu": "1"}}}]}}),
+    )
+    .await?;
+    let said = east_says(&what_if);
+    assert!(
+        said.contains("overrides requests job: cpu=1 → cpu=3"),
+        "{said}"
     );
     let west_notes = explanation
         .nodes
