@@ -314,7 +314,13 @@ func (s *kubeletSimulator) syncPod(ctx context.Context, key string) error {
 		return nil
 	}
 	if pod.DeletionTimestamp != nil {
-		// A kubelet confirms the deletion once containers stopped; there are none here.
+		// A kubelet confirms the deletion once containers stopped; there are none here,
+		// but a preStop sleep hook keeps a real one terminating for its seconds, within
+		// the grace period (Kubernetes' e2e preemption specs count on it).
+		if wait := preStopSleepLeft(pod, time.Now()); wait > 0 {
+			s.queue.AddAfter(key, wait)
+			return nil
+		}
 		err := s.client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{
 			GracePeriodSeconds: ptr.To[int64](0),
 			Preconditions:      &metav1.Preconditions{UID: &pod.UID},
@@ -332,6 +338,31 @@ func (s *kubeletSimulator) syncPod(ctx context.Context, key string) error {
 		return nil
 	}
 	return err
+}
+
+// preStopSleepLeft is how long a kubelet would still run the preStop sleep hooks of a
+// terminating pod: the longest hook's seconds, at most the grace period, from when the
+// deletion began (DeletionTimestamp less the grace period).
+func preStopSleepLeft(pod *corev1.Pod, now time.Time) time.Duration {
+	if pod.DeletionTimestamp == nil {
+		return 0
+	}
+	var sleep int64
+	for _, c := range pod.Spec.Containers {
+		if c.Lifecycle != nil && c.Lifecycle.PreStop != nil && c.Lifecycle.PreStop.Sleep != nil {
+			sleep = max(sleep, c.Lifecycle.PreStop.Sleep.Seconds)
+		}
+	}
+	if sleep == 0 {
+		return 0
+	}
+	grace := int64(0)
+	if pod.DeletionGracePeriodSeconds != nil {
+		grace = *pod.DeletionGracePeriodSeconds
+	}
+	sleep = min(sleep, grace)
+	began := pod.DeletionTimestamp.Add(-time.Duration(grace) * time.Second)
+	return began.Add(time.Duration(sleep) * time.Second).Sub(now)
 }
 
 func (s *kubeletSimulator) runningStatus(key string, pod *corev1.Pod, node *corev1.Node) *corev1.Pod {
