@@ -4,6 +4,9 @@ SHELL := /bin/bash
 BUILD := .build
 CONTROLPLANE := $(BUILD)/controlplane
 CONTROLPLANE_SRC := $(wildcard tests/controlplane/*.go) tests/controlplane/go.mod tests/controlplane/go.sum Makefile
+# Kubernetes' scheduling e2e suite (ginkgo), a test binary of the tests/conformance module.
+CONFORMANCE_SUITE := $(BUILD)/conformance.test
+CONFORMANCE_SRC := $(wildcard tests/conformance/*.go) tests/conformance/go.mod tests/conformance/go.sum Makefile
 # The Kubernetes release the control plane is built from, stamped into its version so
 # `kubectl version` and the components' compatibility checks see a real one.
 K8S_VERSION := $(shell awk '$$1=="k8s.io/kubernetes" {print $$2; exit}' tests/controlplane/go.mod)
@@ -16,10 +19,10 @@ LDFLAGS := -s -w $(foreach p,$(VERSION_PKGS),-X $(p).gitVersion=$(K8S_VERSION) -
 GO_FLAGS := -trimpath
 # Every Go module of the repository; the docs' example extender is kept as the docs wrote it
 # (vetted, not reformatted).
-GO_MODULES := tests/controlplane tests/go-extender tools/image tools/lint
-GO_FORMATTED := tests/controlplane tools/image tools/lint
+GO_MODULES := tests/controlplane tests/conformance tests/go-extender tools/image tools/lint
+GO_FORMATTED := tests/controlplane tests/conformance tools/image tools/lint
 
-.PHONY: all build controlplane demo test lint fmt clean manifests bench bench-engine soak image test-images vet actionlint
+.PHONY: all build controlplane conformance-suite conformance demo test lint fmt clean manifests bench bench-engine soak image test-images vet actionlint
 
 all: build
 
@@ -30,6 +33,28 @@ controlplane: $(CONTROLPLANE)
 $(CONTROLPLANE): $(CONTROLPLANE_SRC)
 	@mkdir -p $(BUILD)
 	cd tests/controlplane && go build $(GO_FLAGS) -ldflags '$(LDFLAGS)' -o ../../$(CONTROLPLANE) .
+
+## conformance-suite: Kubernetes' scheduling e2e suite (k8s.io/kubernetes/test/e2e/scheduling,
+## ginkgo) as one test binary, from the same modules and compile flags as the control plane
+## (its packages come from the same Go build cache); `go vet` runs in `make vet`.
+conformance-suite: $(CONFORMANCE_SUITE)
+
+$(CONFORMANCE_SUITE): $(CONFORMANCE_SRC)
+	@mkdir -p $(BUILD)
+	cd tests/conformance && go test -c $(GO_FLAGS) -vet=off -ldflags '$(LDFLAGS)' -o ../../$(CONFORMANCE_SUITE) .
+
+## conformance: Kubernetes' scheduling e2e suite, every spec, against a cluster whose default
+## scheduler is kube-scheduler, then one whose default scheduler is mcsched-agent (profile
+## default-scheduler, kube-scheduler off); same nodes (simulated, and a real node where this
+## machine can run one: scripts/setup.sh), same focus. Writes tests/conformance/results.md
+## and fails when a spec passes with kube-scheduler only. `make test` runs the
+## [Conformance] specs alone, on simulated nodes.
+conformance: $(CONTROLPLANE) $(CONFORMANCE_SUITE)
+	bash scripts/setup.sh
+	bash scripts/image.sh test
+	bash scripts/image.sh conformance
+	cargo build -p mcsched-agent --bin mcsched-agent
+	MCSCHED_CONFORMANCE=full cargo test -p mcsched-e2e --test conformance -- --nocapture
 
 ## build: the control plane and every Rust binary.
 build: $(CONTROLPLANE)

@@ -12,6 +12,8 @@
 #                              .build/image/pause.tar (mcsched.test/pause:1, the pod
 #                              sandbox) and .build/image/hello.tar (mcsched.test/hello:1,
 #                              an HTTP server saying hello), static Go programs
+#   scripts/image.sh conformance the pause and agnhost images of Kubernetes' scheduling
+#                              e2e suite for a real node (`make conformance`)
 #
 # The .test domain never resolves, so nothing can ever pull these two test images: they
 # exist only where a test imported them.
@@ -99,8 +101,38 @@ test_images() {
   done
 }
 
+# The images Kubernetes' scheduling e2e suite runs on a real node (`make conformance`),
+# under the names the suite gives them once its registries are overridden to
+# mcsched.test/e2e (KUBE_TEST_REPO_LIST, see tests/tests/conformance.rs), with the tags of
+# test/utils/image/manifest.go in the k8s.io/kubernetes module of tests/conformance:
+# .build/image/e2e-pause.tar (tools/image/pause) and .build/image/e2e-agnhost.tar
+# (k8s.io/kubernetes/test/images/agnhost, a `tool` of tests/conformance/go.mod).
+conformance_images() {
+  build_tool
+  local work k8s manifest
+  work="$(mktemp -d)"
+  trap 'rm -rf "$work"' RETURN
+  k8s="$(cd "$ROOT/tests/conformance" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)"
+  manifest="$k8s/test/utils/image/manifest.go"
+  tag_of() { sed -n "s/.*configs\[$1\] = Config{list\.[A-Za-z0-9]*, \"[a-z]*\", \"\([^\"]*\)\"}.*/\1/p" "$manifest"; }
+  local pause_tag agnhost_tag
+  pause_tag="$(tag_of Pause)"
+  agnhost_tag="$(tag_of Agnhost)"
+  [[ -n $pause_tag && -n $agnhost_tag ]] || die "no pause or agnhost tag in $manifest"
+  mkdir -p "$work/pause" "$work/agnhost"
+  go_build tools/image "$work/pause/pause" ./pause
+  go_build tests/conformance "$work/agnhost/agnhost" k8s.io/kubernetes/test/images/agnhost
+  "$TOOL" --rootfs "$work/pause" --ref "mcsched.test/e2e/pause:$pause_tag" --platform "$(platform)" \
+    --entrypoint /pause --user 65532:65532 --docker-archive "$OUT/e2e-pause.tar" >/dev/null
+  say "mcsched.test/e2e/pause:$pause_tag: $OUT/e2e-pause.tar ($(size_of "$OUT/e2e-pause.tar"))"
+  "$TOOL" --rootfs "$work/agnhost" --ref "mcsched.test/e2e/agnhost:$agnhost_tag" --platform "$(platform)" \
+    --entrypoint /agnhost --docker-archive "$OUT/e2e-agnhost.tar" >/dev/null
+  say "mcsched.test/e2e/agnhost:$agnhost_tag: $OUT/e2e-agnhost.tar ($(size_of "$OUT/e2e-agnhost.tar"))"
+}
+
 case "${1:-}" in
   agent) agent ;;
   test) test_images ;;
-  *) die "usage: scripts/image.sh agent|test" ;;
+  conformance) conformance_images ;;
+  *) die "usage: scripts/image.sh agent|test|conformance" ;;
 esac

@@ -3,10 +3,13 @@
 //! than slowing scheduling down. Events are recorded concurrently, each retried after
 //! transport errors as client-go's broadcaster does (12 tries, 10 s apart); one task sent
 //! them one after another and fell minutes behind a scheduler binding 1000 pods a second.
-//! Status writes stay in order, one task.
+//! Status writes stay in order, one task. A pod bound while a status write of an earlier
+//! failed attempt still waits in the queue does not get it: PodScheduled=False would land
+//! on the bound pod (as kube-scheduler's API dispatcher lets a binding supersede the pod's
+//! pending status patch).
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::api::{Patch, PatchParams};
@@ -45,6 +48,8 @@ pub enum Message {
 
 /// A `Message::Unschedulable` on its way to the status writer.
 struct StatusWrite {
+    /// Its place in the order of writes queued, to tell it from a binding made after.
+    seq: u64,
     namespace: String,
     name: String,
     reason: &'static str,
@@ -57,6 +62,41 @@ pub struct EventSink {
     /// Each event with its reporting controller.
     events: mpsc::Sender<(String, NewEvent)>,
     statuses: mpsc::Sender<StatusWrite>,
+    pending: Arc<Mutex<PendingWrites>>,
+}
+
+/// The status writes queued and not yet written, by pod (`namespace/name`).
+#[derive(Default)]
+struct PendingWrites {
+    next_seq: u64,
+    pods: HashMap<String, PodWrites>,
+}
+
+#[derive(Default)]
+struct PodWrites {
+    queued: usize,
+    /// The pod was bound once the writes before this sequence number were queued.
+    bound_before: Option<u64>,
+}
+
+impl PendingWrites {
+    /// Whether the write `seq` of pod `key` is still to be made: not when the pod was
+    /// bound after it was queued. Counts it as taken off the queue.
+    fn take(&mut self, key: &str, seq: u64) -> bool {
+        let Some(pod) = self.pods.get_mut(key) else {
+            return true;
+        };
+        let write = pod.bound_before.is_none_or(|bound| seq >= bound);
+        pod.queued = pod.queued.saturating_sub(1);
+        if pod.queued == 0 {
+            self.pods.remove(key);
+        }
+        write
+    }
+}
+
+fn lock(pending: &Mutex<PendingWrites>) -> std::sync::MutexGuard<'_, PendingWrites> {
+    pending.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl EventSink {
@@ -64,8 +104,13 @@ impl EventSink {
         let (events, events_rx) = mpsc::channel(QUEUE);
         let (statuses, statuses_rx) = mpsc::channel(QUEUE);
         tokio::spawn(record_events(client.clone(), instance, events_rx));
-        tokio::spawn(write_statuses(client, statuses_rx));
-        EventSink { events, statuses }
+        let pending = Arc::new(Mutex::new(PendingWrites::default()));
+        tokio::spawn(write_statuses(client, statuses_rx, pending.clone()));
+        EventSink {
+            events,
+            statuses,
+            pending,
+        }
     }
 
     pub fn send(&self, m: Message) {
@@ -96,23 +141,48 @@ impl EventSink {
                 reason,
                 message,
                 nominated_node,
-            } => self
-                .statuses
-                .try_send(StatusWrite {
-                    namespace,
-                    name,
-                    reason,
-                    message,
-                    nominated_node,
-                })
-                .map_err(|e| e.to_string()),
+            } => {
+                let key = format!("{namespace}/{name}");
+                let mut pending = lock(&self.pending);
+                let seq = pending.next_seq;
+                let queued = self
+                    .statuses
+                    .try_send(StatusWrite {
+                        seq,
+                        namespace,
+                        name,
+                        reason,
+                        message,
+                        nominated_node,
+                    })
+                    .map_err(|e| e.to_string());
+                if queued.is_ok() {
+                    pending.next_seq += 1;
+                    pending.pods.entry(key).or_default().queued += 1;
+                }
+                queued
+            }
         };
         if let Err(e) = queued {
             warn!(error = %e, "event queue full; dropping an event");
         }
     }
 
+    /// The pod is bound: its Scheduled event, and none of the status writes of its earlier
+    /// attempts still queued.
     pub fn scheduled(&self, scheduler: &str, pod: &Pod, node: &str) {
+        let key = format!(
+            "{}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+            pod.metadata.name.as_deref().unwrap_or_default()
+        );
+        {
+            let mut pending = lock(&self.pending);
+            let next = pending.next_seq;
+            if let Some(writes) = pending.pods.get_mut(&key) {
+                writes.bound_before = Some(next);
+            }
+        }
         let note = format!(
             "Successfully assigned {}/{} to {}",
             pod.metadata.namespace.as_deref().unwrap_or_default(),
@@ -182,8 +252,13 @@ async fn record_events(
 
 /// PodScheduled=False and nominated node writes, one at a time so a pod's writes land in
 /// the order they were made.
-async fn write_statuses(client: Client, mut rx: mpsc::Receiver<StatusWrite>) {
+async fn write_statuses(
+    client: Client,
+    mut rx: mpsc::Receiver<StatusWrite>,
+    pending: Arc<Mutex<PendingWrites>>,
+) {
     while let Some(StatusWrite {
+        seq,
         namespace,
         name,
         reason,
@@ -191,6 +266,10 @@ async fn write_statuses(client: Client, mut rx: mpsc::Receiver<StatusWrite>) {
         nominated_node,
     }) = rx.recv().await
     {
+        if !lock(&pending).take(&format!("{namespace}/{name}"), seq) {
+            debug!(pod = %name, %namespace, "bound since: its PodScheduled=False write dropped");
+            continue;
+        }
         let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
         let mut status = json!({
             "conditions": [{
@@ -246,6 +325,8 @@ mod tests {
     }
 
     struct Server {
+        /// Every request's method and path, in order.
+        requests: Mutex<Vec<String>>,
         posts: AtomicUsize,
         in_flight: AtomicUsize,
         most_in_flight: AtomicUsize,
@@ -256,15 +337,20 @@ mod tests {
     /// (then Created).
     fn stand_in(answers: Vec<Answer>) -> (Client, Arc<Server>) {
         let server = Arc::new(Server {
+            requests: Mutex::new(Vec::new()),
             posts: AtomicUsize::new(0),
             in_flight: AtomicUsize::new(0),
             most_in_flight: AtomicUsize::new(0),
             answers: Mutex::new(answers.into_iter().rev().collect()),
         });
         let s = server.clone();
-        let service = tower::service_fn(move |_req: http::Request<Body>| {
+        let service = tower::service_fn(move |req: http::Request<Body>| {
             let s = s.clone();
             async move {
+                s.requests
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(format!("{} {}", req.method(), req.uri().path()));
                 s.posts.fetch_add(1, Ordering::SeqCst);
                 let now = s.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
                 s.most_in_flight.fetch_max(now, Ordering::SeqCst);
@@ -335,6 +421,52 @@ mod tests {
             server.most_in_flight.load(Ordering::SeqCst),
             EVENTS_IN_FLIGHT
         );
+    }
+
+    fn unschedulable(name: &str) -> Message {
+        Message::Unschedulable {
+            namespace: "ns".into(),
+            name: name.into(),
+            reason: "Unschedulable",
+            message: "0/1 nodes are available".into(),
+            nominated_node: None,
+        }
+    }
+
+    /// The status writes of a pod's failed attempts still queued when it is bound are
+    /// dropped (PodScheduled=False would land on the bound pod: Kubernetes' e2e spec
+    /// "validates local ephemeral storage resource limits" fails on a bound pod whose
+    /// PodScheduled is not True); other pods' writes, and writes queued after the
+    /// binding, are made.
+    #[tokio::test(start_paused = true)]
+    async fn a_binding_drops_the_pods_queued_status_writes() {
+        let (client, server) = stand_in(Vec::new());
+        let sink = EventSink::start(client, "test".into());
+        for _ in 0..3 {
+            sink.send(unschedulable("a"));
+        }
+        sink.send(unschedulable("b"));
+        sink.scheduled("mcsched", &pod("a"), "n1");
+        // A pod of the same name again, failing after the binding.
+        sink.send(unschedulable("a"));
+        wait_for_posts(&server, 3).await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let statuses: Vec<String> = server
+            .requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|r| r.ends_with("/status"))
+            .cloned()
+            .collect();
+        assert_eq!(
+            statuses,
+            [
+                "PATCH /api/v1/namespaces/ns/pods/b/status",
+                "PATCH /api/v1/namespaces/ns/pods/a/status"
+            ]
+        );
+        assert!(lock(&sink.pending).pods.is_empty());
     }
 
     #[tokio::test(start_paused = true)]

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	v1helper "k8s.io/kubernetes/pkg/apis/core/v1/helper"
 	"k8s.io/utils/ptr"
 )
 
@@ -65,6 +66,9 @@ type kubeletSimulator struct {
 	nextIP    uint32
 	ips       map[string]string
 	addresses podAddresses
+	// mirrored: per node, the extended resources syncExtendedResources copied from
+	// capacity into allocatable.
+	mirrored map[string]map[corev1.ResourceName]bool
 }
 
 // podAddress gives the pods of namespace whose name starts with prefix a fixed IP.
@@ -107,6 +111,7 @@ func runKubeletSimulator(ctx context.Context, client kubernetes.Interface, addre
 		queue:     workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		ips:       map[string]string{},
 		addresses: addresses,
+		mirrored:  map[string]map[corev1.ResourceName]bool{},
 	}
 	defer s.queue.ShutDown()
 	enqueue := func(obj interface{}) {
@@ -126,6 +131,13 @@ func runKubeletSimulator(ctx context.Context, client kubernetes.Interface, addre
 		AddFunc: func(obj interface{}) {
 			if n, ok := obj.(*corev1.Node); ok {
 				s.heartbeat(ctx, n)
+			}
+		},
+		UpdateFunc: func(_, obj interface{}) {
+			if n, ok := obj.(*corev1.Node); ok && !isVirtualNode(n) && !isRealNode(n) {
+				if err := s.syncExtendedResources(ctx, n); err != nil {
+					klog.V(2).InfoS("node allocatable update failed", "node", n.Name, "err", err)
+				}
 			}
 		},
 	}); err != nil {
@@ -163,6 +175,9 @@ func (s *kubeletSimulator) heartbeat(ctx context.Context, n *corev1.Node) {
 	}
 	if err := s.reportReady(ctx, n); err != nil {
 		klog.V(2).InfoS("node status update failed", "node", n.Name, "err", err)
+	}
+	if err := s.syncExtendedResources(ctx, n); err != nil {
+		klog.V(2).InfoS("node allocatable update failed", "node", n.Name, "err", err)
 	}
 }
 
@@ -212,6 +227,59 @@ func (s *kubeletSimulator) reportReady(ctx context.Context, n *corev1.Node) erro
 	return err
 }
 
+// syncExtendedResources makes a node's allocatable follow its capacity for extended
+// resources (example.com/foo), as a kubelet computes allocatable from capacity: a test
+// that adds one to the capacity alone (Kubernetes' e2e specs do) finds it allocatable, and
+// gone again once it removed it. Only the extended resources the simulator itself added
+// are removed, so a node written with allocatable alone keeps it.
+func (s *kubeletSimulator) syncExtendedResources(ctx context.Context, n *corev1.Node) error {
+	s.mu.Lock()
+	mirrored := s.mirrored[n.Name]
+	s.mu.Unlock()
+	var changed bool
+	allocatable := n.Status.Allocatable.DeepCopy()
+	if allocatable == nil {
+		allocatable = corev1.ResourceList{}
+	}
+	added := map[corev1.ResourceName]bool{}
+	for name, quantity := range n.Status.Capacity {
+		if !v1helper.IsExtendedResourceName(name) {
+			continue
+		}
+		if _, have := allocatable[name]; !have || mirrored[name] {
+			if have && allocatable[name].Equal(quantity) {
+				added[name] = true
+				continue
+			}
+			allocatable[name] = quantity
+			added[name] = true
+			changed = true
+		}
+	}
+	for name := range mirrored {
+		if _, inCapacity := n.Status.Capacity[name]; !inCapacity {
+			delete(allocatable, name)
+			changed = true
+		}
+	}
+	s.mu.Lock()
+	s.mirrored[n.Name] = added
+	s.mu.Unlock()
+	if !changed {
+		return nil
+	}
+	n = n.DeepCopy()
+	n.Status.Allocatable = allocatable
+	_, err := s.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+	if err != nil {
+		// Seen again with the next update or list.
+		s.mu.Lock()
+		s.mirrored[n.Name] = mirrored
+		s.mu.Unlock()
+	}
+	return err
+}
+
 func (s *kubeletSimulator) worker(ctx context.Context) {
 	for {
 		key, quit := s.queue.Get()
@@ -246,7 +314,13 @@ func (s *kubeletSimulator) syncPod(ctx context.Context, key string) error {
 		return nil
 	}
 	if pod.DeletionTimestamp != nil {
-		// A kubelet confirms the deletion once containers stopped; there are none here.
+		// A kubelet confirms the deletion once containers stopped; there are none here,
+		// but a preStop sleep hook keeps a real one terminating for its seconds, within
+		// the grace period (Kubernetes' e2e preemption specs count on it).
+		if wait := preStopSleepLeft(pod, time.Now()); wait > 0 {
+			s.queue.AddAfter(key, wait)
+			return nil
+		}
 		err := s.client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{
 			GracePeriodSeconds: ptr.To[int64](0),
 			Preconditions:      &metav1.Preconditions{UID: &pod.UID},
@@ -264,6 +338,31 @@ func (s *kubeletSimulator) syncPod(ctx context.Context, key string) error {
 		return nil
 	}
 	return err
+}
+
+// preStopSleepLeft is how long a kubelet would still run the preStop sleep hooks of a
+// terminating pod: the longest hook's seconds, at most the grace period, from when the
+// deletion began (DeletionTimestamp less the grace period).
+func preStopSleepLeft(pod *corev1.Pod, now time.Time) time.Duration {
+	if pod.DeletionTimestamp == nil {
+		return 0
+	}
+	var sleep int64
+	for _, c := range pod.Spec.Containers {
+		if c.Lifecycle != nil && c.Lifecycle.PreStop != nil && c.Lifecycle.PreStop.Sleep != nil {
+			sleep = max(sleep, c.Lifecycle.PreStop.Sleep.Seconds)
+		}
+	}
+	if sleep == 0 {
+		return 0
+	}
+	grace := int64(0)
+	if pod.DeletionGracePeriodSeconds != nil {
+		grace = *pod.DeletionGracePeriodSeconds
+	}
+	sleep = min(sleep, grace)
+	began := pod.DeletionTimestamp.Add(-time.Duration(grace) * time.Second)
+	return began.Add(time.Duration(sleep) * time.Second).Sub(now)
 }
 
 func (s *kubeletSimulator) runningStatus(key string, pod *corev1.Pod, node *corev1.Node) *corev1.Pod {
