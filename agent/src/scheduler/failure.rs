@@ -1,5 +1,6 @@
 //! kube's FailureHandler and the one way an assumed placement is undone.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use tracing::debug;
@@ -94,10 +95,27 @@ pub(super) fn handle_failure(
     // once (kube's AddNominatedPod in its failure handler). A pod deleted meanwhile
     // is not nominated again.
     let id = crate::queue::id(&info.pod).to_string();
-    // Back to the queue (and nominator) compact, as it came.
     let object = info.pod.pod();
+    let current = info.pod.nominated_node_name().unwrap_or_default();
+    // Changed in the API only when it differs, as kube's updatePod.
+    let nominated_node = match &nominating {
+        Nominating::Override(n) if n != current => Some(n.clone()),
+        _ => None,
+    };
     let mut info = info;
-    info.pod = info.pod.compacted();
+    // Back to the queue (and nominator) compact, as it came, with the nomination already
+    // in its status as kube's API cacher patches the queued pod: the next attempt must
+    // see it (PodEligibleToPreemptOthers) before the status write comes back by the watch,
+    // or it preempts again the victims still terminating.
+    info.pod = match &nominated_node {
+        Some(node) => {
+            let mut pod = (*object).clone();
+            pod.status.get_or_insert_default().nominated_node_name =
+                (!node.is_empty()).then(|| node.clone());
+            Arc::new(PodInfo::compact(Arc::new(pod)))
+        }
+        None => info.pod.compacted(),
+    };
     shared
         .profiles
         .nominator
@@ -105,12 +123,6 @@ pub(super) fn handle_failure(
     if shared.queue.is_gone(&id) {
         shared.profiles.nominator.delete(&id);
     }
-    let current = info.pod.nominated_node_name().unwrap_or_default();
-    // Changed in the API only when it differs, as kube's updatePod.
-    let nominated_node = match nominating {
-        Nominating::Override(n) if n != current => Some(n),
-        _ => None,
-    };
     shared
         .events
         .failed_scheduling(scheduler_name, &object, message.clone());

@@ -368,3 +368,36 @@ async fn a_pre_filter_rejection_ends_post_filter_as_kube_scheduler_does() {
          preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
     );
 }
+
+/// kube's API cacher patches the queued pod with its nomination at once: the next attempt
+/// sees the nominated node (and so waits for its victims, PodEligibleToPreemptOthers)
+/// before the status write comes back by the watch. Without it, every attempt until then
+/// preempted the victims still terminating again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nomination_is_in_the_queued_pod_before_the_watch_returns_it() {
+    use super::failure::{Failure, handle_failure};
+    use crate::nominator::Nominating;
+
+    let (shared, _calls) = shared_with((201, json!({})));
+    shared.queue.add(pod("high", "1"), None);
+    let info = shared.queue.pop().await.expect("queued");
+    assert_eq!(info.pod.nominated_node_name(), None);
+    let failure = Failure::Unschedulable {
+        fit: Box::new(crate::framework::fit_error(1, Default::default())),
+        nominating: Nominating::Override("n1".into()),
+        victims: vec!["default/low".into()],
+    };
+    handle_failure(
+        &shared,
+        "mcsched",
+        info,
+        failure,
+        None,
+        std::time::Instant::now(),
+    );
+    let queued = shared
+        .queue
+        .waiting("default/high")
+        .expect("back in the queue");
+    assert_eq!(queued.nominated_node_name(), Some("n1"));
+}
