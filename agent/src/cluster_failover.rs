@@ -18,8 +18,8 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use mcsched_shared::taints;
 
-use crate::policies::PolicySet;
-use crate::snapshot::Snapshot;
+use mcsched_engine::policies::PolicySet;
+use mcsched_engine::snapshot::Snapshot;
 
 /// A pod to evict: `namespace/name`, its UID, its policy, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,7 +38,7 @@ pub fn due(set: &PolicySet, snapshot: &Snapshot, now: k8s_openapi::jiff::Timesta
         return out;
     }
     for node in snapshot.nodes.iter().filter(|n| n.cluster.is_some()) {
-        let tainted: Vec<_> = crate::plugins::helper::taints::node_taints(node)
+        let tainted: Vec<_> = mcsched_engine::plugins::helper::taints::node_taints(node)
             .iter()
             .filter(|t| t.effect == "NoExecute")
             .collect();
@@ -139,7 +139,7 @@ pub async fn run(
                     d.policy.clone(),
                     format!(
                         "the agent may not evict pods in namespace {ns} when their cluster toleration runs out: {}",
-                        crate::policies::placement_keeper_grant(ns, agent_namespace)
+                        mcsched_engine::policies::placement_keeper_grant(ns, agent_namespace)
                     ),
                 );
             }
@@ -158,9 +158,9 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::helper::cluster_placement::tests_support::virtual_node;
-    use crate::snapshot::PodInfo;
     use crate::watch::Change;
+    use mcsched_engine::plugins::helper::cluster_placement::tests_support::virtual_node;
+    use mcsched_engine::snapshot::PodInfo;
     use serde_json::json;
     use std::sync::Arc;
 

@@ -18,8 +18,8 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use mcsched_shared::policy::DivisionType;
 
-use crate::policies::PolicySet;
-use crate::snapshot::Snapshot;
+use mcsched_engine::policies::PolicySet;
+use mcsched_engine::snapshot::Snapshot;
 
 pub const ANNOTATION: &str = "controller.kubernetes.io/pod-deletion-cost";
 
@@ -134,7 +134,7 @@ pub async fn write(
                     policy,
                     format!(
                         "the agent may not patch pods in namespace {ns} to keep their pod-deletion-cost: {}",
-                        crate::policies::placement_keeper_grant(ns, agent_namespace)
+                        mcsched_engine::policies::placement_keeper_grant(ns, agent_namespace)
                     ),
                 );
             }
@@ -147,9 +147,9 @@ pub async fn write(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::helper::cluster_placement::tests_support::virtual_node;
-    use crate::snapshot::PodInfo;
     use crate::watch::Change;
+    use mcsched_engine::plugins::helper::cluster_placement::tests_support::virtual_node;
+    use mcsched_engine::snapshot::PodInfo;
     use serde_json::json;
     use std::sync::Arc;
 

@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 
 use mcsched_shared::explain::{Explanation, NodeExplanation, Outcome, PluginScore, PluginVerdict};
 
-use crate::framework::FitError;
-use crate::framework::runtime::{CycleRecord, verdict};
+use mcsched_engine::framework::FitError;
+use mcsched_engine::framework::runtime::{CycleRecord, verdict};
 
 /// How many pods' explanations are kept; the oldest goes first.
 pub const CAPACITY: usize = 2000;
@@ -158,26 +158,27 @@ fn expand_node(
 /// Per node: every verdict when the cycle recorded them all; else the filters a feasible
 /// node passed, or those a rejected node passed up to its first rejection.
 fn stored_nodes(record: &CycleRecord, limit: usize) -> StoredNodes {
-    let verdicts_of =
-        |name: &str, status: Option<&crate::framework::Status>| -> Option<Box<[PluginVerdict]>> {
-            if let Some(v) = record.verdicts.get(name) {
-                return Some(v.as_slice().into());
+    let verdicts_of = |name: &str,
+                       status: Option<&mcsched_engine::framework::Status>|
+     -> Option<Box<[PluginVerdict]>> {
+        if let Some(v) = record.verdicts.get(name) {
+            return Some(v.as_slice().into());
+        }
+        let status = status?;
+        let mut out = Vec::new();
+        for p in &record.filter_plugins {
+            if status.plugin == *p {
+                out.push(verdict(p, status));
+                return Some(out.into_boxed_slice());
             }
-            let status = status?;
-            let mut out = Vec::new();
-            for p in &record.filter_plugins {
-                if status.plugin == *p {
-                    out.push(verdict(p, status));
-                    return Some(out.into_boxed_slice());
-                }
-                out.push(success(p));
-            }
-            // A rejection after the profile's filters all passed: an extender's.
-            if !status.plugin.is_empty() {
-                out.push(verdict(status.plugin, status));
-            }
-            Some(out.into_boxed_slice())
-        };
+            out.push(success(p));
+        }
+        // A rejection after the profile's filters all passed: an extender's.
+        if !status.plugin.is_empty() {
+            out.push(verdict(status.plugin, status));
+        }
+        Some(out.into_boxed_slice())
+    };
     // Pick the nodes before building anything: the best totals, then rejected nodes.
     let mut order: Vec<usize> = (0..record.feasible.len()).collect();
     // Best total first, ties in node order; only the first `limit` are sorted (hundreds
@@ -379,10 +380,10 @@ impl ExplanationStore {
 mod tests {
     use super::*;
 
-    fn info(name: &str) -> Arc<crate::snapshot::NodeInfo> {
+    fn info(name: &str) -> Arc<mcsched_engine::snapshot::NodeInfo> {
         let node: k8s_openapi::api::core::v1::Node =
             serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).expect("node");
-        Arc::new(crate::snapshot::NodeInfo::new(Arc::new(node)))
+        Arc::new(mcsched_engine::snapshot::NodeInfo::new(Arc::new(node)))
     }
 
     #[test]
@@ -400,7 +401,7 @@ mod tests {
     fn node_names_are_the_node_infos_own() {
         let node = info("old");
         let record = CycleRecord {
-            feasible: crate::snapshot::NodeList::from_nodes(vec![node.clone()]),
+            feasible: mcsched_engine::snapshot::NodeList::from_nodes(vec![node.clone()]),
             totals: vec![1],
             ..Default::default()
         };
@@ -432,8 +433,8 @@ mod tests {
     fn a_stored_explanation_expands_to_the_full_one() {
         let record = CycleRecord {
             filter_plugins: vec!["NodeName", "NodeResourcesFit"],
-            feasible: crate::snapshot::NodeList::from_nodes(vec![info("a"), info("b")]),
-            scores: vec![crate::framework::runtime::ScoreColumn {
+            feasible: mcsched_engine::snapshot::NodeList::from_nodes(vec![info("a"), info("b")]),
+            scores: vec![mcsched_engine::framework::runtime::ScoreColumn {
                 plugin: "NodeResourcesFit",
                 weight: 2,
                 raw: vec![10, 90],
@@ -444,7 +445,7 @@ mod tests {
             nominated: HashMap::from([("c".to_string(), vec!["ns/high".to_string()])]),
             rejected: vec![(
                 info("c"),
-                crate::framework::Status::unschedulable("Insufficient cpu")
+                mcsched_engine::framework::Status::unschedulable("Insufficient cpu")
                     .with_plugin("NodeResourcesFit"),
             )],
             ..Default::default()
@@ -469,7 +470,7 @@ mod tests {
     fn the_best_totals_are_kept_ties_in_node_order() {
         let totals: Vec<i64> = (0..40).map(|i| (i * 7) % 10).collect();
         let record = CycleRecord {
-            feasible: crate::snapshot::NodeList::from_nodes(
+            feasible: mcsched_engine::snapshot::NodeList::from_nodes(
                 (0..40).map(|i| info(&format!("n{i}"))).collect(),
             ),
             totals: totals.clone(),
@@ -492,13 +493,15 @@ mod tests {
         let node: k8s_openapi::api::core::v1::Node =
             serde_json::from_value(serde_json::json!({"metadata": {"name": "mcsched-west"}}))
                 .expect("node");
-        let node = std::sync::Arc::new(crate::snapshot::NodeInfo::new(std::sync::Arc::new(node)));
+        let node = std::sync::Arc::new(mcsched_engine::snapshot::NodeInfo::new(
+            std::sync::Arc::new(node),
+        ));
         let record = CycleRecord {
             filter_plugins: vec!["NodeResourcesFit"],
             rejected: vec![(
                 node,
-                crate::framework::Status::unschedulable("leaf cluster west: no room")
-                    .with_plugin(crate::plugins::leaf_node_fit::NAME),
+                mcsched_engine::framework::Status::unschedulable("leaf cluster west: no room")
+                    .with_plugin(mcsched_engine::plugins::leaf_node_fit::NAME),
             )],
             ..Default::default()
         };

@@ -4,14 +4,17 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
+
+use mcsched_shared::config::SchedulerConfig;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::{Value, json};
 
 use crate::fence::Fence;
-use crate::framework::{PreemptionExtender, Victims};
-use crate::snapshot::{PodInfo, Snapshot};
+use mcsched_engine::framework::{PreemptionExtender, Victims};
+use mcsched_engine::snapshot::{PodInfo, Snapshot};
 
 /// Extender priorities run 0..=10 and are scaled to node scores (0..=100).
 pub const MAX_EXTENDER_PRIORITY: i64 = 10;
@@ -478,6 +481,45 @@ impl PreemptionExtender for Extender {
     }
 }
 
+/// The configured extenders; their bind verbs go out only while `fence` is open.
+pub fn extenders(
+    cfg: &SchedulerConfig,
+    fence: &Fence,
+) -> Result<Vec<Arc<Extender>>, ExtenderError> {
+    cfg.extenders
+        .iter()
+        .map(|e| {
+            let tls = e.tls_config.as_ref().map(|t| ExtenderTls {
+                insecure: t.insecure,
+                server_name: t.server_name.clone(),
+                cert_file: t.cert_file.as_ref().map(PathBuf::from),
+                key_file: t.key_file.as_ref().map(PathBuf::from),
+                ca_file: t.ca_file.as_ref().map(PathBuf::from),
+                cert_data: t.cert_data.clone(),
+                key_data: t.key_data.clone(),
+                ca_data: t.ca_data.clone(),
+            });
+            Ok(Arc::new(
+                Extender::new(ExtenderConfig {
+                    url_prefix: e.url_prefix.clone(),
+                    filter_verb: e.filter_verb.clone(),
+                    prioritize_verb: e.prioritize_verb.clone(),
+                    bind_verb: e.bind_verb.clone(),
+                    preempt_verb: e.preempt_verb.clone(),
+                    weight: e.weight,
+                    enable_https: e.enable_https,
+                    tls,
+                    http_timeout: e.http_timeout,
+                    node_cache_capable: e.node_cache_capable,
+                    managed_resources: e.managed_resources.iter().map(|(n, _)| n.clone()).collect(),
+                    ignorable: e.ignorable,
+                })?
+                .fenced(fence.clone()),
+            ))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -569,5 +611,24 @@ mod tests {
             1,
             "nothing sent once not leading"
         );
+    }
+    /// The example configurations' extenders build.
+    #[test]
+    fn example_configs_build_extenders() {
+        for file in [
+            "multiple-schedulers-v1beta2.yaml",
+            "extending-my-scheduler-v1.yaml",
+            "extending-extender-v1.yaml",
+            "cluster-policies-v1.yaml",
+        ] {
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../shared/testdata/config")
+                .join(file);
+            let cfg = match mcsched_shared::config::load_file(&path) {
+                Ok(c) => c,
+                Err(e) => panic!("{file}: {e}"),
+            };
+            assert!(extenders(&cfg, &Default::default()).is_ok());
+        }
     }
 }

@@ -8,13 +8,14 @@ use anyhow::Context;
 use clap::Parser;
 use mcsched_agent::args::Args;
 use mcsched_agent::leader::{ElectionConfig, Elector, Ended};
-use mcsched_agent::leaf::grants::Grants;
 use mcsched_agent::leaf::registry::{LeafSettings, Leaves};
 use mcsched_agent::scheduler::{self, SchedulerOptions, Shared};
 use mcsched_agent::server::publish::Publisher;
 use mcsched_agent::server::tls::ServingCert;
 use mcsched_agent::server::{self, ServerOptions};
-use mcsched_agent::{client, config_bridge, telemetry};
+use mcsched_agent::{client, extender, telemetry};
+use mcsched_engine::config_bridge;
+use mcsched_engine::leaf::grants::Grants;
 use mcsched_shared::config::{self, SchedulerConfig};
 use mcsched_shared::keys;
 use tokio::signal::unix::{SignalKind, signal};
@@ -133,7 +134,7 @@ fn main() -> ExitCode {
 async fn run(
     args: Args,
     cfg: SchedulerConfig,
-    profiles: mcsched_agent::profiles::Profiles,
+    profiles: mcsched_engine::profiles::Profiles,
     leaves: Arc<Leaves>,
 ) -> anyhow::Result<()> {
     // The scheduling client's, the leaves' and the extenders' binding writes stop at the
@@ -141,7 +142,7 @@ async fn run(
     let fence = leaves.fence.clone();
     let identity = format!("{}_{:016x}", scheduler::hostname(), rand::random::<u64>());
     client::set_identity(&identity);
-    let extenders = config_bridge::extenders(&cfg, &fence)?;
+    let extenders = extender::extenders(&cfg, &fence)?;
     let kubeconfig = args
         .kubeconfig
         .clone()

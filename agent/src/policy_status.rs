@@ -12,8 +12,8 @@ use mcsched_shared::policy::{
     ClusterPlacementPolicy, ClusterPods, PlacementPolicy, PlacementPolicyStatus, selector_string,
 };
 
-use crate::policies::{Policy, PolicySet};
-use crate::snapshot::{NodeInfo, Snapshot};
+use mcsched_engine::policies::{Policy, PolicySet};
+use mcsched_engine::snapshot::{NodeInfo, Snapshot};
 
 /// How often the status is recomputed.
 pub const INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
@@ -229,9 +229,9 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::helper::cluster_placement::tests_support::virtual_node;
-    use crate::snapshot::PodInfo;
     use crate::watch::Change;
+    use mcsched_engine::plugins::helper::cluster_placement::tests_support::virtual_node;
+    use mcsched_engine::snapshot::PodInfo;
     use serde_json::json;
 
     #[test]

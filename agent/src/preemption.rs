@@ -14,8 +14,8 @@ use serde_json::json;
 use tracing::{info, warn};
 
 use crate::events::{EventSink, Message, object_ref};
-use crate::framework::Framework;
-use crate::snapshot::PodInfo;
+use mcsched_engine::framework::Framework;
+use mcsched_engine::snapshot::PodInfo;
 
 pub fn evict(
     client: &kube::Client,
@@ -78,7 +78,7 @@ pub fn evict(
             json!({"status": {"conditions": [{
                 "type": "DisruptionTarget",
                 "status": "True",
-                "reason": crate::node_info::PREEMPTED_REASON,
+                "reason": mcsched_engine::node_info::PREEMPTED_REASON,
                 "message": condition_message,
                 "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
             }]}}),

@@ -15,11 +15,11 @@ use kube::{Api, Client, Resource, ResourceExt};
 use tokio::task::JoinHandle;
 use tracing::warn;
 
-use crate::cache::Cache;
-pub use crate::change::Change;
-use crate::framework::ClusterEvent;
 use crate::lean_object::Lean;
-use crate::snapshot::VolumeObjects;
+use mcsched_engine::cache::Cache;
+pub use mcsched_engine::change::{Change, key_of};
+use mcsched_engine::framework::ClusterEvent;
+use mcsched_engine::snapshot::VolumeObjects;
 
 /// Pods that finished hold no resources, so the host does not watch them at all.
 pub const NON_TERMINAL_PODS: &str = "status.phase!=Succeeded,status.phase!=Failed";
@@ -100,16 +100,6 @@ impl From<tokio::sync::mpsc::Sender<&'static str>> for Ready {
 
 /// The longest pause before a watch that ended is started again.
 const MAX_RESTART_BACKOFF: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// `namespace/name`, or `/name` for cluster-scoped objects.
-pub fn key_of<K: Resource>(o: &K) -> String {
-    format!(
-        "{}/{}",
-        o.meta().namespace.as_deref().unwrap_or_default(),
-        o.name_any()
-    )
-}
-
 /// What a watch remembers of an object it saw, to tell of its deletion when a relist no
 /// longer shows it: the key (beside it), uid and labels, which is what the handlers of a
 /// deletion read. Kept small: a watch remembers every pod of the cluster.
@@ -192,7 +182,7 @@ pub async fn watch_kind<K, F>(
         )
         .await;
         ready.set_down(kind, true);
-        crate::metrics::global().watch_restart(kind);
+        mcsched_engine::metrics::global().watch_restart(kind);
         tracing::error!(
             kind,
             reason = ended,
@@ -245,7 +235,7 @@ where
         match ev {
             Ok(Event::Init) => {
                 if *reported {
-                    crate::metrics::global().watch_relist(kind);
+                    mcsched_engine::metrics::global().watch_relist(kind);
                 }
                 relist = Some(HashMap::new())
             }
@@ -299,7 +289,7 @@ where
             // The watcher retries these itself, relisting when it must.
             Err(e) => {
                 if is_expired(&e) {
-                    crate::metrics::global().watch_expired(kind);
+                    mcsched_engine::metrics::global().watch_expired(kind);
                 }
                 warn!(kind, error = %e, "watch failed; retrying")
             }
@@ -508,7 +498,7 @@ mod tests {
         assert_eq!(*seen.lock().expect("lock"), ["a"]);
         assert!(health.down().is_empty());
         assert!(
-            crate::metrics::global()
+            mcsched_engine::metrics::global()
                 .encode()
                 .contains("mcsched_watch_restarts_total{resource=\"test-configmap\"} 1"),
             "restart counted"

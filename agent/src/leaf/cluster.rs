@@ -17,9 +17,10 @@ use tokio::task::JoinHandle;
 use tracing::{debug, info};
 
 use super::OnEvent;
-use crate::cache::Cache;
-use crate::framework::ClusterEvent;
+use super::ask_leaf::AskLeaf;
 use crate::watch::{self, Change, SharedCache, key_of, watch_kind};
+use mcsched_engine::cache::Cache;
+use mcsched_engine::framework::ClusterEvent;
 
 /// A leaf that has not answered for this long is NotReady (as a node whose kubelet
 /// stopped posting, after kube-controller-manager's node-monitor-grace-period).
@@ -55,7 +56,7 @@ pub struct LeafCluster {
     /// This host's id (its kube-system namespace's UID): the mark on what pod sync owns.
     pub host_id: String,
     /// Namespace grants and name clashes, asked of the leaf for the leaf check.
-    pub checks: Arc<super::leaf_checks::LeafChecks>,
+    pub checks: Arc<mcsched_engine::leaf::leaf_checks::LeafChecks>,
     cache: SharedCache,
     /// Leaf pods that mirror host pods, by `namespace/name`, as pod sync reads them
     /// (`copy_view`).
@@ -76,7 +77,7 @@ pub struct LeafCluster {
     priority_classes: Mutex<HashMap<String, (bool, Instant)>>,
     /// The leaf's ResourceQuotas and LimitRanges; copied on write, so a cycle's view of
     /// them is a pointer.
-    admission: Mutex<Arc<super::admission::LeafAdmission>>,
+    admission: Mutex<Arc<mcsched_engine::leaf::admission::LeafAdmission>>,
     /// Leaf volumes the leaf check picked for pods sent here, until the leaf binds them.
     pub volumes_held: super::volume_reservations::VolumeReservations,
     /// The ConfigMaps, Secrets and claims pod sync copied here.
@@ -91,7 +92,7 @@ const PRIORITY_CLASS_TTL: Duration = Duration::from_secs(30);
 impl LeafCluster {
     pub fn new(name: String, client: Client, secret_version: String, host_id: String) -> Arc<Self> {
         Arc::new(LeafCluster {
-            checks: super::leaf_checks::LeafChecks::new(&name, &host_id),
+            checks: mcsched_engine::leaf::leaf_checks::LeafChecks::new(&name, &host_id),
             name,
             client,
             host_id,
@@ -141,7 +142,7 @@ impl LeafCluster {
 
     /// What the leaf's admission will judge a copy by: its quotas and limit ranges, and
     /// (when it has quotas) the copies assumed here that its watch has not shown yet.
-    pub fn admission_view(&self) -> super::cycle::AdmissionView {
+    pub fn admission_view(&self) -> mcsched_engine::leaf::cycle::AdmissionView {
         let rules = self
             .admission
             .lock()
@@ -157,13 +158,16 @@ impl LeafCluster {
         } else {
             Vec::new()
         };
-        super::cycle::AdmissionView {
+        mcsched_engine::leaf::cycle::AdmissionView {
             rules,
             pending: Arc::new(pending),
         }
     }
 
-    fn admission_mut(&self, change: impl FnOnce(&mut super::admission::LeafAdmission)) {
+    fn admission_mut(
+        &self,
+        change: impl FnOnce(&mut mcsched_engine::leaf::admission::LeafAdmission),
+    ) {
         let mut a = self.admission.lock().unwrap_or_else(|e| e.into_inner());
         change(Arc::make_mut(&mut a));
     }
@@ -353,7 +357,7 @@ impl LeafCluster {
             ready_tx,
             move |ev| {
                 // Only a change of level is news: namespaces' other updates are not.
-                let (ns, level) = super::admission::LeafAdmission::level_of(&ev);
+                let (ns, level) = mcsched_engine::leaf::admission::LeafAdmission::level_of(&ev);
                 let known = me
                     .admission
                     .lock()
@@ -407,7 +411,8 @@ impl LeafCluster {
         }
         // Only this host's copies: another host's, or the leaf owner's pods of the same
         // names, are never synced, adopted or deleted.
-        let ours = super::leaf_checks::is_ours(&pod.metadata, &self.name, &self.host_id);
+        let ours =
+            mcsched_engine::leaf::leaf_checks::is_ours(&pod.metadata, &self.name, &self.host_id);
         if ours {
             let mut managed = self.managed.lock().unwrap_or_else(|e| e.into_inner());
             if deleted {

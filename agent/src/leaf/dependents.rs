@@ -18,7 +18,7 @@ use tracing::{debug, info};
 use super::cluster::LeafCluster;
 pub use super::copied::{Copied, Dep, DepKind};
 use super::host_objects::{Found, HostObjects};
-use super::leaf_checks::is_ours;
+use mcsched_engine::leaf::leaf_checks::is_ours;
 
 /// A host object read by name is read again at most this often when no watch holds it.
 const REREAD: Duration = Duration::from_secs(30);
@@ -42,12 +42,13 @@ fn api_err(what: String) -> impl FnOnce(kube::Error) -> FollowError {
 /// The objects `pod`'s copy refers to.
 pub fn references(pod: &Pod) -> impl Iterator<Item = Dep> {
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
-    let deps = super::transform::dependencies(pod);
+    let deps = mcsched_engine::leaf::transform::dependencies(pod);
     let of = move |kind: DepKind, names: Vec<String>| {
         let ns = ns.clone();
         names.into_iter().map(move |n| Dep::new(kind, &ns, &n))
     };
-    let account = super::transform::service_account(pod).map(|sa| vec![sa.to_string()]);
+    let account =
+        mcsched_engine::leaf::transform::service_account(pod).map(|sa| vec![sa.to_string()]);
     of(DepKind::ConfigMap, deps.config_maps)
         .chain(of(DepKind::Secret, deps.secrets))
         .chain(of(DepKind::Claim, deps.claims))

@@ -22,13 +22,13 @@ use tracing::{debug, info, warn};
 
 use super::cluster::LeafCluster;
 use super::dependents::{self, Dep, DepKind, apply_params, owned_meta};
-use super::leaf_checks::{Question, Synced, is_ours};
 use super::ownership::{self, Verdict};
 use super::registry::Leaves;
-use super::rescheduling::{self, Avoided};
-use super::transform;
 use crate::events::EventSink;
 use crate::watch::SharedCache;
+use mcsched_engine::leaf::leaf_checks::{Question, Synced, is_ours};
+use mcsched_engine::leaf::rescheduling::{self, Avoided};
+use mcsched_engine::leaf::transform;
 
 /// What pod sync uses of the host besides its API: the host's cache (pods on the virtual
 /// node), whether it is synced yet, the leaves' settings and avoidance, and events.
@@ -44,7 +44,7 @@ pub struct HostSide {
 }
 
 impl HostSide {
-    fn cache(&self) -> std::sync::MutexGuard<'_, crate::cache::Cache> {
+    fn cache(&self) -> std::sync::MutexGuard<'_, mcsched_engine::cache::Cache> {
         crate::watch::lock(&self.cache)
     }
 
@@ -142,7 +142,10 @@ pub async fn run(
 
 /// The host pods bound (not merely assumed) to the leaf's virtual node, compact: each is
 /// decoded when its turn comes, outside the cache's lock.
-fn host_pods(host_side: &HostSide, node: &str) -> BTreeMap<String, Arc<crate::snapshot::PodInfo>> {
+fn host_pods(
+    host_side: &HostSide,
+    node: &str,
+) -> BTreeMap<String, Arc<mcsched_engine::snapshot::PodInfo>> {
     let mut cache = host_side.cache();
     let snapshot = cache.snapshot();
     let Some(info) = snapshot.get(node) else {
@@ -462,7 +465,7 @@ fn report_forged(
     if !leaf.ownership.forged(&leaf_uid) {
         return;
     }
-    crate::metrics::global().leaf_forged_copy(&leaf.name);
+    mcsched_engine::metrics::global().leaf_forged_copy(&leaf.name);
     let object = format!(
         "{}/{}",
         forged.metadata.namespace.as_deref().unwrap_or_default(),
@@ -890,8 +893,8 @@ async fn create_copy(
             let hint = if code(&e) == Some(403) {
                 format!(
                     " (let the agent read Secrets in {ns}: {})",
-                    super::grants::grant_command(
-                        super::grants::Copied::Secrets,
+                    mcsched_engine::leaf::grants::grant_command(
+                        mcsched_engine::leaf::grants::Copied::Secrets,
                         &ns,
                         agent_namespace
                     )

@@ -15,7 +15,7 @@ use crate::events::EventSink;
 use crate::fake_api::{self, Calls, Requests};
 use crate::leaf::cluster::LeafCluster;
 use crate::leaf::registry::Leaves;
-use crate::leaf::rescheduling::Avoided;
+use mcsched_engine::leaf::rescheduling::Avoided;
 
 const CLUSTER: &str = "east";
 const HOST_ID: &str = "h1";
@@ -82,7 +82,7 @@ fn fixture(host: Server, leaf: Server) -> Fixture {
     let (leaf_client, leaf_calls, leaf_sent) = leaf.start();
     let (leader, leading) = tokio::sync::watch::channel(true);
     let side = HostSide {
-        cache: Arc::new(Mutex::new(crate::cache::Cache::new())),
+        cache: Arc::new(Mutex::new(mcsched_engine::cache::Cache::new())),
         synced: Arc::new(AtomicBool::new(true)),
         leaves: Arc::new(Leaves::new(Default::default())),
         events: EventSink::start(host_client.clone(), "test".into()),

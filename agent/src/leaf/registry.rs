@@ -13,11 +13,12 @@ use mcsched_shared::keys;
 use tracing::{info, warn};
 
 use super::OnEvent;
+use super::ask_grants::AskGrants;
 use super::cluster::LeafCluster;
-use super::cycle::{Access, LeafChoice, LeafCycle, LeafSnapshots, LeafView};
-use super::grants::Grants;
-use crate::snapshot::{PodInfo, VolumeObjects};
 use crate::watch::{Change, watch_kind};
+use mcsched_engine::leaf::cycle::{Access, LeafChoice, LeafCycle, LeafSnapshots, LeafView};
+use mcsched_engine::leaf::grants::Grants;
+use mcsched_engine::snapshot::{PodInfo, VolumeObjects};
 
 #[derive(Debug, thiserror::Error)]
 pub enum JoinSecretError {
@@ -77,7 +78,7 @@ impl Default for LeafSettings {
 pub struct Leaves {
     clusters: RwLock<BTreeMap<String, Arc<LeafCluster>>>,
     pub settings: LeafSettings,
-    pub avoidance: super::rescheduling::Avoidance,
+    pub avoidance: mcsched_engine::leaf::rescheduling::Avoidance,
     /// What the agent may read for pod sync; checked against RBAC when `grants` is set.
     access: Access,
     grants: Option<Arc<Grants>>,

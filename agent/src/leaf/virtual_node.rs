@@ -18,7 +18,7 @@ use serde_json::json;
 use tracing::{debug, info, warn};
 
 use super::cluster::LeafCluster;
-use crate::snapshot::NodeInfo;
+use mcsched_engine::snapshot::NodeInfo;
 
 /// As the kubelet: Lease renewed every 10 s, lasting 40 s.
 pub const LEASE_RENEW: Duration = Duration::from_secs(10);
@@ -370,7 +370,7 @@ mod tests {
     /// The leaf's own pods take room; mcsched's copies are counted on the host already.
     #[test]
     fn the_leafs_own_pods_take_room_and_copies_do_not() {
-        use crate::plugins::testing::pod_requesting;
+        use mcsched_engine::plugins::testing::pod_requesting;
         let n = node("ready", json!({}));
         let mut info = (*n).clone();
         info.add_pod(Arc::new(pod_requesting("theirs", &[("cpu", "1")])));
@@ -379,7 +379,9 @@ mod tests {
             keys::MANAGED_CLUSTER_LABEL.to_string(),
             "east".to_string(),
         )]));
-        info.add_pod(Arc::new(crate::snapshot::PodInfo::new(Arc::new(copy))));
+        info.add_pod(Arc::new(mcsched_engine::snapshot::PodInfo::new(Arc::new(
+            copy,
+        ))));
         let (capacity, free, _) = leaf_resources(&[Arc::new(info)]);
         assert_eq!(capacity.milli_cpu, 4000);
         assert_eq!(free.milli_cpu, 3000);

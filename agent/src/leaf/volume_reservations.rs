@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim};
 
-use crate::snapshot::Snapshot;
+use mcsched_engine::snapshot::Snapshot;
 
 struct Held {
     /// The claim, `namespace/name`, the volume is held for.
@@ -117,8 +117,8 @@ impl VolumeReservations {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::VolumeObjects;
     use k8s_openapi::api::core::v1::PersistentVolume;
+    use mcsched_engine::snapshot::VolumeObjects;
     use serde_json::json;
 
     fn snapshot(claim_ref: Option<&str>, bound_claim: bool) -> Snapshot {

@@ -10,10 +10,10 @@ use tracing::{debug, warn};
 use super::Shared;
 use super::failure::{Failure, forget, handle_failure};
 use super::scheduling_cycle::Placed;
-use crate::framework::{Cause, ClusterEvent, Status};
-use crate::snapshot::PodInfo;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
+use mcsched_engine::framework::{Cause, ClusterEvent, Status};
+use mcsched_engine::snapshot::PodInfo;
 
 pub(super) async fn binding_cycle(
     shared: Arc<Shared>,
@@ -98,7 +98,7 @@ pub(super) async fn binding_cycle(
     }
     if status.is_success() {
         debug!(pod = %pod.key, %node, "bound");
-        let metrics = crate::metrics::global();
+        let metrics = mcsched_engine::metrics::global();
         metrics.attempt(
             "scheduled",
             &scheduler_name,

@@ -121,7 +121,7 @@ async fn schedule_one(
     shared: &Arc<Shared>,
     bindings: &Arc<Semaphore>,
     leader: &tokio::sync::watch::Receiver<bool>,
-    info: crate::framework::QueuedPodInfo,
+    info: mcsched_engine::framework::QueuedPodInfo,
 ) {
     // Fencing: past the renew deadline nothing is decided, even before the elector says so.
     if !crate::leader::may_act(leader, &shared.lease_health) {
@@ -159,7 +159,7 @@ fn spawn_flusher(shared: &Arc<Shared>) -> JoinHandle<()> {
             tick.tick().await;
             q.flush();
             let p = q.pending();
-            let m = crate::metrics::global();
+            let m = mcsched_engine::metrics::global();
             m.set_pending("active", p.active);
             m.set_pending("backoff", p.backoff);
             m.set_pending("unschedulable", p.unschedulable);

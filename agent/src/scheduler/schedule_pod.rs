@@ -11,14 +11,14 @@ use mcsched_shared::explain::ExtenderAnswer;
 use tracing::warn;
 
 use crate::extender::{Extender, MAX_EXTENDER_PRIORITY};
-use crate::framework::runtime::CycleRecord;
-use crate::framework::{
+use mcsched_engine::framework::runtime::CycleRecord;
+use mcsched_engine::framework::{
     CycleState, Filtered, FitError, Framework, MAX_NODE_SCORE, NodeStatuses, PostFilterResult,
     ScheduleResult, Status, fit_error, with_rejected,
 };
-use crate::plugins::helper::placement_state;
-use crate::plugins::leaf_node_fit;
-use crate::snapshot::{NodeList, PodInfo, Snapshot};
+use mcsched_engine::plugins::helper::placement_state;
+use mcsched_engine::plugins::leaf_node_fit;
+use mcsched_engine::snapshot::{NodeList, PodInfo, Snapshot};
 
 /// Filter (plugins, then interested extenders) and Score (plugins, plus extenders'
 /// priorities); `record_all` runs every filter on every node, for explanations. Runs the
@@ -183,7 +183,7 @@ async fn filter_by_extenders(
 fn record_dropped(
     record: &mut CycleRecord,
     ext: &Extender,
-    dropped: Vec<Arc<crate::snapshot::NodeInfo>>,
+    dropped: Vec<Arc<mcsched_engine::snapshot::NodeInfo>>,
     statuses: &NodeStatuses,
 ) {
     for node in dropped {
@@ -192,7 +192,10 @@ fn record_dropped(
                 .with_plugin("extender")
         });
         if let Some(verdicts) = record.verdicts.get_mut(&*node.name) {
-            verdicts.push(crate::framework::runtime::verdict(status.plugin, &status));
+            verdicts.push(mcsched_engine::framework::runtime::verdict(
+                status.plugin,
+                &status,
+            ));
         }
         record.rejected.push((node, status));
     }

@@ -6,15 +6,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use kube::Client;
 
 use super::SchedulerOptions;
-use crate::cache::Cache;
 use crate::events::EventSink;
 use crate::explain::ExplanationStore;
 use crate::extender::Extender;
-use crate::framework::BindContext;
 use crate::leaf::registry::Leaves;
-use crate::profiles::Profiles;
-use crate::queue::SchedulingQueue;
 use crate::watch::SharedCache;
+use mcsched_engine::cache::Cache;
+use mcsched_engine::framework::BindContext;
+use mcsched_engine::profiles::Profiles;
+use mcsched_engine::queue::SchedulingQueue;
 
 pub struct Shared {
     pub profiles: Profiles,
@@ -47,7 +47,7 @@ impl Shared {
             fw.set_extenders(
                 extenders
                     .iter()
-                    .map(|e| e.clone() as Arc<dyn crate::framework::PreemptionExtender>)
+                    .map(|e| e.clone() as Arc<dyn mcsched_engine::framework::PreemptionExtender>)
                     .collect(),
             );
         }

@@ -493,8 +493,8 @@ mod tests {
 
     #[tokio::test]
     async fn an_explanation_names_other_namespaces_pods_only_where_the_caller_may_list_pods() {
-        use crate::framework::FitError;
-        use crate::framework::runtime::CycleRecord;
+        use mcsched_engine::framework::FitError;
+        use mcsched_engine::framework::runtime::CycleRecord;
         use tower::ServiceExt;
         let state = super::super::tests::state_answering(lists_pods_in_a);
         let node: k8s_openapi::api::core::v1::Node =
@@ -505,8 +505,8 @@ mod tests {
                 vec!["b/urgent".to_string(), "a/urgent".to_string()],
             )]),
             rejected: vec![(
-                Arc::new(crate::snapshot::NodeInfo::new(Arc::new(node))),
-                crate::framework::Status::unschedulable("Insufficient cpu")
+                Arc::new(mcsched_engine::snapshot::NodeInfo::new(Arc::new(node))),
+                mcsched_engine::framework::Status::unschedulable("Insufficient cpu")
                     .with_plugin("NodeResourcesFit"),
             )],
             ..Default::default()

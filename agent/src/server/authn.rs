@@ -127,7 +127,7 @@ impl Authenticator {
             return Ok(known);
         }
         let reserved = self.failures.reserve(client_ip).map_err(|retry_after| {
-            crate::metrics::global().authentication_throttled();
+            mcsched_engine::metrics::global().authentication_throttled();
             AuthnError::Throttled { retry_after }
         })?;
         let api: Api<TokenReview> = Api::all(self.client.clone());

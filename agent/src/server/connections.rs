@@ -122,7 +122,7 @@ impl<S> Accept<TcpStream, S> for LimitedAcceptor {
     fn accept(&self, stream: TcpStream, service: S) -> Self::Future {
         let admitted = stream.peer_addr().and_then(|peer: SocketAddr| {
             self.limits.admit(peer.ip()).ok_or_else(|| {
-                crate::metrics::global().connection_refused();
+                mcsched_engine::metrics::global().connection_refused();
                 io::Error::other(format!("connection limit reached; refusing {peer}"))
             })
         });

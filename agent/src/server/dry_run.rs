@@ -10,10 +10,10 @@ use mcsched_shared::explain::{Explanation, Outcome};
 use tokio::sync::Semaphore;
 
 use crate::explain::explanation;
-use crate::framework::CycleState;
-use crate::framework::runtime::CycleRecord;
 use crate::scheduler::{Shared, run_post_filter, schedule_pod};
-use crate::snapshot::PodInfo;
+use mcsched_engine::framework::CycleState;
+use mcsched_engine::framework::runtime::CycleRecord;
+use mcsched_engine::snapshot::PodInfo;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DryRunError {

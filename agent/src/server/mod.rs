@@ -347,7 +347,7 @@ async fn metrics() -> Response {
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        crate::metrics::global().encode(),
+        mcsched_engine::metrics::global().encode(),
     )
         .into_response()
 }
@@ -384,10 +384,12 @@ pub(crate) mod tests {
                 (500, serde_json::json!({}))
             }
         });
-        let spec = crate::config_bridge::default_spec("mcsched").expect("default profile");
+        let spec = mcsched_engine::config_bridge::default_spec("mcsched").expect("default profile");
         let leaves = Arc::new(Leaves::new(Default::default()));
-        let registry = crate::plugins::registry_with_leaves(&Default::default(), leaves.clone());
-        let profiles = crate::profiles::Profiles::build(&[(spec, registry)], 1).expect("profiles");
+        let registry =
+            mcsched_engine::plugins::registry_with_leaves(&Default::default(), leaves.clone());
+        let profiles =
+            mcsched_engine::profiles::Profiles::build(&[(spec, registry)], 1).expect("profiles");
         let options = SchedulerOptions {
             parallel_bindings: 1,
             namespace: "mcsched-system".into(),

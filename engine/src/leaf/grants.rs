@@ -3,23 +3,13 @@
 //! install grants neither kind cluster-wide, so a pod whose objects the agent may not read
 //! is kept off the leaves, with the grant to add named, instead of failing in pod sync.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
-};
-use kube::Api;
-use kube::api::PostParams;
-use tracing::{debug, warn};
-
-use super::OnEvent;
 use super::check_memory::{Asker, CheckMemory, Limits};
-use crate::framework::ClusterEvent;
 
 /// An answer is asked again after this long, so a grant added or removed is seen.
-const RECHECK: Duration = Duration::from_secs(30);
+pub const RECHECK: Duration = Duration::from_secs(30);
 /// Namespaces not looked up for this long are no longer rechecked.
 const FORGET_AFTER: Duration = Duration::from_secs(600);
 
@@ -118,41 +108,9 @@ impl Grants {
         (self.memory.remembered().0, self.memory.queued())
     }
 
-    /// Asks the API server, on each request and every 30 s for what is still wanted; tells
-    /// `on_event` when an answer arrives or changes, so pods waiting on it are retried.
-    pub async fn run(self: Arc<Self>, client: kube::Client, on_event: OnEvent) {
-        let Some(mut asked) = self.memory.take_receiver() else {
-            return;
-        };
-        let api: Api<SelfSubjectAccessReview> = Api::all(client);
-        let mut tick = tokio::time::interval(RECHECK);
-        loop {
-            let due: BTreeSet<(String, Copied)> = tokio::select! {
-                next = asked.recv() => match next {
-                    // Not when forgotten, or answered, since it was queued.
-                    Some(one) if self.memory.unanswered(&one) => BTreeSet::from([one]),
-                    Some(_) => continue,
-                    None => return,
-                },
-                _ = tick.tick() => self.memory.due(),
-            };
-            let mut changed = false;
-            for key in due {
-                let (namespace, kind) = (&key.0, key.1);
-                match review(&api, namespace, kind).await {
-                    Ok(allowed) => {
-                        debug!(%namespace, kind = kind.resource(), allowed, "read access checked");
-                        changed |= self.memory.record(&key, allowed);
-                    }
-                    Err(e) => {
-                        warn!(%namespace, kind = kind.resource(), error = %e, "cannot check read access; retrying")
-                    }
-                }
-            }
-            if changed {
-                on_event(ClusterEvent::LeafChange);
-            }
-        }
+    /// The questions asked and the answers remembered, for the agent that asks.
+    pub fn memory(&self) -> &CheckMemory<(String, Copied)> {
+        &self.memory
     }
 }
 
@@ -167,33 +125,9 @@ impl ReadAccess for Grants {
     }
 }
 
-/// `get` on the kind in the namespace, as pod sync reads it (by name).
-async fn review(
-    api: &Api<SelfSubjectAccessReview>,
-    namespace: &str,
-    kind: Copied,
-) -> Result<bool, kube::Error> {
-    let review = SelfSubjectAccessReview {
-        spec: SelfSubjectAccessReviewSpec {
-            resource_attributes: Some(ResourceAttributes {
-                namespace: Some(namespace.to_string()),
-                verb: Some("get".into()),
-                resource: Some(kind.resource().into()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let answer = api.create(&PostParams::default(), &review).await?;
-    Ok(answer.status.is_some_and(|s| s.allowed))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-    use tokio::sync::mpsc;
 
     #[test]
     fn thirty_thousand_namespaces_stay_bounded_and_drops_are_counted() {
@@ -211,33 +145,5 @@ mod tests {
             dropped >= (30_000 - LIMITS.queue) as u64,
             "{dropped} drops counted"
         );
-    }
-
-    #[tokio::test]
-    async fn unknown_until_the_api_server_answers_then_a_leaf_event() {
-        let (client, calls) = crate::fake_api::client(|_, _| {
-            (
-                201,
-                json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-                "spec": {}, "status": {"allowed": false}}),
-            )
-        });
-        let grants = Grants::new("mcsched-system".into());
-        assert_eq!(grants.may_read("shop", Copied::ConfigMaps), None);
-        let (tx, mut events) = mpsc::unbounded_channel();
-        let on_event: OnEvent = Arc::new(move |e| {
-            let _ = tx.send(e);
-        });
-        tokio::spawn(grants.clone().run(client, on_event));
-        let event = tokio::time::timeout(Duration::from_secs(5), events.recv())
-            .await
-            .expect("answered");
-        assert_eq!(event, Some(ClusterEvent::LeafChange));
-        assert_eq!(grants.may_read("shop", Copied::ConfigMaps), Some(false));
-        assert!(crate::fake_api::called(
-            &calls,
-            "POST",
-            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
-        ));
     }
 }

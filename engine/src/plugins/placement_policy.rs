@@ -352,9 +352,9 @@ impl ScorePlugin for PlacementPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::change::Change;
     use crate::plugins::helper::cluster_placement::tests_support::virtual_node;
     use crate::plugins::testing::node_with;
-    use crate::watch::Change;
     use serde_json::json;
 
     fn snapshot_with(policy: serde_json::Value, nodes: Vec<NodeInfo>) -> Snapshot {

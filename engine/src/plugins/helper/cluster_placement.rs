@@ -244,7 +244,7 @@ mod tests {
 }
 
 /// Builders and a placement loop for the cluster-policy plugins' unit tests.
-#[cfg(test)]
+#[cfg(any(test, feature = "testing"))]
 pub mod tests_support {
     use std::collections::BTreeMap;
     use std::sync::Arc;

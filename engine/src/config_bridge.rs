@@ -1,12 +1,10 @@
 //! From a validated KubeSchedulerConfiguration to the agent's runtime pieces: profiles
 //! with their plugin instances, extenders, leader election and client settings.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use mcsched_shared::config::{self, Point, SchedulerConfig, ScoringStrategyType};
 
-use crate::extender::{Extender, ExtenderConfig, ExtenderError, ExtenderTls};
 use crate::framework::{FrameworkError, ProfileSpec};
 use crate::leaf::cycle::LeafSnapshots;
 use crate::plugins::default_preemption::PreemptionArgs;
@@ -20,8 +18,6 @@ use crate::profiles::{Profiles, Registry};
 pub enum BridgeError {
     #[error(transparent)]
     Framework(#[from] FrameworkError),
-    #[error(transparent)]
-    Extender(#[from] ExtenderError),
 }
 
 fn names(list: &[config::PluginRef]) -> Vec<String> {
@@ -130,45 +126,6 @@ pub fn profiles(
     Ok(Profiles::build(&built, cfg.parallelism as usize)?)
 }
 
-/// The configured extenders; their bind verbs go out only while `fence` is open.
-pub fn extenders(
-    cfg: &SchedulerConfig,
-    fence: &crate::fence::Fence,
-) -> Result<Vec<Arc<Extender>>, BridgeError> {
-    cfg.extenders
-        .iter()
-        .map(|e| {
-            let tls = e.tls_config.as_ref().map(|t| ExtenderTls {
-                insecure: t.insecure,
-                server_name: t.server_name.clone(),
-                cert_file: t.cert_file.as_ref().map(PathBuf::from),
-                key_file: t.key_file.as_ref().map(PathBuf::from),
-                ca_file: t.ca_file.as_ref().map(PathBuf::from),
-                cert_data: t.cert_data.clone(),
-                key_data: t.key_data.clone(),
-                ca_data: t.ca_data.clone(),
-            });
-            Ok(Arc::new(
-                Extender::new(ExtenderConfig {
-                    url_prefix: e.url_prefix.clone(),
-                    filter_verb: e.filter_verb.clone(),
-                    prioritize_verb: e.prioritize_verb.clone(),
-                    bind_verb: e.bind_verb.clone(),
-                    preempt_verb: e.preempt_verb.clone(),
-                    weight: e.weight,
-                    enable_https: e.enable_https,
-                    tls,
-                    http_timeout: e.http_timeout,
-                    node_cache_capable: e.node_cache_capable,
-                    managed_resources: e.managed_resources.iter().map(|(n, _)| n.clone()).collect(),
-                    ignorable: e.ignorable,
-                })?
-                .fenced(fence.clone()),
-            ))
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,7 +180,6 @@ mod tests {
             if let Err(e) = profiles(&cfg, Arc::new(crate::leaf::cycle::NoLeaves)) {
                 panic!("{file}: {e}");
             }
-            assert!(extenders(&cfg, &Default::default()).is_ok());
         }
     }
 }

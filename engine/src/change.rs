@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use kube::{Resource, ResourceExt};
+
 /// `Apply`'s flag tells a new object.
 pub enum Change<K> {
     Apply(Arc<K>, bool),
@@ -16,4 +18,13 @@ impl<K> Change<K> {
             Change::Apply(o, _) | Change::Delete(o) => o,
         }
     }
+}
+
+/// `namespace/name`, or `/name` for cluster-scoped objects.
+pub fn key_of<K: Resource>(o: &K) -> String {
+    format!(
+        "{}/{}",
+        o.meta().namespace.as_deref().unwrap_or_default(),
+        o.name_any()
+    )
 }

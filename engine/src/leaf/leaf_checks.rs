@@ -6,25 +6,16 @@
 //! owner's object). Unknown until answered; each answer, and each change of one, is a
 //! `LeafChange` that retries the pods waiting on it.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
-};
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::Api;
-use kube::api::PostParams;
 use mcsched_shared::keys;
-use tracing::{debug, warn};
 
-use super::OnEvent;
 use super::check_memory::{Asker, CheckMemory, Limits};
-use crate::framework::ClusterEvent;
 
-const RECHECK: Duration = Duration::from_secs(30);
+/// An answer is asked again after this long, so a grant or a clash that changed is seen.
+pub const RECHECK: Duration = Duration::from_secs(30);
 const FORGET_AFTER: Duration = Duration::from_secs(600);
 
 /// A kind pod sync copies into a leaf by name.
@@ -177,123 +168,25 @@ impl LeafChecks {
         (all, what_ifs, self.memory.queued())
     }
 
-    /// Answers questions as they come and again every 30 s while wanted.
-    pub async fn run(self: Arc<Self>, leaf: kube::Client, on_event: OnEvent) {
-        let Some(mut asked) = self.memory.take_receiver() else {
-            return;
-        };
-        let mut tick = tokio::time::interval(RECHECK);
-        loop {
-            let due: BTreeSet<Question> = tokio::select! {
-                next = asked.recv() => match next {
-                    // Not when forgotten, or answered, since it was queued.
-                    Some(q) if self.memory.unanswered(&q) => BTreeSet::from([q]),
-                    Some(_) => continue,
-                    None => return,
-                },
-                _ = tick.tick() => self.memory.due(),
-            };
-            let mut changed = false;
-            for q in due {
-                match self.ask_leaf(&leaf, &q).await {
-                    Ok(answer) => {
-                        debug!(cluster = %self.cluster, question = ?q, answer, "leaf checked");
-                        changed |= self.memory.record(&q, answer);
-                    }
-                    Err(e) => {
-                        warn!(cluster = %self.cluster, question = ?q, error = %e, "cannot ask the leaf; retrying")
-                    }
-                }
-            }
-            if changed {
-                on_event(ClusterEvent::LeafChange);
-            }
-        }
+    /// The leaf this checks, and the host whose mark is ours there.
+    pub fn cluster(&self) -> &str {
+        &self.cluster
     }
 
-    async fn ask_leaf(&self, leaf: &kube::Client, q: &Question) -> Result<bool, kube::Error> {
-        match q {
-            Question::Granted(ns) => may_create(leaf, ns, "pods").await,
-            Question::MayCreateServiceAccounts(ns) => may_create(leaf, ns, "serviceaccounts").await,
-            // A leaf joined before the writer role could read accounts forbids it: taken
-            // as absent, so that only `--service-accounts` lets such a pod go there.
-            Question::ServiceAccount(ns, name) => {
-                match Api::<ServiceAccount>::namespaced(leaf.clone(), ns)
-                    .get_metadata_opt(name)
-                    .await
-                {
-                    Ok(found) => Ok(found.is_some()),
-                    Err(kube::Error::Api(s)) if s.code == 403 => Ok(false),
-                    Err(e) => Err(e),
-                }
-            }
-            Question::Foreign(kind, ns, name) => {
-                let meta = match self.foreign_meta(leaf, *kind, ns, name).await {
-                    Ok(m) => m,
-                    // Not readable (a namespace made after an `--all-namespaces` join,
-                    // Secrets read only where join bound it): it cannot be told to be
-                    // ours, so it is taken as not ours.
-                    Err(kube::Error::Api(s)) if s.code == 403 => return Ok(true),
-                    Err(e) => return Err(e),
-                };
-                Ok(meta.is_some_and(|m| !is_ours(&m, &self.cluster, &self.host_id)))
-            }
-        }
+    pub fn host_id(&self) -> &str {
+        &self.host_id
     }
 
-    async fn foreign_meta(
-        &self,
-        leaf: &kube::Client,
-        kind: Synced,
-        ns: &str,
-        name: &str,
-    ) -> Result<Option<ObjectMeta>, kube::Error> {
-        Ok(match kind {
-            Synced::ConfigMap => Api::<ConfigMap>::namespaced(leaf.clone(), ns)
-                .get_metadata_opt(name)
-                .await?
-                .map(|m| m.metadata),
-            Synced::Secret => Api::<Secret>::namespaced(leaf.clone(), ns)
-                .get_metadata_opt(name)
-                .await?
-                .map(|m| m.metadata),
-            Synced::Claim => Api::<PersistentVolumeClaim>::namespaced(leaf.clone(), ns)
-                .get_metadata_opt(name)
-                .await?
-                .map(|m| m.metadata),
-        })
+    /// The questions asked and the answers remembered, for the agent that asks.
+    pub fn memory(&self) -> &CheckMemory<Question> {
+        &self.memory
     }
-}
-
-/// Whether the leaf account may create `resource` in `namespace` (a
-/// SelfSubjectAccessReview in the leaf).
-async fn may_create(
-    leaf: &kube::Client,
-    namespace: &str,
-    resource: &str,
-) -> Result<bool, kube::Error> {
-    let api: Api<SelfSubjectAccessReview> = Api::all(leaf.clone());
-    let review = SelfSubjectAccessReview {
-        spec: SelfSubjectAccessReviewSpec {
-            resource_attributes: Some(ResourceAttributes {
-                namespace: Some(namespace.to_string()),
-                verb: Some("create".into()),
-                resource: Some(resource.into()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let answer = api.create(&PostParams::default(), &review).await?;
-    Ok(answer.status.is_some_and(|s| s.allowed))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
-    use tokio::sync::mpsc;
 
     fn secret(i: usize) -> Question {
         Question::Foreign(Synced::Secret, "shop".into(), format!("s-{i}"))
@@ -357,78 +250,6 @@ mod tests {
             !checks.memory.unanswered(&secret(0)),
             "the least recently wanted forgotten"
         );
-    }
-
-    /// A question the full queue dropped is asked at the next tick.
-    #[tokio::test(start_paused = true)]
-    async fn a_dropped_question_is_asked_at_the_next_tick() {
-        let (client, calls) = crate::fake_api::client(|_, _| {
-            (404, crate::fake_api::status(404, "NotFound", "not found"))
-        });
-        let limits = Limits { queue: 1, ..LIMITS };
-        let checks = LeafChecks::with_limits("dropped-then-asked", "h1", limits);
-        let (first, second) = (secret(1), secret(2));
-        checks.want(&first, Asker::Live);
-        checks.want(&second, Asker::Live);
-        let (dropped, _) = crate::metrics::global().leaf_check_counters("dropped-then-asked");
-        assert_eq!(dropped.get(), 1);
-        let (tx, mut events) = mpsc::unbounded_channel();
-        let on_event: OnEvent = Arc::new(move |e| {
-            let _ = tx.send(e);
-        });
-        tokio::spawn(checks.clone().run(client, on_event));
-        // Within the first tick after the start (virtual time: nothing waits really).
-        let answered = tokio::time::timeout(RECHECK + Duration::from_secs(1), async {
-            while checks.answer(&second).is_none() {
-                events.recv().await.expect("answered");
-            }
-        })
-        .await;
-        assert!(
-            answered.is_ok(),
-            "the dropped question is asked at the tick"
-        );
-        assert_eq!(checks.answer(&first), Some(false));
-        assert_eq!(checks.answer(&second), Some(false));
-        let gets = calls.lock().map(|c| c.len()).unwrap_or_default();
-        assert_eq!(gets, 2, "each asked once");
-    }
-
-    #[tokio::test]
-    async fn a_foreign_object_is_a_clash_and_ours_is_not() {
-        let (client, _calls) = crate::fake_api::client(|_, path| {
-            let labels = if path.ends_with("/theirs") {
-                json!({})
-            } else {
-                json!({"mcsched.io/managed-by-cluster": "east", "mcsched.io/host-id": "h1"})
-            };
-            (
-                200,
-                json!({"apiVersion": "v1", "kind": "ConfigMap",
-                       "metadata": {"name": "x", "namespace": "shop", "labels": labels}}),
-            )
-        });
-        let checks = LeafChecks::new("east", "h1");
-        let theirs = Question::Foreign(Synced::ConfigMap, "shop".into(), "theirs".into());
-        let ours = Question::Foreign(Synced::ConfigMap, "shop".into(), "ours".into());
-        assert_eq!(
-            checks.want(&theirs, Asker::Live),
-            None,
-            "unknown until asked"
-        );
-        assert_eq!(checks.want(&ours, Asker::Live), None);
-        let (tx, mut events) = mpsc::unbounded_channel();
-        let on_event: OnEvent = Arc::new(move |e| {
-            let _ = tx.send(e);
-        });
-        tokio::spawn(checks.clone().run(client, on_event));
-        for _ in 0..2 {
-            tokio::time::timeout(Duration::from_secs(5), events.recv())
-                .await
-                .expect("answered");
-        }
-        assert_eq!(checks.answer(&theirs), Some(true));
-        assert_eq!(checks.answer(&ours), Some(false));
     }
 
     #[test]

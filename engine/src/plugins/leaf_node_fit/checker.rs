@@ -697,7 +697,7 @@ mod tests {
 
     #[test]
     fn the_leafs_quota_and_limit_ranges_judge_the_copy() {
-        use crate::watch::Change;
+        use crate::change::Change;
         let checker = LeafChecker::new(None);
         let idle = json!({"metadata": {"name": "idle", "namespace": "kube-system"},
             "spec": {"nodeName": "east-1", "containers": [{"name": "c", "image": "i"}]}});

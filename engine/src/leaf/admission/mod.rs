@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{LimitRange, Namespace, Pod, ResourceQuota};
 
-use crate::watch::{Change, key_of};
+use crate::change::{Change, key_of};
 use pod_security::Enforce;
 
 /// A leaf's ResourceQuotas and LimitRanges, by namespace, and its namespaces' Pod
