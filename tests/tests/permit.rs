@@ -127,7 +127,7 @@ async fn permit_wait_allow_timeout_delete_and_preemption() -> anyhow::Result<()>
         initial_backoff: Duration::from_secs(1),
         max_backoff: Duration::from_secs(10),
     };
-    let leaves = Arc::new(mcsched_agent::leaf::registry::Leaves::new(
+    let leaves = Arc::new(mcsched_agent::multicluster::registry::Leaves::new(
         Default::default(),
     ));
     let shared = Shared::new(cp.client.clone(), profile()?, Vec::new(), leaves, &options);

@@ -61,7 +61,7 @@ pub(super) async fn binding_cycle(
             Err(_) => return,
         },
     };
-    if !crate::leader::may_act(&leader, &shared.lease_health) {
+    if !crate::control::leader::may_act(&leader, &shared.lease_health) {
         // Lost the lease since this pod was placed: the new leader decides.
         forget(&shared, &fw, &mut state, &pod, &node);
         shared.queue.add_backoff(info);
@@ -69,7 +69,7 @@ pub(super) async fn binding_cycle(
     }
     let ctx = shared.bind_ctx.clone();
     let mut status = fw.run_pre_bind(&ctx, &state, &pod, &node).await;
-    if status.is_success() && !crate::leader::may_act(&leader, &shared.lease_health) {
+    if status.is_success() && !crate::control::leader::may_act(&leader, &shared.lease_health) {
         // PreBind may wait minutes (volumes): a lease lost meanwhile leaves the binding to
         // the new leader, whichever binder (plugin or extender) would have sent it.
         debug!(pod = %pod.key, %node, "lost the lease during PreBind; not binding");

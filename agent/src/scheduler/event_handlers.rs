@@ -15,7 +15,7 @@ use kube::{Api, Client, ResourceExt};
 use tokio::task::JoinHandle;
 
 use super::Shared;
-use crate::watch::{self, Change, NON_TERMINAL_PODS, Ready, key_of, watch_kind};
+use crate::control::watch::{self, Change, NON_TERMINAL_PODS, Ready, key_of, watch_kind};
 use mcsched_engine::framework::ClusterEvent;
 use mcsched_engine::pod_selectors::{Selector, SelectorKind};
 use mcsched_engine::snapshot::PodInfo;

@@ -5,7 +5,7 @@ use std::time::Instant;
 use tracing::debug;
 
 use super::Shared;
-use crate::events::Message;
+use crate::observe::events::Message;
 use mcsched_engine::framework::runtime::CycleRecord;
 use mcsched_engine::framework::{
     CycleState, FitError, Framework, QueuedPodInfo, Status, fit_error,

@@ -267,7 +267,8 @@ async fn evict(shared: &Shared, pod: &Pod) -> Result<(), Refusal> {
     let name = pod.metadata.name.clone().unwrap_or_default();
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     // Written out there: kube's `evict` drops the UID precondition.
-    match crate::cluster_failover::evict(&shared.bind_ctx.client, &ns, &name, &uid).await {
+    match crate::placement::cluster_failover::evict(&shared.bind_ctx.client, &ns, &name, &uid).await
+    {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 403 => Err(Refusal::Forbidden(ns)),
         Err(e) => Err(Refusal::NotNow(e.to_string())),

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Node;
 use mcsched_shared::explain::ExtenderAnswer;
 use tracing::warn;
 
-use crate::extender::{Extender, MAX_EXTENDER_PRIORITY};
+use crate::scheduler::extender::{Extender, MAX_EXTENDER_PRIORITY};
 use mcsched_engine::framework::runtime::CycleRecord;
 use mcsched_engine::framework::{
     CycleState, Filtered, FitError, Framework, MAX_NODE_SCORE, NodeStatuses, PostFilterResult,

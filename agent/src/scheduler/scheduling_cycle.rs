@@ -105,12 +105,12 @@ pub(super) async fn scheduling_cycle(
                     nominating = Nominating::Override(String::new());
                 }
                 if let Some(node) = &res.nominated_node
-                    && crate::leader::may_act(leader, &shared.lease_health)
+                    && crate::control::leader::may_act(leader, &shared.lease_health)
                 {
                     nominating = Nominating::Override(node.clone());
                     victims = res.victims.iter().map(|v| v.key.clone()).collect();
                     metrics.preemption_victims.observe(victims.len() as f64);
-                    crate::preemption::evict(
+                    crate::scheduler::preemption::evict(
                         &shared.bind_ctx.client,
                         &shared.events,
                         &fw,

@@ -12,7 +12,7 @@ use super::binding_cycle::binding_cycle;
 use super::scheduling_cycle::scheduling_cycle;
 use super::{SchedulerOptions, Shared};
 use crate::fake_api::{self, Calls};
-use crate::leaf::registry::Leaves;
+use crate::multicluster::registry::Leaves;
 use mcsched_engine::snapshot::PodInfo;
 
 pub(super) fn shared_with(binding: (u16, serde_json::Value)) -> (Arc<Shared>, Calls) {

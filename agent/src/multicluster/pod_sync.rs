@@ -24,8 +24,8 @@ use super::cluster::LeafCluster;
 use super::dependents::{self, Dep, DepKind, apply_params, owned_meta};
 use super::ownership::{self, Verdict};
 use super::registry::Leaves;
-use crate::events::EventSink;
-use crate::watch::SharedCache;
+use crate::control::watch::SharedCache;
+use crate::observe::events::EventSink;
 use mcsched_engine::leaf::leaf_checks::{Question, Synced, is_ours};
 use mcsched_engine::leaf::rescheduling::{self, Avoided};
 use mcsched_engine::leaf::transform;
@@ -40,17 +40,17 @@ pub struct HostSide {
     pub events: EventSink,
     /// Whether this agent leads; checked right before each pod's writes.
     pub leader: tokio::sync::watch::Receiver<bool>,
-    pub lease: crate::leader::LeaseHealth,
+    pub lease: crate::control::leader::LeaseHealth,
 }
 
 impl HostSide {
     fn cache(&self) -> std::sync::MutexGuard<'_, mcsched_engine::cache::Cache> {
-        crate::watch::lock(&self.cache)
+        crate::control::watch::lock(&self.cache)
     }
 
     /// Fencing: an agent that no longer leads writes nothing, in the host or the leaf.
     fn fence(&self) -> Result<(), SyncError> {
-        if crate::leader::may_act(&self.leader, &self.lease) {
+        if crate::control::leader::may_act(&self.leader, &self.lease) {
             Ok(())
         } else {
             Err(SyncError::NotLeader)
@@ -610,14 +610,16 @@ fn warn_event(
     note: String,
 ) {
     let scheduler = mcsched_shared::pod::scheduler_name(pod).to_string();
-    host_side.events.send(crate::events::Message::Event {
-        reporting_controller: scheduler,
-        regarding: crate::events::object_ref(pod),
-        type_: crate::events::EventType::Warning,
-        reason,
-        action,
-        note,
-    });
+    host_side
+        .events
+        .send(crate::observe::events::Message::Event {
+            reporting_controller: scheduler,
+            regarding: crate::observe::events::object_ref(pod),
+            type_: crate::observe::events::EventType::Warning,
+            reason,
+            action,
+            note,
+        });
 }
 
 /// The leaf holds an object of a name the pod needs that is not this host's, has not

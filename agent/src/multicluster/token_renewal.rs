@@ -22,8 +22,8 @@ use tracing::{info, warn};
 
 use super::cluster::LeafCluster;
 use super::join_secret::JoinSecret;
-use crate::events::{EventSink, Message};
-use crate::leader::{LeaseHealth, may_act};
+use crate::control::leader::{LeaseHealth, may_act};
+use crate::observe::events::{EventSink, Message};
 
 /// The fraction of a token's lifetime after which it is renewed.
 const RENEW_AT: f64 = 0.8;
@@ -164,7 +164,7 @@ pub async fn run(
                             name: Some(keys::virtual_node_name(&leaf.name)),
                             ..Default::default()
                         },
-                        type_: crate::events::EventType::Warning,
+                        type_: crate::observe::events::EventType::Warning,
                         reason: "LeafTokenRenewalFailed",
                         action: "RenewToken",
                         note: format!("{e}; the current token expires in {left}s"),

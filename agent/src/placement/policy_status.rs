@@ -229,7 +229,7 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::watch::Change;
+    use crate::control::watch::Change;
     use mcsched_engine::plugins::helper::cluster_placement::tests_support::virtual_node;
     use mcsched_engine::snapshot::PodInfo;
     use serde_json::json;

@@ -266,7 +266,7 @@ fn unescape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::auth_config::RequestHeader;
+    use crate::api::server::auth_config::RequestHeader;
     use axum::http::HeaderValue;
 
     fn rh() -> RequestHeader {

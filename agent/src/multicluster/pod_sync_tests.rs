@@ -11,10 +11,10 @@ use mcsched_shared::keys;
 use serde_json::{Value, json};
 
 use super::{HostSide, LEAF_POD_CONDITION, SyncError, reconcile, sync_one};
-use crate::events::EventSink;
 use crate::fake_api::{self, Calls, Requests};
-use crate::leaf::cluster::LeafCluster;
-use crate::leaf::registry::Leaves;
+use crate::multicluster::cluster::LeafCluster;
+use crate::multicluster::registry::Leaves;
+use crate::observe::events::EventSink;
 use mcsched_engine::leaf::rescheduling::Avoided;
 
 const CLUSTER: &str = "east";
@@ -416,7 +416,7 @@ fn with_virtual_node(f: &Fixture) {
         "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}}
     }))
     .expect("node");
-    crate::watch::lock(&f.side.cache).apply_node(Arc::new(node));
+    crate::control::watch::lock(&f.side.cache).apply_node(Arc::new(node));
 }
 
 #[tokio::test]

@@ -355,7 +355,7 @@ async fn metrics() -> Response {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::leaf::registry::Leaves;
+    use crate::multicluster::registry::Leaves;
     use crate::scheduler::SchedulerOptions;
     use tower::ServiceExt;
 

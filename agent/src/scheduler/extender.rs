@@ -12,7 +12,7 @@ use mcsched_shared::config::SchedulerConfig;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::{Value, json};
 
-use crate::fence::Fence;
+use crate::control::fence::Fence;
 use mcsched_engine::framework::{PreemptionExtender, Victims};
 use mcsched_engine::snapshot::{PodInfo, Snapshot};
 
@@ -584,9 +584,9 @@ mod tests {
     async fn the_bind_verb_is_fenced_as_the_other_binding_writes() {
         use std::sync::atomic::Ordering;
         let (url_prefix, sent) = binder().await;
-        let fence = crate::fence::Fence::default();
+        let fence = crate::control::fence::Fence::default();
         let (leader_tx, leader) = tokio::sync::watch::channel(true);
-        let lease = crate::leader::LeaseHealth::default();
+        let lease = crate::control::leader::LeaseHealth::default();
         lease.renewed_for_test(Duration::from_secs(3600));
         fence.arm(leader, lease);
         let ext = Extender::new(ExtenderConfig {

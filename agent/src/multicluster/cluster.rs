@@ -18,7 +18,7 @@ use tracing::{debug, info};
 
 use super::OnEvent;
 use super::ask_leaf::AskLeaf;
-use crate::watch::{self, Change, SharedCache, key_of, watch_kind};
+use crate::control::watch::{self, Change, SharedCache, key_of, watch_kind};
 use mcsched_engine::cache::Cache;
 use mcsched_engine::framework::ClusterEvent;
 

@@ -147,7 +147,7 @@ pub async fn write(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::watch::Change;
+    use crate::control::watch::Change;
     use mcsched_engine::plugins::helper::cluster_placement::tests_support::virtual_node;
     use mcsched_engine::snapshot::PodInfo;
     use serde_json::json;

@@ -7,7 +7,7 @@ use http::header::USER_AGENT;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
-use crate::fence::{Fence, FenceLayer};
+use crate::control::fence::{Fence, FenceLayer};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -92,6 +92,6 @@ pub async fn connect_fenced(
     // The fence under the rate limit: checked when the request leaves, not when it queues.
     Ok(builder
         .with_layer(&FenceLayer::new(fence.clone()))
-        .with_layer(&crate::ratelimit::RateLimitLayer::new(qps, burst))
+        .with_layer(&crate::control::ratelimit::RateLimitLayer::new(qps, burst))
         .build())
 }

@@ -15,7 +15,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use tokio::task::JoinHandle;
 use tracing::warn;
 
-use crate::lean_object::Lean;
+use crate::control::lean_object::Lean;
 use mcsched_engine::cache::Cache;
 pub use mcsched_engine::change::{Change, key_of};
 use mcsched_engine::framework::ClusterEvent;

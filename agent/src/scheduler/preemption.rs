@@ -6,14 +6,14 @@
 
 use std::sync::Arc;
 
-use crate::events::EventType;
+use crate::observe::events::EventType;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::events::{EventSink, Message, object_ref};
+use crate::observe::events::{EventSink, Message, object_ref};
 use mcsched_engine::framework::Framework;
 use mcsched_engine::snapshot::PodInfo;
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::ratelimit::Bucket;
+use crate::control::ratelimit::Bucket;
 
 /// Failures one address may have at once, then per second.
 pub const PER_IP_BURST: u32 = 10;

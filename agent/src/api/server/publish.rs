@@ -19,7 +19,7 @@ use serde_json::json;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::leader::{LeaseHealth, may_act};
+use crate::control::leader::{LeaseHealth, may_act};
 
 /// The EndpointSlice's `endpointslice.kubernetes.io/managed-by`: not the endpointslice
 /// controller's, so it leaves the slice alone.

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use mcsched_shared::explain::{Explanation, Outcome};
 use tokio::sync::Semaphore;
 
-use crate::explain::explanation;
+use crate::observe::explain::explanation;
 use crate::scheduler::{Shared, run_post_filter, schedule_pod};
 use mcsched_engine::framework::CycleState;
 use mcsched_engine::framework::runtime::CycleRecord;

@@ -228,7 +228,7 @@ pub fn subject(der: &[u8]) -> Option<(String, Vec<String>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::auth_config::RequestHeader;
+    use crate::api::server::auth_config::RequestHeader;
 
     /// A CA and a client certificate it signs for `cn` in `orgs` (rcgen keeps one
     /// value per attribute type).

@@ -122,7 +122,7 @@ fn not_found(namespace: &str, name: &str) -> Response {
             "{}.{} {name:?} not found: pod {namespace}/{name} is not waiting to be scheduled by this agent, and no decision about it is kept (the agent keeps its last {} decisions since it started)",
             keys::EXPLANATIONS,
             keys::API_GROUP,
-            crate::explain::CAPACITY
+            crate::observe::explain::CAPACITY
         ),
     )
 }

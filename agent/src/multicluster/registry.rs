@@ -15,7 +15,7 @@ use tracing::{info, warn};
 use super::OnEvent;
 use super::ask_grants::AskGrants;
 use super::cluster::LeafCluster;
-use crate::watch::{Change, watch_kind};
+use crate::control::watch::{Change, watch_kind};
 use mcsched_engine::leaf::cycle::{Access, LeafChoice, LeafCycle, LeafSnapshots, LeafView};
 use mcsched_engine::leaf::grants::Grants;
 use mcsched_engine::snapshot::{PodInfo, VolumeObjects};
@@ -85,7 +85,7 @@ pub struct Leaves {
     /// This host's id, the mark on every object pod sync creates in a leaf.
     host_id: std::sync::OnceLock<String>,
     /// Refuses the leaf clients' writes once this agent may no longer act as the leader.
-    pub fence: crate::fence::Fence,
+    pub fence: crate::control::fence::Fence,
     /// The host's ConfigMaps and Secrets that leaf copies refer to, watched.
     pub host_objects: super::host_objects::HostObjects,
 }
@@ -237,15 +237,15 @@ pub async fn host_id(host: &Client) -> Result<String, kube::Error> {
 }
 
 /// Each leaf client's own token bucket, as client-go gives each client one.
-pub fn rate_limit(settings: &LeafSettings) -> crate::ratelimit::RateLimitLayer {
-    crate::ratelimit::RateLimitLayer::new(settings.api_qps, settings.api_burst)
+pub fn rate_limit(settings: &LeafSettings) -> crate::control::ratelimit::RateLimitLayer {
+    crate::control::ratelimit::RateLimitLayer::new(settings.api_qps, settings.api_burst)
 }
 
 /// A client for the leaf named by a join Secret, its writes behind `fence`, its requests
 /// limited by `settings`' rate.
 pub async fn connect(
     secret: &Secret,
-    fence: &crate::fence::Fence,
+    fence: &crate::control::fence::Fence,
     settings: &LeafSettings,
 ) -> Result<(String, Client), JoinSecretError> {
     let name = secret.name_any();
@@ -277,13 +277,14 @@ pub async fn connect(
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .map_err(|e| bad(e.to_string()))?;
-    let client = kube::client::ClientBuilder::try_from(crate::client::with_user_agent(config))
-        .map_err(|e| bad(e.to_string()))?
-        // The fence under the rate limit: checked when the request leaves, not when it
-        // queues (as the host client's).
-        .with_layer(&crate::fence::FenceLayer::new(fence.clone()))
-        .with_layer(&rate_limit(settings))
-        .build();
+    let client =
+        kube::client::ClientBuilder::try_from(crate::control::client::with_user_agent(config))
+            .map_err(|e| bad(e.to_string()))?
+            // The fence under the rate limit: checked when the request leaves, not when it
+            // queues (as the host client's).
+            .with_layer(&crate::control::fence::FenceLayer::new(fence.clone()))
+            .with_layer(&rate_limit(settings))
+            .build();
     Ok((cluster, client))
 }
 

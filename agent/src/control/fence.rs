@@ -13,7 +13,7 @@ use std::task::{Context, Poll};
 
 use tower::{Layer, Service};
 
-use crate::leader::{LeaseHealth, may_act};
+use crate::control::leader::{LeaseHealth, may_act};
 
 /// Whether writes may go out: open until armed with the election's state, then open
 /// only while this agent leads within its renew deadline.

@@ -15,8 +15,8 @@ use serde_json::json;
 use tokio::sync::{Semaphore, mpsc};
 use tracing::{debug, warn};
 
-pub use crate::event_recorder::EventType;
-use crate::event_recorder::{EventRecorder, NewEvent};
+pub use crate::observe::event_recorder::EventType;
+use crate::observe::event_recorder::{EventRecorder, NewEvent};
 
 const QUEUE: usize = 10_000;
 /// Events being written at once (client-go starts a goroutine per event, bounded only by

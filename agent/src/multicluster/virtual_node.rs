@@ -101,7 +101,7 @@ pub async fn run(
     host: Client,
     leaf: Arc<LeafCluster>,
     mut leader: tokio::sync::watch::Receiver<bool>,
-    lease: crate::leader::LeaseHealth,
+    lease: crate::control::leader::LeaseHealth,
 ) {
     let mut keeper = Keeper::new(host, leaf);
     loop {
@@ -144,7 +144,7 @@ impl Keeper {
     async fn tick(
         &mut self,
         leader: &tokio::sync::watch::Receiver<bool>,
-        lease: &crate::leader::LeaseHealth,
+        lease: &crate::control::leader::LeaseHealth,
     ) {
         let (leaf, node_name, nodes) = (&self.leaf, &self.node_name, &self.nodes);
         if self.last_probe.is_none_or(|t| t.elapsed() >= LEASE_RENEW) {
@@ -153,7 +153,7 @@ impl Keeper {
                 debug!(cluster = %leaf.name, error = ?leaf.health().last_error, "leaf did not answer");
             }
         }
-        if !crate::leader::may_act(leader, lease) {
+        if !crate::control::leader::may_act(leader, lease) {
             self.written = None;
             return;
         }
@@ -186,7 +186,7 @@ impl Keeper {
             return;
         }
         // Fencing: leadership may have ended while the leaf was probed and read.
-        if !crate::leader::may_act(leader, lease) {
+        if !crate::control::leader::may_act(leader, lease) {
             self.written = None;
             return;
         }
@@ -336,8 +336,8 @@ async fn renew_lease(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::control::leader::LeaseHealth;
     use crate::fake_api::{self, Calls, Requests};
-    use crate::leader::LeaseHealth;
 
     fn node(name: &str, extra: serde_json::Value) -> Arc<NodeInfo> {
         let n = json!({
