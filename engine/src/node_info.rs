@@ -390,8 +390,8 @@ pub struct NodeInfo {
 impl NodeInfo {
     /// Asks the CPU to bring the node's fields into its cache ahead of the filters. The
     /// 5000 NodeInfos of a large cluster do not stay cached between cycles beside the API
-    /// server and etcd: a profile of the benchmark put 7 % of the agent's samples on the
-    /// first filter's first read of each node.
+    /// server and etcd, and the first filter's first read of each node stalls on it
+    /// (measured in bench/analysis.md).
     #[inline]
     pub fn prefetch(&self) {
         #[cfg(target_arch = "x86_64")]

@@ -8,8 +8,8 @@
 //! Transport errors are retried (12 tries, 10 s apart), refusals are not.
 //!
 //! kube-runtime's Recorder does the same with one difference that matters at scheduling
-//! speed: it sweeps its whole cache of the last 6 minutes' events on every event (8 % of
-//! the agent's CPU samples on SchedulingBasic). Here the sweep runs once a minute.
+//! speed: it sweeps its whole cache of the last 6 minutes' events on every event (its
+//! cost is in bench/analysis.md). Here the sweep runs once a minute.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -286,7 +286,7 @@ impl Inner {
     }
 
     /// The API server's copy of the event is not decoded: only whether it was created
-    /// matters here (decoding it was 1 % of the agent's CPU on SchedulingBasic).
+    /// matters here (bench/analysis.md has what decoding it cost).
     async fn create(&self, e: &Event) -> Result<(), kube::Error> {
         let body = serde_json::to_vec(e).map_err(kube::Error::SerdeError)?;
         let mut request = kube::core::Request::new(self.api(e).resource_url())

@@ -153,8 +153,16 @@ fn inline_driver(v: &Volume, csi_node: Option<&CSINode>) -> Option<(String, Stri
     Some((csi_driver_of(plugin)?.to_string(), handle))
 }
 
+/// A generic ephemeral volume's claim that its pod does not control.
+#[derive(Debug, thiserror::Error)]
+#[error("PVC {claim} was not created for pod {pod} (pod is not owner)")]
+struct NotOwner {
+    claim: String,
+    pod: String,
+}
+
 /// VolumeIsForPod: a generic ephemeral volume's claim must be controlled by the pod.
-fn ephemeral_is_for_pod(pod: &PodInfo, pvc: &PersistentVolumeClaim) -> Result<(), String> {
+fn ephemeral_is_for_pod(pod: &PodInfo, pvc: &PersistentVolumeClaim) -> Result<(), NotOwner> {
     let uid = Some(pod.uid.as_str());
     let owned = pvc
         .metadata
@@ -165,13 +173,14 @@ fn ephemeral_is_for_pod(pod: &PodInfo, pvc: &PersistentVolumeClaim) -> Result<()
     if owned {
         return Ok(());
     }
-    Err(format!(
-        "PVC {}/{} was not created for pod {}/{} (pod is not owner)",
-        pvc.metadata.namespace.as_deref().unwrap_or_default(),
-        pvc.metadata.name.as_deref().unwrap_or_default(),
-        pod.namespace,
-        pod.name,
-    ))
+    Err(NotOwner {
+        claim: format!(
+            "{}/{}",
+            pvc.metadata.namespace.as_deref().unwrap_or_default(),
+            pvc.metadata.name.as_deref().unwrap_or_default()
+        ),
+        pod: format!("{}/{}", pod.namespace, pod.name),
+    })
 }
 
 impl NodeVolumeLimits {
@@ -244,7 +253,7 @@ impl NodeVolumeLimits {
                 continue;
             };
             if ephemeral {
-                ephemeral_is_for_pod(pod, pvc).map_err(Status::error)?;
+                ephemeral_is_for_pod(pod, pvc).map_err(|e| Status::error(e.to_string()))?;
             }
             if let Some((driver, handle)) = self.claim_driver(pvc, csi_node, vols)
                 && !driver.is_empty()

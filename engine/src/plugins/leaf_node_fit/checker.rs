@@ -170,8 +170,7 @@ impl LeafChecker {
         // In parallel only for a large leaf and on the cycle's pool (a cycle too small for
         // the pool runs here, and rayon would wake its global pool besides): handing a
         // walk that usually stops at a leaf's first nodes to the pool cost more than the
-        // walk (the pool's threads switching and yielding were 7 % of the agent's samples
-        // when every cycle over virtual nodes ran on it).
+        // walk: the pool's threads switch and yield (measured in bench/analysis.md).
         let parallel = nodes.len() >= PARALLEL_MIN_NODES && rayon::current_thread_index().is_some();
         let found = if parallel {
             nodes.par_iter().position_first(|n| run(n).is_none())
