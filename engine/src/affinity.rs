@@ -9,22 +9,22 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use mcsched_shared::selectors::label_selector_matches;
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct AffinityTerm {
-    pub namespaces: HashSet<String>,
-    pub selector: Option<LabelSelector>,
-    pub topology_key: String,
+pub(crate) struct AffinityTerm {
+    pub(crate) namespaces: HashSet<String>,
+    pub(crate) selector: Option<LabelSelector>,
+    pub(crate) topology_key: String,
     /// None matches no namespace; an empty selector matches all.
-    pub namespace_selector: Option<LabelSelector>,
+    pub(crate) namespace_selector: Option<LabelSelector>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct WeightedTerm {
-    pub weight: i32,
-    pub term: AffinityTerm,
+pub(crate) struct WeightedTerm {
+    pub(crate) weight: i32,
+    pub(crate) term: AffinityTerm,
 }
 
 impl AffinityTerm {
-    pub fn new(pod_namespace: &str, t: &PodAffinityTerm) -> Self {
+    pub(crate) fn new(pod_namespace: &str, t: &PodAffinityTerm) -> Self {
         let mut namespaces: HashSet<String> = t.namespaces.iter().flatten().cloned().collect();
         if namespaces.is_empty() && t.namespace_selector.is_none() {
             namespaces.insert(pod_namespace.to_string());
@@ -39,7 +39,11 @@ impl AffinityTerm {
 
     /// Whether `pod` is in one of the term's namespaces (by name, or by `ns_labels`
     /// matching the namespaceSelector) and matches its label selector.
-    pub fn matches(&self, pod: &ObjectMeta, ns_labels: Option<&BTreeMap<String, String>>) -> bool {
+    pub(crate) fn matches(
+        &self,
+        pod: &ObjectMeta,
+        ns_labels: Option<&BTreeMap<String, String>>,
+    ) -> bool {
         let ns = pod.namespace.as_deref().unwrap_or_default();
         let in_namespace = self.namespaces.contains(ns)
             || ns_labels.is_some_and(|l| {
@@ -52,7 +56,7 @@ impl AffinityTerm {
 
     /// Folds the namespaces the namespaceSelector picks into `namespaces`, as kube's
     /// mergeAffinityTermNamespacesIfNotEmpty does before matching other pods.
-    pub fn merge_selected_namespaces(
+    pub(crate) fn merge_selected_namespaces(
         &mut self,
         all: &std::collections::HashMap<String, BTreeMap<String, String>>,
     ) {
@@ -68,22 +72,22 @@ impl AffinityTerm {
     }
 }
 
-pub fn labels_of(meta: &ObjectMeta) -> &BTreeMap<String, String> {
+pub(crate) fn labels_of(meta: &ObjectMeta) -> &BTreeMap<String, String> {
     static EMPTY: BTreeMap<String, String> = BTreeMap::new();
     meta.labels.as_ref().unwrap_or(&EMPTY)
 }
 
 /// A pod's four term lists.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct PodAffinityTerms {
-    pub required_affinity: Vec<AffinityTerm>,
-    pub required_anti_affinity: Vec<AffinityTerm>,
-    pub preferred_affinity: Vec<WeightedTerm>,
-    pub preferred_anti_affinity: Vec<WeightedTerm>,
+pub(crate) struct PodAffinityTerms {
+    pub(crate) required_affinity: Vec<AffinityTerm>,
+    pub(crate) required_anti_affinity: Vec<AffinityTerm>,
+    pub(crate) preferred_affinity: Vec<WeightedTerm>,
+    pub(crate) preferred_anti_affinity: Vec<WeightedTerm>,
 }
 
 impl PodAffinityTerms {
-    pub fn of(pod: &Pod) -> Self {
+    pub(crate) fn of(pod: &Pod) -> Self {
         let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
         let affinity = pod.spec.as_ref().and_then(|s| s.affinity.as_ref());
         let pa = affinity.and_then(|a| a.pod_affinity.as_ref());
@@ -123,12 +127,5 @@ impl PodAffinityTerms {
                     .as_ref()
             })),
         }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.required_affinity.is_empty()
-            && self.required_anti_affinity.is_empty()
-            && self.preferred_affinity.is_empty()
-            && self.preferred_anti_affinity.is_empty()
     }
 }

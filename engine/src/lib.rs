@@ -4,7 +4,7 @@
 //! through [`leaf`]: the views the agent's multi-cluster runtime hands to the leaf-aware
 //! plugins each cycle. Its one API client is the binder's (and volume binding's).
 
-pub mod affinity;
+pub(crate) mod affinity;
 pub mod cache;
 pub mod change;
 pub mod config_bridge;
@@ -12,7 +12,7 @@ pub mod framework;
 pub mod leaf;
 pub mod metrics;
 pub mod node_info;
-pub mod node_tree;
+pub(crate) mod node_tree;
 pub mod nominator;
 pub mod plugins;
 pub mod pod_selectors;
@@ -20,4 +20,4 @@ pub mod policies;
 pub mod profiles;
 pub mod queue;
 pub mod snapshot;
-pub mod topology_counts;
+pub(crate) mod topology_counts;

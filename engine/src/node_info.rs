@@ -48,7 +48,7 @@ pub struct PodInfo {
     pub has_affinity: bool,
     pub has_required_anti_affinity: bool,
     /// Parsed (anti-)affinity terms; shared, as most pods have none.
-    pub terms: Arc<crate::affinity::PodAffinityTerms>,
+    pub(crate) terms: Arc<crate::affinity::PodAffinityTerms>,
     /// A request that did not parse; the pod is unschedulable with this message.
     pub invalid: Option<String>,
     node_name: Option<String>,

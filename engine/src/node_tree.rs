@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 
 /// kube's `GetZoneKey`: the region and zone labels (the deprecated beta ones first, as
 /// kube reads them), or "" without either.
-pub fn zone_key(labels: &BTreeMap<String, String>) -> String {
+pub(crate) fn zone_key(labels: &BTreeMap<String, String>) -> String {
     let get = |beta: &str, ga: &str| {
         labels
             .get(beta)
@@ -32,14 +32,14 @@ pub fn zone_key(labels: &BTreeMap<String, String>) -> String {
 }
 
 #[derive(Debug, Default, Clone)]
-pub struct NodeTree {
+pub(crate) struct NodeTree {
     tree: HashMap<String, Vec<String>>,
     zones: Vec<String>,
     len: usize,
 }
 
 impl NodeTree {
-    pub fn add(&mut self, name: &str, zone: &str) {
+    pub(crate) fn add(&mut self, name: &str, zone: &str) {
         match self.tree.get_mut(zone) {
             Some(names) if names.iter().any(|n| n == name) => return,
             Some(names) => names.push(name.to_string()),
@@ -52,7 +52,7 @@ impl NodeTree {
     }
 
     /// Whether it was there.
-    pub fn remove(&mut self, name: &str, zone: &str) -> bool {
+    pub(crate) fn remove(&mut self, name: &str, zone: &str) -> bool {
         let Some(names) = self.tree.get_mut(zone) else {
             return false;
         };
@@ -69,20 +69,21 @@ impl NodeTree {
     }
 
     /// A node whose zone changed goes to the end of its new zone.
-    pub fn update(&mut self, name: &str, old_zone: &str, new_zone: &str) {
+    pub(crate) fn update(&mut self, name: &str, old_zone: &str, new_zone: &str) {
         if old_zone != new_zone {
             self.remove(name, old_zone);
             self.add(name, new_zone);
         }
     }
 
-    pub fn zones(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn zones(&self) -> usize {
         self.zones.len()
     }
 
     /// Node names interleaved: the first of every zone, then the second of every zone,
     /// and so on, zones in the order first seen.
-    pub fn list(&self) -> Vec<&str> {
+    pub(crate) fn list(&self) -> Vec<&str> {
         let mut out = Vec::with_capacity(self.len);
         let arrays: Vec<&Vec<String>> =
             self.zones.iter().filter_map(|z| self.tree.get(z)).collect();

@@ -33,7 +33,7 @@ pub struct Snapshot {
     /// The placement policies, for the pods they select.
     pub policies: Arc<crate::policies::PolicySet>,
     /// Pods counted per topology domain; kept only in snapshots of the cache.
-    pub topology: crate::topology_counts::TopologyCounts,
+    pub(crate) topology: crate::topology_counts::TopologyCounts,
 }
 
 /// The storage objects volume plugins read; claims keyed `namespace/name`, the rest by name.
@@ -172,7 +172,7 @@ pub fn approximate_bytes(s: &Snapshot) -> usize {
 }
 
 mod erased_len {
-    pub trait JsonLen {
+    pub(crate) trait JsonLen {
         fn json_len(&self) -> usize;
     }
     impl<T: serde::Serialize> JsonLen for T {

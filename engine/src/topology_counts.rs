@@ -28,19 +28,19 @@ use crate::node_info::{NodeInfo, PodInfo};
 
 /// A persistent map hashed with foldhash: these maps are read for every node in every
 /// cycle, where SipHash was most of the cost. Seeded per process.
-pub type Map<K, V> =
+pub(crate) type Map<K, V> =
     imbl::GenericHashMap<K, V, foldhash::fast::RandomState, imbl::shared_ptr::DefaultSharedPtr>;
 
 /// Count per topology value (or per node name); zero counts are absent.
-pub type Values = Map<Arc<str>, i64>;
+pub(crate) type Values = Map<Arc<str>, i64>;
 
 /// A query nobody asked for in this long is no longer kept.
-pub const UNUSED_FOR: Duration = Duration::from_secs(300);
+pub(crate) const UNUSED_FOR: Duration = Duration::from_secs(300);
 /// At most this many queries are kept; beyond it, plugins scan.
 const MAX_QUERIES: usize = 256;
 
 /// Adds `by` to `value`'s count, dropping the entry at zero.
-pub fn bump(values: &mut Values, value: &str, by: i64) {
+pub(crate) fn bump(values: &mut Values, value: &str, by: i64) {
     let now = values.get(value).copied().unwrap_or(0) + by;
     if now == 0 {
         values.remove(value);
@@ -51,18 +51,18 @@ pub fn bump(values: &mut Values, value: &str, by: i64) {
 
 /// The pods a term or a spread constraint selects.
 #[derive(Debug, Clone, PartialEq)]
-pub struct PodQuery {
-    pub namespaces: BTreeSet<String>,
+pub(crate) struct PodQuery {
+    pub(crate) namespaces: BTreeSet<String>,
     /// None selects nothing.
-    pub selector: Option<LabelSelector>,
+    pub(crate) selector: Option<LabelSelector>,
     /// PodTopologySpread counts no terminating pod; InterPodAffinity counts them.
-    pub skip_terminating: bool,
+    pub(crate) skip_terminating: bool,
 }
 
 impl PodQuery {
     /// A term's pods (InterPodAffinity); None for a term whose namespaceSelector is not
     /// folded into its namespaces yet.
-    pub fn of_term(term: &AffinityTerm) -> Option<Self> {
+    pub(crate) fn of_term(term: &AffinityTerm) -> Option<Self> {
         term.namespace_selector.is_none().then(|| PodQuery {
             namespaces: term.namespaces.iter().cloned().collect(),
             selector: term.selector.clone(),
@@ -71,7 +71,7 @@ impl PodQuery {
     }
 
     /// A spread constraint's pods: the pod's namespace, terminating pods left out.
-    pub fn of_constraint(namespace: &str, selector: Option<&LabelSelector>) -> Self {
+    pub(crate) fn of_constraint(namespace: &str, selector: Option<&LabelSelector>) -> Self {
         PodQuery {
             namespaces: BTreeSet::from([namespace.to_string()]),
             selector: selector.cloned(),
@@ -79,7 +79,7 @@ impl PodQuery {
         }
     }
 
-    pub fn matches(&self, pod: &PodInfo) -> bool {
+    pub(crate) fn matches(&self, pod: &PodInfo) -> bool {
         self.namespaces.contains(&pod.namespace)
             && !(self.skip_terminating && pod.terminating())
             && label_selector_matches(self.selector.as_ref(), pod.labels())
@@ -98,15 +98,15 @@ impl PodQuery {
 
 /// The pods one query selects, per node and per value of each topology key asked for.
 #[derive(Clone)]
-pub struct QueryCounts {
+pub(crate) struct QueryCounts {
     query: Arc<PodQuery>,
-    pub per_node: Values,
+    pub(crate) per_node: Values,
     per_key: Map<Arc<str>, Values>,
     last_used: Arc<AtomicU64>,
 }
 
 impl QueryCounts {
-    pub fn values(&self, key: &str) -> Option<&Values> {
+    pub(crate) fn values(&self, key: &str) -> Option<&Values> {
         self.per_key.get(key)
     }
 
@@ -123,15 +123,17 @@ impl QueryCounts {
 
 /// The values one topology key takes, with how many nodes carry each.
 #[derive(Clone, Default)]
-pub struct Domains {
-    pub values: Values,
+pub(crate) struct Domains {
+    pub(crate) values: Values,
     /// Nodes that have the key at all.
-    pub nodes: usize,
+    pub(crate) nodes: usize,
 }
 
 /// Which of a pod's term lists a term comes from.
+// The four lists' names in the pod's spec, each ending in Affinity.
+#[allow(clippy::enum_variant_names)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TermKind {
+pub(crate) enum TermKind {
     RequiredAffinity,
     RequiredAntiAffinity,
     PreferredAffinity(i32),
@@ -140,11 +142,11 @@ pub enum TermKind {
 
 /// Identical terms of the pods in the cache.
 #[derive(Clone)]
-pub struct TermGroup {
-    pub kind: TermKind,
-    pub term: Arc<AffinityTerm>,
+pub(crate) struct TermGroup {
+    pub(crate) kind: TermKind,
+    pub(crate) term: Arc<AffinityTerm>,
     /// Pods carrying the term per value of its topology key (nodes without it: none).
-    pub values: Values,
+    pub(crate) values: Values,
     carriers: i64,
 }
 
@@ -191,7 +193,7 @@ type Asked = Arc<Mutex<Vec<(PodQuery, String)>>>;
 
 /// The counts a snapshot carries. Cheap to clone.
 #[derive(Clone, Default)]
-pub struct TopologyCounts {
+pub(crate) struct TopologyCounts {
     queries: Map<String, QueryCounts>,
     domains: Map<Arc<str>, Domains>,
     terms: Map<String, TermGroup>,
@@ -214,7 +216,7 @@ impl std::fmt::Debug for TopologyCounts {
 
 impl TopologyCounts {
     /// Counts that a cache keeps.
-    pub fn kept_by_cache() -> Self {
+    pub(crate) fn kept_by_cache() -> Self {
         TopologyCounts {
             asked: Some(Asked::default()),
             ..Default::default()
@@ -222,24 +224,25 @@ impl TopologyCounts {
     }
 
     /// Whether counts are kept at all (the existing pods' terms included).
-    pub fn kept(&self) -> bool {
+    pub(crate) fn kept(&self) -> bool {
         self.asked.is_some()
     }
 
     /// How many pod queries are kept.
-    pub fn kept_queries(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn kept_queries(&self) -> usize {
         self.queries.len()
     }
 
     /// Nodes in the snapshot.
-    pub fn node_count(&self) -> usize {
+    pub(crate) fn node_count(&self) -> usize {
         self.nodes
     }
 
     /// The pods `query` selects, or None when they are not kept (yet): the query is then
     /// asked for, and the caller counts by itself this time. `key`'s values and domains
     /// are kept with it.
-    pub fn query(&self, query: &PodQuery, key: &str) -> Option<&QueryCounts> {
+    pub(crate) fn query(&self, query: &PodQuery, key: &str) -> Option<&QueryCounts> {
         let asked = self.asked.as_ref()?;
         let found = self
             .queries
@@ -260,17 +263,17 @@ impl TopologyCounts {
     }
 
     /// The values `key` takes over all nodes; kept for the keys of kept queries.
-    pub fn domains(&self, key: &str) -> Option<&Domains> {
+    pub(crate) fn domains(&self, key: &str) -> Option<&Domains> {
         self.domains.get(key)
     }
 
     /// The distinct terms of the pods in the cache (empty unless [`Self::kept`]).
-    pub fn terms(&self) -> impl Iterator<Item = &TermGroup> {
+    pub(crate) fn terms(&self) -> impl Iterator<Item = &TermGroup> {
         self.terms.values()
     }
 
     /// `pod` joined (`by` 1) or left (−1) `node`.
-    pub fn place(&mut self, pod: &PodInfo, node: &NodeInfo, by: i64) {
+    pub(crate) fn place(&mut self, pod: &PodInfo, node: &NodeInfo, by: i64) {
         if !self.kept() {
             return;
         }
@@ -302,7 +305,7 @@ impl TopologyCounts {
     }
 
     /// A node came (`by` 1, its pods with it) or went (−1).
-    pub fn node(&mut self, node: &NodeInfo, by: i64) {
+    pub(crate) fn node(&mut self, node: &NodeInfo, by: i64) {
         if !self.kept() {
             return;
         }
@@ -321,7 +324,7 @@ impl TopologyCounts {
 
     /// Keeps what plugins asked for since the last call, and forgets queries unused for
     /// [`UNUSED_FOR`]; true when anything changed.
-    pub fn keep_asked(&mut self, nodes: &[Arc<NodeInfo>]) -> bool {
+    pub(crate) fn keep_asked(&mut self, nodes: &[Arc<NodeInfo>]) -> bool {
         let Some(asked) = &self.asked else {
             return false;
         };

@@ -34,7 +34,7 @@ pub enum Cause {
 
 /// A reason: most are a plugin's constant, which a rejection then does not allocate (a
 /// cycle may reject thousands of nodes).
-pub type Reason = std::borrow::Cow<'static, str>;
+pub(crate) type Reason = std::borrow::Cow<'static, str>;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Status {

@@ -148,7 +148,7 @@ impl WaitingPod {
 
 /// The waiting pods of one profile, by UID.
 #[derive(Default)]
-pub struct WaitingPods {
+pub(crate) struct WaitingPods {
     pods: Mutex<HashMap<String, Arc<WaitingPod>>>,
 }
 
@@ -158,31 +158,31 @@ impl WaitingPods {
     }
 
     /// Parks `pod`, assumed on `node`, for the plugins that asked it to wait.
-    pub fn add(&self, pod: Arc<PodInfo>, node: &str, waits: &[(&'static str, Duration)]) {
+    pub(crate) fn add(&self, pod: Arc<PodInfo>, node: &str, waits: &[(&'static str, Duration)]) {
         let uid = pod.uid.clone();
         let wp = Arc::new(WaitingPod::new(pod, node.to_string(), waits));
         self.lock().insert(uid, wp);
     }
 
-    pub fn get(&self, uid: &str) -> Option<Arc<WaitingPod>> {
+    pub(crate) fn get(&self, uid: &str) -> Option<Arc<WaitingPod>> {
         self.lock().get(uid).cloned()
     }
 
     /// Every waiting pod, for plugins that decide on several at once (kube's
     /// `IterateOverWaitingPods`).
-    pub fn list(&self) -> Vec<Arc<WaitingPod>> {
+    pub(crate) fn list(&self) -> Vec<Arc<WaitingPod>> {
         self.lock().values().cloned().collect()
     }
 
     /// kube's `RejectWaitingPod`, for a pod deleted while waiting.
-    pub fn reject(&self, uid: &str) -> bool {
+    pub(crate) fn reject(&self, uid: &str) -> bool {
         self.get(uid).is_some_and(|wp| wp.reject("", "removed"))
     }
 
     /// kube's `WaitOnPermit`: success at once for a pod that is not waiting; else the
     /// verdict, the pod leaving the map. A rejection comes back as is; any other failure
     /// as an Error naming the wait.
-    pub async fn wait_on_permit(&self, uid: &str) -> Status {
+    pub(crate) async fn wait_on_permit(&self, uid: &str) -> Status {
         let Some(wp) = self.get(uid) else {
             return Status::success();
         };

@@ -22,17 +22,17 @@ use crate::framework::{CycleState, Plugin, PreScorePlugin, ScorePlugin, Status};
 use crate::leaf::cycle::{LEAF_CYCLE_KEY, LeafCycle};
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 
-pub const NAME: &str = "ClusterCapacity";
+pub(crate) const NAME: &str = "ClusterCapacity";
 
 /// A cluster: `None` for the host's own nodes, else the leaf's name.
 type Cluster = Option<String>;
 
-pub struct ClusterCapacity {
+pub(crate) struct ClusterCapacity {
     mode: CapacityMode,
 }
 
 impl ClusterCapacity {
-    pub fn new(args: &ClusterCapacityArgs) -> Self {
+    pub(crate) fn new(args: &ClusterCapacityArgs) -> Self {
         ClusterCapacity { mode: args.mode }
     }
 }

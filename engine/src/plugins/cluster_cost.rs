@@ -9,22 +9,22 @@ use mcsched_shared::keys;
 use crate::framework::{CycleState, MAX_NODE_SCORE, Plugin, ScorePlugin, Status};
 use crate::snapshot::{NodeInfo, PodInfo};
 
-pub const NAME: &str = "ClusterCost";
+pub(crate) const NAME: &str = "ClusterCost";
 
-pub struct ClusterCost {
+pub(crate) struct ClusterCost {
     host_cost: i64,
     default_cost: i64,
 }
 
 impl ClusterCost {
-    pub fn new(args: &ClusterCostArgs) -> Self {
+    pub(crate) fn new(args: &ClusterCostArgs) -> Self {
         ClusterCost {
             host_cost: args.host_cost,
             default_cost: args.default_cost,
         }
     }
 
-    pub fn cost_of(&self, node: &NodeInfo) -> i64 {
+    pub(crate) fn cost_of(&self, node: &NodeInfo) -> i64 {
         if node.cluster.is_none() {
             return self.host_cost;
         }

@@ -10,14 +10,14 @@ use mcsched_shared::selectors::label_selector_matches;
 use crate::framework::{CycleState, MAX_NODE_SCORE, Plugin, ScorePlugin, Status};
 use crate::snapshot::{NodeInfo, PodInfo};
 
-pub const NAME: &str = "ClusterTiers";
+pub(crate) const NAME: &str = "ClusterTiers";
 
-pub struct ClusterTiers {
+pub(crate) struct ClusterTiers {
     tiers: Vec<ClusterTier>,
 }
 
 impl ClusterTiers {
-    pub fn new(args: &ClusterTiersArgs) -> Self {
+    pub(crate) fn new(args: &ClusterTiersArgs) -> Self {
         ClusterTiers {
             tiers: args.tiers.clone(),
         }

@@ -10,15 +10,15 @@ use super::helper::cluster_placement::{favour, largest_deficit, placed_per_clust
 use crate::framework::{CycleState, Plugin, PreScorePlugin, ScorePlugin, Status};
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 
-pub const NAME: &str = "ClusterWeights";
+pub(crate) const NAME: &str = "ClusterWeights";
 
-pub struct ClusterWeights {
+pub(crate) struct ClusterWeights {
     weights: HashMap<String, i64>,
     host_cluster_name: String,
 }
 
 impl ClusterWeights {
-    pub fn new(args: &ClusterWeightsArgs) -> Self {
+    pub(crate) fn new(args: &ClusterWeightsArgs) -> Self {
         ClusterWeights {
             weights: args.weights.iter().map(|(c, w)| (c.clone(), *w)).collect(),
             host_cluster_name: args.host_cluster_name.clone(),

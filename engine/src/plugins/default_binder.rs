@@ -10,9 +10,9 @@ use kube::api::PostParams;
 use crate::framework::{BindContext, BindPlugin, Cause, CycleState, Plugin, Status};
 use crate::snapshot::PodInfo;
 
-pub const NAME: &str = "DefaultBinder";
+pub(crate) const NAME: &str = "DefaultBinder";
 
-pub struct DefaultBinder;
+pub(crate) struct DefaultBinder;
 
 impl Plugin for DefaultBinder {
     fn name(&self) -> &'static str {
@@ -23,7 +23,7 @@ impl Plugin for DefaultBinder {
     }
 }
 
-pub async fn bind_pod(
+pub(crate) async fn bind_pod(
     client: &kube::Client,
     namespace: &str,
     name: &str,

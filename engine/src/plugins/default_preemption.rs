@@ -16,14 +16,14 @@ use crate::framework::{
 };
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 
-pub const NAME: &str = "DefaultPreemption";
-pub const NOT_HELPFUL: &str = "Preemption is not helpful for scheduling";
-pub const NO_VICTIMS: &str = "No preemption victims found for incoming pod";
+pub(crate) const NAME: &str = "DefaultPreemption";
+pub(crate) const NOT_HELPFUL: &str = "Preemption is not helpful for scheduling";
+pub(crate) const NO_VICTIMS: &str = "No preemption victims found for incoming pod";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PreemptionArgs {
-    pub min_candidate_nodes_percentage: u32,
-    pub min_candidate_nodes_absolute: u32,
+pub(crate) struct PreemptionArgs {
+    pub(crate) min_candidate_nodes_percentage: u32,
+    pub(crate) min_candidate_nodes_absolute: u32,
 }
 
 impl Default for PreemptionArgs {
@@ -35,22 +35,22 @@ impl Default for PreemptionArgs {
     }
 }
 
-pub struct DefaultPreemption {
+pub(crate) struct DefaultPreemption {
     args: PreemptionArgs,
 }
 
 impl DefaultPreemption {
-    pub fn new(args: PreemptionArgs) -> Self {
+    pub(crate) fn new(args: PreemptionArgs) -> Self {
         DefaultPreemption { args }
     }
 }
 
 /// A node where preemption works, and what it costs.
 #[derive(Debug, Clone)]
-pub struct Candidate {
-    pub node: String,
-    pub victims: Vec<Arc<PodInfo>>,
-    pub pdb_violations: usize,
+pub(crate) struct Candidate {
+    pub(crate) node: String,
+    pub(crate) victims: Vec<Arc<PodInfo>>,
+    pub(crate) pdb_violations: usize,
 }
 
 fn start_time_secs(p: &PodInfo) -> i64 {
@@ -283,7 +283,7 @@ fn call_extenders(
 /// kube's `pickOneNodeForPreemption`: fewest PDB violations, then the lowest highest
 /// victim priority, the smallest sum of priorities, the fewest victims, the latest start
 /// of the highest-priority victims; then the first.
-pub fn pick_one(candidates: &[Candidate]) -> Option<&Candidate> {
+pub(crate) fn pick_one(candidates: &[Candidate]) -> Option<&Candidate> {
     let key = |c: &Candidate| {
         let highest = c
             .victims

@@ -10,11 +10,12 @@ use crate::framework::{
 };
 use crate::snapshot::{NodeInfo, NodeList, PodInfo, Snapshot};
 
-pub const NAME: &str = "DynamicResources";
-pub const REASON_NO_CLAIMS: &str = "no new claims to deallocate";
-pub const REASON_UNSUPPORTED: &str = "pod uses resource claims, which mcsched does not allocate";
+pub(crate) const NAME: &str = "DynamicResources";
+pub(crate) const REASON_NO_CLAIMS: &str = "no new claims to deallocate";
+pub(crate) const REASON_UNSUPPORTED: &str =
+    "pod uses resource claims, which mcsched does not allocate";
 
-pub struct DynamicResources;
+pub(crate) struct DynamicResources;
 
 fn has_claims(pod: &PodInfo) -> bool {
     pod.object()

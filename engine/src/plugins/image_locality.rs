@@ -7,12 +7,12 @@ use std::sync::Arc;
 use crate::framework::{CycleState, MAX_NODE_SCORE, Plugin, PreScorePlugin, ScorePlugin, Status};
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 
-pub const NAME: &str = "ImageLocality";
+pub(crate) const NAME: &str = "ImageLocality";
 const MB: i64 = 1024 * 1024;
 const MIN_THRESHOLD: i64 = 23 * MB;
 const MAX_CONTAINER_THRESHOLD: i64 = 1000 * MB;
 
-pub struct ImageLocality;
+pub(crate) struct ImageLocality;
 
 #[derive(Clone)]
 struct Spread {
@@ -23,7 +23,7 @@ struct Spread {
 }
 
 /// `nginx` and `nginx:latest` are one image; a digest or tag is kept as given.
-pub fn normalized_image_name(image: &str) -> String {
+pub(crate) fn normalized_image_name(image: &str) -> String {
     let last = image.rsplit('/').next().unwrap_or(image);
     if last.contains(':') || last.contains('@') {
         image.to_string()

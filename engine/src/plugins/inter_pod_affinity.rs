@@ -16,17 +16,17 @@ use crate::framework::{
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 use crate::topology_counts::{self, PodQuery, TermKind, Values};
 
-pub const NAME: &str = "InterPodAffinity";
+pub(crate) const NAME: &str = "InterPodAffinity";
 const PRE_SCORE_KEY: &str = "PreScoreInterPodAffinity";
-pub const REASON_EXISTING_ANTI_AFFINITY: &str =
+pub(crate) const REASON_EXISTING_ANTI_AFFINITY: &str =
     "node(s) didn't satisfy existing pods anti-affinity rules";
-pub const REASON_AFFINITY: &str = "node(s) didn't match pod affinity rules";
-pub const REASON_ANTI_AFFINITY: &str = "node(s) didn't match pod anti-affinity rules";
+pub(crate) const REASON_AFFINITY: &str = "node(s) didn't match pod affinity rules";
+pub(crate) const REASON_ANTI_AFFINITY: &str = "node(s) didn't match pod anti-affinity rules";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct InterPodAffinityArgs {
-    pub hard_pod_affinity_weight: i32,
-    pub ignore_preferred_terms_of_existing_pods: bool,
+pub(crate) struct InterPodAffinityArgs {
+    pub(crate) hard_pod_affinity_weight: i32,
+    pub(crate) ignore_preferred_terms_of_existing_pods: bool,
 }
 
 impl Default for InterPodAffinityArgs {
@@ -38,12 +38,12 @@ impl Default for InterPodAffinityArgs {
     }
 }
 
-pub struct InterPodAffinity {
+pub(crate) struct InterPodAffinity {
     args: InterPodAffinityArgs,
 }
 
 impl InterPodAffinity {
-    pub fn new(args: InterPodAffinityArgs) -> Self {
+    pub(crate) fn new(args: InterPodAffinityArgs) -> Self {
         InterPodAffinity { args }
     }
 }

@@ -9,9 +9,9 @@ use super::helper::taints::{filter_taints, policy_tolerates};
 use crate::framework::{ClusterEvent, CycleState, FilterPlugin, Plugin, Status};
 use crate::snapshot::{NodeInfo, PodInfo};
 
-pub const NAME: &str = "LeafNodeTaintToleration";
+pub(crate) const NAME: &str = "LeafNodeTaintToleration";
 
-pub struct LeafNodeTaintToleration;
+pub(crate) struct LeafNodeTaintToleration;
 
 impl Plugin for LeafNodeTaintToleration {
     fn name(&self) -> &'static str {

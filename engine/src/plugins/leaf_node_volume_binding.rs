@@ -17,7 +17,7 @@ use crate::framework::{
 };
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 
-pub const NAME: &str = "LeafNodeVolumeBinding";
+pub(crate) const NAME: &str = "LeafNodeVolumeBinding";
 const STATE_KEY: &str = "LeafNodeVolumeBinding/claims";
 
 /// What this pod's claims allow, decided once per cycle in PreFilter.
@@ -29,14 +29,14 @@ struct Claims {
     leaf_bound: Vec<(String, String)>,
 }
 
-pub struct LeafNodeVolumeBinding {
+pub(crate) struct LeafNodeVolumeBinding {
     /// kube's VolumeBinding for host nodes; `None` when the agent has none, in which case
     /// host nodes are not judged on volumes.
     host: Option<Arc<dyn Plugin>>,
 }
 
 impl LeafNodeVolumeBinding {
-    pub fn new(host: Option<Arc<dyn Plugin>>) -> Self {
+    pub(crate) fn new(host: Option<Arc<dyn Plugin>>) -> Self {
         LeafNodeVolumeBinding { host }
     }
 }

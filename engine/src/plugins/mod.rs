@@ -1,37 +1,37 @@
 //! In-tree plugins, one file each, named like kube-scheduler's.
 
-pub mod cluster_capacity;
-pub mod cluster_cost;
-pub mod cluster_tiers;
-pub mod cluster_weights;
-pub mod default_binder;
-pub mod default_preemption;
-pub mod dynamic_resources;
+pub(crate) mod cluster_capacity;
+pub(crate) mod cluster_cost;
+pub(crate) mod cluster_tiers;
+pub(crate) mod cluster_weights;
+pub(crate) mod default_binder;
+pub(crate) mod default_preemption;
+pub(crate) mod dynamic_resources;
 pub mod helper;
-pub mod image_locality;
-pub mod inter_pod_affinity;
+pub(crate) mod image_locality;
+pub(crate) mod inter_pod_affinity;
 #[cfg(test)]
 mod kept_counts_tests;
 pub mod leaf_node_fit;
-pub mod leaf_node_taint_toleration;
-pub mod leaf_node_volume_binding;
-pub mod node_affinity;
-pub mod node_name;
-pub mod node_ports;
-pub mod node_resources_balanced_allocation;
-pub mod node_resources_fit;
-pub mod node_unschedulable;
-pub mod node_volume_limits;
-pub mod placement_policy;
-pub mod pod_topology_spread;
-pub mod priority_sort;
-pub mod scheduling_gates;
-pub mod taint_toleration;
+pub(crate) mod leaf_node_taint_toleration;
+pub(crate) mod leaf_node_volume_binding;
+pub(crate) mod node_affinity;
+pub(crate) mod node_name;
+pub(crate) mod node_ports;
+pub(crate) mod node_resources_balanced_allocation;
+pub(crate) mod node_resources_fit;
+pub(crate) mod node_unschedulable;
+pub(crate) mod node_volume_limits;
+pub(crate) mod placement_policy;
+pub(crate) mod pod_topology_spread;
+pub(crate) mod priority_sort;
+pub(crate) mod scheduling_gates;
+pub(crate) mod taint_toleration;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
-pub mod volume_binding;
-pub mod volume_restrictions;
-pub mod volume_zone;
+pub(crate) mod volume_binding;
+pub(crate) mod volume_restrictions;
+pub(crate) mod volume_zone;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -42,13 +42,13 @@ use crate::framework::Plugin;
 /// not given.
 #[derive(Debug, Clone)]
 pub struct PluginArgs {
-    pub fit: node_resources_fit::FitArgs,
+    pub(crate) fit: node_resources_fit::FitArgs,
     /// NodeResourcesBalancedAllocation's resources; cpu and memory when not given.
     pub balanced_resources: Option<Vec<String>>,
     pub node_affinity_added: Option<k8s_openapi::api::core::v1::NodeAffinity>,
-    pub preemption: default_preemption::PreemptionArgs,
-    pub inter_pod_affinity: inter_pod_affinity::InterPodAffinityArgs,
-    pub pod_topology_spread: pod_topology_spread::PodTopologySpreadArgs,
+    pub(crate) preemption: default_preemption::PreemptionArgs,
+    pub(crate) inter_pod_affinity: inter_pod_affinity::InterPodAffinityArgs,
+    pub(crate) pod_topology_spread: pod_topology_spread::PodTopologySpreadArgs,
     /// VolumeBinding's and LeafNodeVolumeBinding's bindTimeoutSeconds.
     pub volume_bind_timeout_seconds: i64,
     pub leaf_volume_bind_timeout_seconds: i64,

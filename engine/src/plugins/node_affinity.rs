@@ -14,17 +14,17 @@ use crate::framework::{
 };
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 
-pub const NAME: &str = "NodeAffinity";
-pub const REASON_POD: &str = "node(s) didn't match Pod's node affinity/selector";
-pub const REASON_ENFORCED: &str = "node(s) didn't match scheduler-enforced node affinity";
+pub(crate) const NAME: &str = "NodeAffinity";
+pub(crate) const REASON_POD: &str = "node(s) didn't match Pod's node affinity/selector";
+pub(crate) const REASON_ENFORCED: &str = "node(s) didn't match scheduler-enforced node affinity";
 
 #[derive(Default)]
-pub struct NodeAffinity {
+pub(crate) struct NodeAffinity {
     added: Option<ApiNodeAffinity>,
 }
 
 impl NodeAffinity {
-    pub fn new(added: Option<ApiNodeAffinity>) -> Self {
+    pub(crate) fn new(added: Option<ApiNodeAffinity>) -> Self {
         NodeAffinity { added }
     }
 }

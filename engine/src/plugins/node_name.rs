@@ -3,10 +3,10 @@
 use crate::framework::{ClusterEvent, CycleState, FilterPlugin, Plugin, Status};
 use crate::snapshot::{NodeInfo, PodInfo};
 
-pub const NAME: &str = "NodeName";
-pub const REASON: &str = "node(s) didn't match the requested node name";
+pub(crate) const NAME: &str = "NodeName";
+pub(crate) const REASON: &str = "node(s) didn't match the requested node name";
 
-pub struct NodeName;
+pub(crate) struct NodeName;
 
 impl Plugin for NodeName {
     fn name(&self) -> &'static str {

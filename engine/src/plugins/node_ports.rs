@@ -3,10 +3,10 @@
 use crate::framework::{ClusterEvent, CycleState, FilterPlugin, Plugin, Status};
 use crate::snapshot::{HostPort, NodeInfo, PodInfo};
 
-pub const NAME: &str = "NodePorts";
-pub const REASON: &str = "node(s) didn't have free ports for the requested pod ports";
+pub(crate) const NAME: &str = "NodePorts";
+pub(crate) const REASON: &str = "node(s) didn't have free ports for the requested pod ports";
 
-pub struct NodePorts;
+pub(crate) struct NodePorts;
 
 fn conflicts(want: &HostPort, used: &HostPort) -> bool {
     want.port == used.port

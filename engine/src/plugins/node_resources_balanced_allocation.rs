@@ -11,9 +11,9 @@ use crate::framework::{
 };
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 
-pub const NAME: &str = "NodeResourcesBalancedAllocation";
+pub(crate) const NAME: &str = "NodeResourcesBalancedAllocation";
 
-pub struct BalancedAllocation {
+pub(crate) struct BalancedAllocation {
     resources: Vec<String>,
     kinds: Vec<ResourceKind>,
 }
@@ -25,7 +25,7 @@ impl Default for BalancedAllocation {
 }
 
 impl BalancedAllocation {
-    pub fn new(resources: Vec<String>) -> Self {
+    pub(crate) fn new(resources: Vec<String>) -> Self {
         let kinds = resources.iter().map(|r| ResourceKind::of(r)).collect();
         BalancedAllocation { resources, kinds }
     }

@@ -10,14 +10,14 @@ use crate::framework::{
 };
 use crate::snapshot::{NodeInfo, PodInfo};
 
-pub const NAME: &str = "NodeResourcesFit";
-pub const REASON_TOO_MANY_PODS: &str = "Too many pods";
+pub(crate) const NAME: &str = "NodeResourcesFit";
+pub(crate) const REASON_TOO_MANY_PODS: &str = "Too many pods";
 const MAX_UTILIZATION: i64 = 100;
 /// Shape scores are 0..=10 in the config and scaled to 0..=100.
 const MAX_CUSTOM_PRIORITY_SCORE: i64 = 10;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Strategy {
+pub(crate) enum Strategy {
     LeastAllocated,
     MostAllocated,
     /// (utilization 0..=100, score 0..=10) points, utilization increasing.
@@ -25,12 +25,12 @@ pub enum Strategy {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FitArgs {
-    pub ignored_resources: Vec<String>,
-    pub ignored_resource_groups: Vec<String>,
-    pub strategy: Strategy,
+pub(crate) struct FitArgs {
+    pub(crate) ignored_resources: Vec<String>,
+    pub(crate) ignored_resource_groups: Vec<String>,
+    pub(crate) strategy: Strategy,
     /// Resource name and weight.
-    pub resources: Vec<(String, i64)>,
+    pub(crate) resources: Vec<(String, i64)>,
 }
 
 impl Default for FitArgs {
@@ -44,13 +44,13 @@ impl Default for FitArgs {
     }
 }
 
-pub struct NodeResourcesFit {
+pub(crate) struct NodeResourcesFit {
     args: FitArgs,
     scored: Vec<(ResourceKind, i64)>,
 }
 
 impl NodeResourcesFit {
-    pub fn new(args: FitArgs) -> Self {
+    pub(crate) fn new(args: FitArgs) -> Self {
         let scored = args
             .resources
             .iter()
@@ -69,16 +69,16 @@ impl NodeResourcesFit {
 
 /// A resource the pod needs more of than the node has free.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Insufficient {
-    pub resource: String,
-    pub reason: String,
+pub(crate) struct Insufficient {
+    pub(crate) resource: String,
+    pub(crate) reason: String,
     /// More than the node's whole allocatable: preemption cannot help.
-    pub unresolvable: bool,
+    pub(crate) unresolvable: bool,
 }
 
 /// kube-scheduler's `fitsRequest`: pod count first, then cpu, memory, ephemeral-storage
 /// and extended resources; every shortfall is reported.
-pub fn fits_request(
+pub(crate) fn fits_request(
     requests: &Resources,
     node: &NodeInfo,
     ignored: impl Fn(&str) -> bool,

@@ -7,10 +7,10 @@ use mcsched_shared::taints;
 use crate::framework::{ClusterEvent, CycleState, FilterPlugin, Plugin, Status};
 use crate::snapshot::{NodeInfo, PodInfo};
 
-pub const NAME: &str = "NodeUnschedulable";
-pub const REASON: &str = "node(s) were unschedulable";
+pub(crate) const NAME: &str = "NodeUnschedulable";
+pub(crate) const REASON: &str = "node(s) were unschedulable";
 
-pub struct NodeUnschedulable;
+pub(crate) struct NodeUnschedulable;
 
 impl Plugin for NodeUnschedulable {
     fn name(&self) -> &'static str {

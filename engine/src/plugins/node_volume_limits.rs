@@ -21,8 +21,8 @@ use crate::framework::{
 use crate::plugins::helper::volumes::{class_of, pod_volumes};
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot, VolumeObjects};
 
-pub const NAME: &str = "NodeVolumeLimits";
-pub const REASON_MAX_VOLUME_COUNT: &str = "node(s) exceed max volume count";
+pub(crate) const NAME: &str = "NodeVolumeLimits";
+pub(crate) const REASON_MAX_VOLUME_COUNT: &str = "node(s) exceed max volume count";
 
 const EBS_PLUGIN: &str = "kubernetes.io/aws-ebs";
 const GCE_PD_PLUGIN: &str = "kubernetes.io/gce-pd";
@@ -34,7 +34,7 @@ const PORTWORX_PLUGIN: &str = "kubernetes.io/portworx-volume";
 const UNCOUNTED_MIGRATABLE: [&str; 2] =
     ["kubernetes.io/azure-file", "kubernetes.io/vsphere-volume"];
 
-pub struct NodeVolumeLimits {
+pub(crate) struct NodeVolumeLimits {
     /// Prefix of the handles given to unbound claims: kube picks a random one so they
     /// never collide with a real volume's handle.
     unbound_prefix: String,

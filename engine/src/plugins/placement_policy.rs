@@ -35,9 +35,9 @@ use crate::framework::{
 use crate::leaf::cycle::{LEAF_CYCLE_KEY, LeafCycle};
 use crate::snapshot::{NodeInfo, NodeList, PodInfo, Snapshot};
 
-pub const NAME: &str = "PlacementPolicy";
+pub(crate) const NAME: &str = "PlacementPolicy";
 
-pub struct PlacementPolicy;
+pub(crate) struct PlacementPolicy;
 
 fn by_name(by: SpreadBy) -> &'static str {
     match by {

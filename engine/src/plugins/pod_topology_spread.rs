@@ -23,10 +23,10 @@ use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 use crate::topology_counts::{self, PodQuery, Values};
 use std::sync::Arc;
 
-pub const NAME: &str = "PodTopologySpread";
+pub(crate) const NAME: &str = "PodTopologySpread";
 const PRE_SCORE_KEY: &str = "PreScorePodTopologySpread";
-pub const REASON_CONSTRAINTS: &str = "node(s) didn't match pod topology spread constraints";
-pub const REASON_MISSING_LABEL: &str =
+pub(crate) const REASON_CONSTRAINTS: &str = "node(s) didn't match pod topology spread constraints";
+pub(crate) const REASON_MISSING_LABEL: &str =
     "node(s) didn't match pod topology spread constraints (missing required label)";
 const HOSTNAME: &str = "kubernetes.io/hostname";
 const ZONE: &str = "topology.kubernetes.io/zone";
@@ -45,26 +45,26 @@ fn system_default_constraints() -> Vec<TopologySpreadConstraint> {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum DefaultingType {
+pub(crate) enum DefaultingType {
     #[default]
     System,
     List,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct PodTopologySpreadArgs {
-    pub default_constraints: Vec<TopologySpreadConstraint>,
-    pub defaulting_type: DefaultingType,
+pub(crate) struct PodTopologySpreadArgs {
+    pub(crate) default_constraints: Vec<TopologySpreadConstraint>,
+    pub(crate) defaulting_type: DefaultingType,
 }
 
-pub struct PodTopologySpread {
+pub(crate) struct PodTopologySpread {
     default_constraints: Vec<TopologySpreadConstraint>,
     /// With the system defaults, nodes lacking a topology key still score by the others.
     system_defaulted: bool,
 }
 
 impl PodTopologySpread {
-    pub fn new(args: PodTopologySpreadArgs) -> Self {
+    pub(crate) fn new(args: PodTopologySpreadArgs) -> Self {
         match args.defaulting_type {
             DefaultingType::System => PodTopologySpread {
                 default_constraints: system_default_constraints(),

@@ -3,9 +3,9 @@
 use super::helper::queue_sort::priority_less;
 use crate::framework::{Plugin, QueueSortPlugin, QueuedPodInfo};
 
-pub const NAME: &str = "PrioritySort";
+pub(crate) const NAME: &str = "PrioritySort";
 
-pub struct PrioritySort;
+pub(crate) struct PrioritySort;
 
 impl Plugin for PrioritySort {
     fn name(&self) -> &'static str {

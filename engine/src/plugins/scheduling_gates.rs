@@ -4,9 +4,9 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::framework::{ClusterEvent, Plugin, PreEnqueuePlugin, Status};
 
-pub const NAME: &str = "SchedulingGates";
+pub(crate) const NAME: &str = "SchedulingGates";
 
-pub struct SchedulingGates;
+pub(crate) struct SchedulingGates;
 
 impl Plugin for SchedulingGates {
     fn name(&self) -> &'static str {

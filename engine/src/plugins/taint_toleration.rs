@@ -5,20 +5,16 @@ use k8s_openapi::api::core::v1::Toleration;
 use mcsched_shared::taints;
 
 use super::helper::default_normalize_score;
-use super::helper::taints::{
-    UNTOLERATED, filter_taints, node_taints, policy_tolerates, tolerations,
-};
+use super::helper::taints::{filter_taints, node_taints, policy_tolerates, tolerations};
 use crate::framework::{
     ClusterEvent, CycleState, FilterPlugin, MAX_NODE_SCORE, Plugin, PreScorePlugin, ScorePlugin,
     Status,
 };
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 
-pub const NAME: &str = "TaintToleration";
-/// kube-scheduler v1.36's wording (older releases named the taint).
-pub const REASON: &str = UNTOLERATED;
+pub(crate) const NAME: &str = "TaintToleration";
 
-pub struct TaintToleration;
+pub(crate) struct TaintToleration;
 
 impl Plugin for TaintToleration {
     fn name(&self) -> &'static str {
@@ -97,6 +93,7 @@ impl ScorePlugin for TaintToleration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plugins::helper::taints::UNTOLERATED as REASON;
     use crate::plugins::testing::{node_with, pod_with};
     use k8s_openapi::api::core::v1::Taint;
 

@@ -23,14 +23,17 @@ use crate::framework::{
 };
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 
-pub const NAME: &str = "VolumeBinding";
+pub(crate) const NAME: &str = "VolumeBinding";
 const STATE_KEY: &str = NAME;
 
-pub const REASON_BIND_CONFLICT: &str = "node(s) didn't find available persistent volumes to bind";
-pub const REASON_NODE_CONFLICT: &str = "node(s) didn't match PersistentVolume's node affinity";
-pub const REASON_PV_NOT_EXIST: &str =
+pub(crate) const REASON_BIND_CONFLICT: &str =
+    "node(s) didn't find available persistent volumes to bind";
+pub(crate) const REASON_NODE_CONFLICT: &str =
+    "node(s) didn't match PersistentVolume's node affinity";
+pub(crate) const REASON_PV_NOT_EXIST: &str =
     "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)";
-pub const REASON_UNBOUND_IMMEDIATE: &str = "pod has unbound immediate PersistentVolumeClaims";
+pub(crate) const REASON_UNBOUND_IMMEDIATE: &str =
+    "pod has unbound immediate PersistentVolumeClaims";
 const ANN_BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
 const ANN_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 const NO_PROVISIONER: &str = "kubernetes.io/no-provisioner";
@@ -56,14 +59,14 @@ struct State {
     reserved: Option<PodVolumes>,
 }
 
-pub struct VolumeBinding {
+pub(crate) struct VolumeBinding {
     bind_timeout: Duration,
     /// Volumes reserved for a claim (`namespace/name`) until the API shows them bound.
     assumed: Mutex<HashMap<String, String>>,
 }
 
 impl VolumeBinding {
-    pub fn new(bind_timeout_seconds: i64) -> Self {
+    pub(crate) fn new(bind_timeout_seconds: i64) -> Self {
         VolumeBinding {
             bind_timeout: Duration::from_secs(bind_timeout_seconds.max(0) as u64),
             assumed: Mutex::default(),

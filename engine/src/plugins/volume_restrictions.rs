@@ -16,14 +16,14 @@ use crate::framework::{
 };
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 
-pub const NAME: &str = "VolumeRestrictions";
+pub(crate) const NAME: &str = "VolumeRestrictions";
 const STATE_KEY: &str = "PreFilterVolumeRestrictions";
 
-pub const REASON_DISK_CONFLICT: &str = "node(s) had no available disk";
-pub const REASON_READ_WRITE_ONCE_POD_CONFLICT: &str =
+pub(crate) const REASON_DISK_CONFLICT: &str = "node(s) had no available disk";
+pub(crate) const REASON_READ_WRITE_ONCE_POD_CONFLICT: &str =
     "node has pod using PersistentVolumeClaim with the same name and ReadWriteOncePod access mode";
 
-pub struct VolumeRestrictions;
+pub(crate) struct VolumeRestrictions;
 
 #[derive(Debug, Clone, Default)]
 struct State {

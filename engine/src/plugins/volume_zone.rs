@@ -17,10 +17,10 @@ use crate::framework::{
 use crate::plugins::helper::volumes::{class_of, pod_volumes};
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot, VolumeObjects};
 
-pub const NAME: &str = "VolumeZone";
+pub(crate) const NAME: &str = "VolumeZone";
 const STATE_KEY: &str = "PreFilterVolumeZone";
 
-pub const REASON_CONFLICT: &str = "node(s) had no available volume zone";
+pub(crate) const REASON_CONFLICT: &str = "node(s) had no available volume zone";
 
 const BETA_ZONE: &str = "failure-domain.beta.kubernetes.io/zone";
 const BETA_REGION: &str = "failure-domain.beta.kubernetes.io/region";
@@ -29,7 +29,7 @@ const REGION: &str = "topology.kubernetes.io/region";
 /// In kube's order, which decides which mismatch is found first.
 const TOPOLOGY_LABELS: [&str; 4] = [BETA_ZONE, BETA_REGION, ZONE, REGION];
 
-pub struct VolumeZone;
+pub(crate) struct VolumeZone;
 
 /// One topology label of one volume: the node's value for `key` must be in `values`.
 #[derive(Debug, Clone, PartialEq, Eq)]
