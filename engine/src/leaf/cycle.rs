@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::grants::{ReadAccess, ReadAll};
+use super::transform::TransformError;
 use crate::snapshot::{PodInfo, Snapshot, VolumeObjects};
 
 /// What the agent may read for pod sync to copy (everything when nobody asked).
@@ -58,7 +59,7 @@ pub struct LeafChoice {
 #[derive(Clone, Default)]
 pub struct LeafCycle {
     pub views: Arc<BTreeMap<String, Arc<LeafView>>>,
-    leaf_pod: Arc<OnceLock<Result<Arc<PodInfo>, String>>>,
+    leaf_pod: Arc<OnceLock<Result<Arc<PodInfo>, TransformError>>>,
     /// Virtual node → the leaf node found able to host the pod.
     choices: Arc<Mutex<HashMap<String, LeafChoice>>>,
     /// Owner → clusters its pods are kept away from, and why.
@@ -193,12 +194,11 @@ impl LeafCycle {
     }
 
     /// The pod as it would be created in a leaf, built once per cycle.
-    pub fn leaf_pod(&self, host: &PodInfo) -> Result<Arc<PodInfo>, String> {
+    pub fn leaf_pod(&self, host: &PodInfo) -> Result<Arc<PodInfo>, TransformError> {
         self.leaf_pod
             .get_or_init(|| {
                 super::transform::leaf_pod(&host.pod(), "", "")
                     .map(|p| Arc::new(PodInfo::new(Arc::new(p))))
-                    .map_err(|e| e.to_string())
             })
             .clone()
     }

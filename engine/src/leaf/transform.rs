@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use mcsched_shared::keys;
 
 /// Why a pod cannot be mirrored into a leaf.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum TransformError {
     #[error("annotation {annotation}: not a JSON object of strings: {reason}")]
     LeafNodeSelector { annotation: String, reason: String },

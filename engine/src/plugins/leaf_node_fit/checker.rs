@@ -105,7 +105,7 @@ impl LeafChecker {
         let notes: Vec<String> = service_account_note(view, pod).into_iter().collect();
         let leaf_pod = match cycle.leaf_pod(pod) {
             Ok(p) => p,
-            Err(e) => return Status::unresolvable(e),
+            Err(e) => return Status::unresolvable(e.to_string()),
         };
         let obj = pod.object();
         let class = obj

@@ -12,6 +12,14 @@ use crate::leaf::transform::leaf_claim_spec;
 use crate::plugins::helper::volumes::{claim_names, class_of};
 use crate::snapshot::{PodInfo, Snapshot, VolumeObjects};
 
+/// A claim whose StorageClass the leaf lacks: the copy could never bind there.
+#[derive(Debug, thiserror::Error)]
+#[error("storageclass.storage.k8s.io \"{class}\" not found for persistentvolumeclaim \"{claim}\"")]
+pub struct MissingClass {
+    class: String,
+    claim: String,
+}
+
 /// The pod and leaf snapshot to check: claims already copied to the leaf as they are
 /// there; a host claim not copied yet added as its copy would be, when its class binds
 /// at first consumer in the leaf. Claims the leaf binds on creation (an Immediate class
@@ -21,7 +29,7 @@ pub fn leaf_view(
     host: &VolumeObjects,
     pod: &Arc<PodInfo>,
     leaf: &Snapshot,
-) -> Result<(Arc<PodInfo>, Snapshot), String> {
+) -> Result<(Arc<PodInfo>, Snapshot), MissingClass> {
     let names = claim_names(pod);
     if names.is_empty() {
         return Ok((pod.clone(), leaf.clone()));
@@ -44,9 +52,7 @@ pub fn leaf_view(
             continue;
         }
         let Some(sc) = leaf.volumes.storage_classes.get(&class) else {
-            return Err(format!(
-                "storageclass.storage.k8s.io \"{class}\" not found for persistentvolumeclaim \"{name}\""
-            ));
+            return Err(MissingClass { class, claim: name });
         };
         if sc.volume_binding_mode.as_deref() != Some("WaitForFirstConsumer") {
             left_to_leaf.insert(name);
