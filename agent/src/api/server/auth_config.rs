@@ -60,8 +60,10 @@ impl AuthConfig {
                 None => Ok(None),
                 Some(text) => {
                     // Checked here, so a bad bundle is named instead of failing TLS later.
-                    certificates(text.as_bytes())
-                        .map_err(|problem| AuthConfigError::Invalid { key, problem })?;
+                    certificates(text.as_bytes()).map_err(|e| AuthConfigError::Invalid {
+                        key,
+                        problem: e.to_string(),
+                    })?;
                     Ok(Some(text.clone().into_bytes()))
                 }
             }
@@ -92,24 +94,33 @@ impl AuthConfig {
     }
 }
 
+/// What is wrong with a PEM bundle of certificates.
+#[derive(Debug, thiserror::Error)]
+pub enum PemError {
+    #[error("not a PEM certificate bundle: {0}")]
+    NotPem(rustls::pki_types::pem::Error),
+    #[error("holds no PEM certificate")]
+    Empty,
+    #[error("not a usable CA certificate: {0}")]
+    NotCa(rustls::Error),
+}
+
 /// The certificates of a PEM bundle; an error names what is wrong.
-pub fn certificates(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
+pub fn certificates(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, PemError> {
     let certs = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("not a PEM certificate bundle: {e}"))?;
+        .map_err(PemError::NotPem)?;
     if certs.is_empty() {
-        return Err("holds no PEM certificate".into());
+        return Err(PemError::Empty);
     }
     Ok(certs)
 }
 
 /// A root store from a PEM bundle (already checked by `certificates`).
-pub fn roots(pem: &[u8]) -> Result<Arc<RootCertStore>, String> {
+pub fn roots(pem: &[u8]) -> Result<Arc<RootCertStore>, PemError> {
     let mut store = RootCertStore::empty();
     for cert in certificates(pem)? {
-        store
-            .add(cert)
-            .map_err(|e| format!("not a usable CA certificate: {e}"))?;
+        store.add(cert).map_err(PemError::NotCa)?;
     }
     Ok(Arc::new(store))
 }

@@ -55,9 +55,9 @@ impl ServingCert {
         let chain_pem = read("--tls-cert-file", cert)?;
         let key_pem = read("--tls-private-key-file", key)?;
         let chain =
-            super::auth_config::certificates(&chain_pem).map_err(|problem| TlsError::Invalid {
+            super::auth_config::certificates(&chain_pem).map_err(|e| TlsError::Invalid {
                 what: format!("--tls-cert-file {}", cert.display()),
-                problem,
+                problem: e.to_string(),
             })?;
         PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| TlsError::Invalid {
             what: format!("--tls-private-key-file {}", key.display()),
@@ -123,9 +123,9 @@ pub struct ClientVerifiers {
 }
 
 fn verifier(pem: &[u8], what: &str) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
-    let roots = roots(pem).map_err(|problem| TlsError::Invalid {
+    let roots = roots(pem).map_err(|e| TlsError::Invalid {
         what: what.to_string(),
-        problem,
+        problem: e.to_string(),
     })?;
     WebPkiClientVerifier::builder_with_provider(
         roots,
@@ -185,9 +185,9 @@ pub fn server_config(cert: &ServingCert, cfg: &AuthConfig) -> Result<Arc<ServerC
         cfg.client_ca.as_deref(),
     ];
     for pem in bundles.into_iter().flatten() {
-        let store = roots(pem).map_err(|problem| TlsError::Invalid {
+        let store = roots(pem).map_err(|e| TlsError::Invalid {
             what: "client CA".into(),
-            problem,
+            problem: e.to_string(),
         })?;
         all_roots.roots.extend(store.roots.iter().cloned());
     }
