@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Node;
 use mcsched_shared::explain::ExtenderAnswer;
 use tracing::warn;
 
-use crate::scheduler::extender::{Extender, MAX_EXTENDER_PRIORITY};
+use crate::scheduler::extender::{Extender, ExtenderError, MAX_EXTENDER_PRIORITY};
 use mcsched_engine::framework::runtime::CycleRecord;
 use mcsched_engine::framework::{
     CycleState, Filtered, FitError, Framework, MAX_NODE_SCORE, NodeStatuses, PostFilterResult,
@@ -89,7 +89,7 @@ async fn with_extenders(
     if let Err(e) = filter_by_extenders(interested, pod, &mut feasible, &mut statuses, record).await
     {
         let mut fit = fit_error(snapshot.len(), statuses);
-        fit.diagnosis.pre_filter_msg = Some(e);
+        fit.diagnosis.pre_filter_msg = Some(e.to_string());
         return Err(Box::new(fit));
     }
     if feasible.is_empty() {
@@ -131,7 +131,7 @@ async fn filter_by_extenders(
     feasible: &mut NodeList,
     statuses: &mut NodeStatuses,
     record: &mut CycleRecord,
-) -> Result<(), String> {
+) -> Result<(), ExtenderError> {
     for ext in interested {
         if ext.config.filter_verb.is_none() || feasible.is_empty() {
             continue;
@@ -170,7 +170,7 @@ async fn filter_by_extenders(
             Err(e) => {
                 answer.error = Some(e.to_string());
                 record.extenders.push(answer);
-                return Err(e.to_string());
+                return Err(e);
             }
         }
         record.extenders.push(answer);
