@@ -18,9 +18,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 CONTROLPLANE=${MCSCHED_CONTROLPLANE:-.build/controlplane}
-AGENT=${MCSCHED_AGENT:-target/debug/mcsched-agent}
-CLI=${MCSCHED_CLI:-target/debug/kubectl-mcsched}
-REAL_NODE=${MCSCHED_REAL_NODE:-target/debug/mcsched-real-node}
+# The debug builds, in $CARGO_TARGET_DIR when set (as cargo put them).
+BIN=${CARGO_TARGET_DIR:-target}/debug
+AGENT=${MCSCHED_AGENT:-$BIN/mcsched-agent}
+CLI=${MCSCHED_CLI:-$BIN/kubectl-mcsched}
+REAL_NODE=${MCSCHED_REAL_NODE:-$BIN/mcsched-real-node}
 # container: the agent in a container on a real node; host: its binary on this machine;
 # auto: container where this machine can run a real node.
 MODE=${MCSCHED_DEMO_AGENT:-auto}

@@ -14,13 +14,13 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use mcsched_agent::cache::Cache;
-use mcsched_agent::config_bridge::default_spec;
-use mcsched_agent::framework::runtime::CycleRecord;
-use mcsched_agent::framework::{CycleState, Framework};
-use mcsched_agent::plugins::default_registry;
 use mcsched_agent::scheduler::schedule_pod;
-use mcsched_agent::snapshot::PodInfo;
+use mcsched_engine::cache::Cache;
+use mcsched_engine::config_bridge::default_spec;
+use mcsched_engine::framework::runtime::CycleRecord;
+use mcsched_engine::framework::{CycleState, Framework};
+use mcsched_engine::plugins::default_registry;
+use mcsched_engine::snapshot::PodInfo;
 
 // As the agent binary: the allocator is part of the per-pod cost.
 #[global_allocator]
@@ -219,7 +219,7 @@ fn bench(c: &mut Criterion) {
         "snapshot: {} nodes, {} pods, about {} bytes per node",
         snap.len(),
         PODS,
-        mcsched_agent::snapshot::approximate_bytes(&snap) / NODES
+        mcsched_engine::snapshot::approximate_bytes(&snap) / NODES
     );
 }
 

@@ -61,7 +61,7 @@ pub struct Args {
     /// Paths served without authentication or authorization (exact, or a prefix ending
     /// in *), as kube-scheduler's flag.
     #[arg(long, value_delimiter = ',', value_name = "PATHS",
-          default_values_t = crate::server::ALWAYS_ALLOW_PATHS.iter().map(|p| p.to_string()))]
+          default_values_t = crate::api::server::ALWAYS_ALLOW_PATHS.iter().map(|p| p.to_string()))]
     pub authorization_always_allow_paths: Vec<String>,
 
     /// How long TokenReview answers are kept (e.g. 10s).
@@ -170,11 +170,11 @@ pub struct Args {
     /// Requests per second to each leaf cluster's API server (its own budget per leaf:
     /// pod sync, watches' lists, and the leaf check's questions); 0 or less lifts the
     /// limit.
-    #[arg(long, default_value_t = crate::leaf::registry::DEFAULT_LEAF_API_QPS, allow_negative_numbers = true, value_name = "QPS")]
+    #[arg(long, default_value_t = crate::multicluster::registry::DEFAULT_LEAF_API_QPS, allow_negative_numbers = true, value_name = "QPS")]
     pub leaf_api_qps: f32,
 
     /// Burst above --leaf-api-qps.
-    #[arg(long, default_value_t = crate::leaf::registry::DEFAULT_LEAF_API_BURST, value_name = "N")]
+    #[arg(long, default_value_t = crate::multicluster::registry::DEFAULT_LEAF_API_BURST, value_name = "N")]
     pub leaf_api_burst: u32,
 
     /// Log filter in tracing's EnvFilter syntax (RUST_LOG overrides it).

@@ -6,15 +6,18 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
+use mcsched_agent::api::server::publish::Publisher;
+use mcsched_agent::api::server::tls::ServingCert;
+use mcsched_agent::api::server::{self, ServerOptions};
 use mcsched_agent::args::Args;
-use mcsched_agent::leader::{ElectionConfig, Elector, Ended};
-use mcsched_agent::leaf::grants::Grants;
-use mcsched_agent::leaf::registry::{LeafSettings, Leaves};
+use mcsched_agent::control::client;
+use mcsched_agent::control::leader::{ElectionConfig, Elector, Ended};
+use mcsched_agent::multicluster::registry::{LeafSettings, Leaves};
+use mcsched_agent::observe::telemetry;
+use mcsched_agent::scheduler::extender;
 use mcsched_agent::scheduler::{self, SchedulerOptions, Shared};
-use mcsched_agent::server::publish::Publisher;
-use mcsched_agent::server::tls::ServingCert;
-use mcsched_agent::server::{self, ServerOptions};
-use mcsched_agent::{client, config_bridge, telemetry};
+use mcsched_engine::config_bridge;
+use mcsched_engine::leaf::grants::Grants;
 use mcsched_shared::config::{self, SchedulerConfig};
 use mcsched_shared::keys;
 use tokio::signal::unix::{SignalKind, signal};
@@ -133,7 +136,7 @@ fn main() -> ExitCode {
 async fn run(
     args: Args,
     cfg: SchedulerConfig,
-    profiles: mcsched_agent::profiles::Profiles,
+    profiles: mcsched_engine::profiles::Profiles,
     leaves: Arc<Leaves>,
 ) -> anyhow::Result<()> {
     // The scheduling client's, the leaves' and the extenders' binding writes stop at the
@@ -141,7 +144,7 @@ async fn run(
     let fence = leaves.fence.clone();
     let identity = format!("{}_{:016x}", scheduler::hostname(), rand::random::<u64>());
     client::set_identity(&identity);
-    let extenders = config_bridge::extenders(&cfg, &fence)?;
+    let extenders = extender::extenders(&cfg, &fence)?;
     let kubeconfig = args
         .kubeconfig
         .clone()
@@ -158,7 +161,7 @@ async fn run(
     // The mark on every object pod sync creates in a leaf: another host's, or the leaf
     // owner's, are never touched.
     leaves.set_host_id(
-        mcsched_agent::leaf::registry::host_id(&client)
+        mcsched_agent::multicluster::registry::host_id(&client)
             .await
             .context("reading the host's id (the UID of namespace kube-system)")?,
     );

@@ -1,6 +1,6 @@
-//! The agent's imports point one way: no circle among its top-level modules, nor among the
-//! files of any one folder (a plugin imports the framework and helpers, never a plugin that
-//! imports it back). A circle is a set of modules each reachable from the others through
+//! The agent's and the engine's imports point one way: no circle among a crate's top-level
+//! modules, nor among the files of any one folder (a plugin imports the framework and
+//! helpers, never a plugin that imports it back). A circle is a set of modules each reachable from the others through
 //! `crate::`, `super::` or `self::` paths; tests (`#[cfg(test)]` to the end of a file, as
 //! the crate writes them) are left out.
 
@@ -266,6 +266,17 @@ fn import_circles(mods: &BTreeMap<Module, String>) -> Vec<String> {
 #[test]
 fn the_agents_modules_import_in_one_direction() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mods = modules(&src);
+    assert!(mods.len() > 50, "read the crate's sources: {}", mods.len());
+    let found = import_circles(&mods);
+    assert!(found.is_empty(), "import circles:\n{}", found.join("\n"));
+}
+
+/// The engine's crate by the same rule; that it never imports the agent the compiler
+/// sees (the engine does not depend on it).
+#[test]
+fn the_engines_modules_import_in_one_direction() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/src");
     let mods = modules(&src);
     assert!(mods.len() > 50, "read the crate's sources: {}", mods.len());
     let found = import_circles(&mods);

@@ -1,7 +1,7 @@
 //! Property tests of what the agent decodes from outside the process: extenders' JSON
 //! answers and kubeconfig files. Any input yields a value or an error, never a panic.
 
-use mcsched_agent::extender::{decode_filter, decode_priorities};
+use mcsched_agent::scheduler::extender::{decode_filter, decode_priorities};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -76,6 +76,6 @@ proptest! {
             .build()
             .expect("runtime");
         // Loading parses and builds a client; nothing is sent.
-        let _ = rt.block_on(mcsched_agent::client::connect(Some(&path), None, 5.0, 10));
+        let _ = rt.block_on(mcsched_agent::control::client::connect(Some(&path), None, 5.0, 10));
     }
 }

@@ -6,7 +6,7 @@
 //	controlplane scheduler --kubeconfig K --data-dir D           kube-scheduler alone
 //	controlplane kubelet --cluster-kubeconfig K ...              a real kubelet (a node)
 //	controlplane remove-pods --container-runtime-endpoint E      every pod of a CRI runtime removed
-//	controlplane oracle --kubeconfig K [--config F]              kube-scheduler judging pods (oracle.go)
+//	controlplane oracle --kubeconfig K [--config F]              kube-scheduler judging pods (oracle_*.go)
 //	controlplane engine-bench [--bench NAME]                     kube-scheduler's algorithm timed (enginebench.go)
 //	controlplane live-oracle                                     kube-scheduler's sampled search from a start index (liveoracle.go)
 package main

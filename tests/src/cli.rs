@@ -5,8 +5,12 @@ use std::process::{Command, Output, Stdio};
 
 use anyhow::Context;
 
+/// The debug build in the workspace's target directory (`$CARGO_TARGET_DIR` when set).
 pub fn binary() -> PathBuf {
-    crate::repo_root().join("target/debug/kubectl-mcsched")
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate::repo_root().join("target"));
+    target.join("debug/kubectl-mcsched")
 }
 
 /// `kubectl-mcsched --kubeconfig KUBECONFIG ARGS...`, without a terminal on stdin.

@@ -1,7 +1,7 @@
 //! Differential tests: mcsched against the real kube-scheduler v1.36 on real API servers.
 //!
 //! Plugin by plugin (`mcsched_matches_kube_scheduler_plugin_by_plugin`): the oracle
-//! (`controlplane oracle`, tests/controlplane/oracle.go) is kube-scheduler built as
+//! (`controlplane oracle`, tests/controlplane/oracle_*.go) is kube-scheduler built as
 //! kube-scheduler builds itself, judging pods on its cache's snapshot without scheduling
 //! them; mcsched judges the same pods through its what-if API (the data `kubectl mcsched
 //! explain` shows). Cases (differential/cases.rs) are created a batch at a time; once the

@@ -33,13 +33,13 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use mcsched_agent::cache::Cache;
-use mcsched_agent::config_bridge::default_spec;
-use mcsched_agent::framework::runtime::CycleRecord;
-use mcsched_agent::framework::{CycleState, Framework};
-use mcsched_agent::plugins::default_registry;
 use mcsched_agent::scheduler::schedule_pod;
-use mcsched_agent::snapshot::PodInfo;
+use mcsched_engine::cache::Cache;
+use mcsched_engine::config_bridge::default_spec;
+use mcsched_engine::framework::runtime::CycleRecord;
+use mcsched_engine::framework::{CycleState, Framework};
+use mcsched_engine::plugins::default_registry;
+use mcsched_engine::snapshot::PodInfo;
 use serde::Deserialize;
 use serde_json::{Value, json};
 

@@ -487,7 +487,7 @@ async fn leaf_tokens_are_renewed_and_the_leaf_stays_ready() -> anyhow::Result<()
     }
     // Each one a bound token of the leaf account, with an expiry.
     for t in &seen {
-        let (iat, exp) = mcsched_agent::leaf::token_renewal::validity(t)
+        let (iat, exp) = mcsched_agent::multicluster::token_renewal::validity(t)
             .ok_or_else(|| anyhow::anyhow!("token without expiry"))?;
         assert!(exp > iat);
     }
@@ -912,7 +912,7 @@ async fn the_leaf_stays_ready_across_two_token_expiries() -> anyhow::Result<()> 
         anyhow::Ok(mcsched_shared::leaf_kubeconfig::token(&text).unwrap_or_default())
     };
     let first = token().await?;
-    let (_, first_exp) = mcsched_agent::leaf::token_renewal::validity(&first)
+    let (_, first_exp) = mcsched_agent::multicluster::token_renewal::validity(&first)
         .ok_or_else(|| anyhow::anyhow!("no expiry"))?;
     let nodes: Api<Node> = Api::all(host.client.clone());
     let mut tokens = vec![first];

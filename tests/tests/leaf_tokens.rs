@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, ServiceAccou
 use kube::api::{ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
-use mcsched_agent::leaf::token_renewal;
+use mcsched_agent::multicluster::token_renewal;
 use mcsched_e2e::cli::{can_i, run, text};
 use mcsched_e2e::wait::until;
 use mcsched_e2e::{ControlPlane, ControlPlaneOptions};

@@ -14,14 +14,14 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
-use mcsched_agent::framework::{
-    Code, CycleState, Handle, PermitPlugin, Plugin, ProfileSpec, Status,
-};
-use mcsched_agent::profiles::Profiles;
 use mcsched_agent::scheduler::{SchedulerOptions, Shared};
-use mcsched_agent::snapshot::PodInfo;
 use mcsched_e2e::objects::ready_node;
 use mcsched_e2e::{ControlPlane, ControlPlaneOptions, wait};
+use mcsched_engine::framework::{
+    Code, CycleState, Handle, PermitPlugin, Plugin, ProfileSpec, Status,
+};
+use mcsched_engine::profiles::Profiles;
+use mcsched_engine::snapshot::PodInfo;
 use mcsched_shared::explain::Outcome;
 use serde_json::json;
 
@@ -88,9 +88,9 @@ fn pod(name: &str, cpu: &str, labels: serde_json::Value) -> anyhow::Result<Pod> 
 }
 
 fn profile() -> anyhow::Result<Profiles> {
-    let mut spec: ProfileSpec = mcsched_agent::config_bridge::default_spec("mcsched")?;
+    let mut spec: ProfileSpec = mcsched_engine::config_bridge::default_spec("mcsched")?;
     spec.permit.push(GANG.into());
-    let mut registry = mcsched_agent::plugins::default_registry();
+    let mut registry = mcsched_engine::plugins::default_registry();
     registry.insert(GANG.into(), Arc::new(Gang::default()));
     Ok(Profiles::build(&[(spec, registry)], 2)?)
 }
@@ -127,7 +127,7 @@ async fn permit_wait_allow_timeout_delete_and_preemption() -> anyhow::Result<()>
         initial_backoff: Duration::from_secs(1),
         max_backoff: Duration::from_secs(10),
     };
-    let leaves = Arc::new(mcsched_agent::leaf::registry::Leaves::new(
+    let leaves = Arc::new(mcsched_agent::multicluster::registry::Leaves::new(
         Default::default(),
     ));
     let shared = Shared::new(cp.client.clone(), profile()?, Vec::new(), leaves, &options);

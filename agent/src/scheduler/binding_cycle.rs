@@ -10,10 +10,10 @@ use tracing::{debug, warn};
 use super::Shared;
 use super::failure::{Failure, forget, handle_failure};
 use super::scheduling_cycle::Placed;
-use crate::framework::{Cause, ClusterEvent, Status};
-use crate::snapshot::PodInfo;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
+use mcsched_engine::framework::{Cause, ClusterEvent, Status};
+use mcsched_engine::snapshot::PodInfo;
 
 pub(super) async fn binding_cycle(
     shared: Arc<Shared>,
@@ -61,7 +61,7 @@ pub(super) async fn binding_cycle(
             Err(_) => return,
         },
     };
-    if !crate::leader::may_act(&leader, &shared.lease_health) {
+    if !crate::control::leader::may_act(&leader, &shared.lease_health) {
         // Lost the lease since this pod was placed: the new leader decides.
         forget(&shared, &fw, &mut state, &pod, &node);
         shared.queue.add_backoff(info);
@@ -69,7 +69,7 @@ pub(super) async fn binding_cycle(
     }
     let ctx = shared.bind_ctx.clone();
     let mut status = fw.run_pre_bind(&ctx, &state, &pod, &node).await;
-    if status.is_success() && !crate::leader::may_act(&leader, &shared.lease_health) {
+    if status.is_success() && !crate::control::leader::may_act(&leader, &shared.lease_health) {
         // PreBind may wait minutes (volumes): a lease lost meanwhile leaves the binding to
         // the new leader, whichever binder (plugin or extender) would have sent it.
         debug!(pod = %pod.key, %node, "lost the lease during PreBind; not binding");
@@ -98,7 +98,7 @@ pub(super) async fn binding_cycle(
     }
     if status.is_success() {
         debug!(pod = %pod.key, %node, "bound");
-        let metrics = crate::metrics::global();
+        let metrics = mcsched_engine::metrics::global();
         metrics.attempt(
             "scheduled",
             &scheduler_name,

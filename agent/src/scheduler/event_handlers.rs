@@ -15,10 +15,10 @@ use kube::{Api, Client, ResourceExt};
 use tokio::task::JoinHandle;
 
 use super::Shared;
-use crate::framework::ClusterEvent;
-use crate::pod_selectors::{Selector, SelectorKind};
-use crate::snapshot::PodInfo;
-use crate::watch::{self, Change, NON_TERMINAL_PODS, Ready, key_of, watch_kind};
+use crate::control::watch::{self, Change, NON_TERMINAL_PODS, Ready, key_of, watch_kind};
+use mcsched_engine::framework::ClusterEvent;
+use mcsched_engine::pod_selectors::{Selector, SelectorKind};
+use mcsched_engine::snapshot::PodInfo;
 
 fn is_unbound(pod: &Pod) -> bool {
     pod.spec
@@ -131,7 +131,7 @@ fn spawn_policy_watches(
     shared: &Arc<Shared>,
     ready: &Ready,
 ) -> Vec<JoinHandle<()>> {
-    let set: Arc<Mutex<crate::policies::PolicySet>> = Arc::default();
+    let set: Arc<Mutex<mcsched_engine::policies::PolicySet>> = Arc::default();
     let (s, all) = (shared.clone(), set.clone());
     let namespaced = tokio::spawn(watch_if_served(
         Api::<mcsched_shared::policy::PlacementPolicy>::all(client.clone()),
@@ -151,8 +151,8 @@ fn spawn_policy_watches(
 
 fn publish_policies(
     shared: &Shared,
-    set: &Mutex<crate::policies::PolicySet>,
-    change: impl FnOnce(&mut crate::policies::PolicySet),
+    set: &Mutex<mcsched_engine::policies::PolicySet>,
+    change: impl FnOnce(&mut mcsched_engine::policies::PolicySet),
 ) {
     let snapshot = {
         let mut all = set.lock().unwrap_or_else(|e| e.into_inner());
@@ -301,7 +301,7 @@ fn on_pod_event(shared: &Shared, change: Change<Pod>) {
     }
     match change {
         Change::Apply(pod, is_new) => {
-            let id = crate::queue::pod_id(&pod);
+            let id = mcsched_engine::queue::pod_id(&pod);
             if !is_unbound(&pod) {
                 shared.cache().apply_pod(pod);
                 shared.queue.delete(&id);
@@ -322,7 +322,7 @@ fn on_pod_event(shared: &Shared, change: Change<Pod>) {
                 return;
             }
             let gate = fw.run_pre_enqueue(&pod);
-            let gate = (!gate.is_success()).then(|| crate::framework::Rejection {
+            let gate = (!gate.is_success()).then(|| mcsched_engine::framework::Rejection {
                 profile: fw.scheduler_name.clone(),
                 plugins: vec![gate.plugin],
             });
@@ -357,7 +357,7 @@ fn on_pod_event(shared: &Shared, change: Change<Pod>) {
             shared
                 .leaves
                 .forget_deleted(&key, pod.metadata.uid.as_deref().unwrap_or_default());
-            let id = crate::queue::pod_id(&pod);
+            let id = mcsched_engine::queue::pod_id(&pod);
             shared.queue.delete(&id);
             shared.profiles.nominator.delete(&id);
             if was_bound {

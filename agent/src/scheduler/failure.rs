@@ -6,11 +6,13 @@ use std::time::Instant;
 use tracing::debug;
 
 use super::Shared;
-use crate::events::Message;
-use crate::framework::runtime::CycleRecord;
-use crate::framework::{CycleState, FitError, Framework, QueuedPodInfo, Status, fit_error};
-use crate::nominator::Nominating;
-use crate::snapshot::PodInfo;
+use crate::observe::events::Message;
+use mcsched_engine::framework::runtime::CycleRecord;
+use mcsched_engine::framework::{
+    CycleState, FitError, Framework, QueuedPodInfo, Status, fit_error,
+};
+use mcsched_engine::nominator::Nominating;
+use mcsched_engine::snapshot::PodInfo;
 
 /// Why an attempt ended without a binding.
 pub(super) enum Failure {
@@ -31,7 +33,7 @@ impl Failure {
     /// kube's FitError for a pod rejected after its node was chosen (Reserve, Permit,
     /// WaitOnPermit): one node, rejected by that plugin.
     pub(super) fn on_node(node: &str, status: Status) -> Self {
-        let mut statuses = crate::framework::NodeStatuses::new();
+        let mut statuses = mcsched_engine::framework::NodeStatuses::new();
         statuses.insert(node.to_string(), status);
         Failure::Unschedulable {
             fit: Box::new(fit_error(1, statuses)),
@@ -51,7 +53,7 @@ pub(super) fn handle_failure(
     record: Option<&CycleRecord>,
     started: Instant,
 ) {
-    let metrics = crate::metrics::global();
+    let metrics = mcsched_engine::metrics::global();
     let (reason, message, nominating) = match &failure {
         Failure::Unschedulable {
             fit,
@@ -94,7 +96,7 @@ pub(super) fn handle_failure(
     // The nominator before the API: the next cycles keep the room made for the pod at
     // once (kube's AddNominatedPod in its failure handler). A pod deleted meanwhile
     // is not nominated again.
-    let id = crate::queue::id(&info.pod).to_string();
+    let id = mcsched_engine::queue::id(&info.pod).to_string();
     let object = info.pod.pod();
     let current = info.pod.nominated_node_name().unwrap_or_default();
     // Changed in the API only when it differs, as kube's updatePod.
@@ -141,7 +143,7 @@ pub(super) fn handle_failure(
             .copied()
             .collect();
         plugins.sort_unstable();
-        info.rejection = Some(crate::framework::Rejection {
+        info.rejection = Some(mcsched_engine::framework::Rejection {
             profile: scheduler_name.to_string(),
             plugins,
         });

@@ -7,7 +7,9 @@
 
 mod binding_cycle;
 mod event_handlers;
+pub mod extender;
 mod failure;
+pub mod preemption;
 mod rebalance;
 pub mod schedule_pod;
 mod scheduling_cycle;
@@ -57,7 +59,7 @@ pub async fn run(
     let client = shared.bind_ctx.client.clone();
     let queue = shared.queue.clone();
     let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<&'static str>(16);
-    let ready = crate::watch::Ready::supervised(ready_tx, shared.watch_health.clone());
+    let ready = crate::control::watch::Ready::supervised(ready_tx, shared.watch_health.clone());
     let mut watches = event_handlers::spawn_watches(&client, &shared, ready);
     let host_watches = watches.len();
     watches.push(spawn_leaves(&client, &shared, &options.namespace, &leader));
@@ -121,10 +123,10 @@ async fn schedule_one(
     shared: &Arc<Shared>,
     bindings: &Arc<Semaphore>,
     leader: &tokio::sync::watch::Receiver<bool>,
-    info: crate::framework::QueuedPodInfo,
+    info: mcsched_engine::framework::QueuedPodInfo,
 ) {
     // Fencing: past the renew deadline nothing is decided, even before the elector says so.
-    if !crate::leader::may_act(leader, &shared.lease_health) {
+    if !crate::control::leader::may_act(leader, &shared.lease_health) {
         shared.queue.add_backoff(info);
         return;
     }
@@ -159,7 +161,7 @@ fn spawn_flusher(shared: &Arc<Shared>) -> JoinHandle<()> {
             tick.tick().await;
             q.flush();
             let p = q.pending();
-            let m = crate::metrics::global();
+            let m = mcsched_engine::metrics::global();
             m.set_pending("active", p.active);
             m.set_pending("backoff", p.backoff);
             m.set_pending("unschedulable", p.unschedulable);
@@ -178,13 +180,13 @@ fn spawn_policy_status(
 ) -> JoinHandle<()> {
     let (shared, leader) = (shared.clone(), leader.clone());
     tokio::spawn(async move {
-        let mut writer = crate::policy_status::Writer::default();
+        let mut writer = crate::placement::policy_status::Writer::default();
         let mut rebalancer = rebalance::Rebalancer::default();
-        let mut tick = tokio::time::interval(crate::policy_status::INTERVAL);
+        let mut tick = tokio::time::interval(crate::placement::policy_status::INTERVAL);
         loop {
             tick.tick().await;
             if !shared.synced.load(std::sync::atomic::Ordering::Acquire)
-                || !crate::leader::may_act(&leader, &shared.lease_health)
+                || !crate::control::leader::may_act(&leader, &shared.lease_health)
             {
                 continue;
             }
@@ -194,7 +196,7 @@ fn spawn_policy_status(
             }
             let set = snapshot.policies.clone();
             let client = &shared.bind_ctx.client;
-            let mut refused = crate::cluster_failover::run(
+            let mut refused = crate::placement::cluster_failover::run(
                 client,
                 &set,
                 &snapshot,
@@ -202,7 +204,7 @@ fn spawn_policy_status(
             )
             .await;
             refused.extend(
-                crate::deletion_cost::write(
+                crate::placement::deletion_cost::write(
                     client,
                     &set,
                     &snapshot,
@@ -234,14 +236,14 @@ fn spawn_leaves(
     let renew_after = shared.leaves.settings.token_renew_after;
     let (refuse_host, refuse_leader, refuse_lease) =
         (client.clone(), leader.clone(), shared.lease_health.clone());
-    let on_leaf = move |leaf: Arc<crate::leaf::cluster::LeafCluster>| {
-        leaf.adopt(tokio::spawn(crate::leaf::virtual_node::run(
+    let on_leaf = move |leaf: Arc<crate::multicluster::cluster::LeafCluster>| {
+        leaf.adopt(tokio::spawn(crate::multicluster::virtual_node::run(
             host.clone(),
             leaf.clone(),
             l.clone(),
             lease.clone(),
         )));
-        leaf.adopt(tokio::spawn(crate::leaf::pod_sync::run(
+        leaf.adopt(tokio::spawn(crate::multicluster::pod_sync::run(
             host.clone(),
             host_side.clone(),
             leaf.clone(),
@@ -249,7 +251,7 @@ fn spawn_leaves(
         )));
         let join = leaf.join.lock().unwrap_or_else(|e| e.into_inner()).clone();
         if let Some(join) = join {
-            leaf.adopt(tokio::spawn(crate::leaf::token_renewal::run(
+            leaf.adopt(tokio::spawn(crate::multicluster::token_renewal::run(
                 host.clone(),
                 leaf.clone(),
                 join,
@@ -261,7 +263,7 @@ fn spawn_leaves(
         }
     };
     let queue = shared.queue.clone();
-    tokio::spawn(crate::leaf::registry::run(
+    tokio::spawn(crate::multicluster::registry::run(
         client.clone(),
         namespace.to_string(),
         shared.leaves.clone(),
@@ -274,10 +276,12 @@ fn spawn_leaves(
                 refuse_lease.clone(),
             );
             tokio::spawn(async move {
-                if !crate::leader::may_act(&leader, &lease) {
+                if !crate::control::leader::may_act(&leader, &lease) {
                     return;
                 }
-                if let Err(e) = crate::leaf::virtual_node::refuse(&host, &cluster, &why).await {
+                if let Err(e) =
+                    crate::multicluster::virtual_node::refuse(&host, &cluster, &why).await
+                {
                     tracing::warn!(%cluster, error = %e, "cannot mark the virtual node refused");
                 }
             });

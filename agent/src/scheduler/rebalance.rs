@@ -15,10 +15,10 @@ use mcsched_shared::policy::{DivisionType, PlacementPolicySpec};
 use tracing::info;
 
 use super::{Shared, schedule_pod};
-use crate::framework::CycleState;
-use crate::framework::runtime::CycleRecord;
-use crate::policies::Policy;
-use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
+use mcsched_engine::framework::CycleState;
+use mcsched_engine::framework::runtime::CycleRecord;
+use mcsched_engine::policies::Policy;
+use mcsched_engine::snapshot::{NodeInfo, PodInfo, Snapshot};
 
 /// An owner whose replacement has not shown up by then is released.
 const IN_FLIGHT_TIMEOUT: Duration = Duration::from_secs(120);
@@ -196,7 +196,7 @@ impl Rebalancer {
                         policy.reference.clone(),
                         format!(
                             "the agent may not evict pods in namespace {ns} to rebalance: {}",
-                            crate::policies::placement_keeper_grant(
+                            mcsched_engine::policies::placement_keeper_grant(
                                 &ns,
                                 shared.leaves.agent_namespace()
                             )
@@ -267,7 +267,8 @@ async fn evict(shared: &Shared, pod: &Pod) -> Result<(), Refusal> {
     let name = pod.metadata.name.clone().unwrap_or_default();
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     // Written out there: kube's `evict` drops the UID precondition.
-    match crate::cluster_failover::evict(&shared.bind_ctx.client, &ns, &name, &uid).await {
+    match crate::placement::cluster_failover::evict(&shared.bind_ctx.client, &ns, &name, &uid).await
+    {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 403 => Err(Refusal::Forbidden(ns)),
         Err(e) => Err(Refusal::NotNow(e.to_string())),
@@ -277,7 +278,7 @@ async fn evict(shared: &Shared, pod: &Pod) -> Result<(), Refusal> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::helper::cluster_placement::tests_support::virtual_node;
+    use mcsched_engine::plugins::helper::cluster_placement::tests_support::virtual_node;
 
     fn spec(v: serde_json::Value) -> PlacementPolicySpec {
         serde_json::from_value(v).expect("spec")

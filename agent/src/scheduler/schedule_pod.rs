@@ -10,15 +10,15 @@ use k8s_openapi::api::core::v1::Node;
 use mcsched_shared::explain::ExtenderAnswer;
 use tracing::warn;
 
-use crate::extender::{Extender, MAX_EXTENDER_PRIORITY};
-use crate::framework::runtime::CycleRecord;
-use crate::framework::{
+use crate::scheduler::extender::{Extender, ExtenderError, MAX_EXTENDER_PRIORITY};
+use mcsched_engine::framework::runtime::CycleRecord;
+use mcsched_engine::framework::{
     CycleState, Filtered, FitError, Framework, MAX_NODE_SCORE, NodeStatuses, PostFilterResult,
     ScheduleResult, Status, fit_error, with_rejected,
 };
-use crate::plugins::helper::placement_state;
-use crate::plugins::leaf_node_fit;
-use crate::snapshot::{NodeList, PodInfo, Snapshot};
+use mcsched_engine::plugins::helper::placement_state;
+use mcsched_engine::plugins::leaf_node_fit;
+use mcsched_engine::snapshot::{NodeList, PodInfo, Snapshot};
 
 /// Filter (plugins, then interested extenders) and Score (plugins, plus extenders'
 /// priorities); `record_all` runs every filter on every node, for explanations. Runs the
@@ -89,7 +89,7 @@ async fn with_extenders(
     if let Err(e) = filter_by_extenders(interested, pod, &mut feasible, &mut statuses, record).await
     {
         let mut fit = fit_error(snapshot.len(), statuses);
-        fit.diagnosis.pre_filter_msg = Some(e);
+        fit.diagnosis.pre_filter_msg = Some(e.to_string());
         return Err(Box::new(fit));
     }
     if feasible.is_empty() {
@@ -131,7 +131,7 @@ async fn filter_by_extenders(
     feasible: &mut NodeList,
     statuses: &mut NodeStatuses,
     record: &mut CycleRecord,
-) -> Result<(), String> {
+) -> Result<(), ExtenderError> {
     for ext in interested {
         if ext.config.filter_verb.is_none() || feasible.is_empty() {
             continue;
@@ -170,7 +170,7 @@ async fn filter_by_extenders(
             Err(e) => {
                 answer.error = Some(e.to_string());
                 record.extenders.push(answer);
-                return Err(e.to_string());
+                return Err(e);
             }
         }
         record.extenders.push(answer);
@@ -183,7 +183,7 @@ async fn filter_by_extenders(
 fn record_dropped(
     record: &mut CycleRecord,
     ext: &Extender,
-    dropped: Vec<Arc<crate::snapshot::NodeInfo>>,
+    dropped: Vec<Arc<mcsched_engine::snapshot::NodeInfo>>,
     statuses: &NodeStatuses,
 ) {
     for node in dropped {
@@ -192,7 +192,10 @@ fn record_dropped(
                 .with_plugin("extender")
         });
         if let Some(verdicts) = record.verdicts.get_mut(&*node.name) {
-            verdicts.push(crate::framework::runtime::verdict(status.plugin, &status));
+            verdicts.push(mcsched_engine::framework::runtime::verdict(
+                status.plugin,
+                &status,
+            ));
         }
         record.rejected.push((node, status));
     }

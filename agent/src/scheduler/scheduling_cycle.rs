@@ -7,10 +7,10 @@ use std::time::Instant;
 use super::Shared;
 use super::failure::{Failure, forget, handle_failure};
 use super::schedule_pod::{run_post_filter, schedule_pod};
-use crate::framework::runtime::CycleRecord;
-use crate::framework::{Code, CycleState, Framework, QueuedPodInfo, Status};
-use crate::nominator::Nominating;
-use crate::snapshot::PodInfo;
+use mcsched_engine::framework::runtime::CycleRecord;
+use mcsched_engine::framework::{Code, CycleState, Framework, QueuedPodInfo, Status};
+use mcsched_engine::nominator::Nominating;
+use mcsched_engine::snapshot::PodInfo;
 
 /// A pod assumed on its node, Reserve and Permit passed (or Permit said Wait).
 pub(super) struct Placed {
@@ -57,7 +57,9 @@ pub(super) async fn scheduling_cycle(
     let snapshot = shared.cache().snapshot();
     let mut state = CycleState::new();
     // Plugin timings for a sample of cycles only, as kube-scheduler.
-    state.set_record_plugin_metrics(crate::metrics::sample_plugin_metrics(&mut rand::rng()));
+    state.set_record_plugin_metrics(mcsched_engine::metrics::sample_plugin_metrics(
+        &mut rand::rng(),
+    ));
     let mut record = CycleRecord::default();
     let result = schedule_pod(
         &fw,
@@ -69,7 +71,7 @@ pub(super) async fn scheduling_cycle(
         false,
     )
     .await;
-    let metrics = crate::metrics::global();
+    let metrics = mcsched_engine::metrics::global();
     let outcome = if result.is_ok() {
         "Success"
     } else {
@@ -103,12 +105,12 @@ pub(super) async fn scheduling_cycle(
                     nominating = Nominating::Override(String::new());
                 }
                 if let Some(node) = &res.nominated_node
-                    && crate::leader::may_act(leader, &shared.lease_health)
+                    && crate::control::leader::may_act(leader, &shared.lease_health)
                 {
                     nominating = Nominating::Override(node.clone());
                     victims = res.victims.iter().map(|v| v.key.clone()).collect();
                     metrics.preemption_victims.observe(victims.len() as f64);
-                    crate::preemption::evict(
+                    crate::scheduler::preemption::evict(
                         &shared.bind_ctx.client,
                         &shared.events,
                         &fw,
@@ -144,7 +146,10 @@ pub(super) async fn scheduling_cycle(
     record.feasible = record.feasible.detached();
     drop(snapshot);
     shared.cache().assume(pod.clone(), &node);
-    shared.profiles.nominator.delete(crate::queue::id(&pod));
+    shared
+        .profiles
+        .nominator
+        .delete(mcsched_engine::queue::id(&pod));
     let reserved = fw.run_reserve(&mut state, &pod, &node);
     let (permit, waits) = if reserved.is_success() {
         fw.run_permit(&state, &pod, &node)

@@ -6,15 +6,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use kube::Client;
 
 use super::SchedulerOptions;
-use crate::cache::Cache;
-use crate::events::EventSink;
-use crate::explain::ExplanationStore;
-use crate::extender::Extender;
-use crate::framework::BindContext;
-use crate::leaf::registry::Leaves;
-use crate::profiles::Profiles;
-use crate::queue::SchedulingQueue;
-use crate::watch::SharedCache;
+use crate::control::watch::SharedCache;
+use crate::multicluster::registry::Leaves;
+use crate::observe::events::EventSink;
+use crate::observe::explain::ExplanationStore;
+use crate::scheduler::extender::Extender;
+use mcsched_engine::cache::Cache;
+use mcsched_engine::framework::BindContext;
+use mcsched_engine::profiles::Profiles;
+use mcsched_engine::queue::SchedulingQueue;
 
 pub struct Shared {
     pub profiles: Profiles,
@@ -29,9 +29,9 @@ pub struct Shared {
     /// Set once pods and nodes are listed.
     pub synced: Arc<AtomicBool>,
     /// When the leader Lease was last renewed, for `/healthz`.
-    pub lease_health: crate::leader::LeaseHealth,
+    pub lease_health: crate::control::leader::LeaseHealth,
     /// Host watches that are down, for `/readyz`.
-    pub watch_health: crate::watch::WatchHealth,
+    pub watch_health: crate::control::watch::WatchHealth,
 }
 
 impl Shared {
@@ -47,7 +47,7 @@ impl Shared {
             fw.set_extenders(
                 extenders
                     .iter()
-                    .map(|e| e.clone() as Arc<dyn crate::framework::PreemptionExtender>)
+                    .map(|e| e.clone() as Arc<dyn mcsched_engine::framework::PreemptionExtender>)
                     .collect(),
             );
         }
@@ -73,15 +73,15 @@ impl Shared {
     }
 
     pub fn cache(&self) -> MutexGuard<'_, Cache> {
-        crate::watch::lock(&self.cache)
+        crate::control::watch::lock(&self.cache)
     }
 
     /// What pod sync needs of the host side.
     pub(super) fn host_side(
         &self,
         leader: tokio::sync::watch::Receiver<bool>,
-    ) -> crate::leaf::pod_sync::HostSide {
-        crate::leaf::pod_sync::HostSide {
+    ) -> crate::multicluster::pod_sync::HostSide {
+        crate::multicluster::pod_sync::HostSide {
             cache: self.cache.clone(),
             synced: self.synced.clone(),
             leaves: self.leaves.clone(),

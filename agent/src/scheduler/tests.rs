@@ -12,8 +12,8 @@ use super::binding_cycle::binding_cycle;
 use super::scheduling_cycle::scheduling_cycle;
 use super::{SchedulerOptions, Shared};
 use crate::fake_api::{self, Calls};
-use crate::leaf::registry::Leaves;
-use crate::snapshot::PodInfo;
+use crate::multicluster::registry::Leaves;
+use mcsched_engine::snapshot::PodInfo;
 
 pub(super) fn shared_with(binding: (u16, serde_json::Value)) -> (Arc<Shared>, Calls) {
     shared_reading_back(binding, (404, fake_api::status(404, "NotFound", "gone")))
@@ -31,7 +31,7 @@ fn shared_reading_back(
 fn shared_with_pre_bind(
     binding: (u16, serde_json::Value),
     pod: (u16, serde_json::Value),
-    pre_bind: Option<Arc<dyn crate::framework::Plugin>>,
+    pre_bind: Option<Arc<dyn mcsched_engine::framework::Plugin>>,
 ) -> (Arc<Shared>, Calls) {
     let (client, calls) = fake_api::client(move |method, path| {
         if method == "POST" && path.ends_with("/binding") {
@@ -42,14 +42,16 @@ fn shared_with_pre_bind(
             (201, json!({}))
         }
     });
-    let mut spec = crate::config_bridge::default_spec("mcsched").expect("default profile");
+    let mut spec = mcsched_engine::config_bridge::default_spec("mcsched").expect("default profile");
     let leaves = Arc::new(Leaves::new(Default::default()));
-    let mut registry = crate::plugins::registry_with_leaves(&Default::default(), leaves.clone());
+    let mut registry =
+        mcsched_engine::plugins::registry_with_leaves(&Default::default(), leaves.clone());
     if let Some(plugin) = pre_bind {
         spec.pre_bind.insert(0, plugin.name().to_string());
         registry.insert(plugin.name().to_string(), plugin);
     }
-    let profiles = crate::profiles::Profiles::build(&[(spec, registry)], 1).expect("profiles");
+    let profiles =
+        mcsched_engine::profiles::Profiles::build(&[(spec, registry)], 1).expect("profiles");
     let options = SchedulerOptions {
         parallel_bindings: 2,
         namespace: "mcsched-system".into(),
@@ -260,25 +262,27 @@ async fn a_pod_whose_namesake_is_still_being_bound_waits_instead_of_being_droppe
 /// A PreBind that outlasts the lease: leadership is lost while it runs.
 struct LeaseLostDuringPreBind(tokio::sync::watch::Sender<bool>);
 
-impl crate::framework::Plugin for LeaseLostDuringPreBind {
+impl mcsched_engine::framework::Plugin for LeaseLostDuringPreBind {
     fn name(&self) -> &'static str {
         "LeaseLostDuringPreBind"
     }
-    fn as_pre_bind(&self) -> Option<&dyn crate::framework::PreBindPlugin> {
+    fn as_pre_bind(&self) -> Option<&dyn mcsched_engine::framework::PreBindPlugin> {
         Some(self)
     }
 }
 
-impl crate::framework::PreBindPlugin for LeaseLostDuringPreBind {
+impl mcsched_engine::framework::PreBindPlugin for LeaseLostDuringPreBind {
     fn pre_bind<'a>(
         &'a self,
-        _: &'a crate::framework::BindContext,
-        _: &'a crate::framework::CycleState,
+        _: &'a mcsched_engine::framework::BindContext,
+        _: &'a mcsched_engine::framework::CycleState,
         _: &'a PodInfo,
         _: &'a str,
-    ) -> futures::future::BoxFuture<'a, crate::framework::Status> {
+    ) -> futures::future::BoxFuture<'a, mcsched_engine::framework::Status> {
         let _ = self.0.send(false);
-        Box::pin(std::future::ready(crate::framework::Status::success()))
+        Box::pin(std::future::ready(
+            mcsched_engine::framework::Status::success(),
+        ))
     }
 }
 
@@ -317,13 +321,13 @@ async fn a_lease_lost_during_pre_bind_leaves_binding_to_the_new_leader() {
 /// deallocate, preemption: ...".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pre_filter_rejection_ends_post_filter_as_kube_scheduler_does() {
-    use crate::framework::CycleState;
-    use crate::framework::runtime::CycleRecord;
-    use crate::snapshot::{NodeInfo, Snapshot};
+    use mcsched_engine::framework::CycleState;
+    use mcsched_engine::framework::runtime::CycleRecord;
+    use mcsched_engine::snapshot::{NodeInfo, Snapshot};
 
-    let spec = crate::config_bridge::default_spec("mcsched").expect("default profile");
-    let registry = crate::plugins::default_registry();
-    let fw = crate::framework::Framework::new(&spec, &registry, 1).expect("framework");
+    let spec = mcsched_engine::config_bridge::default_spec("mcsched").expect("default profile");
+    let registry = mcsched_engine::plugins::default_registry();
+    let fw = mcsched_engine::framework::Framework::new(&spec, &registry, 1).expect("framework");
     let node: Node = serde_json::from_value(json!({"metadata": {"name": "n1"},
         "status": {"allocatable": {"cpu": "1", "memory": "1Gi", "pods": "10"}}}))
     .expect("node");
@@ -376,14 +380,14 @@ async fn a_pre_filter_rejection_ends_post_filter_as_kube_scheduler_does() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_nomination_is_in_the_queued_pod_before_the_watch_returns_it() {
     use super::failure::{Failure, handle_failure};
-    use crate::nominator::Nominating;
+    use mcsched_engine::nominator::Nominating;
 
     let (shared, _calls) = shared_with((201, json!({})));
     shared.queue.add(pod("high", "1"), None);
     let info = shared.queue.pop().await.expect("queued");
     assert_eq!(info.pod.nominated_node_name(), None);
     let failure = Failure::Unschedulable {
-        fit: Box::new(crate::framework::fit_error(1, Default::default())),
+        fit: Box::new(mcsched_engine::framework::fit_error(1, Default::default())),
         nominating: Nominating::Override("n1".into()),
         victims: vec!["default/low".into()],
     };

@@ -1,0 +1,469 @@
+//! One joined leaf cluster: its client, its nodes and pods held by watches in a cache of
+//! the same kind the host uses, and how recently it answered.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{
+    LimitRange, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, ResourceQuota,
+};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::Client;
+use kube::api::Api;
+use kube::runtime::watcher;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tracing::{debug, info};
+
+use super::OnEvent;
+use super::ask_leaf::AskLeaf;
+use crate::control::watch::{self, Change, SharedCache, key_of, watch_kind};
+use mcsched_engine::cache::Cache;
+use mcsched_engine::framework::ClusterEvent;
+
+/// A leaf that has not answered for this long is NotReady (as a node whose kubelet
+/// stopped posting, after kube-controller-manager's node-monitor-grace-period).
+pub const READY_GRACE: Duration = Duration::from_secs(40);
+
+#[derive(Debug, Default, Clone)]
+pub struct Health {
+    pub last_ok: Option<Instant>,
+    pub version: Option<String>,
+    pub last_error: Option<String>,
+}
+
+/// What the agent watches in every leaf: nodes and pods for the leaf's room, the
+/// storage objects that decide whether a pod's claims can be bound there, and the
+/// ResourceQuotas, LimitRanges and namespaces' Pod Security labels its admission applies
+/// to a copy. Nothing goes to a leaf before all have listed: a leaf whose namespaces
+/// cannot be read (its reader role has allowed it since join's first version) takes no
+/// pods, rather than have their Pod Security levels guessed.
+const WATCHED: [&str; 8] = [
+    "leaf node",
+    "leaf pod",
+    "leaf persistentvolume",
+    "leaf persistentvolumeclaim",
+    "leaf storageclass",
+    "leaf resourcequota",
+    "leaf limitrange",
+    "leaf namespace",
+];
+
+pub struct LeafCluster {
+    pub name: String,
+    pub client: Client,
+    /// This host's id (its kube-system namespace's UID): the mark on what pod sync owns.
+    pub host_id: String,
+    /// Namespace grants and name clashes, asked of the leaf for the leaf check.
+    pub checks: Arc<mcsched_engine::leaf::leaf_checks::LeafChecks>,
+    cache: SharedCache,
+    /// Leaf pods that mirror host pods, by `namespace/name`, as pod sync reads them
+    /// (`copy_view`).
+    managed: Mutex<HashMap<String, Arc<Pod>>>,
+    /// The kinds whose first list has arrived; synced once all of [`WATCHED`] have.
+    synced: Mutex<HashSet<&'static str>>,
+    /// Woken on every leaf change: the virtual node's status follows it.
+    pub changed: Arc<Notify>,
+    /// Woken on leaf pod changes and on host pod changes on the virtual node.
+    pub sync_wake: Arc<Notify>,
+    health: Mutex<Health>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// The join Secret's resourceVersion this connection was made from.
+    pub secret_version: String,
+    /// The join Secret itself, for the token's renewal.
+    pub join: Mutex<Option<super::join_secret::JoinSecret>>,
+    /// Which PriorityClasses the leaf has, as last looked up, and when.
+    priority_classes: Mutex<HashMap<String, (bool, Instant)>>,
+    /// The leaf's ResourceQuotas and LimitRanges; copied on write, so a cycle's view of
+    /// them is a pointer.
+    admission: Mutex<Arc<mcsched_engine::leaf::admission::LeafAdmission>>,
+    /// Leaf volumes the leaf check picked for pods sent here, until the leaf binds them.
+    pub volumes_held: super::volume_reservations::VolumeReservations,
+    /// The ConfigMaps, Secrets and claims pod sync copied here.
+    pub copied: super::copied::Copied,
+    /// Copies created and not recorded on their host pods yet, and forged pods found.
+    pub ownership: super::ownership::Ownership,
+}
+
+/// How long a PriorityClass lookup is trusted.
+const PRIORITY_CLASS_TTL: Duration = Duration::from_secs(30);
+
+impl LeafCluster {
+    pub fn new(name: String, client: Client, secret_version: String, host_id: String) -> Arc<Self> {
+        Arc::new(LeafCluster {
+            checks: mcsched_engine::leaf::leaf_checks::LeafChecks::new(&name, &host_id),
+            name,
+            client,
+            host_id,
+            cache: Arc::new(Mutex::new(Cache::new())),
+            managed: Mutex::default(),
+            synced: Mutex::default(),
+            changed: Arc::new(Notify::new()),
+            sync_wake: Arc::new(Notify::new()),
+            health: Mutex::default(),
+            tasks: Mutex::default(),
+            secret_version,
+            join: Mutex::default(),
+            priority_classes: Mutex::default(),
+            admission: Mutex::default(),
+            volumes_held: Default::default(),
+            copied: Default::default(),
+            ownership: Default::default(),
+        })
+    }
+
+    /// Whether the leaf has the PriorityClass `name` (asked at most every 30 s); an error
+    /// when it cannot be asked (e.g. a leaf joined before the agent was allowed to read
+    /// PriorityClasses there).
+    pub async fn has_priority_class(&self, name: &str) -> Result<bool, kube::Error> {
+        if let Some(&(has, at)) = self
+            .priority_classes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            && at.elapsed() < PRIORITY_CLASS_TTL
+        {
+            return Ok(has);
+        }
+        let api: Api<k8s_openapi::api::scheduling::v1::PriorityClass> =
+            Api::all(self.client.clone());
+        let has = api.get_metadata_opt(name).await?.is_some();
+        self.priority_classes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_string(), (has, Instant::now()));
+        Ok(has)
+    }
+
+    pub fn cache(&self) -> MutexGuard<'_, Cache> {
+        watch::lock(&self.cache)
+    }
+
+    /// What the leaf's admission will judge a copy by: its quotas and limit ranges, and
+    /// (when it has quotas) the copies assumed here that its watch has not shown yet.
+    pub fn admission_view(&self) -> mcsched_engine::leaf::cycle::AdmissionView {
+        let rules = self
+            .admission
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let pending = if rules.has_quotas() {
+            let managed = self.managed.lock().unwrap_or_else(|e| e.into_inner());
+            self.cache()
+                .assumed_pods()
+                .filter(|p| !managed.contains_key(&p.key))
+                .map(|p| p.pod())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        mcsched_engine::leaf::cycle::AdmissionView {
+            rules,
+            pending: Arc::new(pending),
+        }
+    }
+
+    fn admission_mut(
+        &self,
+        change: impl FnOnce(&mut mcsched_engine::leaf::admission::LeafAdmission),
+    ) {
+        let mut a = self.admission.lock().unwrap_or_else(|e| e.into_inner());
+        change(Arc::make_mut(&mut a));
+    }
+
+    pub fn managed(&self) -> HashMap<String, Arc<Pod>> {
+        self.managed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// As if every watch had delivered its first list.
+    #[cfg(test)]
+    pub(crate) fn mark_synced(&self) {
+        self.synced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(WATCHED);
+    }
+
+    /// As if the pod watch had delivered `pod`.
+    #[cfg(test)]
+    pub(crate) fn saw_pod(&self, pod: Pod) {
+        let ignore: OnEvent = Arc::new(|_| {});
+        self.on_pod(Change::Apply(Arc::new(pod), true), &ignore);
+    }
+
+    /// As if the leaf's API server last answered at `at` (None: never).
+    #[cfg(test)]
+    pub(crate) fn answered_at(&self, at: Option<Instant>) {
+        self.health
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .last_ok = at;
+    }
+
+    /// The watches whose first list has not arrived yet.
+    pub fn unsynced_kinds(&self) -> Vec<&'static str> {
+        let synced = self.synced.lock().unwrap_or_else(|e| e.into_inner());
+        WATCHED
+            .iter()
+            .filter(|k| !synced.contains(*k))
+            .copied()
+            .collect()
+    }
+
+    pub fn is_synced(&self) -> bool {
+        self.synced.lock().unwrap_or_else(|e| e.into_inner()).len() == WATCHED.len()
+    }
+
+    pub fn health(&self) -> Health {
+        self.health
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.health()
+            .last_ok
+            .is_some_and(|t| t.elapsed() < READY_GRACE)
+    }
+
+    /// Asks the leaf's API server for its version: the heartbeat.
+    pub async fn probe(&self) -> bool {
+        let answer =
+            tokio::time::timeout(Duration::from_secs(5), self.client.apiserver_version()).await;
+        if let Ok(Ok(v)) = &answer
+            && self.health().version.as_ref() != Some(&v.git_version)
+        {
+            // What Pod Security's `latest` means in this leaf.
+            self.admission_mut(|a| {
+                a.set_leaf_version(&v.git_version);
+            });
+        }
+        let mut h = self.health.lock().unwrap_or_else(|e| e.into_inner());
+        match answer {
+            Ok(Ok(v)) => {
+                h.last_ok = Some(Instant::now());
+                h.version = Some(v.git_version);
+                h.last_error = None;
+                true
+            }
+            Ok(Err(e)) => {
+                h.last_error = Some(e.to_string());
+                false
+            }
+            Err(_) => {
+                h.last_error = Some("no answer within 5s".into());
+                false
+            }
+        }
+    }
+
+    /// Starts the leaf's watches; every leaf change is a [`ClusterEvent::LeafChange`] to
+    /// the host queue, as it changes what the virtual node can take.
+    pub fn start(self: &Arc<Self>, on_event: OnEvent) {
+        let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<&'static str>(4);
+        let mut tasks = vec![tokio::spawn(
+            self.checks
+                .clone()
+                .run(self.client.clone(), on_event.clone()),
+        )];
+        let me = self.clone();
+        let on = on_event.clone();
+        tasks.push(tokio::spawn(watch_kind(
+            Api::<Node>::all(self.client.clone()),
+            watcher::Config::default(),
+            "leaf node",
+            ready_tx.clone(),
+            move |ev| {
+                watch::apply_node(&mut me.cache(), ev);
+                me.changed.notify_one();
+                on(ClusterEvent::LeafChange);
+            },
+        )));
+        let me = self.clone();
+        let on = on_event.clone();
+        tasks.push(tokio::spawn(watch_kind(
+            Api::<Pod>::all(self.client.clone()),
+            watcher::Config::default(),
+            "leaf pod",
+            ready_tx.clone(),
+            move |ev| me.on_pod(ev, &on),
+        )));
+        let storage_event = {
+            let (me, on) = (self.clone(), on_event.clone());
+            move || {
+                let (me, on) = (me.clone(), on.clone());
+                move |_| {
+                    me.changed.notify_one();
+                    on(ClusterEvent::LeafChange);
+                }
+            }
+        };
+        let client = &self.client;
+        tasks.push(watch::spawn_storage::<PersistentVolume>(
+            client,
+            self.cache.clone(),
+            "leaf persistentvolume",
+            ready_tx.clone(),
+            storage_event(),
+        ));
+        tasks.push(watch::spawn_storage::<PersistentVolumeClaim>(
+            client,
+            self.cache.clone(),
+            "leaf persistentvolumeclaim",
+            ready_tx.clone(),
+            storage_event(),
+        ));
+        tasks.push(watch::spawn_storage::<StorageClass>(
+            client,
+            self.cache.clone(),
+            "leaf storageclass",
+            ready_tx.clone(),
+            storage_event(),
+        ));
+        let (me, on) = (self.clone(), on_event.clone());
+        tasks.push(tokio::spawn(watch_kind(
+            Api::<ResourceQuota>::all(client.clone()),
+            watcher::Config::default(),
+            "leaf resourcequota",
+            ready_tx.clone(),
+            move |ev| {
+                me.admission_mut(|a| a.apply_quota(ev));
+                me.changed.notify_one();
+                on(ClusterEvent::LeafChange);
+            },
+        )));
+        let (me, on) = (self.clone(), on_event.clone());
+        tasks.push(tokio::spawn(watch_kind(
+            Api::<LimitRange>::all(client.clone()),
+            watcher::Config::default(),
+            "leaf limitrange",
+            ready_tx.clone(),
+            move |ev| {
+                me.admission_mut(|a| a.apply_limit_range(ev));
+                me.changed.notify_one();
+                on(ClusterEvent::LeafChange);
+            },
+        )));
+        let (me, on) = (self.clone(), on_event.clone());
+        tasks.push(tokio::spawn(watch_kind(
+            Api::<Namespace>::all(client.clone()),
+            watcher::Config::default(),
+            "leaf namespace",
+            ready_tx,
+            move |ev| {
+                // Only a change of level is news: namespaces' other updates are not.
+                let (ns, level) = mcsched_engine::leaf::admission::LeafAdmission::level_of(&ev);
+                let known = me
+                    .admission
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .has_level(&ns, level);
+                if !known {
+                    me.admission_mut(|a| a.set_level(ns, level));
+                    me.changed.notify_one();
+                    on(ClusterEvent::LeafChange);
+                }
+            },
+        )));
+        let me = self.clone();
+        tasks.push(tokio::spawn(async move {
+            while let Some(kind) = ready_rx.recv().await {
+                me.synced
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(kind);
+                if me.is_synced() {
+                    info!(cluster = %me.name, nodes = me.cache().node_count(), "leaf cluster synced");
+                    me.changed.notify_one();
+                    me.sync_wake.notify_one();
+                    on_event(ClusterEvent::LeafChange);
+                }
+            }
+        }));
+        self.tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(tasks);
+    }
+
+    fn on_pod(&self, ev: Change<Pod>, on_event: &OnEvent) {
+        let (pod, deleted) = match ev {
+            Change::Apply(p, _) => (p, false),
+            Change::Delete(p) => (p, true),
+        };
+        let key = key_of(&*pod);
+        let terminal = matches!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        );
+        {
+            let mut cache = self.cache();
+            if deleted || terminal {
+                cache.remove_pod(&key);
+            } else {
+                cache.apply_pod(pod.clone());
+            }
+        }
+        // Only this host's copies: another host's, or the leaf owner's pods of the same
+        // names, are never synced, adopted or deleted.
+        let ours =
+            mcsched_engine::leaf::leaf_checks::is_ours(&pod.metadata, &self.name, &self.host_id);
+        if ours {
+            let mut managed = self.managed.lock().unwrap_or_else(|e| e.into_inner());
+            if deleted {
+                managed.remove(&key);
+            } else {
+                managed.insert(key.clone(), Arc::new(copy_view(&pod)));
+            }
+        }
+        if deleted || terminal {
+            debug!(cluster = %self.name, pod = %key, "leaf pod gone; room in the leaf");
+            on_event(ClusterEvent::LeafChange);
+        }
+        self.changed.notify_one();
+        if ours {
+            self.sync_wake.notify_one();
+        }
+    }
+
+    /// Ties a task working for this leaf to its lifetime.
+    pub fn adopt(&self, task: JoinHandle<()>) {
+        self.tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(task);
+    }
+
+    pub fn stop(&self) {
+        for t in self
+            .tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            t.abort();
+        }
+    }
+}
+
+/// What pod sync reads of a leaf copy: its metadata, the leaf node it was placed on and
+/// its status. The spec's containers and volumes, most of a decoded pod, are left out: a
+/// leaf copy is held for every pod sent to the leaf.
+fn copy_view(copy: &Pod) -> Pod {
+    Pod {
+        metadata: copy.metadata.clone(),
+        spec: copy
+            .spec
+            .as_ref()
+            .map(|s| k8s_openapi::api::core::v1::PodSpec {
+                node_name: s.node_name.clone(),
+                ..Default::default()
+            }),
+        status: copy.status.clone(),
+    }
+}

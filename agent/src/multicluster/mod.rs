@@ -1,0 +1,18 @@
+//! Multi-cluster: leaf clusters joined to the host, each seen through its own watches
+//! and shown to the host as one virtual node.
+
+pub mod ask_grants;
+pub mod ask_leaf;
+pub mod cluster;
+pub mod copied;
+pub mod dependents;
+pub mod host_objects;
+pub mod join_secret;
+pub mod ownership;
+pub mod pod_sync;
+pub mod registry;
+pub mod token_renewal;
+pub mod virtual_node;
+pub mod volume_reservations;
+
+pub use mcsched_engine::leaf::OnEvent;

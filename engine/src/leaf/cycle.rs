@@ -1,0 +1,337 @@
+//! The leaves as one scheduling cycle sees them: each synced leaf's snapshot, taken once
+//! at the cycle's start, and what the leaf check found for each virtual node.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use mcsched_shared::overrides::ClusterOverride;
+
+use super::grants::{ReadAccess, ReadAll};
+use super::transform::TransformError;
+use crate::snapshot::{PodInfo, Snapshot, VolumeObjects};
+
+/// What the agent may read for pod sync to copy (everything when nobody asked).
+#[derive(Clone)]
+pub struct Access(pub Arc<dyn ReadAccess>);
+
+impl Default for Access {
+    fn default() -> Self {
+        Access(Arc::new(ReadAll))
+    }
+}
+
+/// CycleState key of [`LeafCycle`].
+pub const LEAF_CYCLE_KEY: &str = "mcsched.io/leaf-cycle";
+
+/// One leaf as the agent sees it at the start of a cycle.
+#[derive(Clone)]
+pub struct LeafView {
+    pub cluster: String,
+    pub snapshot: Snapshot,
+    /// The leaf's namespace grants and name clashes, as far as known.
+    pub checks: Arc<super::leaf_checks::LeafChecks>,
+    pub host_id: String,
+    /// The leaf's ResourceQuotas and LimitRanges, and the copies it has yet to admit.
+    pub admission: AdmissionView,
+}
+
+/// What the leaf's admission will judge a copy by, at the cycle's start.
+#[derive(Clone, Default)]
+pub struct AdmissionView {
+    pub rules: Arc<super::admission::LeafAdmission>,
+    /// Copies decided on (assumed) that the leaf's watch has not shown yet: not in the
+    /// quotas' status yet, so counted on top of it.
+    pub pending: Arc<Vec<Arc<k8s_openapi::api::core::v1::Pod>>>,
+}
+
+/// Where a virtual node's pod would run: its cluster and the leaf node found for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeafChoice {
+    pub cluster: String,
+    pub leaf_node: String,
+    /// The leaf's available volumes the check picked for the pod's claims there, as
+    /// (volume, claim `namespace/name`): held for the pod once it is sent.
+    pub volumes: Vec<(String, String)>,
+    /// What the copy would use there that `explain` should say (the ServiceAccount: the
+    /// leaf's own, or one pod sync creates).
+    pub notes: Vec<String>,
+}
+
+/// The leaves for one scheduling cycle, and what the check found per virtual node.
+#[derive(Clone, Default)]
+pub struct LeafCycle {
+    pub views: Arc<BTreeMap<String, Arc<LeafView>>>,
+    leaf_pod: Arc<OnceLock<Result<Arc<PodInfo>, TransformError>>>,
+    /// Virtual node → the leaf node found able to host the pod.
+    choices: Arc<Mutex<HashMap<String, LeafChoice>>>,
+    /// Owner → clusters its pods are kept away from, and why.
+    pub avoid: Arc<HashMap<String, Vec<(String, crate::leaf::rescheduling::Avoided)>>>,
+    /// The host's claims, whose leaf copies the volume check judges.
+    pub host_volumes: Arc<VolumeObjects>,
+    /// Whether pod sync may read the ConfigMaps and Secrets a pod refers to.
+    pub access: Access,
+    /// Leaves connected but not synced yet, with the watches still waiting for a list.
+    pub unsynced: Arc<BTreeMap<String, Vec<&'static str>>>,
+    /// Preemption's what-if: leaf copies of host victims taken out of their leaf's view,
+    /// by host pod key, with their cluster and leaf node.
+    removed: HashMap<String, (String, String, Arc<PodInfo>)>,
+    /// The overrides of the pod's policy, with the policy's reference.
+    overrides: Arc<(String, Vec<ClusterOverride>)>,
+    /// Cluster → the copy with its overrides applied, and what they changed.
+    overridden: Arc<Mutex<HashMap<String, OverriddenCopy>>>,
+}
+
+/// A leaf copy with the overrides for its cluster, and what they changed (said by
+/// `explain`).
+pub type OverriddenCopy = Result<(Arc<PodInfo>, Arc<Vec<String>>), LeafCopyError>;
+
+/// Why the copy for a leaf cannot be built.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LeafCopyError {
+    #[error(transparent)]
+    Transform(#[from] TransformError),
+    #[error("{policy} cannot override the copy: {source}")]
+    Override {
+        policy: String,
+        #[source]
+        source: mcsched_shared::overrides::OverrideError,
+    },
+}
+
+/// Whether leaf pod `copy` is this host's copy of host pod `host`: same name, and the
+/// host pod's UID in its annotation.
+fn is_copy_of(copy: &PodInfo, host: &PodInfo) -> bool {
+    copy.key == host.key
+        && copy
+            .meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(mcsched_shared::keys::HOST_POD_UID_ANNOTATION))
+            .is_some_and(|uid| !host.uid.is_empty() && *uid == host.uid)
+}
+
+impl LeafCycle {
+    pub fn new(views: Arc<BTreeMap<String, Arc<LeafView>>>) -> Self {
+        LeafCycle {
+            views,
+            ..Default::default()
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, LeafChoice>> {
+        self.choices.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Preemption's what-if of evicting host pod `victim` from a virtual node of
+    /// `cluster`: its copy leaves the leaf's view, so the leaf check sees the room the
+    /// eviction makes there. False when the leaf holds no copy of it.
+    pub fn remove_copy(&mut self, cluster: &str, victim: &PodInfo) -> bool {
+        let Some(view) = self.views.get(cluster) else {
+            return false;
+        };
+        let Some((i, copy)) = view.snapshot.nodes.iter().enumerate().find_map(|(i, n)| {
+            n.pods
+                .iter()
+                .find(|p| is_copy_of(p, victim))
+                .map(|p| (i, p.clone()))
+        }) else {
+            return false;
+        };
+        let Some(view) = Arc::make_mut(&mut self.views).get_mut(cluster) else {
+            return false;
+        };
+        let view = Arc::make_mut(view);
+        let nodes = Arc::make_mut(&mut view.snapshot.nodes);
+        let mut node = (*nodes[i]).clone();
+        node.remove_pod(&copy.key);
+        let leaf_node = node.name.to_string();
+        nodes[i] = Arc::new(node);
+        self.removed
+            .insert(victim.key.clone(), (cluster.to_string(), leaf_node, copy));
+        true
+    }
+
+    /// Undoes [`remove_copy`](Self::remove_copy): the victim is spared after all.
+    pub fn restore_copy(&mut self, victim: &PodInfo) -> bool {
+        let Some((cluster, leaf_node, copy)) = self.removed.remove(&victim.key) else {
+            return false;
+        };
+        let Some(view) = Arc::make_mut(&mut self.views).get_mut(&cluster) else {
+            return false;
+        };
+        let view = Arc::make_mut(view);
+        let Some(&i) = view.snapshot.index.get(&leaf_node) else {
+            return false;
+        };
+        let nodes = Arc::make_mut(&mut view.snapshot.nodes);
+        let mut node = (*nodes[i]).clone();
+        node.add_pod(copy);
+        nodes[i] = Arc::new(node);
+        true
+    }
+
+    pub fn record_choice(
+        &self,
+        virtual_node: &str,
+        cluster: &str,
+        leaf_node: &str,
+        volumes: Vec<(String, String)>,
+        notes: Vec<String>,
+    ) {
+        self.lock().insert(
+            virtual_node.to_string(),
+            LeafChoice {
+                cluster: cluster.to_string(),
+                leaf_node: leaf_node.to_string(),
+                volumes,
+                notes,
+            },
+        );
+    }
+
+    /// The leaf node the check picked for `virtual_node` in this cycle.
+    pub fn choice(&self, virtual_node: &str) -> Option<String> {
+        self.lock().get(virtual_node).map(|c| c.leaf_node.clone())
+    }
+
+    /// The cluster and leaf node the check picked for `virtual_node`.
+    pub fn placement(&self, virtual_node: &str) -> Option<LeafChoice> {
+        self.lock().get(virtual_node).cloned()
+    }
+
+    /// Virtual node → what the check noted about the copy there, for explanations.
+    pub fn notes(&self) -> HashMap<String, Vec<String>> {
+        self.lock()
+            .iter()
+            .filter(|(_, c)| !c.notes.is_empty())
+            .map(|(v, c)| (v.clone(), c.notes.clone()))
+            .collect()
+    }
+
+    /// Virtual node → leaf node, for explanations.
+    pub fn choices(&self) -> HashMap<String, String> {
+        self.lock()
+            .iter()
+            .map(|(v, c)| (v.clone(), c.leaf_node.clone()))
+            .collect()
+    }
+
+    /// The overrides of `policy` (its reference) for this cycle's pod.
+    pub fn set_overrides(&mut self, policy: String, overrides: Vec<ClusterOverride>) {
+        self.overrides = Arc::new((policy, overrides));
+    }
+
+    /// The overrides targeting `cluster`, whose virtual node carries `labels`, in order.
+    pub fn overrides_for(
+        &self,
+        cluster: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Vec<&ClusterOverride> {
+        self.overrides
+            .1
+            .iter()
+            .filter(|o| o.targets(cluster, labels))
+            .collect()
+    }
+
+    /// The leaf's StorageClass for a host claim of class `class` copied to `cluster`.
+    pub fn leaf_class(
+        &self,
+        cluster: &str,
+        labels: &BTreeMap<String, String>,
+        class: &str,
+    ) -> String {
+        mcsched_shared::overrides::storage_class(&self.overrides_for(cluster, labels), class)
+            .to_string()
+    }
+
+    /// The copy as it would be created in `cluster` (virtual node labels `labels`): the
+    /// pod's policy's overrides for that cluster applied, built once per cycle and
+    /// cluster; with what they changed, each line naming the policy.
+    pub fn leaf_pod_in(
+        &self,
+        host: &PodInfo,
+        cluster: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> OverriddenCopy {
+        let targeted = self.overrides_for(cluster, labels);
+        if targeted.is_empty() {
+            return Ok((self.leaf_pod(host)?, Arc::default()));
+        }
+        let mut cache = self.overridden.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(done) = cache.get(cluster) {
+            return done.clone();
+        }
+        let built =
+            self.leaf_pod(host)
+                .map_err(LeafCopyError::from)
+                .and_then(|plain| {
+                    let mut copy = (*plain.pod()).clone();
+                    let changed = mcsched_shared::overrides::apply(&mut copy, &targeted).map_err(
+                        |source| LeafCopyError::Override {
+                            policy: self.overrides.0.clone(),
+                            source,
+                        },
+                    )?;
+                    let said = changed
+                        .into_iter()
+                        .map(|c| format!("{} overrides {c}", self.overrides.0))
+                        .collect();
+                    Ok((Arc::new(PodInfo::new(Arc::new(copy))), Arc::new(said)))
+                });
+        cache.insert(cluster.to_string(), built.clone());
+        built
+    }
+
+    /// The copy [`Self::leaf_pod_in`] built for `cluster` this cycle, or the plain one.
+    pub fn built_leaf_pod(
+        &self,
+        host: &PodInfo,
+        cluster: &str,
+    ) -> Result<Arc<PodInfo>, LeafCopyError> {
+        let cache = self.overridden.lock().unwrap_or_else(|e| e.into_inner());
+        match cache.get(cluster) {
+            Some(built) => built.clone().map(|(p, _)| p),
+            None => {
+                drop(cache);
+                Ok(self.leaf_pod(host)?)
+            }
+        }
+    }
+
+    /// The pod as it would be created in a leaf, built once per cycle.
+    pub fn leaf_pod(&self, host: &PodInfo) -> Result<Arc<PodInfo>, TransformError> {
+        self.leaf_pod
+            .get_or_init(|| {
+                super::transform::leaf_pod(&host.pod(), "", "")
+                    .map(|p| Arc::new(PodInfo::new(Arc::new(p))))
+            })
+            .clone()
+    }
+}
+
+/// What the leaf check reads of the joined leaves, and where it counts a pod it sends
+/// to one until the leaf's own scheduler has placed the copy.
+pub trait LeafSnapshots: Send + Sync {
+    /// The synced leaves' snapshots for one scheduling cycle, with the host's storage
+    /// objects the leaf volume check needs.
+    fn cycle(&self, host_volumes: Arc<VolumeObjects>) -> LeafCycle;
+    /// Counts `pod` on the leaf node of `choice`, and holds the leaf volumes picked for it.
+    fn assume(&self, pod: Arc<PodInfo>, choice: &LeafChoice);
+    /// Undoes [`LeafSnapshots::assume`].
+    fn forget(&self, cluster: &str, key: &str);
+}
+
+/// No leaves at all: every virtual node is a leaf the agent is not connected to.
+pub struct NoLeaves;
+
+impl LeafSnapshots for NoLeaves {
+    fn cycle(&self, host_volumes: Arc<VolumeObjects>) -> LeafCycle {
+        LeafCycle {
+            host_volumes,
+            ..Default::default()
+        }
+    }
+    fn assume(&self, _: Arc<PodInfo>, _: &LeafChoice) {}
+    fn forget(&self, _: &str, _: &str) {}
+}

@@ -1,0 +1,787 @@
+//! DefaultPreemption: when no node fits, find a node where evicting lower-priority pods
+//! makes room, keeping as many of them as possible (PodDisruptionBudget-protected ones
+//! first), and nominate it. kube-scheduler's `defaultpreemption` and `preemption`
+//! packages, with their candidate ordering.
+
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use mcsched_shared::selectors::label_selector_matches;
+use rand::RngExt;
+
+use crate::framework::{
+    Code, CycleState, Framework, NodeStatuses, Plugin, PostFilterPlugin, PostFilterResult, Status,
+    Victims,
+};
+use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
+
+pub(crate) const NAME: &str = "DefaultPreemption";
+pub(crate) const NOT_HELPFUL: &str = "Preemption is not helpful for scheduling";
+pub(crate) const NO_VICTIMS: &str = "No preemption victims found for incoming pod";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PreemptionArgs {
+    pub(crate) min_candidate_nodes_percentage: u32,
+    pub(crate) min_candidate_nodes_absolute: u32,
+}
+
+impl Default for PreemptionArgs {
+    fn default() -> Self {
+        PreemptionArgs {
+            min_candidate_nodes_percentage: 10,
+            min_candidate_nodes_absolute: 100,
+        }
+    }
+}
+
+pub(crate) struct DefaultPreemption {
+    args: PreemptionArgs,
+}
+
+impl DefaultPreemption {
+    pub(crate) fn new(args: PreemptionArgs) -> Self {
+        DefaultPreemption { args }
+    }
+}
+
+/// A node where preemption works, and what it costs.
+#[derive(Debug, Clone)]
+pub(crate) struct Candidate {
+    pub(crate) node: String,
+    pub(crate) victims: Vec<Arc<PodInfo>>,
+    pub(crate) pdb_violations: usize,
+}
+
+fn start_time_secs(p: &PodInfo) -> i64 {
+    p.start_time
+        .as_ref()
+        .map(|t| t.0.as_second())
+        .unwrap_or(i64::MAX)
+}
+
+/// kube's `MoreImportantPod`: higher priority, then the one running longer.
+fn more_important(a: &PodInfo, b: &PodInfo) -> Ordering {
+    b.priority()
+        .cmp(&a.priority())
+        .then(start_time_secs(a).cmp(&start_time_secs(b)))
+}
+
+/// Splits victims into those whose eviction would break a PodDisruptionBudget and the rest,
+/// counting each budget's allowed disruptions down as victims use them.
+fn split_by_pdb(
+    victims: &[Arc<PodInfo>],
+    pdbs: &[Arc<PodDisruptionBudget>],
+) -> (Vec<Arc<PodInfo>>, Vec<Arc<PodInfo>>) {
+    let mut allowed: Vec<i32> = pdbs
+        .iter()
+        .map(|p| {
+            p.status
+                .as_ref()
+                .map(|s| s.disruptions_allowed)
+                .unwrap_or(0)
+        })
+        .collect();
+    let (mut violating, mut fine) = (Vec::new(), Vec::new());
+    for v in victims {
+        let mut violates = false;
+        for (i, pdb) in pdbs.iter().enumerate() {
+            if pdb.metadata.namespace.as_deref() != Some(v.namespace.as_str()) {
+                continue;
+            }
+            let selector = pdb.spec.as_ref().and_then(|s| s.selector.as_ref());
+            // An empty selector matches nothing for PDBs.
+            if selector.is_none_or(|s| s.match_labels.is_none() && s.match_expressions.is_none()) {
+                continue;
+            }
+            if !label_selector_matches(selector, v.labels()) {
+                continue;
+            }
+            allowed[i] -= 1;
+            if allowed[i] < 0 {
+                violates = true;
+            }
+        }
+        if violates {
+            violating.push(v.clone());
+        } else {
+            fine.push(v.clone());
+        }
+    }
+    (violating, fine)
+}
+
+/// kube's `podTerminatingByPreemption`: being deleted after a scheduler preempted it.
+fn terminating_by_preemption(p: &PodInfo) -> bool {
+    p.terminating() && p.preempted
+}
+
+/// The rest of kube's `PodEligibleToPreemptOthers`: a pod nominated to a node that can
+/// still take it waits while lower-priority pods there terminate after preemption.
+fn terminating_victims_on_nominated_node(
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    statuses: &NodeStatuses,
+) -> bool {
+    let Some(nominated) = pod.nominated_node_name() else {
+        return false;
+    };
+    if statuses
+        .get(nominated)
+        .is_some_and(|s| s.code == Code::UnschedulableAndUnresolvable)
+    {
+        return false;
+    }
+    snapshot.get(nominated).is_some_and(|n| {
+        n.pods
+            .iter()
+            .any(|p| p.priority() < pod.priority() && terminating_by_preemption(p))
+    })
+}
+
+impl DefaultPreemption {
+    /// kube's `SelectVictimsOnNode`: remove every lower-priority pod; if the pod then fits,
+    /// add them back one by one (most important first, PDB-protected ones before the rest)
+    /// while it still fits. A node where that fails says why, as the dry run's status.
+    fn victims_on_node(
+        &self,
+        fw: &Framework,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        pdbs: &[Arc<PodDisruptionBudget>],
+    ) -> Result<Candidate, Status> {
+        let mut state = state.clone();
+        let mut node = node.clone();
+        let mut lower: Vec<Arc<PodInfo>> = node
+            .pods
+            .iter()
+            .filter(|p| p.priority() < pod.priority())
+            .cloned()
+            .collect();
+        if lower.is_empty() {
+            return Err(Status::unresolvable(NO_VICTIMS));
+        }
+        for v in &lower {
+            node.remove_pod(&v.key);
+            let s = fw.run_pre_filter_extension(&mut state, pod, v, &node, false);
+            if !s.is_success() {
+                return Err(s);
+            }
+        }
+        // Still no room without them: the filters' own verdict.
+        let (s, _) = fw.run_filters(&state, pod, &node, false);
+        if !s.is_success() {
+            return Err(s);
+        }
+        lower.sort_by(|a, b| more_important(a, b));
+        let (violating, fine) = split_by_pdb(&lower, pdbs);
+        let mut victims = Vec::new();
+        let mut pdb_violations = 0;
+        let mut reprieve =
+            |p: &Arc<PodInfo>, state: &mut CycleState, node: &mut NodeInfo| -> bool {
+                node.add_pod(p.clone());
+                let _ = fw.run_pre_filter_extension(state, pod, p, node, true);
+                if fw.run_filters(state, pod, node, false).0.is_success() {
+                    return true;
+                }
+                node.remove_pod(&p.key);
+                let _ = fw.run_pre_filter_extension(state, pod, p, node, false);
+                victims.push(p.clone());
+                false
+            };
+        for p in &violating {
+            if !reprieve(p, &mut state, &mut node) {
+                pdb_violations += 1;
+            }
+        }
+        for p in &fine {
+            reprieve(p, &mut state, &mut node);
+        }
+        if victims.is_empty() {
+            return Err(Status::unresolvable(NO_VICTIMS));
+        }
+        Ok(Candidate {
+            node: node.name.to_string(),
+            victims,
+            pdb_violations,
+        })
+    }
+
+    fn candidates_to_find(&self, potential: usize) -> usize {
+        let pct = potential * self.args.min_candidate_nodes_percentage as usize / 100;
+        pct.max(self.args.min_candidate_nodes_absolute as usize)
+            .min(potential)
+    }
+}
+
+/// kube's `callExtenders`: each interested extender with a preempt verb may drop candidate
+/// nodes or change their victims, in turn; an ignorable one's errors skip it.
+fn call_extenders(
+    fw: &Framework,
+    pod: &PodInfo,
+    candidates: Vec<Candidate>,
+    snapshot: &Snapshot,
+) -> Result<Vec<Candidate>, Status> {
+    let extenders: Vec<_> = fw
+        .extenders()
+        .iter()
+        .filter(|e| e.supports_preemption() && e.is_interested(pod))
+        .collect();
+    if extenders.is_empty() {
+        return Ok(candidates);
+    }
+    let mut victims: std::collections::BTreeMap<String, Victims> = candidates
+        .into_iter()
+        .map(|c| {
+            (
+                c.node,
+                Victims {
+                    pods: c.victims,
+                    pdb_violations: c.pdb_violations,
+                },
+            )
+        })
+        .collect();
+    for e in extenders {
+        let mut kept = match e.process_preemption(pod, &victims, snapshot) {
+            Ok(kept) => kept,
+            Err(err) if e.is_ignorable() => {
+                tracing::info!(extender = %e.name(), error = %err, "skipped an ignorable extender's preempt verb");
+                continue;
+            }
+            Err(err) => return Err(Status::error(err)),
+        };
+        let empty: Vec<String> = kept
+            .iter()
+            .filter(|(_, v)| v.pods.is_empty())
+            .map(|(n, _)| n.clone())
+            .collect();
+        for node in empty {
+            if !e.is_ignorable() {
+                return Err(Status::error(format!(
+                    "expected at least one victim pod on node {node:?}"
+                )));
+            }
+            kept.remove(&node);
+        }
+        victims = kept;
+        if victims.is_empty() {
+            break;
+        }
+    }
+    Ok(victims
+        .into_iter()
+        .map(|(node, v)| Candidate {
+            node,
+            victims: v.pods,
+            pdb_violations: v.pdb_violations,
+        })
+        .collect())
+}
+
+/// kube's `pickOneNodeForPreemption`: fewest PDB violations, then the lowest highest
+/// victim priority, the smallest sum of priorities, the fewest victims, the latest start
+/// of the highest-priority victims; then the first.
+pub(crate) fn pick_one(candidates: &[Candidate]) -> Option<&Candidate> {
+    let key = |c: &Candidate| {
+        let highest = c
+            .victims
+            .iter()
+            .map(|v| v.priority())
+            .max()
+            .unwrap_or(i32::MIN);
+        let sum: i64 = c
+            .victims
+            .iter()
+            .map(|v| i64::from(v.priority()) + i64::from(i32::MAX) + 1)
+            .sum();
+        let latest_start_of_highest = c
+            .victims
+            .iter()
+            .filter(|v| v.priority() == highest)
+            .map(|v| start_time_secs(v))
+            .min()
+            .unwrap_or(i64::MAX);
+        (
+            c.pdb_violations,
+            highest,
+            sum,
+            c.victims.len(),
+            std::cmp::Reverse(latest_start_of_highest),
+        )
+    };
+    candidates.iter().min_by(|a, b| key(a).cmp(&key(b)))
+}
+
+impl Plugin for DefaultPreemption {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    fn as_post_filter(&self) -> Option<&dyn PostFilterPlugin> {
+        Some(self)
+    }
+}
+
+impl PostFilterPlugin for DefaultPreemption {
+    fn post_filter(
+        &self,
+        fw: &Framework,
+        state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        statuses: &NodeStatuses,
+    ) -> (PostFilterResult, Status) {
+        let total = snapshot.len();
+        let obj = pod.object();
+        let policy = obj
+            .spec
+            .as_ref()
+            .and_then(|s| s.preemption_policy.as_deref());
+        if policy == Some("Never") {
+            // kube's PodEligibleToPreemptOthers: Unschedulable, so that the other
+            // PostFilter plugins' reasons stay in the message.
+            return (
+                PostFilterResult::default(),
+                Status::unschedulable("preemption: not eligible due to preemptionPolicy=Never."),
+            );
+        }
+        if terminating_victims_on_nominated_node(pod, snapshot, statuses) {
+            // Its earlier victims are still going: it waits for them, not preempting more.
+            return (
+                PostFilterResult::default(),
+                Status::unschedulable(
+                    "preemption: not eligible due to a terminating pod on the nominated node.",
+                ),
+            );
+        }
+        // Nodes rejected for good (or not evaluated because PreFilter failed) cannot help.
+        let potential: Vec<&Arc<NodeInfo>> = snapshot
+            .nodes
+            .iter()
+            .filter(|n| {
+                statuses
+                    .get(&*n.name)
+                    .is_some_and(|s| s.code == Code::Unschedulable)
+            })
+            .collect();
+        let want = self.candidates_to_find(potential.len());
+        let offset = if potential.is_empty() {
+            0
+        } else {
+            rand::rng().random_range(0..potential.len())
+        };
+        let mut candidates = Vec::new();
+        let mut failed: Vec<Status> = Vec::new();
+        for i in 0..potential.len() {
+            if candidates.len() >= want {
+                break;
+            }
+            let node = potential[(offset + i) % potential.len()];
+            match self.victims_on_node(fw, state, pod, node, &snapshot.pdbs) {
+                Ok(c) => candidates.push(c),
+                Err(s) => failed.push(s),
+            }
+        }
+        if candidates.is_empty() {
+            // kube's FitError of the dry run: each node's reasons, the nodes it did not
+            // try as not helpful.
+            let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+            for r in failed.iter().flat_map(|s| &s.reasons) {
+                *counts.entry(r.as_ref()).or_default() += 1;
+            }
+            let untried = total.saturating_sub(failed.len());
+            if untried > 0 {
+                *counts.entry(NOT_HELPFUL).or_default() += untried;
+            }
+            let mut parts: Vec<String> = counts.iter().map(|(r, n)| format!("{n} {r}")).collect();
+            parts.sort();
+            // No candidate: an earlier nomination no longer holds.
+            return (
+                PostFilterResult {
+                    clears_nomination: true,
+                    ..Default::default()
+                },
+                Status::unschedulable(format!(
+                    "preemption: 0/{total} nodes are available: {}.",
+                    parts.join(", ")
+                )),
+            );
+        }
+        let candidates = match call_extenders(fw, pod, candidates, snapshot) {
+            Ok(c) => c,
+            Err(s) => return (PostFilterResult::default(), s),
+        };
+        let Some(best) = pick_one(&candidates) else {
+            return (
+                PostFilterResult::default(),
+                Status::unschedulable("preemption: no candidate node for preemption"),
+            );
+        };
+        // Lower-priority pods nominated there may no longer fit: their nominations go, so
+        // they look elsewhere at once (kube's getLowerPriorityNominatedPods).
+        let lower_nominated = fw
+            .nominated_pods_for_node(&best.node)
+            .into_iter()
+            .filter(|p| p.priority() < pod.priority())
+            .collect();
+        (
+            PostFilterResult {
+                nominated_node: Some(best.node.clone()),
+                victims: best.victims.clone(),
+                lower_nominated,
+                clears_nomination: false,
+            },
+            Status::success(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node_info::PREEMPTED_REASON;
+    use crate::plugins::default_registry;
+    use crate::plugins::testing::{node_with, pod_requesting};
+
+    fn with_priority(mut p: PodInfo, prio: i32, node: &str) -> Arc<PodInfo> {
+        let mut pod = (*p.pod()).clone();
+        if let Some(s) = pod.spec.as_mut() {
+            s.priority = Some(prio);
+            s.node_name = Some(node.into());
+        }
+        p = PodInfo::new(Arc::new(pod));
+        Arc::new(p)
+    }
+
+    fn framework() -> Framework {
+        let reg = default_registry();
+        let spec = match crate::config_bridge::default_spec("s") {
+            Ok(s) => s,
+            Err(e) => panic!("{e}"),
+        };
+        match Framework::new(&spec, &reg, 2) {
+            Ok(f) => f,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// PostFilter after a cycle where no node fits.
+    fn preempt(fw: &Framework, pod: &PodInfo, snap: &Snapshot) -> (PostFilterResult, Status) {
+        let statuses = schedule_fails(fw, pod, snap);
+        DefaultPreemption::new(Default::default()).post_filter(
+            fw,
+            &CycleState::new(),
+            pod,
+            snap,
+            &statuses,
+        )
+    }
+
+    fn schedule_fails(fw: &Framework, pod: &PodInfo, snap: &Snapshot) -> NodeStatuses {
+        let mut state = CycleState::new();
+        let mut rec = Default::default();
+        match fw.schedule(&mut state, pod, snap, &mut rec, false) {
+            Ok(r) => panic!("expected no fit, got {}", r.node),
+            Err(e) => e.diagnosis.node_statuses,
+        }
+    }
+
+    #[test]
+    fn evicts_the_fewest_lowest_priority_pods() {
+        // n1: two 1-cpu pods of priority 10; n2: one 2-cpu pod of priority 5. The pod (3
+        // cpu, priority 100) needs 3 of 4 cpu: on n1 one victim suffices (priority 10),
+        // on n2 one victim (priority 5) — the lower highest priority wins.
+        let mut n1 = node_with("n1", |_| {});
+        n1.add_pod(with_priority(
+            pod_requesting("a", &[("cpu", "1")]),
+            10,
+            "n1",
+        ));
+        n1.add_pod(with_priority(
+            pod_requesting("b", &[("cpu", "1")]),
+            10,
+            "n1",
+        ));
+        let mut n2 = node_with("n2", |_| {});
+        n2.add_pod(with_priority(pod_requesting("c", &[("cpu", "2")]), 5, "n2"));
+        let snap = Snapshot::from_nodes(vec![Arc::new(n1), Arc::new(n2)]);
+        let pod = with_priority(pod_requesting("p", &[("cpu", "3")]), 100, "");
+        let fw = framework();
+        let (res, s) = preempt(&fw, &pod, &snap);
+        assert!(s.is_success(), "{s}");
+        assert_eq!(res.nominated_node.as_deref(), Some("n2"));
+        assert_eq!(
+            res.victims
+                .iter()
+                .map(|v| v.name.as_str())
+                .collect::<Vec<_>>(),
+            vec!["c"]
+        );
+    }
+
+    #[test]
+    fn equal_or_higher_priority_pods_are_never_victims() {
+        let mut n1 = node_with("n1", |_| {});
+        n1.add_pod(with_priority(
+            pod_requesting("a", &[("cpu", "3")]),
+            100,
+            "n1",
+        ));
+        let snap = Snapshot::from_nodes(vec![Arc::new(n1)]);
+        let pod = with_priority(pod_requesting("p", &[("cpu", "2")]), 100, "");
+        let fw = framework();
+        let (res, s) = preempt(&fw, &pod, &snap);
+        assert!(res.nominated_node.is_none());
+        assert_eq!(
+            s.message(),
+            "preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+        );
+    }
+
+    /// A node still too small without its lower-priority pods keeps the filters' reasons,
+    /// as kube's SelectVictimsOnNode returns them to the dry run's FitError.
+    #[test]
+    fn nodes_too_small_even_when_emptied_say_why() {
+        // 4 cpu: a (priority 100, 2 cpu) stays, b (priority 10, 1 cpu) may go; 3 cpu
+        // still do not fit.
+        let mut n1 = node_with("n1", |_| {});
+        n1.add_pod(with_priority(
+            pod_requesting("a", &[("cpu", "2")]),
+            100,
+            "n1",
+        ));
+        n1.add_pod(with_priority(
+            pod_requesting("b", &[("cpu", "1")]),
+            10,
+            "n1",
+        ));
+        let snap = Snapshot::from_nodes(vec![Arc::new(n1)]);
+        let pod = with_priority(pod_requesting("p", &[("cpu", "3")]), 50, "");
+        let fw = framework();
+        let (res, s) = preempt(&fw, &pod, &snap);
+        assert!(res.nominated_node.is_none());
+        assert_eq!(
+            s.message(),
+            "preemption: 0/1 nodes are available: 1 Insufficient cpu."
+        );
+    }
+
+    #[test]
+    fn unresolvable_nodes_are_not_helpful() {
+        let n1 = node_with("n1", |_| {});
+        let snap = Snapshot::from_nodes(vec![Arc::new(n1)]);
+        // More than the node has at all: UnschedulableAndUnresolvable.
+        let pod = with_priority(pod_requesting("p", &[("cpu", "8")]), 100, "");
+        let fw = framework();
+        let (_, s) = preempt(&fw, &pod, &snap);
+        assert_eq!(
+            s.message(),
+            "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
+        );
+    }
+
+    #[test]
+    fn preemption_policy_never() {
+        let pod = pod_requesting("p", &[]);
+        let mut raw = (*pod.pod()).clone();
+        if let Some(s) = raw.spec.as_mut() {
+            s.preemption_policy = Some("Never".into());
+        }
+        let pod = PodInfo::new(Arc::new(raw));
+        let fw = framework();
+        let (_, s) = DefaultPreemption::new(Default::default()).post_filter(
+            &fw,
+            &CycleState::new(),
+            &pod,
+            &Snapshot::default(),
+            &NodeStatuses::new(),
+        );
+        assert_eq!(
+            s.message(),
+            "preemption: not eligible due to preemptionPolicy=Never."
+        );
+    }
+
+    #[test]
+    fn pdb_protected_pods_are_spared_when_possible() {
+        use k8s_openapi::api::policy::v1::{PodDisruptionBudgetSpec, PodDisruptionBudgetStatus};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+        let labelled = |name: &str, app: &str| {
+            let p = pod_requesting(name, &[("cpu", "2")]);
+            let mut raw = (*p.pod()).clone();
+            raw.metadata.labels = Some([("app".to_string(), app.to_string())].into());
+            with_priority(PodInfo::new(Arc::new(raw)), 1, "n1")
+        };
+        let mut n1 = node_with("n1", |_| {});
+        n1.add_pod(labelled("protected", "db"));
+        n1.add_pod(labelled("free", "web"));
+        let pdb = PodDisruptionBudget {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some("db".into()),
+                namespace: Some("default".into()),
+                ..Default::default()
+            },
+            spec: Some(PodDisruptionBudgetSpec {
+                selector: Some(LabelSelector {
+                    match_labels: Some([("app".to_string(), "db".to_string())].into()),
+                    match_expressions: None,
+                }),
+                ..Default::default()
+            }),
+            status: Some(PodDisruptionBudgetStatus {
+                disruptions_allowed: 0,
+                ..Default::default()
+            }),
+        };
+        let snap = Snapshot {
+            pdbs: Arc::new(vec![Arc::new(pdb)]),
+            ..Snapshot::from_nodes(vec![Arc::new(n1)])
+        };
+        let pod = with_priority(pod_requesting("p", &[("cpu", "2")]), 100, "");
+        let fw = framework();
+        let (res, s) = preempt(&fw, &pod, &snap);
+        assert!(s.is_success(), "{s}");
+        assert_eq!(
+            res.victims
+                .iter()
+                .map(|v| v.name.as_str())
+                .collect::<Vec<_>>(),
+            vec!["free"]
+        );
+    }
+
+    /// A pod of `prio` nominated to `node` (not bound), and the nominator holding it.
+    fn nominated(
+        name: &str,
+        cpu: &str,
+        prio: i32,
+        node: &str,
+        nominator: &crate::nominator::Nominator,
+    ) {
+        let p = with_priority(pod_requesting(name, &[("cpu", cpu)]), prio, "");
+        nominator.add(p, crate::nominator::Nominating::Override(node.into()));
+    }
+
+    fn nominating_framework() -> (Framework, Arc<crate::nominator::Nominator>) {
+        let n = crate::nominator::Nominator::new();
+        (framework().with_nominator(n.clone()), n)
+    }
+
+    #[test]
+    fn filter_keeps_the_room_of_pods_nominated_with_equal_or_higher_priority() {
+        // n1 has 4 cpu free, 2 of them kept for q (priority 100).
+        let snap = Snapshot::from_nodes(vec![Arc::new(node_with("n1", |_| {}))]);
+        let (fw, n) = nominating_framework();
+        nominated("q", "2", 100, "n1", &n);
+        let state = CycleState::new();
+        let lower = with_priority(pod_requesting("p", &[("cpu", "3")]), 100, "");
+        let (s, verdicts) = fw.run_filters(&state, &lower, &snap.nodes[0], true);
+        assert_eq!(s.reasons, vec!["Insufficient cpu"], "{s}");
+        let fit = verdicts.iter().find(|v| v.plugin == "NodeResourcesFit");
+        assert_eq!(fit.map(|v| v.code.as_str()), Some("Unschedulable"));
+        // A higher-priority pod does not count q; nor does q count itself.
+        let higher = with_priority(pod_requesting("p", &[("cpu", "3")]), 101, "");
+        assert!(
+            fw.run_filters(&state, &higher, &snap.nodes[0], false)
+                .0
+                .is_success()
+        );
+        let itself = with_priority(pod_requesting("q", &[("cpu", "3")]), 100, "");
+        assert!(
+            fw.run_filters(&state, &itself, &snap.nodes[0], false)
+                .0
+                .is_success()
+        );
+        // The cycle records which nominated pods it counted where.
+        let mut rec = crate::framework::runtime::CycleRecord::default();
+        let mut state = CycleState::new();
+        assert!(
+            fw.schedule(&mut state, &lower, &snap, &mut rec, true)
+                .is_err()
+        );
+        assert_eq!(
+            rec.nominated.get("n1"),
+            Some(&vec!["default/q".to_string()])
+        );
+    }
+
+    #[test]
+    fn preemption_counts_nominated_pods_and_clears_lower_nominations() {
+        // n1: victim v (2 cpu, priority 10) and q (2 cpu, priority 100) nominated there.
+        let mut n1 = node_with("n1", |_| {});
+        n1.add_pod(with_priority(
+            pod_requesting("v", &[("cpu", "2")]),
+            10,
+            "n1",
+        ));
+        let snap = Snapshot::from_nodes(vec![Arc::new(n1)]);
+        let (fw, n) = nominating_framework();
+        nominated("q", "2", 100, "n1", &n);
+        let preempt = |cpu: &str| {
+            let pod = with_priority(pod_requesting("p", &[("cpu", cpu)]), 50, "");
+            preempt(&fw, &pod, &snap)
+        };
+        // 2 cpu: evicting v leaves room beside q.
+        let (res, s) = preempt("2");
+        assert!(s.is_success(), "{s}");
+        assert_eq!(res.nominated_node.as_deref(), Some("n1"));
+        assert!(res.lower_nominated.is_empty());
+        // 3 cpu: q keeps its 2, so no eviction helps, and an earlier nomination goes.
+        let (res, s) = preempt("3");
+        assert!(!s.is_success());
+        assert!(res.clears_nomination && res.nominated_node.is_none());
+        assert_eq!(
+            s.message(),
+            "preemption: 0/1 nodes are available: 1 Insufficient cpu."
+        );
+        // A lower-priority nomination on the chosen node is handed back to be cleared.
+        nominated("low", "1", 1, "n1", &n);
+        let (res, s) = preempt("2");
+        assert!(s.is_success(), "{s}");
+        let lower: Vec<&str> = res
+            .lower_nominated
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect();
+        assert_eq!(lower, vec!["low"]);
+    }
+
+    #[test]
+    fn a_preemptor_waits_for_its_terminating_victims() {
+        let terminating = {
+            let p = with_priority(pod_requesting("v", &[("cpu", "4")]), 10, "n1");
+            let mut raw = (*p.pod()).clone();
+            raw.metadata.deletion_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ));
+            raw.status = Some(k8s_openapi::api::core::v1::PodStatus {
+                conditions: Some(vec![k8s_openapi::api::core::v1::PodCondition {
+                    type_: "DisruptionTarget".into(),
+                    status: "True".into(),
+                    reason: Some(PREEMPTED_REASON.into()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            });
+            Arc::new(PodInfo::new(Arc::new(raw)))
+        };
+        let mut n1 = node_with("n1", |_| {});
+        n1.add_pod(terminating);
+        let snap = Snapshot::from_nodes(vec![Arc::new(n1)]);
+        let fw = framework();
+        let mut raw = (*with_priority(pod_requesting("p", &[("cpu", "2")]), 50, "").pod()).clone();
+        raw.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            nominated_node_name: Some("n1".into()),
+            ..Default::default()
+        });
+        let pod = PodInfo::new(Arc::new(raw));
+        let (res, s) = preempt(&fw, &pod, &snap);
+        assert_eq!(
+            s.message(),
+            "preemption: not eligible due to a terminating pod on the nominated node."
+        );
+        assert!(res.nominated_node.is_none() && !res.clears_nomination);
+    }
+}
