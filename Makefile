@@ -2,6 +2,8 @@
 
 SHELL := /bin/bash
 BUILD := .build
+# Cargo's output directory: $CARGO_TARGET_DIR when set, as cargo itself decides.
+TARGET := $(or $(CARGO_TARGET_DIR),target)
 CONTROLPLANE := $(BUILD)/controlplane
 CONTROLPLANE_SRC := $(wildcard tests/controlplane/*.go) tests/controlplane/go.mod tests/controlplane/go.sum Makefile
 # Kubernetes' scheduling e2e suite (ginkgo), a test binary of the tests/conformance module.
@@ -83,7 +85,7 @@ demo: build
 ## renders it (a test fails when the committed file differs).
 manifests:
 	cargo build -p kubectl-mcsched
-	target/debug/kubectl-mcsched install --dry-run=client -o yaml > manifests/install.yaml
+	$(TARGET)/debug/kubectl-mcsched install --dry-run=client -o yaml > manifests/install.yaml
 
 ## test: set-up (scripts/setup.sh), formatting, lints, go vet, unit tests and end-to-end
 ## tests, each stage timed.
@@ -95,7 +97,7 @@ test:
 ## bench/results.png. BENCH_FLAGS passes sizes, e.g. BENCH_FLAGS='--scale 0.2'.
 bench: $(CONTROLPLANE)
 	cargo build --release -p mcsched-agent -p mcsched-bench
-	target/release/mcsched-bench --out bench --agent target/release/mcsched-agent $(BENCH_FLAGS)
+	$(TARGET)/release/mcsched-bench --out bench --agent $(TARGET)/release/mcsched-agent $(BENCH_FLAGS)
 
 ## bench-engine: one pod at 5000 nodes and 10000 pods, mcsched's engine (criterion) against
 ## kube-scheduler's SchedulePod on the same cluster in the same run; writes bench/engine.md.
