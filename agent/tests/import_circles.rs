@@ -283,6 +283,26 @@ fn the_engines_modules_import_in_one_direction() {
     assert!(found.is_empty(), "import circles:\n{}", found.join("\n"));
 }
 
+/// The other crates of the workspace by the same rule.
+#[test]
+fn the_other_crates_modules_import_in_one_direction() {
+    for (krate, least) in [("shared", 20), ("cli", 15), ("tests", 5), ("bench", 3)] {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../{krate}/src"));
+        let mods = modules(&src);
+        assert!(
+            mods.len() >= least,
+            "read {krate}'s sources: {}",
+            mods.len()
+        );
+        let found = import_circles(&mods);
+        assert!(
+            found.is_empty(),
+            "import circles in {krate}:\n{}",
+            found.join("\n")
+        );
+    }
+}
+
 #[test]
 fn a_circle_is_found_at_the_top_and_inside_a_folder() {
     let m = |path: &str, code: &str| {

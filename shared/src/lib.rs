@@ -1,6 +1,7 @@
 //! Pure data and rules shared by the agent and the CLI: no tokio, no network.
 
 pub mod api;
+pub mod cluster_affinity;
 pub mod config;
 pub mod explain;
 pub mod keys;

@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::policy::ClusterAffinity;
+use crate::cluster_affinity::ClusterAffinity;
 use crate::quantity::Quantity;
 
 /// One override: the leaf clusters it targets and what it changes in their copies.

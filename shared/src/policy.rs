@@ -15,6 +15,7 @@ use kube_derive::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use crate::cluster_affinity::ClusterAffinity;
 use crate::keys;
 use crate::selectors::label_selector_matches;
 
@@ -99,22 +100,6 @@ pub struct PlacementPolicySpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub overrides: Vec<crate::overrides::ClusterOverride>,
-}
-
-/// Clusters by name, by their virtual nodes' labels, and by exclusion.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ClusterAffinity {
-    /// These clusters (`host` for the host's own nodes).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub cluster_names: Vec<String>,
-    /// Clusters whose virtual node's labels match (`topology.kubernetes.io/region`,
-    /// `mcsched.io/provider`, ...); the host's nodes by their own labels.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub label_selector: Option<LabelSelector>,
-    /// Never these clusters.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub exclude: Vec<String>,
 }
 
 /// One group of `clusterGroups`.
@@ -255,22 +240,6 @@ pub struct ClusterPods {
 pub struct ClusterPlacementPolicySpec {
     #[serde(flatten)]
     pub policy: PlacementPolicySpec,
-}
-
-impl ClusterAffinity {
-    /// Whether `cluster`, whose node carries `labels`, is allowed.
-    pub fn allows(&self, cluster: &str, labels: &BTreeMap<String, String>) -> bool {
-        if self.exclude.iter().any(|c| c == cluster) {
-            return false;
-        }
-        let by_name = self.cluster_names.iter().any(|c| c == cluster);
-        match (&self.label_selector, self.cluster_names.is_empty()) {
-            (None, true) => true,
-            (None, false) => by_name,
-            (Some(sel), true) => label_selector_matches(Some(sel), labels),
-            (Some(sel), false) => by_name || label_selector_matches(Some(sel), labels),
-        }
-    }
 }
 
 /// A policy the agent cannot apply: the field and what is wrong with it.
