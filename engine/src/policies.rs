@@ -54,6 +54,13 @@ impl Policy {
     pub fn is_cluster_wide(&self) -> bool {
         self.namespace.is_empty()
     }
+
+    /// The overrides that adapt its pods' leaf copies: none while it is invalid (its pods
+    /// wait Pending then), or when it has none.
+    pub fn overrides(&self) -> Option<&[mcsched_shared::overrides::ClusterOverride]> {
+        (self.invalid.is_none() && !self.spec.overrides.is_empty())
+            .then_some(self.spec.overrides.as_slice())
+    }
 }
 
 /// Every policy, namespaced ones by namespace. Cloned per change (pointers).

@@ -200,3 +200,31 @@ pub async fn join_as_join_does(
     )
     .await
 }
+
+/// Kosmos's MySQL example in namespace default, for profile `scheduler`: two replicas with
+/// required anti-affinity on the hostname and a `local-wffc` WaitForFirstConsumer claim
+/// each.
+pub async fn kosmos_mysql(client: &Client, scheduler: &str) -> anyhow::Result<()> {
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    Api::<StatefulSet>::namespaced(client.clone(), "default")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "mysql"},
+                "spec": {"replicas": 2, "serviceName": "mysql",
+                    "selector": {"matchLabels": {"app": "mysql"}},
+                    "template": {"metadata": {"labels": {"app": "mysql"}}, "spec": {
+                        "schedulerName": scheduler,
+                        "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                            {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "mysql"}}}]}},
+                        "containers": [{"name": "mysql", "image": "mysql:8",
+                            "resources": {"requests": {"cpu": "1"}},
+                            "volumeMounts": [{"name": "data", "mountPath": "/var/lib/mysql"}]}]}},
+                    "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {
+                        "storageClassName": "local-wffc", "accessModes": ["ReadWriteOnce"],
+                        "resources": {"requests": {"storage": "5Gi"}}}}]}
+            }))?,
+        )
+        .await?;
+    Ok(())
+}

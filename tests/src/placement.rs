@@ -185,3 +185,21 @@ pub async fn many_nodes(
         .await?;
     Ok(())
 }
+
+/// The policy CRDs on `host`, then the agent (profile `mcsched`), returned once the virtual
+/// nodes `virtual_nodes` are Ready.
+pub async fn agent_with_policies(
+    host: &crate::ControlPlane,
+    virtual_nodes: &[&str],
+    timeout: Duration,
+) -> anyhow::Result<Agent> {
+    install_crds(&host.client).await?;
+    let agent = Agent::start(&host.kubeconfig, "mcsched", host.dir())?;
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(host.client.clone());
+    for vn in virtual_nodes {
+        crate::objects::wait_ready(&nodes, vn, "True", timeout)
+            .await
+            .map_err(|e| e.context(agent.logs()))?;
+    }
+    Ok(agent)
+}

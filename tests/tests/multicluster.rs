@@ -670,28 +670,7 @@ async fn kosmos_mysql_one_replica_on_the_host_one_in_the_leaf() -> anyhow::Resul
         "kosmos",
         &[&config_arg],
     )?;
-    let statefulsets: Api<k8s_openapi::api::apps::v1::StatefulSet> =
-        Api::namespaced(host.client.clone(), "default");
-    statefulsets
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": {"name": "mysql"},
-                "spec": {"replicas": 2, "serviceName": "mysql",
-                    "selector": {"matchLabels": {"app": "mysql"}},
-                    "template": {"metadata": {"labels": {"app": "mysql"}}, "spec": {
-                        "schedulerName": "kosmos-scheduler",
-                        "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-                            {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "mysql"}}}]}},
-                        "containers": [{"name": "mysql", "image": "mysql:8",
-                            "resources": {"requests": {"cpu": "1"}},
-                            "volumeMounts": [{"name": "data", "mountPath": "/var/lib/mysql"}]}]}},
-                    "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {
-                        "storageClassName": "local-wffc", "accessModes": ["ReadWriteOnce"],
-                        "resources": {"requests": {"storage": "5Gi"}}}}]}
-            }))?,
-        )
-        .await?;
+    mcsched_e2e::objects::kosmos_mysql(&host.client, "kosmos-scheduler").await?;
     let pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
     let running_on = |name: &'static str| {
         let pods = pods.clone();

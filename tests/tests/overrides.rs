@@ -17,7 +17,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::PostParams;
 use kube::{Api, Client};
-use mcsched_e2e::placement::{install_crds, policy};
+use mcsched_e2e::placement::{agent_with_policies, policy};
 use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, wait};
 use mcsched_shared::keys;
 use serde_json::json;
@@ -103,14 +103,7 @@ async fn overrides_adapt_leaf_copies_and_the_leaf_check_judges_them() -> anyhow:
         json!({keys::REGION_LABEL: "eu"}),
     )
     .await?;
-    install_crds(&host.client).await?;
-    let mut agent = Agent::start(&host.kubeconfig, "mcsched", host.dir())?;
-    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(host.client.clone());
-    for vn in ["mcsched-east", "mcsched-west"] {
-        mcsched_e2e::objects::wait_ready(&nodes, vn, "True", TIMEOUT)
-            .await
-            .map_err(|e| e.context(agent.logs()))?;
-    }
+    let mut agent = agent_with_policies(&host, &["mcsched-east", "mcsched-west"], TIMEOUT).await?;
     let pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
 
     // An override that cannot apply: the agent keeps the policy's pods Pending and its
@@ -165,26 +158,7 @@ async fn overrides_adapt_leaf_copies_and_the_leaf_check_judges_them() -> anyhow:
                               "storageClasses": {"local-wffc": "standard"}}]}),
     )
     .await?;
-    Api::<k8s_openapi::api::apps::v1::StatefulSet>::namespaced(host.client.clone(), "default")
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": {"name": "mysql"},
-                "spec": {"replicas": 2, "serviceName": "mysql",
-                    "selector": {"matchLabels": {"app": "mysql"}},
-                    "template": {"metadata": {"labels": {"app": "mysql"}}, "spec": {
-                        "schedulerName": "mcsched",
-                        "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-                            {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "mysql"}}}]}},
-                        "containers": [{"name": "mysql", "image": "mysql:8",
-                            "resources": {"requests": {"cpu": "1"}},
-                            "volumeMounts": [{"name": "data", "mountPath": "/var/lib/mysql"}]}]}},
-                    "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {
-                        "storageClassName": "local-wffc", "accessModes": ["ReadWriteOnce"],
-                        "resources": {"requests": {"storage": "5Gi"}}}}]}
-            }))?,
-        )
-        .await?;
+    mcsched_e2e::objects::kosmos_mysql(&host.client, "mcsched").await?;
     let mut placed = Vec::new();
     for name in ["mysql-0", "mysql-1"] {
         placed.push(bound(&pods, name, &agent).await?);

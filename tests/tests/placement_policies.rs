@@ -12,7 +12,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
-use mcsched_e2e::placement::{explain_first, install_crds, placed, policy, replica_set};
+use mcsched_e2e::placement::{agent_with_policies, explain_first, placed, policy, replica_set};
 use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, wait};
 use mcsched_shared::keys;
 use mcsched_shared::policy::PlacementPolicy;
@@ -100,14 +100,8 @@ async fn placement_policies_per_workload() -> anyhow::Result<()> {
         json!({keys::REGION_LABEL: "eu"}),
     )
     .await?;
-    install_crds(&host.client).await?;
-    let mut agent = Agent::start(&host.kubeconfig, "mcsched", host.dir())?;
+    let mut agent = agent_with_policies(&host, &["mcsched-east", "mcsched-west"], TIMEOUT).await?;
     let nodes: Api<Node> = Api::all(host.client.clone());
-    for vn in ["mcsched-east", "mcsched-west"] {
-        mcsched_e2e::objects::wait_ready(&nodes, vn, "True", TIMEOUT)
-            .await
-            .map_err(|e| e.context(agent.logs()))?;
-    }
     let pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
 
     // Invalid policies: the schema refuses a negative weight and (kubectl's strict field

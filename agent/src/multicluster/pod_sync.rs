@@ -117,14 +117,10 @@ fn overrides_for(
 ) -> Option<(String, Vec<mcsched_shared::overrides::ClusterOverride>)> {
     let cache = host_side.cache();
     let policy = cache.policies().for_pod(&pod.metadata)?;
-    if policy.invalid.is_some() || policy.spec.overrides.is_empty() {
-        return None;
-    }
+    let overrides = policy.overrides()?;
     let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref())?;
     let labels = cache.labels_of_node(node).unwrap_or_default();
-    let targeted: Vec<_> = policy
-        .spec
-        .overrides
+    let targeted: Vec<_> = overrides
         .iter()
         .filter(|o| o.targets(&leaf.name, &labels))
         .cloned()

@@ -86,13 +86,10 @@ impl PreFilterPlugin for LeafNodeFit {
             return (None, Status::skip());
         }
         let mut cycle = self.leaves.cycle(snapshot.volumes.clone());
-        // An invalid policy keeps the pod Pending elsewhere (PlacementPolicy); here only a
-        // valid one's overrides shape the copies.
         if let Some(policy) = snapshot.policies.for_pod(&pod.meta)
-            && policy.invalid.is_none()
-            && !policy.spec.overrides.is_empty()
+            && let Some(overrides) = policy.overrides()
         {
-            cycle.set_overrides(policy.reference.clone(), policy.spec.overrides.clone());
+            cycle.set_overrides(policy.reference.clone(), overrides.to_vec());
         }
         // The pod waits for what the leaves have not answered yet (a profile may ignore
         // the leaf taint, so any pod may go to a leaf), rather than land elsewhere for
