@@ -11,7 +11,7 @@ use crate::plugins::default_preemption::PreemptionArgs;
 use crate::plugins::inter_pod_affinity::InterPodAffinityArgs;
 use crate::plugins::node_resources_fit::{FitArgs, Strategy};
 use crate::plugins::pod_topology_spread::{DefaultingType, PodTopologySpreadArgs};
-use crate::plugins::{PluginArgs, registry_with_leaves};
+use crate::plugins::{PluginArgs, registry_with};
 use crate::profiles::{Profiles, Registry};
 
 #[derive(Debug, thiserror::Error)]
@@ -108,22 +108,26 @@ pub fn default_spec(name: &str) -> Result<ProfileSpec, config::ConfigErrors> {
         .unwrap_or_default())
 }
 
-/// Every profile's framework; their LeafNodeFit reads `leaves`.
+/// Every profile's framework; their LeafNodeFit reads `leaves`, their GangScheduling the
+/// PodGroups the profiles keep.
 pub fn profiles(
     cfg: &SchedulerConfig,
     leaves: Arc<dyn LeafSnapshots>,
 ) -> Result<Profiles, BridgeError> {
+    let groups = crate::pod_groups::PodGroups::new();
     let built: Vec<(ProfileSpec, Registry)> = cfg
         .profiles
         .iter()
         .map(|p| {
             (
                 profile_spec(p, cfg.percentage_of_nodes_to_score),
-                registry_with_leaves(&plugin_args(&p.args), leaves.clone()),
+                registry_with(&plugin_args(&p.args), leaves.clone(), groups.clone()),
             )
         })
         .collect();
-    Ok(Profiles::build(&built, cfg.parallelism as usize)?)
+    let mut profiles = Profiles::build(&built, cfg.parallelism as usize)?;
+    profiles.pod_groups = groups;
+    Ok(profiles)
 }
 
 #[cfg(test)]

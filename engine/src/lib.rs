@@ -15,6 +15,7 @@ pub mod node_info;
 pub(crate) mod node_tree;
 pub mod nominator;
 pub mod plugins;
+pub mod pod_groups;
 pub mod pod_selectors;
 pub mod policies;
 pub mod profiles;

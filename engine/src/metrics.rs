@@ -81,6 +81,9 @@ type EvaluationCounters = Vec<(String, HashMap<(&'static str, &'static str), Cou
 pub struct Metrics {
     pub schedule_attempts: Family<AttemptLabels, Counter>,
     pub attempt_duration: Family<AttemptLabels, Histogram>,
+    pub pod_group_attempts: Family<AttemptLabels, Counter>,
+    pub pod_group_attempt_duration: Family<AttemptLabels, Histogram>,
+    pub pod_group_algorithm_duration: Histogram,
     pub pending_pods: Family<QueueLabels, Gauge>,
     pub queue_incoming: Family<IncomingLabels, Counter>,
     pub extension_point_duration: Family<ExtensionPointLabels, Histogram>,
@@ -129,6 +132,33 @@ impl Metrics {
                 "Scheduling attempt latency in seconds (scheduling algorithm + binding)",
             ),
             attempt_duration.clone(),
+        );
+        let pod_group_attempts = Family::<AttemptLabels, Counter>::default();
+        registry.register(
+            "scheduler_podgroup_schedule_attempts",
+            kube_help(Stability::Alpha, "Number of attempts to schedule pod group, by the result. 'unschedulable' means a pod group could not be scheduled, while 'error' means an internal scheduler problem."),
+            pod_group_attempts.clone(),
+        );
+        let pod_group_attempt_duration =
+            Family::<AttemptLabels, Histogram>::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.001, 2.0, 15))
+            });
+        registry.register(
+            "scheduler_podgroup_scheduling_attempt_duration_seconds",
+            kube_help(
+                Stability::Alpha,
+                "Pod group scheduling attempt latency in seconds (scheduling algorithm + binding)",
+            ),
+            pod_group_attempt_duration.clone(),
+        );
+        let pod_group_algorithm_duration = Histogram::new(exponential_buckets(0.001, 2.0, 15));
+        registry.register(
+            "scheduler_podgroup_scheduling_algorithm_duration_seconds",
+            kube_help(
+                Stability::Alpha,
+                "Pod group scheduling algorithm latency in seconds",
+            ),
+            pod_group_algorithm_duration.clone(),
         );
         let pending_pods = Family::<QueueLabels, Gauge>::default();
         registry.register(
@@ -300,6 +330,9 @@ impl Metrics {
             permit_wait_duration,
             schedule_attempts,
             attempt_duration,
+            pod_group_attempts,
+            pod_group_attempt_duration,
+            pod_group_algorithm_duration,
             pending_pods,
             queue_incoming,
             extension_point_duration,
@@ -381,6 +414,18 @@ impl Metrics {
         };
         self.schedule_attempts.get_or_create(&labels).inc();
         self.attempt_duration
+            .get_or_create(&labels)
+            .observe(seconds);
+    }
+
+    /// One pod group cycle's result (scheduled, unschedulable, error).
+    pub fn pod_group_attempt(&self, result: &str, profile: &str, seconds: f64) {
+        let labels = AttemptLabels {
+            result: result.into(),
+            profile: profile.into(),
+        };
+        self.pod_group_attempts.get_or_create(&labels).inc();
+        self.pod_group_attempt_duration
             .get_or_create(&labels)
             .observe(seconds);
     }

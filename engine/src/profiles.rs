@@ -20,6 +20,8 @@ pub struct Profiles {
     pub less: Less,
     /// Preemption's nominations, one for all profiles as kube's queue keeps them.
     pub nominator: Arc<Nominator>,
+    /// The PodGroups and their members, which the profiles' GangScheduling reads.
+    pub pod_groups: Arc<crate::pod_groups::PodGroups>,
 }
 
 impl Profiles {
@@ -49,6 +51,7 @@ impl Profiles {
             plugin_events,
             less,
             nominator,
+            pod_groups: crate::pod_groups::PodGroups::new(),
         })
     }
 

@@ -311,6 +311,41 @@ impl SchedulingQueue {
         }
     }
 
+    /// Takes the pod ([`pod_id`]) out of activeQ, backoffQ or unschedulablePods into a
+    /// cycle, as `pop` would (kube's PopSpecificPod, for the other pods of a pod group).
+    /// None when it waits nowhere there (gated, in a cycle, or gone).
+    pub fn pop_specific(&self, pod_id: &str) -> Option<QueuedPodInfo> {
+        let mut st = self.lock();
+        if st.closed {
+            return None;
+        }
+        let mut info = if let Some(seq) = st.active_seq.remove(pod_id) {
+            // Its heap entry is now stale and skipped by `pop`.
+            st.active
+                .iter()
+                .find(|a| a.seq == seq)
+                .map(|a| a.info.clone())?
+        } else if let Some(info) = st.backoff.remove(pod_id) {
+            info
+        } else {
+            st.unschedulable.remove(pod_id)?.info
+        };
+        info.attempts += 1;
+        info.initial_attempt.get_or_insert_with(Instant::now);
+        info.rejection = None;
+        let cycle = st.move_request_cycle;
+        st.in_flight
+            .insert(pod_id.to_string(), (info.pod.key.clone(), cycle));
+        st.gone.remove(pod_id);
+        Some(info)
+    }
+
+    /// The pods PreEnqueue holds back, to be judged again when what they wait for may
+    /// have come.
+    pub fn gated_pods(&self) -> Vec<Arc<PodInfo>> {
+        self.lock().gated.values().map(|i| i.pod.clone()).collect()
+    }
+
     /// The in-flight pod ([`pod_id`]) was deleted, or bound by someone else, meanwhile.
     pub fn is_gone(&self, id: &str) -> bool {
         self.lock().gone.contains(id)

@@ -118,18 +118,17 @@ pub async fn leaf_token_kubeconfig(leaf: &crate::ControlPlane) -> anyhow::Result
         return Err(e.into());
     }
     let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: vec![],
+        spec: Some(TokenRequestSpec {
             expiration_seconds: Some(3600),
             ..Default::default()
-        },
+        }),
         ..Default::default()
     };
     let token = accounts
         .create_token_request(keys::LEAF_ACCOUNT, &PostParams::default(), &request)
         .await?
         .status
-        .map(|s| s.token)
+        .and_then(|s| s.token)
         .unwrap_or_default();
     let ca = serde_json::to_value(ByteString(leaf.ca_pem()?))?;
     let text = format!(

@@ -106,7 +106,7 @@ async fn request(
         .create_token_request(keys::LEAF_ACCOUNT, &PostParams::default(), r)
         .await
     {
-        Ok(answer) => Ok(Ok(answer.status.map(|s| s.token).unwrap_or_default())),
+        Ok(answer) => Ok(Ok(answer.status.and_then(|s| s.token).unwrap_or_default())),
         Err(kube::Error::Api(s)) => Ok(Err((s.code, s.message))),
         Err(e) => Err(e.into()),
     }
@@ -116,7 +116,7 @@ async fn request(
 async fn authenticates(leaf: &ControlPlane, token: &str) -> anyhow::Result<bool> {
     let review = TokenReview {
         spec: TokenReviewSpec {
-            token: Some(token.to_string()),
+            token: token.to_string(),
             ..Default::default()
         },
         ..Default::default()
@@ -130,7 +130,7 @@ async fn authenticates(leaf: &ControlPlane, token: &str) -> anyhow::Result<bool>
 /// The `kubernetes.io.secret.name` claim of a token.
 fn bound_secret(token: &str) -> Option<String> {
     let r = token_renewal::renewal_request(token, Duration::from_secs(600));
-    r.spec.bound_object_ref.and_then(|b| b.name)
+    r.spec.and_then(|s| s.bound_object_ref).and_then(|b| b.name)
 }
 
 async fn token_secrets(leaf: &ControlPlane) -> anyhow::Result<Vec<String>> {
@@ -176,20 +176,20 @@ async fn leaf_tokens_are_bounded_bound_and_revoked_with_their_secret() -> anyhow
     let renewal = token_renewal::renewal_request(&first, Duration::from_secs(3600));
     let with = |f: &dyn Fn(&mut TokenRequestSpec)| {
         let mut r = renewal.clone();
-        f(&mut r.spec);
+        f(r.spec.get_or_insert_with(Default::default));
         r
     };
     let ten_years = with(&|s| s.expiration_seconds = Some(10 * 365 * 24 * 3600));
     let a_bit_longer = with(&|s| s.expiration_seconds = Some(3601));
     let unbound = with(&|s| s.bound_object_ref = None);
     let unbound_default = TokenRequest {
-        spec: TokenRequestSpec {
+        spec: Some(TokenRequestSpec {
             expiration_seconds: Some(3600),
             ..Default::default()
-        },
+        }),
         ..Default::default()
     };
-    let other_audience = with(&|s| s.audiences = vec!["vault".into()]);
+    let other_audience = with(&|s| s.audiences = Some(vec!["vault".into()]));
     let other_secret = with(&|s| {
         s.bound_object_ref = Some(BoundObjectReference {
             api_version: Some("v1".into()),

@@ -59,17 +59,16 @@ async fn user_token(client: &kube::Client, ns: &str, name: &str) -> anyhow::Resu
     )
     .await?;
     let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: vec![],
+        spec: Some(TokenRequestSpec {
             expiration_seconds: Some(3600),
             ..Default::default()
-        },
+        }),
         ..Default::default()
     };
     let answer = sas
         .create_token_request(name, &PostParams::default(), &request)
         .await?;
-    Ok(answer.status.map(|s| s.token).unwrap_or_default())
+    Ok(answer.status.and_then(|s| s.token).unwrap_or_default())
 }
 
 /// A kubeconfig that is `token`'s user on `cp`.

@@ -96,11 +96,11 @@ pub fn renewal_request(current: &str, lifetime: Duration) -> TokenRequest {
         (Some(_), _) => Vec::new(),
     };
     TokenRequest {
-        spec: TokenRequestSpec {
-            audiences,
+        spec: Some(TokenRequestSpec {
+            audiences: Some(audiences),
             expiration_seconds: Some(i64::try_from(lifetime.as_secs()).unwrap_or(i64::MAX)),
             bound_object_ref,
-        },
+        }),
         ..Default::default()
     }
 }
@@ -191,7 +191,7 @@ async fn renew(host: &Client, leaf: &LeafCluster, join: &JoinSecret) -> Result<(
         })?;
     let token = answer
         .status
-        .map(|s| s.token)
+        .and_then(|s| s.token)
         .filter(|t| !t.is_empty())
         .ok_or(RenewalError::Empty)?;
     let kubeconfig = leaf_kubeconfig::with_token(&join.kubeconfig, &token)?;
@@ -241,10 +241,12 @@ mod tests {
             "kubernetes.io": {"namespace": "mcsched-system",
                 "secret": {"name": "mcsched-leaf-token-abcde", "uid": "u-1"},
                 "serviceaccount": {"name": "mcsched-leaf", "uid": "sa"}}}));
-        let r = renewal_request(&bound, Duration::from_secs(1800)).spec;
+        let r = renewal_request(&bound, Duration::from_secs(1800))
+            .spec
+            .unwrap_or_default();
         assert_eq!(r.expiration_seconds, Some(1800));
         assert_eq!(
-            r.audiences,
+            r.audiences.unwrap_or_default(),
             ["https://kubernetes.default.svc.cluster.local"]
         );
         let b = r.bound_object_ref.expect("bound");
@@ -267,13 +269,16 @@ mod tests {
         assert_eq!(
             renewal_request(&single, Duration::from_secs(600))
                 .spec
-                .audiences,
+                .and_then(|s| s.audiences)
+                .unwrap_or_default(),
             ["a"]
         );
         // A token of a join before the policy: as before.
         let unbound = jwt(json!({"iat": 1, "exp": 2, "aud": ["x"]}));
-        let r = renewal_request(&unbound, Duration::from_secs(600)).spec;
-        assert!(r.bound_object_ref.is_none() && r.audiences.is_empty());
+        let r = renewal_request(&unbound, Duration::from_secs(600))
+            .spec
+            .unwrap_or_default();
+        assert!(r.bound_object_ref.is_none() && r.audiences.unwrap_or_default().is_empty());
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub(super) async fn binding_cycle(
         info,
         started,
         waiting,
+        ..
     } = placed;
     let scheduler_name = fw.scheduler_name.clone();
     let waited = fw.wait_on_permit(&pod).await;

@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{
     Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController, Service,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::scheduling::v1alpha2::PodGroup;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
@@ -101,6 +102,14 @@ pub(super) fn spawn_watches(
     tasks.extend(spawn_selector_watches(client, shared, &ready));
     tasks.extend(spawn_policy_watches(client, shared, &ready));
     let s = shared.clone();
+    tasks.push(tokio::spawn(watch_if_served(
+        Api::<PodGroup>::all(client.clone()),
+        "podgroup",
+        "the API server does not serve scheduling.k8s.io/v1alpha2 (its GenericWorkload gate is off): no pod groups until it does",
+        ready.clone(),
+        move |ev| on_pod_group_event(&s, ev),
+    )));
+    let s = shared.clone();
     let pdbs: Arc<Mutex<HashMap<String, Arc<PodDisruptionBudget>>>> = Arc::default();
     tasks.push(tokio::spawn(watch_kind(
         Api::<PodDisruptionBudget>::all(client.clone()),
@@ -136,6 +145,7 @@ fn spawn_policy_watches(
     let namespaced = tokio::spawn(watch_if_served(
         Api::<mcsched_shared::policy::PlacementPolicy>::all(client.clone()),
         "placementpolicy",
+        "its CRD is not installed: no placement policies until it is",
         ready.clone(),
         move |ev| publish_policies(&s, &all, |set| set.apply_namespaced(ev)),
     ));
@@ -143,6 +153,7 @@ fn spawn_policy_watches(
     let cluster = tokio::spawn(watch_if_served(
         Api::<mcsched_shared::policy::ClusterPlacementPolicy>::all(client.clone()),
         "clusterplacementpolicy",
+        "its CRD is not installed: no placement policies until it is",
         ready.clone(),
         move |ev| publish_policies(&s, &set, |set| set.apply_cluster(ev)),
     ));
@@ -164,8 +175,13 @@ fn publish_policies(
 }
 
 /// `watch_kind` once the API server serves the kind (404 until its CRD is installed).
-async fn watch_if_served<K, F>(api: Api<K>, kind: &'static str, ready: Ready, apply: F)
-where
+async fn watch_if_served<K, F>(
+    api: Api<K>,
+    kind: &'static str,
+    absent: &'static str,
+    ready: Ready,
+    apply: F,
+) where
     K: kube::Resource
         + Clone
         + Default
@@ -186,10 +202,7 @@ where
         {
             Err(kube::Error::Api(e)) if e.code == 404 => {
                 if !reported {
-                    tracing::info!(
-                        kind,
-                        "not served (its CRD is not installed): no placement policies until it is"
-                    );
+                    tracing::info!(kind, "not served: {absent}");
                     ready.report(kind).await;
                     ready = ready.detached();
                     reported = true;
@@ -282,6 +295,45 @@ fn spawn_selector_watches(
     ]
 }
 
+/// A PodGroup appeared or went. Its spec is immutable: only a new one may release the
+/// pods that wait for it.
+fn on_pod_group_event(shared: &Shared, change: Change<PodGroup>) {
+    let groups = &shared.profiles.pod_groups;
+    match change {
+        Change::Apply(group, is_new) => {
+            groups.set_group(&group);
+            if is_new {
+                regate_group(shared, &key_of(&*group));
+                shared.queue.on_event(ClusterEvent::PodGroupAdd);
+            }
+        }
+        Change::Delete(group) => groups.remove_group(&key_of(&*group)),
+    }
+}
+
+/// PreEnqueue again for the gated pods of the group `key` (kube's queueing hints for a
+/// new member or PodGroup): the ones it now lets through enter activeQ.
+fn regate_group(shared: &Shared, key: &str) {
+    for pod in shared.queue.gated_pods() {
+        let object = pod.pod();
+        if mcsched_engine::pod_groups::group_key_of(&object).as_deref() != Some(key) {
+            continue;
+        }
+        let Some(fw) = shared.profiles.for_pod(&object) else {
+            continue;
+        };
+        let gate = fw.run_pre_enqueue(&object);
+        let gate = (!gate.is_success()).then(|| mcsched_engine::framework::Rejection {
+            profile: fw.scheduler_name.clone(),
+            plugins: vec![gate.plugin],
+        });
+        if gate.is_none() {
+            shared.profiles.nominator.update(pod.clone());
+        }
+        shared.queue.add(pod, gate);
+    }
+}
+
 fn on_node_event(shared: &Shared, change: Change<Node>) {
     if let Some(event) = watch::apply_node(&mut shared.cache(), change) {
         shared.queue.on_event(event);
@@ -302,7 +354,14 @@ fn on_pod_event(shared: &Shared, change: Change<Pod>) {
     match change {
         Change::Apply(pod, is_new) => {
             let id = mcsched_engine::queue::pod_id(&pod);
+            let group = mcsched_engine::pod_groups::group_key_of(&pod);
             if !is_unbound(&pod) {
+                if group.is_some() {
+                    shared
+                        .profiles
+                        .pod_groups
+                        .add_pod(Arc::new(PodInfo::compact(pod.clone())));
+                }
                 shared.cache().apply_pod(pod);
                 shared.queue.delete(&id);
                 shared.profiles.nominator.delete(&id);
@@ -321,6 +380,13 @@ fn on_pod_event(shared: &Shared, change: Change<Pod>) {
                 shared.profiles.nominator.delete(&id);
                 return;
             }
+            if group.is_some() {
+                // A member counts towards its gang's minCount before its own PreEnqueue.
+                shared
+                    .profiles
+                    .pod_groups
+                    .add_pod(Arc::new(PodInfo::compact(pod.clone())));
+            }
             let gate = fw.run_pre_enqueue(&pod);
             let gate = (!gate.is_success()).then(|| mcsched_engine::framework::Rejection {
                 profile: fw.scheduler_name.clone(),
@@ -336,6 +402,12 @@ fn on_pod_event(shared: &Shared, change: Change<Pod>) {
                 shared.profiles.nominator.update(info.clone());
             }
             shared.queue.add(info, gate);
+            if is_new && let Some(group) = group {
+                // A new member may complete its gang: the others wait at PreEnqueue or
+                // after a cycle that found too few (kube moves every pod on it).
+                regate_group(shared, &group);
+                shared.queue.on_event(ClusterEvent::PodAdd);
+            }
         }
         Change::Delete(pod) => {
             let key = key_of(&*pod);
@@ -353,6 +425,10 @@ fn on_pod_event(shared: &Shared, change: Change<Pod>) {
                 }
             }
             let was_bound = !is_unbound(&pod) || cached.is_some();
+            shared
+                .profiles
+                .pod_groups
+                .remove_member(pod.metadata.uid.as_deref().unwrap_or_default());
             shared.cache().remove_pod(&key);
             shared
                 .leaves

@@ -25,6 +25,9 @@ pub(super) enum Failure {
         /// The pods preemption evicts for it.
         victims: Vec<String>,
     },
+    /// The pod's group cannot be placed as a whole (kube's errPodGroupUnschedulable):
+    /// the pod waits in unschedulablePods for any event.
+    Group(String),
     /// Anything else: retried after backoff.
     Error(String),
 }
@@ -82,6 +85,19 @@ pub(super) fn handle_failure(
                 );
             }
             ("Unschedulable", message, nominating.clone())
+        }
+        Failure::Group(message) => {
+            debug!(pod = %info.pod.key, %message, "pod group unschedulable");
+            metrics.attempt(
+                "unschedulable",
+                scheduler_name,
+                started.elapsed().as_secs_f64(),
+            );
+            (
+                "Unschedulable",
+                message.clone(),
+                Nominating::Override(String::new()),
+            )
         }
         Failure::Error(message) => {
             metrics.attempt("error", scheduler_name, 0.0);
@@ -155,6 +171,7 @@ pub(super) fn handle_failure(
         Failure::Unschedulable { fit, .. } => shared
             .queue
             .add_unschedulable(info, fit.diagnosis.unschedulable_plugins),
+        Failure::Group(_) => shared.queue.add_unschedulable(info, Default::default()),
         Failure::Error(_) => shared.queue.add_backoff(info),
     }
 }
@@ -170,4 +187,5 @@ pub(super) fn forget(
 ) {
     fw.run_unreserve(state, pod, node);
     shared.cache().forget(&pod.key, &pod.uid);
+    shared.profiles.pod_groups.forget(pod);
 }

@@ -9,6 +9,7 @@ mod binding_cycle;
 mod event_handlers;
 pub mod extender;
 mod failure;
+mod pod_group_cycle;
 pub mod preemption;
 mod rebalance;
 pub mod schedule_pod;
@@ -130,9 +131,23 @@ async fn schedule_one(
         shared.queue.add_backoff(info);
         return;
     }
+    if let Some(group) = pod_group_cycle::group_to_schedule(shared, &info) {
+        pod_group_cycle::pod_group_cycle(shared, bindings, leader, info, group).await;
+        return;
+    }
     let Some(placed) = scheduling_cycle::scheduling_cycle(shared, leader, info).await else {
         return;
     };
+    spawn_binding(shared, bindings, leader, placed).await;
+}
+
+/// The binding cycle of a placed pod, as its own task.
+async fn spawn_binding(
+    shared: &Arc<Shared>,
+    bindings: &Arc<Semaphore>,
+    leader: &tokio::sync::watch::Receiver<bool>,
+    placed: scheduling_cycle::Placed,
+) {
     // A waiting pod takes a binding slot only once allowed: the pods whose scheduling
     // would allow it must not be kept from binding by it.
     let slot = if placed.waiting.is_some() {

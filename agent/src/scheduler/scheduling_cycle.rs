@@ -22,6 +22,8 @@ pub(super) struct Placed {
     pub started: Instant,
     /// Permit said Wait: the record turns into a failure's explanation if rejected.
     pub waiting: Option<CycleRecord>,
+    /// Permit's Wait message, when it said Wait.
+    pub permit_message: String,
 }
 
 /// `leader`: checked right before preemption evicts anything (fencing).
@@ -55,6 +57,7 @@ pub(super) async fn scheduling_cycle(
     }
     let started = Instant::now();
     let snapshot = shared.cache().snapshot();
+    let fw = fw.clone();
     let mut state = CycleState::new();
     // Plugin timings for a sample of cycles only, as kube-scheduler.
     state.set_record_plugin_metrics(mcsched_engine::metrics::sample_plugin_metrics(
@@ -145,7 +148,71 @@ pub(super) async fn scheduling_cycle(
     // copying the list of every node.
     record.feasible = record.feasible.detached();
     drop(snapshot);
+    let placing = Placing {
+        fw: fw.clone(),
+        state,
+        info,
+        node,
+        record,
+        started,
+    };
+    match assume_reserve_permit(shared, placing, true) {
+        Ok(placed) => Some(placed),
+        Err(refused) => {
+            let Refused {
+                info,
+                failure,
+                record,
+            } = *refused;
+            handle_failure(
+                shared,
+                scheduler_name,
+                info,
+                failure,
+                Some(&record),
+                started,
+            );
+            None
+        }
+    }
+}
+
+/// A placement Reserve or Permit refused, undone: what the failure handler needs.
+pub(super) struct Refused {
+    pub info: QueuedPodInfo,
+    pub failure: Failure,
+    pub record: CycleRecord,
+}
+
+/// A pod the algorithm found a node for, before it is assumed there.
+pub(super) struct Placing {
+    pub fw: Arc<Framework>,
+    pub state: CycleState,
+    pub info: QueuedPodInfo,
+    pub node: String,
+    pub record: CycleRecord,
+    pub started: Instant,
+}
+
+/// kube's assume, Reserve and Permit: the pod placed (Permit passed or said Wait), or
+/// undone with the failure to hand to the failure handler. `park`: a pod Permit told to
+/// wait waits for its verdict (not in a pod group's simulation, which is undone).
+pub(super) fn assume_reserve_permit(
+    shared: &Arc<Shared>,
+    placing: Placing,
+    park: bool,
+) -> Result<Placed, Box<Refused>> {
+    let Placing {
+        fw,
+        mut state,
+        info,
+        node,
+        record,
+        started,
+    } = placing;
+    let pod = info.pod.clone();
     shared.cache().assume(pod.clone(), &node);
+    shared.profiles.pod_groups.assume(&pod);
     shared
         .profiles
         .nominator
@@ -164,7 +231,7 @@ pub(super) async fn scheduling_cycle(
         (Status::error(msg).with_plugin(reserved.plugin), Vec::new())
     };
     let waiting = permit.code == Code::Wait;
-    if waiting {
+    if waiting && park {
         fw.add_waiting_pod(pod.clone(), &node, &waits);
     } else if !permit.is_success() {
         forget(shared, &fw, &mut state, &pod, &node);
@@ -173,23 +240,24 @@ pub(super) async fn scheduling_cycle(
         } else {
             Failure::Error(permit.message())
         };
-        handle_failure(
-            shared,
-            scheduler_name,
+        return Err(Box::new(Refused {
             info,
             failure,
-            Some(&record),
-            started,
-        );
-        return None;
+            record,
+        }));
     }
-    Some(Placed {
-        fw: fw.clone(),
+    Ok(Placed {
+        fw,
         state,
         pod,
         node,
         info,
         started,
         waiting: waiting.then_some(record),
+        permit_message: if waiting {
+            permit.message()
+        } else {
+            String::new()
+        },
     })
 }

@@ -97,7 +97,7 @@ fn leaf_subject() -> Subject {
 
 fn role_ref(kind: &str, name: &str) -> RoleRef {
     RoleRef {
-        api_group: RBAC_GROUP.into(),
+        api_group: Some(RBAC_GROUP.into()),
         kind: kind.into(),
         name: name.into(),
     }
@@ -305,12 +305,12 @@ fn validation(expression: String, message: String) -> Validation {
 fn policy_binding(name: &str, param_ref: Option<ParamRef>) -> ValidatingAdmissionPolicyBinding {
     ValidatingAdmissionPolicyBinding {
         metadata: meta(name, None, managed_labels()),
-        spec: Some(ValidatingAdmissionPolicyBindingSpec {
-            policy_name: Some(name.into()),
+        spec: ValidatingAdmissionPolicyBindingSpec {
+            policy_name: name.into(),
             param_ref,
-            validation_actions: Some(vec!["Deny".into()]),
+            validation_actions: vec!["Deny".into()],
             ..Default::default()
-        }),
+        },
     }
 }
 
@@ -672,8 +672,8 @@ pub async fn request_token(
     secret: &Secret,
 ) -> Result<LeafToken, kube::Error> {
     let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: Vec::new(),
+        spec: Some(TokenRequestSpec {
+            audiences: None,
             expiration_seconds: Some(i64::try_from(lifetime.as_secs()).unwrap_or(i64::MAX)),
             bound_object_ref: Some(BoundObjectReference {
                 api_version: Some("v1".into()),
@@ -681,7 +681,7 @@ pub async fn request_token(
                 name: secret.metadata.name.clone(),
                 uid: secret.metadata.uid.clone(),
             }),
-        },
+        }),
         ..Default::default()
     };
     let answer = Api::<ServiceAccount>::namespaced(leaf.clone(), keys::SYSTEM_NAMESPACE)
@@ -689,15 +689,15 @@ pub async fn request_token(
         .await?;
     let (token, expires) = match answer.status {
         Some(s) => (
-            s.token,
-            Some(s.expiration_timestamp).filter(|t| t.0.as_second() > 0),
+            s.token.unwrap_or_default(),
+            s.expiration_timestamp.filter(|t| t.0.as_second() > 0),
         ),
         None => (String::new(), None),
     };
     Ok(LeafToken {
         token,
         expires,
-        audiences: answer.spec.audiences,
+        audiences: answer.spec.and_then(|s| s.audiences).unwrap_or_default(),
     })
 }
 
@@ -855,7 +855,7 @@ mod tests {
         assert_eq!(policy.failure_policy.as_deref(), Some("Fail"));
         let token = token_policy().spec.unwrap_or_default();
         assert_eq!(token.failure_policy.as_deref(), Some("Fail"));
-        let binding = token_policy_binding().spec.unwrap_or_default();
+        let binding = token_policy_binding().spec;
         assert_eq!(
             binding
                 .param_ref

@@ -54,6 +54,8 @@ pub enum ClusterEvent {
     LeafChange,
     /// A PlacementPolicy or ClusterPlacementPolicy changed.
     PolicyChange,
+    /// A PodGroup appeared (its spec is immutable).
+    PodGroupAdd,
 }
 
 /// The pods nominated to each node by preemption, waiting for the room made for them

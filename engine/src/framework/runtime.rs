@@ -604,6 +604,7 @@ impl Framework {
         node: &str,
     ) -> (Status, Vec<(&'static str, Duration)>) {
         let mut waits = Vec::new();
+        let mut wait_status = None;
         for p in &self.permit {
             let Some(pm) = p.as_permit() else { continue };
             let t = Instant::now();
@@ -611,7 +612,10 @@ impl Framework {
             observe(state, p.name(), "Permit", &s, t);
             match s.code {
                 Code::Success | Code::Skip => {}
-                Code::Wait => waits.push((p.name(), timeout.min(MAX_WAIT))),
+                Code::Wait => {
+                    waits.push((p.name(), timeout.min(MAX_WAIT)));
+                    wait_status = Some(s);
+                }
                 _ if s.is_rejected() => return (s.with_plugin(p.name()), Vec::new()),
                 _ => {
                     let msg = format!("running Permit plugin {:?}: {}", p.name(), s.message());
@@ -619,13 +623,12 @@ impl Framework {
                 }
             }
         }
-        if waits.is_empty() {
+        // kube's: the last waiting plugin's status, with its own reason after.
+        let Some(mut wait) = wait_status else {
             return (Status::success(), waits);
-        }
-        let wait = Status::new(
-            Code::Wait,
-            vec!["one or more plugins asked to wait and no plugin rejected pod".into()],
-        );
+        };
+        wait.reasons
+            .push("one or more plugins asked to wait and no plugin rejected pod".into());
         (wait, waits)
     }
 
@@ -853,9 +856,10 @@ mod tests {
         ]);
         let (s, waits) = fw.run_permit(&state, &pod, "n1");
         assert_eq!(s.code, Code::Wait);
+        // kube's: the last waiting plugin's status, its own reason after.
         assert_eq!(
             s.message(),
-            "one or more plugins asked to wait and no plugin rejected pod"
+            "said so, one or more plugins asked to wait and no plugin rejected pod"
         );
         // No plugin may hold a pod beyond 15 minutes.
         assert_eq!(waits, vec![("A", Duration::from_secs(5)), ("C", MAX_WAIT)]);

@@ -78,7 +78,7 @@ fn split_by_pdb(
         .map(|p| {
             p.status
                 .as_ref()
-                .map(|s| s.disruptions_allowed)
+                .and_then(|s| s.disruptions_allowed)
                 .unwrap_or(0)
         })
         .collect();
@@ -630,7 +630,7 @@ mod tests {
                 ..Default::default()
             }),
             status: Some(PodDisruptionBudgetStatus {
-                disruptions_allowed: 0,
+                disruptions_allowed: Some(0),
                 ..Default::default()
             }),
         };

@@ -7,6 +7,7 @@ pub(crate) mod cluster_weights;
 pub(crate) mod default_binder;
 pub(crate) mod default_preemption;
 pub(crate) mod dynamic_resources;
+pub(crate) mod gang_scheduling;
 pub mod helper;
 pub(crate) mod image_locality;
 pub(crate) mod inter_pod_affinity;
@@ -84,10 +85,19 @@ pub fn registry(args: &PluginArgs) -> HashMap<String, Arc<dyn Plugin>> {
     registry_with_leaves(args, Arc::new(crate::leaf::cycle::NoLeaves))
 }
 
-/// Every plugin this agent implements; LeafNodeFit reads `leaves`.
+/// Every plugin this agent implements; LeafNodeFit reads `leaves`. No PodGroups are known.
 pub fn registry_with_leaves(
     args: &PluginArgs,
     leaves: Arc<dyn crate::leaf::cycle::LeafSnapshots>,
+) -> HashMap<String, Arc<dyn Plugin>> {
+    registry_with(args, leaves, crate::pod_groups::PodGroups::new())
+}
+
+/// Every plugin this agent implements; LeafNodeFit reads `leaves`, GangScheduling `groups`.
+pub fn registry_with(
+    args: &PluginArgs,
+    leaves: Arc<dyn crate::leaf::cycle::LeafSnapshots>,
+    groups: Arc<crate::pod_groups::PodGroups>,
 ) -> HashMap<String, Arc<dyn Plugin>> {
     let fit: Arc<dyn Plugin> =
         Arc::new(node_resources_fit::NodeResourcesFit::new(args.fit.clone()));
@@ -137,6 +147,7 @@ pub fn registry_with_leaves(
         Arc::new(cluster_cost::ClusterCost::new(&args.cluster_cost)),
         Arc::new(cluster_tiers::ClusterTiers::new(&args.cluster_tiers)),
         Arc::new(placement_policy::PlacementPolicy),
+        Arc::new(gang_scheduling::GangScheduling::new(groups)),
     ];
     plugins
         .into_iter()

@@ -87,6 +87,7 @@ pub const PLUGINS: &[(&str, &[Point])] = &[
     ),
     ("DefaultPreemption", &[PostFilter]),
     ("DefaultBinder", &[Bind]),
+    ("GangScheduling", &[PreEnqueue, Permit]),
     // mcsched's cluster policies: not in any default set, enabled through a profile.
     ("ClusterWeights", &[PreScore, Score]),
     ("ClusterCapacity", &[PreScore, Score]),
@@ -123,7 +124,9 @@ pub fn implements(plugin: &str, point: Point) -> bool {
 
 /// kube-scheduler v1.36's v1/v1beta3 multiPoint defaults with their score weights
 /// (pkg/scheduler/apis/config/v1/default_plugins.go), DynamicResources included as its
-/// default-on DynamicResourceAllocation gate adds it, before DefaultPreemption.
+/// default-on DynamicResourceAllocation gate adds it, before DefaultPreemption, and
+/// GangScheduling last as its GangScheduling gate adds it: it acts only on pods with
+/// `spec.schedulingGroup`, which an API server without the GenericWorkload gate drops.
 pub const V1_MULTI_POINT: &[(&str, i32)] = &[
     ("SchedulingGates", 0),
     ("PrioritySort", 0),
@@ -144,6 +147,7 @@ pub const V1_MULTI_POINT: &[(&str, i32)] = &[
     ("NodeResourcesBalancedAllocation", 1),
     ("ImageLocality", 1),
     ("DefaultBinder", 0),
+    ("GangScheduling", 0),
 ];
 
 /// v1beta2's per-extension-point defaults (Kubernetes 1.22–1.24).

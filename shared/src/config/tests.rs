@@ -54,7 +54,11 @@ fn v1_defaults() {
     let p = &c.profiles[0];
     assert_eq!(p.scheduler_name, "default-scheduler");
     assert_eq!(names(&p.plugins.queue_sort), vec!["PrioritySort"]);
-    assert_eq!(names(&p.plugins.pre_enqueue), vec!["SchedulingGates"]);
+    assert_eq!(
+        names(&p.plugins.pre_enqueue),
+        vec!["SchedulingGates", "GangScheduling"]
+    );
+    assert_eq!(names(&p.plugins.permit), vec!["GangScheduling"]);
     assert_eq!(
         names(&p.plugins.filter),
         vec![

@@ -3,7 +3,8 @@
 //!
 //! What `system:kube-scheduler` already grants (kube v1.36 bootstrap policy), so it is not
 //! repeated here: events create/update/patch (core and events.k8s.io), pods get/list/watch
-//! /delete, pods/binding create, pods/status patch/update, nodes get/list/watch.
+//! /delete, pods/binding create, pods/status patch/update, nodes get/list/watch, and where
+//! the GenericWorkload gate is on, podgroups get/list/watch and podgroups/status patch.
 //! Per virtual node permissions (update that node and its status, its Lease, delete it)
 //! are not here either: `join` grants them per leaf (`mcsched-virtual-node-<name>`), so
 //! the agent can never touch a real node.
@@ -52,7 +53,7 @@ fn subject(ns: &str) -> Vec<Subject> {
 
 fn role_ref(kind: &str, name: &str) -> RoleRef {
     RoleRef {
-        api_group: RBAC_GROUP.into(),
+        api_group: Some(RBAC_GROUP.into()),
         kind: kind.into(),
         name: name.into(),
     }

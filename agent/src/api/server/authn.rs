@@ -133,7 +133,7 @@ impl Authenticator {
         let api: Api<TokenReview> = Api::all(self.client.clone());
         let review = TokenReview {
             spec: TokenReviewSpec {
-                token: Some(token.to_string()),
+                token: token.to_string(),
                 ..Default::default()
             },
             ..Default::default()

@@ -272,14 +272,14 @@ impl Publisher {
             } else {
                 "IPv6".into()
             },
-            endpoints: vec![Endpoint {
+            endpoints: Some(vec![Endpoint {
                 addresses: vec![self.address.to_string()],
                 conditions: Some(EndpointConditions {
                     ready: Some(true),
                     ..Default::default()
                 }),
                 ..Default::default()
-            }],
+            }]),
             ports: Some(vec![EndpointPort {
                 name: port_name,
                 port: Some(i32::from(self.port)),

@@ -84,7 +84,7 @@ pub fn admit_priority(
     spec: &mut PodSpec,
     class: Option<&PriorityClass>,
 ) -> Result<(), WhatIfRefused> {
-    let computed = class.map_or(0, |c| c.value);
+    let computed = class.and_then(|c| c.value).unwrap_or(0);
     if let Some(given) = spec.priority
         && given != computed
     {

@@ -422,7 +422,7 @@ pub(super) async fn agent_rbac(
         ..Default::default()
     };
     let role_ref = |kind: &str| RoleRef {
-        api_group: "rbac.authorization.k8s.io".into(),
+        api_group: Some("rbac.authorization.k8s.io".into()),
         kind: kind.into(),
         name: name.clone(),
     };

@@ -1,0 +1,373 @@
+//! kube's pod group scheduling cycle (`schedule_one_podgroup.go`): a pod of a PodGroup is
+//! scheduled with every other unscheduled member, one after the other on the cluster as
+//! the earlier ones left it, each assumed where it fits. If the group as a whole passes
+//! Permit (a gang: `minCount` members placed) the placements are made again for real and
+//! bound; if not, none is, and every member waits for the next change.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use k8s_openapi::api::scheduling::v1alpha2::PodGroup;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use tokio::sync::Semaphore;
+use tracing::{debug, warn};
+
+use super::Shared;
+use super::failure::{Failure, forget, handle_failure};
+use super::schedule_pod::schedule_pod;
+use super::scheduling_cycle::{Placing, assume_reserve_permit};
+use mcsched_engine::framework::runtime::CycleRecord;
+use mcsched_engine::framework::{CycleState, Framework, QueuedPodInfo};
+use mcsched_engine::pod_groups::group_key_of;
+
+/// kube's errPodGroupUnschedulable.
+const GROUP_UNSCHEDULABLE: &str = "pod group is unschedulable";
+const CONDITION: &str = "PodGroupScheduled";
+
+/// The group `info`'s pod is scheduled with, when its PodGroup exists (kube: when the
+/// GenericWorkload gate is on, which is when the API server serves PodGroups).
+pub(super) fn group_to_schedule(shared: &Shared, info: &QueuedPodInfo) -> Option<String> {
+    let key = group_key_of(&info.pod.object())?;
+    shared.profiles.pod_groups.policy(&key).map(|_| key)
+}
+
+/// One member's attempt in the group's simulation.
+enum Attempt {
+    /// Fits on `node`; Permit passed (the group's quorum reached with it) or said Wait.
+    Feasible {
+        placing: Placing,
+        passed: bool,
+        permit_message: String,
+    },
+    /// No node (or its node's Reserve or Permit refused it): its own failure.
+    Failed {
+        info: QueuedPodInfo,
+        failure: Failure,
+        record: CycleRecord,
+        started: Instant,
+    },
+}
+
+pub(super) async fn pod_group_cycle(
+    shared: &Arc<Shared>,
+    bindings: &Arc<Semaphore>,
+    leader: &tokio::sync::watch::Receiver<bool>,
+    first: QueuedPodInfo,
+    key: String,
+) {
+    let members = take_members(shared, first);
+    let Some(fw) = framework_for(shared, &members) else {
+        return;
+    };
+    let scheduler_name = fw.scheduler_name.clone();
+    let members: Vec<QueuedPodInfo> = members
+        .into_iter()
+        .filter(|m| {
+            // kube's skipPodSchedule: being deleted, or placed already.
+            let assumed = shared.cache().assumed_uid(&m.pod.key) == Some(m.pod.uid.as_str());
+            let skip = m.pod.terminating() || assumed;
+            if skip {
+                shared.queue.done(&m.pod);
+            }
+            !skip
+        })
+        .collect();
+    if members.is_empty() {
+        return;
+    }
+    debug!(group = %key, members = members.len(), "scheduling a pod group");
+    let started = Instant::now();
+
+    // The simulation: each member placed on the cluster as the earlier ones left it.
+    let mut attempts = Vec::with_capacity(members.len());
+    let mut quorum = false;
+    for mut info in members {
+        info.pod = info.pod.decoded();
+        let attempt = attempt(shared, &fw, info).await;
+        if let Attempt::Feasible { passed: true, .. } = &attempt {
+            quorum = true;
+        }
+        attempts.push(attempt);
+    }
+    metrics_algorithm(started);
+    // Undo every simulated placement before any is made for real.
+    let mut outcomes = Vec::with_capacity(attempts.len());
+    for a in attempts {
+        if let Attempt::Feasible { placing, .. } = &a {
+            let mut state = placing.state.clone();
+            forget(shared, &fw, &mut state, &placing.info.pod, &placing.node);
+        }
+        outcomes.push(a);
+    }
+
+    let metrics = mcsched_engine::metrics::global();
+    let (mut placed, mut refused) = (0usize, 0usize);
+    for outcome in outcomes {
+        match outcome {
+            Attempt::Failed {
+                info,
+                failure,
+                record,
+                started,
+            } => {
+                refused += 1;
+                handle_failure(
+                    shared,
+                    &scheduler_name,
+                    info,
+                    failure,
+                    Some(&record),
+                    started,
+                );
+            }
+            Attempt::Feasible {
+                placing,
+                permit_message,
+                ..
+            } if !quorum => {
+                refused += 1;
+                let message = format!("{GROUP_UNSCHEDULABLE}, {permit_message}");
+                handle_failure(
+                    shared,
+                    &scheduler_name,
+                    placing.info,
+                    Failure::Group(message),
+                    Some(&placing.record),
+                    placing.started,
+                );
+            }
+            Attempt::Feasible { placing, .. } => {
+                let node = placing.node.clone();
+                let key = placing.info.pod.key.clone();
+                let nodes = placing.record.feasible.len();
+                let record = placing.record.clone();
+                match assume_reserve_permit(shared, placing, true) {
+                    Ok(p) => {
+                        placed += 1;
+                        shared.explanations.record_success(
+                            &scheduler_name,
+                            &key,
+                            &record,
+                            &node,
+                            nodes,
+                        );
+                        super::spawn_binding(shared, bindings, leader, p).await;
+                    }
+                    Err(r) => {
+                        refused += 1;
+                        handle_failure(
+                            shared,
+                            &scheduler_name,
+                            r.info,
+                            r.failure,
+                            Some(&r.record),
+                            started,
+                        );
+                    }
+                }
+            }
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let (status, reason, message) = if quorum {
+        metrics.pod_group_attempt("scheduled", &scheduler_name, elapsed);
+        ("True", "Scheduled", String::new())
+    } else {
+        metrics.pod_group_attempt("unschedulable", &scheduler_name, elapsed);
+        ("False", "Unschedulable", GROUP_UNSCHEDULABLE.to_string())
+    };
+    debug!(group = %key, placed, refused, quorum, "pod group cycle done");
+    set_condition(shared, &key, status, reason, &message).await;
+}
+
+fn metrics_algorithm(started: Instant) {
+    mcsched_engine::metrics::global()
+        .pod_group_algorithm_duration
+        .observe(started.elapsed().as_secs_f64());
+}
+
+/// `first` and every other member waiting in the queue, highest priority first, then
+/// the longest waiting (kube's podGroupInfoForPod).
+fn take_members(shared: &Shared, first: QueuedPodInfo) -> Vec<QueuedPodInfo> {
+    let Some(key) = group_key_of(&first.pod.object()) else {
+        return vec![first];
+    };
+    let mut members = vec![first];
+    for (name, pod) in shared.profiles.pod_groups.state(&key).unscheduled() {
+        if name == members[0].pod.name {
+            continue;
+        }
+        if let Some(info) = shared.queue.pop_specific(mcsched_engine::queue::id(&pod)) {
+            members.push(info);
+        }
+    }
+    members.sort_by(|a, b| {
+        b.pod
+            .priority()
+            .cmp(&a.pod.priority())
+            .then(a.initial_attempt.cmp(&b.initial_attempt))
+    });
+    members
+}
+
+/// The one profile of every member; each member fails with kube's error otherwise.
+fn framework_for(shared: &Arc<Shared>, members: &[QueuedPodInfo]) -> Option<Arc<Framework>> {
+    let names: Vec<String> = members
+        .iter()
+        .map(|m| mcsched_shared::pod::scheduler_name(&m.pod.object()).to_string())
+        .collect();
+    let mismatch = names.iter().find(|n| *n != &names[0]);
+    let fw = shared.profiles.get(&names[0]).cloned();
+    match (mismatch, fw) {
+        (None, Some(fw)) => Some(fw),
+        (mismatch, _) => {
+            let message = match mismatch {
+                Some(other) => format!(
+                    "all pods in a single pod group should have the same .spec.schedulerName set, got: {other:?} and {:?}",
+                    names[0]
+                ),
+                None => format!("profile not found for scheduler name {:?}", names[0]),
+            };
+            for m in members {
+                let name = mcsched_shared::pod::scheduler_name(&m.pod.object()).to_string();
+                if shared.profiles.get(&name).is_none() {
+                    shared.queue.done(&m.pod);
+                    continue;
+                }
+                handle_failure(
+                    shared,
+                    &name,
+                    m.clone(),
+                    Failure::Error(message.clone()),
+                    None,
+                    Instant::now(),
+                );
+            }
+            None
+        }
+    }
+}
+
+/// One member through the algorithm, assumed where it fits so that the next members see
+/// it there (kube's podGroupPodSchedulingAlgorithm; PostFilter is not run for members).
+async fn attempt(shared: &Arc<Shared>, fw: &Arc<Framework>, info: QueuedPodInfo) -> Attempt {
+    let started = Instant::now();
+    let pod = info.pod.clone();
+    let snapshot = shared.cache().snapshot();
+    let mut state = CycleState::new();
+    let mut record = CycleRecord::default();
+    let result = schedule_pod(
+        fw,
+        &shared.extenders,
+        &mut state,
+        &pod,
+        &snapshot,
+        &mut record,
+        false,
+    )
+    .await;
+    record.feasible = record.feasible.detached();
+    drop(snapshot);
+    let node = match result {
+        Ok(r) => r.node,
+        Err(fit) => {
+            return Attempt::Failed {
+                info,
+                failure: Failure::Unschedulable {
+                    fit,
+                    nominating: mcsched_engine::nominator::Nominating::Noop,
+                    victims: Vec::new(),
+                },
+                record,
+                started,
+            };
+        }
+    };
+    let placing = Placing {
+        fw: fw.clone(),
+        state,
+        info,
+        node,
+        record,
+        started,
+    };
+    // Assumed, reserved and through Permit; a pod told to wait is not parked: the
+    // simulation is undone before anything binds.
+    let kept = placing.record.clone();
+    match assume_reserve_permit(shared, placing, false) {
+        Ok(placed) => {
+            let passed = placed.waiting.is_none();
+            let permit_message = placed.permit_message;
+            Attempt::Feasible {
+                placing: Placing {
+                    fw: placed.fw,
+                    state: placed.state,
+                    info: placed.info,
+                    node: placed.node,
+                    record: kept,
+                    started,
+                },
+                passed,
+                permit_message,
+            }
+        }
+        Err(r) => Attempt::Failed {
+            info: r.info,
+            failure: r.failure,
+            record: r.record,
+            started,
+        },
+    }
+}
+
+/// Sets the PodGroupScheduled condition as kube's updatePodGroupCondition: a True one is
+/// not turned False by a later cycle for more members.
+async fn set_condition(shared: &Shared, key: &str, status: &str, reason: &str, message: &str) {
+    let Some(policy) = shared.profiles.pod_groups.policy(key) else {
+        return;
+    };
+    let existing = policy.conditions.iter().find(|c| c.type_ == CONDITION);
+    if existing.is_some_and(|c| c.status == "True") && status != "True" {
+        return;
+    }
+    if existing.is_some_and(|c| {
+        c.status == status
+            && c.reason == reason
+            && c.message == message
+            && c.observed_generation == Some(policy.generation)
+    }) {
+        return;
+    }
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let transition = match existing {
+        Some(c) if c.status == status => c.last_transition_time.clone(),
+        _ => now,
+    };
+    let mut conditions: Vec<Condition> = policy
+        .conditions
+        .iter()
+        .filter(|c| c.type_ != CONDITION)
+        .cloned()
+        .collect();
+    conditions.push(Condition {
+        type_: CONDITION.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message: message.into(),
+        observed_generation: Some(policy.generation),
+        last_transition_time: transition,
+    });
+    let Some((ns, name)) = key.split_once('/') else {
+        return;
+    };
+    let api: Api<PodGroup> = Api::namespaced(shared.bind_ctx.client.clone(), ns);
+    let patch = serde_json::json!({"status": {"conditions": conditions}});
+    if let Err(e) = api
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        warn!(group = %key, error = %e, "failed to update PodGroup status");
+    }
+}

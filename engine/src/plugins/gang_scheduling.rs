@@ -1,0 +1,194 @@
+//! GangScheduling: all or nothing for the pods of a PodGroup with a gang policy. Its pods
+//! wait outside the active queue until the group exists and `minCount` of them do, and
+//! wait at Permit until `minCount` of them are placed; then all bind.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::framework::{
+    ClusterEvent, CycleState, Handle, PermitPlugin, Plugin, PreEnqueuePlugin, Status,
+};
+use crate::pod_groups::{PodGroups, group_key_of};
+use crate::snapshot::PodInfo;
+
+pub(crate) const NAME: &str = "GangScheduling";
+
+/// How long the gang's pods wait at Permit for the rest (kube's permitTimeoutDuration).
+const PERMIT_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+pub(crate) struct GangScheduling {
+    groups: Arc<PodGroups>,
+    handle: OnceLock<Handle>,
+}
+
+impl GangScheduling {
+    pub(crate) fn new(groups: Arc<PodGroups>) -> Self {
+        GangScheduling {
+            groups,
+            handle: OnceLock::new(),
+        }
+    }
+}
+
+impl Plugin for GangScheduling {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    fn set_handle(&self, handle: &Handle) {
+        let _ = self.handle.set(handle.clone());
+    }
+    /// A new member may complete the gang; a new PodGroup may be the one it waits for
+    /// (both are immutable where it matters, so updates do not count).
+    fn events_to_register(&self) -> Vec<ClusterEvent> {
+        vec![ClusterEvent::PodAdd, ClusterEvent::PodGroupAdd]
+    }
+    fn as_pre_enqueue(&self) -> Option<&dyn PreEnqueuePlugin> {
+        Some(self)
+    }
+    fn as_permit(&self) -> Option<&dyn PermitPlugin> {
+        Some(self)
+    }
+}
+
+fn group_name(key: &str) -> &str {
+    key.split_once('/').map_or(key, |(_, name)| name)
+}
+
+impl PreEnqueuePlugin for GangScheduling {
+    fn pre_enqueue(&self, pod: &Pod) -> Status {
+        let Some(key) = group_key_of(pod) else {
+            return Status::success();
+        };
+        let Some(policy) = self.groups.policy(&key) else {
+            return Status::unresolvable(format!(
+                "waiting for pods's pod group {:?} to appear in scheduling queue",
+                group_name(&key)
+            ));
+        };
+        let Some(min) = policy.gang_min_count else {
+            return Status::success();
+        };
+        if self.groups.state(&key).all_count() < min {
+            return Status::unresolvable(
+                "waiting for minCount pods from a gang to appear in scheduling queue",
+            );
+        }
+        Status::success()
+    }
+}
+
+impl PermitPlugin for GangScheduling {
+    fn permit(&self, _state: &CycleState, pod: &PodInfo, _node: &str) -> (Status, Duration) {
+        let Some(key) = group_key_of(&pod.object()) else {
+            return (Status::success(), Duration::ZERO);
+        };
+        let Some(policy) = self.groups.policy(&key) else {
+            let msg = format!(
+                "failed to get podGroup {key}: podgroup.scheduling.k8s.io {:?} not found",
+                group_name(&key)
+            );
+            return (Status::error(msg), Duration::ZERO);
+        };
+        let Some(min) = policy.gang_min_count else {
+            return (Status::success(), Duration::ZERO);
+        };
+        let state = self.groups.state(&key);
+        if state.scheduled_count() < min {
+            return (
+                Status::new(
+                    crate::framework::Code::Wait,
+                    vec!["waiting for minCount pods from a gang to be scheduled".into()],
+                ),
+                PERMIT_TIMEOUT,
+            );
+        }
+        // Quorum: this pod goes on, and so do the members waiting for it.
+        if let Some(handle) = self.handle.get() {
+            for uid in state.assumed_uids() {
+                if let Some(waiting) = handle.get_waiting_pod(&uid) {
+                    waiting.allow(NAME);
+                }
+            }
+        }
+        (Status::success(), Duration::ZERO)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::Code;
+    use k8s_openapi::api::scheduling::v1alpha2::PodGroup;
+    use serde_json::json;
+
+    fn member(name: &str) -> Arc<PodInfo> {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}")},
+            "spec": {"containers": [], "schedulingGroup": {"podGroupName": "g"}}
+        }))
+        .expect("pod");
+        Arc::new(PodInfo::new(Arc::new(pod)))
+    }
+
+    fn group(policy: serde_json::Value) -> PodGroup {
+        serde_json::from_value(json!({
+            "metadata": {"name": "g", "namespace": "ns"},
+            "spec": {"schedulingPolicy": policy}
+        }))
+        .expect("group")
+    }
+
+    #[test]
+    fn a_gang_waits_for_its_group_then_for_min_count_pods() {
+        let groups = PodGroups::new();
+        let plugin = GangScheduling::new(groups.clone());
+        let a = member("a");
+        let s = plugin.pre_enqueue(&a.object());
+        assert_eq!(s.code, Code::UnschedulableAndUnresolvable);
+        assert_eq!(
+            s.message(),
+            "waiting for pods's pod group \"g\" to appear in scheduling queue"
+        );
+        groups.set_group(&group(json!({"gang": {"minCount": 2}})));
+        groups.add_pod(a.clone());
+        let s = plugin.pre_enqueue(&a.object());
+        assert_eq!(
+            s.message(),
+            "waiting for minCount pods from a gang to appear in scheduling queue"
+        );
+        let b = member("b");
+        groups.add_pod(b.clone());
+        assert!(plugin.pre_enqueue(&a.object()).is_success());
+
+        // Permit: the first placed waits, the second completes the quorum.
+        groups.assume(&a);
+        let (s, timeout) = plugin.permit(&CycleState::new(), &a, "n1");
+        assert_eq!(
+            (s.code, s.message().as_str(), timeout),
+            (
+                Code::Wait,
+                "waiting for minCount pods from a gang to be scheduled",
+                PERMIT_TIMEOUT
+            )
+        );
+        groups.assume(&b);
+        assert!(plugin.permit(&CycleState::new(), &b, "n2").0.is_success());
+    }
+
+    #[test]
+    fn a_basic_group_and_a_pod_of_no_group_pass() {
+        let groups = PodGroups::new();
+        let plugin = GangScheduling::new(groups.clone());
+        groups.set_group(&group(json!({"basic": {}})));
+        let a = member("a");
+        assert!(plugin.pre_enqueue(&a.object()).is_success());
+        assert!(plugin.permit(&CycleState::new(), &a, "n").0.is_success());
+        let loner: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "x", "namespace": "ns"}, "spec": {"containers": []}
+        }))
+        .expect("pod");
+        assert!(plugin.pre_enqueue(&loner).is_success());
+    }
+}
