@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/pflag"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
@@ -72,6 +73,12 @@ func runAPIServer(ctx context.Context, cfg config, dataDir string, port int, etc
 		}
 		args = append(args, "--audit-log-path="+cfg.auditLog, "--audit-policy-file="+policy,
 			"--audit-log-format=json", "--audit-log-mode=blocking", "--audit-log-maxsize=0")
+	}
+	if cfg.featureGates != "" {
+		args = append(args, "--feature-gates="+cfg.featureGates)
+		if strings.Contains(cfg.featureGates, "GenericWorkload=true") {
+			args = append(args, "--runtime-config=scheduling.k8s.io/v1alpha2=true")
+		}
 	}
 	if cfg.compactionInterval > 0 {
 		args = append(args, "--etcd-compaction-interval="+cfg.compactionInterval.String())

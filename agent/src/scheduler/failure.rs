@@ -32,6 +32,15 @@ pub(super) enum Failure {
     Error(String),
 }
 
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Unschedulable { fit, .. } => write!(f, "{fit}"),
+            Failure::Group(m) | Failure::Error(m) => f.write_str(m),
+        }
+    }
+}
+
 impl Failure {
     /// kube's FitError for a pod rejected after its node was chosen (Reserve, Permit,
     /// WaitOnPermit): one node, rejected by that plugin.

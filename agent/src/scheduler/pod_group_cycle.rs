@@ -86,6 +86,18 @@ pub(super) async fn pod_group_cycle(
     for mut info in members {
         info.pod = info.pod.decoded();
         let attempt = attempt(shared, &fw, info).await;
+        match &attempt {
+            Attempt::Feasible {
+                placing,
+                passed,
+                permit_message,
+            } => {
+                debug!(pod = %placing.info.pod.key, node = %placing.node, passed, permit = %permit_message, "pod group member fits")
+            }
+            Attempt::Failed { info, failure, .. } => {
+                debug!(pod = %info.pod.key, failure = %failure, "pod group member does not fit")
+            }
+        }
         if let Attempt::Feasible { passed: true, .. } = &attempt {
             quorum = true;
         }

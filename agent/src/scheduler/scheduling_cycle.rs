@@ -231,8 +231,10 @@ pub(super) fn assume_reserve_permit(
         (Status::error(msg).with_plugin(reserved.plugin), Vec::new())
     };
     let waiting = permit.code == Code::Wait;
-    if waiting && park {
-        fw.add_waiting_pod(pod.clone(), &node, &waits);
+    if waiting {
+        if park {
+            fw.add_waiting_pod(pod.clone(), &node, &waits);
+        }
     } else if !permit.is_success() {
         forget(shared, &fw, &mut state, &pod, &node);
         let failure = if permit.is_rejected() {

@@ -1,0 +1,252 @@
+//! Gangs (PodGroups with a gang policy), end to end on control planes with the
+//! GenericWorkload and GangScheduling gates on: a host and a leaf joined the way `join`
+//! leaves them, and the agent.
+//!
+//! - A gang of 8 (minCount 8) on a host whose node fits 6 and a leaf whose node fits 4:
+//!   while only 7 members exist none is bound; the 8th brings the whole gang in, split
+//!   between host and leaf, never 6 alone.
+//! - Two gangs of 4 that each fit alone on the host's remaining room but not together: one
+//!   is bound whole, the other not at all, its PodGroup `PodGroupScheduled=False` and its
+//!   members' FailedScheduling event kube's message.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::scheduling::v1alpha2::PodGroup;
+use kube::Api;
+use kube::api::{ListParams, PostParams};
+use mcsched_e2e::placement::agent_with_policies;
+use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, wait};
+use mcsched_shared::keys;
+use serde_json::json;
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+const GATES: &str = "--feature-gates=GenericWorkload=true,GangScheduling=true";
+
+async fn start(name: &str) -> anyhow::Result<ControlPlane> {
+    ControlPlane::start_with_args(name, ControlPlaneOptions::full(), &[GATES]).await
+}
+
+async fn pod_group(client: &kube::Client, name: &str, min_count: i32) -> anyhow::Result<()> {
+    let group: PodGroup = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}}
+    }))?;
+    Api::<PodGroup>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &group)
+        .await?;
+    Ok(())
+}
+
+/// A member of `group` asking for 1 CPU, allowed on virtual nodes.
+async fn member(pods: &Api<Pod>, name: &str, group: &str) -> anyhow::Result<()> {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"gang": group}},
+        "spec": {
+            "schedulerName": "mcsched",
+            "schedulingGroup": {"podGroupName": group},
+            "tolerations": [{"key": keys::LEAF_TAINT, "operator": "Exists"}],
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                "resources": {"requests": {"cpu": "1"}}}]
+        }
+    }))?;
+    pods.create(&PostParams::default(), &pod).await?;
+    Ok(())
+}
+
+/// The node of every pod of `group` that is bound.
+async fn placements(pods: &Api<Pod>, group: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    Ok(pods
+        .list(&ListParams::default().labels(&format!("gang={group}")))
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|p| {
+            let node = p.spec.as_ref()?.node_name.clone()?;
+            Some((p.metadata.name?, node))
+        })
+        .collect())
+}
+
+async fn all_bound(
+    pods: &Api<Pod>,
+    group: &str,
+    count: usize,
+    agent: &Agent,
+) -> anyhow::Result<BTreeMap<String, String>> {
+    wait::until(
+        TIMEOUT,
+        &format!("the {count} pods of {group} bound"),
+        || async {
+            let p = placements(pods, group).await?;
+            Ok((p.len() == count).then_some(p))
+        },
+    )
+    .await
+    .map_err(|e| e.context(agent.logs()))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gang_is_placed_whole_across_host_and_leaf_or_not_at_all() -> anyhow::Result<()> {
+    let (host, leaf) = tokio::try_join!(start("gang-host"), start("gang-leaf"))?;
+    mcsched_e2e::objects::ready_node(
+        &host.client,
+        "host-a",
+        "6",
+        "16Gi",
+        json!({"kubernetes.io/hostname": "host-a"}),
+    )
+    .await?;
+    mcsched_e2e::objects::ready_node(
+        &leaf.client,
+        "leaf-1",
+        "4",
+        "16Gi",
+        json!({"kubernetes.io/hostname": "leaf-1"}),
+    )
+    .await?;
+    mcsched_e2e::objects::join_as_join_does(&host.client, &leaf, "east", json!({})).await?;
+    let agent = agent_with_policies(&host, &["mcsched-east"], TIMEOUT).await?;
+    let pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
+
+    // 8 of 1 CPU: 6 fit on the host, 4 in the leaf.
+    pod_group(&host.client, "train", 8).await?;
+    for i in 0..7 {
+        member(&pods, &format!("train-{i}"), "train").await?;
+    }
+    // A pod of no gang, created after the 7, is bound: the agent has seen them all.
+    let loner: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "loner"},
+        "spec": {"schedulerName": "mcsched", "nodeName": null,
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
+    }))?;
+    pods.create(&PostParams::default(), &loner).await?;
+    wait::until(TIMEOUT, "loner bound", || async {
+        Ok(pods
+            .get("loner")
+            .await?
+            .spec
+            .and_then(|s| s.node_name)
+            .map(|_| ()))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    assert_eq!(
+        placements(&pods, "train").await?,
+        BTreeMap::new(),
+        "7 members of a gang of minCount 8: none may be bound"
+    );
+    pods.delete("loner", &Default::default()).await?;
+
+    member(&pods, "train-7", "train").await?;
+    let placed = all_bound(&pods, "train", 8, &agent).await?;
+    let on_host = placed.values().filter(|n| *n == "host-a").count();
+    let on_leaf = placed
+        .values()
+        .filter(|n| *n == &format!("{}east", keys::VIRTUAL_NODE_PREFIX))
+        .count();
+    assert_eq!(on_host + on_leaf, 8, "{placed:?}");
+    assert!(on_host <= 6 && on_leaf <= 4, "{placed:?}");
+
+    let groups: Api<PodGroup> = Api::namespaced(host.client.clone(), "default");
+    wait::until(TIMEOUT, "train PodGroupScheduled=True", || async {
+        let g = groups.get("train").await?;
+        let scheduled = g
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.type_ == "PodGroupScheduled");
+        Ok(scheduled.filter(|c| c.status == "True").map(|_| ()))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn of_two_gangs_that_fit_only_alone_one_runs_whole_and_the_other_waits_whole()
+-> anyhow::Result<()> {
+    let host = start("gangs-two").await?;
+    mcsched_e2e::objects::ready_node(
+        &host.client,
+        "host-a",
+        "6",
+        "16Gi",
+        json!({"kubernetes.io/hostname": "host-a"}),
+    )
+    .await?;
+    let agent = agent_with_policies(&host, &[], TIMEOUT).await?;
+    let pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
+    pod_group(&host.client, "a", 4).await?;
+    pod_group(&host.client, "b", 4).await?;
+    // Interleaved, so that neither gang is complete before the other starts.
+    for i in 0..4 {
+        member(&pods, &format!("a-{i}"), "a").await?;
+        member(&pods, &format!("b-{i}"), "b").await?;
+    }
+    let groups: Api<PodGroup> = Api::namespaced(host.client.clone(), "default");
+    let condition = |name: &'static str| {
+        let groups = groups.clone();
+        async move {
+            let g = groups.get(name).await?;
+            Ok::<_, anyhow::Error>(
+                g.status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .find(|c| c.type_ == "PodGroupScheduled"),
+            )
+        }
+    };
+    // One gang scheduled, the other found unschedulable as a whole.
+    let (winner, loser) = wait::until(TIMEOUT, "one gang scheduled, one not", || async {
+        let (a, b) = (condition("a").await?, condition("b").await?);
+        let status = |c: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>| {
+            c.as_ref().map(|c| c.status.clone())
+        };
+        Ok(match (status(&a).as_deref(), status(&b).as_deref()) {
+            (Some("True"), Some("False")) => Some(("a", "b")),
+            (Some("False"), Some("True")) => Some(("b", "a")),
+            _ => None,
+        })
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    all_bound(&pods, winner, 4, &agent).await?;
+    assert_eq!(
+        placements(&pods, loser).await?,
+        BTreeMap::new(),
+        "gang {loser} is not bound in part"
+    );
+    let lost = condition(loser).await?;
+    assert_eq!(
+        lost.as_ref()
+            .map(|c| (c.reason.as_str(), c.message.as_str())),
+        Some(("Unschedulable", "pod group is unschedulable")),
+        "{lost:?}"
+    );
+    let events: Api<Event> = Api::namespaced(host.client.clone(), "default");
+    let prefix = format!("{loser}-");
+    let messages: Vec<String> = events
+        .list(&ListParams::default().fields("reason=FailedScheduling"))
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.involved_object
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with(&prefix))
+        })
+        .filter_map(|e| e.message)
+        .collect();
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.starts_with("pod group is unschedulable")),
+        "{messages:?}"
+    );
+    Ok(())
+}
