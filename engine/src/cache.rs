@@ -304,6 +304,11 @@ impl Cache {
             .map(|e| e.info.uid.as_str())
     }
 
+    /// The node the pod under `key` is bound or assumed to.
+    pub fn node_of(&self, key: &str) -> Option<&str> {
+        self.pods.get(key).map(|e| e.node.as_str())
+    }
+
     pub fn bound_pod_keys(&self) -> HashSet<String> {
         self.pods.keys().cloned().collect()
     }

@@ -80,6 +80,20 @@ impl Snapshot {
         }
     }
 
+    /// The same cluster with only the nodes `keep` keeps (kube's AssumePlacement): what a
+    /// pod group is simulated on when it must stay within one topology domain.
+    pub fn restricted_to(&self, keep: impl Fn(&NodeInfo) -> bool) -> Snapshot {
+        let nodes: Vec<Arc<NodeInfo>> = self.nodes.iter().filter(|n| keep(n)).cloned().collect();
+        Snapshot {
+            namespaces: self.namespaces.clone(),
+            volumes: self.volumes.clone(),
+            pdbs: self.pdbs.clone(),
+            pod_selectors: self.pod_selectors.clone(),
+            policies: self.policies.clone(),
+            ..Snapshot::from_nodes(nodes)
+        }
+    }
+
     pub fn get(&self, name: &str) -> Option<&Arc<NodeInfo>> {
         self.index.get(name).and_then(|&i| self.nodes.get(i))
     }

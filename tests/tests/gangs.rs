@@ -8,6 +8,8 @@
 //! - Two gangs of 4 that each fit alone on the host's remaining room but not together: one
 //!   is bound whole, the other not at all, its PodGroup `PodGroupScheduled=False` and its
 //!   members' FailedScheduling event kube's message.
+//! - A gang of 6 that asks to stay in one cluster (`topology: [{key: mcsched.io/cluster}]`)
+//!   and prefers the host, whose node fits 4: all 6 go to the leaf, none split off.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -22,16 +24,27 @@ use mcsched_shared::keys;
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(90);
-const GATES: &str = "--feature-gates=GenericWorkload=true,GangScheduling=true";
+const GATES: &str =
+    "--feature-gates=GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloadScheduling=true";
 
 async fn start(name: &str) -> anyhow::Result<ControlPlane> {
     ControlPlane::start_with_args(name, ControlPlaneOptions::full(), &[GATES]).await
 }
 
 async fn pod_group(client: &kube::Client, name: &str, min_count: i32) -> anyhow::Result<()> {
+    pod_group_with(client, name, min_count, json!(null)).await
+}
+
+async fn pod_group_with(
+    client: &kube::Client,
+    name: &str,
+    min_count: i32,
+    constraints: serde_json::Value,
+) -> anyhow::Result<()> {
     let group: PodGroup = serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": "default"},
-        "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}}
+        "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}},
+                 "schedulingConstraints": constraints}
     }))?;
     Api::<PodGroup>::namespaced(client.clone(), "default")
         .create(&PostParams::default(), &group)
@@ -41,11 +54,21 @@ async fn pod_group(client: &kube::Client, name: &str, min_count: i32) -> anyhow:
 
 /// A member of `group` asking for 1 CPU, allowed on virtual nodes.
 async fn member(pods: &Api<Pod>, name: &str, group: &str) -> anyhow::Result<()> {
+    member_with(pods, name, group, json!(null)).await
+}
+
+async fn member_with(
+    pods: &Api<Pod>,
+    name: &str,
+    group: &str,
+    affinity: serde_json::Value,
+) -> anyhow::Result<()> {
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": name, "labels": {"gang": group}},
         "spec": {
             "schedulerName": "mcsched",
             "schedulingGroup": {"podGroupName": group},
+            "affinity": affinity,
             "tolerations": [{"key": keys::LEAF_TAINT, "operator": "Exists"}],
             "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
                 "resources": {"requests": {"cpu": "1"}}}]
@@ -248,5 +271,53 @@ async fn of_two_gangs_that_fit_only_alone_one_runs_whole_and_the_other_waits_who
             .any(|m| m.starts_with("pod group is unschedulable")),
         "{messages:?}"
     );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gang_kept_in_one_cluster_is_not_split_between_host_and_leaf() -> anyhow::Result<()> {
+    let (host, leaf) = tokio::try_join!(start("together-host"), start("together-leaf"))?;
+    mcsched_e2e::objects::ready_node(
+        &host.client,
+        "host-a",
+        "4",
+        "16Gi",
+        json!({"kubernetes.io/hostname": "host-a"}),
+    )
+    .await?;
+    mcsched_e2e::objects::ready_node(
+        &leaf.client,
+        "leaf-1",
+        "6",
+        "16Gi",
+        json!({"kubernetes.io/hostname": "leaf-1"}),
+    )
+    .await?;
+    mcsched_e2e::objects::join_as_join_does(&host.client, &leaf, "east", json!({})).await?;
+    let agent = agent_with_policies(&host, &["mcsched-east"], TIMEOUT).await?;
+    let pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
+    pod_group_with(
+        &host.client,
+        "together",
+        6,
+        json!({"topology": [{"key": keys::CLUSTER_LABEL}]}),
+    )
+    .await?;
+    // Each member prefers the host: split, 4 would go there.
+    let prefer_host = json!({"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 100, "preference": {"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": ["host-a"]}]}}]}});
+    for i in 0..6 {
+        member_with(
+            &pods,
+            &format!("together-{i}"),
+            "together",
+            prefer_host.clone(),
+        )
+        .await?;
+    }
+    let placed = all_bound(&pods, "together", 6, &agent).await?;
+    let leaf_node = format!("{}east", keys::VIRTUAL_NODE_PREFIX);
+    assert!(placed.values().all(|n| *n == leaf_node), "{placed:?}");
     Ok(())
 }

@@ -21,6 +21,8 @@ use super::scheduling_cycle::{Placing, assume_reserve_permit};
 use mcsched_engine::framework::runtime::CycleRecord;
 use mcsched_engine::framework::{CycleState, Framework, QueuedPodInfo};
 use mcsched_engine::pod_groups::group_key_of;
+use mcsched_engine::snapshot::NodeInfo;
+use mcsched_shared::keys;
 
 /// kube's errPodGroupUnschedulable.
 const GROUP_UNSCHEDULABLE: &str = "pod group is unschedulable";
@@ -80,39 +82,36 @@ pub(super) async fn pod_group_cycle(
     debug!(group = %key, members = members.len(), "scheduling a pod group");
     let started = Instant::now();
 
-    // The simulation: each member placed on the cluster as the earlier ones left it.
-    let mut attempts = Vec::with_capacity(members.len());
-    let mut quorum = false;
-    for mut info in members {
-        info.pod = info.pod.decoded();
-        let attempt = attempt(shared, &fw, info).await;
-        match &attempt {
-            Attempt::Feasible {
-                placing,
-                passed,
-                permit_message,
-            } => {
-                debug!(pod = %placing.info.pod.key, node = %placing.node, passed, permit = %permit_message, "pod group member fits")
-            }
-            Attempt::Failed { info, failure, .. } => {
-                debug!(pod = %info.pod.key, failure = %failure, "pod group member does not fit")
-            }
+    let topology_key = shared
+        .profiles
+        .pod_groups
+        .policy(&key)
+        .and_then(|p| p.topology_keys.first().cloned());
+    let (outcomes, quorum, group_message) = match topology_key {
+        None => {
+            let sim = simulate(shared, &fw, &members, None).await;
+            (sim.attempts, sim.quorum, GROUP_UNSCHEDULABLE.to_string())
         }
-        if let Attempt::Feasible { passed: true, .. } = &attempt {
-            quorum = true;
-        }
-        attempts.push(attempt);
-    }
+        Some(topology_key) => match in_one_domain(shared, &fw, &key, &topology_key, &members).await
+        {
+            Ok(placement) => placement,
+            Err(message) => {
+                for m in members {
+                    handle_failure(
+                        shared,
+                        &scheduler_name,
+                        m,
+                        Failure::Error(message.clone()),
+                        None,
+                        started,
+                    );
+                }
+                set_condition(shared, &key, "False", "SchedulerError", &message).await;
+                return;
+            }
+        },
+    };
     metrics_algorithm(started);
-    // Undo every simulated placement before any is made for real.
-    let mut outcomes = Vec::with_capacity(attempts.len());
-    for a in attempts {
-        if let Attempt::Feasible { placing, .. } = &a {
-            let mut state = placing.state.clone();
-            forget(shared, &fw, &mut state, &placing.info.pod, &placing.node);
-        }
-        outcomes.push(a);
-    }
 
     let metrics = mcsched_engine::metrics::global();
     let (mut placed, mut refused) = (0usize, 0usize);
@@ -188,10 +187,156 @@ pub(super) async fn pod_group_cycle(
         ("True", "Scheduled", String::new())
     } else {
         metrics.pod_group_attempt("unschedulable", &scheduler_name, elapsed);
-        ("False", "Unschedulable", GROUP_UNSCHEDULABLE.to_string())
+        ("False", "Unschedulable", group_message)
     };
     debug!(group = %key, placed, refused, quorum, "pod group cycle done");
     set_condition(shared, &key, status, reason, &message).await;
+}
+
+/// The members placed one after the other, each on the cluster as the earlier ones left
+/// it (within `domain`'s nodes when given), then every placement undone.
+struct Simulation {
+    attempts: Vec<Attempt>,
+    /// Some member passed Permit: the group may be bound.
+    quorum: bool,
+    feasible: usize,
+}
+
+async fn simulate(
+    shared: &Arc<Shared>,
+    fw: &Arc<Framework>,
+    members: &[QueuedPodInfo],
+    domain: Option<(&str, &str)>,
+) -> Simulation {
+    let mut attempts = Vec::with_capacity(members.len());
+    let mut quorum = false;
+    let mut feasible = 0;
+    for info in members {
+        let mut info = info.clone();
+        info.pod = info.pod.decoded();
+        let attempt = attempt(shared, fw, info, domain).await;
+        match &attempt {
+            Attempt::Feasible {
+                placing,
+                passed,
+                permit_message,
+            } => {
+                feasible += 1;
+                quorum |= *passed;
+                debug!(pod = %placing.info.pod.key, node = %placing.node, passed, permit = %permit_message, "pod group member fits");
+            }
+            Attempt::Failed { info, failure, .. } => {
+                debug!(pod = %info.pod.key, failure = %failure, "pod group member does not fit");
+            }
+        }
+        attempts.push(attempt);
+    }
+    for a in &attempts {
+        if let Attempt::Feasible { placing, .. } = a {
+            let mut state = placing.state.clone();
+            forget(shared, fw, &mut state, &placing.info.pod, &placing.node);
+        }
+    }
+    Simulation {
+        attempts,
+        quorum,
+        feasible,
+    }
+}
+
+/// The node's domain of `key`: its label; for `mcsched.io/cluster`, a host node without
+/// the label is in `host` and a virtual node in its leaf.
+fn domain_of(node: &NodeInfo, key: &str) -> Option<String> {
+    if let Some(v) = node.labels().get(key) {
+        return Some(v.clone());
+    }
+    (key == keys::CLUSTER_LABEL).then(|| node.cluster.clone().unwrap_or_else(|| "host".into()))
+}
+
+/// kube's TopologyPlacementGenerator and PodGroupPodsCount: the group simulated in each
+/// domain of `topology_key` (only the one its scheduled members are in, if any), and the
+/// domain that places the most members chosen. The members' outcomes there, whether the
+/// group may be bound, and the group's message when it may not; Err: no domain can be
+/// told for the members already scheduled.
+async fn in_one_domain(
+    shared: &Arc<Shared>,
+    fw: &Arc<Framework>,
+    key: &str,
+    topology_key: &str,
+    members: &[QueuedPodInfo],
+) -> Result<(Vec<Attempt>, bool, String), String> {
+    let snapshot = shared.cache().snapshot();
+    let mut required: Option<String> = None;
+    for pod in shared.profiles.pod_groups.state(key).scheduled() {
+        let node = pod
+            .node_name()
+            .map(String::from)
+            .or_else(|| shared.cache().node_of(&pod.key).map(String::from));
+        let domain = node
+            .as_deref()
+            .and_then(|n| snapshot.get(n))
+            .and_then(|n| domain_of(n, topology_key));
+        let Some(domain) = domain else {
+            return Err(format!(
+                "cannot determine domain for already scheduled pods: no topology domain found for pod {}",
+                pod.key
+            ));
+        };
+        match &required {
+            Some(d) if *d != domain => {
+                return Err(format!(
+                    "cannot determine domain for already scheduled pods: more than 1 domain found for pod group: {d}, {domain}"
+                ));
+            }
+            _ => required = Some(domain),
+        }
+    }
+    let domains: std::collections::BTreeSet<String> = snapshot
+        .nodes
+        .iter()
+        .filter_map(|n| domain_of(n, topology_key))
+        .filter(|d| required.as_ref().is_none_or(|r| r == d))
+        .collect();
+    drop(snapshot);
+    let scheduled = shared.profiles.pod_groups.state(key).scheduled_count();
+    let mut first: Option<Simulation> = None;
+    let mut best: Option<Simulation> = None;
+    for domain in &domains {
+        let sim = simulate(shared, fw, members, Some((topology_key, domain))).await;
+        debug!(group = %key, %domain, quorum = sim.quorum, feasible = sim.feasible, "pod group placement simulated");
+        if sim.quorum {
+            // PodGroupPodsCount: the most members placed (kube breaks ties at random).
+            let better = best.as_ref().is_none_or(|b| {
+                scheduled + sim.feasible > scheduled + b.feasible
+                    || (sim.feasible == b.feasible && rand::random::<bool>())
+            });
+            if better {
+                best = Some(sim);
+            }
+        } else if first.is_none() {
+            first = Some(sim);
+        }
+    }
+    if let Some(best) = best {
+        return Ok((best.attempts, true, String::new()));
+    }
+    let message = format!(
+        "0/{} placements are available, first placement status: {GROUP_UNSCHEDULABLE}",
+        domains.len()
+    );
+    let attempts = match first {
+        Some(sim) => sim.attempts,
+        None => members
+            .iter()
+            .map(|m| Attempt::Failed {
+                info: m.clone(),
+                failure: Failure::Group(message.clone()),
+                record: CycleRecord::default(),
+                started: Instant::now(),
+            })
+            .collect(),
+    };
+    Ok((attempts, false, message))
 }
 
 fn metrics_algorithm(started: Instant) {
@@ -264,10 +409,18 @@ fn framework_for(shared: &Arc<Shared>, members: &[QueuedPodInfo]) -> Option<Arc<
 
 /// One member through the algorithm, assumed where it fits so that the next members see
 /// it there (kube's podGroupPodSchedulingAlgorithm; PostFilter is not run for members).
-async fn attempt(shared: &Arc<Shared>, fw: &Arc<Framework>, info: QueuedPodInfo) -> Attempt {
+async fn attempt(
+    shared: &Arc<Shared>,
+    fw: &Arc<Framework>,
+    info: QueuedPodInfo,
+    domain: Option<(&str, &str)>,
+) -> Attempt {
     let started = Instant::now();
     let pod = info.pod.clone();
-    let snapshot = shared.cache().snapshot();
+    let mut snapshot = shared.cache().snapshot();
+    if let Some((key, value)) = domain {
+        snapshot = snapshot.restricted_to(|n| domain_of(n, key).as_deref() == Some(value));
+    }
     let mut state = CycleState::new();
     let mut record = CycleRecord::default();
     let result = schedule_pod(
