@@ -4,7 +4,7 @@
 //!
 //! - A gang of 8 (minCount 8) on a host whose node fits 6 and a leaf whose node fits 4:
 //!   while only 7 members exist none is bound; the 8th brings the whole gang in, split
-//!   between host and leaf, never 6 alone.
+//!   between host and leaf, never 6 alone, and its leaf members' copies are made.
 //! - Two gangs of 4 that each fit alone on the host's remaining room but not together: one
 //!   is bound whole, the other not at all, its PodGroup `PodGroupScheduled=False` and its
 //!   members' FailedScheduling event kube's message.
@@ -171,6 +171,18 @@ async fn a_gang_is_placed_whole_across_host_and_leaf_or_not_at_all() -> anyhow::
         .count();
     assert_eq!(on_host + on_leaf, 8, "{placed:?}");
     assert!(on_host <= 6 && on_leaf <= 4, "{placed:?}");
+    // The gang bound whole, its leaf members' copies are made.
+    let leaf_pods: Api<Pod> = Api::namespaced(leaf.client.clone(), "default");
+    wait::until(TIMEOUT, "the leaf members' copies", || async {
+        let copies = leaf_pods
+            .list(&ListParams::default().labels("gang=train"))
+            .await?
+            .items
+            .len();
+        Ok((copies == on_leaf).then_some(()))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
 
     let groups: Api<PodGroup> = Api::namespaced(host.client.clone(), "default");
     wait::until(TIMEOUT, "train PodGroupScheduled=True", || async {

@@ -6,6 +6,7 @@ pub mod ask_leaf;
 pub mod cluster;
 pub mod copied;
 pub mod dependents;
+mod gang_hold;
 pub mod host_objects;
 pub mod join_secret;
 pub mod ownership;

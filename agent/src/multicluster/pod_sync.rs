@@ -41,6 +41,8 @@ pub struct HostSide {
     /// Whether this agent leads; checked right before each pod's writes.
     pub leader: tokio::sync::watch::Receiver<bool>,
     pub lease: crate::control::leader::LeaseHealth,
+    /// The PodGroups and their members: a gang's copies wait for the whole gang.
+    pub pod_groups: Arc<mcsched_engine::pod_groups::PodGroups>,
 }
 
 impl HostSide {
@@ -392,6 +394,10 @@ async fn sync_one(
             Ok(())
         }
         None => {
+            if let Some(reason) = super::gang_hold::held(&host_side.pod_groups, pod) {
+                debug!(cluster = %leaf.name, pod = %format!("{ns}/{name}"), %reason, "leaf copy held");
+                return Ok(());
+            }
             let placed = match create_copy(host, host_side, leaf, pod).await {
                 Ok(p) => p,
                 Err(e @ SyncError::MissingOnHost { .. }) => {

@@ -88,6 +88,7 @@ fn fixture(host: Server, leaf: Server) -> Fixture {
         events: EventSink::start(host_client.clone(), "test".into()),
         leader: leading,
         lease: Default::default(),
+        pod_groups: mcsched_engine::pod_groups::PodGroups::new(),
     };
     let leaf = LeafCluster::new(CLUSTER.into(), leaf_client, "1".into(), HOST_ID.into());
     leaf.mark_synced();

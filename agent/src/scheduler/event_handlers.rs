@@ -361,6 +361,10 @@ fn on_pod_event(shared: &Shared, change: Change<Pod>) {
                         .profiles
                         .pod_groups
                         .add_pod(Arc::new(PodInfo::compact(pod.clone())));
+                    // A member bound anywhere may complete the gang whose copies wait.
+                    for leaf in shared.leaves.all() {
+                        shared.leaves.host_changed(&leaf.name);
+                    }
                 }
                 shared.cache().apply_pod(pod);
                 shared.queue.delete(&id);

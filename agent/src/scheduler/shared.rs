@@ -88,6 +88,7 @@ impl Shared {
             events: self.events.clone(),
             leader,
             lease: self.lease_health.clone(),
+            pod_groups: self.profiles.pod_groups.clone(),
         }
     }
 }
