@@ -59,6 +59,8 @@ pub fn leaf_pod(host: &Pod, cluster: &str, host_id: &str) -> Result<Pod, Transfo
     spec.priority_class_name = None;
     spec.priority = None;
     spec.preemption_policy = None;
+    // The gang was placed whole in the host; the leaf has no PodGroup to wait for.
+    spec.scheduling_group = None;
     spec.node_selector = (!selector.is_empty()).then_some(selector);
     // Affinity and spreading were decided in the host, where the virtual node is one
     // node of the topology. What is about single nodes means the same in the leaf and
@@ -475,6 +477,8 @@ mod tests {
                 "annotations": {"mcsched.io/leaf-node-selector": "{\"disk\":\"ssd\"}"}},
             "spec": {
                 "nodeName": "mcsched-east", "schedulerName": "mcsched",
+                "schedulingGroup": {"podGroupName": "train"},
+                "hostnameOverride": "web-0",
                 "nodeSelector": {"mcsched.io/cluster": "east"},
                 "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
                     {"nodeSelectorTerms": [{"matchExpressions": [{"key": "topology.kubernetes.io/region", "operator": "In", "values": ["eu"]}]}]}},
@@ -490,6 +494,9 @@ mod tests {
         let spec = leaf.spec.as_ref().expect("spec");
         assert_eq!(spec.node_name, None);
         assert_eq!(spec.scheduler_name, None);
+        // The gang is the host's; what v1.36 adds to a pod otherwise goes along.
+        assert_eq!(spec.scheduling_group, None);
+        assert_eq!(spec.hostname_override.as_deref(), Some("web-0"));
         assert_eq!(
             spec.node_selector,
             Some(BTreeMap::from([("disk".to_string(), "ssd".to_string())]))
