@@ -8,6 +8,8 @@
 //! - Two gangs of 4 that each fit alone on the host's remaining room but not together: one
 //!   is bound whole, the other not at all, its PodGroup `PodGroupScheduled=False` and its
 //!   members' FailedScheduling event kube's message.
+//! - A gang of 4 split between the host and a leaf whose copies stay Pending (it has no
+//!   scheduler): the leaf's members are taken back, and the host's go with them.
 //! - A gang of 6 that asks to stay in one cluster (`topology: [{key: mcsched.io/cluster}]`)
 //!   and prefers the host, whose node fits 4: all 6 go to the leaf, none split off.
 
@@ -76,6 +78,13 @@ async fn member_with(
     }))?;
     pods.create(&PostParams::default(), &pod).await?;
     Ok(())
+}
+
+/// Node affinity preferring the host's node `host-a`.
+fn prefer_host() -> serde_json::Value {
+    json!({"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 100, "preference": {"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": ["host-a"]}]}}]}})
 }
 
 /// The node of every pod of `group` that is bound.
@@ -316,20 +325,90 @@ async fn a_gang_kept_in_one_cluster_is_not_split_between_host_and_leaf() -> anyh
     )
     .await?;
     // Each member prefers the host: split, 4 would go there.
-    let prefer_host = json!({"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-        {"weight": 100, "preference": {"matchExpressions": [
-            {"key": "kubernetes.io/hostname", "operator": "In", "values": ["host-a"]}]}}]}});
     for i in 0..6 {
-        member_with(
-            &pods,
-            &format!("together-{i}"),
-            "together",
-            prefer_host.clone(),
-        )
-        .await?;
+        member_with(&pods, &format!("together-{i}"), "together", prefer_host()).await?;
     }
     let placed = all_bound(&pods, "together", 6, &agent).await?;
     let leaf_node = format!("{}east", keys::VIRTUAL_NODE_PREFIX);
     assert!(placed.values().all(|n| *n == leaf_node), "{placed:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_member_a_leaf_gives_back_takes_its_whole_gang_back() -> anyhow::Result<()> {
+    let no_scheduler = ControlPlaneOptions {
+        with_controller_manager: true,
+        with_scheduler: false,
+        simulate_kubelets: true,
+    };
+    let (host, leaf) = tokio::try_join!(
+        start("back-host"),
+        ControlPlane::start_with_args("back-leaf", no_scheduler, &[GATES])
+    )?;
+    mcsched_e2e::objects::ready_node(
+        &host.client,
+        "host-a",
+        "2",
+        "16Gi",
+        json!({"kubernetes.io/hostname": "host-a"}),
+    )
+    .await?;
+    mcsched_e2e::objects::ready_node(
+        &leaf.client,
+        "leaf-1",
+        "8",
+        "16Gi",
+        json!({"kubernetes.io/hostname": "leaf-1"}),
+    )
+    .await?;
+    mcsched_e2e::objects::join_as_join_does(&host.client, &leaf, "west", json!({})).await?;
+    let agent = Agent::start_with(
+        &host.kubeconfig,
+        "mcsched",
+        host.dir(),
+        "gang-back",
+        &["--leaf-pending-timeout=5"],
+    )?;
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(host.client.clone());
+    mcsched_e2e::objects::wait_ready(&nodes, "mcsched-west", "True", TIMEOUT)
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
+    let pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
+    pod_group(&host.client, "back", 4).await?;
+    // Preferring the host, whose node fits 2: split 2 and 2.
+    for i in 0..4 {
+        member_with(&pods, &format!("back-{i}"), "back", prefer_host()).await?;
+    }
+    let placed = all_bound(&pods, "back", 4, &agent).await?;
+    let on_host: Vec<String> = placed
+        .iter()
+        .filter(|(_, n)| *n == "host-a")
+        .map(|(p, _)| p.clone())
+        .collect();
+    assert_eq!(on_host.len(), 2, "{placed:?}");
+    // The leaf's copies stay Pending: taken back, and the host's members with them.
+    wait::until(TIMEOUT, "the whole gang taken back", || async {
+        Ok(placements(&pods, "back").await?.is_empty().then_some(()))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(host.client.clone(), "default");
+    for name in &on_host {
+        let notes: Vec<String> = events
+            .list(&ListParams::default().fields(&format!("regarding.name={name}")))
+            .await?
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("GangTakenBack"))
+            .filter_map(|e| e.note)
+            .collect();
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("the whole gang is taken back")),
+            "{name}: {notes:?}"
+        );
+    }
     Ok(())
 }
