@@ -45,7 +45,7 @@ enum Command {
         args_conflicts_with_subcommands = true,
         subcommand_negates_reqs = true,
         arg_required_else_help = true,
-        after_help = "Both ask mcsched's aggregated API (mcsched.io/v1alpha1) through the API server, as you:\n  explain pod     get explanations.mcsched.io in the pod's namespace (roles view, edit, admin)\n  --what-if       create whatifs.mcsched.io in the pod's namespace (roles edit, admin)\n\nExamples:\n  kubectl mcsched explain pod web-0 -n shop\n  kubectl mcsched explain pod web-0 -o wide\n  kubectl mcsched explain --what-if -f deployment.yaml"
+        after_help = "Both ask mcsched's aggregated API (mcsched.io/v1alpha1) through the API server, as you:\n  explain pod     get explanations.mcsched.io in the pod's namespace (roles view, edit, admin)\n  explain podgroup  get the PodGroup, list pods and get their explanations in its namespace\n  --what-if       create whatifs.mcsched.io in the pod's namespace (roles edit, admin)\n\nExamples:\n  kubectl mcsched explain pod web-0 -n shop\n  kubectl mcsched explain pod web-0 -o wide\n  kubectl mcsched explain podgroup train\n  kubectl mcsched explain --what-if -f deployment.yaml"
     )]
     Explain {
         #[command(subcommand)]
@@ -87,6 +87,9 @@ enum GetWhat {
 enum ExplainWhat {
     /// Why a pod went where it went (or could not go anywhere), plugin by plugin.
     Pod(explain::ExplainArgs),
+    /// A PodGroup's members: where each went, down to the leaf node, or why it waits.
+    #[command(name = "podgroup")]
+    PodGroup(explain::pod_group::PodGroupArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -156,6 +159,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             what: Some(ExplainWhat::Pod(args)),
             ..
         } => explain::run(&cli.kube, args).await,
+        Command::Explain {
+            what: Some(ExplainWhat::PodGroup(args)),
+            ..
+        } => explain::pod_group::run(&cli.kube, args).await,
         Command::Explain {
             what: None,
             what_if,

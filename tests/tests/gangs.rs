@@ -221,7 +221,8 @@ async fn of_two_gangs_that_fit_only_alone_one_runs_whole_and_the_other_waits_who
         json!({"kubernetes.io/hostname": "host-a"}),
     )
     .await?;
-    let agent = agent_with_policies(&host, &[], TIMEOUT).await?;
+    // With its API published: `explain podgroup` reads the members' explanations.
+    let agent = mcsched_e2e::api::start_agent(&host, "mcsched", "gangs-two", &[]).await?;
     let pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
     pod_group(&host.client, "a", 4).await?;
     pod_group(&host.client, "b", 4).await?;
@@ -291,6 +292,39 @@ async fn of_two_gangs_that_fit_only_alone_one_runs_whole_and_the_other_waits_who
             .iter()
             .any(|m| m.starts_with("pod group is unschedulable")),
         "{messages:?}"
+    );
+
+    // `explain podgroup`: the winner whole on the host, the loser's members each waiting.
+    let out = mcsched_e2e::cli::run(&host.kubeconfig, &["explain", "podgroup", winner])?;
+    let shown = mcsched_e2e::cli::text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert!(
+        shown.contains(&format!(
+            "PODGROUP default/{winner}  POLICY gang (minCount 4)"
+        )) && shown.contains("PodGroupScheduled: True (Scheduled)")
+            && shown.contains("members: 4 (4 bound: 4 in the host, 0 in leaves)"),
+        "{shown}"
+    );
+    let out = mcsched_e2e::cli::run(&host.kubeconfig, &["explain", "podgroup", loser])?;
+    let shown = mcsched_e2e::cli::text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert!(
+        shown.contains("PodGroupScheduled: False (Unschedulable): pod group is unschedulable")
+            && shown.contains("members: 4 (0 bound"),
+        "{shown}"
+    );
+    let waiting = shown
+        .lines()
+        .filter(|l| l.starts_with(&prefix))
+        .filter(|l| {
+            l.contains(
+                "pod group is unschedulable, waiting for minCount pods from a gang to be scheduled",
+            )
+        })
+        .count();
+    assert!(
+        waiting >= 1,
+        "members that fit wait for their gang: {shown}"
     );
     Ok(())
 }

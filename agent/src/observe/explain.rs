@@ -349,6 +349,25 @@ impl ExplanationStore {
         self.put(key, e);
     }
 
+    /// A pod group member that fit (on `record`'s nodes) but whose group could not be
+    /// placed whole: its nodes as the cycle saw them, the group's reason as the outcome.
+    pub fn record_group_failure(
+        &self,
+        scheduler: &str,
+        key: &str,
+        record: &CycleRecord,
+        message: &str,
+        num_all: usize,
+    ) {
+        let outcome = Outcome::Unschedulable {
+            message: message.to_string(),
+            nominated_node: None,
+            victims: Vec::new(),
+        };
+        let e = self.stored(scheduler, key, record, outcome, num_all);
+        self.put(key, e);
+    }
+
     pub fn get(&self, key: &str) -> Option<Explanation> {
         let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         guard.0.get(key).map(Stored::expand)

@@ -102,6 +102,16 @@ pub(super) fn handle_failure(
                 scheduler_name,
                 started.elapsed().as_secs_f64(),
             );
+            if let Some(record) = record {
+                let num_all = shared.cache().snapshot().len();
+                shared.explanations.record_group_failure(
+                    scheduler_name,
+                    &info.pod.key,
+                    record,
+                    message,
+                    num_all,
+                );
+            }
             (
                 "Unschedulable",
                 message.clone(),

@@ -7,6 +7,7 @@
 mod advice;
 mod api;
 mod manifest;
+pub mod pod_group;
 mod render;
 
 use std::collections::BTreeMap;
