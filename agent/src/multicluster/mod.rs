@@ -5,6 +5,7 @@ pub mod ask_grants;
 pub mod ask_leaf;
 pub mod cluster;
 pub mod copied;
+mod copy_create;
 pub mod dependents;
 mod gang_hold;
 pub mod host_objects;

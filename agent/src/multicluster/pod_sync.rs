@@ -1037,7 +1037,7 @@ async fn create_copy(
     }
     keep_priority_class(host_side, leaf, pod, &mut copy).await;
     let leaf_pods: Api<Pod> = Api::namespaced(leaf.client.clone(), &ns);
-    match leaf_pods.create(&PostParams::default(), &copy).await {
+    match super::copy_create::create(host, &leaf.client, &ns, &name, &copy).await {
         Ok(created) => {
             info!(cluster = %leaf.name, pod = %format!("{ns}/{name}"), "leaf pod created");
             Ok(Placed::Created(created.metadata.uid.unwrap_or_default()))

@@ -10,6 +10,7 @@ pub mod grants;
 pub mod leaf_checks;
 pub mod rescheduling;
 pub mod transform;
+pub mod unknown_fields;
 
 /// What a leaf's watches tell the host's scheduling queue.
 pub type OnEvent = std::sync::Arc<dyn Fn(crate::framework::ClusterEvent) + Send + Sync>;
