@@ -109,6 +109,9 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    profiles
+        .pod_groups
+        .set_topology_aware(args.feature_gates.topology_aware_workload_scheduling);
     if args.check {
         print!("{}", config::render_profiles(&cfg));
         return ExitCode::SUCCESS;

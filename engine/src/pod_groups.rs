@@ -31,6 +31,8 @@ pub struct GroupPolicy {
     pub gang_min_count: Option<usize>,
     /// `schedulingConstraints.topology` keys: the group's pods share one value of each.
     pub topology_keys: Vec<String>,
+    /// `schedulingConstraints` is set (even without keys).
+    pub has_constraints: bool,
     pub generation: i64,
     /// `status.conditions` as last seen, for the scheduler's own condition.
     pub conditions: Vec<Condition>,
@@ -51,6 +53,7 @@ impl GroupPolicy {
                 .and_then(|c| c.topology.as_ref())
                 .map(|t| t.iter().map(|t| t.key.clone()).collect())
                 .unwrap_or_default(),
+            has_constraints: spec.scheduling_constraints.is_some(),
             generation: group.metadata.generation.unwrap_or(0),
             conditions: group
                 .status
@@ -155,6 +158,9 @@ impl GroupState {
 pub struct PodGroups {
     groups: RwLock<HashMap<String, Arc<GroupPolicy>>>,
     states: RwLock<States>,
+    /// kube-scheduler's TopologyAwareWorkloadScheduling gate: groups are placed by the
+    /// placement algorithm (one simulation per topology domain).
+    topology_aware: std::sync::atomic::AtomicBool,
 }
 
 /// Each group's members, and each member's group by uid: a deletion found by a relist
@@ -168,6 +174,16 @@ struct States {
 impl PodGroups {
     pub fn new() -> Arc<Self> {
         Arc::default()
+    }
+
+    pub fn topology_aware(&self) -> bool {
+        self.topology_aware
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn set_topology_aware(&self, on: bool) {
+        self.topology_aware
+            .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     fn groups(&self) -> RwLockReadGuard<'_, HashMap<String, Arc<GroupPolicy>>> {

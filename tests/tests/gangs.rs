@@ -349,7 +349,18 @@ async fn a_gang_kept_in_one_cluster_is_not_split_between_host_and_leaf() -> anyh
     )
     .await?;
     mcsched_e2e::objects::join_as_join_does(&host.client, &leaf, "east", json!({})).await?;
-    let agent = agent_with_policies(&host, &["mcsched-east"], TIMEOUT).await?;
+    // The agent follows kube-scheduler's TopologyAwareWorkloadScheduling gate.
+    let agent = Agent::start_with(
+        &host.kubeconfig,
+        "mcsched",
+        host.dir(),
+        "together",
+        &["--feature-gates=TopologyAwareWorkloadScheduling=true"],
+    )?;
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(host.client.clone());
+    mcsched_e2e::objects::wait_ready(&nodes, "mcsched-east", "True", TIMEOUT)
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
     let pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
     pod_group_with(
         &host.client,

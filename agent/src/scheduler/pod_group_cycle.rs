@@ -87,13 +87,13 @@ pub(super) async fn pod_group_cycle(
         .pod_groups
         .policy(&key)
         .and_then(|p| p.topology_keys.first().cloned());
-    let (outcomes, quorum, group_message) = match topology_key {
-        None => {
-            let sim = simulate(shared, &fw, &members, None).await;
-            (sim.attempts, sim.quorum, GROUP_UNSCHEDULABLE.to_string())
-        }
-        Some(topology_key) => match in_one_domain(shared, &fw, &key, &topology_key, &members).await
-        {
+    // kube's TopologyAwareWorkloadScheduling gate picks the algorithm: by placements
+    // (one per domain, or all nodes without a key), or the members over every node.
+    let (outcomes, quorum, group_message) = if !shared.profiles.pod_groups.topology_aware() {
+        let sim = simulate(shared, &fw, &members, None).await;
+        (sim.attempts, sim.quorum, GROUP_UNSCHEDULABLE.to_string())
+    } else {
+        match by_placements(shared, &fw, &key, topology_key.as_deref(), &members).await {
             Ok(placement) => placement,
             Err(message) => {
                 for m in members {
@@ -109,7 +109,7 @@ pub(super) async fn pod_group_cycle(
                 set_condition(shared, &key, "False", "SchedulerError", &message).await;
                 return;
             }
-        },
+        }
     };
     metrics_algorithm(started);
 
@@ -253,18 +253,28 @@ fn domain_of(node: &NodeInfo, key: &str) -> Option<String> {
     (key == keys::CLUSTER_LABEL).then(|| node.cluster.clone().unwrap_or_else(|| "host".into()))
 }
 
-/// kube's TopologyPlacementGenerator and PodGroupPodsCount: the group simulated in each
-/// domain of `topology_key` (only the one its scheduled members are in, if any), and the
-/// domain that places the most members chosen. The members' outcomes there, whether the
-/// group may be bound, and the group's message when it may not; Err: no domain can be
-/// told for the members already scheduled.
-async fn in_one_domain(
+/// kube's placement algorithm with TopologyPlacementGenerator and PodGroupPodsCount: the
+/// group simulated in each domain of `topology_key` (only the one its scheduled members
+/// are in, if any; without a key, one placement of every node), and the placement that
+/// places the most members chosen. The members' outcomes there, whether the group may be
+/// bound, and the group's message when it may not; Err: no domain can be told for the
+/// members already scheduled.
+async fn by_placements(
     shared: &Arc<Shared>,
     fw: &Arc<Framework>,
     key: &str,
-    topology_key: &str,
+    topology_key: Option<&str>,
     members: &[QueuedPodInfo],
 ) -> Result<(Vec<Attempt>, bool, String), String> {
+    let Some(topology_key) = topology_key else {
+        let sim = simulate(shared, fw, members, None).await;
+        let message = if sim.quorum {
+            String::new()
+        } else {
+            format!("0/1 placements are available, first placement status: {GROUP_UNSCHEDULABLE}")
+        };
+        return Ok((sim.attempts, sim.quorum, message));
+    };
     let snapshot = shared.cache().snapshot();
     let mut required: Option<String> = None;
     for pod in shared.profiles.pod_groups.state(key).scheduled() {
@@ -434,10 +444,12 @@ async fn attempt(
     )
     .await;
     record.feasible = record.feasible.detached();
-    drop(snapshot);
     let node = match result {
         Ok(r) => r.node,
-        Err(fit) => {
+        Err(mut fit) => {
+            // PostFilter runs as in kube's pod-by-pod cycle, for its verdict; a
+            // nomination is not acted on here (members are not preempted for).
+            super::schedule_pod::run_post_filter(fw, &state, &pod, &snapshot, &mut fit);
             return Attempt::Failed {
                 info,
                 failure: Failure::Unschedulable {
@@ -450,6 +462,7 @@ async fn attempt(
             };
         }
     };
+    drop(snapshot);
     let placing = Placing {
         fw: fw.clone(),
         state,

@@ -37,11 +37,12 @@ impl Default for PreemptionArgs {
 
 pub(crate) struct DefaultPreemption {
     args: PreemptionArgs,
+    groups: Arc<crate::pod_groups::PodGroups>,
 }
 
 impl DefaultPreemption {
-    pub(crate) fn new(args: PreemptionArgs) -> Self {
-        DefaultPreemption { args }
+    pub(crate) fn new(args: PreemptionArgs, groups: Arc<crate::pod_groups::PodGroups>) -> Self {
+        DefaultPreemption { args, groups }
     }
 }
 
@@ -334,6 +335,29 @@ impl PostFilterPlugin for DefaultPreemption {
     ) -> (PostFilterResult, Status) {
         let total = snapshot.len();
         let obj = pod.object();
+        // kube leaves a pod group with constraints to placement-based scheduling, which
+        // would otherwise preempt once per topology domain tried.
+        if self.groups.topology_aware()
+            && let Some(key) = crate::pod_groups::group_key_of(&obj)
+        {
+            match self.groups.policy(&key) {
+                None => {
+                    return (
+                        PostFilterResult::default(),
+                        Status::unschedulable("preemption: pod group for pod not found"),
+                    );
+                }
+                Some(p) if p.has_constraints => {
+                    return (
+                        PostFilterResult::default(),
+                        Status::unschedulable(
+                            "preemption: not eligible due to placement-based pod group scheduling limitation",
+                        ),
+                    );
+                }
+                Some(_) => {}
+            }
+        }
         let policy = obj
             .spec
             .as_ref()
@@ -469,7 +493,7 @@ mod tests {
     /// PostFilter after a cycle where no node fits.
     fn preempt(fw: &Framework, pod: &PodInfo, snap: &Snapshot) -> (PostFilterResult, Status) {
         let statuses = schedule_fails(fw, pod, snap);
-        DefaultPreemption::new(Default::default()).post_filter(
+        DefaultPreemption::new(Default::default(), crate::pod_groups::PodGroups::new()).post_filter(
             fw,
             &CycleState::new(),
             pod,
@@ -590,13 +614,15 @@ mod tests {
         }
         let pod = PodInfo::new(Arc::new(raw));
         let fw = framework();
-        let (_, s) = DefaultPreemption::new(Default::default()).post_filter(
-            &fw,
-            &CycleState::new(),
-            &pod,
-            &Snapshot::default(),
-            &NodeStatuses::new(),
-        );
+        let (_, s) =
+            DefaultPreemption::new(Default::default(), crate::pod_groups::PodGroups::new())
+                .post_filter(
+                    &fw,
+                    &CycleState::new(),
+                    &pod,
+                    &Snapshot::default(),
+                    &NodeStatuses::new(),
+                );
         assert_eq!(
             s.message(),
             "preemption: not eligible due to preemptionPolicy=Never."
