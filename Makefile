@@ -48,14 +48,17 @@ $(CONFORMANCE_SUITE): $(CONFORMANCE_SRC)
 ## conformance: Kubernetes' scheduling e2e suite, every spec, against a cluster whose default
 ## scheduler is kube-scheduler, then one whose default scheduler is mcsched-agent (profile
 ## default-scheduler, kube-scheduler off); same nodes (simulated, and a real node where this
-## machine can run one: scripts/setup.sh), same focus. Writes tests/conformance/results.md
-## and fails when a spec passes with kube-scheduler only. `make test` runs the
-## [Conformance] specs alone, on simulated nodes.
+## machine can run one: scripts/setup.sh, the agent then installed there by `kubectl mcsched
+## install` from the image of its debug build), same focus. Writes
+## tests/conformance/results.md and fails when a spec passes with kube-scheduler only.
+## `make test` runs the [Conformance] specs alone, on simulated nodes.
 conformance: $(CONTROLPLANE) $(CONFORMANCE_SUITE)
 	bash scripts/setup.sh
 	bash scripts/image.sh test
 	bash scripts/image.sh conformance
 	cargo build -p mcsched-agent --bin mcsched-agent
+	cargo build -p kubectl-mcsched --bin kubectl-mcsched
+	MCSCHED_IMAGE_BUILD=debug bash scripts/image.sh agent
 	MCSCHED_CONFORMANCE=full cargo test -p mcsched-e2e --test conformance -- --nocapture
 
 ## build: the control plane and every Rust binary.

@@ -575,6 +575,33 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         crate::controlplane::tail(&self.dir.path().join("containerd.log"))
     }
 
+    /// The container logs the kubelet wrote for the pods of `namespace` whose name starts
+    /// with `prefix` (its `<root>/logs/<namespace>_<pod>_<uid>/<container>/<restart>.log`),
+    /// each headed by its path: a pod's logs without the API server's proxy to the kubelet.
+    pub fn pod_logs(&self, namespace: &str, prefix: &str) -> anyhow::Result<String> {
+        let root = self.dir.path().join("kubelet/logs");
+        let mut files = Vec::new();
+        for pod in fs::read_dir(&root).with_context(|| format!("reading {}", root.display()))? {
+            let pod = pod?.path();
+            let name = pod.file_name().unwrap_or_default().to_string_lossy();
+            if !name.starts_with(&format!("{namespace}_{prefix}")) {
+                continue;
+            }
+            for container in fs::read_dir(&pod)? {
+                for log in fs::read_dir(container?.path())? {
+                    files.push(log?.path());
+                }
+            }
+        }
+        files.sort();
+        let mut out = String::new();
+        for file in files {
+            out += &format!("==> {} <==\n", file.display());
+            out += &fs::read_to_string(&file).unwrap_or_default();
+        }
+        Ok(out)
+    }
+
     /// Stops the kubelet, removes every pod (containerd stops the containers, tears down
     /// their network and unmounts them), stops containerd and removes what the node made on
     /// the host. Dropping the node does the same.

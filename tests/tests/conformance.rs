@@ -3,8 +3,10 @@
 //! run twice, side by side, on two clusters of the same shape: a control plane with
 //! kube-controller-manager and simulated kubelets (the real node beside them where this
 //! machine can run one, in the full run), whose default scheduler is (a) kube-scheduler,
-//! (b) mcsched-agent with a profile named `default-scheduler` and kube-scheduler off. Every spec that passes with kube-scheduler
-//! must pass with mcsched.
+//! (b) mcsched-agent with a profile named `default-scheduler` and kube-scheduler off —
+//! installed by `kubectl mcsched install` into a container on the real node when there is
+//! one, else its debug build on the host. Every spec that passes with kube-scheduler must
+//! pass with mcsched.
 //!
 //! By default the quick subset runs (the `[Conformance]` specs but the one that waits 5
 //! minutes by design, what `make test` runs);
@@ -20,12 +22,14 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Binding, Node, Pod};
 use kube::Api;
-use kube::api::{Patch, PatchParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use mcsched_e2e::objects::create_node;
 use mcsched_e2e::real_node::{self, RealNode};
-use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, repo_root, wait};
+use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, cli, repo_root, wait};
+use mcsched_shared::keys;
 
 /// What `make test` runs: the suite's `[Conformance]` specs but one, ...
 const QUICK_FOCUS: &str = r"\[Conformance\]";
@@ -135,6 +139,136 @@ profiles:
 - schedulerName: default-scheduler
 ";
 
+/// The installed agent's configuration: as [`AGENT_CONFIG`], with leader election on a
+/// Lease in the install namespace, where `install` lets the agent hold one.
+const INSTALLED_AGENT_CONFIG: &str = "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  qps: 500
+  burst: 1000
+leaderElection:
+  leaderElect: true
+  resourceNamespace: mcsched-system
+  resourceName: mcsched
+profiles:
+- schedulerName: default-scheduler
+";
+
+/// `mcsched-agent --config` on the host, leading before the suite starts.
+async fn host_agent(cp: &ControlPlane) -> anyhow::Result<Agent> {
+    let config = cp.dir().join("agent-config.yaml");
+    std::fs::write(&config, AGENT_CONFIG)?;
+    let config_arg = format!("--config={}", config.display());
+    let agent = Agent::start_with(
+        &cp.kubeconfig,
+        "default-scheduler",
+        cp.dir(),
+        "conformance",
+        &[&config_arg],
+    )?;
+    wait::until(Duration::from_secs(60), "the agent to lead", || async {
+        Ok(agent.logs().contains("became leader").then_some(()))
+    })
+    .await
+    .with_context(|| format!("agent log:\n{}", agent.logs()))?;
+    Ok(agent)
+}
+
+/// `kubectl mcsched install --image <make image's image> --config <one profile,
+/// default-scheduler> --node-selector <the real node>` onto the real node, its image
+/// imported there; returns once the agent's pod is Ready and holds the Lease.
+///
+/// Nothing schedules the agent's own pod: kube-scheduler is off, and the agent is the
+/// cluster's scheduler only once it runs. The harness binds it to the real node, as a
+/// kubeadm cluster's kubelet runs its scheduler from a static pod that no scheduler places.
+async fn install_agent(cp: &ControlPlane, node: &RealNode) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let (archive, image) = real_node::agent_image()?;
+    node.import(&archive)?;
+    let config = cp.dir().join("agent-config.yaml");
+    std::fs::write(&config, INSTALLED_AGENT_CONFIG)?;
+    let node_selector = format!("kubernetes.io/hostname={}", node.name);
+    let config_arg = config.display().to_string();
+    let out = cli::run(
+        &cp.kubeconfig,
+        &[
+            "install",
+            "--image",
+            &image,
+            "--config",
+            &config_arg,
+            "--node-selector",
+            &node_selector,
+            "--yes",
+        ],
+    )?;
+    if !out.status.success() {
+        bail!("kubectl mcsched install failed: {}", cli::text(&out));
+    }
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), keys::SYSTEM_NAMESPACE);
+    let selector = format!("app.kubernetes.io/name={}", keys::AGENT_NAME);
+    let name = wait::until(Duration::from_secs(60), "the agent's pod", || {
+        let (pods, selector) = (pods.clone(), selector.clone());
+        async move {
+            let list = pods.list(&ListParams::default().labels(&selector)).await?;
+            Ok(list.items.into_iter().find_map(|p| {
+                let unbound = p.spec.as_ref().is_none_or(|s| s.node_name.is_none());
+                unbound.then(|| p.metadata.name.unwrap_or_default())
+            }))
+        }
+    })
+    .await?;
+    let binding: Binding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": keys::SYSTEM_NAMESPACE},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node.name},
+    }))?;
+    pods.create_subresource::<_, serde_json::Value>(
+        "binding",
+        &name,
+        &PostParams::default(),
+        &binding,
+    )
+    .await?;
+    let leases: Api<Lease> = Api::namespaced(cp.client.clone(), keys::SYSTEM_NAMESPACE);
+    wait::until(
+        Duration::from_secs(180),
+        "the installed agent Ready and leading",
+        || {
+            let (pods, leases, name) = (pods.clone(), leases.clone(), name.clone());
+            async move {
+                let ready = pods.get(&name).await?.status.is_some_and(|s| {
+                    s.conditions
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|c| c.type_ == "Ready" && c.status == "True")
+                });
+                // The holder identity is `<hostname>_<random>`; a pod's hostname is its name.
+                let leading = leases
+                    .get_opt("mcsched")
+                    .await?
+                    .and_then(|l| l.spec?.holder_identity)
+                    .is_some_and(|h| h.starts_with(&format!("{name}_")));
+                Ok((ready && leading).then_some(()))
+            }
+        },
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "agent log:\n{}\nkubelet:\n{}",
+            node.pod_logs(keys::SYSTEM_NAMESPACE, keys::AGENT_NAME)
+                .unwrap_or_else(|e| e.to_string()),
+            node.kubelet_log()
+        )
+    })?;
+    eprintln!(
+        "mcsched: agent imported, installed, Ready and leading on {} in {:.1?}",
+        node.name,
+        started.elapsed()
+    );
+    Ok(())
+}
+
 async fn run_suite(
     scheduler: Scheduler,
     focus: &str,
@@ -214,26 +348,16 @@ async fn run_suite(
         },
     )
     .await?;
-    let _agent = match scheduler {
-        Scheduler::Kube => None,
-        Scheduler::Mcsched => {
-            let config = cp.dir().join("agent-config.yaml");
-            std::fs::write(&config, AGENT_CONFIG)?;
-            let config_arg = format!("--config={}", config.display());
-            let agent = Agent::start_with(
-                &cp.kubeconfig,
-                "default-scheduler",
-                cp.dir(),
-                "conformance",
-                &[&config_arg],
-            )?;
-            wait::until(Duration::from_secs(60), "the agent to lead", || async {
-                Ok(agent.logs().contains("became leader").then_some(()))
-            })
-            .await
-            .with_context(|| format!("agent log:\n{}", agent.logs()))?;
-            Some(agent)
+    // With the real node, the agent runs as users run it: installed by `kubectl mcsched
+    // install`, from its image, in a container there. Elsewhere (the quick run, a machine
+    // that cannot run a real node) its debug build runs on the host.
+    let _agent = match (scheduler, &real) {
+        (Scheduler::Kube, _) => None,
+        (Scheduler::Mcsched, Some(node)) => {
+            install_agent(&cp, node).await?;
+            None
         }
+        (Scheduler::Mcsched, None) => Some(host_agent(&cp).await?),
     };
 
     let repo_list = cp.dir().join("repo-list.yaml");
@@ -296,6 +420,12 @@ async fn run_suite(
     if let Some(real) = &real {
         std::fs::write(cp.dir().join("kubelet.log"), real.kubelet_log())?;
         std::fs::write(cp.dir().join("containerd.log"), real.containerd_log())?;
+        if scheduler == Scheduler::Mcsched {
+            std::fs::write(
+                cp.dir().join("agent-installed.log"),
+                real.pod_logs(keys::SYSTEM_NAMESPACE, keys::AGENT_NAME)?,
+            )?;
+        }
     }
     drop(real);
     // Kept for a reader when the run is kept (MCSCHED_CONFORMANCE_KEEP): the suite's
@@ -404,6 +534,15 @@ fn results_md(kube: &Run, mcsched: &Run, focus: &str, skip: &str) -> String {
     } else {
         " (no real node: this machine cannot run one, or the run was the quick one)"
     };
+    let agent = if mcsched.real_node {
+        "mcsched-agent installed by `kubectl mcsched install` (its debug build's image, \
+         `MCSCHED_IMAGE_BUILD=debug scripts/image.sh agent`, in a container on the real \
+         node, where the harness binds its pod: nothing else schedules it; a \
+         KubeSchedulerConfiguration with one profile `default-scheduler`)"
+    } else {
+        "mcsched-agent (its debug build on the host, a KubeSchedulerConfiguration with one \
+         profile `default-scheduler`)"
+    };
     let _ = writeln!(
         md,
         "# Kubernetes' scheduling e2e suite: kube-scheduler and mcsched\n\n\
@@ -415,9 +554,7 @@ fn results_md(kube: &Run, mcsched: &Run, focus: &str, skip: &str) -> String {
          simulated nodes (4 cpu, 8Gi, 20Gi ephemeral storage, 110 pods, a zone each: the \
          kubelet simulator reports their pods Running without containers){real_node}. The \
          default scheduler is kube-scheduler (in-process, profile `default-scheduler`) in \
-         one run, mcsched-agent (its debug build on the host, a KubeSchedulerConfiguration \
-         with one profile `default-scheduler`) in the other, with kube-scheduler off; both \
-         runs at once. Images are never pulled.\n"
+         one run, {agent} in the other, with kube-scheduler off; both runs at once. Images are never pulled.\n"
     );
     let _ = writeln!(
         md,
@@ -525,6 +662,19 @@ async fn scheduling_specs_that_pass_with_kube_scheduler_pass_with_mcsched() -> a
                     archive.display()
                 ));
             }
+        }
+        // The agent runs on the real node from its image, installed by the CLI.
+        if let Err(e) = real_node::agent_image() {
+            missing.push(format!(
+                "{e} (`make conformance` packs the debug build: MCSCHED_IMAGE_BUILD=debug \
+                 scripts/image.sh agent)"
+            ));
+        }
+        if !cli::binary().exists() {
+            missing.push(format!(
+                "{} (cargo build -p kubectl-mcsched)",
+                cli::binary().display()
+            ));
         }
         if !missing.is_empty() {
             eprintln!("no real node: missing {}", missing.join("; "));

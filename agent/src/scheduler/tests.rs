@@ -405,3 +405,71 @@ async fn a_nomination_is_in_the_queued_pod_before_the_watch_returns_it() {
         .expect("back in the queue");
     assert_eq!(queued.nominated_node_name(), Some("n1"));
 }
+
+/// A pod on n1 for preemption's executor: `terminating` gives it a deletionTimestamp, as
+/// a victim an earlier preemptor already deleted.
+fn victim(name: &str, terminating: bool) -> Arc<PodInfo> {
+    let mut p = json!({
+        "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]}
+    });
+    if terminating {
+        p["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+    }
+    let p: Pod = serde_json::from_value(p).expect("pod");
+    Arc::new(PodInfo::new(Arc::new(p)))
+}
+
+/// Runs preemption's executor for `high` and returns the writes it made, once its
+/// spawned requests are done.
+async fn evicted_writes(victims: &[Arc<PodInfo>], lower_nominated: &[Arc<PodInfo>]) -> Vec<String> {
+    let (shared, calls) = shared_with((201, json!({})));
+    let fw = shared.profiles.get("mcsched").expect("profile").clone();
+    super::preemption::evict(
+        &shared.bind_ctx.client,
+        &shared.events,
+        &fw,
+        "DefaultPreemption",
+        &pod("high", "1"),
+        victims,
+        lower_nominated,
+    );
+    // The executor's requests run on spawned tasks, as kube's async preemption.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    fake_api::writes(&calls)
+        .into_iter()
+        .filter(|c| c.contains("/pods/"))
+        .collect()
+}
+
+/// kube's async preemption skips victims already terminating (no second DisruptionTarget
+/// patch, delete or event); when every victim is, nothing is sent, lower nominations
+/// included. The agent once re-sent them for every preemptor that counted those victims
+/// again: 430 preemptions of 40 pods in Kubernetes' async preemption spec.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preemption_sends_nothing_for_victims_already_terminating() {
+    let writes = evicted_writes(
+        &[victim("going", true), victim("running", false)],
+        &[victim("nominated", false)],
+    )
+    .await;
+    assert!(
+        writes.iter().all(|w| !w.contains("/pods/going")),
+        "{writes:?}"
+    );
+    assert!(
+        writes.contains(&"DELETE /api/v1/namespaces/default/pods/running".to_string()),
+        "{writes:?}"
+    );
+    assert!(
+        writes.contains(&"PATCH /api/v1/namespaces/default/pods/nominated/status".to_string()),
+        "{writes:?}"
+    );
+
+    let writes = evicted_writes(
+        &[victim("going", true), victim("gone", true)],
+        &[victim("nominated", false)],
+    )
+    .await;
+    assert_eq!(writes, Vec::<String>::new());
+}
