@@ -10,8 +10,7 @@ use mcsched_engine::pod_groups::{PodGroups, group_key_of};
 use serde_json::json;
 use tracing::{info, warn};
 
-use super::pod_sync::HostSide;
-use crate::observe::events::{EventType, Message, object_ref};
+use crate::observe::events::{EventSink, EventType, Message, object_ref};
 
 /// The event reason and DisruptionTarget condition reason on the members taken back.
 const REASON: &str = "GangTakenBack";
@@ -33,7 +32,8 @@ pub(crate) fn held(groups: &PodGroups, pod: &Pod) -> Option<String> {
 /// deleted (its owner recreates it; its leaf copy, if any, is then an orphan pod sync
 /// deletes). Nothing for a pod of no gang.
 pub(crate) async fn take_back_gang(
-    host_side: &HostSide,
+    groups: &PodGroups,
+    events: &EventSink,
     host_pods: &Api<Pod>,
     pod: &Pod,
     leaf: &str,
@@ -42,12 +42,7 @@ pub(crate) async fn take_back_gang(
     let Some(key) = group_key_of(pod) else {
         return;
     };
-    if host_side
-        .pod_groups
-        .policy(&key)
-        .and_then(|p| p.gang_min_count)
-        .is_none()
-    {
+    if groups.policy(&key).and_then(|p| p.gang_min_count).is_none() {
         return;
     }
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
@@ -55,13 +50,13 @@ pub(crate) async fn take_back_gang(
     let note = format!(
         "pod {name} of gang {key} was taken back from leaf cluster {leaf} ({why}); the whole gang is taken back so that it is placed whole again"
     );
-    for member in host_side.pod_groups.state(&key).scheduled() {
+    for member in groups.state(&key).scheduled() {
         if member.uid == uid || member.node_name().is_none() {
             continue;
         }
         let object = member.pod();
         info!(gang = %key, pod = %member.key, "taking a gang member back with its gang");
-        host_side.events.send(Message::Event {
+        events.send(Message::Event {
             reporting_controller: mcsched_shared::pod::scheduler_name(&object).to_string(),
             regarding: object_ref(&object),
             type_: EventType::Warning,

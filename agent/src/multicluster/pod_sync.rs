@@ -633,7 +633,15 @@ async fn take_back(
         .await
         .map_err(api_err(format!("deleting host pod {name}")))?;
     let why = format!("Pending there for {waited_s}s");
-    super::gang_hold::take_back_gang(host_side, host_pods, pod, &leaf.name, &why).await;
+    super::gang_hold::take_back_gang(
+        &host_side.pod_groups,
+        &host_side.events,
+        host_pods,
+        pod,
+        &leaf.name,
+        &why,
+    )
+    .await;
     Ok(())
 }
 
@@ -702,7 +710,15 @@ async fn clash(
     delete_host_pod_now(host_pods, &name, &uid)
         .await
         .map_err(api_err(format!("deleting host pod {name}")))?;
-    super::gang_hold::take_back_gang(host_side, host_pods, pod, &leaf.name, "refused there").await;
+    super::gang_hold::take_back_gang(
+        &host_side.pod_groups,
+        &host_side.events,
+        host_pods,
+        pod,
+        &leaf.name,
+        "refused there",
+    )
+    .await;
     Ok(())
 }
 
