@@ -304,10 +304,6 @@ impl Cache {
             .map(|e| e.info.uid.as_str())
     }
 
-    pub fn bound_pod_keys(&self) -> HashSet<String> {
-        self.pods.keys().cloned().collect()
-    }
-
     pub fn set_namespace(&mut self, name: String, labels: BTreeMap<String, String>) {
         Arc::make_mut(&mut self.namespaces).insert(name, labels);
         self.dirty();

@@ -13,8 +13,8 @@ use mcsched_shared::resources::{Resources, pod_requests};
 use tracing::warn;
 /// kube-scheduler's defaults for pods that request nothing, used only by scoring so that
 /// zero-request pods still spread (`schedutil.DefaultMilliCPURequest`/`DefaultMemoryRequest`).
-pub const DEFAULT_MILLI_CPU_REQUEST: i64 = 100;
-pub const DEFAULT_MEMORY_REQUEST: i64 = 200 * 1024 * 1024;
+pub(crate) const DEFAULT_MILLI_CPU_REQUEST: i64 = 100;
+pub(crate) const DEFAULT_MEMORY_REQUEST: i64 = 200 * 1024 * 1024;
 
 /// A host port in use: protocol, host IP (`0.0.0.0` when unset) and port.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -42,11 +42,11 @@ pub struct PodInfo {
     pub name: String,
     pub requests: Resources,
     /// cpu/memory with kube-scheduler's non-zero defaults, for scoring.
-    pub non_zero_milli_cpu: i64,
-    pub non_zero_memory: i64,
+    pub(crate) non_zero_milli_cpu: i64,
+    pub(crate) non_zero_memory: i64,
     pub host_ports: Vec<HostPort>,
-    pub has_affinity: bool,
-    pub has_required_anti_affinity: bool,
+    pub(crate) has_affinity: bool,
+    pub(crate) has_required_anti_affinity: bool,
     /// Parsed (anti-)affinity terms; shared, as most pods have none.
     pub(crate) terms: Arc<crate::affinity::PodAffinityTerms>,
     /// A request that did not parse; the pod is unschedulable with this message.
@@ -255,7 +255,7 @@ impl PodInfo {
     }
 
     /// Whether the whole object is kept serialized.
-    pub fn is_compact(&self) -> bool {
+    pub(crate) fn is_compact(&self) -> bool {
         matches!(self.object, PodObject::Encoded(_))
     }
 
@@ -368,9 +368,9 @@ pub struct NodeInfo {
     pub allocatable: Resources,
     pub pods: Vec<Arc<PodInfo>>,
     pub requested: Resources,
-    pub non_zero_milli_cpu: i64,
-    pub non_zero_memory: i64,
-    pub used_ports: HashSet<HostPort>,
+    pub(crate) non_zero_milli_cpu: i64,
+    pub(crate) non_zero_memory: i64,
+    pub(crate) used_ports: HashSet<HostPort>,
     /// Container images present on the node: name → size in bytes.
     pub images: HashMap<String, i64>,
     /// Bumped on every change, so derived caches can tell stale entries.
@@ -383,8 +383,8 @@ pub struct NodeInfo {
     pub taints: Vec<k8s_openapi::api::core::v1::Taint>,
     /// How many of `pods` have pod (anti-)affinity / required anti-affinity, so plugins
     /// skip the many nodes without any.
-    pub affinity_pods: usize,
-    pub required_anti_affinity_pods: usize,
+    pub(crate) affinity_pods: usize,
+    pub(crate) required_anti_affinity_pods: usize,
 }
 
 impl NodeInfo {
@@ -393,7 +393,7 @@ impl NodeInfo {
     /// server and etcd, and the first filter's first read of each node stalls on it
     /// (measured in bench/analysis.md).
     #[inline]
-    pub fn prefetch(&self) {
+    pub(crate) fn prefetch(&self) {
         #[cfg(target_arch = "x86_64")]
         {
             use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
@@ -518,7 +518,7 @@ impl NodeInfo {
         true
     }
 
-    pub fn pods_with_affinity(&self) -> impl Iterator<Item = &Arc<PodInfo>> {
+    pub(crate) fn pods_with_affinity(&self) -> impl Iterator<Item = &Arc<PodInfo>> {
         let pods: &[Arc<PodInfo>] = if self.affinity_pods > 0 {
             &self.pods
         } else {
@@ -527,7 +527,7 @@ impl NodeInfo {
         pods.iter().filter(|p| p.has_affinity)
     }
 
-    pub fn pods_with_required_anti_affinity(&self) -> impl Iterator<Item = &Arc<PodInfo>> {
+    pub(crate) fn pods_with_required_anti_affinity(&self) -> impl Iterator<Item = &Arc<PodInfo>> {
         let pods: &[Arc<PodInfo>] = if self.required_anti_affinity_pods > 0 {
             &self.pods
         } else {

@@ -10,9 +10,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 
 // The parts a snapshot is made of, where the agent has always imported them from.
-pub use crate::node_info::{
-    DEFAULT_MEMORY_REQUEST, DEFAULT_MILLI_CPU_REQUEST, HostPort, NodeInfo, PodInfo,
-};
+pub use crate::node_info::{HostPort, NodeInfo, PodInfo};
 
 /// The view one scheduling cycle works on. Cheap to clone.
 #[derive(Debug, Clone, Default)]
@@ -22,7 +20,7 @@ pub struct Snapshot {
     /// Namespace labels, for namespaceSelector in pod (anti-)affinity terms.
     pub namespaces: Arc<HashMap<String, BTreeMap<String, String>>>,
     /// How many nodes hold each image, for ImageLocality's spread factor.
-    pub image_nodes: Arc<HashMap<String, usize>>,
+    pub(crate) image_nodes: Arc<HashMap<String, usize>>,
     pub volumes: Arc<VolumeObjects>,
     pub pdbs: Arc<Vec<Arc<PodDisruptionBudget>>>,
     /// What selects pods (Services, controllers), for PodTopologySpread's defaults.
@@ -134,11 +132,6 @@ impl NodeList {
 
     pub fn iter(&self) -> impl ExactSizeIterator<Item = &Arc<NodeInfo>> + Clone {
         self.positions.iter().map(|&p| &self.all[p as usize])
-    }
-
-    pub fn par_iter(&self) -> impl rayon::iter::IndexedParallelIterator<Item = &Arc<NodeInfo>> {
-        use rayon::prelude::*;
-        self.positions.par_iter().map(|&p| &self.all[p as usize])
     }
 
     pub fn retain(&mut self, mut keep: impl FnMut(&NodeInfo) -> bool) {

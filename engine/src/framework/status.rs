@@ -85,7 +85,7 @@ impl Status {
         self.code == Code::Success
     }
 
-    pub fn is_skip(&self) -> bool {
+    pub(crate) fn is_skip(&self) -> bool {
         self.code == Code::Skip
     }
 
@@ -96,7 +96,7 @@ impl Status {
         )
     }
 
-    pub fn with_cause(mut self, cause: Cause) -> Self {
+    pub(crate) fn with_cause(mut self, cause: Cause) -> Self {
         self.cause = Some(cause);
         self
     }

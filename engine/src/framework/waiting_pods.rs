@@ -13,7 +13,7 @@ use super::{Code, Status};
 use crate::snapshot::PodInfo;
 
 /// kube's `maxTimeout`: no plugin may hold a pod longer.
-pub const MAX_WAIT: Duration = Duration::from_secs(15 * 60);
+pub(crate) const MAX_WAIT: Duration = Duration::from_secs(15 * 60);
 
 struct Pending {
     plugin: &'static str,

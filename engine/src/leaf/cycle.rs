@@ -21,7 +21,7 @@ impl Default for Access {
 }
 
 /// CycleState key of [`LeafCycle`].
-pub const LEAF_CYCLE_KEY: &str = "mcsched.io/leaf-cycle";
+pub(crate) const LEAF_CYCLE_KEY: &str = "mcsched.io/leaf-cycle";
 
 /// One leaf as the agent sees it at the start of a cycle.
 #[derive(Clone)]
@@ -83,11 +83,11 @@ pub struct LeafCycle {
 
 /// A leaf copy with the overrides for its cluster, and what they changed (said by
 /// `explain`).
-pub type OverriddenCopy = Result<(Arc<PodInfo>, Arc<Vec<String>>), LeafCopyError>;
+pub(crate) type OverriddenCopy = Result<(Arc<PodInfo>, Arc<Vec<String>>), LeafCopyError>;
 
 /// Why the copy for a leaf cannot be built.
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum LeafCopyError {
+pub(crate) enum LeafCopyError {
     #[error(transparent)]
     Transform(#[from] TransformError),
     #[error("{policy} cannot override the copy: {source}")]
@@ -125,7 +125,7 @@ impl LeafCycle {
     /// Preemption's what-if of evicting host pod `victim` from a virtual node of
     /// `cluster`: its copy leaves the leaf's view, so the leaf check sees the room the
     /// eviction makes there. False when the leaf holds no copy of it.
-    pub fn remove_copy(&mut self, cluster: &str, victim: &PodInfo) -> bool {
+    pub(crate) fn remove_copy(&mut self, cluster: &str, victim: &PodInfo) -> bool {
         let Some(view) = self.views.get(cluster) else {
             return false;
         };
@@ -152,7 +152,7 @@ impl LeafCycle {
     }
 
     /// Undoes [`remove_copy`](Self::remove_copy): the victim is spared after all.
-    pub fn restore_copy(&mut self, victim: &PodInfo) -> bool {
+    pub(crate) fn restore_copy(&mut self, victim: &PodInfo) -> bool {
         let Some((cluster, leaf_node, copy)) = self.removed.remove(&victim.key) else {
             return false;
         };
@@ -170,7 +170,7 @@ impl LeafCycle {
         true
     }
 
-    pub fn record_choice(
+    pub(crate) fn record_choice(
         &self,
         virtual_node: &str,
         cluster: &str,
@@ -209,7 +209,7 @@ impl LeafCycle {
     }
 
     /// Virtual node → leaf node, for explanations.
-    pub fn choices(&self) -> HashMap<String, String> {
+    pub(crate) fn choices(&self) -> HashMap<String, String> {
         self.lock()
             .iter()
             .map(|(v, c)| (v.clone(), c.leaf_node.clone()))
@@ -217,7 +217,7 @@ impl LeafCycle {
     }
 
     /// The overrides of `policy` (its reference) for this cycle's pod.
-    pub fn set_overrides(&mut self, policy: String, overrides: Vec<ClusterOverride>) {
+    pub(crate) fn set_overrides(&mut self, policy: String, overrides: Vec<ClusterOverride>) {
         self.overrides = Arc::new((policy, overrides));
     }
 
@@ -248,7 +248,7 @@ impl LeafCycle {
     /// The copy as it would be created in `cluster` (virtual node labels `labels`): the
     /// pod's policy's overrides for that cluster applied, built once per cycle and
     /// cluster; with what they changed, each line naming the policy.
-    pub fn leaf_pod_in(
+    pub(crate) fn leaf_pod_in(
         &self,
         host: &PodInfo,
         cluster: &str,
@@ -284,7 +284,7 @@ impl LeafCycle {
     }
 
     /// The copy [`Self::leaf_pod_in`] built for `cluster` this cycle, or the plain one.
-    pub fn built_leaf_pod(
+    pub(crate) fn built_leaf_pod(
         &self,
         host: &PodInfo,
         cluster: &str,
@@ -323,7 +323,7 @@ pub trait LeafSnapshots: Send + Sync {
 }
 
 /// No leaves at all: every virtual node is a leaf the agent is not connected to.
-pub struct NoLeaves;
+pub(crate) struct NoLeaves;
 
 impl LeafSnapshots for NoLeaves {
     fn cycle(&self, host_volumes: Arc<VolumeObjects>) -> LeafCycle {

@@ -46,7 +46,7 @@ pub trait ReadAccess: Send + Sync {
 }
 
 /// Everything readable: for tests and tools without an API server behind them.
-pub struct ReadAll;
+pub(crate) struct ReadAll;
 
 impl ReadAccess for ReadAll {
     fn may_read(&self, _: &str, _: Copied) -> Option<bool> {

@@ -3,7 +3,7 @@
 //! API server's order). The leaf check asks this first, so a pod is sent only where its
 //! copy would be created, and judged as the leaf will hold it.
 
-pub mod limit_range;
+pub(crate) mod limit_range;
 pub mod pod_security;
 pub mod quota;
 

@@ -27,7 +27,7 @@ pub use mcsched_shared::keys::{
 /// The newest policy version whose checks are here: `latest` on a leaf of this version
 /// or newer (newer ones only allow more sysctls, so judging them by these refuses more,
 /// never less).
-pub const NEWEST_MINOR: u32 = 36;
+pub(crate) const NEWEST_MINOR: u32 = 36;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Level {
@@ -123,7 +123,7 @@ impl std::fmt::Display for Enforce {
 impl Enforce {
     /// As PSA's `PolicyToEvaluate`: the labels over the default; an unknown level is
     /// `restricted`, an unknown version `latest`.
-    pub fn from_labels(labels: Option<&BTreeMap<String, String>>) -> Enforce {
+    pub(crate) fn from_labels(labels: Option<&BTreeMap<String, String>>) -> Enforce {
         let mut e = Enforce::default();
         let Some(labels) = labels else {
             return e;
@@ -336,7 +336,12 @@ fn at(check: &Check, minor: u32) -> Option<&Versioned> {
 /// The checks of `level` at version 1.`minor` that `meta` and `spec` fail, in PSA's
 /// order (baseline checks by ID, then restricted ones by ID; a restricted check
 /// replaces the baseline checks it overrides).
-pub fn evaluate(level: Level, minor: u32, meta: &ObjectMeta, spec: &PodSpec) -> Vec<Forbidden> {
+pub(crate) fn evaluate(
+    level: Level,
+    minor: u32,
+    meta: &ObjectMeta,
+    spec: &PodSpec,
+) -> Vec<Forbidden> {
     if level == Level::Privileged {
         return Vec::new();
     }

@@ -60,7 +60,7 @@ fn usage_of(requests: &Usage, limits: &Usage) -> Usage {
 
 /// The pod's usage; a quantity that does not parse counts as absent (the API server
 /// validated the host pod's).
-pub fn pod_usage(pod: &Pod) -> Usage {
+pub(crate) fn pod_usage(pod: &Pod) -> Usage {
     usage_of(
         &pod_amounts(pod, Side::Requests).unwrap_or_default(),
         &pod_amounts(pod, Side::Limits).unwrap_or_default(),
@@ -277,7 +277,7 @@ pub fn refusal(q: &ResourceQuota, pod: &Pod, usage: &Usage, pending: &Usage) -> 
 
 /// The first refusal among `quotas` for `pod`, counting `pending` copies (decided on,
 /// not yet admitted by the leaf) where each quota matches them.
-pub fn first_refusal(
+pub(crate) fn first_refusal(
     quotas: &[Arc<ResourceQuota>],
     pod: &Pod,
     pending: &[Arc<Pod>],

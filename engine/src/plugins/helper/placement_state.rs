@@ -44,7 +44,7 @@ pub fn explained(state: &CycleState) -> Option<mcsched_shared::explain::AppliedP
 
 /// Whether `pod` falls under a policy that divides its owner's replicas or orders
 /// clusters: then the profile's cluster-policy plugins step aside.
-pub fn overrides_profile(state: &CycleState) -> bool {
+pub(crate) fn overrides_profile(state: &CycleState) -> bool {
     applied(state).is_some_and(|a| {
         a.policy.spec.division.is_some() || !a.policy.spec.cluster_groups.is_empty()
     })
