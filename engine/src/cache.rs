@@ -345,10 +345,6 @@ impl Cache {
         Arc::make_mut(&mut self.pod_selectors)
     }
 
-    pub fn node_names(&self) -> Vec<String> {
-        self.nodes.iter().map(|n| n.name.to_string()).collect()
-    }
-
     /// Puts `nodes` in the node tree's order.
     fn follow_tree(&mut self) {
         self.order_stale = false;

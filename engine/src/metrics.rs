@@ -13,66 +13,66 @@ use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct AttemptLabels {
-    pub result: String,
-    pub profile: String,
+    pub(crate) result: String,
+    pub(crate) profile: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct QueueLabels {
-    pub queue: String,
+    pub(crate) queue: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct IncomingLabels {
-    pub queue: String,
-    pub event: String,
+    pub(crate) queue: String,
+    pub(crate) event: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct ExtensionPointLabels {
-    pub extension_point: String,
-    pub status: String,
-    pub profile: String,
+    pub(crate) extension_point: String,
+    pub(crate) status: String,
+    pub(crate) profile: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct PluginLabels {
-    pub plugin: String,
-    pub extension_point: String,
-    pub status: String,
+    pub(crate) plugin: String,
+    pub(crate) extension_point: String,
+    pub(crate) status: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct EvaluationLabels {
-    pub plugin: String,
-    pub extension_point: String,
-    pub profile: String,
+pub(crate) struct EvaluationLabels {
+    pub(crate) plugin: String,
+    pub(crate) extension_point: String,
+    pub(crate) profile: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct PluginProfileLabels {
-    pub plugin: String,
-    pub profile: String,
+    pub(crate) plugin: String,
+    pub(crate) profile: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct AttemptsLabels {
-    pub attempts: String,
+    pub(crate) attempts: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct ResultLabels {
-    pub result: String,
+    pub(crate) result: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResourceLabels {
-    pub resource: String,
+pub(crate) struct ResourceLabels {
+    pub(crate) resource: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct ClusterLabels {
-    pub cluster: String,
+    pub(crate) cluster: String,
 }
 
 /// By profile (a handful), then (extension point, plugin).
@@ -85,7 +85,7 @@ pub struct Metrics {
     pub(crate) queue_incoming: Family<IncomingLabels, Counter>,
     pub(crate) extension_point_duration: Family<ExtensionPointLabels, Histogram>,
     pub(crate) plugin_duration: Family<PluginLabels, Histogram>,
-    pub plugin_evaluations: Family<EvaluationLabels, Counter>,
+    pub(crate) plugin_evaluations: Family<EvaluationLabels, Counter>,
     pub preemption_attempts: Counter,
     pub preemption_victims: Histogram,
     pub(crate) pod_scheduling_attempts: Histogram,
@@ -94,7 +94,7 @@ pub struct Metrics {
     pub(crate) permit_wait_duration: Family<ResultLabels, Histogram>,
     pub(crate) watch_restarts: Family<ResourceLabels, Counter>,
     pub(crate) watch_relists: Family<ResourceLabels, Counter>,
-    pub watch_expired: Family<ResourceLabels, Counter>,
+    pub(crate) watch_expired: Family<ResourceLabels, Counter>,
     pub(crate) refused_connections: Counter,
     pub(crate) throttled_authentications: Counter,
     pub(crate) leaf_check_dropped: Family<ClusterLabels, Counter>,
@@ -395,7 +395,7 @@ impl Metrics {
             .observe(seconds);
     }
 
-    pub fn plugin(&self, plugin: &str, point: &str, status: &str, seconds: f64) {
+    pub(crate) fn plugin(&self, plugin: &str, point: &str, status: &str, seconds: f64) {
         self.plugin_many(plugin, point, status, &[seconds]);
     }
 
@@ -420,7 +420,7 @@ impl Metrics {
             .observe(waited.as_secs_f64());
     }
 
-    pub fn incoming(&self, queue: &str, event: &str) {
+    pub(crate) fn incoming(&self, queue: &str, event: &str) {
         self.queue_incoming
             .get_or_create(&IncomingLabels {
                 queue: queue.into(),

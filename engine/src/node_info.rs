@@ -19,9 +19,9 @@ pub(crate) const DEFAULT_MEMORY_REQUEST: i64 = 200 * 1024 * 1024;
 /// A host port in use: protocol, host IP (`0.0.0.0` when unset) and port.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct HostPort {
-    pub protocol: String,
-    pub ip: String,
-    pub port: i32,
+    pub(crate) protocol: String,
+    pub(crate) ip: String,
+    pub(crate) port: i32,
 }
 
 /// A pod with what every cycle needs of it computed once.
@@ -44,22 +44,22 @@ pub struct PodInfo {
     /// cpu/memory with kube-scheduler's non-zero defaults, for scoring.
     pub(crate) non_zero_milli_cpu: i64,
     pub(crate) non_zero_memory: i64,
-    pub host_ports: Vec<HostPort>,
+    pub(crate) host_ports: Vec<HostPort>,
     pub(crate) has_affinity: bool,
     pub(crate) has_required_anti_affinity: bool,
     /// Parsed (anti-)affinity terms; shared, as most pods have none.
     pub(crate) terms: Arc<crate::affinity::PodAffinityTerms>,
     /// A request that did not parse; the pod is unschedulable with this message.
-    pub invalid: Option<String>,
+    pub(crate) invalid: Option<String>,
     node_name: Option<String>,
     nominated_node_name: Option<String>,
     priority: i32,
     /// `spec.volumes`, read by the volume plugins for pods already on a node.
-    pub volumes: Vec<Volume>,
-    pub start_time: Option<Time>,
+    pub(crate) volumes: Vec<Volume>,
+    pub(crate) start_time: Option<Time>,
     /// A `DisruptionTarget` condition set by a scheduler's preemption (kube's
     /// `podTerminatingByPreemption` reads it).
-    pub preempted: bool,
+    pub(crate) preempted: bool,
     object: PodObject,
 }
 
@@ -273,7 +273,7 @@ impl PodInfo {
         self.nominated_node_name.as_deref()
     }
 
-    pub fn priority(&self) -> i32 {
+    pub(crate) fn priority(&self) -> i32 {
         self.priority
     }
 
@@ -288,7 +288,7 @@ impl PodInfo {
 }
 
 /// The uid of the object's controller (its owner reference marked `controller`).
-pub fn controller_uid(meta: &ObjectMeta) -> Option<&str> {
+pub(crate) fn controller_uid(meta: &ObjectMeta) -> Option<&str> {
     meta.owner_references
         .iter()
         .flatten()
@@ -367,20 +367,20 @@ pub struct NodeInfo {
     pub name: Arc<str>,
     pub allocatable: Resources,
     pub pods: Vec<Arc<PodInfo>>,
-    pub requested: Resources,
+    pub(crate) requested: Resources,
     pub(crate) non_zero_milli_cpu: i64,
     pub(crate) non_zero_memory: i64,
     pub(crate) used_ports: HashSet<HostPort>,
     /// Container images present on the node: name → size in bytes.
-    pub images: HashMap<String, i64>,
+    pub(crate) images: HashMap<String, i64>,
     /// Bumped on every change, so derived caches can tell stale entries.
-    pub generation: u64,
+    pub(crate) generation: u64,
     /// For a virtual node: the leaf cluster it stands for.
     pub cluster: Option<String>,
     /// `spec.unschedulable` and `spec.taints`, read by filters and scores of every cycle
     /// here, without following the pointer to the Node.
     pub unschedulable: bool,
-    pub taints: Vec<k8s_openapi::api::core::v1::Taint>,
+    pub(crate) taints: Vec<k8s_openapi::api::core::v1::Taint>,
     /// How many of `pods` have pod (anti-)affinity / required anti-affinity, so plugins
     /// skip the many nodes without any.
     pub(crate) affinity_pods: usize,
@@ -495,7 +495,7 @@ impl NodeInfo {
     }
 
     /// Removes the pod with this key; false when it was not here.
-    pub fn remove_pod(&mut self, key: &str) -> bool {
+    pub(crate) fn remove_pod(&mut self, key: &str) -> bool {
         let Some(i) = self.pods.iter().position(|p| p.key == key) else {
             return false;
         };

@@ -16,18 +16,18 @@ pub use crate::node_info::{HostPort, NodeInfo, PodInfo};
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     pub nodes: Arc<Vec<Arc<NodeInfo>>>,
-    pub index: Arc<HashMap<String, usize>>,
+    pub(crate) index: Arc<HashMap<String, usize>>,
     /// Namespace labels, for namespaceSelector in pod (anti-)affinity terms.
-    pub namespaces: Arc<HashMap<String, BTreeMap<String, String>>>,
+    pub(crate) namespaces: Arc<HashMap<String, BTreeMap<String, String>>>,
     /// How many nodes hold each image, for ImageLocality's spread factor.
     pub(crate) image_nodes: Arc<HashMap<String, usize>>,
     pub volumes: Arc<VolumeObjects>,
-    pub pdbs: Arc<Vec<Arc<PodDisruptionBudget>>>,
+    pub(crate) pdbs: Arc<Vec<Arc<PodDisruptionBudget>>>,
     /// What selects pods (Services, controllers), for PodTopologySpread's defaults.
-    pub pod_selectors: Arc<crate::pod_selectors::PodSelectors>,
+    pub(crate) pod_selectors: Arc<crate::pod_selectors::PodSelectors>,
     /// How many nodes are leaves' virtual nodes, counted once per snapshot so that the
     /// leaf check can step aside without walking every node.
-    pub virtual_nodes: usize,
+    pub(crate) virtual_nodes: usize,
     /// The placement policies, for the pods they select.
     pub policies: Arc<crate::policies::PolicySet>,
     /// Pods counted per topology domain; kept only in snapshots of the cache.
@@ -91,8 +91,6 @@ impl Snapshot {
     }
 }
 
-/// Rough memory of a snapshot: struct sizes plus each Node's and Pod's JSON length as a
-/// stand-in for the heap its strings and maps take. For reporting, not accounting.
 /// Some of a snapshot's nodes (the feasible ones), as positions in its shared node list:
 /// a cycle over thousands of nodes then writes no node's reference count, which would pull
 /// every node's cache line from core to core.
@@ -147,6 +145,8 @@ impl std::ops::Index<usize> for NodeList {
     }
 }
 
+/// Rough memory of a snapshot: struct sizes plus each Node's and Pod's JSON length as a
+/// stand-in for the heap its strings and maps take. For reporting, not accounting.
 pub fn approximate_bytes(s: &Snapshot) -> usize {
     let json = |v: &dyn erased_len::JsonLen| v.json_len();
     let mut total =

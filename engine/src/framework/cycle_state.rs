@@ -68,14 +68,14 @@ impl CycleState {
         })
     }
 
-    pub fn write<T: Any + Clone + Send + Sync>(&mut self, key: &'static str, value: T) {
+    pub(crate) fn write<T: Any + Clone + Send + Sync>(&mut self, key: &'static str, value: T) {
         match self.position(key) {
             Some(i) => self.data[i].1 = Box::new(value),
             None => self.data.push((key, Box::new(value))),
         }
     }
 
-    pub fn read<T: Any>(&self, key: &'static str) -> Option<&T> {
+    pub(crate) fn read<T: Any>(&self, key: &'static str) -> Option<&T> {
         let i = self.position(key)?;
         self.data[i].1.as_ref().as_any().downcast_ref()
     }

@@ -22,7 +22,7 @@ pub struct BindContext {
 pub struct QueuedPodInfo {
     pub pod: Arc<PodInfo>,
     /// When the pod was (re)added to the queue.
-    pub timestamp: Instant,
+    pub(crate) timestamp: Instant,
     pub initial_attempt: Option<Instant>,
     pub attempts: u32,
     /// Why it waits, while it waits after a rejection or at PreEnqueue.

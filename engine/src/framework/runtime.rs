@@ -50,18 +50,18 @@ pub enum FrameworkError {
 /// The plugins of one profile per extension point, in order; score plugins with weights.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProfileSpec {
-    pub scheduler_name: String,
+    pub(crate) scheduler_name: String,
     pub(crate) pre_enqueue: Vec<String>,
     pub(crate) queue_sort: Vec<String>,
-    pub pre_filter: Vec<String>,
-    pub filter: Vec<String>,
-    pub post_filter: Vec<String>,
+    pub(crate) pre_filter: Vec<String>,
+    pub(crate) filter: Vec<String>,
+    pub(crate) post_filter: Vec<String>,
     pub(crate) pre_score: Vec<String>,
-    pub score: Vec<(String, i64)>,
-    pub reserve: Vec<String>,
+    pub(crate) score: Vec<(String, i64)>,
+    pub(crate) reserve: Vec<String>,
     pub permit: Vec<String>,
     pub pre_bind: Vec<String>,
-    pub bind: Vec<String>,
+    pub(crate) bind: Vec<String>,
     pub(crate) post_bind: Vec<String>,
     pub percentage_of_nodes_to_score: Option<u32>,
 }
@@ -194,7 +194,7 @@ impl Framework {
         let _ = self.extenders.set(extenders);
     }
 
-    pub fn extenders(&self) -> &[Arc<dyn super::PreemptionExtender>] {
+    pub(crate) fn extenders(&self) -> &[Arc<dyn super::PreemptionExtender>] {
         self.extenders.get().map(Vec::as_slice).unwrap_or_default()
     }
 

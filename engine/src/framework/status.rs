@@ -65,7 +65,7 @@ impl Status {
 
     /// kube's Pending: the pod waits for something outside the scheduler's objects (a
     /// leaf's answer), not for room; it is requeued without backoff.
-    pub fn pending(reason: impl Into<Reason>) -> Self {
+    pub(crate) fn pending(reason: impl Into<Reason>) -> Self {
         Status::new(Code::Pending, vec![reason.into()])
     }
 
@@ -77,7 +77,7 @@ impl Status {
         Status::new(Code::Error, vec![reason.into()])
     }
 
-    pub fn skip() -> Self {
+    pub(crate) fn skip() -> Self {
         Status::new(Code::Skip, Vec::new())
     }
 

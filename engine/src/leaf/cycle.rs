@@ -190,17 +190,18 @@ impl LeafCycle {
     }
 
     /// The leaf node the check picked for `virtual_node` in this cycle.
-    pub fn choice(&self, virtual_node: &str) -> Option<String> {
+    #[cfg(test)]
+    pub(crate) fn choice(&self, virtual_node: &str) -> Option<String> {
         self.lock().get(virtual_node).map(|c| c.leaf_node.clone())
     }
 
     /// The cluster and leaf node the check picked for `virtual_node`.
-    pub fn placement(&self, virtual_node: &str) -> Option<LeafChoice> {
+    pub(crate) fn placement(&self, virtual_node: &str) -> Option<LeafChoice> {
         self.lock().get(virtual_node).cloned()
     }
 
     /// Virtual node → what the check noted about the copy there, for explanations.
-    pub fn notes(&self) -> HashMap<String, Vec<String>> {
+    pub(crate) fn notes(&self) -> HashMap<String, Vec<String>> {
         self.lock()
             .iter()
             .filter(|(_, c)| !c.notes.is_empty())
@@ -222,7 +223,7 @@ impl LeafCycle {
     }
 
     /// The overrides targeting `cluster`, whose virtual node carries `labels`, in order.
-    pub fn overrides_for(
+    pub(crate) fn overrides_for(
         &self,
         cluster: &str,
         labels: &BTreeMap<String, String>,
@@ -235,7 +236,7 @@ impl LeafCycle {
     }
 
     /// The leaf's StorageClass for a host claim of class `class` copied to `cluster`.
-    pub fn leaf_class(
+    pub(crate) fn leaf_class(
         &self,
         cluster: &str,
         labels: &BTreeMap<String, String>,

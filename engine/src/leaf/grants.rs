@@ -29,7 +29,7 @@ impl Copied {
     }
 
     /// The ClusterRole an operator binds in a namespace to grant it.
-    pub fn reader_role(self) -> String {
+    pub(crate) fn reader_role(self) -> String {
         match self {
             Copied::ConfigMaps => mcsched_shared::manifests::configmap_reader_name(),
             Copied::Secrets => mcsched_shared::manifests::secret_reader_name(),
@@ -104,7 +104,8 @@ impl Grants {
     }
 
     /// How many answers are remembered, and questions queued.
-    pub fn sizes(&self) -> (usize, usize) {
+    #[cfg(test)]
+    pub(crate) fn sizes(&self) -> (usize, usize) {
         (self.memory.remembered().0, self.memory.queued())
     }
 

@@ -258,7 +258,7 @@ pub struct Dependencies {
     pub claims: Vec<String>,
     /// ConfigMaps and Secrets every reference to which is `optional: true`: the pod
     /// starts without them, as a kubelet starts it.
-    pub optional: std::collections::BTreeSet<String>,
+    pub(crate) optional: std::collections::BTreeSet<String>,
 }
 
 impl Dependencies {

@@ -80,7 +80,7 @@ impl Default for PluginArgs {
 
 /// Every plugin this agent implements, built with one profile's arguments, without
 /// leaves (every virtual node is a leaf not connected).
-pub fn registry(args: &PluginArgs) -> HashMap<String, Arc<dyn Plugin>> {
+pub(crate) fn registry(args: &PluginArgs) -> HashMap<String, Arc<dyn Plugin>> {
     registry_with_leaves(args, Arc::new(crate::leaf::cycle::NoLeaves))
 }
 
@@ -147,11 +147,4 @@ pub fn registry_with_leaves(
 /// Every plugin with kube-scheduler's default arguments.
 pub fn default_registry() -> HashMap<String, Arc<dyn Plugin>> {
     registry(&PluginArgs::default())
-}
-
-/// The names of every plugin this agent implements, for configuration checks.
-pub fn names() -> Vec<String> {
-    let mut n: Vec<String> = default_registry().into_keys().collect();
-    n.sort();
-    n
 }

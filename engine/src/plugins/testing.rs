@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::snapshot::{NodeInfo, PodInfo};
 
-pub fn quantities(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
+pub(crate) fn quantities(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
     pairs
         .iter()
         .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))

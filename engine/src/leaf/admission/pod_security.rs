@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-pub use mcsched_shared::keys::{
+pub(crate) use mcsched_shared::keys::{
     POD_SECURITY_ENFORCE_LABEL as ENFORCE_LABEL,
     POD_SECURITY_ENFORCE_VERSION_LABEL as ENFORCE_VERSION_LABEL,
 };
@@ -30,14 +30,14 @@ pub use mcsched_shared::keys::{
 pub(crate) const NEWEST_MINOR: u32 = 36;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Level {
+pub(crate) enum Level {
     Privileged,
     Baseline,
     Restricted,
 }
 
 impl Level {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Level::Privileged => "privileged",
             Level::Baseline => "baseline",
@@ -57,7 +57,7 @@ impl Level {
 
 /// A policy version: `latest`, or `v1.<minor>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Version {
+pub(crate) enum Version {
     Latest,
     Minor(u32),
 }
@@ -100,8 +100,8 @@ impl std::fmt::Display for Version {
 /// A namespace's enforced level and version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Enforce {
-    pub level: Level,
-    pub version: Version,
+    pub(crate) level: Level,
+    pub(crate) version: Version,
 }
 
 impl Default for Enforce {
@@ -141,7 +141,7 @@ impl Enforce {
     /// policy, as PSA words it (`privileged (container "app" must not set
     /// securityContext.privileged=true), hostPath volumes (volume "root")`); None when
     /// it is allowed. `leaf_minor`: the leaf's Kubernetes minor version, when known.
-    pub fn refusal(
+    pub(crate) fn refusal(
         &self,
         meta: &ObjectMeta,
         spec: &PodSpec,
@@ -166,9 +166,9 @@ impl Enforce {
 
 /// One failed check: PSA's ForbiddenReason and ForbiddenDetail.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Forbidden {
-    pub reason: String,
-    pub detail: String,
+pub(crate) struct Forbidden {
+    pub(crate) reason: String,
+    pub(crate) detail: String,
 }
 
 fn forbid(reason: impl Into<String>, detail: impl Into<String>) -> Option<Forbidden> {

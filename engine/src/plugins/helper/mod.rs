@@ -3,12 +3,12 @@
 //! algorithm or record.
 
 pub mod cluster_placement;
-pub mod node_affinity;
+pub(crate) mod node_affinity;
 pub mod placement_state;
 pub(crate) mod queue_sort;
-pub mod resources;
+pub(crate) mod resources;
 pub mod taints;
-pub mod volumes;
+pub(crate) mod volumes;
 
 use crate::framework::MAX_NODE_SCORE;
 

@@ -11,7 +11,7 @@ use crate::snapshot::{NodeInfo, PodInfo};
 /// kube-scheduler v1.36's wording (older releases named the taint).
 pub(crate) const UNTOLERATED: &str = "node(s) had untolerated taint(s)";
 
-pub fn tolerations(pod: &Pod) -> &[Toleration] {
+pub(crate) fn tolerations(pod: &Pod) -> &[Toleration] {
     pod.spec
         .as_ref()
         .and_then(|s| s.tolerations.as_deref())

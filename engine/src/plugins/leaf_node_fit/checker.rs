@@ -268,7 +268,7 @@ fn questions(pod: &PodInfo) -> Vec<Question> {
 /// The first leaf still being asked something about `pod` (every question is sent
 /// now), so that the pod waits for the answers instead of going elsewhere for lack of
 /// them; the answers are leaf events that retry it.
-pub fn unanswered(cycle: &LeafCycle, pod: &PodInfo, asker: Asker) -> Option<String> {
+pub(crate) fn unanswered(cycle: &LeafCycle, pod: &PodInfo, asker: Asker) -> Option<String> {
     let qs = questions(pod);
     let mut waiting = None;
     for view in cycle.views.values() {
