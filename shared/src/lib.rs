@@ -1,5 +1,8 @@
 //! Pure data and rules shared by the agent and the CLI: no tokio, no network.
 
+// Public only what another crate uses: anything else is pub(crate).
+#![warn(unreachable_pub)]
+
 pub mod api;
 pub mod cluster_affinity;
 pub mod config;

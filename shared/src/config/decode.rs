@@ -8,7 +8,7 @@ use super::model::*;
 use super::raw::*;
 use super::{ConfigErrors, GROUP, VERSIONS, duration, plugin_args};
 
-pub fn decode(text: &str) -> Result<SchedulerConfig, ConfigErrors> {
+pub(super) fn decode(text: &str) -> Result<SchedulerConfig, ConfigErrors> {
     let mut errs = ConfigErrors(Vec::new());
     let raw: RawConfig = match serde_yaml::from_str(text) {
         Ok(r) => r,

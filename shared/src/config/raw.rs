@@ -4,7 +4,7 @@ use serde::Deserialize;
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawConfig {
+pub(super) struct RawConfig {
     pub api_version: Option<String>,
     pub kind: Option<String>,
     pub parallelism: Option<i64>,
@@ -29,7 +29,7 @@ pub struct RawConfig {
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawLeaderElection {
+pub(super) struct RawLeaderElection {
     pub leader_elect: Option<bool>,
     pub lease_duration: Option<String>,
     pub renew_deadline: Option<String>,
@@ -41,7 +41,7 @@ pub struct RawLeaderElection {
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawClientConnection {
+pub(super) struct RawClientConnection {
     pub kubeconfig: Option<String>,
     pub accept_content_types: Option<String>,
     pub content_type: Option<String>,
@@ -51,7 +51,7 @@ pub struct RawClientConnection {
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawProfile {
+pub(super) struct RawProfile {
     pub scheduler_name: Option<String>,
     /// v1 only.
     pub percentage_of_nodes_to_score: Option<i64>,
@@ -61,7 +61,7 @@ pub struct RawProfile {
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawPlugins {
+pub(super) struct RawPlugins {
     pub pre_enqueue: Option<RawPluginSet>,
     pub queue_sort: Option<RawPluginSet>,
     pub pre_filter: Option<RawPluginSet>,
@@ -80,28 +80,28 @@ pub struct RawPlugins {
 
 #[derive(Debug, Deserialize, Default, Clone)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawPluginSet {
+pub(super) struct RawPluginSet {
     pub enabled: Option<Vec<RawPlugin>>,
     pub disabled: Option<Vec<RawPlugin>>,
 }
 
 #[derive(Debug, Deserialize, Default, Clone)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawPlugin {
+pub(super) struct RawPlugin {
     pub name: String,
     pub weight: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawPluginConfig {
+pub(super) struct RawPluginConfig {
     pub name: String,
     pub args: Option<serde_yaml::Value>,
 }
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawExtender {
+pub(super) struct RawExtender {
     pub url_prefix: Option<String>,
     pub filter_verb: Option<String>,
     pub preempt_verb: Option<String>,
@@ -119,7 +119,7 @@ pub struct RawExtender {
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawExtenderTls {
+pub(super) struct RawExtenderTls {
     pub insecure: Option<bool>,
     pub server_name: Option<String>,
     pub cert_file: Option<String>,
@@ -135,7 +135,7 @@ pub struct RawExtenderTls {
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawManagedResource {
+pub(super) struct RawManagedResource {
     pub name: String,
     pub ignored_by_scheduler: Option<bool>,
 }
@@ -144,7 +144,7 @@ pub struct RawManagedResource {
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawFitArgs {
+pub(super) struct RawFitArgs {
     pub ignored_resources: Option<Vec<String>>,
     pub ignored_resource_groups: Option<Vec<String>>,
     pub scoring_strategy: Option<RawScoringStrategy>,
@@ -152,7 +152,7 @@ pub struct RawFitArgs {
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawScoringStrategy {
+pub(super) struct RawScoringStrategy {
     #[serde(rename = "type")]
     pub type_: Option<String>,
     pub resources: Option<Vec<RawResource>>,
@@ -161,60 +161,60 @@ pub struct RawScoringStrategy {
 
 #[derive(Debug, Deserialize, Default, Clone)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawResource {
+pub(super) struct RawResource {
     pub name: String,
     pub weight: Option<i64>,
 }
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawRtcr {
+pub(super) struct RawRtcr {
     pub shape: Option<Vec<RawShapePoint>>,
 }
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawShapePoint {
+pub(super) struct RawShapePoint {
     pub utilization: i64,
     pub score: i64,
 }
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawBalancedArgs {
+pub(super) struct RawBalancedArgs {
     pub resources: Option<Vec<RawResource>>,
 }
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawInterPodAffinityArgs {
+pub(super) struct RawInterPodAffinityArgs {
     pub hard_pod_affinity_weight: Option<i64>,
     pub ignore_preferred_terms_of_existing_pods: Option<bool>,
 }
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawPodTopologySpreadArgs {
+pub(super) struct RawPodTopologySpreadArgs {
     pub default_constraints: Option<Vec<k8s_openapi::api::core::v1::TopologySpreadConstraint>>,
     pub defaulting_type: Option<String>,
 }
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawVolumeBindingArgs {
+pub(super) struct RawVolumeBindingArgs {
     pub bind_timeout_seconds: Option<i64>,
     pub shape: Option<Vec<RawShapePoint>>,
 }
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawNodeAffinityArgs {
+pub(super) struct RawNodeAffinityArgs {
     pub added_affinity: Option<k8s_openapi::api::core::v1::NodeAffinity>,
 }
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawDefaultPreemptionArgs {
+pub(super) struct RawDefaultPreemptionArgs {
     pub min_candidate_nodes_percentage: Option<i64>,
     pub min_candidate_nodes_absolute: Option<i64>,
 }
