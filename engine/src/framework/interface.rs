@@ -84,8 +84,11 @@ pub trait PreemptionExtender: Send + Sync {
         pod: &PodInfo,
         victims: &std::collections::BTreeMap<String, Victims>,
         snapshot: &Snapshot,
-    ) -> Result<std::collections::BTreeMap<String, Victims>, String>;
+    ) -> Result<std::collections::BTreeMap<String, Victims>, PreemptionExtenderError>;
 }
+
+/// Why an extender's preempt verb failed, in the extender's own error type.
+pub type PreemptionExtenderError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Where the framework reads nominations; the scheduling queue's side keeps them.
 pub(crate) trait PodNominator: Send + Sync {
