@@ -264,7 +264,7 @@ async fn run(
         let (kc, context, qps, burst) =
             (kubeconfig.clone(), args.context.clone(), cc.qps, cc.burst);
         let health = shared.lease_health.clone();
-        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<Result<(), String>>();
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<anyhow::Result<()>>();
         std::thread::Builder::new()
             .name("leader-election".into())
             .spawn(move || {
@@ -274,8 +274,9 @@ async fn run(
                 {
                     Ok(rt) => rt,
                     Err(e) => {
-                        let _ =
-                            ready_tx.send(Err(format!("cannot start the election's runtime: {e}")));
+                        let e =
+                            anyhow::Error::new(e).context("cannot start the election's runtime");
+                        let _ = ready_tx.send(Err(e));
                         return;
                     }
                 };
@@ -290,7 +291,7 @@ async fn run(
                     {
                         Ok(c) => c,
                         Err(e) => {
-                            let _ = ready_tx.send(Err(e.to_string()));
+                            let _ = ready_tx.send(Err(e.into()));
                             return;
                         }
                     };
@@ -307,7 +308,7 @@ async fn run(
             .context("cannot start the leader election thread")?;
         match ready_rx.await {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => anyhow::bail!("leader election: {e}"),
+            Ok(Err(e)) => return Err(e.context("leader election")),
             Err(_) => anyhow::bail!("leader election: its thread ended before starting"),
         }
         Some(ended_rx)
