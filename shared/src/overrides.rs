@@ -16,7 +16,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::cluster_affinity::ClusterAffinity;
-use crate::quantity::Quantity;
+use crate::quantity::{Quantity, QuantityError};
 
 /// One override: the leaf clusters it targets and what it changes in their copies.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -465,9 +465,12 @@ fn quantity_map(reqs: &mut Option<BTreeMap<String, K8sQuantity>>, set: &BTreeMap
     }
 }
 
-fn scale(reqs: &mut Option<BTreeMap<String, K8sQuantity>>, percent: i64) -> Result<(), String> {
+fn scale(
+    reqs: &mut Option<BTreeMap<String, K8sQuantity>>,
+    percent: i64,
+) -> Result<(), QuantityError> {
     for (resource, q) in reqs.iter_mut().flatten() {
-        let parsed = Quantity::parse(&q.0).map_err(|e| e.to_string())?;
+        let parsed = Quantity::parse(&q.0)?;
         let binary = q.0.ends_with('i');
         *q = K8sQuantity(
             parsed
@@ -562,7 +565,9 @@ pub fn apply(pod: &mut Pod, overrides: &[&ClusterOverride]) -> Result<Vec<String
                 if let Some(p) = r.scale_percent {
                     scale(&mut res.requests, p)
                         .and_then(|()| scale(&mut res.limits, p))
-                        .map_err(|e| error(format!("spec.overrides[{n}].resources[{i}]"), e))?;
+                        .map_err(|e| {
+                            error(format!("spec.overrides[{n}].resources[{i}]"), e.to_string())
+                        })?;
                 }
             }
         }
