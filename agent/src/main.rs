@@ -58,7 +58,7 @@ const PURGE_DELAY_MS: std::os::raw::c_long = 50;
 /// Keeps the resident set near the live heap. With transparent huge pages, every 2 MiB
 /// of the allocator's arenas that a few objects touch is resident in full, and freed
 /// pages were given back only a second later: at 5000 nodes the agent was resident at
-/// some 2.5 times its live heap (bench/analysis.md). MIMALLOC_ALLOW_THP and
+/// a multiple of its live heap (measured in bench/analysis.md). MIMALLOC_ALLOW_THP and
 /// MIMALLOC_PURGE_DELAY in the environment still take precedence.
 fn tune_allocator() {
     // SAFETY: prctl(2) with PR_SET_THP_DISABLE takes integer arguments only and changes

@@ -27,8 +27,8 @@ pub struct HostPort {
 /// A pod with what every cycle needs of it computed once.
 ///
 /// The cache keeps its thousands of bound pods [compact](PodInfo::compact): the fields
-/// below, with the rest of the object serialized, since a decoded `Pod` with one container
-/// takes some 9 KB. Everything that reads pods already on nodes (plugins' add/remove and
+/// below, with the rest of the object serialized, since a decoded `Pod` is large however
+/// few fields it sets (measured in bench/analysis.md). Everything that reads pods already on nodes (plugins' add/remove and
 /// per-node checks, policies, preemption's victims) reads these fields; the whole object
 /// ([`PodInfo::pod`]) is for the pod being scheduled and the rare whole-object reader
 /// (pod sync, extenders, what-ifs that rewrite a pod).
