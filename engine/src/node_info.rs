@@ -28,10 +28,10 @@ pub struct HostPort {
 ///
 /// The cache keeps its thousands of bound pods [compact](PodInfo::compact): the fields
 /// below, with the rest of the object serialized, since a decoded `Pod` is large however
-/// few fields it sets (measured in bench/analysis.md). Everything that reads pods already on nodes (plugins' add/remove and
-/// per-node checks, policies, preemption's victims) reads these fields; the whole object
-/// ([`PodInfo::pod`]) is for the pod being scheduled and the rare whole-object reader
-/// (pod sync, extenders, what-ifs that rewrite a pod).
+/// few fields it sets (measured in bench/analysis.md). Everything that reads pods already
+/// on nodes (plugins' add/remove and per-node checks, policies, preemption's victims)
+/// reads these fields; the whole object ([`PodInfo::pod`]) is for the pod being scheduled
+/// and the rare whole-object reader (pod sync, extenders, what-ifs that rewrite a pod).
 #[derive(Debug, Clone)]
 pub struct PodInfo {
     /// The object's metadata, managed fields dropped.
