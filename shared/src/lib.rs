@@ -4,7 +4,7 @@
 #![warn(unreachable_pub)]
 
 pub mod api;
-pub mod cluster_affinity;
+pub(crate) mod cluster_affinity;
 pub mod config;
 pub mod explain;
 pub mod keys;

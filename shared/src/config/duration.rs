@@ -67,7 +67,7 @@ pub fn parse(text: &str) -> Result<Duration, DurationError> {
     Ok(Duration::from_secs_f64(total))
 }
 
-pub fn format(d: Duration) -> String {
+pub(crate) fn format(d: Duration) -> String {
     let secs = d.as_secs_f64();
     if secs.fract() == 0.0 {
         let s = d.as_secs();
