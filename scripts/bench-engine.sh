@@ -24,7 +24,7 @@ CASES=(
 mean_ns() {
   local part
   part=$(grep -o '"mean":{"confidence_interval":{[^}]*},"point_estimate":[0-9.e+-]*' \
-    "target/criterion/$1/new/estimates.json")
+    "${CARGO_TARGET_DIR:-target}/criterion/$1/new/estimates.json")
   local key
   for key in point_estimate lower_bound upper_bound; do
     grep -o "\"$key\":[0-9.e+-]*" <<<"$part" | cut -d: -f2

@@ -3,6 +3,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
+use mcsched_shared::config::duration;
 
 /// mcsched-agent schedules the pods whose spec.schedulerName names one of its profiles,
 /// onto host nodes and leaf clusters' virtual nodes.
@@ -65,15 +66,15 @@ pub struct Args {
     pub authorization_always_allow_paths: Vec<String>,
 
     /// How long TokenReview answers are kept (e.g. 10s).
-    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = duration::parse)]
     pub authentication_token_webhook_cache_ttl: Duration,
 
     /// How long allowed SubjectAccessReview answers are kept.
-    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = duration::parse)]
     pub authorization_webhook_cache_authorized_ttl: Duration,
 
     /// How long denied SubjectAccessReview answers are kept.
-    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = duration::parse)]
     pub authorization_webhook_cache_unauthorized_ttl: Duration,
 
     /// What-ifs and explanations of pending pods computed at once; more get 429.
@@ -81,19 +82,19 @@ pub struct Args {
     pub max_concurrent_what_ifs: u16,
 
     /// Deadline of each request to the secure port (e.g. 30s).
-    #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = duration::parse)]
     pub request_timeout: Duration,
 
     /// How long a client of the secure port (or the health port) may take to send a
     /// request's headers, and a new connection its TLS handshake and its first request
     /// (Go's ReadHeaderTimeout; kube-apiserver's 32s). 0s lifts it.
-    #[arg(long, default_value = "32s", value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, default_value = "32s", value_name = "DURATION", value_parser = duration::parse)]
     pub header_read_timeout: Duration,
 
     /// How long a connection to the secure port (or the health port) may go without a
     /// byte either way before it is closed (Go's IdleTimeout; kube-apiserver's 90s).
     /// Keep it above --request-timeout. 0s lifts it.
-    #[arg(long, default_value = "90s", value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, default_value = "90s", value_name = "DURATION", value_parser = duration::parse)]
     pub idle_timeout: Duration,
 
     /// Connections the secure port holds at once; more are closed at once. 0 lifts it.
@@ -218,10 +219,6 @@ fn parse_feature_gates(s: &str) -> Result<FeatureGates, FeatureGateError> {
         }
     }
     Ok(gates)
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    mcsched_shared::config::duration::parse(s)
 }
 
 #[cfg(test)]

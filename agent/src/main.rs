@@ -58,7 +58,7 @@ const PURGE_DELAY_MS: std::os::raw::c_long = 50;
 /// Keeps the resident set near the live heap. With transparent huge pages, every 2 MiB
 /// of the allocator's arenas that a few objects touch is resident in full, and freed
 /// pages were given back only a second later: at 5000 nodes the agent was resident at
-/// some 2.5 times its live heap (bench/analysis.md). MIMALLOC_ALLOW_THP and
+/// a multiple of its live heap (measured in bench/analysis.md). MIMALLOC_ALLOW_THP and
 /// MIMALLOC_PURGE_DELAY in the environment still take precedence.
 fn tune_allocator() {
     // SAFETY: prctl(2) with PR_SET_THP_DISABLE takes integer arguments only and changes
@@ -267,7 +267,7 @@ async fn run(
         let (kc, context, qps, burst) =
             (kubeconfig.clone(), args.context.clone(), cc.qps, cc.burst);
         let health = shared.lease_health.clone();
-        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<Result<(), String>>();
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<anyhow::Result<()>>();
         std::thread::Builder::new()
             .name("leader-election".into())
             .spawn(move || {
@@ -277,8 +277,9 @@ async fn run(
                 {
                     Ok(rt) => rt,
                     Err(e) => {
-                        let _ =
-                            ready_tx.send(Err(format!("cannot start the election's runtime: {e}")));
+                        let e =
+                            anyhow::Error::new(e).context("cannot start the election's runtime");
+                        let _ = ready_tx.send(Err(e));
                         return;
                     }
                 };
@@ -293,7 +294,7 @@ async fn run(
                     {
                         Ok(c) => c,
                         Err(e) => {
-                            let _ = ready_tx.send(Err(e.to_string()));
+                            let _ = ready_tx.send(Err(e.into()));
                             return;
                         }
                     };
@@ -310,7 +311,7 @@ async fn run(
             .context("cannot start the leader election thread")?;
         match ready_rx.await {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => anyhow::bail!("leader election: {e}"),
+            Ok(Err(e)) => return Err(e.context("leader election")),
             Err(_) => anyhow::bail!("leader election: its thread ended before starting"),
         }
         Some(ended_rx)

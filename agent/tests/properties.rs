@@ -1,7 +1,7 @@
 //! Property tests of what the agent decodes from outside the process: extenders' JSON
 //! answers and kubeconfig files. Any input yields a value or an error, never a panic.
 
-use mcsched_agent::scheduler::extender::{decode_filter, decode_priorities};
+use mcsched_agent::scheduler::extender::{AnswerError, decode_filter, decode_priorities};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -54,7 +54,8 @@ proptest! {
                 }
             }
             // An error is the extender's own Error field, which is a non-empty string.
-            Err(e) => prop_assert!(!e.is_empty() && text.contains(&serde_json::to_string(&e).expect("a string serializes"))),
+            Err(AnswerError::Reported(e)) => prop_assert!(!e.is_empty() && text.contains(&serde_json::to_string(&e).expect("a string serializes"))),
+            Err(e) => prop_assert!(false, "a filter answer fails only with its own Error: {}", e),
         }
     }
 
@@ -62,7 +63,7 @@ proptest! {
     fn extender_priorities_decode_or_fail(answer in json_value()) {
         match decode_priorities(&answer) {
             Ok(scores) => prop_assert!(answer.is_array() || scores.is_empty()),
-            Err(e) => prop_assert!(!e.is_empty()),
+            Err(e) => prop_assert!(e == AnswerError::NotAList && !answer.is_array()),
         }
     }
 

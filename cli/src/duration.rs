@@ -3,10 +3,15 @@
 
 use std::time::Duration;
 
-use mcsched_shared::config::duration;
+use mcsched_shared::config::duration::{self, DurationError};
 
-pub fn parse(text: &str) -> Result<Duration, String> {
-    duration::parse(text).map_err(|e| format!("{e} (examples: 30s, 5m, 1h30m)"))
+/// A duration flag's value that is no duration: the parser's words and examples.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0} (examples: 30s, 5m, 1h30m)")]
+pub struct DurationArgError(#[from] DurationError);
+
+pub fn parse(text: &str) -> Result<Duration, DurationArgError> {
+    Ok(duration::parse(text)?)
 }
 
 /// Go's `time.Duration.String()`, as kubectl prints durations.
@@ -26,7 +31,11 @@ mod tests {
         assert_eq!(parse("2.5s"), Ok(Duration::from_millis(2500)));
         assert_eq!(parse("0"), Ok(Duration::ZERO));
         let err = parse("5").expect_err("no unit");
-        assert!(err.contains("examples: 30s"), "{err}");
+        assert_eq!(
+            err,
+            DurationArgError(DurationError::MissingUnit("5".into()))
+        );
+        assert!(err.to_string().contains("examples: 30s"), "{err}");
         assert!(parse("5 minutes").is_err());
         assert!(parse("").is_err());
         assert_eq!(display(Duration::from_secs(300)), "5m0s");

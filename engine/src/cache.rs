@@ -309,10 +309,6 @@ impl Cache {
         self.pods.get(key).map(|e| e.node.as_str())
     }
 
-    pub fn bound_pod_keys(&self) -> HashSet<String> {
-        self.pods.keys().cloned().collect()
-    }
-
     pub fn set_namespace(&mut self, name: String, labels: BTreeMap<String, String>) {
         Arc::make_mut(&mut self.namespaces).insert(name, labels);
         self.dirty();
@@ -352,10 +348,6 @@ impl Cache {
     pub fn pod_selectors_mut(&mut self) -> &mut crate::pod_selectors::PodSelectors {
         self.dirty();
         Arc::make_mut(&mut self.pod_selectors)
-    }
-
-    pub fn node_names(&self) -> Vec<String> {
-        self.nodes.iter().map(|n| n.name.to_string()).collect()
     }
 
     /// Puts `nodes` in the node tree's order.

@@ -24,7 +24,7 @@ fn names(list: &[config::PluginRef]) -> Vec<String> {
     list.iter().map(|p| p.name.clone()).collect()
 }
 
-pub fn plugin_args(a: &config::PluginArgs) -> PluginArgs {
+pub(crate) fn plugin_args(a: &config::PluginArgs) -> PluginArgs {
     let fit = &a.node_resources_fit;
     PluginArgs {
         fit: FitArgs {
@@ -74,7 +74,7 @@ pub fn plugin_args(a: &config::PluginArgs) -> PluginArgs {
     }
 }
 
-pub fn profile_spec(p: &config::Profile, global_percentage: Option<u32>) -> ProfileSpec {
+pub(crate) fn profile_spec(p: &config::Profile, global_percentage: Option<u32>) -> ProfileSpec {
     let pl = &p.plugins;
     ProfileSpec {
         scheduler_name: p.scheduler_name.clone(),

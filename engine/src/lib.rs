@@ -4,6 +4,9 @@
 //! through [`leaf`]: the views the agent's multi-cluster runtime hands to the leaf-aware
 //! plugins each cycle. Its one API client is the binder's (and volume binding's).
 
+// Public only what another crate uses: anything else is pub(crate).
+#![warn(unreachable_pub)]
+
 pub(crate) mod affinity;
 pub mod cache;
 pub mod change;

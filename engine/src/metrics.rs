@@ -12,99 +12,99 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct AttemptLabels {
-    pub result: String,
-    pub profile: String,
+pub(crate) struct AttemptLabels {
+    pub(crate) result: String,
+    pub(crate) profile: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct QueueLabels {
-    pub queue: String,
+pub(crate) struct QueueLabels {
+    pub(crate) queue: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct IncomingLabels {
-    pub queue: String,
-    pub event: String,
+pub(crate) struct IncomingLabels {
+    pub(crate) queue: String,
+    pub(crate) event: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ExtensionPointLabels {
-    pub extension_point: String,
-    pub status: String,
-    pub profile: String,
+pub(crate) struct ExtensionPointLabels {
+    pub(crate) extension_point: String,
+    pub(crate) status: String,
+    pub(crate) profile: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PluginLabels {
-    pub plugin: String,
-    pub extension_point: String,
-    pub status: String,
+pub(crate) struct PluginLabels {
+    pub(crate) plugin: String,
+    pub(crate) extension_point: String,
+    pub(crate) status: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct EvaluationLabels {
-    pub plugin: String,
-    pub extension_point: String,
-    pub profile: String,
+pub(crate) struct EvaluationLabels {
+    pub(crate) plugin: String,
+    pub(crate) extension_point: String,
+    pub(crate) profile: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PluginProfileLabels {
-    pub plugin: String,
-    pub profile: String,
+pub(crate) struct PluginProfileLabels {
+    pub(crate) plugin: String,
+    pub(crate) profile: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct AttemptsLabels {
-    pub attempts: String,
+pub(crate) struct AttemptsLabels {
+    pub(crate) attempts: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResultLabels {
-    pub result: String,
+pub(crate) struct ResultLabels {
+    pub(crate) result: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResourceLabels {
-    pub resource: String,
+pub(crate) struct ResourceLabels {
+    pub(crate) resource: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ClusterLabels {
-    pub cluster: String,
+pub(crate) struct ClusterLabels {
+    pub(crate) cluster: String,
 }
 
 /// By profile (a handful), then (extension point, plugin).
 type EvaluationCounters = Vec<(String, HashMap<(&'static str, &'static str), Counter>)>;
 
 pub struct Metrics {
-    pub schedule_attempts: Family<AttemptLabels, Counter>,
-    pub attempt_duration: Family<AttemptLabels, Histogram>,
-    pub pod_group_attempts: Family<AttemptLabels, Counter>,
-    pub pod_group_attempt_duration: Family<AttemptLabels, Histogram>,
+    pub(crate) schedule_attempts: Family<AttemptLabels, Counter>,
+    pub(crate) attempt_duration: Family<AttemptLabels, Histogram>,
+    pub(crate) pod_group_attempts: Family<AttemptLabels, Counter>,
+    pub(crate) pod_group_attempt_duration: Family<AttemptLabels, Histogram>,
     pub pod_group_algorithm_duration: Histogram,
-    pub pending_pods: Family<QueueLabels, Gauge>,
-    pub queue_incoming: Family<IncomingLabels, Counter>,
-    pub extension_point_duration: Family<ExtensionPointLabels, Histogram>,
-    pub plugin_duration: Family<PluginLabels, Histogram>,
-    pub plugin_evaluations: Family<EvaluationLabels, Counter>,
+    pub(crate) pending_pods: Family<QueueLabels, Gauge>,
+    pub(crate) queue_incoming: Family<IncomingLabels, Counter>,
+    pub(crate) extension_point_duration: Family<ExtensionPointLabels, Histogram>,
+    pub(crate) plugin_duration: Family<PluginLabels, Histogram>,
+    pub(crate) plugin_evaluations: Family<EvaluationLabels, Counter>,
     pub preemption_attempts: Counter,
     pub preemption_victims: Histogram,
-    pub pod_scheduling_attempts: Histogram,
-    pub pod_scheduling_sli_duration: Family<AttemptsLabels, Histogram>,
-    pub unschedulable_pods: Family<PluginProfileLabels, Gauge>,
-    pub permit_wait_duration: Family<ResultLabels, Histogram>,
-    pub watch_restarts: Family<ResourceLabels, Counter>,
-    pub watch_relists: Family<ResourceLabels, Counter>,
-    pub watch_expired: Family<ResourceLabels, Counter>,
-    pub refused_connections: Counter,
-    pub throttled_authentications: Counter,
-    pub leaf_check_dropped: Family<ClusterLabels, Counter>,
-    pub leaf_check_evicted: Family<ClusterLabels, Counter>,
-    pub leaf_forged_copies: Family<ClusterLabels, Counter>,
-    pub read_access_dropped: Counter,
-    pub read_access_evicted: Counter,
+    pub(crate) pod_scheduling_attempts: Histogram,
+    pub(crate) pod_scheduling_sli_duration: Family<AttemptsLabels, Histogram>,
+    pub(crate) unschedulable_pods: Family<PluginProfileLabels, Gauge>,
+    pub(crate) permit_wait_duration: Family<ResultLabels, Histogram>,
+    pub(crate) watch_restarts: Family<ResourceLabels, Counter>,
+    pub(crate) watch_relists: Family<ResourceLabels, Counter>,
+    pub(crate) watch_expired: Family<ResourceLabels, Counter>,
+    pub(crate) refused_connections: Counter,
+    pub(crate) throttled_authentications: Counter,
+    pub(crate) leaf_check_dropped: Family<ClusterLabels, Counter>,
+    pub(crate) leaf_check_evicted: Family<ClusterLabels, Counter>,
+    pub(crate) leaf_forged_copies: Family<ClusterLabels, Counter>,
+    pub(crate) read_access_dropped: Counter,
+    pub(crate) read_access_evicted: Counter,
     /// plugin_evaluations' counters by profile, then (extension point, plugin).
     evaluation_counters: Mutex<EvaluationCounters>,
     /// The unschedulable_pods labels set last, to zero those that empty.
@@ -440,12 +440,12 @@ impl Metrics {
             .observe(seconds);
     }
 
-    pub fn plugin(&self, plugin: &str, point: &str, status: &str, seconds: f64) {
+    pub(crate) fn plugin(&self, plugin: &str, point: &str, status: &str, seconds: f64) {
         self.plugin_many(plugin, point, status, &[seconds]);
     }
 
     /// Several calls of one plugin at one point with one status, under one label lookup.
-    pub fn plugin_many(&self, plugin: &str, point: &str, status: &str, seconds: &[f64]) {
+    pub(crate) fn plugin_many(&self, plugin: &str, point: &str, status: &str, seconds: &[f64]) {
         let histogram = self.plugin_duration.get_or_create(&PluginLabels {
             plugin: plugin.into(),
             extension_point: point.into(),
@@ -457,7 +457,7 @@ impl Metrics {
     }
 
     /// How long a pod waited on Permit, by the verdict's code.
-    pub fn permit_wait(&self, result: &str, waited: std::time::Duration) {
+    pub(crate) fn permit_wait(&self, result: &str, waited: std::time::Duration) {
         self.permit_wait_duration
             .get_or_create(&ResultLabels {
                 result: result.into(),
@@ -465,7 +465,7 @@ impl Metrics {
             .observe(waited.as_secs_f64());
     }
 
-    pub fn incoming(&self, queue: &str, event: &str) {
+    pub(crate) fn incoming(&self, queue: &str, event: &str) {
         self.queue_incoming
             .get_or_create(&IncomingLabels {
                 queue: queue.into(),
@@ -580,7 +580,7 @@ fn attempts_label(attempts: u32) -> String {
 
 /// kube-scheduler's `pluginMetricsSamplePercent`: the share of scheduling cycles whose
 /// plugin timings are recorded, as timing every plugin call costs too much.
-pub const PLUGIN_METRICS_SAMPLE_PERCENT: u32 = 10;
+pub(crate) const PLUGIN_METRICS_SAMPLE_PERCENT: u32 = 10;
 
 /// Decides, once per scheduling cycle, whether its plugin timings are recorded.
 pub fn sample_plugin_metrics<R: rand::RngExt + ?Sized>(rng: &mut R) -> bool {

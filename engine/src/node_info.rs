@@ -13,25 +13,25 @@ use mcsched_shared::resources::{Resources, pod_requests};
 use tracing::warn;
 /// kube-scheduler's defaults for pods that request nothing, used only by scoring so that
 /// zero-request pods still spread (`schedutil.DefaultMilliCPURequest`/`DefaultMemoryRequest`).
-pub const DEFAULT_MILLI_CPU_REQUEST: i64 = 100;
-pub const DEFAULT_MEMORY_REQUEST: i64 = 200 * 1024 * 1024;
+pub(crate) const DEFAULT_MILLI_CPU_REQUEST: i64 = 100;
+pub(crate) const DEFAULT_MEMORY_REQUEST: i64 = 200 * 1024 * 1024;
 
 /// A host port in use: protocol, host IP (`0.0.0.0` when unset) and port.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct HostPort {
-    pub protocol: String,
-    pub ip: String,
-    pub port: i32,
+    pub(crate) protocol: String,
+    pub(crate) ip: String,
+    pub(crate) port: i32,
 }
 
 /// A pod with what every cycle needs of it computed once.
 ///
 /// The cache keeps its thousands of bound pods [compact](PodInfo::compact): the fields
-/// below, with the rest of the object serialized, since a decoded `Pod` with one container
-/// takes some 9 KB. Everything that reads pods already on nodes (plugins' add/remove and
-/// per-node checks, policies, preemption's victims) reads these fields; the whole object
-/// ([`PodInfo::pod`]) is for the pod being scheduled and the rare whole-object reader
-/// (pod sync, extenders, what-ifs that rewrite a pod).
+/// below, with the rest of the object serialized, since a decoded `Pod` is large however
+/// few fields it sets (measured in bench/analysis.md). Everything that reads pods already
+/// on nodes (plugins' add/remove and per-node checks, policies, preemption's victims)
+/// reads these fields; the whole object ([`PodInfo::pod`]) is for the pod being scheduled
+/// and the rare whole-object reader (pod sync, extenders, what-ifs that rewrite a pod).
 #[derive(Debug, Clone)]
 pub struct PodInfo {
     /// The object's metadata, managed fields dropped.
@@ -42,24 +42,24 @@ pub struct PodInfo {
     pub name: String,
     pub requests: Resources,
     /// cpu/memory with kube-scheduler's non-zero defaults, for scoring.
-    pub non_zero_milli_cpu: i64,
-    pub non_zero_memory: i64,
-    pub host_ports: Vec<HostPort>,
-    pub has_affinity: bool,
-    pub has_required_anti_affinity: bool,
+    pub(crate) non_zero_milli_cpu: i64,
+    pub(crate) non_zero_memory: i64,
+    pub(crate) host_ports: Vec<HostPort>,
+    pub(crate) has_affinity: bool,
+    pub(crate) has_required_anti_affinity: bool,
     /// Parsed (anti-)affinity terms; shared, as most pods have none.
     pub(crate) terms: Arc<crate::affinity::PodAffinityTerms>,
     /// A request that did not parse; the pod is unschedulable with this message.
-    pub invalid: Option<String>,
+    pub(crate) invalid: Option<String>,
     node_name: Option<String>,
     nominated_node_name: Option<String>,
     priority: i32,
     /// `spec.volumes`, read by the volume plugins for pods already on a node.
-    pub volumes: Vec<Volume>,
-    pub start_time: Option<Time>,
+    pub(crate) volumes: Vec<Volume>,
+    pub(crate) start_time: Option<Time>,
     /// A `DisruptionTarget` condition set by a scheduler's preemption (kube's
     /// `podTerminatingByPreemption` reads it).
-    pub preempted: bool,
+    pub(crate) preempted: bool,
     object: PodObject,
 }
 
@@ -255,7 +255,7 @@ impl PodInfo {
     }
 
     /// Whether the whole object is kept serialized.
-    pub fn is_compact(&self) -> bool {
+    pub(crate) fn is_compact(&self) -> bool {
         matches!(self.object, PodObject::Encoded(_))
     }
 
@@ -288,7 +288,7 @@ impl PodInfo {
 }
 
 /// The uid of the object's controller (its owner reference marked `controller`).
-pub fn controller_uid(meta: &ObjectMeta) -> Option<&str> {
+pub(crate) fn controller_uid(meta: &ObjectMeta) -> Option<&str> {
     meta.owner_references
         .iter()
         .flatten()
@@ -367,24 +367,24 @@ pub struct NodeInfo {
     pub name: Arc<str>,
     pub allocatable: Resources,
     pub pods: Vec<Arc<PodInfo>>,
-    pub requested: Resources,
-    pub non_zero_milli_cpu: i64,
-    pub non_zero_memory: i64,
-    pub used_ports: HashSet<HostPort>,
+    pub(crate) requested: Resources,
+    pub(crate) non_zero_milli_cpu: i64,
+    pub(crate) non_zero_memory: i64,
+    pub(crate) used_ports: HashSet<HostPort>,
     /// Container images present on the node: name → size in bytes.
-    pub images: HashMap<String, i64>,
+    pub(crate) images: HashMap<String, i64>,
     /// Bumped on every change, so derived caches can tell stale entries.
-    pub generation: u64,
+    pub(crate) generation: u64,
     /// For a virtual node: the leaf cluster it stands for.
     pub cluster: Option<String>,
     /// `spec.unschedulable` and `spec.taints`, read by filters and scores of every cycle
     /// here, without following the pointer to the Node.
     pub unschedulable: bool,
-    pub taints: Vec<k8s_openapi::api::core::v1::Taint>,
+    pub(crate) taints: Vec<k8s_openapi::api::core::v1::Taint>,
     /// How many of `pods` have pod (anti-)affinity / required anti-affinity, so plugins
     /// skip the many nodes without any.
-    pub affinity_pods: usize,
-    pub required_anti_affinity_pods: usize,
+    pub(crate) affinity_pods: usize,
+    pub(crate) required_anti_affinity_pods: usize,
 }
 
 impl NodeInfo {
@@ -393,7 +393,7 @@ impl NodeInfo {
     /// server and etcd, and the first filter's first read of each node stalls on it
     /// (measured in bench/analysis.md).
     #[inline]
-    pub fn prefetch(&self) {
+    pub(crate) fn prefetch(&self) {
         #[cfg(target_arch = "x86_64")]
         {
             use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
@@ -495,7 +495,7 @@ impl NodeInfo {
     }
 
     /// Removes the pod with this key; false when it was not here.
-    pub fn remove_pod(&mut self, key: &str) -> bool {
+    pub(crate) fn remove_pod(&mut self, key: &str) -> bool {
         let Some(i) = self.pods.iter().position(|p| p.key == key) else {
             return false;
         };
@@ -518,7 +518,7 @@ impl NodeInfo {
         true
     }
 
-    pub fn pods_with_affinity(&self) -> impl Iterator<Item = &Arc<PodInfo>> {
+    pub(crate) fn pods_with_affinity(&self) -> impl Iterator<Item = &Arc<PodInfo>> {
         let pods: &[Arc<PodInfo>] = if self.affinity_pods > 0 {
             &self.pods
         } else {
@@ -527,7 +527,7 @@ impl NodeInfo {
         pods.iter().filter(|p| p.has_affinity)
     }
 
-    pub fn pods_with_required_anti_affinity(&self) -> impl Iterator<Item = &Arc<PodInfo>> {
+    pub(crate) fn pods_with_required_anti_affinity(&self) -> impl Iterator<Item = &Arc<PodInfo>> {
         let pods: &[Arc<PodInfo>] = if self.required_anti_affinity_pods > 0 {
             &self.pods
         } else {

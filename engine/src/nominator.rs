@@ -104,7 +104,8 @@ impl Nominator {
     }
 
     /// The node the pod is nominated to, if any.
-    pub fn node_of(&self, pod_id: &str) -> Option<String> {
+    #[cfg(test)]
+    pub(crate) fn node_of(&self, pod_id: &str) -> Option<String> {
         let st = self.state.read().unwrap_or_else(|e| e.into_inner());
         st.node_of.get(pod_id).cloned()
     }

@@ -85,7 +85,7 @@ impl PodSelectors {
     /// kube's `helper.DefaultSelector`: the labels of every Service selecting the pod,
     /// merged, plus the selector of its controlling RC, ReplicaSet or StatefulSet. None
     /// when that leaves no requirement (kube's `selector.Empty()`).
-    pub fn default_selector(&self, pod: &ObjectMeta) -> Option<LabelSelector> {
+    pub(crate) fn default_selector(&self, pod: &ObjectMeta) -> Option<LabelSelector> {
         static EMPTY: Labels = BTreeMap::new();
         let ns = pod.namespace.as_deref().unwrap_or_default();
         let labels = pod.labels.as_ref().unwrap_or(&EMPTY);

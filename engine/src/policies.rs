@@ -81,7 +81,7 @@ pub fn placement_keeper_grant(ns: &str, agent_namespace: &str) -> String {
 }
 
 /// The kind of a pod's controller (`ReplicaSet`, `StatefulSet`, ...).
-pub fn owner_kind(meta: &ObjectMeta) -> Option<&str> {
+pub(crate) fn owner_kind(meta: &ObjectMeta) -> Option<&str> {
     meta.owner_references
         .iter()
         .flatten()

@@ -8,7 +8,7 @@ use crate::nominator::Nominator;
 use crate::queue::{Less, priority_sort};
 
 /// Plugin instances by name.
-pub type Registry = HashMap<String, Arc<dyn Plugin>>;
+pub(crate) type Registry = HashMap<String, Arc<dyn Plugin>>;
 
 /// The frameworks by scheduler name, the events each plugin wants for requeueing, and
 /// the queue's order.

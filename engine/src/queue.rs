@@ -44,16 +44,14 @@ pub fn id(info: &PodInfo) -> &str {
     }
 }
 
-pub const DEFAULT_INITIAL_BACKOFF: Duration = Duration::from_secs(1);
-pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// kube-scheduler's podMaxInUnschedulablePodsDuration.
-pub const MAX_IN_UNSCHEDULABLE: Duration = Duration::from_secs(5 * 60);
+pub(crate) const MAX_IN_UNSCHEDULABLE: Duration = Duration::from_secs(5 * 60);
 
 /// QueueSort's `less`: whether `a` goes before `b`.
-pub type Less = Arc<dyn Fn(&QueuedPodInfo, &QueuedPodInfo) -> bool + Send + Sync>;
+pub(crate) type Less = Arc<dyn Fn(&QueuedPodInfo, &QueuedPodInfo) -> bool + Send + Sync>;
 
 /// kube-scheduler's default QueueSort, PrioritySort.
-pub fn priority_sort() -> Less {
+pub(crate) fn priority_sort() -> Less {
     Arc::new(crate::plugins::helper::queue_sort::priority_less)
 }
 
@@ -167,7 +165,7 @@ fn pod_updated(
     strip(old) != strip(new)
 }
 
-pub fn backoff_duration(attempts: u32, initial: Duration, max: Duration) -> Duration {
+pub(crate) fn backoff_duration(attempts: u32, initial: Duration, max: Duration) -> Duration {
     let mut d = initial;
     for _ in 1..attempts {
         if d > max.saturating_sub(d) {
@@ -543,6 +541,10 @@ impl SchedulingQueue {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{Pod, PodSpec};
+
+    /// kube-scheduler's defaults (podInitialBackoffSeconds, podMaxBackoffSeconds).
+    const DEFAULT_INITIAL_BACKOFF: Duration = Duration::from_secs(1);
+    const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(10);
 
     fn pod(name: &str, priority: i32) -> Arc<PodInfo> {
         pod_with_uid(name, priority, &format!("uid-{name}"))

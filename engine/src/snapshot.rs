@@ -10,26 +10,24 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 
 // The parts a snapshot is made of, where the agent has always imported them from.
-pub use crate::node_info::{
-    DEFAULT_MEMORY_REQUEST, DEFAULT_MILLI_CPU_REQUEST, HostPort, NodeInfo, PodInfo,
-};
+pub use crate::node_info::{HostPort, NodeInfo, PodInfo};
 
 /// The view one scheduling cycle works on. Cheap to clone.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     pub nodes: Arc<Vec<Arc<NodeInfo>>>,
-    pub index: Arc<HashMap<String, usize>>,
+    pub(crate) index: Arc<HashMap<String, usize>>,
     /// Namespace labels, for namespaceSelector in pod (anti-)affinity terms.
-    pub namespaces: Arc<HashMap<String, BTreeMap<String, String>>>,
+    pub(crate) namespaces: Arc<HashMap<String, BTreeMap<String, String>>>,
     /// How many nodes hold each image, for ImageLocality's spread factor.
-    pub image_nodes: Arc<HashMap<String, usize>>,
+    pub(crate) image_nodes: Arc<HashMap<String, usize>>,
     pub volumes: Arc<VolumeObjects>,
-    pub pdbs: Arc<Vec<Arc<PodDisruptionBudget>>>,
+    pub(crate) pdbs: Arc<Vec<Arc<PodDisruptionBudget>>>,
     /// What selects pods (Services, controllers), for PodTopologySpread's defaults.
-    pub pod_selectors: Arc<crate::pod_selectors::PodSelectors>,
+    pub(crate) pod_selectors: Arc<crate::pod_selectors::PodSelectors>,
     /// How many nodes are leaves' virtual nodes, counted once per snapshot so that the
     /// leaf check can step aside without walking every node.
-    pub virtual_nodes: usize,
+    pub(crate) virtual_nodes: usize,
     /// The placement policies, for the pods they select.
     pub policies: Arc<crate::policies::PolicySet>,
     /// Pods counted per topology domain; kept only in snapshots of the cache.
@@ -107,8 +105,6 @@ impl Snapshot {
     }
 }
 
-/// Rough memory of a snapshot: struct sizes plus each Node's and Pod's JSON length as a
-/// stand-in for the heap its strings and maps take. For reporting, not accounting.
 /// Some of a snapshot's nodes (the feasible ones), as positions in its shared node list:
 /// a cycle over thousands of nodes then writes no node's reference count, which would pull
 /// every node's cache line from core to core.
@@ -150,11 +146,6 @@ impl NodeList {
         self.positions.iter().map(|&p| &self.all[p as usize])
     }
 
-    pub fn par_iter(&self) -> impl rayon::iter::IndexedParallelIterator<Item = &Arc<NodeInfo>> {
-        use rayon::prelude::*;
-        self.positions.par_iter().map(|&p| &self.all[p as usize])
-    }
-
     pub fn retain(&mut self, mut keep: impl FnMut(&NodeInfo) -> bool) {
         let all = &self.all;
         self.positions.retain(|&p| keep(&all[p as usize]));
@@ -168,6 +159,8 @@ impl std::ops::Index<usize> for NodeList {
     }
 }
 
+/// Rough memory of a snapshot: struct sizes plus each Node's and Pod's JSON length as a
+/// stand-in for the heap its strings and maps take. For reporting, not accounting.
 pub fn approximate_bytes(s: &Snapshot) -> usize {
     let json = |v: &dyn erased_len::JsonLen| v.json_len();
     let mut total =

@@ -13,8 +13,8 @@ use crate::keys;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Explanation {
-    pub api_version: String,
-    pub kind: String,
+    pub(crate) api_version: String,
+    pub(crate) kind: String,
     pub metadata: ObjectMeta,
     pub status: explain::Explanation,
 }
@@ -33,10 +33,10 @@ impl Explanation {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExplanationList {
-    pub api_version: String,
-    pub kind: String,
-    pub metadata: ListMeta,
-    pub items: Vec<Explanation>,
+    pub(crate) api_version: String,
+    pub(crate) kind: String,
+    pub(crate) metadata: ListMeta,
+    pub(crate) items: Vec<Explanation>,
 }
 
 impl ExplanationList {

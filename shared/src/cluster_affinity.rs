@@ -15,14 +15,14 @@ use crate::selectors::label_selector_matches;
 pub struct ClusterAffinity {
     /// These clusters (`host` for the host's own nodes).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub cluster_names: Vec<String>,
+    pub(crate) cluster_names: Vec<String>,
     /// Clusters whose virtual node's labels match (`topology.kubernetes.io/region`,
     /// `mcsched.io/provider`, ...); the host's nodes by their own labels.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub label_selector: Option<LabelSelector>,
+    pub(crate) label_selector: Option<LabelSelector>,
     /// Never these clusters.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub exclude: Vec<String>,
+    pub(crate) exclude: Vec<String>,
 }
 
 impl ClusterAffinity {

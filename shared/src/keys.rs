@@ -15,7 +15,7 @@ pub const FIELD_MANAGER: &str = "mcsched";
 pub const DEFAULT_SCHEDULER_NAME: &str = "mcsched";
 /// kube-scheduler's profile: what a pod without `spec.schedulerName` (or a profile without
 /// `schedulerName`) names.
-pub const KUBE_DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";
+pub(crate) const KUBE_DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";
 
 /// Whether a taint key marks a node as a leaf cluster's virtual node.
 pub fn is_leaf_taint(key: &str) -> bool {
@@ -40,7 +40,7 @@ pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY_VALUE: &str = "mcsched";
 /// Prefix of the host Secret holding a leaf's kubeconfig: `mcsched-cluster-<name>`,
 /// labelled with [`CLUSTER_LABEL`]; its data key is [`KUBECONFIG_KEY`].
-pub const CLUSTER_SECRET_PREFIX: &str = "mcsched-cluster-";
+pub(crate) const CLUSTER_SECRET_PREFIX: &str = "mcsched-cluster-";
 pub const KUBECONFIG_KEY: &str = "kubeconfig";
 /// Annotation on the join Secret and virtual node: the leaf's identity (the UID of its
 /// `kube-system` namespace), so one name is never reused for a different leaf.
@@ -92,14 +92,14 @@ pub const BOUND_IN_CLUSTER_ANNOTATION: &str = "mcsched.io/bound-in-cluster";
 pub const INSTALL_LABEL: &str = "mcsched.io/install";
 /// The ConfigMap holding the agent's KubeSchedulerConfiguration, its data key and where
 /// the Deployment mounts it.
-pub const AGENT_CONFIG_NAME: &str = "mcsched-agent-config";
-pub const AGENT_CONFIG_KEY: &str = "config.yaml";
-pub const AGENT_CONFIG_DIR: &str = "/etc/mcsched";
+pub(crate) const AGENT_CONFIG_NAME: &str = "mcsched-agent-config";
+pub(crate) const AGENT_CONFIG_KEY: &str = "config.yaml";
+pub(crate) const AGENT_CONFIG_DIR: &str = "/etc/mcsched";
 /// Name of the agent's HTTPS port on the Deployment and Service.
-pub const AGENT_PORT_NAME: &str = "https";
+pub(crate) const AGENT_PORT_NAME: &str = "https";
 /// Pod template annotation: a hash of the configuration, so a changed ConfigMap rolls the
 /// Deployment.
-pub const CONFIG_HASH_ANNOTATION: &str = "mcsched.io/config-hash";
+pub(crate) const CONFIG_HASH_ANNOTATION: &str = "mcsched.io/config-hash";
 /// Annotation on a virtual node: how many nodes the leaf cluster has (`get clusters`).
 pub const LEAF_NODE_COUNT_ANNOTATION: &str = "mcsched.io/leaf-nodes";
 /// The image `install` deploys unless `--image` says otherwise.
@@ -115,7 +115,7 @@ pub const API_SERVICE_NAME: &str = "v1alpha1.mcsched.io";
 /// EndpointSlice (of the same name), so the API server always reaches the leader.
 pub const API_SERVICE: &str = "mcsched-api";
 /// Port of [`API_SERVICE`] (the APIService's `spec.service.port`).
-pub const API_SERVICE_PORT: u16 = 443;
+pub(crate) const API_SERVICE_PORT: u16 = 443;
 /// The namespaced, read-only resource holding a pod's explanation.
 pub const EXPLANATIONS: &str = "explanations";
 pub const EXPLANATION_KIND: &str = "Explanation";

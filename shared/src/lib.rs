@@ -1,7 +1,10 @@
 //! Pure data and rules shared by the agent and the CLI: no tokio, no network.
 
+// Public only what another crate uses: anything else is pub(crate).
+#![warn(unreachable_pub)]
+
 pub mod api;
-pub mod cluster_affinity;
+pub(crate) mod cluster_affinity;
 pub mod config;
 pub mod explain;
 pub mod keys;

@@ -2,7 +2,6 @@
 
 use k8s_openapi::api::core::v1::Node;
 
-use crate::keys;
 use crate::resources::{ResourceError, Resources};
 
 pub fn is_ready(node: &Node) -> bool {
@@ -18,19 +17,6 @@ pub fn is_unschedulable(node: &Node) -> bool {
         .as_ref()
         .and_then(|s| s.unschedulable)
         .unwrap_or(false)
-}
-
-/// A node that stands for a whole leaf cluster.
-pub fn is_virtual(node: &Node) -> bool {
-    node.metadata
-        .labels
-        .as_ref()
-        .is_some_and(|l| l.contains_key(keys::CLUSTER_LABEL))
-        || node
-            .spec
-            .as_ref()
-            .and_then(|s| s.taints.as_ref())
-            .is_some_and(|ts| ts.iter().any(|t| keys::is_leaf_taint(&t.key)))
 }
 
 pub fn allocatable(node: &Node) -> Result<Resources, ResourceError> {

@@ -16,7 +16,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::cluster_affinity::ClusterAffinity;
-use crate::quantity::Quantity;
+use crate::quantity::{Quantity, QuantityError};
 
 /// One override: the leaf clusters it targets and what it changes in their copies.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -25,52 +25,52 @@ pub struct ClusterOverride {
     /// The leaf clusters whose copies this changes (names, virtual-node labels,
     /// exclusions); every leaf when absent. `host` is never a target.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target: Option<ClusterAffinity>,
+    pub(crate) target: Option<ClusterAffinity>,
     /// Image references changed by component (registry, repository, tag, digest).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub image: Vec<ImageOverride>,
+    pub(crate) image: Vec<ImageOverride>,
     /// A container's command: values added at the end, removed, or the whole list replaced.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub command: Vec<ListOverride>,
+    pub(crate) command: Vec<ListOverride>,
     /// A container's args, as `command`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub args: Vec<ListOverride>,
+    pub(crate) args: Vec<ListOverride>,
     /// Environment variables added, replaced or removed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub env: Vec<EnvOverride>,
+    pub(crate) env: Vec<EnvOverride>,
     /// Requests and limits set, or scaled by a percentage.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub resources: Vec<ResourcesOverride>,
+    pub(crate) resources: Vec<ResourcesOverride>,
     /// Labels of the copy added, replaced or removed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub labels: Vec<MapOverride>,
+    pub(crate) labels: Vec<MapOverride>,
     /// Annotations of the copy added, replaced or removed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub annotations: Vec<MapOverride>,
+    pub(crate) annotations: Vec<MapOverride>,
     /// Node selector entries for the leaf's own nodes, merged into the copy's.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub leaf_node_selector: BTreeMap<String, String>,
+    pub(crate) leaf_node_selector: BTreeMap<String, String>,
     /// Tolerations of the leaf's own nodes' taints, added to the copy's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub leaf_tolerations: Vec<Toleration>,
+    pub(crate) leaf_tolerations: Vec<Toleration>,
     /// Host StorageClass → the leaf's, for the copies of the pod's claims.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub storage_classes: BTreeMap<String, String>,
+    pub(crate) storage_classes: BTreeMap<String, String>,
     /// RFC 6902 operations on the copy, applied last.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub json_patch: Vec<PatchOperation>,
+    pub(crate) json_patch: Vec<PatchOperation>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum Operator {
+pub(crate) enum Operator {
     Add,
     Remove,
     Replace,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
-pub enum ImageComponent {
+pub(crate) enum ImageComponent {
     Registry,
     Repository,
     Tag,
@@ -81,67 +81,67 @@ pub enum ImageComponent {
 /// empty), `replace` sets it, `remove` clears it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct ImageOverride {
+pub(crate) struct ImageOverride {
     /// Containers and init containers by name; every one when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub containers: Vec<String>,
-    pub component: ImageComponent,
-    pub operator: Operator,
+    pub(crate) containers: Vec<String>,
+    pub(crate) component: ImageComponent,
+    pub(crate) operator: Operator,
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub value: String,
+    pub(crate) value: String,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct ListOverride {
-    pub container_name: String,
-    pub operator: Operator,
+pub(crate) struct ListOverride {
+    pub(crate) container_name: String,
+    pub(crate) operator: Operator,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub value: Vec<String>,
+    pub(crate) value: Vec<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct EnvOverride {
+pub(crate) struct EnvOverride {
     /// Containers and init containers by name; every one when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub containers: Vec<String>,
-    pub operator: Operator,
-    pub name: String,
+    pub(crate) containers: Vec<String>,
+    pub(crate) operator: Operator,
+    pub(crate) name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub value: Option<String>,
+    pub(crate) value: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct ResourcesOverride {
+pub(crate) struct ResourcesOverride {
     /// Containers and init containers by name; every one when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub containers: Vec<String>,
+    pub(crate) containers: Vec<String>,
     /// Requests set to these quantities.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub requests: BTreeMap<String, String>,
+    pub(crate) requests: BTreeMap<String, String>,
     /// Limits set to these quantities.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub limits: BTreeMap<String, String>,
+    pub(crate) limits: BTreeMap<String, String>,
     /// Every request and limit scaled to this percentage (150: half as much again),
     /// after the quantities above are set; rounded up.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 10000))]
-    pub scale_percent: Option<i64>,
+    pub(crate) scale_percent: Option<i64>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct MapOverride {
-    pub operator: Operator,
+pub(crate) struct MapOverride {
+    pub(crate) operator: Operator,
     /// For `remove`, only the keys count.
-    pub value: BTreeMap<String, String>,
+    pub(crate) value: BTreeMap<String, String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum PatchOp {
+pub(crate) enum PatchOp {
     Add,
     Remove,
     Replace,
@@ -153,25 +153,25 @@ pub enum PatchOp {
 /// One RFC 6902 operation on the copy (a Pod as JSON).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct PatchOperation {
-    pub op: PatchOp,
+pub(crate) struct PatchOperation {
+    pub(crate) op: PatchOp,
     /// A JSON pointer (`/spec/containers/0/image`).
-    pub path: String,
+    pub(crate) path: String,
     /// For `move` and `copy`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub from: Option<String>,
+    pub(crate) from: Option<String>,
     /// For `add`, `replace` and `test`: any JSON.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
-    pub value: Option<serde_json::Value>,
+    pub(crate) value: Option<serde_json::Value>,
 }
 
 /// An override that cannot apply, with the field that says so.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {message}")]
 pub struct OverrideError {
-    pub field: String,
-    pub message: String,
+    pub(crate) field: String,
+    pub(crate) message: String,
 }
 
 fn error(field: impl Into<String>, message: impl Into<String>) -> OverrideError {
@@ -192,7 +192,7 @@ impl ClusterOverride {
     }
 
     /// What the schema cannot say; `field` is the entry's path (`spec.overrides[0]`).
-    pub fn validate(&self, field: &str) -> Result<(), OverrideError> {
+    pub(crate) fn validate(&self, field: &str) -> Result<(), OverrideError> {
         for (i, o) in self.image.iter().enumerate() {
             let f = format!("{field}.image[{i}]");
             if o.operator != Operator::Remove && o.value.is_empty() {
@@ -465,9 +465,12 @@ fn quantity_map(reqs: &mut Option<BTreeMap<String, K8sQuantity>>, set: &BTreeMap
     }
 }
 
-fn scale(reqs: &mut Option<BTreeMap<String, K8sQuantity>>, percent: i64) -> Result<(), String> {
+fn scale(
+    reqs: &mut Option<BTreeMap<String, K8sQuantity>>,
+    percent: i64,
+) -> Result<(), QuantityError> {
     for (resource, q) in reqs.iter_mut().flatten() {
-        let parsed = Quantity::parse(&q.0).map_err(|e| e.to_string())?;
+        let parsed = Quantity::parse(&q.0)?;
         let binary = q.0.ends_with('i');
         *q = K8sQuantity(
             parsed
@@ -562,7 +565,9 @@ pub fn apply(pod: &mut Pod, overrides: &[&ClusterOverride]) -> Result<Vec<String
                 if let Some(p) = r.scale_percent {
                     scale(&mut res.requests, p)
                         .and_then(|()| scale(&mut res.limits, p))
-                        .map_err(|e| error(format!("spec.overrides[{n}].resources[{i}]"), e))?;
+                        .map_err(|e| {
+                            error(format!("spec.overrides[{n}].resources[{i}]"), e.to_string())
+                        })?;
                 }
             }
         }

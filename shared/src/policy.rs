@@ -19,8 +19,7 @@ pub use crate::cluster_affinity::ClusterAffinity;
 use crate::keys;
 use crate::selectors::label_selector_matches;
 
-pub const GROUP: &str = "policy.mcsched.io";
-pub const VERSION: &str = "v1alpha1";
+pub(crate) const GROUP: &str = "policy.mcsched.io";
 
 /// What a policy says; the same for both kinds.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -53,7 +52,7 @@ pub struct PlacementPolicySpec {
     /// Only pods whose controller is of one of these kinds (ReplicaSet, StatefulSet,
     /// Job, ...); every pod when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub owner_kinds: Vec<String>,
+    pub(crate) owner_kinds: Vec<String>,
     /// Where more than one policy selects a pod, the highest priority applies; at equal
     /// priority a PlacementPolicy before a ClusterPlacementPolicy, then by name.
     #[serde(default)]
@@ -109,7 +108,7 @@ pub struct ClusterGroup {
     /// Shown in explanations and status.
     pub name: String,
     #[serde(flatten)]
-    pub affinity: ClusterAffinity,
+    pub(crate) affinity: ClusterAffinity,
 }
 
 #[derive(
@@ -246,8 +245,8 @@ pub struct ClusterPlacementPolicySpec {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {message}")]
 pub struct Invalid {
-    pub field: String,
-    pub message: String,
+    pub(crate) field: String,
+    pub(crate) message: String,
 }
 
 fn invalid(field: impl Into<String>, message: impl Into<String>) -> Invalid {

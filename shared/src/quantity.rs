@@ -138,14 +138,15 @@ impl Quantity {
         }
     }
 
-    pub fn saturating_sub(self, other: Quantity) -> Quantity {
+    #[cfg(test)]
+    pub(crate) fn saturating_sub(self, other: Quantity) -> Quantity {
         Quantity {
             nanos: self.nanos.saturating_sub(other.nanos),
         }
     }
 
     /// `percent` of this quantity, rounded up to a whole nano-unit.
-    pub fn scaled_percent(self, percent: i64) -> Quantity {
+    pub(crate) fn scaled_percent(self, percent: i64) -> Quantity {
         let scaled = self.nanos.saturating_mul(i128::from(percent));
         Quantity {
             nanos: ceil_div(scaled, 100),

@@ -74,7 +74,7 @@ impl Resources {
     }
 
     /// Element-wise maximum, as an init container's needs are compared with the pod's.
-    pub fn max_with(&mut self, other: &Resources) {
+    pub(crate) fn max_with(&mut self, other: &Resources) {
         self.milli_cpu = self.milli_cpu.max(other.milli_cpu);
         self.memory = self.memory.max(other.memory);
         self.ephemeral_storage = self.ephemeral_storage.max(other.ephemeral_storage);
@@ -89,9 +89,9 @@ impl Resources {
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("resource {resource:?}: {source}")]
 pub struct ResourceError {
-    pub resource: String,
+    pub(crate) resource: String,
     #[source]
-    pub source: QuantityError,
+    pub(crate) source: QuantityError,
 }
 
 fn container_requests(c: &Container) -> Result<Resources, ResourceError> {

@@ -28,7 +28,7 @@ pub fn label_selector_matches(selector: Option<&LabelSelector>, labels: &Labels)
 
 /// A label selector in kubectl's string form (`a=b,c in (d,e),!f`); `empty` for one that
 /// selects everything.
-pub fn label_selector_string(sel: &LabelSelector, empty: &str) -> String {
+pub(crate) fn label_selector_string(sel: &LabelSelector, empty: &str) -> String {
     let mut parts: Vec<String> = sel
         .match_labels
         .iter()
@@ -66,7 +66,7 @@ fn label_requirement_matches(req: &LabelSelectorRequirement, labels: &Labels) ->
 
 /// A node selector requirement on labels (`matchExpressions`): In, NotIn, Exists,
 /// DoesNotExist, Gt, Lt (integers).
-pub fn node_requirement_matches(req: &NodeSelectorRequirement, labels: &Labels) -> bool {
+pub(crate) fn node_requirement_matches(req: &NodeSelectorRequirement, labels: &Labels) -> bool {
     let value = labels.get(&req.key);
     let values = req.values.as_deref().unwrap_or_default();
     match req.operator.as_str() {

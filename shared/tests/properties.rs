@@ -125,7 +125,7 @@ proptest! {
     #[test]
     fn durations_parse_or_fail_cleanly(text in duration_text()) {
         if let Err(e) = duration::parse(&text) {
-            prop_assert!(!e.is_empty());
+            prop_assert!(!e.to_string().is_empty());
         }
     }
 

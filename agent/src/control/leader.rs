@@ -78,16 +78,23 @@ impl LeaseHealth {
     }
 
     /// An error when this agent leads but has not renewed within its deadline + grace.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), StaleLease> {
         match *self.inner.lock().unwrap_or_else(|e| e.into_inner()) {
-            Some((at, deadline)) if at.elapsed() > deadline + HEALTH_GRACE => Err(format!(
-                "leader election: the Lease was last renewed {:.0?} ago (renewDeadline {:?})",
-                at.elapsed(),
-                deadline
-            )),
+            Some((at, deadline)) if at.elapsed() > deadline + HEALTH_GRACE => Err(StaleLease {
+                ago: at.elapsed(),
+                deadline,
+            }),
             _ => Ok(()),
         }
     }
+}
+
+/// A leader that has not renewed its Lease within renewDeadline plus [`HEALTH_GRACE`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("leader election: the Lease was last renewed {ago:.0?} ago (renewDeadline {deadline:?})")]
+pub struct StaleLease {
+    pub ago: Duration,
+    pub deadline: Duration,
 }
 
 pub struct Elector {
@@ -376,6 +383,7 @@ mod tests {
             .expect("uptime above 31 s");
         *health.inner.lock().expect("lock") = Some((old, Duration::from_secs(10)));
         let err = health.check().expect_err("stale lease");
-        assert!(err.contains("renewDeadline 10s"), "{err}");
+        assert_eq!(err.deadline, Duration::from_secs(10));
+        assert!(err.to_string().contains("renewDeadline 10s"), "{err}");
     }
 }

@@ -133,8 +133,8 @@ impl Key {
 }
 
 /// What is kept of an event written: the parts its key does not hold, enough to write it
-/// again. Some 11000 events are kept at 1000 pods a second; whole Event objects were
-/// 30 MB of them.
+/// again. Thousands are kept at a high pod rate, and whole Event objects took memory the
+/// scheduler needs (measured in bench/analysis.md).
 struct Cached {
     name: String,
     type_: EventType,

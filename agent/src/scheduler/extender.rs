@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::{Value, json};
 
 use crate::control::fence::Fence;
-use mcsched_engine::framework::{PreemptionExtender, Victims};
+use mcsched_engine::framework::{PreemptionExtender, PreemptionExtenderError, Victims};
 use mcsched_engine::snapshot::{PodInfo, Snapshot};
 
 /// Extender priorities run 0..=10 and are scaled to node scores (0..=100).
@@ -84,6 +84,24 @@ pub enum ExtenderError {
     Tls(String),
     #[error("extender {url}: bind not sent: this agent no longer holds the leader Lease")]
     Fenced { url: String },
+    #[error("extender {url}: {source}")]
+    Answer {
+        url: String,
+        #[source]
+        source: AnswerError,
+    },
+    #[error("extender {url}: preemption runs outside the agent's runtime")]
+    NoRuntime { url: String },
+}
+
+/// What is wrong with an extender's answer, before it is known whose answer it is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AnswerError {
+    /// The ExtenderFilterResult's own `Error`, as the extender wrote it.
+    #[error("{0}")]
+    Reported(String),
+    #[error("invalid answer: expected a HostPriorityList (a JSON array)")]
+    NotAList,
 }
 
 /// What the filter verb left.
@@ -122,12 +140,15 @@ fn string_map(v: Option<&Value>) -> HashMap<String, String> {
 }
 
 /// An ExtenderFilterResult as kube reads it; its `Error`, if any, as the error.
-pub fn decode_filter(answer: &Value, node_cache_capable: bool) -> Result<FilterResult, String> {
+pub fn decode_filter(
+    answer: &Value,
+    node_cache_capable: bool,
+) -> Result<FilterResult, AnswerError> {
     if let Some(e) = field(answer, "Error")
         .and_then(|e| e.as_str())
         .filter(|e| !e.is_empty())
     {
-        return Err(e.to_string());
+        return Err(AnswerError::Reported(e.to_string()));
     }
     let names: Vec<String> = if node_cache_capable {
         field(answer, "NodeNames")
@@ -158,10 +179,8 @@ pub fn decode_filter(answer: &Value, node_cache_capable: bool) -> Result<FilterR
 }
 
 /// A HostPriorityList: node name → score as the extender gave it.
-pub fn decode_priorities(answer: &Value) -> Result<HashMap<String, i64>, String> {
-    let list = answer
-        .as_array()
-        .ok_or_else(|| "expected a HostPriorityList (a JSON array)".to_string())?;
+pub fn decode_priorities(answer: &Value) -> Result<HashMap<String, i64>, AnswerError> {
+    let list = answer.as_array().ok_or(AnswerError::NotAList)?;
     Ok(list
         .iter()
         .filter_map(|hp| {
@@ -309,10 +328,10 @@ impl Extender {
             });
         };
         let answer = self.post(verb, &self.args(pod, nodes)).await?;
-        decode_filter(&answer, self.config.node_cache_capable).map_err(|message| {
-            ExtenderError::Remote {
+        decode_filter(&answer, self.config.node_cache_capable).map_err(|source| {
+            ExtenderError::Answer {
                 url: self.url(verb),
-                message,
+                source,
             }
         })
     }
@@ -328,7 +347,7 @@ impl Extender {
         };
         let url = self.url(verb);
         let answer = self.post(verb, &self.args(pod, nodes)).await?;
-        decode_priorities(&answer).map_err(|message| ExtenderError::Invalid { url, message })
+        decode_priorities(&answer).map_err(|source| ExtenderError::Answer { url, source })
     }
 
     pub fn is_binder(&self) -> bool {
@@ -465,19 +484,17 @@ impl PreemptionExtender for Extender {
         pod: &PodInfo,
         victims: &BTreeMap<String, Victims>,
         snapshot: &Snapshot,
-    ) -> Result<BTreeMap<String, Victims>, String> {
+    ) -> Result<BTreeMap<String, Victims>, PreemptionExtenderError> {
         use tokio::runtime::{Handle, RuntimeFlavor};
         let handle = Handle::try_current()
             .ok()
             .filter(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread)
-            .ok_or_else(|| {
-                format!(
-                    "extender {}: preemption runs outside the agent's runtime",
-                    self.config.url_prefix
-                )
+            .ok_or_else(|| ExtenderError::NoRuntime {
+                url: self.config.url_prefix.clone(),
             })?;
-        tokio::task::block_in_place(|| handle.block_on(self.preempt(&pod.pod(), victims, snapshot)))
-            .map_err(|e| e.to_string())
+        Ok(tokio::task::block_in_place(|| {
+            handle.block_on(self.preempt(&pod.pod(), victims, snapshot))
+        })?)
     }
 }
 

@@ -7,33 +7,79 @@ use mcsched_shared::keys;
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum NameError {
     #[error("--name {0:?}: {1}")]
-    Cluster(String, String),
+    Cluster(String, Problem),
     #[error("--label {0:?}: {1}")]
-    Label(String, String),
+    Label(String, Problem),
     #[error("--node-selector {0:?}: {1}")]
-    NodeSelector(String, String),
+    NodeSelector(String, Problem),
     #[error("--cost {0:?}: must be a non-negative integer")]
     Cost(String),
     #[error("--{0} {1:?}: {2}")]
-    Topology(&'static str, String, String),
+    Topology(&'static str, String, Problem),
     #[error("--namespaces {0:?}: {1}")]
-    Namespace(String, String),
+    Namespace(String, Problem),
     #[error("--token-lifetime {0}: must be at least {1} (the API server's shortest token)")]
     TokenLifetime(String, String),
 }
 
-fn dns_label(s: &str, max: usize) -> Result<(), String> {
+/// What is wrong with one value the user typed, in kube's validation words.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum Problem {
+    #[error("must be 1 to {0} characters")]
+    Length(usize),
+    #[error(
+        "must consist of lower case alphanumeric characters or '-', and start and end with an alphanumeric character (a DNS-1123 label)"
+    )]
+    NotDnsLabel,
+    #[error("{0} must be no more than 63 characters")]
+    TooLong(Part),
+    #[error(
+        "{0} must consist of alphanumeric characters, '-', '_' or '.', and start and end with an alphanumeric character"
+    )]
+    NotLabelText(Part),
+    #[error("key prefix must be a DNS-1123 subdomain")]
+    KeyPrefix,
+    #[error("key name must not be empty")]
+    EmptyKeyName,
+    #[error("expected key=value")]
+    NotKeyValue,
+    #[error("{0} is set by mcsched from --name")]
+    SetByMcsched(&'static str),
+    #[error("{0} is given twice")]
+    Twice(String),
+    #[error(
+        "a system namespace is never granted (pods there could run as its ServiceAccounts), not even by --all-namespaces"
+    )]
+    SystemNamespace,
+    #[error("name at least one leaf namespace, or pass --all-namespaces")]
+    NoNamespace,
+}
+
+/// Which part of a label [`Problem::TooLong`] and [`Problem::NotLabelText`] are about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    Value,
+    KeyName,
+}
+
+impl std::fmt::Display for Part {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Part::Value => "value",
+            Part::KeyName => "key name",
+        })
+    }
+}
+
+fn dns_label(s: &str, max: usize) -> Result<(), Problem> {
     if s.is_empty() || s.len() > max {
-        return Err(format!("must be 1 to {max} characters"));
+        return Err(Problem::Length(max));
     }
     let ok = s
         .chars()
         .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
     if !ok || s.starts_with('-') || s.ends_with('-') {
-        return Err(
-            "must consist of lower case alphanumeric characters or '-', and start and end with an alphanumeric character (a DNS-1123 label)"
-                .into(),
-        );
+        return Err(Problem::NotDnsLabel);
     }
     Ok(())
 }
@@ -44,21 +90,25 @@ pub fn cluster(name: &str) -> Result<(), NameError> {
         .map_err(|e| NameError::Cluster(name.into(), e))
 }
 
-fn label_value(v: &str) -> Result<(), String> {
+fn label_value(v: &str) -> Result<(), Problem> {
+    label_text(v, Part::Value)
+}
+
+fn label_text(v: &str, part: Part) -> Result<(), Problem> {
     if v.len() > 63 {
-        return Err("value must be no more than 63 characters".into());
+        return Err(Problem::TooLong(part));
     }
     let ok = v
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
     let ends = |c: Option<char>| c.is_none_or(|c| c.is_ascii_alphanumeric());
     if !ok || !ends(v.chars().next()) || !ends(v.chars().last()) {
-        return Err("value must consist of alphanumeric characters, '-', '_' or '.', and start and end with an alphanumeric character".into());
+        return Err(Problem::NotLabelText(part));
     }
     Ok(())
 }
 
-fn label_key(k: &str) -> Result<(), String> {
+fn label_key(k: &str) -> Result<(), Problem> {
     let (prefix, name) = match k.rsplit_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, k),
@@ -66,12 +116,12 @@ fn label_key(k: &str) -> Result<(), String> {
     if let Some(p) = prefix
         && (p.is_empty() || p.len() > 253 || !p.split('.').all(|part| dns_label(part, 63).is_ok()))
     {
-        return Err("key prefix must be a DNS-1123 subdomain".into());
+        return Err(Problem::KeyPrefix);
     }
     if name.is_empty() {
-        return Err("key name must not be empty".into());
+        return Err(Problem::EmptyKeyName);
     }
-    label_value(name).map_err(|e| e.replace("value", "key name"))
+    label_text(name, Part::KeyName)
 }
 
 /// `k=v` pairs; the keys mcsched sets itself are refused.
@@ -79,14 +129,14 @@ pub fn labels(raw: &[String]) -> Result<BTreeMap<String, String>, NameError> {
     let mut out = BTreeMap::new();
     for l in raw {
         let Some((k, v)) = l.split_once('=') else {
-            return Err(NameError::Label(l.clone(), "expected key=value".into()));
+            return Err(NameError::Label(l.clone(), Problem::NotKeyValue));
         };
         label_key(k).map_err(|e| NameError::Label(l.clone(), e))?;
         label_value(v).map_err(|e| NameError::Label(l.clone(), e))?;
         if k == keys::CLUSTER_LABEL {
             return Err(NameError::Label(
                 l.clone(),
-                format!("{} is set by mcsched from --name", keys::CLUSTER_LABEL),
+                Problem::SetByMcsched(keys::CLUSTER_LABEL),
             ));
         }
         out.insert(k.to_string(), v.to_string());
@@ -98,14 +148,14 @@ pub fn labels(raw: &[String]) -> Result<BTreeMap<String, String>, NameError> {
 pub fn node_selector(raw: &[String]) -> Result<BTreeMap<String, String>, NameError> {
     let mut out = BTreeMap::new();
     for pair in raw.iter().flat_map(|r| r.split(',')) {
-        let bad = |e: String| NameError::NodeSelector(pair.to_string(), e);
+        let bad = |e: Problem| NameError::NodeSelector(pair.to_string(), e);
         let Some((k, v)) = pair.split_once('=') else {
-            return Err(bad("expected key=value".into()));
+            return Err(bad(Problem::NotKeyValue));
         };
         label_key(k).map_err(bad)?;
         label_value(v).map_err(bad)?;
         if out.insert(k.to_string(), v.to_string()).is_some() {
-            return Err(bad(format!("{k} is given twice")));
+            return Err(bad(Problem::Twice(k.to_string())));
         }
     }
     Ok(out)
@@ -131,18 +181,12 @@ pub fn namespaces(raw: &[String]) -> Result<Vec<String>, NameError> {
     for ns in raw {
         dns_label(ns, 63).map_err(|e| NameError::Namespace(ns.clone(), e))?;
         if NEVER_GRANTED.contains(&ns.as_str()) {
-            return Err(NameError::Namespace(
-                ns.clone(),
-                "a system namespace is never granted (pods there could run as its ServiceAccounts), not even by --all-namespaces".into(),
-            ));
+            return Err(NameError::Namespace(ns.clone(), Problem::SystemNamespace));
         }
         out.insert(ns.clone());
     }
     if out.is_empty() {
-        return Err(NameError::Namespace(
-            String::new(),
-            "name at least one leaf namespace, or pass --all-namespaces".into(),
-        ));
+        return Err(NameError::Namespace(String::new(), Problem::NoNamespace));
     }
     Ok(out.into_iter().collect())
 }
@@ -176,10 +220,21 @@ mod tests {
             labels(&["tier=onprem".into(), "example.com/team=db".into()]).map(|m| m.len()),
             Ok(2)
         );
-        assert!(
-            matches!(labels(&["tier".into()]), Err(NameError::Label(_, m)) if m == "expected key=value")
+        assert!(matches!(
+            labels(&["tier".into()]),
+            Err(NameError::Label(_, Problem::NotKeyValue))
+        ));
+        assert_eq!(
+            labels(&["tier=on prem".into()]).map_err(|e| e.to_string()),
+            Err("--label \"tier=on prem\": value must consist of alphanumeric characters, '-', '_' or '.', and start and end with an alphanumeric character".into())
         );
-        assert!(labels(&["tier=on prem".into()]).is_err());
+        assert_eq!(
+            labels(&["t ier=x".into()]),
+            Err(NameError::Label(
+                "t ier=x".into(),
+                Problem::NotLabelText(Part::KeyName)
+            ))
+        );
         assert!(labels(&["mcsched.io/cluster=x".into()]).is_err());
         assert_eq!(cost("3"), Ok(3));
         assert!(cost("-1").is_err());
@@ -213,7 +268,7 @@ mod tests {
             Err("--node-selector \"tier\": expected key=value".to_string())
         );
         assert!(
-            matches!(sel(&["a=b,a=c"]), Err(NameError::NodeSelector(p, m)) if p == "a=c" && m == "a is given twice")
+            matches!(sel(&["a=b,a=c"]), Err(NameError::NodeSelector(p, Problem::Twice(k))) if p == "a=c" && k == "a")
         );
         assert!(sel(&["bad key=x"]).is_err());
         assert!(sel(&["k=bad value"]).is_err());

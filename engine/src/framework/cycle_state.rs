@@ -5,10 +5,10 @@ use std::any::Any;
 /// The cycle's storage objects (`Arc<VolumeObjects>`), written by the framework before
 /// PreFilter: Filter sees no snapshot, and a profile may enable a volume plugin's Filter
 /// without its PreFilter (v1beta2's defaults do).
-pub const VOLUMES_KEY: &str = "framework/volumes";
+pub(crate) const VOLUMES_KEY: &str = "framework/volumes";
 
 /// Cloneable so preemption can try removing victims on a copy.
-pub trait StateData: Any + Send + Sync {
+pub(crate) trait StateData: Any + Send + Sync {
     fn clone_data(&self) -> Box<dyn StateData>;
     fn as_any(&self) -> &dyn Any;
     fn as_any_mut(&mut self) -> &mut dyn Any;
@@ -68,19 +68,19 @@ impl CycleState {
         })
     }
 
-    pub fn write<T: Any + Clone + Send + Sync>(&mut self, key: &'static str, value: T) {
+    pub(crate) fn write<T: Any + Clone + Send + Sync>(&mut self, key: &'static str, value: T) {
         match self.position(key) {
             Some(i) => self.data[i].1 = Box::new(value),
             None => self.data.push((key, Box::new(value))),
         }
     }
 
-    pub fn read<T: Any>(&self, key: &'static str) -> Option<&T> {
+    pub(crate) fn read<T: Any>(&self, key: &'static str) -> Option<&T> {
         let i = self.position(key)?;
         self.data[i].1.as_ref().as_any().downcast_ref()
     }
 
-    pub fn read_mut<T: Any>(&mut self, key: &'static str) -> Option<&mut T> {
+    pub(crate) fn read_mut<T: Any>(&mut self, key: &'static str) -> Option<&mut T> {
         let i = self.position(key)?;
         self.data[i].1.as_mut().as_any_mut().downcast_mut()
     }
@@ -89,7 +89,7 @@ impl CycleState {
         self.record_plugin_metrics = record;
     }
 
-    pub fn should_record_plugin_metrics(&self) -> bool {
+    pub(crate) fn should_record_plugin_metrics(&self) -> bool {
         self.record_plugin_metrics
     }
 
@@ -97,23 +97,23 @@ impl CycleState {
         self.dry_run = true;
     }
 
-    pub fn is_dry_run(&self) -> bool {
+    pub(crate) fn is_dry_run(&self) -> bool {
         self.dry_run
     }
 
-    pub fn skip_filter(&mut self, plugin: &'static str) {
+    pub(crate) fn skip_filter(&mut self, plugin: &'static str) {
         self.skip_filter.push(plugin);
     }
 
-    pub fn skips_filter(&self, plugin: &str) -> bool {
+    pub(crate) fn skips_filter(&self, plugin: &str) -> bool {
         self.skip_filter.contains(&plugin)
     }
 
-    pub fn skip_score(&mut self, plugin: &'static str) {
+    pub(crate) fn skip_score(&mut self, plugin: &'static str) {
         self.skip_score.push(plugin);
     }
 
-    pub fn skips_score(&self, plugin: &str) -> bool {
+    pub(crate) fn skips_score(&self, plugin: &str) -> bool {
         self.skip_score.contains(&plugin)
     }
 }

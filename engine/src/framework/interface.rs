@@ -22,7 +22,7 @@ pub struct BindContext {
 pub struct QueuedPodInfo {
     pub pod: Arc<PodInfo>,
     /// When the pod was (re)added to the queue.
-    pub timestamp: Instant,
+    pub(crate) timestamp: Instant,
     pub initial_attempt: Option<Instant>,
     pub attempts: u32,
     /// Why it waits, while it waits after a rejection or at PreEnqueue.
@@ -61,7 +61,7 @@ pub enum ClusterEvent {
 /// The pods nominated to each node by preemption, waiting for the room made for them
 /// (kube's `PodNominator`): Filter counts them on their node for pods of lower or equal
 /// priority. Nodes without nominated pods are absent.
-pub type NominatedPods = std::collections::HashMap<String, Vec<Arc<PodInfo>>>;
+pub(crate) type NominatedPods = std::collections::HashMap<String, Vec<Arc<PodInfo>>>;
 
 /// A node's preemption victims and how many PodDisruptionBudgets evicting them breaks
 /// (kube's `extenderv1.Victims`).
@@ -86,17 +86,20 @@ pub trait PreemptionExtender: Send + Sync {
         pod: &PodInfo,
         victims: &std::collections::BTreeMap<String, Victims>,
         snapshot: &Snapshot,
-    ) -> Result<std::collections::BTreeMap<String, Victims>, String>;
+    ) -> Result<std::collections::BTreeMap<String, Victims>, PreemptionExtenderError>;
 }
 
+/// Why an extender's preempt verb failed, in the extender's own error type.
+pub type PreemptionExtenderError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Where the framework reads nominations; the scheduling queue's side keeps them.
-pub trait PodNominator: Send + Sync {
+pub(crate) trait PodNominator: Send + Sync {
     /// Every current nomination, as one consistent view.
     fn nominated_pods(&self) -> Arc<NominatedPods>;
 }
 
 /// No nominations: a framework used without a queue (what-if tools, tests).
-pub struct NoNominations;
+pub(crate) struct NoNominations;
 
 impl PodNominator for NoNominations {
     fn nominated_pods(&self) -> Arc<NominatedPods> {
@@ -187,7 +190,7 @@ pub trait QueueSortPlugin: Plugin {
 }
 
 /// The nodes a PreFilter restricts the cycle to; `None` means all.
-pub type PreFilterResult = Option<HashSet<String>>;
+pub(crate) type PreFilterResult = Option<HashSet<String>>;
 
 pub trait PreFilterPlugin: Plugin {
     fn pre_filter(
@@ -262,7 +265,7 @@ pub trait PreScorePlugin: Plugin {
 }
 
 pub const MAX_NODE_SCORE: i64 = 100;
-pub const MIN_NODE_SCORE: i64 = 0;
+pub(crate) const MIN_NODE_SCORE: i64 = 0;
 
 pub trait ScorePlugin: Plugin {
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status>;

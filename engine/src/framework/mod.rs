@@ -8,12 +8,12 @@ pub mod runtime;
 mod status;
 mod waiting_pods;
 
-pub use cycle_state::{CycleState, StateData, VOLUMES_KEY};
+pub use cycle_state::CycleState;
+pub(crate) use cycle_state::VOLUMES_KEY;
 pub use fit_error::{Diagnosis, FitError};
 pub use interface::*;
 pub use runtime::{
-    Filtered, Framework, FrameworkError, ProfileSpec, ScheduleResult, fit_error,
-    num_feasible_nodes_to_find, with_rejected,
+    Filtered, Framework, FrameworkError, ProfileSpec, ScheduleResult, fit_error, with_rejected,
 };
 pub use status::{Cause, Code, Status};
-pub use waiting_pods::{MAX_WAIT, WaitingPod};
+pub use waiting_pods::WaitingPod;

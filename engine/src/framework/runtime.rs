@@ -21,10 +21,9 @@ mod node_search;
 mod parallel;
 mod record;
 
-pub use node_search::{
-    Filtered, ScheduleResult, fit_error, num_feasible_nodes_to_find, with_rejected,
-};
-pub use parallel::PARALLEL_MIN_NODES;
+pub(crate) use node_search::num_feasible_nodes_to_find;
+pub use node_search::{Filtered, ScheduleResult, fit_error, with_rejected};
+pub(crate) use parallel::PARALLEL_MIN_NODES;
 use parallel::{FILTER_CHUNK, FilterChunk, PREFETCH_AHEAD, SCORE_CHUNK};
 pub use record::{CycleRecord, ScoreColumn, verdict};
 
@@ -51,19 +50,19 @@ pub enum FrameworkError {
 /// The plugins of one profile per extension point, in order; score plugins with weights.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProfileSpec {
-    pub scheduler_name: String,
-    pub pre_enqueue: Vec<String>,
-    pub queue_sort: Vec<String>,
-    pub pre_filter: Vec<String>,
-    pub filter: Vec<String>,
-    pub post_filter: Vec<String>,
-    pub pre_score: Vec<String>,
-    pub score: Vec<(String, i64)>,
-    pub reserve: Vec<String>,
+    pub(crate) scheduler_name: String,
+    pub(crate) pre_enqueue: Vec<String>,
+    pub(crate) queue_sort: Vec<String>,
+    pub(crate) pre_filter: Vec<String>,
+    pub(crate) filter: Vec<String>,
+    pub(crate) post_filter: Vec<String>,
+    pub(crate) pre_score: Vec<String>,
+    pub(crate) score: Vec<(String, i64)>,
+    pub(crate) reserve: Vec<String>,
     pub permit: Vec<String>,
     pub pre_bind: Vec<String>,
-    pub bind: Vec<String>,
-    pub post_bind: Vec<String>,
+    pub(crate) bind: Vec<String>,
+    pub(crate) post_bind: Vec<String>,
     pub percentage_of_nodes_to_score: Option<u32>,
 }
 
@@ -185,7 +184,7 @@ impl Framework {
     }
 
     /// Nominations are read from `nominator` (the queue's, shared by all profiles).
-    pub fn with_nominator(mut self, nominator: Arc<dyn PodNominator>) -> Self {
+    pub(crate) fn with_nominator(mut self, nominator: Arc<dyn PodNominator>) -> Self {
         self.nominator = nominator;
         self
     }
@@ -195,12 +194,12 @@ impl Framework {
         let _ = self.extenders.set(extenders);
     }
 
-    pub fn extenders(&self) -> &[Arc<dyn super::PreemptionExtender>] {
+    pub(crate) fn extenders(&self) -> &[Arc<dyn super::PreemptionExtender>] {
         self.extenders.get().map(Vec::as_slice).unwrap_or_default()
     }
 
     /// The pods nominated to `node` (kube's `NominatedPodsForNode`).
-    pub fn nominated_pods_for_node(&self, node: &str) -> Vec<Arc<PodInfo>> {
+    pub(crate) fn nominated_pods_for_node(&self, node: &str) -> Vec<Arc<PodInfo>> {
         self.nominator
             .nominated_pods()
             .get(node)
@@ -236,7 +235,7 @@ impl Framework {
     }
 
     /// The profile's QueueSort plugin (exactly one, checked when built).
-    pub fn queue_sort(&self) -> &P {
+    pub(crate) fn queue_sort(&self) -> &P {
         &self.queue_sort
     }
 
@@ -304,7 +303,7 @@ impl Framework {
     /// Runs the filters on one node, the pods nominated to it counted (kube's
     /// RunFilterPluginsWithNominatedPods): the first rejection, or Success; with
     /// `record_all`, every filter runs and each verdict is returned.
-    pub fn run_filters(
+    pub(crate) fn run_filters(
         &self,
         state: &CycleState,
         pod: &PodInfo,
@@ -536,7 +535,7 @@ impl Framework {
 
     /// Runs PreFilter extensions as if `other` joined (`add`) or left a node: preemption's
     /// what-if.
-    pub fn run_pre_filter_extension(
+    pub(crate) fn run_pre_filter_extension(
         &self,
         state: &mut CycleState,
         pod: &PodInfo,

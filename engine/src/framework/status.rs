@@ -65,7 +65,7 @@ impl Status {
 
     /// kube's Pending: the pod waits for something outside the scheduler's objects (a
     /// leaf's answer), not for room; it is requeued without backoff.
-    pub fn pending(reason: impl Into<Reason>) -> Self {
+    pub(crate) fn pending(reason: impl Into<Reason>) -> Self {
         Status::new(Code::Pending, vec![reason.into()])
     }
 
@@ -77,7 +77,7 @@ impl Status {
         Status::new(Code::Error, vec![reason.into()])
     }
 
-    pub fn skip() -> Self {
+    pub(crate) fn skip() -> Self {
         Status::new(Code::Skip, Vec::new())
     }
 
@@ -85,7 +85,7 @@ impl Status {
         self.code == Code::Success
     }
 
-    pub fn is_skip(&self) -> bool {
+    pub(crate) fn is_skip(&self) -> bool {
         self.code == Code::Skip
     }
 
@@ -96,7 +96,7 @@ impl Status {
         )
     }
 
-    pub fn with_cause(mut self, cause: Cause) -> Self {
+    pub(crate) fn with_cause(mut self, cause: Cause) -> Self {
         self.cause = Some(cause);
         self
     }

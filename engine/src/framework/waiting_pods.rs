@@ -13,7 +13,7 @@ use super::{Code, Status};
 use crate::snapshot::PodInfo;
 
 /// kube's `maxTimeout`: no plugin may hold a pod longer.
-pub const MAX_WAIT: Duration = Duration::from_secs(15 * 60);
+pub(crate) const MAX_WAIT: Duration = Duration::from_secs(15 * 60);
 
 struct Pending {
     plugin: &'static str,
@@ -72,7 +72,8 @@ impl WaitingPod {
     }
 
     /// The Permit plugins that have not allowed the pod yet.
-    pub fn pending_plugins(&self) -> Vec<&'static str> {
+    #[cfg(test)]
+    pub(crate) fn pending_plugins(&self) -> Vec<&'static str> {
         self.lock().pending.iter().map(|p| p.plugin).collect()
     }
 
@@ -90,7 +91,7 @@ impl WaitingPod {
     }
 
     /// Declares the pod unschedulable; false when it was already allowed or stopped.
-    pub fn reject(&self, plugin: &'static str, msg: &str) -> bool {
+    pub(crate) fn reject(&self, plugin: &'static str, msg: &str) -> bool {
         self.stop(Code::Unschedulable, plugin, msg)
     }
 

@@ -169,7 +169,7 @@ impl<K: Clone + Eq + Hash + Ord> CheckMemory<K> {
 
     /// The answer if known; otherwise None, and the question is asked (when new to the
     /// memory). A what-if reads a live pod's answer without touching it.
-    pub fn want(&self, k: &K, asker: Asker) -> Option<bool> {
+    pub(crate) fn want(&self, k: &K, asker: Asker) -> Option<bool> {
         let now = Instant::now();
         let live = asker == Asker::Live;
         let mut memory = self.lock();
@@ -193,7 +193,7 @@ impl<K: Clone + Eq + Hash + Ord> CheckMemory<K> {
 
     /// The answer if known, without asking: for a second look within a cycle that
     /// already asked with [`CheckMemory::want`].
-    pub fn known(&self, k: &K) -> Option<bool> {
+    pub(crate) fn known(&self, k: &K) -> Option<bool> {
         self.lock().entries.get(k).and_then(|e| e.answer)
     }
 
@@ -211,7 +211,7 @@ impl<K: Clone + Eq + Hash + Ord> CheckMemory<K> {
     }
 
     /// Remembers an answer found otherwise (pod sync met it while writing), as live.
-    pub fn learned(&self, k: K, answer: bool) -> bool {
+    pub(crate) fn learned(&self, k: K, answer: bool) -> bool {
         let now = Instant::now();
         let mut memory = self.lock();
         if memory.entries.contains_key(&k) {
@@ -268,13 +268,15 @@ impl<K: Clone + Eq + Hash + Ord> CheckMemory<K> {
     }
 
     /// How many questions are remembered, and how many of them only what-ifs wanted.
-    pub fn remembered(&self) -> (usize, usize) {
+    #[cfg(test)]
+    pub(crate) fn remembered(&self) -> (usize, usize) {
         let memory = self.lock();
         (memory.entries.len(), memory.what_if.len())
     }
 
     /// How many questions wait in the queue.
-    pub fn queued(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn queued(&self) -> usize {
         self.ask.max_capacity() - self.ask.capacity()
     }
 }

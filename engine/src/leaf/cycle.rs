@@ -21,7 +21,7 @@ impl Default for Access {
 }
 
 /// CycleState key of [`LeafCycle`].
-pub const LEAF_CYCLE_KEY: &str = "mcsched.io/leaf-cycle";
+pub(crate) const LEAF_CYCLE_KEY: &str = "mcsched.io/leaf-cycle";
 
 /// One leaf as the agent sees it at the start of a cycle.
 #[derive(Clone)]
@@ -83,11 +83,11 @@ pub struct LeafCycle {
 
 /// A leaf copy with the overrides for its cluster, and what they changed (said by
 /// `explain`).
-pub type OverriddenCopy = Result<(Arc<PodInfo>, Arc<Vec<String>>), LeafCopyError>;
+pub(crate) type OverriddenCopy = Result<(Arc<PodInfo>, Arc<Vec<String>>), LeafCopyError>;
 
 /// Why the copy for a leaf cannot be built.
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum LeafCopyError {
+pub(crate) enum LeafCopyError {
     #[error(transparent)]
     Transform(#[from] TransformError),
     #[error("{policy} cannot override the copy: {source}")]
@@ -125,7 +125,7 @@ impl LeafCycle {
     /// Preemption's what-if of evicting host pod `victim` from a virtual node of
     /// `cluster`: its copy leaves the leaf's view, so the leaf check sees the room the
     /// eviction makes there. False when the leaf holds no copy of it.
-    pub fn remove_copy(&mut self, cluster: &str, victim: &PodInfo) -> bool {
+    pub(crate) fn remove_copy(&mut self, cluster: &str, victim: &PodInfo) -> bool {
         let Some(view) = self.views.get(cluster) else {
             return false;
         };
@@ -152,7 +152,7 @@ impl LeafCycle {
     }
 
     /// Undoes [`remove_copy`](Self::remove_copy): the victim is spared after all.
-    pub fn restore_copy(&mut self, victim: &PodInfo) -> bool {
+    pub(crate) fn restore_copy(&mut self, victim: &PodInfo) -> bool {
         let Some((cluster, leaf_node, copy)) = self.removed.remove(&victim.key) else {
             return false;
         };
@@ -170,7 +170,7 @@ impl LeafCycle {
         true
     }
 
-    pub fn record_choice(
+    pub(crate) fn record_choice(
         &self,
         virtual_node: &str,
         cluster: &str,
@@ -190,17 +190,18 @@ impl LeafCycle {
     }
 
     /// The leaf node the check picked for `virtual_node` in this cycle.
-    pub fn choice(&self, virtual_node: &str) -> Option<String> {
+    #[cfg(test)]
+    pub(crate) fn choice(&self, virtual_node: &str) -> Option<String> {
         self.lock().get(virtual_node).map(|c| c.leaf_node.clone())
     }
 
     /// The cluster and leaf node the check picked for `virtual_node`.
-    pub fn placement(&self, virtual_node: &str) -> Option<LeafChoice> {
+    pub(crate) fn placement(&self, virtual_node: &str) -> Option<LeafChoice> {
         self.lock().get(virtual_node).cloned()
     }
 
     /// Virtual node → what the check noted about the copy there, for explanations.
-    pub fn notes(&self) -> HashMap<String, Vec<String>> {
+    pub(crate) fn notes(&self) -> HashMap<String, Vec<String>> {
         self.lock()
             .iter()
             .filter(|(_, c)| !c.notes.is_empty())
@@ -209,7 +210,7 @@ impl LeafCycle {
     }
 
     /// Virtual node → leaf node, for explanations.
-    pub fn choices(&self) -> HashMap<String, String> {
+    pub(crate) fn choices(&self) -> HashMap<String, String> {
         self.lock()
             .iter()
             .map(|(v, c)| (v.clone(), c.leaf_node.clone()))
@@ -217,12 +218,12 @@ impl LeafCycle {
     }
 
     /// The overrides of `policy` (its reference) for this cycle's pod.
-    pub fn set_overrides(&mut self, policy: String, overrides: Vec<ClusterOverride>) {
+    pub(crate) fn set_overrides(&mut self, policy: String, overrides: Vec<ClusterOverride>) {
         self.overrides = Arc::new((policy, overrides));
     }
 
     /// The overrides targeting `cluster`, whose virtual node carries `labels`, in order.
-    pub fn overrides_for(
+    pub(crate) fn overrides_for(
         &self,
         cluster: &str,
         labels: &BTreeMap<String, String>,
@@ -235,7 +236,7 @@ impl LeafCycle {
     }
 
     /// The leaf's StorageClass for a host claim of class `class` copied to `cluster`.
-    pub fn leaf_class(
+    pub(crate) fn leaf_class(
         &self,
         cluster: &str,
         labels: &BTreeMap<String, String>,
@@ -248,7 +249,7 @@ impl LeafCycle {
     /// The copy as it would be created in `cluster` (virtual node labels `labels`): the
     /// pod's policy's overrides for that cluster applied, built once per cycle and
     /// cluster; with what they changed, each line naming the policy.
-    pub fn leaf_pod_in(
+    pub(crate) fn leaf_pod_in(
         &self,
         host: &PodInfo,
         cluster: &str,
@@ -284,7 +285,7 @@ impl LeafCycle {
     }
 
     /// The copy [`Self::leaf_pod_in`] built for `cluster` this cycle, or the plain one.
-    pub fn built_leaf_pod(
+    pub(crate) fn built_leaf_pod(
         &self,
         host: &PodInfo,
         cluster: &str,
@@ -323,7 +324,7 @@ pub trait LeafSnapshots: Send + Sync {
 }
 
 /// No leaves at all: every virtual node is a leaf the agent is not connected to.
-pub struct NoLeaves;
+pub(crate) struct NoLeaves;
 
 impl LeafSnapshots for NoLeaves {
     fn cycle(&self, host_volumes: Arc<VolumeObjects>) -> LeafCycle {

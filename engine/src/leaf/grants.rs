@@ -29,7 +29,7 @@ impl Copied {
     }
 
     /// The ClusterRole an operator binds in a namespace to grant it.
-    pub fn reader_role(self) -> String {
+    pub(crate) fn reader_role(self) -> String {
         match self {
             Copied::ConfigMaps => mcsched_shared::manifests::configmap_reader_name(),
             Copied::Secrets => mcsched_shared::manifests::secret_reader_name(),
@@ -46,7 +46,7 @@ pub trait ReadAccess: Send + Sync {
 }
 
 /// Everything readable: for tests and tools without an API server behind them.
-pub struct ReadAll;
+pub(crate) struct ReadAll;
 
 impl ReadAccess for ReadAll {
     fn may_read(&self, _: &str, _: Copied) -> Option<bool> {
@@ -104,7 +104,8 @@ impl Grants {
     }
 
     /// How many answers are remembered, and questions queued.
-    pub fn sizes(&self) -> (usize, usize) {
+    #[cfg(test)]
+    pub(crate) fn sizes(&self) -> (usize, usize) {
         (self.memory.remembered().0, self.memory.queued())
     }
 

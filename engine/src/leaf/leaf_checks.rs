@@ -111,7 +111,8 @@ impl LeafChecks {
     }
 
     /// Checks that answer every namespace granted and no clash, without a leaf behind.
-    pub fn settled(cluster: &str) -> Arc<Self> {
+    #[cfg(test)]
+    pub(crate) fn settled(cluster: &str) -> Arc<Self> {
         let memory = CheckMemory::new(LIMITS, Default::default(), Default::default());
         // Nothing answers: its questions are never asked.
         let _ = memory.take_receiver();
@@ -163,7 +164,8 @@ impl LeafChecks {
     }
 
     /// How many questions are remembered (all, what-ifs' only) and queued.
-    pub fn sizes(&self) -> (usize, usize, usize) {
+    #[cfg(test)]
+    pub(crate) fn sizes(&self) -> (usize, usize, usize) {
         let (all, what_ifs) = self.memory.remembered();
         (all, what_ifs, self.memory.queued())
     }

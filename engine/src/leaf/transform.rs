@@ -17,7 +17,7 @@ pub enum TransformError {
 }
 
 /// The leaf node selector a pod asks for through its annotation; empty when none.
-pub fn leaf_node_selector(pod: &Pod) -> Result<BTreeMap<String, String>, TransformError> {
+pub(crate) fn leaf_node_selector(pod: &Pod) -> Result<BTreeMap<String, String>, TransformError> {
     let Some(raw) = pod
         .metadata
         .annotations
@@ -94,7 +94,7 @@ pub fn leaf_pod(host: &Pod, cluster: &str, host_id: &str) -> Result<Pod, Transfo
 }
 
 /// The topology key that names one node in every cluster (the kubelet sets it).
-pub const NODE_TOPOLOGY_KEY: &str = "kubernetes.io/hostname";
+pub(crate) const NODE_TOPOLOGY_KEY: &str = "kubernetes.io/hostname";
 
 /// The pod (anti-)affinity terms over single nodes; node affinity dropped.
 fn node_level_affinity(affinity: Affinity) -> Option<Affinity> {
@@ -260,7 +260,7 @@ pub struct Dependencies {
     pub claims: Vec<String>,
     /// ConfigMaps and Secrets every reference to which is `optional: true`: the pod
     /// starts without them, as a kubelet starts it.
-    pub optional: std::collections::BTreeSet<String>,
+    pub(crate) optional: std::collections::BTreeSet<String>,
 }
 
 impl Dependencies {

@@ -101,10 +101,9 @@ impl ScorePlugin for ClusterCapacity {
 mod tests {
     use super::*;
     use crate::leaf::cycle::LeafView;
+    use crate::plugins::helper::cluster_placement::replica_loop::with_owner;
     use crate::plugins::helper::cluster_placement::replicas_that_fit;
-    use crate::plugins::helper::cluster_placement::tests_support::{
-        ready, virtual_node, with_owner,
-    };
+    use crate::plugins::helper::cluster_placement::tests_support::{ready, virtual_node};
     use crate::plugins::testing::{node_with, pod_requesting, quantities};
     use std::collections::BTreeMap;
     use std::sync::Arc;

@@ -90,9 +90,10 @@ impl ScorePlugin for ClusterWeights {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::helper::cluster_placement::tests_support::{
-        owned_pod, run_replicas, virtual_node, with_owner,
+    use crate::plugins::helper::cluster_placement::replica_loop::{
+        owned_pod, run_replicas, with_owner,
     };
+    use crate::plugins::helper::cluster_placement::tests_support::virtual_node;
     use crate::plugins::testing::{node_with, pod_with};
     use std::collections::BTreeMap;
     use std::sync::Arc;

@@ -251,7 +251,7 @@ fn call_extenders(
                 tracing::info!(extender = %e.name(), error = %err, "skipped an ignorable extender's preempt verb");
                 continue;
             }
-            Err(err) => return Err(Status::error(err)),
+            Err(err) => return Err(Status::error(err.to_string())),
         };
         let empty: Vec<String> = kept
             .iter()

@@ -45,18 +45,18 @@ use crate::framework::Plugin;
 pub struct PluginArgs {
     pub(crate) fit: node_resources_fit::FitArgs,
     /// NodeResourcesBalancedAllocation's resources; cpu and memory when not given.
-    pub balanced_resources: Option<Vec<String>>,
-    pub node_affinity_added: Option<k8s_openapi::api::core::v1::NodeAffinity>,
+    pub(crate) balanced_resources: Option<Vec<String>>,
+    pub(crate) node_affinity_added: Option<k8s_openapi::api::core::v1::NodeAffinity>,
     pub(crate) preemption: default_preemption::PreemptionArgs,
     pub(crate) inter_pod_affinity: inter_pod_affinity::InterPodAffinityArgs,
     pub(crate) pod_topology_spread: pod_topology_spread::PodTopologySpreadArgs,
     /// VolumeBinding's and LeafNodeVolumeBinding's bindTimeoutSeconds.
-    pub volume_bind_timeout_seconds: i64,
-    pub leaf_volume_bind_timeout_seconds: i64,
-    pub cluster_weights: mcsched_shared::config::ClusterWeightsArgs,
-    pub cluster_capacity: mcsched_shared::config::ClusterCapacityArgs,
-    pub cluster_cost: mcsched_shared::config::ClusterCostArgs,
-    pub cluster_tiers: mcsched_shared::config::ClusterTiersArgs,
+    pub(crate) volume_bind_timeout_seconds: i64,
+    pub(crate) leaf_volume_bind_timeout_seconds: i64,
+    pub(crate) cluster_weights: mcsched_shared::config::ClusterWeightsArgs,
+    pub(crate) cluster_capacity: mcsched_shared::config::ClusterCapacityArgs,
+    pub(crate) cluster_cost: mcsched_shared::config::ClusterCostArgs,
+    pub(crate) cluster_tiers: mcsched_shared::config::ClusterTiersArgs,
 }
 
 impl Default for PluginArgs {
@@ -81,7 +81,7 @@ impl Default for PluginArgs {
 
 /// Every plugin this agent implements, built with one profile's arguments, without
 /// leaves (every virtual node is a leaf not connected).
-pub fn registry(args: &PluginArgs) -> HashMap<String, Arc<dyn Plugin>> {
+pub(crate) fn registry(args: &PluginArgs) -> HashMap<String, Arc<dyn Plugin>> {
     registry_with_leaves(args, Arc::new(crate::leaf::cycle::NoLeaves))
 }
 
@@ -161,11 +161,4 @@ pub fn registry_with(
 /// Every plugin with kube-scheduler's default arguments.
 pub fn default_registry() -> HashMap<String, Arc<dyn Plugin>> {
     registry(&PluginArgs::default())
-}
-
-/// The names of every plugin this agent implements, for configuration checks.
-pub fn names() -> Vec<String> {
-    let mut n: Vec<String> = default_registry().into_keys().collect();
-    n.sort();
-    n
 }

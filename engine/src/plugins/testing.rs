@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::snapshot::{NodeInfo, PodInfo};
 
-pub fn quantities(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
+pub(crate) fn quantities(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
     pairs
         .iter()
         .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
@@ -16,7 +16,7 @@ pub fn quantities(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
 }
 
 /// A node with 4 cpu, 8Gi and 110 pods allocatable, changed by `f`.
-pub fn node_with(name: &str, f: impl FnOnce(&mut Node)) -> NodeInfo {
+pub(crate) fn node_with(name: &str, f: impl FnOnce(&mut Node)) -> NodeInfo {
     let mut node = Node::default();
     node.metadata.name = Some(name.into());
     node.metadata.labels = Some(BTreeMap::from([(
@@ -36,7 +36,7 @@ pub fn node_with(name: &str, f: impl FnOnce(&mut Node)) -> NodeInfo {
 }
 
 /// A pod `default/p` with one container and no requests, changed by `f`.
-pub fn pod_with(f: impl FnOnce(&mut Pod)) -> PodInfo {
+pub(crate) fn pod_with(f: impl FnOnce(&mut Pod)) -> PodInfo {
     let mut pod = Pod::default();
     pod.metadata.name = Some("p".into());
     pod.metadata.namespace = Some("default".into());

@@ -35,7 +35,7 @@ impl Point {
     ];
 
     /// The field name in `profiles[].plugins`.
-    pub fn field(self) -> &'static str {
+    pub(crate) fn field(self) -> &'static str {
         match self {
             Point::PreEnqueue => "preEnqueue",
             Point::QueueSort => "queueSort",
@@ -101,24 +101,24 @@ pub const PLUGINS: &[(&str, &[Point])] = &[
 /// the configuration says: without LeafNodeFit a virtual node would take pods none of its
 /// leaf's nodes can run; without PlacementPolicy a workload's policy would hold only under
 /// some profiles.
-pub const ALWAYS_ON: &[&str] = &["LeafNodeFit", "PlacementPolicy"];
+pub(crate) const ALWAYS_ON: &[&str] = &["LeafNodeFit", "PlacementPolicy"];
 
 /// The always-on plugins' Score weight: more than twice every other score plugin's
 /// together, so that the half score PlacementPolicy gives a node outweighs everything
 /// the other plugins can give (theirs are at most 100 each, times their weight).
-pub fn always_on_score_weight(others: i64) -> i64 {
+pub(crate) fn always_on_score_weight(others: i64) -> i64 {
     2 * others + 1
 }
 
-pub fn points_of(plugin: &str) -> Option<&'static [Point]> {
+pub(crate) fn points_of(plugin: &str) -> Option<&'static [Point]> {
     PLUGINS.iter().find(|(n, _)| *n == plugin).map(|(_, p)| *p)
 }
 
-pub fn is_known(plugin: &str) -> bool {
+pub(crate) fn is_known(plugin: &str) -> bool {
     points_of(plugin).is_some()
 }
 
-pub fn implements(plugin: &str, point: Point) -> bool {
+pub(crate) fn implements(plugin: &str, point: Point) -> bool {
     points_of(plugin).is_some_and(|p| p.contains(&point))
 }
 
@@ -127,7 +127,7 @@ pub fn implements(plugin: &str, point: Point) -> bool {
 /// default-on DynamicResourceAllocation gate adds it, before DefaultPreemption, and
 /// GangScheduling last as its GangScheduling gate adds it: it acts only on pods with
 /// `spec.schedulingGroup`, which an API server without the GenericWorkload gate drops.
-pub const V1_MULTI_POINT: &[(&str, i32)] = &[
+pub(crate) const V1_MULTI_POINT: &[(&str, i32)] = &[
     ("SchedulingGates", 0),
     ("PrioritySort", 0),
     ("NodeUnschedulable", 0),
@@ -151,7 +151,7 @@ pub const V1_MULTI_POINT: &[(&str, i32)] = &[
 ];
 
 /// v1beta2's per-extension-point defaults (Kubernetes 1.22–1.24).
-pub fn v1beta2_defaults(point: Point) -> &'static [(&'static str, i32)] {
+pub(crate) fn v1beta2_defaults(point: Point) -> &'static [(&'static str, i32)] {
     match point {
         QueueSort => &[("PrioritySort", 0)],
         PreFilter => &[
@@ -204,7 +204,7 @@ pub fn v1beta2_defaults(point: Point) -> &'static [(&'static str, i32)] {
 }
 
 /// v1beta1's per-extension-point defaults (Kubernetes 1.19–1.21).
-pub fn v1beta1_defaults(point: Point) -> &'static [(&'static str, i32)] {
+pub(crate) fn v1beta1_defaults(point: Point) -> &'static [(&'static str, i32)] {
     match point {
         PreFilter => &[
             ("NodeResourcesFit", 0),
@@ -236,7 +236,7 @@ pub fn v1beta1_defaults(point: Point) -> &'static [(&'static str, i32)] {
 }
 
 /// Names older versions used, and what became of them.
-pub enum Legacy {
+pub(crate) enum Legacy {
     /// Now this plugin (the cloud volume limits folded into NodeVolumeLimits).
     Renamed(&'static str),
     /// NodeResourcesFit scoring with this strategy.
@@ -245,7 +245,7 @@ pub enum Legacy {
     Removed,
 }
 
-pub fn legacy(name: &str) -> Option<Legacy> {
+pub(crate) fn legacy(name: &str) -> Option<Legacy> {
     Some(match name {
         "EBSLimits" | "GCEPDLimits" | "AzureDiskLimits" | "CinderLimits" => {
             Legacy::Renamed("NodeVolumeLimits")
@@ -264,4 +264,4 @@ pub fn legacy(name: &str) -> Option<Legacy> {
 
 /// Plugins kube-scheduler has that mcsched does not implement yet (default sets name
 /// them; they are left out with a warning).
-pub const NOT_YET_IMPLEMENTED: &[&str] = &[];
+pub(crate) const NOT_YET_IMPLEMENTED: &[&str] = &[];

@@ -10,10 +10,10 @@ use serde::Deserialize;
 use super::ConfigErrors;
 use crate::keys;
 
-pub const CLUSTER_WEIGHTS: &str = "ClusterWeights";
-pub const CLUSTER_CAPACITY: &str = "ClusterCapacity";
-pub const CLUSTER_COST: &str = "ClusterCost";
-pub const CLUSTER_TIERS: &str = "ClusterTiers";
+pub(crate) const CLUSTER_WEIGHTS: &str = "ClusterWeights";
+pub(crate) const CLUSTER_CAPACITY: &str = "ClusterCapacity";
+pub(crate) const CLUSTER_COST: &str = "ClusterCost";
+pub(crate) const CLUSTER_TIERS: &str = "ClusterTiers";
 
 /// ClusterWeights: an owner's replicas divided between clusters by static weights.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,7 +43,7 @@ pub enum CapacityMode {
 }
 
 impl CapacityMode {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             CapacityMode::Dynamic => "Dynamic",
             CapacityMode::Aggregated => "Aggregated",
@@ -277,7 +277,7 @@ pub(super) fn tiers(r: RawClusterTiersArgs, a: &str, errs: &mut ConfigErrors) ->
 }
 
 /// `weights east=1, west=2; hostClusterName host` and the like, for `--check`.
-pub fn describe(plugin: &str, args: &super::PluginArgs) -> Option<String> {
+pub(crate) fn describe(plugin: &str, args: &super::PluginArgs) -> Option<String> {
     Some(match plugin {
         CLUSTER_WEIGHTS => {
             let w = &args.cluster_weights;

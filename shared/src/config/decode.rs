@@ -8,7 +8,7 @@ use super::model::*;
 use super::raw::*;
 use super::{ConfigErrors, GROUP, VERSIONS, duration, plugin_args};
 
-pub fn decode(text: &str) -> Result<SchedulerConfig, ConfigErrors> {
+pub(super) fn decode(text: &str) -> Result<SchedulerConfig, ConfigErrors> {
     let mut errs = ConfigErrors(Vec::new());
     let raw: RawConfig = match serde_yaml::from_str(text) {
         Ok(r) => r,
@@ -314,7 +314,7 @@ fn leader_election(le: &RawLeaderElection, out: &mut LeaderElection, errs: &mut 
         if let Some(text) = value {
             match duration::parse(text) {
                 Ok(d) => *slot = d,
-                Err(e) => errs.push(format!("leaderElection.{field}"), e),
+                Err(e) => errs.push(format!("leaderElection.{field}"), e.to_string()),
             }
         }
     };
@@ -720,7 +720,7 @@ fn extender(re: &RawExtender, path: &str, errs: &mut ConfigErrors) -> Option<Ext
         Some(t) => match duration::parse(t) {
             Ok(d) => d,
             Err(e) => {
-                errs.push(format!("{path}.httpTimeout"), e);
+                errs.push(format!("{path}.httpTimeout"), e.to_string());
                 Duration::from_secs(5)
             }
         },

@@ -5,10 +5,25 @@ use std::time::Duration;
 /// The longest Go duration, in seconds (i64::MAX nanoseconds).
 const MAX_SECONDS: f64 = 9_223_372_036.854_775;
 
-pub fn parse(text: &str) -> Result<Duration, String> {
+/// Why a text is no Go duration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    #[error("empty duration")]
+    Empty,
+    #[error("missing unit in duration {0:?}")]
+    MissingUnit(String),
+    #[error("invalid duration {0:?}")]
+    Invalid(String),
+    #[error("unknown unit {unit:?} in duration {text:?}")]
+    UnknownUnit { unit: String, text: String },
+    #[error("duration {0:?} is out of range (at most 2562047h47m16s)")]
+    OutOfRange(String),
+}
+
+pub fn parse(text: &str) -> Result<Duration, DurationError> {
     let s = text.trim();
     if s.is_empty() {
-        return Err("empty duration".into());
+        return Err(DurationError::Empty);
     }
     if s == "0" {
         return Ok(Duration::ZERO);
@@ -18,11 +33,11 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     while !rest.is_empty() {
         let num_end = rest
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| format!("missing unit in duration {text:?}"))?;
+            .ok_or_else(|| DurationError::MissingUnit(text.to_string()))?;
         let (num, tail) = rest.split_at(num_end);
         let value: f64 = num
             .parse()
-            .map_err(|_| format!("invalid duration {text:?}"))?;
+            .map_err(|_| DurationError::Invalid(text.to_string()))?;
         let unit_end = tail
             .find(|c: char| c.is_ascii_digit() || c == '.')
             .unwrap_or(tail.len());
@@ -34,7 +49,12 @@ pub fn parse(text: &str) -> Result<Duration, String> {
             "s" => 1.0,
             "m" => 60.0,
             "h" => 3600.0,
-            _ => return Err(format!("unknown unit {unit:?} in duration {text:?}")),
+            _ => {
+                return Err(DurationError::UnknownUnit {
+                    unit: unit.to_string(),
+                    text: text.to_string(),
+                });
+            }
         };
         total += value * secs;
         rest = next;
@@ -42,14 +62,12 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     // Go's durations are int64 nanoseconds; larger ones are refused there, and would
     // overflow here.
     if !total.is_finite() || total > MAX_SECONDS {
-        return Err(format!(
-            "duration {text:?} is out of range (at most 2562047h47m16s)"
-        ));
+        return Err(DurationError::OutOfRange(text.to_string()));
     }
     Ok(Duration::from_secs_f64(total))
 }
 
-pub fn format(d: Duration) -> String {
+pub(crate) fn format(d: Duration) -> String {
     let secs = d.as_secs_f64();
     if secs.fract() == 0.0 {
         let s = d.as_secs();
@@ -107,11 +125,17 @@ mod tests {
         assert_eq!(parse("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse("1h"), Ok(Duration::from_secs(3600)));
         assert_eq!(parse("0"), Ok(Duration::ZERO));
-        assert!(parse("15").is_err());
-        assert!(parse("15x").is_err());
-        assert!(parse("").is_err());
+        assert_eq!(parse("15"), Err(DurationError::MissingUnit("15".into())));
+        assert_eq!(
+            parse("15x").map_err(|e| e.to_string()),
+            Err(r#"unknown unit "x" in duration "15x""#.into())
+        );
+        assert_eq!(parse(""), Err(DurationError::Empty));
         // Out of range is an error, not a panic.
-        assert!(parse("9999999999999999999999h").is_err());
+        assert!(matches!(
+            parse("9999999999999999999999h"),
+            Err(DurationError::OutOfRange(_))
+        ));
         assert!(parse(&format!("{}s", "9".repeat(400))).is_err());
         assert!(parse("2562047h").is_ok());
         assert_eq!(format(Duration::from_secs(15)), "15s");

@@ -3,11 +3,11 @@
 //! name the field path (`profiles[0].plugins.filter.enabled[1].name: unknown plugin "Foo"`).
 
 pub mod catalog;
-pub mod cluster_policies;
+pub(crate) mod cluster_policies;
 mod decode;
 pub mod duration;
 pub mod mcsched_default;
-pub mod model;
+pub(crate) mod model;
 mod plugin_args;
 mod raw;
 mod render;
@@ -18,14 +18,14 @@ pub use catalog::Point;
 pub use model::*;
 pub use render::render_profiles;
 
-pub const GROUP: &str = "kubescheduler.config.k8s.io";
-pub const VERSIONS: &[&str] = &["v1", "v1beta3", "v1beta2", "v1beta1"];
+pub(crate) const GROUP: &str = "kubescheduler.config.k8s.io";
+pub(crate) const VERSIONS: &[&str] = &["v1", "v1beta3", "v1beta2", "v1beta1"];
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{path}: {message}")]
 pub struct ConfigError {
-    pub path: String,
-    pub message: String,
+    pub(crate) path: String,
+    pub(crate) message: String,
 }
 
 /// Every problem found, one per line.

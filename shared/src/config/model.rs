@@ -11,7 +11,7 @@ pub use super::cluster_policies::{
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct SchedulerConfig {
-    pub api_version: String,
+    pub(crate) api_version: String,
     pub parallelism: u32,
     /// None: adaptive, as kube-scheduler's 0.
     pub percentage_of_nodes_to_score: Option<u32>,
@@ -31,7 +31,7 @@ pub struct LeaderElection {
     pub lease_duration: Duration,
     pub renew_deadline: Duration,
     pub retry_period: Duration,
-    pub resource_lock: String,
+    pub(crate) resource_lock: String,
     pub resource_name: String,
     pub resource_namespace: String,
 }
@@ -55,8 +55,8 @@ pub struct ClientConnection {
     pub kubeconfig: Option<String>,
     pub qps: f32,
     pub burst: u32,
-    pub content_type: String,
-    pub accept_content_types: String,
+    pub(crate) content_type: String,
+    pub(crate) accept_content_types: String,
 }
 
 impl Default for ClientConnection {
@@ -80,18 +80,18 @@ pub struct PluginRef {
 /// The plugins of one profile per extension point, in the order they run.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Plugins {
-    pub pre_enqueue: Vec<PluginRef>,
-    pub queue_sort: Vec<PluginRef>,
-    pub pre_filter: Vec<PluginRef>,
-    pub filter: Vec<PluginRef>,
-    pub post_filter: Vec<PluginRef>,
-    pub pre_score: Vec<PluginRef>,
+    pub(crate) pre_enqueue: Vec<PluginRef>,
+    pub(crate) queue_sort: Vec<PluginRef>,
+    pub(crate) pre_filter: Vec<PluginRef>,
+    pub(crate) filter: Vec<PluginRef>,
+    pub(crate) post_filter: Vec<PluginRef>,
+    pub(crate) pre_score: Vec<PluginRef>,
     pub score: Vec<PluginRef>,
-    pub reserve: Vec<PluginRef>,
-    pub permit: Vec<PluginRef>,
-    pub pre_bind: Vec<PluginRef>,
-    pub bind: Vec<PluginRef>,
-    pub post_bind: Vec<PluginRef>,
+    pub(crate) reserve: Vec<PluginRef>,
+    pub(crate) permit: Vec<PluginRef>,
+    pub(crate) pre_bind: Vec<PluginRef>,
+    pub(crate) bind: Vec<PluginRef>,
+    pub(crate) post_bind: Vec<PluginRef>,
 }
 
 impl Plugins {
@@ -113,7 +113,7 @@ impl Plugins {
         }
     }
 
-    pub fn get_mut(&mut self, p: super::catalog::Point) -> &mut Vec<PluginRef> {
+    pub(crate) fn get_mut(&mut self, p: super::catalog::Point) -> &mut Vec<PluginRef> {
         use super::catalog::Point::*;
         match p {
             PreEnqueue => &mut self.pre_enqueue,
@@ -175,7 +175,7 @@ impl Default for NodeResourcesFitArgs {
     }
 }
 
-pub fn default_resources() -> Vec<ResourceWeight> {
+pub(crate) fn default_resources() -> Vec<ResourceWeight> {
     vec![
         ResourceWeight {
             name: "cpu".into(),

@@ -96,7 +96,7 @@ fn shape(
     raw.iter().map(|p| (p.utilization, p.score)).collect()
 }
 
-pub fn apply(
+pub(super) fn apply(
     configs: &[RawPluginConfig],
     profile: &str,
     args: &mut PluginArgs,
@@ -332,7 +332,7 @@ pub fn apply(
 
 /// ClusterWeights and ClusterTiers mean nothing without their args: enabled with no
 /// `pluginConfig` entry, the profile is refused rather than silently scoring nothing.
-pub fn require_args(
+pub(super) fn require_args(
     configs: &[RawPluginConfig],
     plugins: &Plugins,
     profile: &str,

@@ -17,33 +17,33 @@ use crate::keys;
 /// `apiregistration.k8s.io/v1` APIService (cluster-scoped).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct APIService {
-    pub metadata: ObjectMeta,
-    pub spec: APIServiceSpec,
+    pub(crate) metadata: ObjectMeta,
+    pub(crate) spec: APIServiceSpec,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct APIServiceSpec {
-    pub group: String,
-    pub version: String,
-    pub group_priority_minimum: i32,
-    pub version_priority: i32,
+    pub(crate) group: String,
+    pub(crate) version: String,
+    pub(crate) group_priority_minimum: i32,
+    pub(crate) version_priority: i32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub service: Option<ServiceReference>,
+    pub(crate) service: Option<ServiceReference>,
     /// PEM CA certificates that sign the serving certificate behind the Service. `install`
     /// leaves it unset (the leading agent writes its own), so that applying the install
     /// again never takes the field from the agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ca_bundle: Option<ByteString>,
+    pub(crate) ca_bundle: Option<ByteString>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ServiceReference {
-    pub namespace: String,
-    pub name: String,
+    pub(crate) namespace: String,
+    pub(crate) name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub port: Option<i32>,
+    pub(crate) port: Option<i32>,
 }
 
 impl k8s_openapi::Resource for APIService {

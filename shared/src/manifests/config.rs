@@ -12,10 +12,10 @@ use crate::keys;
 /// The configuration the ConfigMap ships, and what RBAC and the Deployment take from it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AgentConfig {
-    pub text: String,
+    pub(crate) text: String,
     pub scheduler_names: Vec<String>,
     /// The leader Lease's name when leader election is on (in the install namespace).
-    pub lease_name: Option<String>,
+    pub(crate) lease_name: Option<String>,
 }
 
 /// mcsched's default profile (see [`config::mcsched_default`]), leader election on a
@@ -118,7 +118,7 @@ impl AgentConfig {
     }
 
     /// FNV-1a of the text: stable across builds and Rust versions, unlike std's hasher.
-    pub fn hash(&self) -> String {
+    pub(crate) fn hash(&self) -> String {
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
         for b in self.text.bytes() {
             h ^= u64::from(b);

@@ -103,7 +103,7 @@ fn check_dns_label(field: &str, value: &str) -> Result<(), ManifestError> {
 }
 
 /// The labels every object carries; `mcsched.io/install` is what `uninstall` selects on.
-pub fn common_labels(namespace: &str) -> BTreeMap<String, String> {
+pub(crate) fn common_labels(namespace: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         ("app.kubernetes.io/name".into(), keys::AGENT_NAME.into()),
         ("app.kubernetes.io/part-of".into(), "mcsched".into()),
@@ -118,7 +118,7 @@ pub fn install_selector(namespace: &str) -> String {
 }
 
 /// The labels of the agent's pods (the Deployment's and Service's selector).
-pub fn pod_selector() -> BTreeMap<String, String> {
+pub(crate) fn pod_selector() -> BTreeMap<String, String> {
     BTreeMap::from([("app.kubernetes.io/name".into(), keys::AGENT_NAME.into())])
 }
 

@@ -66,7 +66,7 @@ impl Object {
         each!(self, o => api_version_of(o))
     }
 
-    pub fn metadata(&self) -> &ObjectMeta {
+    pub(crate) fn metadata(&self) -> &ObjectMeta {
         each!(self, o => &o.metadata)
     }
 

@@ -571,7 +571,7 @@ impl Framework {
 
 /// kube-scheduler's `numFeasibleNodesToFind`: all nodes below 100; else the percentage
 /// (adaptive when unset: 50 % minus 1 % per 125 nodes, at least 5 %), at least 100.
-pub fn num_feasible_nodes_to_find(percentage: Option<u32>, num_all_nodes: usize) -> usize {
+pub(crate) fn num_feasible_nodes_to_find(percentage: Option<u32>, num_all_nodes: usize) -> usize {
     if num_all_nodes < MIN_FEASIBLE_NODES_TO_FIND {
         return num_all_nodes;
     }

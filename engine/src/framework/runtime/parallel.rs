@@ -19,7 +19,7 @@ pub(super) const SCORE_CHUNK: usize = 256;
 /// the other workers (and their spinning until they sleep again) cost more CPU than the
 /// few hundred nodes take, which is what percentageOfNodesToScore leaves in large clusters.
 /// Plugins that walk many nodes of their own (a leaf's) use it too.
-pub const PARALLEL_MIN_NODES: usize = 1024;
+pub(crate) const PARALLEL_MIN_NODES: usize = 1024;
 
 /// What one chunk of nodes left after Filter.
 #[derive(Default)]

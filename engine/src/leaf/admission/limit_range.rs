@@ -24,7 +24,7 @@ fn items<'a>(
 
 /// Fills in what the Container items' `default` (limits) and `defaultRequest` set and a
 /// container leaves out, in init and app containers alike. True when anything changed.
-pub fn apply_defaults(pod: &mut Pod, ranges: &[std::sync::Arc<LimitRange>]) -> bool {
+pub(crate) fn apply_defaults(pod: &mut Pod, ranges: &[std::sync::Arc<LimitRange>]) -> bool {
     let mut limits = ResourceList::new();
     let mut requests = ResourceList::new();
     for item in items(ranges, "Container") {
@@ -59,7 +59,7 @@ pub fn apply_defaults(pod: &mut Pod, ranges: &[std::sync::Arc<LimitRange>]) -> b
 
 /// The LimitRanger's verdict on `pod` (defaults already applied): every violation, in
 /// kube's words, or nothing.
-pub fn violations(pod: &Pod, ranges: &[std::sync::Arc<LimitRange>]) -> Vec<String> {
+pub(crate) fn violations(pod: &Pod, ranges: &[std::sync::Arc<LimitRange>]) -> Vec<String> {
     let mut errs = Vec::new();
     let Some(spec) = pod.spec.as_ref() else {
         return errs;

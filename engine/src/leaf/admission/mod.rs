@@ -3,9 +3,9 @@
 //! API server's order). The leaf check asks this first, so a pod is sent only where its
 //! copy would be created, and judged as the leaf will hold it.
 
-pub mod limit_range;
-pub mod pod_security;
-pub mod quota;
+pub(crate) mod limit_range;
+pub(crate) mod pod_security;
+pub(crate) mod quota;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -49,7 +49,7 @@ fn apply<K: kube::Resource>(map: &mut HashMap<String, HashMap<String, Arc<K>>>, 
 
 /// Why the leaf would refuse a copy, or the copy as its admission would store it.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Admitted {
+pub(crate) enum Admitted {
     /// Unchanged by the leaf's admission.
     AsIs,
     /// With the LimitRange defaults filled in.
@@ -119,7 +119,7 @@ impl LeafAdmission {
     }
 
     /// The level enforced in leaf namespace `ns`.
-    pub fn enforced(&self, ns: &str) -> Enforce {
+    pub(crate) fn enforced(&self, ns: &str) -> Enforce {
         self.pod_security.get(ns).copied().unwrap_or_default()
     }
 
@@ -132,7 +132,7 @@ impl LeafAdmission {
     /// The leaf's admission of `copy` (as the leaf check builds it), with `priority_class`
     /// the class it may carry there (quota scopes select by it) and `pending` the copies
     /// this agent has sent to the namespace that the leaf has not admitted yet.
-    pub fn admit(
+    pub(crate) fn admit(
         &self,
         copy: &Pod,
         priority_class: Option<&str>,

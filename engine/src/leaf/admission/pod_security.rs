@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-pub use mcsched_shared::keys::{
+pub(crate) use mcsched_shared::keys::{
     POD_SECURITY_ENFORCE_LABEL as ENFORCE_LABEL,
     POD_SECURITY_ENFORCE_VERSION_LABEL as ENFORCE_VERSION_LABEL,
 };
@@ -27,17 +27,17 @@ pub use mcsched_shared::keys::{
 /// The newest policy version whose checks are here: `latest` on a leaf of this version
 /// or newer (newer ones only allow more sysctls, so judging them by these refuses more,
 /// never less).
-pub const NEWEST_MINOR: u32 = 36;
+pub(crate) const NEWEST_MINOR: u32 = 36;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Level {
+pub(crate) enum Level {
     Privileged,
     Baseline,
     Restricted,
 }
 
 impl Level {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Level::Privileged => "privileged",
             Level::Baseline => "baseline",
@@ -57,7 +57,7 @@ impl Level {
 
 /// A policy version: `latest`, or `v1.<minor>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Version {
+pub(crate) enum Version {
     Latest,
     Minor(u32),
 }
@@ -100,8 +100,8 @@ impl std::fmt::Display for Version {
 /// A namespace's enforced level and version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Enforce {
-    pub level: Level,
-    pub version: Version,
+    pub(crate) level: Level,
+    pub(crate) version: Version,
 }
 
 impl Default for Enforce {
@@ -123,7 +123,7 @@ impl std::fmt::Display for Enforce {
 impl Enforce {
     /// As PSA's `PolicyToEvaluate`: the labels over the default; an unknown level is
     /// `restricted`, an unknown version `latest`.
-    pub fn from_labels(labels: Option<&BTreeMap<String, String>>) -> Enforce {
+    pub(crate) fn from_labels(labels: Option<&BTreeMap<String, String>>) -> Enforce {
         let mut e = Enforce::default();
         let Some(labels) = labels else {
             return e;
@@ -141,7 +141,7 @@ impl Enforce {
     /// policy, as PSA words it (`privileged (container "app" must not set
     /// securityContext.privileged=true), hostPath volumes (volume "root")`); None when
     /// it is allowed. `leaf_minor`: the leaf's Kubernetes minor version, when known.
-    pub fn refusal(
+    pub(crate) fn refusal(
         &self,
         meta: &ObjectMeta,
         spec: &PodSpec,
@@ -166,9 +166,9 @@ impl Enforce {
 
 /// One failed check: PSA's ForbiddenReason and ForbiddenDetail.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Forbidden {
-    pub reason: String,
-    pub detail: String,
+pub(crate) struct Forbidden {
+    pub(crate) reason: String,
+    pub(crate) detail: String,
 }
 
 fn forbid(reason: impl Into<String>, detail: impl Into<String>) -> Option<Forbidden> {
@@ -336,7 +336,12 @@ fn at(check: &Check, minor: u32) -> Option<&Versioned> {
 /// The checks of `level` at version 1.`minor` that `meta` and `spec` fail, in PSA's
 /// order (baseline checks by ID, then restricted ones by ID; a restricted check
 /// replaces the baseline checks it overrides).
-pub fn evaluate(level: Level, minor: u32, meta: &ObjectMeta, spec: &PodSpec) -> Vec<Forbidden> {
+pub(crate) fn evaluate(
+    level: Level,
+    minor: u32,
+    meta: &ObjectMeta,
+    spec: &PodSpec,
+) -> Vec<Forbidden> {
     if level == Level::Privileged {
         return Vec::new();
     }

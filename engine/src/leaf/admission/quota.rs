@@ -11,7 +11,7 @@ use mcsched_shared::quantity::Quantity;
 use mcsched_shared::resources::{Side, container_amounts, pod_amounts};
 
 /// Pod usage by quota resource name, as kube's pod evaluator counts it.
-pub type Usage = BTreeMap<String, Quantity>;
+pub(crate) type Usage = BTreeMap<String, Quantity>;
 
 /// The compute resources quota tracks by plain name and with a `requests.` or `limits.`
 /// prefix; extended resources are tracked only as `requests.<name>`.
@@ -60,7 +60,7 @@ fn usage_of(requests: &Usage, limits: &Usage) -> Usage {
 
 /// The pod's usage; a quantity that does not parse counts as absent (the API server
 /// validated the host pod's).
-pub fn pod_usage(pod: &Pod) -> Usage {
+pub(crate) fn pod_usage(pod: &Pod) -> Usage {
     usage_of(
         &pod_amounts(pod, Side::Requests).unwrap_or_default(),
         &pod_amounts(pod, Side::Limits).unwrap_or_default(),
@@ -162,7 +162,7 @@ fn scope_matches(req: &ScopedResourceSelectorRequirement, pod: &Pod) -> bool {
 }
 
 /// Whether quota `q` applies to `pod`: every scope and scope selector expression matches.
-pub fn matches(q: &ResourceQuota, pod: &Pod) -> bool {
+pub(crate) fn matches(q: &ResourceQuota, pod: &Pod) -> bool {
     let Some(spec) = q.spec.as_ref() else {
         return true;
     };
@@ -196,7 +196,12 @@ fn pretty(list: &BTreeMap<String, String>) -> String {
 
 /// The refusal quota `q` gives `pod` (usage `usage`) when `pending` is already counted
 /// in it beyond its status, if any.
-pub fn refusal(q: &ResourceQuota, pod: &Pod, usage: &Usage, pending: &Usage) -> Option<String> {
+pub(crate) fn refusal(
+    q: &ResourceQuota,
+    pod: &Pod,
+    usage: &Usage,
+    pending: &Usage,
+) -> Option<String> {
     let name = q.metadata.name.as_deref().unwrap_or_default();
     let status = q.status.as_ref();
     let hard: BTreeMap<&String, (&str, Quantity)> = status
@@ -277,7 +282,7 @@ pub fn refusal(q: &ResourceQuota, pod: &Pod, usage: &Usage, pending: &Usage) -> 
 
 /// The first refusal among `quotas` for `pod`, counting `pending` copies (decided on,
 /// not yet admitted by the leaf) where each quota matches them.
-pub fn first_refusal(
+pub(crate) fn first_refusal(
     quotas: &[Arc<ResourceQuota>],
     pod: &Pod,
     pending: &[Arc<Pod>],

@@ -19,7 +19,7 @@ use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 /// them. `cluster_of` names a node's cluster, or `None` to leave the node out. `pod`
 /// itself is not counted, nor pods being deleted: their replacements are being placed,
 /// and counting both would steer the replacement away from where the old one was.
-pub fn placed_per_cluster<K: Eq + Hash>(
+pub(crate) fn placed_per_cluster<K: Eq + Hash>(
     snapshot: &Snapshot,
     owner: &str,
     pod: &PodInfo,
@@ -49,7 +49,7 @@ pub fn placed_per_cluster<K: Eq + Hash>(
 /// sum of weights; compared multiplied by `W` so the arithmetic stays exact. Clusters
 /// without a positive weight are never chosen. Placing every replica on the largest
 /// deficit keeps each cluster within one replica of its exact share.
-pub fn largest_deficit<K: Eq + Hash + Clone>(
+pub(crate) fn largest_deficit<K: Eq + Hash + Clone>(
     weights: &HashMap<K, i64>,
     placed: &HashMap<K, i64>,
     candidates: &HashSet<K>,
@@ -87,7 +87,7 @@ pub fn largest_deficit<K: Eq + Hash + Clone>(
 }
 
 /// 100 for a chosen cluster, 0 otherwise.
-pub fn favour(chosen: bool) -> i64 {
+pub(crate) fn favour(chosen: bool) -> i64 {
     if chosen {
         MAX_NODE_SCORE
     } else {
@@ -98,7 +98,7 @@ pub fn favour(chosen: bool) -> i64 {
 /// How many more pods asking for `requests` fit on `node`: the smallest of
 /// `floor(free/request)` over the resources the pod requests, and of the node's free pod
 /// slots.
-pub fn replicas_that_fit(requests: &Resources, node: &NodeInfo) -> i64 {
+pub(crate) fn replicas_that_fit(requests: &Resources, node: &NodeInfo) -> i64 {
     let alloc = &node.allocatable;
     let used = &node.requested;
     let mut fit = alloc.allowed_pods - node.pods.len() as i64;
@@ -126,7 +126,7 @@ pub fn replicas_that_fit(requests: &Resources, node: &NodeInfo) -> i64 {
 /// affinity satisfied. `must_be_ready`: leaf nodes count only while Ready, as in the
 /// virtual node's allocatable; host nodes that are not Ready carry kube's not-ready
 /// taints, which the taint check sees.
-pub fn could_host(pod: &PodInfo, node: &NodeInfo, must_be_ready: bool) -> bool {
+pub(crate) fn could_host(pod: &PodInfo, node: &NodeInfo, must_be_ready: bool) -> bool {
     (!must_be_ready || mcsched_shared::node::is_ready(&node.node))
         && !node.unschedulable
         && filter_taints(pod, node, |_| false).is_success()
@@ -253,18 +253,13 @@ mod tests {
     }
 }
 
-/// Builders and a placement loop for the cluster-policy plugins' unit tests.
+/// Virtual nodes for the cluster-policy plugins' unit tests, the engine's and the agent's.
 #[cfg(any(test, feature = "testing"))]
 pub mod tests_support {
-    use std::collections::BTreeMap;
-    use std::sync::Arc;
-
     use k8s_openapi::api::core::v1::NodeCondition;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
-    use crate::framework::{CycleState, Plugin};
-    use crate::plugins::testing::{node_with, pod_with};
-    use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
+    use crate::plugins::testing::node_with;
+    use crate::snapshot::NodeInfo;
 
     /// `mcsched-<cluster>`, labelled with its cluster and `labels`, Ready.
     pub fn virtual_node(cluster: &str, labels: &[(&str, &str)]) -> NodeInfo {
@@ -278,16 +273,29 @@ pub mod tests_support {
         })
     }
 
-    pub fn ready(n: &mut k8s_openapi::api::core::v1::Node) {
+    pub(crate) fn ready(n: &mut k8s_openapi::api::core::v1::Node) {
         n.status.get_or_insert_default().conditions = Some(vec![NodeCondition {
             type_: "Ready".into(),
             status: "True".into(),
             ..Default::default()
         }]);
     }
+}
+
+/// Owned pods and a placement loop for the cluster-policy plugins' unit tests.
+#[cfg(test)]
+pub(crate) mod replica_loop {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    use crate::framework::{CycleState, Plugin};
+    use crate::plugins::testing::pod_with;
+    use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 
     /// `pod` with a controller ownerReference to ReplicaSet `owner` (its UID).
-    pub fn with_owner(pod: PodInfo, owner: &str) -> PodInfo {
+    pub(crate) fn with_owner(pod: PodInfo, owner: &str) -> PodInfo {
         let mut p = (*pod.pod()).clone();
         p.metadata.owner_references = Some(vec![OwnerReference {
             api_version: "apps/v1".into(),
@@ -301,7 +309,7 @@ pub mod tests_support {
     }
 
     /// A pod named `name` owned by ReplicaSet `owner`, requesting nothing.
-    pub fn owned_pod(name: &str, owner: &str) -> PodInfo {
+    pub(crate) fn owned_pod(name: &str, owner: &str) -> PodInfo {
         with_owner(
             pod_with(|p| {
                 p.metadata.name = Some(name.into());
@@ -315,7 +323,7 @@ pub mod tests_support {
     /// the feasible nodes are those `accept(node, replicas on it)` allows, the first
     /// highest score wins, and the pod joins that node before the next cycle. Returns
     /// how many landed on each node.
-    pub fn run_replicas<P: Plugin>(
+    pub(crate) fn run_replicas<P: Plugin>(
         plugin: &P,
         nodes: Vec<NodeInfo>,
         replicas: usize,

@@ -3,18 +3,18 @@
 //! algorithm or record.
 
 pub mod cluster_placement;
-pub mod node_affinity;
+pub(crate) mod node_affinity;
 pub mod placement_state;
-pub mod queue_sort;
-pub mod resources;
+pub(crate) mod queue_sort;
+pub(crate) mod resources;
 pub mod taints;
-pub mod volumes;
+pub(crate) mod volumes;
 
 use crate::framework::MAX_NODE_SCORE;
 
 /// Scales scores so the highest becomes `max`; with `reverse`, high raw scores become
 /// low. All zeros stay zeros (or all `max` when reversed).
-pub fn default_normalize_score(max: i64, reverse: bool, scores: &mut [i64]) {
+pub(crate) fn default_normalize_score(max: i64, reverse: bool, scores: &mut [i64]) {
     let highest = scores.iter().copied().max().unwrap_or(0);
     if highest == 0 {
         if reverse {
@@ -31,7 +31,7 @@ pub fn default_normalize_score(max: i64, reverse: bool, scores: &mut [i64]) {
     }
 }
 
-pub fn normalize_to_max(scores: &mut [i64]) {
+pub(crate) fn normalize_to_max(scores: &mut [i64]) {
     default_normalize_score(MAX_NODE_SCORE, false, scores)
 }
 

@@ -23,7 +23,7 @@ pub(crate) fn required(a: Option<&NodeAffinity>) -> Option<&NodeSelector> {
 }
 
 /// Whether the pod's own nodeSelector and required affinity accept the node.
-pub fn pod_matches_node(pod: &PodInfo, node: &NodeInfo) -> bool {
+pub(crate) fn pod_matches_node(pod: &PodInfo, node: &NodeInfo) -> bool {
     let labels = node.labels();
     let pod = pod.object();
     let selector_ok = pod

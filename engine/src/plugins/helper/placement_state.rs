@@ -14,23 +14,23 @@ pub(crate) const KEY: &str = "PlacementPolicy";
 
 /// The pod's policy, and the groups of each spread constraint its owner already uses.
 #[derive(Clone)]
-pub struct Applied {
-    pub policy: Arc<Policy>,
+pub(crate) struct Applied {
+    pub(crate) policy: Arc<Policy>,
     pub(crate) in_use: Vec<BTreeSet<String>>,
     /// Set at PreScore: clusters picked, and the clusters of the first usable group.
     pub(crate) picked: Option<HashSet<String>>,
     pub(crate) group: Option<HashSet<String>>,
     /// What PreScore weighed, for explanations.
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// The policy applied to the pod of `state`'s cycle, if any.
-pub fn applied(state: &CycleState) -> Option<&Applied> {
+pub(crate) fn applied(state: &CycleState) -> Option<&Applied> {
     state.read::<Applied>(KEY)
 }
 
 /// The cluster tolerations of the pod's policy, which count on virtual nodes as the pod's own.
-pub fn cluster_tolerations(state: &CycleState) -> &[k8s_openapi::api::core::v1::Toleration] {
+pub(crate) fn cluster_tolerations(state: &CycleState) -> &[k8s_openapi::api::core::v1::Toleration] {
     applied(state).map_or(&[], |a| a.policy.spec.cluster_tolerations.as_slice())
 }
 
@@ -44,7 +44,7 @@ pub fn explained(state: &CycleState) -> Option<mcsched_shared::explain::AppliedP
 
 /// Whether `pod` falls under a policy that divides its owner's replicas or orders
 /// clusters: then the profile's cluster-policy plugins step aside.
-pub fn overrides_profile(state: &CycleState) -> bool {
+pub(crate) fn overrides_profile(state: &CycleState) -> bool {
     applied(state).is_some_and(|a| {
         a.policy.spec.division.is_some() || !a.policy.spec.cluster_groups.is_empty()
     })

@@ -11,7 +11,7 @@ use crate::snapshot::{NodeInfo, PodInfo};
 /// kube-scheduler v1.36's wording (older releases named the taint).
 pub(crate) const UNTOLERATED: &str = "node(s) had untolerated taint(s)";
 
-pub fn tolerations(pod: &Pod) -> &[Toleration] {
+pub(crate) fn tolerations(pod: &Pod) -> &[Toleration] {
     pod.spec
         .as_ref()
         .and_then(|s| s.tolerations.as_deref())
@@ -23,7 +23,7 @@ pub fn node_taints(node: &NodeInfo) -> &[Taint] {
 }
 
 /// Whether the pod's placement policy tolerates `taint` on `node` (a cluster's virtual node).
-pub fn policy_tolerates(state: &CycleState, node: &NodeInfo, taint: &Taint) -> bool {
+pub(crate) fn policy_tolerates(state: &CycleState, node: &NodeInfo, taint: &Taint) -> bool {
     node.cluster.is_some()
         && super::placement_state::cluster_tolerations(state)
             .iter()
@@ -32,7 +32,11 @@ pub fn policy_tolerates(state: &CycleState, node: &NodeInfo, taint: &Taint) -> b
 
 /// The Filter both TaintToleration and LeafNodeTaintToleration use; `ignore` picks taints
 /// that count as tolerated.
-pub fn filter_taints(pod: &PodInfo, node: &NodeInfo, ignore: impl Fn(&Taint) -> bool) -> Status {
+pub(crate) fn filter_taints(
+    pod: &PodInfo,
+    node: &NodeInfo,
+    ignore: impl Fn(&Taint) -> bool,
+) -> Status {
     let obj = pod.object();
     let tols = tolerations(&obj);
     let untolerated = node_taints(node)

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Volume};
 use crate::snapshot::{PodInfo, VolumeObjects};
 
 /// The pod's volumes (none when it has no spec).
-pub fn pod_volumes(pod: &PodInfo) -> &[Volume] {
+pub(crate) fn pod_volumes(pod: &PodInfo) -> &[Volume] {
     &pod.volumes
 }
 
@@ -28,8 +28,8 @@ pub(crate) fn claim_names(pod: &PodInfo) -> Vec<String> {
 /// A claim a pod's volume uses: named by it, or a generic ephemeral volume's
 /// (`<pod>-<volume>`, made by the ephemeral volume controller).
 pub(crate) struct PodClaim {
-    pub name: String,
-    pub ephemeral: bool,
+    pub(crate) name: String,
+    pub(crate) ephemeral: bool,
 }
 
 /// Every claim the pod's volumes use, ephemeral ones included, in volume order.

@@ -27,14 +27,14 @@ use crate::snapshot::{NodeInfo, PodInfo};
 /// [`crate::leaf::transform::leaf_pod`]) and for the leaf pods' anti-affinity towards it.
 /// TaintToleration here is the plain one, as leaf nodes' taints are real; VolumeBinding
 /// judges the pod's claims as the leaf will hold them (see [`super::leaf_claims`]).
-pub struct LeafChecker {
+pub(crate) struct LeafChecker {
     plugins: Vec<Arc<dyn Plugin>>,
 }
 
 impl LeafChecker {
     /// `fit`: the profile's NodeResourcesFit, so its pluginConfig (ignored resources)
     /// holds in leaves too; NodeAffinity's addedAffinity aims at host nodes and does not.
-    pub fn new(fit: Option<Arc<dyn Plugin>>) -> Self {
+    pub(crate) fn new(fit: Option<Arc<dyn Plugin>>) -> Self {
         let fit = fit.unwrap_or_else(|| {
             Arc::new(node_resources_fit::NodeResourcesFit::new(Default::default()))
         });
@@ -62,7 +62,7 @@ impl LeafChecker {
 
     /// Success when some node of `node`'s leaf can run `pod` (recorded in `cycle`),
     /// else Unschedulable with the leaf's reasons and its largest free node.
-    pub fn check(&self, cycle: &LeafCycle, pod: &PodInfo, node: &NodeInfo) -> Status {
+    pub(crate) fn check(&self, cycle: &LeafCycle, pod: &PodInfo, node: &NodeInfo) -> Status {
         let Some(cluster) = node.cluster.as_deref() else {
             return Status::success();
         };
@@ -268,7 +268,7 @@ fn questions(pod: &PodInfo) -> Vec<Question> {
 /// The first leaf still being asked something about `pod` (every question is sent
 /// now), so that the pod waits for the answers instead of going elsewhere for lack of
 /// them; the answers are leaf events that retry it.
-pub fn unanswered(cycle: &LeafCycle, pod: &PodInfo, asker: Asker) -> Option<String> {
+pub(crate) fn unanswered(cycle: &LeafCycle, pod: &PodInfo, asker: Asker) -> Option<String> {
     let qs = questions(pod);
     let mut waiting = None;
     for view in cycle.views.values() {

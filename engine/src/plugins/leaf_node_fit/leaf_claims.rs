@@ -15,7 +15,7 @@ use crate::snapshot::{PodInfo, Snapshot, VolumeObjects};
 /// A claim whose StorageClass the leaf lacks: the copy could never bind there.
 #[derive(Debug, thiserror::Error)]
 #[error("storageclass.storage.k8s.io \"{class}\" not found for persistentvolumeclaim \"{claim}\"")]
-pub struct MissingClass {
+pub(crate) struct MissingClass {
     class: String,
     claim: String,
 }
@@ -25,7 +25,7 @@ pub struct MissingClass {
 /// at first consumer in the leaf. Claims the leaf binds on creation (an Immediate class
 /// there) or whose class the leaf's default decides are left to the leaf and taken off
 /// the pod for the check. Errs when the leaf lacks the claim's class.
-pub fn leaf_view(
+pub(crate) fn leaf_view(
     host: &VolumeObjects,
     pod: &Arc<PodInfo>,
     leaf: &Snapshot,

@@ -3,8 +3,8 @@
 //! its leaf's own nodes (see [`checker`]), and Reserve counts the pod on the leaf node
 //! found for it until the leaf's scheduler has placed the copy. Host nodes pass.
 
-pub mod checker;
-pub mod leaf_claims;
+pub(crate) mod checker;
+pub(crate) mod leaf_claims;
 
 use std::sync::Arc;
 
@@ -19,14 +19,14 @@ use checker::LeafChecker;
 
 pub const NAME: &str = "LeafNodeFit";
 
-pub struct LeafNodeFit {
+pub(crate) struct LeafNodeFit {
     checker: LeafChecker,
     leaves: Arc<dyn LeafSnapshots>,
 }
 
 impl LeafNodeFit {
     /// `fit` is the profile's NodeResourcesFit, so its pluginConfig holds in leaves too.
-    pub fn new(fit: Option<Arc<dyn Plugin>>, leaves: Arc<dyn LeafSnapshots>) -> Self {
+    pub(crate) fn new(fit: Option<Arc<dyn Plugin>>, leaves: Arc<dyn LeafSnapshots>) -> Self {
         LeafNodeFit {
             checker: LeafChecker::new(fit),
             leaves,

@@ -10,7 +10,8 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use mcsched_shared::keys;
 use serde_json::{Value, json};
 
-use super::{HostSide, LEAF_POD_CONDITION, SyncError, reconcile, sync_one};
+use super::reconcile::{reconcile, sync_one};
+use super::{HostSide, LEAF_POD_CONDITION, SyncError};
 use crate::fake_api::{self, Calls, Requests};
 use crate::multicluster::cluster::LeafCluster;
 use crate::multicluster::registry::Leaves;

@@ -1,0 +1,417 @@
+//! Creating a copy: the namespace, the ConfigMaps, Secrets, claims and ServiceAccount
+//! the pod refers to, then the pod itself with its policy's overrides for the leaf.
+
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Namespace, PersistentVolumeClaim, Pod, Secret, ServiceAccount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use mcsched_shared::keys;
+use serde_json::json;
+use tracing::info;
+
+use crate::multicluster::cluster::LeafCluster;
+use crate::multicluster::dependents::{self, Dep, DepKind, apply_params, owned_meta};
+use mcsched_engine::leaf::leaf_checks::{Question, Synced, is_ours};
+use mcsched_engine::leaf::transform;
+
+use super::{HostSide, SyncError, api_err, code, is_rbac_denial, warn_event};
+
+/// What holds the copy's name in the leaf after [`create_copy`].
+pub(super) enum Placed {
+    /// The copy, created now: its UID, as the leaf's API server gave it.
+    Created(String),
+    /// A pod with this host's marks that was there already (metadata only).
+    Found(Box<Pod>),
+}
+
+/// The namespace, the objects the pod refers to, then the pod. Nothing in the leaf that
+/// is not this host's is used, overwritten or adopted; nothing missing on the host is
+/// replaced by the leaf's object of the same name.
+pub(super) async fn create_copy(
+    host: &Client,
+    host_side: &HostSide,
+    leaf: &LeafCluster,
+    pod: &Pod,
+) -> Result<Placed, SyncError> {
+    let agent_namespace = host_side.leaves.agent_namespace();
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let namespaces: Api<Namespace> = Api::all(leaf.client.clone());
+    let present = namespaces
+        .get_metadata_opt(&ns)
+        .await
+        .map_err(api_err(format!("reading leaf namespace {ns}")))?;
+    if present.is_none() {
+        // Only a leaf that granted all namespaces lets the account create one.
+        let created = Namespace {
+            metadata: owned_meta(leaf, &ns, None, &ObjectMeta::default()),
+            ..Default::default()
+        };
+        match namespaces.create(&PostParams::default(), &created).await {
+            Ok(_) => {}
+            Err(e) if code(&e) == Some(409) => {}
+            Err(e) if code(&e) == Some(403) => return Err(not_granted(leaf, &ns)),
+            Err(e) => return Err(api_err(format!("creating leaf namespace {ns}"))(e)),
+        }
+    }
+    let deps = transform::dependencies(pod);
+    let overrides = overrides_for(host_side, leaf, pod);
+    let targeted: Vec<_> = overrides.iter().flat_map(|(_, o)| o.iter()).collect();
+    let host_cms: Api<ConfigMap> = Api::namespaced(host.clone(), &ns);
+    let leaf_cms: Api<ConfigMap> = Api::namespaced(leaf.client.clone(), &ns);
+    for cm_name in &deps.config_maps {
+        let Some(cm) = host_cms
+            .get_opt(cm_name)
+            .await
+            .map_err(api_err(format!("reading host ConfigMap {ns}/{cm_name}")))?
+        else {
+            missing(&deps, "ConfigMap", &ns, cm_name)?;
+            continue;
+        };
+        leaf_object::<ConfigMap>(leaf, &ns, cm_name, Synced::ConfigMap).await?;
+        leaf_cms
+            .patch(
+                cm_name,
+                &apply_params(),
+                &Patch::Apply(&dependents::config_map_copy(leaf, &cm)),
+            )
+            .await
+            .map_err(api_err(format!(
+                "copying ConfigMap {ns}/{cm_name} to the leaf"
+            )))?;
+        leaf.copied.copied(
+            Dep::new(DepKind::ConfigMap, &ns, cm_name),
+            cm.metadata.resource_version,
+        );
+    }
+    let host_secrets: Api<Secret> = Api::namespaced(host.clone(), &ns);
+    let leaf_secrets: Api<Secret> = Api::namespaced(leaf.client.clone(), &ns);
+    for s_name in &deps.secrets {
+        let Some(s) = host_secrets.get_opt(s_name).await.map_err(|e| {
+            // The install grants Secrets per namespace only: say how to grant this one.
+            let hint = if code(&e) == Some(403) {
+                format!(
+                    " (let the agent read Secrets in {ns}: {})",
+                    mcsched_engine::leaf::grants::grant_command(
+                        mcsched_engine::leaf::grants::Copied::Secrets,
+                        &ns,
+                        agent_namespace
+                    )
+                )
+            } else {
+                String::new()
+            };
+            api_err(format!("reading host Secret {ns}/{s_name}{hint}"))(e)
+        })?
+        else {
+            missing(&deps, "Secret", &ns, s_name)?;
+            continue;
+        };
+        if s.type_.as_deref() == Some("kubernetes.io/service-account-token") {
+            continue;
+        }
+        leaf_object::<Secret>(leaf, &ns, s_name, Synced::Secret).await?;
+        leaf_secrets
+            .patch(
+                s_name,
+                &apply_params(),
+                &Patch::Apply(&dependents::secret_copy(leaf, &s)),
+            )
+            .await
+            .map_err(api_err(format!("copying Secret {ns}/{s_name} to the leaf")))?;
+        leaf.copied.copied(
+            Dep::new(DepKind::Secret, &ns, s_name),
+            s.metadata.resource_version,
+        );
+    }
+    let host_claims: Api<PersistentVolumeClaim> = Api::namespaced(host.clone(), &ns);
+    let leaf_claims: Api<PersistentVolumeClaim> = Api::namespaced(leaf.client.clone(), &ns);
+    for c_name in &deps.claims {
+        let Some(c) = host_claims
+            .get_opt(c_name)
+            .await
+            .map_err(api_err(format!("reading host PVC {ns}/{c_name}")))?
+        else {
+            return Err(SyncError::MissingOnHost {
+                kind: "PersistentVolumeClaim",
+                object: format!("{ns}/{c_name}"),
+            });
+        };
+        // This host's copy from an earlier pod keeps its data: reused as it is.
+        leaf.copied
+            .copied(Dep::new(DepKind::Claim, &ns, c_name), None);
+        if leaf_object::<PersistentVolumeClaim>(leaf, &ns, c_name, Synced::Claim).await? {
+            continue;
+        }
+        let spec = c.spec.unwrap_or_default();
+        let copy = PersistentVolumeClaim {
+            metadata: owned_meta(
+                leaf,
+                c_name,
+                Some(&ns),
+                &ObjectMeta {
+                    labels: c.metadata.labels,
+                    uid: c.metadata.uid,
+                    ..Default::default()
+                },
+            ),
+            spec: Some(transform::leaf_claim_spec(&spec)).map(|mut s| {
+                if let Some(class) = s.storage_class_name.take() {
+                    let leaf_class =
+                        mcsched_shared::overrides::storage_class(&targeted, &class).to_string();
+                    s.storage_class_name = Some(leaf_class);
+                }
+                s
+            }),
+            status: None,
+        };
+        match leaf_claims.create(&PostParams::default(), &copy).await {
+            Ok(_) => {}
+            // Created meanwhile: whose it is decides, on the next pass.
+            Err(e) if code(&e) == Some(409) => {
+                leaf_object::<PersistentVolumeClaim>(leaf, &ns, c_name, Synced::Claim).await?;
+            }
+            Err(e) => return Err(api_err(format!("creating leaf PVC {ns}/{c_name}"))(e)),
+        }
+        // From now on the claim's data lives in this leaf: LeafNodeVolumeBinding keeps
+        // the claim's pods there.
+        let mark =
+            json!({"metadata": {"annotations": {keys::BOUND_IN_CLUSTER_ANNOTATION: leaf.name}}});
+        host_claims
+            .patch(c_name, &PatchParams::default(), &Patch::Merge(&mark))
+            .await
+            .map_err(api_err(format!("marking host PVC {ns}/{c_name}")))?;
+    }
+    if let Some(sa) = transform::service_account(pod) {
+        ensure_service_account(leaf, pod, &ns, sa).await?;
+    }
+    let mut copy = transform::leaf_pod(pod, &leaf.name, &leaf.host_id)?;
+    if let Some((policy, _)) = &overrides {
+        mcsched_shared::overrides::apply(&mut copy, &targeted).map_err(|source| {
+            SyncError::Override {
+                policy: policy.clone(),
+                source,
+            }
+        })?;
+    }
+    keep_priority_class(host_side, leaf, pod, &mut copy).await;
+    let leaf_pods: Api<Pod> = Api::namespaced(leaf.client.clone(), &ns);
+    match super::super::copy_create::create(host, &leaf.client, &ns, &name, &copy).await {
+        Ok(created) => {
+            info!(cluster = %leaf.name, pod = %format!("{ns}/{name}"), "leaf pod created");
+            Ok(Placed::Created(created.metadata.uid.unwrap_or_default()))
+        }
+        // Created by an earlier run whose watch event has not arrived yet, or a pod of
+        // the same name that is not this host's (or only looks it: judged by the caller).
+        Err(e) if code(&e) == Some(409) => {
+            let there = leaf_pods
+                .get_metadata_opt(&name)
+                .await
+                .map_err(api_err(format!("reading leaf pod {ns}/{name}")))?;
+            match there {
+                Some(m) if is_ours(&m.metadata, &leaf.name, &leaf.host_id) => {
+                    Ok(Placed::Found(Box::new(Pod {
+                        metadata: m.metadata,
+                        ..Default::default()
+                    })))
+                }
+                Some(_) => Err(SyncError::Clash {
+                    kind: "Pod",
+                    object: format!("{ns}/{name}"),
+                }),
+                // Gone meanwhile: created on the next pass.
+                None => Err(api_err(format!("creating leaf pod {ns}/{name}"))(e)),
+            }
+        }
+        Err(e) if is_rbac_denial(&e) => Err(not_granted(leaf, &ns)),
+        // Quotas and webhooks answer 403; a ValidatingAdmissionPolicy 422 unless it names
+        // another reason; a webhook may answer 400.
+        Err(kube::Error::Api(s)) if matches!(s.code, 400 | 403 | 422) => {
+            Err(SyncError::AdmissionRefused {
+                object: format!("{ns}/{name}"),
+                reason: s.message,
+            })
+        }
+        Err(e) => Err(api_err(format!("creating leaf pod {ns}/{name}"))(e)),
+    }
+}
+
+/// The overrides of `pod`'s policy for `leaf`, with the policy's reference: what the leaf
+/// check applied when it sent the pod there.
+fn overrides_for(
+    host_side: &HostSide,
+    leaf: &LeafCluster,
+    pod: &Pod,
+) -> Option<(String, Vec<mcsched_shared::overrides::ClusterOverride>)> {
+    let cache = host_side.cache();
+    let policy = cache.policies().for_pod(&pod.metadata)?;
+    let overrides = policy.overrides()?;
+    let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref())?;
+    let labels = cache.labels_of_node(node).unwrap_or_default();
+    let targeted: Vec<_> = overrides
+        .iter()
+        .filter(|o| o.targets(&leaf.name, &labels))
+        .cloned()
+        .collect();
+    (!targeted.is_empty()).then(|| (policy.reference.clone(), targeted))
+}
+
+/// Whether the leaf already has `kind` `ns/name`: not at all, as this host's copy, or as
+/// someone else's object (a clash: never used, changed or deleted).
+async fn leaf_object<K>(
+    leaf: &LeafCluster,
+    ns: &str,
+    name: &str,
+    kind: Synced,
+) -> Result<bool, SyncError>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(leaf.client.clone(), ns);
+    let found = api
+        .get_metadata_opt(name)
+        .await
+        .map_err(api_err(format!("reading leaf {} {ns}/{name}", kind.kind())))?;
+    match found {
+        None => Ok(false),
+        Some(m) if is_ours(&m.metadata, &leaf.name, &leaf.host_id) => Ok(true),
+        Some(_) => {
+            leaf.checks.learned(
+                Question::Foreign(kind, ns.to_string(), name.to_string()),
+                true,
+            );
+            Err(SyncError::Clash {
+                kind: kind.kind(),
+                object: format!("{ns}/{name}"),
+            })
+        }
+    }
+}
+
+/// A host object the copy needs is missing, unless every reference to it is optional.
+fn missing(
+    deps: &transform::Dependencies,
+    kind: &'static str,
+    ns: &str,
+    name: &str,
+) -> Result<(), SyncError> {
+    if deps.is_optional(kind, name) {
+        Ok(())
+    } else {
+        Err(SyncError::MissingOnHost {
+            kind,
+            object: format!("{ns}/{name}"),
+        })
+    }
+}
+
+/// The ServiceAccount `sa` the copy runs as: the leaf's when it has one of that name (any
+/// pod of the namespace there may run as it), else created, marked as this host's, with no
+/// RBAC and the pod's `automountServiceAccountToken`, where `join --service-accounts`
+/// allows it.
+async fn ensure_service_account(
+    leaf: &LeafCluster,
+    pod: &Pod,
+    ns: &str,
+    sa: &str,
+) -> Result<(), SyncError> {
+    let api: Api<ServiceAccount> = Api::namespaced(leaf.client.clone(), ns);
+    let exists = |found: bool| {
+        leaf.checks.learned(
+            Question::ServiceAccount(ns.to_string(), sa.to_string()),
+            found,
+        )
+    };
+    let no_account = || {
+        leaf.checks
+            .learned(Question::MayCreateServiceAccounts(ns.to_string()), false);
+        SyncError::NoServiceAccount {
+            object: format!("{ns}/{sa}"),
+        }
+    };
+    let found = api
+        .get_metadata_opt(sa)
+        .await
+        .map_err(api_err(format!("reading leaf ServiceAccount {ns}/{sa}")))?;
+    if let Some(m) = found {
+        if is_ours(&m.metadata, &leaf.name, &leaf.host_id) {
+            leaf.copied
+                .copied(Dep::new(DepKind::ServiceAccount, ns, sa), None);
+        }
+        exists(true);
+        return Ok(());
+    }
+    let account = ServiceAccount {
+        metadata: owned_meta(leaf, sa, Some(ns), &ObjectMeta::default()),
+        automount_service_account_token: pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.automount_service_account_token),
+        ..Default::default()
+    };
+    // Recorded first: a copy created and then lost before the record is collected all
+    // the same (only while it is ours and unused).
+    leaf.copied
+        .copied(Dep::new(DepKind::ServiceAccount, ns, sa), None);
+    match api.create(&PostParams::default(), &account).await {
+        Ok(_) => {
+            info!(cluster = %leaf.name, account = %format!("{ns}/{sa}"), "leaf ServiceAccount created");
+        }
+        Err(e) if code(&e) == Some(409) => {}
+        Err(e) if is_rbac_denial(&e) => return Err(no_account()),
+        Err(e) => {
+            return Err(api_err(format!("creating leaf ServiceAccount {ns}/{sa}"))(
+                e,
+            ));
+        }
+    }
+    exists(true);
+    Ok(())
+}
+
+/// The copy keeps the pod's PriorityClass when the leaf has one of that name (the leaf's
+/// admission then gives it the leaf's value of it, and its scheduler may preempt for it);
+/// otherwise it runs at the leaf's default priority, and a Warning says so.
+async fn keep_priority_class(host_side: &HostSide, leaf: &LeafCluster, pod: &Pod, copy: &mut Pod) {
+    let Some(class) = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.priority_class_name.clone())
+        .filter(|c| !c.is_empty())
+    else {
+        return;
+    };
+    let note = match leaf.has_priority_class(&class).await {
+        Ok(true) => {
+            if let Some(s) = copy.spec.as_mut() {
+                s.priority_class_name = Some(class);
+            }
+            return;
+        }
+        Ok(false) => format!(
+            "leaf cluster {} has no PriorityClass {class}: the pod's copy there runs at the \
+             leaf's default priority",
+            leaf.name
+        ),
+        Err(e) => format!(
+            "cannot look up PriorityClass {class} in leaf cluster {} ({e}): the pod's copy \
+             there runs at the leaf's default priority; joining the leaf again with this \
+             version of kubectl mcsched grants the lookup",
+            leaf.name
+        ),
+    };
+    warn_event(host_side, pod, "PriorityClassNotInLeaf", "Syncing", note);
+}
+
+fn not_granted(leaf: &LeafCluster, ns: &str) -> SyncError {
+    leaf.checks
+        .learned(Question::Granted(ns.to_string()), false);
+    SyncError::NotGranted {
+        namespace: ns.to_string(),
+    }
+}
