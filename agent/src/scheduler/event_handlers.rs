@@ -200,9 +200,16 @@ async fn watch_if_served<K, F>(
             .list_metadata(&kube::api::ListParams::default().limit(1))
             .await
         {
-            Err(kube::Error::Api(e)) if e.code == 404 => {
+            // A kind the agent may not list answers 403 whether it is served or not (the
+            // authorizer answers first): the agent goes on without it, as without one
+            // not served, and says which.
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 403 => {
                 if !reported {
-                    tracing::info!(kind, "not served: {absent}");
+                    if e.code == 404 {
+                        tracing::info!(kind, "not served: {absent}");
+                    } else {
+                        tracing::warn!(kind, reason = %e.message, "not readable: none until the agent may list it");
+                    }
                     ready.report(kind).await;
                     ready = ready.detached();
                     reported = true;

@@ -3,8 +3,9 @@
 //!
 //! What `system:kube-scheduler` already grants (kube v1.36 bootstrap policy), so it is not
 //! repeated here: events create/update/patch (core and events.k8s.io), pods get/list/watch
-//! /delete, pods/binding create, pods/status patch/update, nodes get/list/watch, and where
-//! the GenericWorkload gate is on, podgroups get/list/watch and podgroups/status patch.
+//! /delete, pods/binding create, pods/status patch/update, nodes get/list/watch. (Where
+//! its GenericWorkload gate is on it also grants the PodGroup rules below, which are
+//! here for the API servers where it is not yet on.)
 //! Per virtual node permissions (update that node and its status, its Lease, delete it)
 //! are not here either: `join` grants them per leaf (`mcsched-virtual-node-<name>`), so
 //! the agent can never touch a real node.
@@ -252,6 +253,21 @@ pub(super) fn objects(ns: &str, cfg: &AgentConfig) -> Vec<Object> {
                 &["scheduling.k8s.io"],
                 &["priorityclasses"],
                 &["get", "list", "watch"],
+                &[],
+            ),
+            // Pod groups (v1.36's gangs): what system:kube-scheduler grants only where the
+            // GenericWorkload gate is on; without the read a 403 would stand for "not
+            // served". Read, and their PodGroupScheduled condition written.
+            rule(
+                &["scheduling.k8s.io"],
+                &["podgroups"],
+                &["get", "list", "watch"],
+                &[],
+            ),
+            rule(
+                &["scheduling.k8s.io"],
+                &["podgroups/status"],
+                &["patch", "update"],
                 &[],
             ),
             // Placement policies: read, and their status written.

@@ -122,13 +122,20 @@ fn rbac_has_no_wildcards_and_the_lease_is_named() {
                 assert_eq!(eviction[0].verbs, strings(&["create"]));
             }
             if name == "mcsched-agent" {
-                // PriorityClasses read (what-ifs' priority), its placement policies read,
-                // and their status written.
+                // PriorityClasses read (what-ifs' priority), PodGroups, its placement
+                // policies read, and their status written.
                 let mut policy_rules = rules.split_off(1);
                 let classes = policy_rules.remove(0);
                 assert_eq!(classes.api_groups, Some(strings(&["scheduling.k8s.io"])));
                 assert_eq!(classes.resources, Some(strings(&["priorityclasses"])));
                 assert_eq!(classes.verbs, strings(&["get", "list", "watch"]));
+                // PodGroups read, their status written (kube-scheduler's with its gate).
+                let groups_read = policy_rules.remove(0);
+                assert_eq!(groups_read.resources, Some(strings(&["podgroups"])));
+                assert_eq!(groups_read.verbs, strings(&["get", "list", "watch"]));
+                let groups_status = policy_rules.remove(0);
+                assert_eq!(groups_status.resources, Some(strings(&["podgroups/status"])));
+                assert_eq!(groups_status.verbs, strings(&["patch", "update"]));
                 let groups: Vec<_> = policy_rules.iter().map(|r| r.api_groups.clone()).collect();
                 assert_eq!(groups, vec![Some(strings(&["policy.mcsched.io"])); 2]);
                 assert_eq!(
