@@ -134,7 +134,10 @@ fn rbac_has_no_wildcards_and_the_lease_is_named() {
                 assert_eq!(groups_read.resources, Some(strings(&["podgroups"])));
                 assert_eq!(groups_read.verbs, strings(&["get", "list", "watch"]));
                 let groups_status = policy_rules.remove(0);
-                assert_eq!(groups_status.resources, Some(strings(&["podgroups/status"])));
+                assert_eq!(
+                    groups_status.resources,
+                    Some(strings(&["podgroups/status"]))
+                );
                 assert_eq!(groups_status.verbs, strings(&["patch", "update"]));
                 let groups: Vec<_> = policy_rules.iter().map(|r| r.api_groups.clone()).collect();
                 assert_eq!(groups, vec![Some(strings(&["policy.mcsched.io"])); 2]);
