@@ -308,7 +308,6 @@ async fn by_placements(
         .filter(|d| required.as_ref().is_none_or(|r| r == d))
         .collect();
     drop(snapshot);
-    let scheduled = shared.profiles.pod_groups.state(key).scheduled_count();
     let mut first: Option<Simulation> = None;
     let mut best: Option<Simulation> = None;
     for domain in &domains {
@@ -317,8 +316,7 @@ async fn by_placements(
         if sim.quorum {
             // PodGroupPodsCount: the most members placed (kube breaks ties at random).
             let better = best.as_ref().is_none_or(|b| {
-                scheduled + sim.feasible > scheduled + b.feasible
-                    || (sim.feasible == b.feasible && rand::random::<bool>())
+                sim.feasible > b.feasible || (sim.feasible == b.feasible && rand::random::<bool>())
             });
             if better {
                 best = Some(sim);
