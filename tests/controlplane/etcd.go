@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -14,7 +16,20 @@ type etcdServer struct {
 	clientURL string
 }
 
+// startEtcd tries again with other ports when one it picked was taken meanwhile: control
+// planes starting side by side pick their free ports at the same moment.
 func startEtcd(dir string) (*etcdServer, error) {
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		var s *etcdServer
+		if s, err = startEtcdOnce(dir); !errors.Is(err, syscall.EADDRINUSE) {
+			return s, err
+		}
+	}
+	return nil, err
+}
+
+func startEtcdOnce(dir string) (*etcdServer, error) {
 	clientPort, err := freePort()
 	if err != nil {
 		return nil, err
