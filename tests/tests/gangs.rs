@@ -10,12 +10,17 @@
 //!   members' FailedScheduling event kube's message.
 //! - A gang of 4 split between the host and a leaf whose copies stay Pending (it has no
 //!   scheduler): the leaf's members are taken back, and the host's go with them.
+//! - A Job of 8 (Indexed, parallelism 8), whose gang of minCount 8 kube-controller-manager
+//!   makes (WorkloadWithJob), on the same host and leaf: 6 on the host and 2 in the leaf
+//!   under a PlacementPolicy that puts the host first, 4 and 4 under one that puts the
+//!   leaf first.
 //! - A gang of 6 that asks to stay in one cluster (`topology: [{key: mcsched.io/cluster}]`)
 //!   and prefers the host, whose node fits 4: all 6 go to the leaf, none split off.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::api::scheduling::v1alpha2::PodGroup;
 use kube::Api;
@@ -26,8 +31,8 @@ use mcsched_shared::keys;
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(90);
-const GATES: &str =
-    "--feature-gates=GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloadScheduling=true";
+const GATES: &str = "--feature-gates=GenericWorkload=true,GangScheduling=true,\
+    TopologyAwareWorkloadScheduling=true,WorkloadWithJob=true";
 
 async fn start(name: &str) -> anyhow::Result<ControlPlane> {
     ControlPlane::start_with_args(name, ControlPlaneOptions::full(), &[GATES]).await
@@ -206,6 +211,121 @@ async fn a_gang_is_placed_whole_across_host_and_leaf_or_not_at_all() -> anyhow::
     })
     .await
     .map_err(|e| e.context(agent.logs()))?;
+    Ok(())
+}
+
+/// An Indexed Job of `count` pods of 1 CPU, labelled `gang=name`, allowed on virtual
+/// nodes: with WorkloadWithJob, kube-controller-manager gives it a Workload and a PodGroup
+/// of minCount `count` and its pods that group.
+async fn job(client: &kube::Client, name: &str, count: i32) -> anyhow::Result<()> {
+    let job: Job = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "parallelism": count, "completions": count, "completionMode": "Indexed",
+            "template": {
+                "metadata": {"labels": {"gang": name}},
+                "spec": {
+                    "schedulerName": "mcsched",
+                    "restartPolicy": "Never",
+                    "tolerations": [{"key": keys::LEAF_TAINT, "operator": "Exists"}],
+                    "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"requests": {"cpu": "1"}}}]
+                }
+            }
+        }
+    }))?;
+    Api::<Job>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &job)
+        .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_of_8_is_placed_6_and_2_or_4_and_4_as_its_placement_policy_says() -> anyhow::Result<()>
+{
+    let (host, leaf) = tokio::try_join!(start("gang-job-host"), start("gang-job-leaf"))?;
+    mcsched_e2e::objects::ready_node(
+        &host.client,
+        "host-a",
+        "6",
+        "16Gi",
+        json!({"kubernetes.io/hostname": "host-a"}),
+    )
+    .await?;
+    mcsched_e2e::objects::ready_node(
+        &leaf.client,
+        "leaf-1",
+        "4",
+        "16Gi",
+        json!({"kubernetes.io/hostname": "leaf-1"}),
+    )
+    .await?;
+    mcsched_e2e::objects::join_as_join_does(&host.client, &leaf, "east", json!({})).await?;
+    let agent = agent_with_policies(&host, &["mcsched-east"], TIMEOUT).await?;
+    let pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
+    let jobs: Api<Job> = Api::namespaced(host.client.clone(), "default");
+    let groups: Api<PodGroup> = Api::namespaced(host.client.clone(), "default");
+    let east = format!("{}east", keys::VIRTUAL_NODE_PREFIX);
+
+    for (name, first, then, want_host, want_leaf) in [
+        ("host-first", "host", "east", 6, 2),
+        ("leaf-first", "east", "host", 4, 4),
+    ] {
+        mcsched_e2e::placement::policy(
+            &host.client,
+            name,
+            json!({"podSelector": {"matchLabels": {"gang": name}},
+                   "clusterGroups": [{"name": "first", "clusterNames": [first]},
+                                     {"name": "then", "clusterNames": [then]}]}),
+        )
+        .await?;
+        job(&host.client, name, 8).await?;
+        let placed = all_bound(&pods, name, 8, &agent).await?;
+        let on_host = placed.values().filter(|n| *n == "host-a").count();
+        let on_leaf = placed.values().filter(|n| **n == east).count();
+        assert_eq!(
+            (on_host, on_leaf),
+            (want_host, want_leaf),
+            "{name}: {placed:?}"
+        );
+
+        // The pods were the gang kube-controller-manager made for the Job: one PodGroup,
+        // minCount 8, Scheduled.
+        let pod = pods
+            .list(&ListParams::default().labels(&format!("gang={name}")))
+            .await?
+            .items
+            .into_iter()
+            .next()
+            .ok_or_else(|| anyhow::anyhow!("no pod of {name}"))?;
+        let group = (pod.spec.and_then(|s| s.scheduling_group))
+            .and_then(|g| g.pod_group_name)
+            .ok_or_else(|| anyhow::anyhow!("{name}'s pods are in no PodGroup"))?;
+        let g = groups.get(&group).await?;
+        assert_eq!(
+            g.spec.scheduling_policy.gang.map(|gang| gang.min_count),
+            Some(8),
+            "{group}"
+        );
+        let scheduled = (g.status.and_then(|s| s.conditions).unwrap_or_default())
+            .into_iter()
+            .find(|c| c.type_ == "PodGroupScheduled")
+            .map(|c| c.status);
+        assert_eq!(scheduled.as_deref(), Some("True"), "{group}");
+
+        // Room for the next Job.
+        jobs.delete(name, &kube::api::DeleteParams::background())
+            .await?;
+        wait::until(TIMEOUT, &format!("{name}'s pods gone"), || async {
+            let left = pods
+                .list(&ListParams::default().labels(&format!("gang={name}")))
+                .await?
+                .items
+                .len();
+            Ok((left == 0).then_some(()))
+        })
+        .await?;
+    }
     Ok(())
 }
 
