@@ -99,6 +99,35 @@ pub struct PlacementPolicySpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub overrides: Vec<crate::overrides::ClusterOverride>,
+    /// For pod groups (PodGroups) whose members this policy selects and whose PodGroup
+    /// sets no topology of its own: keep each group in one domain of these keys, as
+    /// `PodGroup.spec.schedulingConstraints.topology` does (`mcsched.io/cluster`: one
+    /// cluster, the host being `host`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_group_constraints: Option<PodGroupConstraints>,
+}
+
+/// `podGroupConstraints`: what a PodGroup's `schedulingConstraints` would say.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodGroupConstraints {
+    /// One key, as kube v1.36 allows one: the group's pods share its value.
+    #[schemars(length(min = 1, max = 1))]
+    pub topology: Vec<TopologyConstraint>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TopologyConstraint {
+    /// A node label key (`topology.kubernetes.io/zone`, `mcsched.io/cluster`).
+    pub key: String,
+}
+
+impl PodGroupConstraints {
+    /// The key groups are kept within.
+    pub fn topology_key(&self) -> Option<&str> {
+        self.topology.first().map(|t| t.key.as_str())
+    }
 }
 
 /// One group of `clusterGroups`.
@@ -256,6 +285,42 @@ fn invalid(field: impl Into<String>, message: impl Into<String>) -> Invalid {
     }
 }
 
+/// A label key as the API server validates one: an optional DNS subdomain prefix and
+/// `/`, then a name of 1 to 63 alphanumerics, `-`, `_`, `.`, alphanumeric at both ends.
+fn check_label_key(key: &str) -> Result<(), &'static str> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    if let Some(p) = prefix {
+        let subdomain = !p.is_empty()
+            && p.len() <= 253
+            && p.split('.').all(|part| {
+                !part.is_empty()
+                    && part
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                    && !part.starts_with('-')
+                    && !part.ends_with('-')
+            });
+        if !subdomain {
+            return Err("its prefix must be a DNS subdomain");
+        }
+    }
+    let alnum = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    let valid = (1..=63).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        && alnum(name.chars().next())
+        && alnum(name.chars().last());
+    if valid {
+        Ok(())
+    } else {
+        Err("its name must be 1 to 63 alphanumerics, '-', '_' or '.', alphanumeric at both ends")
+    }
+}
+
 fn check_selector(sel: &LabelSelector, field: &str) -> Result<(), Invalid> {
     for (i, r) in sel.match_expressions.iter().flatten().enumerate() {
         let f = format!("{field}.matchExpressions[{i}]");
@@ -383,6 +448,21 @@ impl PlacementPolicySpec {
                 check_affinity(t, &format!("{f}.target"))?;
             }
             o.validate(&f).map_err(|e| invalid(e.field, e.message))?;
+        }
+        if let Some(c) = &self.pod_group_constraints {
+            if c.topology.len() != 1 {
+                return Err(invalid(
+                    "spec.podGroupConstraints.topology",
+                    format!("must have exactly 1 key, has {}", c.topology.len()),
+                ));
+            }
+            let key = &c.topology[0].key;
+            if let Err(problem) = check_label_key(key) {
+                return Err(invalid(
+                    "spec.podGroupConstraints.topology[0].key",
+                    format!("{key:?} is not a label key: {problem}"),
+                ));
+            }
         }
         if let Some(r) = &self.rebalance
             && r.max_in_flight < 1
@@ -540,7 +620,28 @@ mod tests {
                 serde_json::json!({"podSelector": {}, "clusterGroups": [{"name": "a"}, {"name": "a"}]}),
                 "spec.clusterGroups[1].name: group a is named twice",
             ),
+            (
+                serde_json::json!({"podSelector": {}, "podGroupConstraints": {"topology": []}}),
+                "spec.podGroupConstraints.topology: must have exactly 1 key, has 0",
+            ),
+            (
+                serde_json::json!({"podSelector": {}, "podGroupConstraints": {"topology": [{"key": "Zone!"}]}}),
+                "spec.podGroupConstraints.topology[0].key: \"Zone!\" is not a label key: its name must be 1 to 63 alphanumerics, '-', '_' or '.', alphanumeric at both ends",
+            ),
+            (
+                serde_json::json!({"podSelector": {}, "podGroupConstraints": {"topology": [{"key": "Mcsched.io/cluster"}]}}),
+                "spec.podGroupConstraints.topology[0].key: \"Mcsched.io/cluster\" is not a label key: its prefix must be a DNS subdomain",
+            ),
         ];
+        let kept = spec(serde_json::json!({"podSelector": {},
+            "podGroupConstraints": {"topology": [{"key": "mcsched.io/cluster"}]}}));
+        assert_eq!(kept.validate(), Ok(()));
+        assert_eq!(
+            kept.pod_group_constraints
+                .as_ref()
+                .and_then(|c| c.topology_key()),
+            Some("mcsched.io/cluster")
+        );
         for (v, want) in cases {
             assert_eq!(
                 spec(v).validate().map_err(|e| e.to_string()),

@@ -14,6 +14,10 @@
 //!   makes (WorkloadWithJob), on the same host and leaf: 6 on the host and 2 in the leaf
 //!   under a PlacementPolicy that puts the host first, 4 and 4 under one that puts the
 //!   leaf first.
+//! - A PlacementPolicy keeping the gangs it selects in one cluster (`podGroupConstraints`),
+//!   without the TopologyAwareWorkloadScheduling gate: a Job of 8 that would fit split
+//!   (host 4, leaf 6) is not placed at all, with kube's placement message; a Job of 6 whose
+//!   policy puts the host first goes whole to the leaf.
 //! - A gang of 6 that asks to stay in one cluster (`topology: [{key: mcsched.io/cluster}]`)
 //!   and prefers the host, whose node fits 4: all 6 go to the leaf, none split off.
 
@@ -326,6 +330,85 @@ async fn a_job_of_8_is_placed_6_and_2_or_4_and_4_as_its_placement_policy_says() 
         })
         .await?;
     }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_placement_policy_keeps_the_gangs_it_selects_in_one_cluster() -> anyhow::Result<()> {
+    let (host, leaf) = tokio::try_join!(start("kept-host"), start("kept-leaf"))?;
+    mcsched_e2e::objects::ready_node(
+        &host.client,
+        "host-a",
+        "4",
+        "16Gi",
+        json!({"kubernetes.io/hostname": "host-a"}),
+    )
+    .await?;
+    mcsched_e2e::objects::ready_node(
+        &leaf.client,
+        "leaf-1",
+        "6",
+        "16Gi",
+        json!({"kubernetes.io/hostname": "leaf-1"}),
+    )
+    .await?;
+    mcsched_e2e::objects::join_as_join_does(&host.client, &leaf, "east", json!({})).await?;
+    // Without the TopologyAwareWorkloadScheduling gate: the policy needs none.
+    let agent = agent_with_policies(&host, &["mcsched-east"], TIMEOUT).await?;
+    let pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
+    let jobs: Api<Job> = Api::namespaced(host.client.clone(), "default");
+    let groups: Api<PodGroup> = Api::namespaced(host.client.clone(), "default");
+    mcsched_e2e::placement::policy(
+        &host.client,
+        "kept",
+        json!({"podSelector": {"matchExpressions": [
+                   {"key": "gang", "operator": "In", "values": ["kept-8", "kept-6"]}]},
+               "clusterGroups": [{"name": "first", "clusterNames": ["host"]},
+                                 {"name": "then", "clusterNames": ["east"]}],
+               "podGroupConstraints": {"topology": [{"key": keys::CLUSTER_LABEL}]}}),
+    )
+    .await?;
+
+    // 8 fit split (4 + 4) but in no one cluster: none is bound, the group says why.
+    job(&host.client, "kept-8", 8).await?;
+    let message = wait::until(TIMEOUT, "kept-8's PodGroupScheduled=False", || async {
+        for g in groups.list(&ListParams::default()).await?.items {
+            let condition = (g.status.and_then(|s| s.conditions).unwrap_or_default())
+                .into_iter()
+                .find(|c| c.type_ == "PodGroupScheduled" && c.status == "False");
+            if g.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with("kept-8"))
+                && let Some(c) = condition
+            {
+                return Ok(Some(c.message));
+            }
+        }
+        Ok(None)
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    assert_eq!(
+        message,
+        "0/2 placements are available, first placement status: pod group is unschedulable"
+    );
+    assert_eq!(placements(&pods, "kept-8").await?, BTreeMap::new());
+    jobs.delete("kept-8", &kube::api::DeleteParams::background())
+        .await?;
+    wait::until(TIMEOUT, "kept-8's pods gone", || async {
+        let left = pods
+            .list(&ListParams::default().labels("gang=kept-8"))
+            .await?;
+        Ok(left.items.is_empty().then_some(()))
+    })
+    .await?;
+
+    // 6, the host first: split, 4 would go there; kept together, all 6 go to the leaf.
+    job(&host.client, "kept-6", 6).await?;
+    let placed = all_bound(&pods, "kept-6", 6, &agent).await?;
+    let leaf_node = format!("{}east", keys::VIRTUAL_NODE_PREFIX);
+    assert!(placed.values().all(|n| *n == leaf_node), "{placed:?}");
     Ok(())
 }
 

@@ -82,14 +82,21 @@ pub(super) async fn pod_group_cycle(
     debug!(group = %key, members = members.len(), "scheduling a pod group");
     let started = Instant::now();
 
-    let topology_key = shared
+    let own_key = shared
         .profiles
         .pod_groups
         .policy(&key)
         .and_then(|p| p.topology_keys.first().cloned());
+    let policy_key = own_key
+        .is_none()
+        .then(|| policy_topology_key(shared, &members))
+        .flatten();
+    let topology_key = own_key.or(policy_key.clone());
     // kube's TopologyAwareWorkloadScheduling gate picks the algorithm: by placements
-    // (one per domain, or all nodes without a key), or the members over every node.
-    let (outcomes, quorum, group_message) = if !shared.profiles.pod_groups.topology_aware() {
+    // (one per domain, or all nodes without a key), or the members over every node. A
+    // PlacementPolicy's constraint is mcsched's own, and needs no gate.
+    let by_domain = shared.profiles.pod_groups.topology_aware() || policy_key.is_some();
+    let (outcomes, quorum, group_message) = if !by_domain {
         let sim = simulate(shared, &fw, &members, None).await;
         (sim.attempts, sim.quorum, GROUP_UNSCHEDULABLE.to_string())
     } else {
@@ -242,6 +249,19 @@ async fn simulate(
         quorum,
         feasible,
     }
+}
+
+/// The topology key of the PlacementPolicy selecting the group's first member (members
+/// share their template's labels), when it asks to keep pod groups in one domain.
+fn policy_topology_key(shared: &Shared, members: &[QueuedPodInfo]) -> Option<String> {
+    let first = members.first()?;
+    let policy = shared.cache().policies().for_pod(&first.pod.meta)?;
+    if policy.invalid.is_some() {
+        // Its pods are kept Pending by the PlacementPolicy plugin, with the reason.
+        return None;
+    }
+    let key = policy.spec.pod_group_constraints.as_ref()?.topology_key()?;
+    Some(key.to_string())
 }
 
 /// The node's domain of `key`: its label; for `mcsched.io/cluster`, a host node without

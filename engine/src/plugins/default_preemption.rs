@@ -336,9 +336,14 @@ impl PostFilterPlugin for DefaultPreemption {
         let total = snapshot.len();
         let obj = pod.object();
         // kube leaves a pod group with constraints to placement-based scheduling, which
-        // would otherwise preempt once per topology domain tried.
-        if self.groups.topology_aware()
-            && let Some(key) = crate::pod_groups::group_key_of(&obj)
+        // would otherwise preempt once per topology domain tried; a PlacementPolicy's
+        // `podGroupConstraints` constrains the groups it selects the same way.
+        let policy_constrained = || {
+            (snapshot.policies.for_pod(&pod.meta))
+                .is_some_and(|p| p.invalid.is_none() && p.spec.pod_group_constraints.is_some())
+        };
+        if let Some(key) = crate::pod_groups::group_key_of(&obj)
+            && (self.groups.topology_aware() || policy_constrained())
         {
             match self.groups.policy(&key) {
                 None => {
@@ -347,7 +352,7 @@ impl PostFilterPlugin for DefaultPreemption {
                         Status::unschedulable("preemption: pod group for pod not found"),
                     );
                 }
-                Some(p) if p.has_constraints => {
+                Some(p) if p.has_constraints || policy_constrained() => {
                     return (
                         PostFilterResult::default(),
                         Status::unschedulable(
