@@ -221,11 +221,12 @@ fn agree(case: &Case, k: &Outcome, m: &Outcome) -> bool {
     if k == m {
         return true;
     }
-    if case.min_count.is_none() && k.bound > 0 && (k.bound, &k.waiting) == (m.bound, &m.waiting) {
-        // A basic group some of whose members were bound: kube means to keep it
-        // Scheduled (it does not regress the condition) but reads that from its
-        // informer, which may not show its own patch yet when the members left over are
-        // retried; then it writes False. The members must agree still.
+    if k.bound > 0 && (k.bound, &k.waiting) == (m.bound, &m.waiting) {
+        // A group some of whose members were bound (a gang's: at least minCount) was
+        // Scheduled: kube means to keep it so (it does not regress the condition) but
+        // reads that from its informer, which may not show its own patch yet when the
+        // members left over are retried; then it writes False. The members must agree
+        // still.
         return [k, m].iter().all(|o| o.group.is_some());
     }
     let no_placement = |o: &Outcome| o.group.as_ref().is_some_and(|g| g.2.starts_with("0/"));
