@@ -49,6 +49,10 @@ pub const CLUSTER_ID_ANNOTATION: &str = "mcsched.io/cluster-id";
 pub const LEAF_ACCOUNT: &str = "mcsched-leaf";
 /// Pod annotation: a node selector (JSON object) aimed at the leaf's nodes' labels.
 pub const LEAF_NODE_SELECTOR_ANNOTATION: &str = "mcsched.io/leaf-node-selector";
+/// Pod annotation the agent writes on a member of a pod group kept in one domain of a node
+/// label (zone, rack) that it binds to a virtual node: the domain (JSON object, key to
+/// value) the member's leaf copy must stay in, which the leaf check judged it by.
+pub const LEAF_DOMAIN_ANNOTATION: &str = "mcsched.io/leaf-domain";
 /// Label on a leaf pod (and the objects synced with it) naming the host cluster's leaf
 /// name it belongs to: ownership, so restarts neither duplicate nor orphan.
 pub const MANAGED_CLUSTER_LABEL: &str = "mcsched.io/managed-by-cluster";

@@ -18,6 +18,9 @@
 //!   without the TopologyAwareWorkloadScheduling gate: a Job of 8 that would fit split
 //!   (host 4, leaf 6) is not placed at all, with kube's placement message; a Job of 6 whose
 //!   policy puts the host first goes whole to the leaf.
+//! - A gang of 4 kept in one zone, on a host of zone c (room for 2) and a leaf with zones
+//!   a (room for 2) and b (room for 4): bound to the leaf whole, held to zone b there (the
+//!   leaf domain annotation), and the leaf's scheduler puts every copy in zone b.
 //! - A gang of 6 that asks to stay in one cluster (`topology: [{key: mcsched.io/cluster}]`)
 //!   and prefers the host, whose node fits 4: all 6 go to the leaf, none split off.
 
@@ -579,6 +582,86 @@ async fn a_gang_kept_in_one_cluster_is_not_split_between_host_and_leaf() -> anyh
     let placed = all_bound(&pods, "together", 6, &agent).await?;
     let leaf_node = format!("{}east", keys::VIRTUAL_NODE_PREFIX);
     assert!(placed.values().all(|n| *n == leaf_node), "{placed:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gang_kept_in_one_zone_stays_in_one_zone_of_a_leaf() -> anyhow::Result<()> {
+    let zone = keys::ZONE_LABEL;
+    let (host, leaf) = tokio::try_join!(start("zoned-host"), start("zoned-leaf"))?;
+    let node = |client: &kube::Client, name: &'static str, z: &'static str| {
+        let client = client.clone();
+        async move {
+            mcsched_e2e::objects::ready_node(
+                &client,
+                name,
+                "2",
+                "16Gi",
+                json!({"kubernetes.io/hostname": name, zone: z}),
+            )
+            .await
+        }
+    };
+    node(&host.client, "host-c", "c").await?;
+    node(&leaf.client, "leaf-a1", "a").await?;
+    node(&leaf.client, "leaf-b1", "b").await?;
+    node(&leaf.client, "leaf-b2", "b").await?;
+    mcsched_e2e::objects::join_as_join_does(&host.client, &leaf, "east", json!({})).await?;
+    let agent = Agent::start_with(
+        &host.kubeconfig,
+        "mcsched",
+        host.dir(),
+        "zoned",
+        &["--feature-gates=TopologyAwareWorkloadScheduling=true"],
+    )?;
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(host.client.clone());
+    mcsched_e2e::objects::wait_ready(&nodes, "mcsched-east", "True", TIMEOUT)
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
+    let pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
+    // 4 of 1 CPU in one zone: zone c (the host) fits 2, the leaf's zone a 2, its zone b 4.
+    pod_group_with(
+        &host.client,
+        "zoned",
+        4,
+        json!({"topology": [{"key": zone}]}),
+    )
+    .await?;
+    for i in 0..4 {
+        member(&pods, &format!("zoned-{i}"), "zoned").await?;
+    }
+    let placed = all_bound(&pods, "zoned", 4, &agent).await?;
+    let leaf_node = format!("{}east", keys::VIRTUAL_NODE_PREFIX);
+    assert!(placed.values().all(|n| *n == leaf_node), "{placed:?}");
+    for name in placed.keys() {
+        let annotations = pods
+            .get(name)
+            .await?
+            .metadata
+            .annotations
+            .unwrap_or_default();
+        assert_eq!(
+            annotations
+                .get(keys::LEAF_DOMAIN_ANNOTATION)
+                .map(String::as_str),
+            Some(r#"{"topology.kubernetes.io/zone":"b"}"#),
+            "{name}"
+        );
+    }
+    // The leaf's scheduler keeps the copies in zone b.
+    let leaf_pods: Api<Pod> = Api::namespaced(leaf.client.clone(), "default");
+    let copies = wait::until(TIMEOUT, "the 4 copies placed in the leaf", || async {
+        let nodes: Vec<String> = (leaf_pods.list(&ListParams::default().labels("gang=zoned")))
+            .await?
+            .items
+            .into_iter()
+            .filter_map(|p| p.spec?.node_name)
+            .collect();
+        Ok((nodes.len() == 4).then_some(nodes))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    assert!(copies.iter().all(|n| n.starts_with("leaf-b")), "{copies:?}");
     Ok(())
 }
 

@@ -9,6 +9,7 @@ mod binding_cycle;
 mod event_handlers;
 pub mod extender;
 mod failure;
+mod group_domains;
 mod pod_group_cycle;
 pub mod preemption;
 mod rebalance;

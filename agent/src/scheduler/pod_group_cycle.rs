@@ -4,9 +4,11 @@
 //! Permit (a gang: `minCount` members placed) the placements are made again for real and
 //! bound; if not, none is, and every member waits for the next change.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
 
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::scheduling::v1alpha2::PodGroup;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::Api;
@@ -16,12 +18,13 @@ use tracing::{debug, warn};
 
 use super::Shared;
 use super::failure::{Failure, forget, handle_failure};
+use super::group_domains::{Domains, leaf_domain_of};
 use super::schedule_pod::schedule_pod;
 use super::scheduling_cycle::{Placing, assume_reserve_permit};
 use mcsched_engine::framework::runtime::CycleRecord;
 use mcsched_engine::framework::{CycleState, Framework, QueuedPodInfo};
 use mcsched_engine::pod_groups::group_key_of;
-use mcsched_engine::snapshot::NodeInfo;
+use mcsched_engine::snapshot::PodInfo;
 use mcsched_shared::keys;
 
 /// kube's errPodGroupUnschedulable.
@@ -42,6 +45,9 @@ enum Attempt {
         placing: Placing,
         passed: bool,
         permit_message: String,
+        /// The leaf domain annotation to write on the pod before it is bound: it goes to
+        /// a virtual node within a leaf's part of the group's domain.
+        leaf_domain: Option<String>,
     },
     /// No node (or its node's Reserve or Permit refused it): its own failure.
     Failed {
@@ -156,7 +162,25 @@ pub(super) async fn pod_group_cycle(
                     placing.started,
                 );
             }
-            Attempt::Feasible { placing, .. } => {
+            Attempt::Feasible {
+                placing,
+                leaf_domain,
+                ..
+            } => {
+                if let Some(domain) = leaf_domain
+                    && let Err(e) = write_leaf_domain(shared, &placing.info.pod, &domain).await
+                {
+                    refused += 1;
+                    handle_failure(
+                        shared,
+                        &scheduler_name,
+                        placing.info,
+                        Failure::Error(format!("writing the pod's leaf domain: {e}")),
+                        Some(&placing.record),
+                        placing.started,
+                    );
+                    continue;
+                }
                 let node = placing.node.clone();
                 let key = placing.info.pod.key.clone();
                 let nodes = placing.record.feasible.len();
@@ -213,7 +237,7 @@ async fn simulate(
     shared: &Arc<Shared>,
     fw: &Arc<Framework>,
     members: &[QueuedPodInfo],
-    domain: Option<(&str, &str)>,
+    domain: Option<(&Domains, &str)>,
 ) -> Simulation {
     let mut attempts = Vec::with_capacity(members.len());
     let mut quorum = false;
@@ -227,6 +251,7 @@ async fn simulate(
                 placing,
                 passed,
                 permit_message,
+                ..
             } => {
                 feasible += 1;
                 quorum |= *passed;
@@ -264,15 +289,6 @@ fn policy_topology_key(shared: &Shared, members: &[QueuedPodInfo]) -> Option<Str
     Some(key.to_string())
 }
 
-/// The node's domain of `key`: its label; for `mcsched.io/cluster`, a host node without
-/// the label is in `host` and a virtual node in its leaf.
-fn domain_of(node: &NodeInfo, key: &str) -> Option<String> {
-    if let Some(v) = node.labels().get(key) {
-        return Some(v.clone());
-    }
-    (key == keys::CLUSTER_LABEL).then(|| node.cluster.clone().unwrap_or_else(|| "host".into()))
-}
-
 /// kube's placement algorithm with TopologyPlacementGenerator and PodGroupPodsCount: the
 /// group simulated in each domain of `topology_key` (only the one its scheduled members
 /// are in, if any; without a key, one placement of every node), and the placement that
@@ -295,6 +311,7 @@ async fn by_placements(
         };
         return Ok((sim.attempts, sim.quorum, message));
     };
+    let domains = Domains::new(shared, topology_key);
     let snapshot = shared.cache().snapshot();
     let mut required: Option<String> = None;
     for pod in shared.profiles.pod_groups.state(key).scheduled() {
@@ -302,10 +319,15 @@ async fn by_placements(
             .node_name()
             .map(String::from)
             .or_else(|| shared.cache().node_of(&pod.key).map(String::from));
-        let domain = node
-            .as_deref()
-            .and_then(|n| snapshot.get(n))
-            .and_then(|n| domain_of(n, topology_key));
+        let node = node.as_deref().and_then(|n| snapshot.get(n));
+        // In a leaf that spans domains, the one it was placed in is on the pod.
+        let domain = match node {
+            Some(n) if domains.within_leaf(n) => leaf_domain_of(&pod)
+                .and_then(|raw| serde_json::from_str::<BTreeMap<String, String>>(&raw).ok())
+                .and_then(|mut d| d.remove(domains.key())),
+            Some(n) => domains.of(n).into_iter().next(),
+            None => None,
+        };
         let Some(domain) = domain else {
             return Err(format!(
                 "cannot determine domain for already scheduled pods: no topology domain found for pod {}",
@@ -321,17 +343,16 @@ async fn by_placements(
             _ => required = Some(domain),
         }
     }
-    let domains: std::collections::BTreeSet<String> = snapshot
-        .nodes
-        .iter()
-        .filter_map(|n| domain_of(n, topology_key))
+    let all: BTreeSet<String> = domains
+        .all(&snapshot)
+        .into_iter()
         .filter(|d| required.as_ref().is_none_or(|r| r == d))
         .collect();
     drop(snapshot);
     let mut first: Option<Simulation> = None;
     let mut best: Option<Simulation> = None;
-    for domain in &domains {
-        let sim = simulate(shared, fw, members, Some((topology_key, domain))).await;
+    for domain in &all {
+        let sim = simulate(shared, fw, members, Some((&domains, domain))).await;
         debug!(group = %key, %domain, quorum = sim.quorum, feasible = sim.feasible, "pod group placement simulated");
         if sim.quorum {
             // PodGroupPodsCount: the most members placed (kube breaks ties at random).
@@ -350,7 +371,7 @@ async fn by_placements(
     }
     let message = format!(
         "0/{} placements are available, first placement status: {GROUP_UNSCHEDULABLE}",
-        domains.len()
+        all.len()
     );
     let attempts = match first {
         Some(sim) => sim.attempts,
@@ -440,15 +461,16 @@ fn framework_for(shared: &Arc<Shared>, members: &[QueuedPodInfo]) -> Option<Arc<
 async fn attempt(
     shared: &Arc<Shared>,
     fw: &Arc<Framework>,
-    info: QueuedPodInfo,
-    domain: Option<(&str, &str)>,
+    mut info: QueuedPodInfo,
+    domain: Option<(&Domains, &str)>,
 ) -> Attempt {
     let started = Instant::now();
-    let pod = info.pod.clone();
     let mut snapshot = shared.cache().snapshot();
-    if let Some((key, value)) = domain {
-        snapshot = snapshot.restricted_to(|n| domain_of(n, key).as_deref() == Some(value));
+    if let Some((domains, value)) = domain {
+        snapshot = snapshot.restricted_to(|n| domains.contains(n, value));
+        info.pod = domains.member_in(&info.pod, value);
     }
+    let pod = info.pod.clone();
     let mut state = CycleState::new();
     let mut record = CycleRecord::default();
     let result = schedule_pod(
@@ -462,8 +484,19 @@ async fn attempt(
     )
     .await;
     record.feasible = record.feasible.detached();
-    let node = match result {
-        Ok(r) => r.node,
+    let within_leaf = |node: &str| {
+        let (domains, _) = domain?;
+        let n = snapshot.get(node)?;
+        domains
+            .within_leaf(n)
+            .then(|| leaf_domain_of(&pod))
+            .flatten()
+    };
+    let (node, leaf_domain) = match result {
+        Ok(r) => {
+            let leaf_domain = within_leaf(&r.node);
+            (r.node, leaf_domain)
+        }
         Err(mut fit) => {
             // PostFilter runs as in kube's pod-by-pod cycle, for its verdict; a
             // nomination is not acted on here (members are not preempted for).
@@ -507,6 +540,7 @@ async fn attempt(
                 },
                 passed,
                 permit_message,
+                leaf_domain,
             }
         }
         Err(r) => Attempt::Failed {
@@ -516,6 +550,21 @@ async fn attempt(
             started,
         },
     }
+}
+
+/// The leaf domain annotation on the host's pod, which its copy is made from.
+async fn write_leaf_domain(
+    shared: &Shared,
+    pod: &PodInfo,
+    domain: &str,
+) -> Result<(), kube::Error> {
+    let api: Api<Pod> = Api::namespaced(shared.bind_ctx.client.clone(), &pod.namespace);
+    let patch = serde_json::json!({
+        "metadata": {"uid": pod.uid, "annotations": {keys::LEAF_DOMAIN_ANNOTATION: domain}}
+    });
+    api.patch(&pod.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
 }
 
 /// Sets the PodGroupScheduled condition as kube's updatePodGroupCondition: a True one is

@@ -3,8 +3,9 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, PersistentVolumeClaimSpec, Pod, PodAffinity, PodAffinityTerm, PodAntiAffinity,
-    PodSpec, PodStatus, Volume, WeightedPodAffinityTerm,
+    Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+    PersistentVolumeClaimSpec, Pod, PodAffinity, PodAffinityTerm, PodAntiAffinity, PodSpec,
+    PodStatus, Volume, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use mcsched_shared::keys;
@@ -28,6 +29,19 @@ pub(crate) fn leaf_node_selector(pod: &Pod) -> Result<BTreeMap<String, String>, 
     };
     serde_json::from_str(raw).map_err(|e| TransformError::LeafNodeSelector {
         annotation: keys::LEAF_NODE_SELECTOR_ANNOTATION.to_string(),
+        reason: e.to_string(),
+    })
+}
+
+/// The domain of the leaf's node labels its pod group was placed in; empty when none.
+fn leaf_domain(pod: &Pod) -> Result<BTreeMap<String, String>, TransformError> {
+    let Some(raw) =
+        (pod.metadata.annotations.as_ref()).and_then(|a| a.get(keys::LEAF_DOMAIN_ANNOTATION))
+    else {
+        return Ok(BTreeMap::new());
+    };
+    serde_json::from_str(raw).map_err(|e| TransformError::LeafNodeSelector {
+        annotation: keys::LEAF_DOMAIN_ANNOTATION.to_string(),
         reason: e.to_string(),
     })
 }
@@ -67,6 +81,30 @@ pub fn leaf_pod(host: &Pod, cluster: &str, host_id: &str) -> Result<Pod, Transfo
     // is kept for its scheduler (and judged by the leaf check against the leaf's pods);
     // node affinity (host node labels) and wider topologies stay decided in the host.
     spec.affinity = spec.affinity.take().and_then(node_level_affinity);
+    let domain = leaf_domain(host)?;
+    if !domain.is_empty() {
+        // Beside a node selector of the user's own: both must hold.
+        let term = NodeSelectorTerm {
+            match_expressions: Some(
+                domain
+                    .into_iter()
+                    .map(|(key, value)| NodeSelectorRequirement {
+                        key,
+                        operator: "In".into(),
+                        values: Some(vec![value]),
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        };
+        let affinity = spec.affinity.get_or_insert_with(Default::default);
+        affinity.node_affinity = Some(NodeAffinity {
+            required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                node_selector_terms: vec![term],
+            }),
+            ..Default::default()
+        });
+    }
     spec.topology_spread_constraints = spec
         .topology_spread_constraints
         .take()
@@ -539,6 +577,42 @@ mod tests {
                 .map(String::as_str),
             Some("u-1")
         );
+    }
+
+    #[test]
+    fn a_leaf_domain_is_required_beside_the_users_leaf_selector() {
+        let host = pod(json!({
+            "metadata": {"name": "p", "annotations": {
+                "mcsched.io/leaf-node-selector": "{\"disk\": \"ssd\"}",
+                "mcsched.io/leaf-domain": "{\"topology.kubernetes.io/zone\": \"a\"}"}},
+            "spec": {"containers": [],
+                "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                    {"nodeSelectorTerms": [{"matchExpressions": [
+                        {"key": "host-only", "operator": "Exists"}]}]}}}}
+        }));
+        let leaf = leaf_pod(&host, "east", "h1").expect("transform");
+        let spec = leaf.spec.expect("spec");
+        assert_eq!(
+            spec.node_selector,
+            Some(BTreeMap::from([("disk".to_string(), "ssd".to_string())]))
+        );
+        let required = serde_json::to_value(
+            spec.affinity
+                .and_then(|a| a.node_affinity)
+                .and_then(|n| n.required_during_scheduling_ignored_during_execution),
+        )
+        .expect("json");
+        assert_eq!(
+            required,
+            json!({"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]}]}]})
+        );
+        let bad = pod(json!({
+            "metadata": {"name": "p", "annotations": {"mcsched.io/leaf-domain": "zone=a"}},
+            "spec": {"containers": []}
+        }));
+        let err = leaf_pod(&bad, "east", "h1").expect_err("must fail");
+        assert!(err.to_string().contains("mcsched.io/leaf-domain"), "{err}");
     }
 
     #[test]
