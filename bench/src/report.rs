@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use crate::machine::Facts;
+use crate::procstat::Process;
 use crate::run::RunResult;
 use crate::schedulers::Scheduler;
 use crate::workloads::Kind;
@@ -100,15 +101,15 @@ pub fn render(r: &Report<'_>) -> String {
     );
     let _ = writeln!(
         s,
-        "| workload | size | scheduler | bound | pods/s | × kube-scheduler | × bind-only | per-second avg / p50 / p90 / p99 | p50 latency | p99 latency | CPU s | CPU ms / pod | CPU × bind-only | API server CPU ms / pod | peak RSS | Pending in a leaf |"
+        "| workload | size | scheduler | bound | pods/s | × kube-scheduler | × bind-only | per-second avg / p50 / p90 / p99 | p50 latency | p99 latency | CPU s | CPU ms / pod | CPU × bind-only | API server CPU ms / pod | API server CPU × kube-scheduler | peak RSS | Pending in a leaf |"
     );
     let _ = writeln!(
         s,
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for res in r.results {
-        let kube =
-            find(r.results, res.workload, Scheduler::KubeScheduler).and_then(|k| k.throughput);
+        let kube_run = find(r.results, res.workload, Scheduler::KubeScheduler);
+        let kube = kube_run.and_then(|k| k.throughput);
         let bind_run = find(r.results, res.workload, Scheduler::BindOnly);
         let bind = bind_run.and_then(|k| k.throughput);
         let t = &res.per_second;
@@ -141,7 +142,7 @@ pub fn render(r: &Report<'_>) -> String {
         );
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {}/{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {}/{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             res.workload,
             res.size,
             res.scheduler,
@@ -163,6 +164,13 @@ pub fn render(r: &Report<'_>) -> String {
                 "{:.2}",
                 c * 1000.0
             )),
+            opt(
+                ratio(
+                    api_server_cpu_per_pod(res),
+                    kube_run.and_then(api_server_cpu_per_pod)
+                ),
+                |v| format!("{v:.2}")
+            ),
             opt(res.usage, |u| format!(
                 "{:.0} MiB",
                 u.peak_rss_bytes as f64 / MIB
@@ -172,6 +180,7 @@ pub fn render(r: &Report<'_>) -> String {
     }
     let _ = writeln!(s, "\n{}", METHOD);
     leaves_section(&mut s, r.results);
+    processes_section(&mut s, r.results);
 
     let _ = writeln!(s, "## Targets\n");
     let _ = writeln!(s, "Reported, not asserted.\n");
@@ -205,11 +214,14 @@ const METHOD: &str = "How it is measured (after kube-scheduler's `scheduler_perf
   `controlplane scheduler` (the real `k8s.io/kubernetes/cmd/kube-scheduler/app`, default
   profile), `mcsched-agent` with its default profile, and **bind-only** (`mcsched-bench
   bind-only`): every pending pod bound to the next node round-robin with no scheduling logic,
-  at most 64 bindings in flight, mcsched-agent's `--parallel-bindings` default; when named
-  in `--schedulers`, **bind-events** (`mcsched-bench bind-only --events`): the same, also
-  writing each bound pod's Scheduled event as kube-scheduler and mcsched-agent do, 32 in
-  flight. Each first binds one warm-up pod, so that its caches are synced before measuring
-  starts.
+  at most 64 bindings in flight, mcsched-agent's `--parallel-bindings` default; and
+  **bind-events** (`mcsched-bench bind-only --events`): the same, also writing each bound
+  pod's Scheduled event as kube-scheduler and mcsched-agent do, 32 in flight. Each first
+  binds one warm-up pod, so that its caches are synced before measuring starts.
+- **Encoding**: kube-scheduler's client speaks protobuf (KubeSchedulerConfiguration's
+  default `clientConnection.contentType`); mcsched-agent, bind-only, bind-events and this
+  harness are kube-rs clients and speak JSON. Targets comparing throughput say which
+  encodings they compare.
 - The measured pods are then created, 64 requests in flight, while the scheduler runs. A
   watch on them notes on the harness's clock when each binding is first seen.
   **pods/s** = (bound − 1) / (last binding − first binding). The **per-second** columns are
@@ -221,12 +233,16 @@ const METHOD: &str = "How it is measured (after kube-scheduler's `scheduler_perf
   pods). **CPU ms / pod** divides that by the pods it bound; **CPU × bind-only** compares it
   with bind-only's on the same workload.
 - **API server CPU ms / pod**: utime + stime of the host's control plane process over the
-  measured phase (from the first pod's creation to the last binding), divided by the pods
-  bound: what each scheduler costs the API server, the ceiling every scheduler here shares.
-  kube-apiserver and etcd run in that one process (the test control plane embeds etcd), so
-  the figure is both together; it includes serving the harness's pod creations and watch
-  (the same for every scheduler) and, in MultiCluster runs, the agent's virtual nodes and
-  pod sync on the host side.
+  measured phase (read just before the first measured pod's creation and once the last
+  binding was seen, as the scheduler's CPU is read), divided by the pods bound: what each
+  scheduler costs the API server, the ceiling every scheduler here shares.
+  **kube-apiserver and etcd run in that one process** (the test control plane embeds etcd),
+  so the figure is both together. No scheduler runs in it (kube-scheduler is a process of
+  its own, above), so no scheduler's own CPU is in it. It includes serving the harness's pod
+  creations and watch (the same for every scheduler) and, in the multi-cluster runs, the
+  agent's virtual nodes and pod sync on the host side (the leaves' control planes are other
+  processes, not counted). **API server CPU × kube-scheduler** compares it with
+  kube-scheduler's on the same workload. *Processes read* below names each process read.
 - **MultiCluster**: a host with its nodes and leaf control planes (each with its own
   kube-scheduler) joined as `kubectl mcsched join` leaves them; their virtual nodes carry the
   leaf's summed free allocatable and the leaf taint, which the pods tolerate, so every
@@ -245,6 +261,39 @@ const METHOD: &str = "How it is measured (after kube-scheduler's `scheduler_perf
 - **MultiClusterManyLeaves**: MultiCluster with 16 leaves of 100 nodes beside a host of 1000
   nodes (17 control planes on this machine's cores).
 ";
+
+/// `pid N: program and its first four arguments`, enough to tell which process it was.
+fn process_cell(p: Option<&Process>) -> String {
+    opt(p, |p| format!("pid {}: `{}`", p.pid, p.short_command(5)))
+}
+
+/// Which processes each run's CPU and memory figures were read from, so that a reader
+/// (and the quick test) can tell the API server's process from the scheduler's.
+fn processes_section(s: &mut String, results: &[RunResult]) {
+    let _ = writeln!(s, "## Processes read\n");
+    let _ = writeln!(
+        s,
+        "The /proc entries each row's figures were read from (command lines with paths cut to \
+         their last component): the API server column from the host's control plane process, \
+         the same pid and start time at both ends of the measured phase; CPU s and peak RSS \
+         from the scheduler's own process.\n"
+    );
+    let _ = writeln!(
+        s,
+        "| workload | scheduler | API server process | scheduler process |\n|---|---|---|---|"
+    );
+    for r in results {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} |",
+            r.workload,
+            r.scheduler,
+            process_cell(r.api_server_process.as_ref()),
+            process_cell(r.scheduler_process.as_ref()),
+        );
+    }
+    let _ = writeln!(s);
+}
 
 /// What the leaves cost the agent and how current their virtual nodes stayed, per
 /// multi-cluster run of mcsched.
