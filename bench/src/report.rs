@@ -456,7 +456,10 @@ fn targets(results: &[RunResult]) -> Vec<(String, String, Option<bool>)> {
             _ => {
                 let r = ratio(mc(kind), tp(kind, Scheduler::BindEvents));
                 (
-                    label(m.or(b).map_or("of one encoding", |r| r.encoding)),
+                    label(
+                        m.or(b)
+                            .map_or(Scheduler::Mcsched.encoding(), |r| r.encoding),
+                    ),
                     opt(r, |v| format!("{v:.2}×")),
                     r.map(|v| v >= 0.95),
                 )
@@ -497,8 +500,8 @@ fn targets(results: &[RunResult]) -> Vec<(String, String, Option<bool>)> {
         out.push((
             format!(
                 "{kind} API server CPU per bound pod: mcsched's ({}) ≤ kube-scheduler's ({})",
-                m.map_or("–", |r| r.encoding),
-                k.map_or("–", |r| r.encoding)
+                m.map_or(Scheduler::Mcsched.encoding(), |r| r.encoding),
+                k.map_or(Scheduler::KubeScheduler.encoding(), |r| r.encoding)
             ),
             match (mp, kp, r) {
                 (Some(a), Some(b), Some(r)) => {
