@@ -1,6 +1,6 @@
 //! mcsched's benchmark harness: scheduler_perf's workloads on real control planes, each
-//! run once with kube-scheduler, mcsched-agent and a bind-only client, and the results
-//! as a Markdown table and a PNG chart.
+//! run once with kube-scheduler, mcsched-agent and bind-only clients (with and without
+//! events), and the results as a Markdown table and a PNG chart.
 
 pub mod bind_only;
 pub mod chart;

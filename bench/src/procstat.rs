@@ -47,6 +47,68 @@ pub fn usage(pid: u32) -> Result<Usage, ProcError> {
     })
 }
 
+/// Which process a reading came from: its pid, its start time (a pid reused by another
+/// process has another) and its command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Process {
+    pub pid: u32,
+    /// starttime (field 22 of /proc/PID/stat), in clock ticks since boot.
+    pub started: u64,
+    pub command: Vec<String>,
+}
+
+impl Process {
+    /// The first `words` words of the command line, every absolute path cut to its last
+    /// component (temporary directories say nothing about which program ran), "…" when
+    /// more follow.
+    pub fn short_command(&self, words: usize) -> String {
+        let mut out = self
+            .command
+            .iter()
+            .take(words)
+            .map(|a| {
+                if a.starts_with('/') {
+                    a.rsplit('/').next().unwrap_or(a)
+                } else {
+                    a.as_str()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
+        if self.command.len() > words {
+            out.push_str(" …");
+        }
+        out
+    }
+}
+
+pub fn process(pid: u32) -> Result<Process, ProcError> {
+    let dir = Path::new("/proc").join(pid.to_string());
+    let stat_path = dir.join("stat");
+    let stat = read(&stat_path)?;
+    let cmdline_path = dir.join("cmdline");
+    let cmdline = std::fs::read(&cmdline_path).map_err(|source| ProcError::Read {
+        path: cmdline_path.display().to_string(),
+        source,
+    })?;
+    Ok(Process {
+        pid,
+        started: start_ticks(&stat)
+            .ok_or_else(|| ProcError::Format(stat_path.display().to_string()))?,
+        command: cmdline
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect(),
+    })
+}
+
+/// starttime, field 22 of /proc/PID/stat (fields[19] after the command name).
+fn start_ticks(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
 /// utime (field 14) + stime (field 15) of /proc/PID/stat; fields are counted after the
 /// command name, which is in parentheses and may hold spaces.
 fn cpu_ticks(stat: &str) -> Option<u64> {
@@ -70,9 +132,9 @@ mod tests {
 
     #[test]
     fn parses_stat_and_status() {
-        let stat =
-            "1234 (my (odd) proc) S 1 1234 1234 0 -1 4194304 100 0 0 0 250 50 0 0 20 0 8 0 1 0 0";
+        let stat = "1234 (my (odd) proc) S 1 1234 1234 0 -1 4194304 100 0 0 0 250 50 0 0 20 0 8 0 4321 0 0";
         assert_eq!(cpu_ticks(stat), Some(300));
+        assert_eq!(start_ticks(stat), Some(4321));
         assert_eq!(vm_hwm("Name:\tx\nVmHWM:\t  2048 kB\n"), Some(2048 * 1024));
         assert_eq!(vm_hwm("Name:\tx\n"), None);
     }
@@ -81,5 +143,28 @@ mod tests {
     fn reads_our_own_process() {
         let u = usage(std::process::id()).expect("own /proc entry");
         assert!(u.peak_rss_bytes > 0);
+        let me = process(std::process::id()).expect("own /proc entry");
+        assert!(me.started > 0 && !me.command.is_empty());
+        assert_eq!(me, process(std::process::id()).expect("own /proc entry"));
+    }
+
+    #[test]
+    fn short_command_cuts_paths() {
+        let p = Process {
+            pid: 1,
+            started: 1,
+            command: vec![
+                "/work/.build/controlplane".into(),
+                "--name".into(),
+                "bench-host".into(),
+                "--kubeconfig".into(),
+                "/tmp/x/kubeconfig".into(),
+            ],
+        };
+        assert_eq!(
+            p.short_command(5),
+            "controlplane --name bench-host --kubeconfig kubeconfig"
+        );
+        assert_eq!(p.short_command(3), "controlplane --name bench-host …");
     }
 }

@@ -14,7 +14,7 @@ use mcsched_shared::keys;
 use tracing::info;
 
 use crate::observe::Observer;
-use crate::procstat::{self, Usage};
+use crate::procstat::{self, Process, Usage};
 use crate::schedulers::{self, Binaries, Running, Scheduler};
 use crate::stats::{self, Throughput};
 use crate::workloads::{
@@ -22,6 +22,9 @@ use crate::workloads::{
 };
 
 const WARMUP_NAMESPACE: &str = "warmup";
+/// The host control plane's `--name`: its process (kube-apiserver and etcd) is the one
+/// whose CPU the API server column reads.
+pub const HOST_NAME: &str = "bench-host";
 /// A run gives up when this long passes without a new binding.
 const IDLE_LIMIT: Duration = Duration::from_secs(120);
 
@@ -51,9 +54,15 @@ pub struct RunResult {
     pub latency_p50: Option<Duration>,
     pub latency_p99: Option<Duration>,
     pub usage: Option<Usage>,
+    /// The scheduler's process that `usage` was read from.
+    pub scheduler_process: Option<Process>,
+    /// How the scheduler's client encodes its requests (`Scheduler::encoding`).
+    pub encoding: &'static str,
     /// CPU seconds of the host's control plane process (kube-apiserver and etcd, one
     /// process) over the measured phase: what this scheduler cost the API server.
     pub api_server_cpu_seconds: Option<f64>,
+    /// The process `api_server_cpu_seconds` was read from, the same at both ends.
+    pub api_server_process: Option<Process>,
     pub leaf: Option<LeafOutcome>,
     /// Wall time of the measured phase, creation of the first pod to the last binding.
     pub measured_for: Duration,
@@ -92,7 +101,7 @@ pub async fn run(
     let run_dir = log_dir.join(format!("{kind}-{scheduler}"));
     std::fs::create_dir_all(&run_dir)?;
     info!(%kind, %scheduler, %size, "starting control planes");
-    let host_start = ControlPlane::start_many(&["bench-host"], ControlPlaneOptions::default());
+    let host_start = ControlPlane::start_many(&[HOST_NAME], ControlPlaneOptions::default());
     let leaf_names: Vec<String> = (0..size.leaves).map(leaf_name).collect();
     let leaf_refs: Vec<&str> = leaf_names.iter().map(String::as_str).collect();
     let leaf_start = ControlPlane::start_many(
@@ -222,12 +231,12 @@ pub async fn run(
             workloads::node_name(0),
         )
     });
-    let api_server_cpu = || {
-        host.pid()
-            .and_then(|pid| procstat::usage(pid).ok())
-            .map(|u| u.cpu_seconds)
+    let api_server = || -> Option<(Process, f64)> {
+        let pid = host.pid()?;
+        let process = procstat::process(pid).ok()?;
+        Some((process, procstat::usage(pid).ok()?.cpu_seconds))
     };
-    let api_server_before = api_server_cpu();
+    let api_server_before = api_server();
     let start = Instant::now();
     crate::populate::pods(&host.client, pods, |name| observer.created(name)).await?;
     info!(
@@ -237,9 +246,12 @@ pub async fn run(
     );
     observer.wait_bound(size.pods, IDLE_LIMIT).await;
     let usage = sched.pid().and_then(|pid| procstat::usage(pid).ok());
-    let api_server_cpu_seconds = match (api_server_before, api_server_cpu()) {
-        (Some(before), Some(after)) => Some(after - before),
-        _ => None,
+    let scheduler_process = sched.pid().and_then(|pid| procstat::process(pid).ok());
+    // Both readings from one process (same pid and start time), or no figure: a
+    // replaced process's counters start again from zero.
+    let (api_server_process, api_server_cpu_seconds) = match (api_server_before, api_server()) {
+        (Some((p0, before)), Some((p1, after))) if p0 == p1 => (Some(p1), Some(after - before)),
+        _ => (None, None),
     };
     let obs = observer.observation(start);
     info!(bound = obs.bound_at.len(), "measured phase over");
@@ -304,7 +316,10 @@ pub async fn run(
         latency_p50: stats::percentile(&obs.latencies, 50),
         latency_p99: stats::percentile(&obs.latencies, 99),
         usage,
+        scheduler_process,
+        encoding: scheduler.encoding(),
         api_server_cpu_seconds,
+        api_server_process,
         leaf,
         measured_for,
         violations,

@@ -23,17 +23,15 @@ pub enum Scheduler {
     KubeScheduler,
     Mcsched,
     BindOnly,
-    /// bind-only writing each pod's Scheduled event too; run only when named.
+    /// bind-only writing each pod's Scheduled event too: the API server's work per pod of
+    /// mcsched-agent and kube-scheduler (a binding and an event), with no scheduling.
     BindEvents,
 }
 
 impl Scheduler {
-    /// The schedulers run when none are named.
-    pub const ALL: [Scheduler; 3] = [
-        Scheduler::KubeScheduler,
-        Scheduler::Mcsched,
-        Scheduler::BindOnly,
-    ];
+    /// The schedulers run when none are named: every one, since the targets compare
+    /// mcsched with bind-events and with kube-scheduler in the same run.
+    pub const ALL: [Scheduler; 4] = Scheduler::KNOWN;
     /// Every scheduler `--schedulers` accepts, in the order results show them.
     pub const KNOWN: [Scheduler; 4] = [
         Scheduler::KubeScheduler,
@@ -48,6 +46,16 @@ impl Scheduler {
             Scheduler::Mcsched => "mcsched",
             Scheduler::BindOnly => "bind-only",
             Scheduler::BindEvents => "bind-events",
+        }
+    }
+
+    /// How its client encodes requests to the API server: kube-scheduler's
+    /// KubeSchedulerConfiguration defaults clientConnection.contentType to protobuf;
+    /// mcsched-agent and bind-only are kube-rs clients, JSON only.
+    pub fn encoding(self) -> &'static str {
+        match self {
+            Scheduler::KubeScheduler => "protobuf",
+            Scheduler::Mcsched | Scheduler::BindOnly | Scheduler::BindEvents => "JSON",
         }
     }
 

@@ -3,8 +3,9 @@
 //! constraints allow (no node over its allocatable, anti-affine pods on distinct hosts,
 //! zones within maxSkew, required zones kept, no mcsched pod left Pending in a leaf:
 //! `mcsched-bench` exits non-zero otherwise) and
-//! that the results and the chart were written (to a temporary directory); no timing is
-//! asserted.
+//! that the results and the chart were written (to a temporary directory), with the API
+//! server's CPU per pod measured in every run from the host control plane's process; no
+//! timing is asserted.
 
 use std::process::Command;
 
@@ -63,15 +64,61 @@ fn quick_variant_binds_every_pod_and_writes_results() {
         .skip(2)
         .take_while(|l| l.starts_with('|'))
         .collect();
-    assert!(
-        runs.len() >= 7 * 3,
+    assert_eq!(
+        runs.len(),
+        7 * 4,
         "one row per workload and scheduler:\n{results}"
     );
-    for row in runs {
+    for row in &runs {
         let cell = row.split('|').nth(column).unwrap_or_default().trim();
         assert!(
             cell.parse::<f64>().is_ok_and(|v| v > 0.0),
             "no API server CPU measured in:\n{row}"
+        );
+    }
+    // ...and read it from the host's control plane process (kube-apiserver and etcd), not
+    // from the scheduler's or a leaf's: a scheduler's process uses CPU too, so a figure
+    // above zero alone would not tell.
+    let program = mcsched_e2e::controlplane::binary();
+    let program = program
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("the controlplane binary's name");
+    let api_server = format!("{program} --name {}", mcsched_bench::run::HOST_NAME);
+    let read = results
+        .split("## Processes read")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .unwrap_or_default();
+    let read: Vec<Vec<&str>> = read
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| workload"))
+        .map(|l| l.split('|').map(str::trim).collect())
+        .collect();
+    assert_eq!(
+        read.len(),
+        runs.len(),
+        "one process row per run:\n{results}"
+    );
+    for row in read {
+        let (scheduler, api, sched) = (row[2], process(row[3]), process(row[4]));
+        assert!(
+            api.1.starts_with(&api_server),
+            "{} / {scheduler}: the API server figure came from `{}`, not `{api_server} …`",
+            row[1],
+            api.1
+        );
+        let expected = match scheduler {
+            "kube-scheduler" => format!("{program} scheduler"),
+            "mcsched" => "mcsched-agent".to_string(),
+            _ => "mcsched-bench bind-only".to_string(),
+        };
+        assert!(
+            sched.1.starts_with(&expected) && sched.0 != api.0,
+            "{} / {scheduler}: the scheduler's figures came from pid {} `{}`",
+            row[1],
+            sched.0,
+            sched.1
         );
     }
     // Every multi-cluster run of mcsched probed each of its leaves, and every change made
@@ -101,4 +148,16 @@ fn quick_variant_binds_every_pod_and_writes_results() {
         png.starts_with(b"\x89PNG\r\n\x1a\n"),
         "results.png is not a PNG"
     );
+}
+
+/// `pid N: `command``, as results.md's *Processes read* writes it.
+fn process(cell: &str) -> (u32, String) {
+    let (pid, command) = cell
+        .strip_prefix("pid ")
+        .and_then(|c| c.split_once(": "))
+        .unwrap_or_else(|| panic!("not a process: {cell}"));
+    (
+        pid.parse().unwrap_or_else(|_| panic!("not a pid: {cell}")),
+        command.trim_matches('`').to_string(),
+    )
 }
