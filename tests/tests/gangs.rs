@@ -648,6 +648,14 @@ async fn a_gang_kept_in_one_zone_stays_in_one_zone_of_a_leaf() -> anyhow::Result
             "{name}"
         );
     }
+    // `explain podgroup` names the domain, read from the members held to it.
+    let out = mcsched_e2e::cli::run(&host.kubeconfig, &["explain", "podgroup", "zoned"])?;
+    let shown = mcsched_e2e::cli::text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert!(
+        shown.contains("members: 4 (4 bound: 0 in the host, 4 in leaves); domain b"),
+        "{shown}"
+    );
     // The leaf's scheduler keeps the copies in zone b.
     let leaf_pods: Api<Pod> = Api::namespaced(leaf.client.clone(), "default");
     let copies = wait::until(TIMEOUT, "the 4 copies placed in the leaf", || async {

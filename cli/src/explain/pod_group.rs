@@ -166,8 +166,16 @@ pub async fn run(kube: &KubeArgs, args: PodGroupArgs) -> anyhow::Result<()> {
             }
             _ => None,
         };
+        // A member held to a leaf's part of a domain says which on itself.
+        let leaf_domain = (pod.metadata.annotations.as_ref())
+            .and_then(|a| a.get(keys::LEAF_DOMAIN_ANNOTATION))
+            .and_then(|raw| serde_json::from_str::<BTreeMap<String, String>>(raw).ok());
+        let held = |key: &str| leaf_domain.as_ref().and_then(|d| d.get(key).cloned());
         if let (Some(key), Some(n)) = (&topology_key, &node)
-            && let Some(d) = domain(&nodes, n, key).await
+            && let Some(d) = match held(key) {
+                Some(d) => Some(d),
+                None => domain(&nodes, n, key).await,
+            }
         {
             *domains.entry(d).or_default() += 1;
         }
