@@ -10,6 +10,7 @@ pub mod explain;
 pub mod keys;
 pub mod leaf_kubeconfig;
 pub mod manifests;
+pub(crate) mod names;
 pub mod node;
 pub mod overrides;
 pub mod pod;

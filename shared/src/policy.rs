@@ -293,16 +293,7 @@ fn check_label_key(key: &str) -> Result<(), &'static str> {
         None => (None, key),
     };
     if let Some(p) = prefix {
-        let subdomain = !p.is_empty()
-            && p.len() <= 253
-            && p.split('.').all(|part| {
-                !part.is_empty()
-                    && part
-                        .bytes()
-                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                    && !part.starts_with('-')
-                    && !part.ends_with('-')
-            });
+        let subdomain = crate::names::is_dns_subdomain(p);
         if !subdomain {
             return Err("its prefix must be a DNS subdomain");
         }

@@ -26,16 +26,7 @@ pub fn default_config_text(scheduler_name: &str, namespace: &str) -> String {
 
 /// RFC 1123 subdomain: what the API server accepts as a pod's `spec.schedulerName`.
 fn check_dns_subdomain(field: &str, value: &str) -> Result<(), ManifestError> {
-    let ok = !value.is_empty()
-        && value.len() <= 253
-        && value.split('.').all(|part| {
-            !part.is_empty()
-                && part
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !part.starts_with('-')
-                && !part.ends_with('-')
-        });
+    let ok = crate::names::is_dns_subdomain(value);
     if ok {
         Ok(())
     } else {
