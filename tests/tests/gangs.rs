@@ -45,6 +45,29 @@ async fn start(name: &str) -> anyhow::Result<ControlPlane> {
     ControlPlane::start_with_args(name, ControlPlaneOptions::full(), &[GATES]).await
 }
 
+/// A host whose one node `host-a` has `host_cpu` CPUs and a leaf `east` whose one node
+/// `leaf-1` has `leaf_cpu`, joined the way `join` leaves them.
+async fn host_and_leaf(
+    host_name: &str,
+    leaf_name: &str,
+    host_cpu: u32,
+    leaf_cpu: u32,
+) -> anyhow::Result<(ControlPlane, ControlPlane)> {
+    let (host, leaf) = tokio::try_join!(start(host_name), start(leaf_name))?;
+    for (cp, node, cpu) in [(&host, "host-a", host_cpu), (&leaf, "leaf-1", leaf_cpu)] {
+        mcsched_e2e::objects::ready_node(
+            &cp.client,
+            node,
+            &cpu.to_string(),
+            "16Gi",
+            json!({"kubernetes.io/hostname": node}),
+        )
+        .await?;
+    }
+    mcsched_e2e::objects::join_as_join_does(&host.client, &leaf, "east", json!({})).await?;
+    Ok((host, leaf))
+}
+
 async fn pod_group(client: &kube::Client, name: &str, min_count: i32) -> anyhow::Result<()> {
     pod_group_with(client, name, min_count, json!(null)).await
 }
@@ -133,24 +156,7 @@ async fn all_bound(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_gang_is_placed_whole_across_host_and_leaf_or_not_at_all() -> anyhow::Result<()> {
-    let (host, leaf) = tokio::try_join!(start("gang-host"), start("gang-leaf"))?;
-    mcsched_e2e::objects::ready_node(
-        &host.client,
-        "host-a",
-        "6",
-        "16Gi",
-        json!({"kubernetes.io/hostname": "host-a"}),
-    )
-    .await?;
-    mcsched_e2e::objects::ready_node(
-        &leaf.client,
-        "leaf-1",
-        "4",
-        "16Gi",
-        json!({"kubernetes.io/hostname": "leaf-1"}),
-    )
-    .await?;
-    mcsched_e2e::objects::join_as_join_does(&host.client, &leaf, "east", json!({})).await?;
+    let (host, leaf) = host_and_leaf("gang-host", "gang-leaf", 6, 4).await?;
     let agent = agent_with_policies(&host, &["mcsched-east"], TIMEOUT).await?;
     let pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
 
@@ -247,27 +253,23 @@ async fn job(client: &kube::Client, name: &str, count: i32) -> anyhow::Result<()
     Ok(())
 }
 
+/// Deletes Job `name` and waits until its pods are gone: room for the next one.
+async fn delete_job(jobs: &Api<Job>, pods: &Api<Pod>, name: &str) -> anyhow::Result<()> {
+    jobs.delete(name, &kube::api::DeleteParams::background())
+        .await?;
+    wait::until(TIMEOUT, &format!("{name}'s pods gone"), || async {
+        let left = pods
+            .list(&ListParams::default().labels(&format!("gang={name}")))
+            .await?;
+        Ok(left.items.is_empty().then_some(()))
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_job_of_8_is_placed_6_and_2_or_4_and_4_as_its_placement_policy_says() -> anyhow::Result<()>
 {
-    let (host, leaf) = tokio::try_join!(start("gang-job-host"), start("gang-job-leaf"))?;
-    mcsched_e2e::objects::ready_node(
-        &host.client,
-        "host-a",
-        "6",
-        "16Gi",
-        json!({"kubernetes.io/hostname": "host-a"}),
-    )
-    .await?;
-    mcsched_e2e::objects::ready_node(
-        &leaf.client,
-        "leaf-1",
-        "4",
-        "16Gi",
-        json!({"kubernetes.io/hostname": "leaf-1"}),
-    )
-    .await?;
-    mcsched_e2e::objects::join_as_join_does(&host.client, &leaf, "east", json!({})).await?;
+    let (host, _leaf) = host_and_leaf("gang-job-host", "gang-job-leaf", 6, 4).await?;
     let agent = agent_with_policies(&host, &["mcsched-east"], TIMEOUT).await?;
     let pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
     let jobs: Api<Job> = Api::namespaced(host.client.clone(), "default");
@@ -321,41 +323,14 @@ async fn a_job_of_8_is_placed_6_and_2_or_4_and_4_as_its_placement_policy_says() 
         assert_eq!(scheduled.as_deref(), Some("True"), "{group}");
 
         // Room for the next Job.
-        jobs.delete(name, &kube::api::DeleteParams::background())
-            .await?;
-        wait::until(TIMEOUT, &format!("{name}'s pods gone"), || async {
-            let left = pods
-                .list(&ListParams::default().labels(&format!("gang={name}")))
-                .await?
-                .items
-                .len();
-            Ok((left == 0).then_some(()))
-        })
-        .await?;
+        delete_job(&jobs, &pods, name).await?;
     }
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_placement_policy_keeps_the_gangs_it_selects_in_one_cluster() -> anyhow::Result<()> {
-    let (host, leaf) = tokio::try_join!(start("kept-host"), start("kept-leaf"))?;
-    mcsched_e2e::objects::ready_node(
-        &host.client,
-        "host-a",
-        "4",
-        "16Gi",
-        json!({"kubernetes.io/hostname": "host-a"}),
-    )
-    .await?;
-    mcsched_e2e::objects::ready_node(
-        &leaf.client,
-        "leaf-1",
-        "6",
-        "16Gi",
-        json!({"kubernetes.io/hostname": "leaf-1"}),
-    )
-    .await?;
-    mcsched_e2e::objects::join_as_join_does(&host.client, &leaf, "east", json!({})).await?;
+    let (host, _leaf) = host_and_leaf("kept-host", "kept-leaf", 4, 6).await?;
     // Without the TopologyAwareWorkloadScheduling gate: the policy needs none.
     let agent = agent_with_policies(&host, &["mcsched-east"], TIMEOUT).await?;
     let pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
@@ -397,15 +372,7 @@ async fn a_placement_policy_keeps_the_gangs_it_selects_in_one_cluster() -> anyho
         "0/2 placements are available, first placement status: pod group is unschedulable"
     );
     assert_eq!(placements(&pods, "kept-8").await?, BTreeMap::new());
-    jobs.delete("kept-8", &kube::api::DeleteParams::background())
-        .await?;
-    wait::until(TIMEOUT, "kept-8's pods gone", || async {
-        let left = pods
-            .list(&ListParams::default().labels("gang=kept-8"))
-            .await?;
-        Ok(left.items.is_empty().then_some(()))
-    })
-    .await?;
+    delete_job(&jobs, &pods, "kept-8").await?;
 
     // 6, the host first: split, 4 would go there; kept together, all 6 go to the leaf.
     job(&host.client, "kept-6", 6).await?;
@@ -537,24 +504,7 @@ async fn of_two_gangs_that_fit_only_alone_one_runs_whole_and_the_other_waits_who
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_gang_kept_in_one_cluster_is_not_split_between_host_and_leaf() -> anyhow::Result<()> {
-    let (host, leaf) = tokio::try_join!(start("together-host"), start("together-leaf"))?;
-    mcsched_e2e::objects::ready_node(
-        &host.client,
-        "host-a",
-        "4",
-        "16Gi",
-        json!({"kubernetes.io/hostname": "host-a"}),
-    )
-    .await?;
-    mcsched_e2e::objects::ready_node(
-        &leaf.client,
-        "leaf-1",
-        "6",
-        "16Gi",
-        json!({"kubernetes.io/hostname": "leaf-1"}),
-    )
-    .await?;
-    mcsched_e2e::objects::join_as_join_does(&host.client, &leaf, "east", json!({})).await?;
+    let (host, _leaf) = host_and_leaf("together-host", "together-leaf", 4, 6).await?;
     // The agent follows kube-scheduler's TopologyAwareWorkloadScheduling gate.
     let agent = Agent::start_with(
         &host.kubeconfig,
