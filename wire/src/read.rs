@@ -1,0 +1,1 @@
+//! Lists and watches in protobuf.
