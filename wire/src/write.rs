@@ -174,16 +174,22 @@ async fn post(
     Err(kube::Error::Api(Box::new(status_of(code.as_u16(), &bytes))))
 }
 
-/// The Status of an answer that failed: protobuf, JSON, or (from a proxy) plain text.
-pub fn status_of(code: u16, body: &[u8]) -> Status {
-    if let Ok(env) = codec::decode(body)
-        && let Ok(s) = pbmeta::Status::decode(env.raw)
-    {
-        return Status::failure(
+/// A meta.v1.Status message (not enveloped); `code` when it names none.
+pub fn status_from_message(raw: &[u8], code: u16) -> Status {
+    match pbmeta::Status::decode(raw) {
+        Ok(s) => Status::failure(
             s.message.as_deref().unwrap_or_default(),
             s.reason.as_deref().unwrap_or_default(),
         )
-        .with_code(s.code.and_then(|c| u16::try_from(c).ok()).unwrap_or(code));
+        .with_code(s.code.and_then(|c| u16::try_from(c).ok()).unwrap_or(code)),
+        Err(e) => Status::failure(&format!("undecodable Status: {e}"), "").with_code(code),
+    }
+}
+
+/// The Status of an answer that failed: protobuf, JSON, or (from a proxy) plain text.
+pub fn status_of(code: u16, body: &[u8]) -> Status {
+    if let Ok(env) = codec::decode(body) {
+        return status_from_message(&env.raw, code);
     }
     if let Ok(s) = serde_json::from_slice::<Status>(body) {
         return s;
