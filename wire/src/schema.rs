@@ -493,27 +493,43 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// The items of a list message (`PodList`: metadata = 1, items = 2), undecoded, and the
-/// list's resourceVersion.
-pub fn list_items(bytes: &[u8]) -> Result<(String, Vec<&[u8]>), WireError> {
+/// A list message (`PodList`: metadata = 1, items = 2), its items undecoded.
+pub struct List<'a> {
+    pub resource_version: String,
+    pub continue_token: String,
+    pub items: Vec<&'a [u8]>,
+}
+
+/// The parts of a list message.
+pub fn list_items(bytes: &[u8]) -> Result<List<'_>, WireError> {
     let mut r = Reader::new(bytes, "List");
-    let (mut rv, mut items) = (String::new(), Vec::new());
+    let mut list = List {
+        resource_version: String::new(),
+        continue_token: String::new(),
+        items: Vec::new(),
+    };
     while let Some((n, v)) = r.next()? {
         match (n, v) {
             (1, Wire::Bytes(meta)) => {
-                // ListMeta: resourceVersion = 2.
+                // ListMeta: resourceVersion = 2, continue = 3.
                 let mut m = Reader::new(meta, "ListMeta");
                 while let Some((n, v)) = m.next()? {
-                    if let (2, Wire::Bytes(b)) = (n, v) {
-                        rv = String::from_utf8_lossy(b).into_owned();
+                    match (n, v) {
+                        (2, Wire::Bytes(b)) => {
+                            list.resource_version = String::from_utf8_lossy(b).into_owned()
+                        }
+                        (3, Wire::Bytes(b)) => {
+                            list.continue_token = String::from_utf8_lossy(b).into_owned()
+                        }
+                        _ => {}
                     }
                 }
             }
-            (2, Wire::Bytes(item)) => items.push(item),
+            (2, Wire::Bytes(item)) => list.items.push(item),
             _ => {}
         }
     }
-    Ok((rv, items))
+    Ok(list)
 }
 
 /// The full message name of a kind served in protobuf, by its apiVersion and kind.

@@ -84,11 +84,12 @@ fn a_watch_stream_is_length_framed_watch_events_of_enveloped_objects() {
 fn a_list_is_its_resource_version_and_enveloped_items() {
     let env = codec::decode(&data("pods-list.pb")).expect("envelope");
     assert_eq!(env.kind, "PodList");
-    let (rv, items) = schema::list_items(&env.raw).expect("list");
-    assert!(!rv.is_empty());
-    assert_eq!(items.len(), 1);
+    let list = schema::list_items(&env.raw).expect("list");
+    assert!(!list.resource_version.is_empty());
+    assert!(list.continue_token.is_empty());
+    assert_eq!(list.items.len(), 1);
     let v = schema::schema()
-        .to_json("k8s.io.api.core.v1.Pod", items[0], Options::default())
+        .to_json("k8s.io.api.core.v1.Pod", list.items[0], Options::default())
         .expect("transcode");
     let pod: Pod = serde_json::from_value(v).expect("pod");
     assert_eq!(pod.metadata.name.as_deref(), Some("p1"));
