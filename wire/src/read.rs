@@ -299,3 +299,161 @@ impl Target {
         Ok(Box::pin(response.into_body().into_data_stream()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use k8s_openapi::api::core::v1::Pod;
+    use k8s_pb::api::core::v1 as pb;
+    use k8s_pb::apimachinery::pkg::apis::meta::v1 as pbmeta;
+    use prost::Message;
+
+    use super::*;
+
+    fn pod(name: &str, rv: &str) -> pb::Pod {
+        pb::Pod {
+            metadata: Some(pbmeta::ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                resource_version: Some(rv.into()),
+                managed_fields: vec![pbmeta::ManagedFieldsEntry {
+                    manager: Some("m".into()),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// An API server that lists pod a at 10; the first watch sends b at 11 and a bookmark
+    /// at 15, then ends; the next is too old (410); the relist shows b alone.
+    fn stand_in(queries: Arc<Mutex<Vec<String>>>) -> kube::Client {
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let q = req.uri().query().unwrap_or_default().to_string();
+            let accept = req
+                .headers()
+                .get(ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string();
+            let queries = queries.clone();
+            async move {
+                let watches = {
+                    let mut all = queries.lock().unwrap_or_else(|e| e.into_inner());
+                    all.push(format!("{accept} {q}"));
+                    all.iter().filter(|x| x.contains("watch=true")).count()
+                };
+                let body = if !q.contains("watch=true") {
+                    let lists = queries
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .iter()
+                        .filter(|x| !x.contains("watch=true"))
+                        .count();
+                    let items = if lists == 1 {
+                        vec![pod("a", "10")]
+                    } else {
+                        vec![pod("b", "20")]
+                    };
+                    let list = pb::PodList {
+                        metadata: Some(pbmeta::ListMeta {
+                            resource_version: Some(if lists == 1 { "10" } else { "20" }.into()),
+                            ..Default::default()
+                        }),
+                        items,
+                    };
+                    codec::encode("v1", "PodList", &list)
+                } else if watches == 1 {
+                    [
+                        codec::encode_event("ADDED", codec::encode("v1", "Pod", &pod("b", "11"))),
+                        codec::encode_event("BOOKMARK", codec::encode("v1", "Pod", &pod("", "15"))),
+                    ]
+                    .concat()
+                } else if watches == 2 {
+                    let gone = pbmeta::Status {
+                        code: Some(410),
+                        reason: Some("Expired".into()),
+                        message: Some("too old resource version: 15 (16)".into()),
+                        ..Default::default()
+                    };
+                    codec::encode_event("ERROR", codec::encode("v1", "Status", &gone))
+                } else {
+                    tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+                    Vec::new()
+                };
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder()
+                        .body(kube::client::Body::from(body))
+                        .unwrap_or_else(|_| http::Response::new(kube::client::Body::empty())),
+                )
+            }
+        });
+        kube::Client::new(service, "ns")
+    }
+
+    #[tokio::test]
+    async fn lists_then_watches_resuming_at_bookmarks_and_relists_when_gone() {
+        let queries = Arc::new(Mutex::new(Vec::new()));
+        let client = stand_in(queries.clone());
+        let config = watcher::Config::default().fields("spec.nodeName=");
+        let stream = watcher::<Pod>(client, "/api/v1/pods".into(), config).expect("a core kind");
+        let got: Vec<String> = stream
+            .take(8)
+            .map(|e| match e {
+                Ok(Event::Init) => "init".to_string(),
+                Ok(Event::InitApply(p)) => {
+                    assert_eq!(p.metadata.managed_fields, None);
+                    format!("list {}", p.metadata.name.unwrap_or_default())
+                }
+                Ok(Event::InitDone) => "listed".to_string(),
+                Ok(Event::Apply(p)) => format!("apply {}", p.metadata.name.unwrap_or_default()),
+                Ok(Event::Delete(p)) => format!("delete {}", p.metadata.name.unwrap_or_default()),
+                Err(watcher::Error::WatchError(s)) => format!("error {}", s.code),
+                Err(e) => format!("other error {e}"),
+            })
+            .collect()
+            .await;
+        assert_eq!(
+            got,
+            [
+                "init",
+                "list a",
+                "listed",
+                "apply b",
+                "error 410",
+                "init",
+                "list b",
+                "listed"
+            ]
+        );
+        let queries = queries.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let watches: Vec<&String> = queries
+            .iter()
+            .filter(|q| q.contains("watch=true"))
+            .collect();
+        assert!(watches[0].starts_with(WATCH_STREAM), "{watches:?}");
+        assert!(watches[0].contains("resourceVersion=10"), "{watches:?}");
+        assert!(
+            watches[0].contains("allowWatchBookmarks=true"),
+            "{watches:?}"
+        );
+        assert!(
+            watches[1].contains("resourceVersion=15"),
+            "resumed at the bookmark: {watches:?}"
+        );
+        let lists: Vec<&String> = queries
+            .iter()
+            .filter(|q| !q.contains("watch=true"))
+            .collect();
+        assert!(
+            lists[0].starts_with(PROTOBUF) && lists[0].contains("limit=500"),
+            "{lists:?}"
+        );
+        assert!(
+            lists[0].contains("fieldSelector=spec.nodeName%3D"),
+            "{lists:?}"
+        );
+    }
+}
