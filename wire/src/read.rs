@@ -307,7 +307,6 @@ mod tests {
     use k8s_openapi::api::core::v1::Pod;
     use k8s_pb::api::core::v1 as pb;
     use k8s_pb::apimachinery::pkg::apis::meta::v1 as pbmeta;
-    use prost::Message;
 
     use super::*;
 
