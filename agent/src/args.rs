@@ -44,8 +44,13 @@ pub struct Args {
 
     /// The encoding of the hot requests: bindings, events, pod and node lists and
     /// watches (without --config; with it, clientConnection.contentType). JSON stays for
-    /// the rest.
-    #[arg(long, default_value = mcsched_wire::PROTOBUF, value_name = "TYPE")]
+    /// the rest. The environment variable lets a test suite run every agent in either.
+    #[arg(
+        long,
+        env = "MCSCHED_KUBE_API_CONTENT_TYPE",
+        default_value = mcsched_wire::PROTOBUF,
+        value_name = "TYPE"
+    )]
     pub kube_api_content_type: mcsched_wire::ContentType,
 
     /// How many bindings may be in flight at once.

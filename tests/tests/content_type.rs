@@ -94,11 +94,13 @@ async fn run(ct: ContentType) -> anyhow::Result<Run> {
         pods.create(&PostParams::default(), &p).await?;
     }
     let before = histograms(&cp.client).await?;
-    // The default is protobuf, as kube-scheduler's; JSON is asked for.
+    // The default is protobuf, as kube-scheduler's; JSON is asked for (and protobuf too
+    // when the suite runs with MCSCHED_KUBE_API_CONTENT_TYPE, the flag's variable).
     let flag = format!("--kube-api-content-type={}", ct.media_type());
+    let by_default = std::env::var_os("MCSCHED_KUBE_API_CONTENT_TYPE").is_none();
     let extra: &[&str] = match ct {
-        ContentType::Protobuf => &[],
-        ContentType::Json => &[&flag],
+        ContentType::Protobuf if by_default => &[],
+        _ => &[&flag],
     };
     let agent = Agent::start_with(&cp.kubeconfig, "mcsched", cp.dir(), name, extra)?;
 
