@@ -179,6 +179,12 @@ async fn run(ct: ContentType) -> anyhow::Result<Run> {
         watch_events >= PODS as f64,
         "each binding is a pod watch event"
     );
+    println!(
+        "{ct}: {:.1} bytes a binding, {:.1} an event, {:.1} a pod watch event ({watch_events} events)",
+        bind_bytes / binds,
+        event_bytes / event_count,
+        watch_bytes / watch_events
+    );
     Ok(Run {
         watch_event_bytes: watch_bytes / watch_events,
     })
