@@ -123,6 +123,10 @@ where
                     self.state = State::Applying { items, next, rv };
                     None
                 }
+                // A page's continue token expired: the list starts over.
+                Err(kube::Error::Api(s)) if s.code == 410 => {
+                    Some(Err(watcher::Error::InitialListFailed(kube::Error::Api(s))))
+                }
                 Err(e) => {
                     self.state = State::Listing { page };
                     Some(Err(watcher::Error::InitialListFailed(e)))
