@@ -11,6 +11,9 @@ pub mod write;
 use std::fmt;
 use std::str::FromStr;
 
+/// The release of k8s.io/api whose .proto files the decoder reads (build.rs).
+pub const K8S_API_VERSION: &str = env!("MCSCHED_K8S_API_VERSION");
+
 /// The protobuf media type; a watch asks for it with `;stream=watch`.
 pub const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
 pub const JSON: &str = "application/json";

@@ -2,7 +2,7 @@
 //! `watcher()` yields them (paged list as Init, InitApply.., InitDone; then the watch from
 //! the list's resourceVersion, resumed from the last one seen, bookmarks included; 410
 //! Gone relists), so the caller's backoff and handling stay what they are for JSON.
-//! Only core/v1 kinds: those are the ones in the vendored .proto files.
+//! Only core/v1 kinds: those are the ones whose .proto files the decoder reads.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
