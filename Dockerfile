@@ -12,7 +12,17 @@
 # Builder: the whole workspace is copied (cargo needs every member's Cargo.toml), only the
 # agent is built, with the versions pinned in Cargo.lock; then the image's root filesystem
 # is laid out by the script `make image` uses.
+# The v1.36 API's .proto files and Go types, which mcsched-wire's build script reads
+# (the release tests/controlplane/go.mod pins); the builder has no Go.
+FROM golang:1.26 AS k8s-modules
+RUN go mod download k8s.io/api@v0.36.3 k8s.io/apimachinery@v0.36.3 \
+    && cp -r "$(go env GOMODCACHE)/k8s.io/api@v0.36.3" /k8s-api \
+    && cp -r "$(go env GOMODCACHE)/k8s.io/apimachinery@v0.36.3" /k8s-apimachinery
+
 FROM rust:1.95 AS builder
+COPY --from=k8s-modules /k8s-api /k8s-api
+COPY --from=k8s-modules /k8s-apimachinery /k8s-apimachinery
+ENV MCSCHED_K8S_API_DIR=/k8s-api MCSCHED_K8S_APIMACHINERY_DIR=/k8s-apimachinery
 WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \

@@ -42,6 +42,17 @@ pub struct Args {
     #[arg(long, default_value_t = 100)]
     pub kube_api_burst: u32,
 
+    /// The encoding of the hot requests: bindings, events, pod and node lists and
+    /// watches (without --config; with it, clientConnection.contentType). JSON stays for
+    /// the rest. The environment variable lets a test suite run every agent in either.
+    #[arg(
+        long,
+        env = "MCSCHED_KUBE_API_CONTENT_TYPE",
+        default_value = mcsched_wire::PROTOBUF,
+        value_name = "TYPE"
+    )]
+    pub kube_api_content_type: mcsched_wire::ContentType,
+
     /// How many bindings may be in flight at once.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
     pub parallel_bindings: u16,

@@ -39,6 +39,7 @@ fn configuration(args: &Args) -> Result<SchedulerConfig, config::ConfigErrors> {
     le.resource_namespace = args.leader_elect_resource_namespace.clone();
     cfg.client_connection.qps = args.kube_api_qps;
     cfg.client_connection.burst = args.kube_api_burst;
+    cfg.client_connection.content_type = args.kube_api_content_type.to_string();
     Ok(cfg)
 }
 
@@ -184,6 +185,10 @@ async fn run(
         parallel_bindings: usize::from(args.parallel_bindings),
         initial_backoff: Duration::from_secs(cfg.pod_initial_backoff_seconds),
         max_backoff: Duration::from_secs(cfg.pod_max_backoff_seconds),
+        content_type: cc
+            .content_type
+            .parse()
+            .context("clientConnection.contentType")?,
     };
     let shared = Shared::new(client, profiles, extenders, leaves, &options);
 

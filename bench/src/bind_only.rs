@@ -11,13 +11,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ListParams, ObjectMeta, PostParams};
+use kube::api::{ListParams, ObjectMeta};
 use kube::runtime::watcher;
 use kube::{Api, Client};
+use mcsched_wire::ContentType;
 use tokio::sync::Semaphore;
 use tracing::warn;
 
@@ -32,6 +33,7 @@ pub async fn run(
     scheduler: &str,
     concurrency: usize,
     write_events: bool,
+    ct: ContentType,
 ) -> anyhow::Result<()> {
     let client = mcsched_e2e::controlplane::client_for(kubeconfig).await?;
     let mut nodes: Vec<String> = Api::<Node>::all(client.clone())
@@ -51,7 +53,13 @@ pub async fn run(
     let event_permits = Arc::new(Semaphore::new(EVENTS_IN_FLIGHT));
     let mut dispatched: HashSet<(String, String)> = HashSet::new();
     let mut next = 0usize;
-    let mut events = std::pin::pin!(watcher(api, cfg));
+    let mut events = match ct {
+        ContentType::Protobuf => {
+            let url = api.resource_url().to_string();
+            mcsched_wire::read::watcher::<Pod>(client.clone(), url, cfg)?.boxed()
+        }
+        ContentType::Json => watcher(api, cfg).boxed(),
+    };
     while let Some(ev) = events.next().await {
         let pod = match ev {
             Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => p,
@@ -81,7 +89,7 @@ pub async fn run(
         let event_permits = write_events.then(|| event_permits.clone());
         let scheduler = scheduler.to_string();
         tokio::spawn(async move {
-            let bound = bind(&client, &ns, &name, &node).await;
+            let bound = mcsched_wire::write::bind(&client, ct, &ns, &name, "", &node).await;
             drop(permit);
             if let Err(e) = bound {
                 warn!(pod = %format!("{ns}/{name}"), %node, "binding failed: {e}");
@@ -93,7 +101,7 @@ pub async fn run(
             let Ok(_permit) = event_permits.acquire_owned().await else {
                 return;
             };
-            if let Err(e) = scheduled_event(&client, &scheduler, &pod, &node).await {
+            if let Err(e) = scheduled_event(&client, ct, &scheduler, &pod, &node).await {
                 warn!(pod = %format!("{ns}/{name}"), "event failed: {e}");
             }
         });
@@ -101,35 +109,10 @@ pub async fn run(
     Ok(())
 }
 
-/// POST pods/{name}/binding, as kube-scheduler's DefaultBinder does.
-async fn bind(client: &Client, ns: &str, name: &str, node: &str) -> Result<(), kube::Error> {
-    let binding = Binding {
-        metadata: ObjectMeta {
-            name: Some(name.to_string()),
-            namespace: Some(ns.to_string()),
-            ..Default::default()
-        },
-        target: ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Node".into()),
-            name: Some(node.to_string()),
-            ..Default::default()
-        },
-    };
-    Api::<Pod>::namespaced(client.clone(), ns)
-        .create_subresource::<_, serde_json::Value>(
-            "binding",
-            name,
-            &PostParams::default(),
-            &binding,
-        )
-        .await
-        .map(|_| ())
-}
-
 /// The Scheduled event kube-scheduler (and mcsched-agent) writes for a bound pod.
 async fn scheduled_event(
     client: &Client,
+    ct: ContentType,
     scheduler: &str,
     pod: &Pod,
     node: &str,
@@ -161,8 +144,5 @@ async fn scheduled_event(
         reporting_instance: Some(format!("{scheduler}-bench")),
         ..Default::default()
     };
-    Api::<Event>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &event)
-        .await
-        .map(|_| ())
+    mcsched_wire::write::create_event(client, ct, &event).await
 }

@@ -53,6 +53,11 @@ struct Args {
     /// Hand-written analysis appended to results.md.
     #[arg(long, default_value = "bench/analysis.md")]
     analysis: PathBuf,
+
+    /// The encoding of mcsched-agent's and the bind-only baselines' hot requests (pod
+    /// watches, bindings, events): a run per encoding gives each its own baselines.
+    #[arg(long, default_value = mcsched_wire::PROTOBUF, value_name = "TYPE")]
+    kube_api_content_type: mcsched_wire::ContentType,
 }
 
 #[derive(Debug, Subcommand)]
@@ -68,6 +73,9 @@ enum Command {
         /// Also write each bound pod's Scheduled event, as kube-scheduler does.
         #[arg(long)]
         events: bool,
+        /// The encoding of its pod watch, bindings and events.
+        #[arg(long, default_value = mcsched_wire::PROTOBUF, value_name = "TYPE")]
+        kube_api_content_type: mcsched_wire::ContentType,
     },
 }
 
@@ -134,9 +142,11 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         scheduler_name,
         concurrency,
         events,
+        kube_api_content_type,
     }) = &args.command
     {
-        bind_only::run(kubeconfig, scheduler_name, *concurrency, *events).await?;
+        let (events, ct) = (*events, *kube_api_content_type);
+        bind_only::run(kubeconfig, scheduler_name, *concurrency, events, ct).await?;
         return Ok(ExitCode::SUCCESS);
     }
     let repo = mcsched_e2e::repo_root();
@@ -194,6 +204,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         controlplane: mcsched_e2e::controlplane::binary(),
         agent,
         bench: std::env::current_exe()?,
+        content_type: args.kube_api_content_type,
     };
     for (what, p) in [
         ("controlplane", &bins.controlplane),

@@ -90,13 +90,15 @@ impl FromStr for Scheduler {
     }
 }
 
-/// Where the programs are.
+/// Where the programs are, and the encoding mcsched-agent and the baselines speak.
 #[derive(Debug, Clone)]
 pub struct Binaries {
     pub controlplane: PathBuf,
     pub agent: PathBuf,
     /// This program, re-run as `mcsched-bench bind-only`.
     pub bench: PathBuf,
+    /// `--kube-api-content-type` of the agent and the bind-only clients.
+    pub content_type: mcsched_wire::ContentType,
 }
 
 pub struct Running {
@@ -145,6 +147,7 @@ pub fn start(
                     "--concurrency={}",
                     bind_only::MCSCHED_PARALLEL_BINDINGS
                 ))
+                .arg(format!("--kube-api-content-type={}", bins.content_type))
                 .env("RUST_LOG", "warn");
             if scheduler == Scheduler::BindEvents {
                 cmd.arg("--events");
@@ -174,6 +177,7 @@ pub fn start_agent(
             "--parallel-bindings={}",
             bind_only::MCSCHED_PARALLEL_BINDINGS
         ))
+        .arg(format!("--kube-api-content-type={}", bins.content_type))
         .arg("--leader-elect=false")
         .arg("--secure-port=0")
         // Counted at the end, not taken back in the middle of a run.

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -20,6 +21,7 @@ use mcsched_engine::cache::Cache;
 pub use mcsched_engine::change::{Change, key_of};
 use mcsched_engine::framework::ClusterEvent;
 use mcsched_engine::snapshot::VolumeObjects;
+use mcsched_wire::ContentType;
 
 /// Pods that finished hold no resources, so the host does not watch them at all.
 pub const NON_TERMINAL_PODS: &str = "status.phase!=Succeeded,status.phase!=Failed";
@@ -153,6 +155,30 @@ pub async fn watch_kind<K, F>(
     config: watcher::Config,
     kind: &'static str,
     ready: impl Into<Ready> + Send,
+    apply: F,
+) where
+    K: Resource
+        + Clone
+        + Default
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Default,
+    F: FnMut(Change<K>) + Send,
+{
+    watch_kind_in(api, config, ContentType::Json, kind, ready, apply).await
+}
+
+/// As [`watch_kind`], listing and watching in `ct` where the kind is served in it (core/v1
+/// kinds in protobuf), else in JSON.
+pub async fn watch_kind_in<K, F>(
+    api: Api<K>,
+    config: watcher::Config,
+    ct: ContentType,
+    kind: &'static str,
+    ready: impl Into<Ready> + Send,
     mut apply: F,
 ) where
     K: Resource
@@ -172,8 +198,7 @@ pub async fn watch_kind<K, F>(
     let mut backoff = std::time::Duration::from_millis(500);
     loop {
         let ended = watch_once(
-            &api,
-            &config,
+            events(&api, &config, ct),
             kind,
             &ready,
             &mut apply,
@@ -194,10 +219,52 @@ pub async fn watch_kind<K, F>(
     }
 }
 
-/// One run of a watch, until its stream ends or handling a change panics; why it ended.
-async fn watch_once<K, F>(
+/// The kind's watcher events, lean: from protobuf where asked for and served (core/v1
+/// kinds), else from JSON without managedFields.
+fn events<K>(
     api: &Api<K>,
     config: &watcher::Config,
+    ct: ContentType,
+) -> BoxStream<'static, Result<Event<Lean<K>>, watcher::Error>>
+where
+    K: Resource
+        + Clone
+        + Default
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Default,
+{
+    let dt = K::DynamicType::default();
+    let client = Client::from(api.clone());
+    let protobuf = (ct == ContentType::Protobuf)
+        .then(|| {
+            let url = api.resource_url().to_string();
+            mcsched_wire::read::watcher::<K>(client.clone(), url, config.clone()).ok()
+        })
+        .flatten();
+    match protobuf {
+        // Decoded straight into K, managedFields left out as the lean decode does.
+        Some(s) => s.map(|r| r.map(lean_event)).default_backoff().boxed(),
+        // Decoded without managedFields: never read here, yet the bulk of a decoded
+        // object (nested JSON maps), as client-go informers' transforms commonly drop them.
+        None => {
+            let lean: Api<Lean<K>> = match api.namespace() {
+                Some(ns) => Api::namespaced_with(client, ns, &dt),
+                None => Api::all_with(client, &dt),
+            };
+            watcher::watcher(lean, config.clone())
+                .default_backoff()
+                .boxed()
+        }
+    }
+}
+
+/// One run of a watch, until its stream ends or handling a change panics; why it ended.
+async fn watch_once<K, F>(
+    mut stream: BoxStream<'static, Result<Event<Lean<K>>, watcher::Error>>,
     kind: &'static str,
     ready: &Ready,
     apply: &mut F,
@@ -217,17 +284,6 @@ where
     F: FnMut(Change<K>) + Send,
 {
     let mut relist: Option<HashMap<String, Seen>> = None;
-    // Decoded without managedFields: never read here, yet the bulk of a decoded object
-    // (nested JSON maps), as client-go informers' transforms commonly drop them.
-    let dt = K::DynamicType::default();
-    let client = Client::from(api.clone());
-    let lean: Api<Lean<K>> = match api.namespace() {
-        Some(ns) => Api::namespaced_with(client, ns, &dt),
-        None => Api::all_with(client, &dt),
-    };
-    let mut stream = watcher::watcher(lean, config.clone())
-        .default_backoff()
-        .boxed();
     let mut apply = |change: Change<K>| {
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| apply(change))).is_ok()
     };
@@ -296,6 +352,16 @@ where
         }
     }
     "the stream ended"
+}
+
+fn lean_event<K>(e: Event<K>) -> Event<Lean<K>> {
+    match e {
+        Event::Apply(o) => Event::Apply(Lean(o)),
+        Event::Delete(o) => Event::Delete(Lean(o)),
+        Event::Init => Event::Init,
+        Event::InitApply(o) => Event::InitApply(Lean(o)),
+        Event::InitDone => Event::InitDone,
+    }
 }
 
 /// 410 Gone: the watch's resource version is no longer served; the watcher relists.

@@ -19,8 +19,9 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::{Event, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
+use mcsched_wire::ContentType;
 use serde_json::json;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{debug, warn};
@@ -158,6 +159,7 @@ enum Write {
 
 struct Inner {
     client: Client,
+    content_type: ContentType,
     controller: String,
     instance: String,
     cache: Mutex<Cache>,
@@ -170,9 +172,10 @@ pub struct EventRecorder(Arc<Inner>);
 
 impl EventRecorder {
     /// Must be called within a Tokio runtime: it starts the sweep task.
-    pub fn new(client: Client, controller: String, instance: String) -> Self {
+    pub fn new(client: Client, ct: ContentType, controller: String, instance: String) -> Self {
         let inner = Arc::new(Inner {
             client,
+            content_type: ct,
             controller,
             instance,
             cache: Mutex::new(Cache {
@@ -288,13 +291,7 @@ impl Inner {
     /// The API server's copy of the event is not decoded: only whether it was created
     /// matters here (bench/analysis.md has what decoding it cost).
     async fn create(&self, e: &Event) -> Result<(), kube::Error> {
-        let body = serde_json::to_vec(e).map_err(kube::Error::SerdeError)?;
-        let mut request = kube::core::Request::new(self.api(e).resource_url())
-            .create(&PostParams::default(), body)
-            .map_err(kube::Error::BuildRequest)?;
-        request.extensions_mut().insert("create");
-        self.client.request_text(request).await?;
-        Ok(())
+        mcsched_wire::write::create_event(&self.client, self.content_type, e).await
     }
 
     /// client-go's series patch; an event deleted meanwhile is created again.
@@ -473,7 +470,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_second_of_a_kind_makes_a_series_later_ones_are_counted() {
         let (client, requests) = stand_in(false);
-        let recorder = EventRecorder::new(client, "mcsched".into(), "mcsched-a".into());
+        let recorder = EventRecorder::new(
+            client,
+            ContentType::Json,
+            "mcsched".into(),
+            "mcsched-a".into(),
+        );
         recorder
             .record(failed("p", "0/3 nodes are available"))
             .await;
@@ -544,7 +546,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_lasting_series_is_refreshed_every_30_minutes() {
         let (client, requests) = stand_in(false);
-        let recorder = EventRecorder::new(client, "mcsched".into(), "mcsched-a".into());
+        let recorder = EventRecorder::new(
+            client,
+            ContentType::Json,
+            "mcsched".into(),
+            "mcsched-a".into(),
+        );
         recorder.record(failed("p", "a")).await;
         recorder.record(failed("p", "b")).await;
         assert_eq!(taken(&requests).len(), 2);
@@ -566,7 +573,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_series_whose_event_is_gone_is_created_again() {
         let (client, requests) = stand_in(true);
-        let recorder = EventRecorder::new(client, "mcsched".into(), "mcsched-a".into());
+        let recorder = EventRecorder::new(
+            client,
+            ContentType::Json,
+            "mcsched".into(),
+            "mcsched-a".into(),
+        );
         recorder.record(failed("p", "a")).await;
         recorder.record(failed("p", "b")).await;
         let seen: Vec<_> = taken(&requests)

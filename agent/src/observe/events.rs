@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
+use mcsched_wire::ContentType;
 use serde_json::json;
 use tokio::sync::{Semaphore, mpsc};
 use tracing::{debug, warn};
@@ -100,10 +101,10 @@ fn lock(pending: &Mutex<PendingWrites>) -> std::sync::MutexGuard<'_, PendingWrit
 }
 
 impl EventSink {
-    pub fn start(client: Client, instance: String) -> Self {
+    pub fn start(client: Client, instance: String, ct: ContentType) -> Self {
         let (events, events_rx) = mpsc::channel(QUEUE);
         let (statuses, statuses_rx) = mpsc::channel(QUEUE);
-        tokio::spawn(record_events(client.clone(), instance, events_rx));
+        tokio::spawn(record_events(client.clone(), instance, ct, events_rx));
         let pending = Arc::new(Mutex::new(PendingWrites::default()));
         tokio::spawn(write_statuses(client, statuses_rx, pending.clone()));
         EventSink {
@@ -228,6 +229,7 @@ pub fn object_ref(pod: &Pod) -> ObjectReference {
 async fn record_events(
     client: Client,
     instance: String,
+    ct: ContentType,
     mut rx: mpsc::Receiver<(String, NewEvent)>,
 ) {
     let mut recorders: HashMap<String, EventRecorder> = HashMap::new();
@@ -237,7 +239,7 @@ async fn record_events(
             .entry(reporting_controller.clone())
             .or_insert_with(|| {
                 let instance = format!("{reporting_controller}-{instance}");
-                EventRecorder::new(client.clone(), reporting_controller, instance)
+                EventRecorder::new(client.clone(), ct, reporting_controller, instance)
             })
             .clone();
         let Ok(slot) = slots.clone().acquire_owned().await else {
@@ -411,7 +413,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn events_are_written_concurrently() {
         let (client, server) = stand_in(Vec::new());
-        let sink = EventSink::start(client, "test".into());
+        let sink = EventSink::start(client, "test".into(), mcsched_wire::ContentType::Json);
         for i in 0..40 {
             sink.scheduled("mcsched", &pod(&format!("p{i}")), "n1");
         }
@@ -441,7 +443,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_binding_drops_the_pods_queued_status_writes() {
         let (client, server) = stand_in(Vec::new());
-        let sink = EventSink::start(client, "test".into());
+        let sink = EventSink::start(client, "test".into(), mcsched_wire::ContentType::Json);
         for _ in 0..3 {
             sink.send(unschedulable("a"));
         }
@@ -472,7 +474,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn unreachable_is_retried_refused_is_not() {
         let (client, server) = stand_in(vec![Answer::Unreachable, Answer::Unreachable]);
-        let sink = EventSink::start(client, "test".into());
+        let sink = EventSink::start(client, "test".into(), mcsched_wire::ContentType::Json);
         sink.scheduled("mcsched", &pod("p"), "n1");
         // Two failures, then created: three tries, 10 to 12.5 s apart.
         wait_for_posts(&server, 3).await;
@@ -480,7 +482,7 @@ mod tests {
         assert_eq!(server.posts.load(Ordering::SeqCst), 3);
 
         let (client, server) = stand_in(vec![Answer::Refused]);
-        let sink = EventSink::start(client, "test".into());
+        let sink = EventSink::start(client, "test".into(), mcsched_wire::ContentType::Json);
         sink.scheduled("mcsched", &pod("p"), "n1");
         wait_for_posts(&server, 1).await;
         tokio::time::sleep(Duration::from_secs(60)).await;
@@ -488,7 +490,7 @@ mod tests {
 
         // Never reachable: given up after client-go's twelve tries.
         let (client, server) = stand_in(vec![Answer::Unreachable; 20]);
-        let sink = EventSink::start(client, "test".into());
+        let sink = EventSink::start(client, "test".into(), mcsched_wire::ContentType::Json);
         sink.scheduled("mcsched", &pod("p"), "n1");
         tokio::time::sleep(Duration::from_secs(600)).await;
         assert_eq!(server.posts.load(Ordering::SeqCst), 12);

@@ -16,7 +16,9 @@ use kube::{Api, Client, ResourceExt};
 use tokio::task::JoinHandle;
 
 use super::Shared;
-use crate::control::watch::{self, Change, NON_TERMINAL_PODS, Ready, key_of, watch_kind};
+use crate::control::watch::{
+    self, Change, NON_TERMINAL_PODS, Ready, key_of, watch_kind, watch_kind_in,
+};
 use mcsched_engine::framework::ClusterEvent;
 use mcsched_engine::pod_selectors::{Selector, SelectorKind};
 use mcsched_engine::snapshot::PodInfo;
@@ -37,17 +39,20 @@ pub(super) fn spawn_watches(
 ) -> Vec<JoinHandle<()>> {
     let mut tasks = Vec::new();
     let s = shared.clone();
-    tasks.push(tokio::spawn(watch_kind(
+    let ct = shared.bind_ctx.content_type;
+    tasks.push(tokio::spawn(watch_kind_in(
         Api::<Pod>::all(client.clone()),
         watcher::Config::default().fields(NON_TERMINAL_PODS),
+        ct,
         "pod",
         ready.clone(),
         move |ev| on_pod_event(&s, ev),
     )));
     let s = shared.clone();
-    tasks.push(tokio::spawn(watch_kind(
+    tasks.push(tokio::spawn(watch_kind_in(
         Api::<Node>::all(client.clone()),
         watcher::Config::default(),
+        ct,
         "node",
         ready.clone(),
         move |ev| on_node_event(&s, ev),

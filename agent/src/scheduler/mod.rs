@@ -47,6 +47,8 @@ pub struct SchedulerOptions {
     pub namespace: String,
     pub initial_backoff: Duration,
     pub max_backoff: Duration,
+    /// The encoding of bindings and events (clientConnection.contentType).
+    pub content_type: mcsched_wire::ContentType,
 }
 
 /// Runs until `shutdown` completes, then lets bindings in flight finish.

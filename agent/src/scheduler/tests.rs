@@ -57,6 +57,7 @@ fn shared_with_pre_bind(
         namespace: "mcsched-system".into(),
         initial_backoff: Duration::from_secs(1),
         max_backoff: Duration::from_secs(10),
+        content_type: mcsched_wire::ContentType::Json,
     };
     let shared = Shared::new(client, profiles, Vec::new(), leaves, &options);
     let node: Node = serde_json::from_value(json!({

@@ -15,6 +15,8 @@ use crate::snapshot::{NodeInfo, NodeList, PodInfo, Snapshot};
 #[derive(Clone)]
 pub struct BindContext {
     pub client: kube::Client,
+    /// The encoding bindings are posted in.
+    pub content_type: mcsched_wire::ContentType,
 }
 
 /// A pod waiting in the scheduling queue.

@@ -55,7 +55,8 @@ pub struct ClientConnection {
     pub kubeconfig: Option<String>,
     pub qps: f32,
     pub burst: u32,
-    pub(crate) content_type: String,
+    /// The media type of requests where protobuf is served (kube-scheduler's default).
+    pub content_type: String,
     pub(crate) accept_content_types: String,
 }
 

@@ -86,7 +86,11 @@ fn fixture(host: Server, leaf: Server) -> Fixture {
         cache: Arc::new(Mutex::new(mcsched_engine::cache::Cache::new())),
         synced: Arc::new(AtomicBool::new(true)),
         leaves: Arc::new(Leaves::new(Default::default())),
-        events: EventSink::start(host_client.clone(), "test".into()),
+        events: EventSink::start(
+            host_client.clone(),
+            "test".into(),
+            mcsched_wire::ContentType::Json,
+        ),
         leader: leading,
         lease: Default::default(),
         pod_groups: mcsched_engine::pod_groups::PodGroups::new(),
