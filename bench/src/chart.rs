@@ -15,8 +15,11 @@ fn color(s: Scheduler) -> RGBColor {
     match s {
         Scheduler::KubeScheduler => RGBColor(66, 133, 244),
         Scheduler::Mcsched => RGBColor(234, 67, 53),
-        Scheduler::BindOnly => RGBColor(150, 150, 150),
+        Scheduler::McschedJson => RGBColor(251, 188, 5),
+        Scheduler::BindOnly => RGBColor(190, 190, 190),
+        Scheduler::BindOnlyJson => RGBColor(150, 150, 150),
         Scheduler::BindEvents => RGBColor(100, 100, 100),
+        Scheduler::BindEventsJson => RGBColor(60, 60, 60),
     }
 }
 

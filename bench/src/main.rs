@@ -21,7 +21,8 @@ struct Args {
     #[arg(long, value_delimiter = ',')]
     workloads: Vec<Kind>,
 
-    /// Schedulers to run (all when not given).
+    /// Schedulers to run (when not given: kube-scheduler, mcsched, mcsched-json,
+    /// bind-only-json, bind-events, bind-events-json); bind-only is protobuf bind-only.
     #[arg(long, value_delimiter = ',')]
     schedulers: Vec<Scheduler>,
 
@@ -53,11 +54,6 @@ struct Args {
     /// Hand-written analysis appended to results.md.
     #[arg(long, default_value = "bench/analysis.md")]
     analysis: PathBuf,
-
-    /// The encoding of mcsched-agent's and the bind-only baselines' hot requests (pod
-    /// watches, bindings, events): a run per encoding gives each its own baselines.
-    #[arg(long, default_value = mcsched_wire::PROTOBUF, value_name = "TYPE")]
-    kube_api_content_type: mcsched_wire::ContentType,
 }
 
 #[derive(Debug, Subcommand)]
@@ -204,7 +200,6 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         controlplane: mcsched_e2e::controlplane::binary(),
         agent,
         bench: std::env::current_exe()?,
-        content_type: args.kube_api_content_type,
     };
     for (what, p) in [
         ("controlplane", &bins.controlplane),

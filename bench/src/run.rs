@@ -175,7 +175,7 @@ pub async fn run(
             )
             .await?;
         }
-        if scheduler == Scheduler::Mcsched {
+        if scheduler.is_mcsched() {
             measured = Some(schedulers::start(
                 scheduler,
                 bins,
@@ -185,6 +185,7 @@ pub async fn run(
         } else {
             helpers.push(schedulers::start_agent(
                 bins,
+                scheduler.content_type(),
                 &host.kubeconfig,
                 &run_dir,
                 "mcsched-sync-only",
@@ -281,14 +282,14 @@ pub async fn run(
             .map(|leaves_done| leaves_done.max(last_binding));
         Some(outcome)
     };
-    let mut violations = if matches!(scheduler, Scheduler::BindOnly | Scheduler::BindEvents) {
+    let mut violations = if scheduler.is_baseline() {
         Vec::new()
     } else {
         crate::validate::check(&host.client, kind).await?
     };
     // mcsched's claim: a pod goes to a leaf only if one of its nodes can run it. The
     // others' leftovers are reported, not judged (the aggregated view cannot know).
-    if let Some(l) = leaf.filter(|l| scheduler == Scheduler::Mcsched && l.pending + l.missing > 0) {
+    if let Some(l) = leaf.filter(|l| scheduler.is_mcsched() && l.pending + l.missing > 0) {
         violations.push(format!(
             "{} of the {} pods sent to leaves stay Pending there ({} never synced)",
             l.pending + l.missing,

@@ -22,50 +22,100 @@ pub const CLIENT_BURST: u32 = 5000;
 pub enum Scheduler {
     KubeScheduler,
     Mcsched,
+    McschedJson,
     BindOnly,
+    BindOnlyJson,
     /// bind-only writing each pod's Scheduled event too: the API server's work per pod of
     /// mcsched-agent and kube-scheduler (a binding and an event), with no scheduling.
     BindEvents,
+    BindEventsJson,
 }
 
 impl Scheduler {
-    /// The schedulers run when none are named: every one, since the targets compare
-    /// mcsched with bind-events and with kube-scheduler in the same run.
-    pub const ALL: [Scheduler; 4] = Scheduler::KNOWN;
-    /// Every scheduler `--schedulers` accepts, in the order results show them.
-    pub const KNOWN: [Scheduler; 4] = [
+    /// The schedulers run when none are named: what the targets compare in one run
+    /// (mcsched in each encoding against bind-events in the same one, against bind-only
+    /// in JSON, the ceiling before protobuf, and against kube-scheduler).
+    pub const ALL: [Scheduler; 6] = [
         Scheduler::KubeScheduler,
         Scheduler::Mcsched,
-        Scheduler::BindOnly,
+        Scheduler::McschedJson,
+        Scheduler::BindOnlyJson,
         Scheduler::BindEvents,
+        Scheduler::BindEventsJson,
+    ];
+    /// Every scheduler `--schedulers` accepts, in the order results show them.
+    pub const KNOWN: [Scheduler; 7] = [
+        Scheduler::KubeScheduler,
+        Scheduler::Mcsched,
+        Scheduler::McschedJson,
+        Scheduler::BindOnly,
+        Scheduler::BindOnlyJson,
+        Scheduler::BindEvents,
+        Scheduler::BindEventsJson,
     ];
 
     pub fn label(self) -> &'static str {
         match self {
             Scheduler::KubeScheduler => "kube-scheduler",
             Scheduler::Mcsched => "mcsched",
+            Scheduler::McschedJson => "mcsched-json",
             Scheduler::BindOnly => "bind-only",
+            Scheduler::BindOnlyJson => "bind-only-json",
             Scheduler::BindEvents => "bind-events",
+            Scheduler::BindEventsJson => "bind-events-json",
         }
     }
 
-    /// How its client encodes requests to the API server: kube-scheduler's
-    /// KubeSchedulerConfiguration defaults clientConnection.contentType to protobuf;
-    /// mcsched-agent and bind-only are kube-rs clients, JSON only.
-    pub fn encoding(self) -> &'static str {
+    /// How its client encodes the hot requests (pod watch, bindings, events):
+    /// kube-scheduler's clientConnection.contentType defaults to protobuf, and so does
+    /// mcsched-agent's `--kube-api-content-type`; the `-json` ones are told JSON.
+    pub fn content_type(self) -> mcsched_wire::ContentType {
         match self {
-            Scheduler::KubeScheduler => "protobuf",
-            Scheduler::Mcsched | Scheduler::BindOnly | Scheduler::BindEvents => "JSON",
+            Scheduler::KubeScheduler
+            | Scheduler::Mcsched
+            | Scheduler::BindOnly
+            | Scheduler::BindEvents => mcsched_wire::ContentType::Protobuf,
+            Scheduler::McschedJson | Scheduler::BindOnlyJson | Scheduler::BindEventsJson => {
+                mcsched_wire::ContentType::Json
+            }
         }
     }
 
-    /// The pods' spec.schedulerName for this scheduler.
+    /// `content_type` as the results name it.
+    pub fn encoding(self) -> &'static str {
+        match self.content_type() {
+            mcsched_wire::ContentType::Protobuf => "protobuf",
+            mcsched_wire::ContentType::Json => "JSON",
+        }
+    }
+
+    pub fn is_mcsched(self) -> bool {
+        matches!(self, Scheduler::Mcsched | Scheduler::McschedJson)
+    }
+
+    /// A bind-only client, with or without events, in either encoding.
+    pub fn is_baseline(self) -> bool {
+        matches!(
+            self,
+            Scheduler::BindOnly
+                | Scheduler::BindOnlyJson
+                | Scheduler::BindEvents
+                | Scheduler::BindEventsJson
+        )
+    }
+
+    fn writes_events(self) -> bool {
+        matches!(self, Scheduler::BindEvents | Scheduler::BindEventsJson)
+    }
+
+    /// The pods' spec.schedulerName for this scheduler (each run has a control plane of
+    /// its own, so the encodings share names).
     pub fn scheduler_name(self) -> &'static str {
         match self {
             Scheduler::KubeScheduler => "default-scheduler",
-            Scheduler::Mcsched => "mcsched",
-            Scheduler::BindOnly => bind_only::SCHEDULER_NAME,
-            Scheduler::BindEvents => "bind-events",
+            Scheduler::Mcsched | Scheduler::McschedJson => "mcsched",
+            Scheduler::BindOnly | Scheduler::BindOnlyJson => bind_only::SCHEDULER_NAME,
+            Scheduler::BindEvents | Scheduler::BindEventsJson => "bind-events",
         }
     }
 }
@@ -83,22 +133,19 @@ impl FromStr for Scheduler {
             .into_iter()
             .find(|k| k.label().eq_ignore_ascii_case(s))
             .ok_or_else(|| {
-                format!(
-                    "unknown scheduler {s:?}; one of kube-scheduler, mcsched, bind-only, bind-events"
-                )
+                let known: Vec<_> = Scheduler::KNOWN.iter().map(|k| k.label()).collect();
+                format!("unknown scheduler {s:?}; one of {}", known.join(", "))
             })
     }
 }
 
-/// Where the programs are, and the encoding mcsched-agent and the baselines speak.
+/// Where the programs are.
 #[derive(Debug, Clone)]
 pub struct Binaries {
     pub controlplane: PathBuf,
     pub agent: PathBuf,
     /// This program, re-run as `mcsched-bench bind-only`.
     pub bench: PathBuf,
-    /// `--kube-api-content-type` of the agent and the bind-only clients.
-    pub content_type: mcsched_wire::ContentType,
 }
 
 pub struct Running {
@@ -135,8 +182,13 @@ pub fn start(
                 .arg(format!("--client-qps={CLIENT_QPS}"))
                 .arg(format!("--client-burst={CLIENT_BURST}"));
         }
-        Scheduler::Mcsched => return start_agent(bins, kubeconfig, dir, "mcsched"),
-        Scheduler::BindOnly | Scheduler::BindEvents => {
+        Scheduler::Mcsched | Scheduler::McschedJson => {
+            return start_agent(bins, scheduler.content_type(), kubeconfig, dir, "mcsched");
+        }
+        Scheduler::BindOnly
+        | Scheduler::BindOnlyJson
+        | Scheduler::BindEvents
+        | Scheduler::BindEventsJson => {
             cmd = Command::new(&bins.bench);
             cmd.arg("bind-only")
                 .arg("--kubeconfig")
@@ -147,9 +199,12 @@ pub fn start(
                     "--concurrency={}",
                     bind_only::MCSCHED_PARALLEL_BINDINGS
                 ))
-                .arg(format!("--kube-api-content-type={}", bins.content_type))
+                .arg(format!(
+                    "--kube-api-content-type={}",
+                    scheduler.content_type()
+                ))
                 .env("RUST_LOG", "warn");
-            if scheduler == Scheduler::BindEvents {
+            if scheduler.writes_events() {
                 cmd.arg("--events");
             }
         }
@@ -162,6 +217,7 @@ pub fn start(
 /// the virtual nodes and syncs the pods other schedulers bound to them into the leaves.
 pub fn start_agent(
     bins: &Binaries,
+    content_type: mcsched_wire::ContentType,
     kubeconfig: &Path,
     dir: &Path,
     scheduler_name: &str,
@@ -177,7 +233,7 @@ pub fn start_agent(
             "--parallel-bindings={}",
             bind_only::MCSCHED_PARALLEL_BINDINGS
         ))
-        .arg(format!("--kube-api-content-type={}", bins.content_type))
+        .arg(format!("--kube-api-content-type={content_type}"))
         .arg("--leader-elect=false")
         .arg("--secure-port=0")
         // Counted at the end, not taken back in the middle of a run.
