@@ -4,6 +4,7 @@
 //! of its `Client::send`. JSON stays for everything else, and for these too when asked.
 
 pub mod codec;
+mod de;
 pub mod read;
 pub mod schema;
 pub mod write;

@@ -27,8 +27,7 @@ pub fn object<K: DeserializeOwned>(message: &str, raw: &[u8]) -> Result<K, WireE
     let opts = Options {
         skip_managed_fields: true,
     };
-    let v = schema::schema().to_json(message, raw, opts)?;
-    Ok(serde_json::from_value(v)?)
+    schema::schema().decode(message, raw, opts)
 }
 
 /// The protobuf message name of `K`, if it is served in protobuf here.

@@ -24,9 +24,16 @@ const PROTOS: &[&str] = &[
 const JSON_SHAPE: &str = include_str!(concat!(env!("OUT_DIR"), "/json_shape.txt"));
 
 const META: &str = "k8s.io.apimachinery.pkg.apis.meta.v1.";
+pub(crate) const OBJECT_META: &str = "k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta";
+pub(crate) const TIME: &str = "k8s.io.apimachinery.pkg.apis.meta.v1.Time";
+pub(crate) const MICRO_TIME: &str = "k8s.io.apimachinery.pkg.apis.meta.v1.MicroTime";
+pub(crate) const FIELDS_V1: &str = "k8s.io.apimachinery.pkg.apis.meta.v1.FieldsV1";
+pub(crate) const QUANTITY: &str = "k8s.io.apimachinery.pkg.api.resource.Quantity";
+pub(crate) const INT_OR_STRING: &str = "k8s.io.apimachinery.pkg.util.intstr.IntOrString";
+pub(crate) const RAW_EXTENSION: &str = "k8s.io.apimachinery.pkg.runtime.RawExtension";
 
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Scalar {
+pub(crate) enum Scalar {
     String,
     Bytes,
     Bool,
@@ -37,32 +44,73 @@ enum Scalar {
 }
 
 #[derive(Debug, Clone)]
-enum Type {
+pub(crate) enum Type {
     Scalar(Scalar),
     Message(String),
 }
 
 #[derive(Debug, Clone)]
-struct Field {
-    name: String,
-    kind: FieldKind,
+pub(crate) struct Field {
+    pub(crate) name: String,
+    pub(crate) kind: FieldKind,
     /// A scalar whose zero JSON keeps (json_shape.txt, written by build.rs).
-    keep_zero: bool,
+    pub(crate) keep_zero: bool,
     /// An embedded message whose fields JSON puts in its parent's.
-    inline: bool,
+    pub(crate) inline: bool,
 }
 
 #[derive(Debug, Clone)]
-enum FieldKind {
+pub(crate) enum FieldKind {
     Single(Type),
     Repeated(Type),
     Map(Type),
 }
 
+/// A message's fields by number: a vector, as the numbers are small and dense, and a
+/// lookup happens for every field on the wire.
+#[derive(Default)]
+pub(crate) struct Fields(Vec<Option<Field>>);
+
+impl Fields {
+    fn insert(&mut self, number: u32, field: Field) {
+        let i = number as usize;
+        if self.0.len() <= i {
+            self.0.resize(i + 1, None);
+        }
+        self.0[i] = Some(field);
+    }
+
+    pub(crate) fn get(&self, number: &u32) -> Option<&Field> {
+        self.0.get(*number as usize).and_then(Option::as_ref)
+    }
+
+    fn get_mut(&mut self, number: &u32) -> Option<&mut Field> {
+        self.0.get_mut(*number as usize).and_then(Option::as_mut)
+    }
+
+    #[cfg(test)]
+    fn values(&self) -> impl Iterator<Item = &Field> {
+        self.0.iter().flatten()
+    }
+
+    fn values_mut(&mut self) -> impl Iterator<Item = &mut Field> {
+        self.0.iter_mut().flatten()
+    }
+}
+
+#[cfg(test)]
+impl std::ops::Index<&u32> for Fields {
+    type Output = Field;
+    fn index(&self, number: &u32) -> &Field {
+        self.get(number)
+            .unwrap_or_else(|| panic!("no field {number}"))
+    }
+}
+
 /// The messages of all files, by full name (`k8s.io.api.core.v1.Pod`), each its fields
 /// by number.
 pub struct Schema {
-    messages: HashMap<String, HashMap<u32, Field>>,
+    messages: HashMap<String, Fields>,
 }
 
 /// The schema, parsed once.
@@ -116,7 +164,7 @@ fn scalar(name: &str) -> Option<Scalar> {
 /// The subset of proto2 these files use: a package, flat messages of optional, repeated
 /// and map fields. The files are the build's own: a shape other than that is a bug
 /// caught by the tests, so the parse is lenient rather than fallible.
-fn parse(text: &str, out: &mut HashMap<String, HashMap<u32, Field>>) {
+fn parse(text: &str, out: &mut HashMap<String, Fields>) {
     let code: String = text
         .lines()
         .map(|l| l.split("//").next().unwrap_or(""))
@@ -137,7 +185,7 @@ fn parse(text: &str, out: &mut HashMap<String, HashMap<u32, Field>>) {
             "message" => {
                 let name = format!("{package}.{}", tokens.get(i + 1).copied().unwrap_or(""));
                 i += 3; // message Name {
-                let mut fields = HashMap::new();
+                let mut fields = Fields::default();
                 while i < tokens.len() && tokens[i] != "}" {
                     let end = tokens[i..]
                         .iter()
@@ -192,13 +240,38 @@ fn field(t: &[&str], package: &str) -> Option<(u32, Field)> {
 }
 
 /// What to leave out of decoded objects.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Default, Debug)]
 pub struct Options {
     /// ObjectMeta's managedFields, which no cache reads (the agent's lean objects).
     pub skip_managed_fields: bool,
 }
 
 impl Schema {
+    /// The message `bytes` of type `message` (a full name) deserialized into `K`, as
+    /// `to_json` then serde would, with no JSON in between.
+    pub fn decode<K: serde::de::DeserializeOwned>(
+        &self,
+        message: &str,
+        bytes: &[u8],
+        opts: Options,
+    ) -> Result<K, WireError> {
+        let (name, _) = self
+            .messages
+            .get_key_value(message)
+            .ok_or_else(|| WireError::UnknownMessage(message.to_string()))?;
+        let msg = crate::de::Msg {
+            schema: self,
+            name,
+            bytes,
+            opts,
+        };
+        Ok(K::deserialize(msg.value()?)?)
+    }
+
+    pub(crate) fn fields(&self, message: &str) -> Option<&Fields> {
+        self.messages.get(message)
+    }
+
     /// The message `bytes` of type `message` (a full name) as the API server's JSON.
     pub fn to_json(&self, message: &str, bytes: &[u8], opts: Options) -> Result<Value, WireError> {
         self.message(message, bytes, opts)
@@ -222,11 +295,11 @@ impl Schema {
                     m.get("intVal").cloned().unwrap_or(Value::from(0))
                 });
             }
-            n if n == format!("{META}Time") || n == format!("{META}MicroTime") => {
+            n @ (TIME | MICRO_TIME) => {
                 let m = self.plain(name, bytes, opts)?;
                 let seconds = m.get("seconds").and_then(Value::as_i64).unwrap_or(0);
                 let nanos = m.get("nanos").and_then(Value::as_i64).unwrap_or(0);
-                return Ok(timestamp(seconds, nanos, n.ends_with("MicroTime")));
+                return Ok(timestamp(seconds, nanos, n == MICRO_TIME));
             }
             "k8s.io.apimachinery.pkg.runtime.RawExtension" => {
                 let raw = self.bytes_field(name, bytes, 1)?.unwrap_or_default();
@@ -235,7 +308,7 @@ impl Schema {
                 }
                 return Ok(serde_json::from_slice(&raw)?);
             }
-            n if n == format!("{META}FieldsV1") => {
+            FIELDS_V1 => {
                 let raw = self.bytes_field(name, bytes, 1)?.unwrap_or_default();
                 return Ok(serde_json::from_slice(&raw)?);
             }
@@ -256,7 +329,7 @@ impl Schema {
             .messages
             .get(name)
             .ok_or_else(|| WireError::UnknownMessage(name.to_string()))?;
-        let skip_managed = opts.skip_managed_fields && name == format!("{META}ObjectMeta");
+        let skip_managed = opts.skip_managed_fields && name == OBJECT_META;
         let mut out = Map::new();
         let mut r = Reader::new(bytes, name);
         while let Some((number, value)) = r.next()? {
@@ -391,24 +464,26 @@ fn is_zero(v: &Value) -> bool {
 /// metav1.Time's JSON (RFC 3339, whole seconds) or MicroTime's (microseconds); the zero
 /// time is null, as Go marshals it.
 fn timestamp(seconds: i64, nanos: i64, micro: bool) -> Value {
+    timestamp_string(seconds, nanos, micro).map_or(Value::Null, Value::String)
+}
+
+pub(crate) fn timestamp_string(seconds: i64, nanos: i64, micro: bool) -> Option<String> {
     const GO_ZERO: i64 = -62_135_596_800;
     if seconds == GO_ZERO && nanos == 0 {
-        return Value::Null;
+        return None;
     }
-    let Ok(t) = time::OffsetDateTime::from_unix_timestamp(seconds) else {
-        return Value::Null;
-    };
+    let t = time::OffsetDateTime::from_unix_timestamp(seconds).ok()?;
     let (y, mo, d) = (t.year(), u8::from(t.month()), t.day());
     let (h, mi, s) = (t.hour(), t.minute(), t.second());
     let base = format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}");
-    Value::String(if micro {
+    Some(if micro {
         format!("{base}.{:06}Z", nanos / 1000)
     } else {
         format!("{base}Z")
     })
 }
 
-fn malformed(message: &str, why: &'static str) -> WireError {
+pub(crate) fn malformed(message: &str, why: &'static str) -> WireError {
     WireError::Malformed {
         message: message.to_string(),
         why,
@@ -416,7 +491,7 @@ fn malformed(message: &str, why: &'static str) -> WireError {
 }
 
 #[derive(Clone, Copy)]
-enum Wire<'a> {
+pub(crate) enum Wire<'a> {
     Varint(u64),
     Fixed64(u64),
     Fixed32(u32),
@@ -424,13 +499,13 @@ enum Wire<'a> {
 }
 
 /// Fields off the wire, one at a time.
-struct Reader<'a> {
+pub(crate) struct Reader<'a, 'n> {
     buf: &'a [u8],
-    at: &'a str,
+    at: &'n str,
 }
 
-impl<'a> Reader<'a> {
-    fn new(buf: &'a [u8], at: &'a str) -> Self {
+impl<'a, 'n> Reader<'a, 'n> {
+    pub(crate) fn new(buf: &'a [u8], at: &'n str) -> Self {
         Reader { buf, at }
     }
 
@@ -450,7 +525,7 @@ impl<'a> Reader<'a> {
         Err(malformed(self.at, "a varint too long"))
     }
 
-    fn varint_or_end(&mut self) -> Result<Option<u64>, WireError> {
+    pub(crate) fn varint_or_end(&mut self) -> Result<Option<u64>, WireError> {
         if self.buf.is_empty() {
             return Ok(None);
         }
@@ -466,7 +541,7 @@ impl<'a> Reader<'a> {
         Ok(head)
     }
 
-    fn next(&mut self) -> Result<Option<(u32, Wire<'a>)>, WireError> {
+    pub(crate) fn next(&mut self) -> Result<Option<(u32, Wire<'a>)>, WireError> {
         let Some(key) = self.varint_or_end()? else {
             return Ok(None);
         };

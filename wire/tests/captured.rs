@@ -11,12 +11,31 @@ fn data(name: &str) -> Vec<u8> {
     std::fs::read(format!("{}/tests/data/{name}", env!("CARGO_MANIFEST_DIR"))).expect("fixture")
 }
 
-fn from_protobuf<K: DeserializeOwned>(bytes: &[u8], message: &str) -> K {
+/// Decoded straight into `K`, checked against the same bytes through the API server's
+/// JSON (`to_json`, then serde): the two decoders must agree.
+fn from_protobuf<K: DeserializeOwned + PartialEq + std::fmt::Debug>(
+    bytes: &[u8],
+    message: &str,
+) -> K {
     let env = codec::decode(bytes).expect("envelope");
+    decode(&env.raw, message, Options::default())
+}
+
+fn decode<K: DeserializeOwned + PartialEq + std::fmt::Debug>(
+    raw: &[u8],
+    message: &str,
+    opts: Options,
+) -> K {
+    let direct: K = schema::schema().decode(message, raw, opts).expect("decode");
     let v = schema::schema()
-        .to_json(message, &env.raw, Options::default())
+        .to_json(message, raw, opts)
         .expect("transcode");
-    serde_json::from_value(v).expect("object")
+    let via_json: K = serde_json::from_value(v).expect("object");
+    assert_eq!(
+        direct, via_json,
+        "the direct decode differs from the JSON one"
+    );
+    direct
 }
 
 #[test]
@@ -44,10 +63,7 @@ fn managed_fields_can_be_left_out() {
     let opts = Options {
         skip_managed_fields: true,
     };
-    let v = schema::schema()
-        .to_json("k8s.io.api.core.v1.Pod", &env.raw, opts)
-        .expect("transcode");
-    let pod: Pod = serde_json::from_value(v).expect("object");
+    let pod: Pod = decode(&env.raw, "k8s.io.api.core.v1.Pod", opts);
     let mut json: Pod = serde_json::from_slice(&data("pod.json")).expect("json");
     assert!(json.metadata.managed_fields.is_some());
     json.metadata.managed_fields = None;
@@ -61,12 +77,7 @@ fn a_watch_stream_is_length_framed_watch_events_of_enveloped_objects() {
     let mut seen = Vec::new();
     while let Some(frame) = frames.next_frame().expect("frame") {
         let ev = codec::decode_event(&frame).expect("event");
-        let pod: Pod = serde_json::from_value(
-            schema::schema()
-                .to_json("k8s.io.api.core.v1.Pod", &ev.object.raw, Options::default())
-                .expect("transcode"),
-        )
-        .expect("pod");
+        let pod: Pod = decode(&ev.object.raw, "k8s.io.api.core.v1.Pod", Options::default());
         seen.push((
             ev.type_,
             pod.metadata.labels.unwrap_or_default().contains_key("x"),
@@ -88,10 +99,7 @@ fn a_list_is_its_resource_version_and_enveloped_items() {
     assert!(!list.resource_version.is_empty());
     assert!(list.continue_token.is_empty());
     assert_eq!(list.items.len(), 1);
-    let v = schema::schema()
-        .to_json("k8s.io.api.core.v1.Pod", list.items[0], Options::default())
-        .expect("transcode");
-    let pod: Pod = serde_json::from_value(v).expect("pod");
+    let pod: Pod = decode(list.items[0], "k8s.io.api.core.v1.Pod", Options::default());
     assert_eq!(pod.metadata.name.as_deref(), Some("p1"));
 }
 
