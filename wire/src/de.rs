@@ -27,6 +27,8 @@ pub(crate) enum Val<'s, 'b> {
     F64(f64),
     Str(&'b [u8]),
     Owned(String),
+    /// A field's JSON name.
+    Name(&'s str),
     /// Raw JSON (a RawExtension's or FieldsV1's bytes).
     Json(&'b [u8]),
     Msg(Msg<'s, 'b>),
@@ -52,6 +54,7 @@ impl<'s, 'b> Val<'s, 'b> {
             Val::F64(f) => *f == 0.0,
             Val::Str(s) => s.is_empty(),
             Val::Owned(s) => s.is_empty(),
+            Val::Name(s) => s.is_empty(),
             _ => false,
         }
     }
@@ -271,6 +274,7 @@ impl<'de, 's, 'b> de::Deserializer<'de> for Val<'s, 'b> {
                 Cow::Owned(s) => visitor.visit_string(s),
             },
             Val::Owned(s) => visitor.visit_string(s),
+            Val::Name(s) => visitor.visit_str(s),
             // Rare (RawExtension, FieldsV1), so through a JSON value.
             Val::Json(raw) => {
                 serde_json::from_slice::<serde_json::Value>(raw)?.deserialize_any(visitor)
@@ -278,7 +282,7 @@ impl<'de, 's, 'b> de::Deserializer<'de> for Val<'s, 'b> {
             Val::Msg(m) => {
                 let mut entries = Vec::new();
                 m.entries(&mut entries)?;
-                visitor.visit_map(Entries {
+                visitor.visit_map(Pairs {
                     iter: entries.into_iter(),
                     value: None,
                 })
@@ -318,6 +322,7 @@ impl<'de, 's, 'b> de::Deserializer<'de> for Val<'s, 'b> {
         match self {
             Val::Str(b) => visitor.visit_enum(text(b).into_owned().into_deserializer()),
             Val::Owned(s) => visitor.visit_enum(s.into_deserializer()),
+            Val::Name(s) => visitor.visit_enum(s.into_deserializer()),
             Val::Json(raw) => serde_json::from_slice::<serde_json::Value>(raw)?
                 .deserialize_enum(name, variants, visitor),
             other => other.deserialize_any(visitor),
@@ -331,52 +336,39 @@ impl<'de, 's, 'b> de::Deserializer<'de> for Val<'s, 'b> {
     }
 }
 
-struct Entries<'s, 'b> {
-    iter: std::vec::IntoIter<(&'s str, Val<'s, 'b>)>,
+/// A key of an object: a field's JSON name, or a map's key off the wire.
+trait Key<'s, 'b> {
+    fn key(self) -> Val<'s, 'b>;
+}
+
+impl<'s, 'b> Key<'s, 'b> for &'s str {
+    fn key(self) -> Val<'s, 'b> {
+        Val::Name(self)
+    }
+}
+
+impl<'s, 'b> Key<'s, 'b> for &'b [u8] {
+    fn key(self) -> Val<'s, 'b> {
+        Val::Str(self)
+    }
+}
+
+struct Pairs<'s, 'b, K> {
+    iter: std::vec::IntoIter<(K, Val<'s, 'b>)>,
     value: Option<Val<'s, 'b>>,
 }
 
-impl<'de, 's, 'b> MapAccess<'de> for Entries<'s, 'b> {
+impl<'de, 's, 'b, K: Key<'s, 'b>> MapAccess<'de> for Pairs<'s, 'b, K> {
     type Error = Error;
 
-    fn next_key_seed<K: DeserializeSeed<'de>>(
+    fn next_key_seed<S: DeserializeSeed<'de>>(
         &mut self,
-        seed: K,
-    ) -> Result<Option<K::Value>, Error> {
+        seed: S,
+    ) -> Result<Option<S::Value>, Error> {
         match self.iter.next() {
             Some((k, v)) => {
                 self.value = Some(v);
-                seed.deserialize(k.into_deserializer()).map(Some)
-            }
-            None => Ok(None),
-        }
-    }
-
-    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, Error> {
-        seed.deserialize(self.value.take().unwrap_or(Val::Null))
-    }
-
-    fn size_hint(&self) -> Option<usize> {
-        Some(self.iter.len())
-    }
-}
-
-struct Pairs<'s, 'b> {
-    iter: std::vec::IntoIter<(&'b [u8], Val<'s, 'b>)>,
-    value: Option<Val<'s, 'b>>,
-}
-
-impl<'de, 's, 'b> MapAccess<'de> for Pairs<'s, 'b> {
-    type Error = Error;
-
-    fn next_key_seed<K: DeserializeSeed<'de>>(
-        &mut self,
-        seed: K,
-    ) -> Result<Option<K::Value>, Error> {
-        match self.iter.next() {
-            Some((k, v)) => {
-                self.value = Some(v);
-                seed.deserialize(Val::Str(k)).map(Some)
+                seed.deserialize(k.key()).map(Some)
             }
             None => Ok(None),
         }

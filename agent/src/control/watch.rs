@@ -144,6 +144,31 @@ impl Seen {
     }
 }
 
+/// What a watched kind is: a Kubernetes object decoded by serde, in either encoding.
+pub trait Watched:
+    Resource<DynamicType: Default>
+    + Clone
+    + Default
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Watched for K where
+    K: Resource<DynamicType: Default>
+        + Clone
+        + Default
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// Streams one kind, turning re-lists into applies and deletions of objects that vanished
 /// meanwhile (those carry only the object's name, uid and labels, all that is remembered
 /// of it: the caches hold the objects, often compact, and a second decoded copy of every
@@ -157,15 +182,7 @@ pub async fn watch_kind<K, F>(
     ready: impl Into<Ready> + Send,
     apply: F,
 ) where
-    K: Resource
-        + Clone
-        + Default
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-    K::DynamicType: Default,
+    K: Watched,
     F: FnMut(Change<K>) + Send,
 {
     watch_kind_in(api, config, ContentType::Json, kind, ready, apply).await
@@ -181,15 +198,7 @@ pub async fn watch_kind_in<K, F>(
     ready: impl Into<Ready> + Send,
     mut apply: F,
 ) where
-    K: Resource
-        + Clone
-        + Default
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-    K::DynamicType: Default,
+    K: Watched,
     F: FnMut(Change<K>) + Send,
 {
     let ready: Ready = ready.into();
@@ -227,15 +236,7 @@ fn events<K>(
     ct: ContentType,
 ) -> BoxStream<'static, Result<Event<Lean<K>>, watcher::Error>>
 where
-    K: Resource
-        + Clone
-        + Default
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-    K::DynamicType: Default,
+    K: Watched,
 {
     let dt = K::DynamicType::default();
     let client = Client::from(api.clone());
@@ -272,15 +273,7 @@ async fn watch_once<K, F>(
     reported: &mut bool,
 ) -> &'static str
 where
-    K: Resource
-        + Clone
-        + Default
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-    K::DynamicType: Default,
+    K: Watched,
     F: FnMut(Change<K>) + Send,
 {
     let mut relist: Option<HashMap<String, Seen>> = None;

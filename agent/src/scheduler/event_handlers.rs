@@ -187,15 +187,7 @@ async fn watch_if_served<K, F>(
     ready: Ready,
     apply: F,
 ) where
-    K: kube::Resource
-        + Clone
-        + Default
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-    K::DynamicType: Default,
+    K: crate::control::watch::Watched,
     F: FnMut(Change<K>) + Send,
 {
     let mut ready = ready;
@@ -242,15 +234,7 @@ fn spawn_selector_watches(
         selector: fn(&K) -> Selector,
     ) -> JoinHandle<()>
     where
-        K: kube::Resource
-            + Clone
-            + Default
-            + std::fmt::Debug
-            + serde::de::DeserializeOwned
-            + Send
-            + Sync
-            + 'static,
-        K::DynamicType: Default,
+        K: crate::control::watch::Watched,
     {
         let s = shared.clone();
         tokio::spawn(watch_kind(
