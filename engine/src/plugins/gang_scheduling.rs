@@ -80,7 +80,7 @@ impl PreEnqueuePlugin for GangScheduling {
 }
 
 impl PermitPlugin for GangScheduling {
-    fn permit(&self, _state: &CycleState, pod: &PodInfo, _node: &str) -> (Status, Duration) {
+    fn permit(&self, cycle: &CycleState, pod: &PodInfo, _node: &str) -> (Status, Duration) {
         let Some(key) = group_key_of(&pod.object()) else {
             return (Status::success(), Duration::ZERO);
         };
@@ -104,8 +104,11 @@ impl PermitPlugin for GangScheduling {
                 PERMIT_TIMEOUT,
             );
         }
-        // Quorum: this pod goes on, and so do the members waiting for it.
-        if let Some(handle) = self.handle.get() {
+        // Quorum: this pod goes on, and so do the members waiting for it (not for a what-if's
+        // verdict, which changes nothing).
+        if !cycle.is_dry_run()
+            && let Some(handle) = self.handle.get()
+        {
             for uid in state.assumed_uids() {
                 if let Some(waiting) = handle.get_waiting_pod(&uid) {
                     waiting.allow(NAME);
