@@ -187,7 +187,7 @@ impl Case {
 }
 
 /// Cases whose incoming pod is a PodGroup's member, in per cent.
-const POD_GROUP_CASES_PERCENT: u64 = 20;
+const POD_GROUP_CASES_PERCENT: u64 = 30;
 /// The incoming pod's PodGroup.
 pub const POD_GROUP: &str = "group";
 
@@ -228,14 +228,31 @@ fn with_pod_group(mut case: Case) -> Case {
             "metadata": {"name": POD_GROUP, "namespace": tag}, "spec": spec,
         }));
     }
-    // Bound members: some of the case's bound pods of its namespace.
+    // Bound members: some of the case's bound pods of its namespace; for a gang mostly
+    // one fewer than minCount, as many, or one more, where Permit's count decides.
     let mut counted = 0;
-    if rng.chance(50) {
+    if rng.chance(75) {
+        let mut wanted = match min_count {
+            Some(Some(m)) => (m + rng.below(3)).saturating_sub(1) as usize,
+            _ => 1 + rng.below(3) as usize,
+        };
         for p in case.existing.iter_mut() {
-            if p["metadata"]["namespace"] == json!(tag) && rng.chance(50) {
+            if wanted > 0 && p["metadata"]["namespace"] == json!(tag) {
                 p["spec"]["schedulingGroup"] = member_of.clone();
                 counted += 1;
+                wanted -= 1;
             }
+        }
+        // The rest: members of no requests bound to the case's first node.
+        let node = case.nodes.first().map(|n| n["metadata"]["name"].clone());
+        for i in 0..node.as_ref().map_or(0, |_| wanted) {
+            case.existing.push(json!({
+                "metadata": {"name": format!("bound-member-{i}"), "namespace": tag},
+                "spec": {"nodeName": node, "schedulerName": NOMINATED_SCHEDULER,
+                         "schedulingGroup": member_of,
+                         "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+            }));
+            counted += 1;
         }
     }
     // Unbound members: around minCount, one fewer to one more (the incoming pod is not
