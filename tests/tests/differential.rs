@@ -21,6 +21,18 @@
 //! in a minimum share of the cases (MIN_REJECTING_PER_MILLE, MIN_ORDERING_PER_MILLE): a
 //! generator that stops exercising a plugin fails.
 //!
+//! Workload-aware scheduling is on in both (kube's GenericWorkload, GangScheduling and
+//! TopologyAwareWorkloadScheduling gates, on the API server, in the oracle and in the
+//! agent): in a third of the cases the incoming pod is a PodGroup's member
+//! (`spec.schedulingGroup`; cases.rs `with_pod_group`): the group missing, basic, or a gang
+//! of `minCount` 1 to 5, with or without `schedulingConstraints.topology`, its other
+//! members unbound (fewer than `minCount`, as many, or more) and bound. Both sides then
+//! also answer each PreEnqueue plugin's verdict (GangScheduling holds the pod until its
+//! group and `minCount` members exist) and, when a node fits, each Permit plugin's
+//! (GangScheduling: wait until `minCount` members are scheduled), compared code and
+//! reasons; DefaultPreemption's part of the message tells members of a group with
+//! topology constraints, or of a missing group, apart.
+//!
 //! Black box (`mcsched_agrees_with_kube_scheduler`): the real kube-scheduler and mcsched
 //! schedule the same generated pods over the same generated cluster states, once both have
 //! bound a probe pod to a probe node created after the case (so both caches hold it); both
@@ -1787,16 +1799,14 @@ fn coverage_shortfalls(
         let got = stats.get(plugin).map_or(0, |s| s.ordering_cases);
         check("told nodes apart", plugin, per_mille, got);
     }
-    // PodGroup cases (a fifth of all): GangScheduling holds about half of them at
-    // PreEnqueue and has about a tenth of them wait at Permit.
-    let got = stats
-        .get("GangScheduling")
-        .map_or(0, |s| s.pre_enqueue_rejecting);
-    check("held a pod at PreEnqueue", "GangScheduling", 30, got);
-    let got = stats
-        .get("GangScheduling")
-        .map_or(0, |s| s.permit_not_success);
-    check("had a pod wait at Permit", "GangScheduling", 5, got);
+    // PodGroup cases: GangScheduling's PreEnqueue must hold, and its Permit must not allow,
+    // the incoming pod in a minimum share of the cases, about a third of what the
+    // generator gives (2000 cases: held 116, not allowed 112).
+    let gang = stats.get("GangScheduling");
+    let got = gang.map_or(0, |s| s.pre_enqueue_rejecting);
+    check("held the pod at PreEnqueue", "GangScheduling", 20, got);
+    let got = gang.map_or(0, |s| s.permit_not_success);
+    check("did not allow the pod at Permit", "GangScheduling", 20, got);
     short
 }
 
