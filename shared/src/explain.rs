@@ -23,8 +23,18 @@ pub struct Explanation {
     pub nodes: Vec<NodeExplanation>,
     /// Extension points in the order they ran, with the time spent in each.
     pub durations: Vec<PhaseDuration>,
+    /// A what-if's only: each PreEnqueue plugin's own verdict, as the queue would ask it
+    /// before taking the pod in (GangScheduling holds a PodGroup's member until the group
+    /// and `minCount` members exist).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pre_enqueue: Vec<PluginVerdict>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pre_filter: Vec<PluginVerdict>,
+    /// A what-if's only, when a node fits: each Permit plugin's own verdict for the pod on
+    /// the chosen node, nothing assumed or allowed (GangScheduling waits until `minCount`
+    /// members are scheduled).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub permit: Vec<PluginVerdict>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub extenders: Vec<ExtenderAnswer>,
     /// The PlacementPolicy or ClusterPlacementPolicy that applied, and how it weighed

@@ -71,8 +71,15 @@ func (o *oracle) cycle(ctx context.Context, f framework.Framework, profile strin
 		return nil, err
 	}
 	// Empty lists, not nulls, for clients that expect arrays.
-	answer := &oracleAnswer{Profile: profile, NumAllNodes: len(allNodes), PreFilter: []verdict{},
+	answer := &oracleAnswer{Profile: profile, NumAllNodes: len(allNodes), PreEnqueue: []verdict{}, PreFilter: []verdict{},
 		Nodes: []nodeAnswer{}, Feasible: []string{}, Best: []string{}}
+	for _, p := range enabled.PreEnqueue.Enabled {
+		pl, ok := plugins[p.Name].(fwk.PreEnqueuePlugin)
+		if !ok {
+			return nil, fmt.Errorf("PreEnqueue plugin %q not found", p.Name)
+		}
+		answer.PreEnqueue = append(answer.PreEnqueue, toVerdict(p.Name, pl.PreEnqueue(ctx, pod)))
+	}
 	if len(allNodes) == 0 {
 		// schedulePod's first check: no FitError, so no PostFilter either.
 		answer.Unschedulable = true
@@ -193,7 +200,29 @@ func (o *oracle) cycle(ctx context.Context, f framework.Framework, profile strin
 			return nil, err
 		}
 	}
+	if len(answer.Best) > 0 {
+		if answer.Permit, err = o.permit(ctx, plugins, enabled, pod, answer.Best[0]); err != nil {
+			return nil, err
+		}
+	}
 	return answer, nil
+}
+
+// permit calls each Permit plugin alone, on a fresh CycleState, for the pod on node (the
+// pod is not assumed: GangScheduling counts the members the cache holds as scheduled).
+// GangScheduling's Permit activates the group's unscheduled members in the queue, which
+// the oracle never pops, and allows waiting pods, of which the oracle has none.
+func (o *oracle) permit(ctx context.Context, plugins map[string]fwk.Plugin, enabled *schedulerconfig.Plugins, pod *v1.Pod, node string) ([]verdict, error) {
+	var out []verdict
+	for _, p := range enabled.Permit.Enabled {
+		pl, ok := plugins[p.Name].(fwk.PermitPlugin)
+		if !ok {
+			return nil, fmt.Errorf("Permit plugin %q not found", p.Name)
+		}
+		s, _ := pl.Permit(ctx, framework.NewCycleState(), pod, node)
+		out = append(out, toVerdict(p.Name, s))
+	}
+	return out, nil
 }
 
 // score runs prioritizeNodes (PreScore, Score, NormalizeScore, weights) and records each

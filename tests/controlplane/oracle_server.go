@@ -6,7 +6,8 @@ package main
 // in-tree registry, the default profile or a KubeSchedulerConfiguration file, its cache
 // fed by its own event handlers) but never runs the scheduling loop: its client may only
 // read, so nothing is bound, evicted or written. An HTTP server on loopback answers
-// POST /judge with what every plugin says about a pod on the cache's snapshot: PreFilter
+// POST /judge with what every plugin says about a pod on the cache's snapshot: PreEnqueue
+// and Permit per plugin (GangScheduling's verdicts on a PodGroup's member), PreFilter
 // per plugin, every Filter plugin's verdict on every node, every Score plugin's raw and
 // normalized score (after NormalizeScore, with its weight), the nodes kube-scheduler
 // would choose among, and the FailedScheduling message (FitError with PostFilter's part).
@@ -30,6 +31,7 @@ import (
 	policy "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/sets"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
@@ -38,6 +40,7 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	scheduleroptions "k8s.io/kubernetes/cmd/kube-scheduler/app/options"
+	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/scheduler"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/validation"
@@ -60,6 +63,7 @@ type oracle struct {
 	getPod          func(namespace, name string) (*v1.Pod, error)
 	namespaceExists func(name string) bool
 	serviceExists   func(namespace, name string) bool
+	podGroupExists  func(namespace, name string) bool
 	pdbs            func() ([]*policy.PodDisruptionBudget, error)
 }
 
@@ -69,6 +73,7 @@ func runOracle(args []string) error {
 	configFile := fs.String("config", "", "KubeSchedulerConfiguration file (default: kube-scheduler's default profile)")
 	listen := fs.String("listen", "127.0.0.1:0", "address of the HTTP server")
 	verbosity := fs.Int("v", 0, "klog verbosity")
+	featureGates := fs.String("feature-gates", "", "kube feature gates (A=true,B=false), as kube-scheduler's --feature-gates: they decide the default profile's plugins (GangScheduling, TopologyPlacementGenerator, PodGroupPodsCount) and what the plugins do")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -79,6 +84,12 @@ func runOracle(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	logger := klog.FromContext(ctx)
+	// Before the configuration is defaulted: the default plugins depend on the gates.
+	if *featureGates != "" {
+		if err := utilfeature.DefaultMutableFeatureGate.Set(*featureGates); err != nil {
+			return fmt.Errorf("--feature-gates: %w", err)
+		}
+	}
 
 	cfg, err := latest.Default()
 	if *configFile != "" {
@@ -135,6 +146,11 @@ func runOracle(args []string) error {
 	svcLister := informerFactory.Core().V1().Services().Lister()
 	o.serviceExists = func(ns, name string) bool { _, err := svcLister.Services(ns).Get(name); return err == nil }
 	o.getPod = func(ns, name string) (*v1.Pod, error) { return podLister.Pods(ns).Get(name) }
+	o.podGroupExists = func(string, string) bool { return false }
+	if utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload) {
+		pgLister := informerFactory.Scheduling().V1alpha2().PodGroups().Lister()
+		o.podGroupExists = func(ns, name string) bool { _, err := pgLister.PodGroups(ns).Get(name); return err == nil }
+	}
 	pdbLister := informerFactory.Policy().V1().PodDisruptionBudgets().Lister()
 	o.pdbs = func() ([]*policy.PodDisruptionBudget, error) { return pdbLister.List(labels.Everything()) }
 	informerFactory.Start(ctx.Done())
@@ -281,6 +297,22 @@ func (o *oracle) ready(f framework.Framework, snapshot *internalcache.Snapshot, 
 		ns, name, _ := strings.Cut(key, "/")
 		if !o.serviceExists(ns, name) {
 			return nil, "service " + key
+		}
+	}
+	for _, key := range req.Expect.PodGroups {
+		ns, name, _ := strings.Cut(key, "/")
+		if !o.podGroupExists(ns, name) {
+			return nil, "podgroup " + key
+		}
+	}
+	for key, want := range req.Expect.PodGroupMembers {
+		ns, name, _ := strings.Cut(key, "/")
+		have := 0
+		if state, err := o.sched.Cache.PodGroupStates().Get(ns, name); err == nil {
+			have = state.AllPodsCount()
+		}
+		if have != want {
+			return nil, fmt.Sprintf("podgroup %s: %d members, %d expected", key, have, want)
 		}
 	}
 	for _, want := range req.Expect.Nominated {

@@ -31,6 +31,11 @@ type expectation struct {
 	Services []string `json:"services,omitempty"`
 	// Nominated: at least these nominations (namespace/name=node) in the queue's nominator.
 	Nominated []string `json:"nominated,omitempty"`
+	// PodGroups: at least these PodGroups (namespace/name).
+	PodGroups []string `json:"podGroups,omitempty"`
+	// PodGroupMembers: exactly this many members of each PodGroup (namespace/name) in the
+	// cache's pod group states, which GangScheduling counts.
+	PodGroupMembers map[string]int `json:"podGroupMembers,omitempty"`
 }
 
 type verdict struct {
@@ -67,6 +72,14 @@ type nodeAnswer struct {
 type oracleAnswer struct {
 	Profile     string `json:"profile"`
 	NumAllNodes int    `json:"numAllNodes"`
+	// PreEnqueue: each PreEnqueue plugin called alone, as the queue calls them before it
+	// takes the pod in (GangScheduling holds a PodGroup's member until the group and
+	// minCount members exist).
+	PreEnqueue []verdict `json:"preEnqueue"`
+	// Permit: each Permit plugin called alone on a fresh CycleState as if the pod were
+	// placed on its first best node (GangScheduling: wait until minCount members are
+	// scheduled); absent when no node fits.
+	Permit []verdict `json:"permit,omitempty"`
 	// PreFilter: each PreFilter plugin called alone on a fresh CycleState.
 	PreFilter []verdict `json:"preFilter"`
 	// PreFilterStatus: the framework's verdict over all PreFilter plugins.

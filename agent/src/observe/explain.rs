@@ -259,7 +259,9 @@ fn head(
         num_feasible_nodes: record.num_feasible,
         nodes: Vec::new(),
         durations: record.durations.clone(),
+        pre_enqueue: Vec::new(),
         pre_filter: record.pre_filter.clone(),
+        permit: Vec::new(),
         extenders: record.extenders.clone(),
         policy: record.policy.clone(),
     }

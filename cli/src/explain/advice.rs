@@ -424,7 +424,9 @@ mod tests {
             num_feasible_nodes: 0,
             nodes,
             durations: vec![],
+            pre_enqueue: vec![],
             pre_filter: vec![],
+            permit: vec![],
             extenders: vec![],
             policy: None,
         }

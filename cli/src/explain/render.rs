@@ -259,7 +259,9 @@ mod tests {
                 },
             ],
             durations: vec![],
+            pre_enqueue: vec![],
             pre_filter: vec![],
+            permit: vec![],
             extenders: vec![],
             policy: Some(mcsched_shared::explain::AppliedPolicy {
                 name: "PlacementPolicy shop/web".into(),
@@ -322,7 +324,9 @@ mod tests {
             num_feasible_nodes: 0,
             nodes: vec![],
             durations: vec![],
+            pre_enqueue: vec![],
             pre_filter: vec![],
+            permit: vec![],
             extenders: vec![],
             policy: None,
         };

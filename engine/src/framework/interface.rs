@@ -133,6 +133,22 @@ impl Handle {
     }
 }
 
+#[cfg(test)]
+impl Handle {
+    /// A handle of no framework, for plugins' unit tests.
+    pub(crate) fn for_test() -> Self {
+        Handle {
+            waiting_pods: Arc::default(),
+        }
+    }
+
+    /// Parks `pod`, assumed on `node`, as waiting for `plugin` to allow it.
+    pub(crate) fn park_for_test(&self, pod: Arc<PodInfo>, node: &str, plugin: &'static str) {
+        self.waiting_pods
+            .add(pod, node, &[(plugin, Duration::from_secs(60))]);
+    }
+}
+
 pub trait Plugin: Send + Sync {
     fn name(&self) -> &'static str;
 

@@ -251,6 +251,39 @@ impl Framework {
         Status::success()
     }
 
+    /// Each PreEnqueue plugin's own verdict for `pod`, every plugin asked (a what-if shows
+    /// what the queue would say; the queue itself stops at the first rejection).
+    pub fn pre_enqueue_verdicts(
+        &self,
+        pod: &k8s_openapi::api::core::v1::Pod,
+    ) -> Vec<PluginVerdict> {
+        self.pre_enqueue
+            .iter()
+            .filter_map(|p| {
+                let pe = p.as_pre_enqueue()?;
+                Some(verdict(p.name(), &pe.pre_enqueue(pod)))
+            })
+            .collect()
+    }
+
+    /// Each Permit plugin's own verdict for `pod` on `node`, for a what-if: `state` must be
+    /// a dry run's, so that no plugin allows a waiting pod; nothing is assumed.
+    pub fn permit_verdicts(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &str,
+    ) -> Vec<PluginVerdict> {
+        debug_assert!(state.is_dry_run());
+        self.permit
+            .iter()
+            .filter_map(|p| {
+                let pm = p.as_permit()?;
+                Some(verdict(p.name(), &pm.permit(state, pod, node).0))
+            })
+            .collect()
+    }
+
     /// The nodes PreFilter allows (None: all) and the plugins that narrowed them down.
     fn run_pre_filter(
         &self,

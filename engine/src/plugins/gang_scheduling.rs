@@ -80,7 +80,7 @@ impl PreEnqueuePlugin for GangScheduling {
 }
 
 impl PermitPlugin for GangScheduling {
-    fn permit(&self, _state: &CycleState, pod: &PodInfo, _node: &str) -> (Status, Duration) {
+    fn permit(&self, cycle: &CycleState, pod: &PodInfo, _node: &str) -> (Status, Duration) {
         let Some(key) = group_key_of(&pod.object()) else {
             return (Status::success(), Duration::ZERO);
         };
@@ -104,8 +104,11 @@ impl PermitPlugin for GangScheduling {
                 PERMIT_TIMEOUT,
             );
         }
-        // Quorum: this pod goes on, and so do the members waiting for it.
-        if let Some(handle) = self.handle.get() {
+        // Quorum: this pod goes on, and so do the members waiting for it (not for a what-if's
+        // verdict, which changes nothing).
+        if !cycle.is_dry_run()
+            && let Some(handle) = self.handle.get()
+        {
             for uid in state.assumed_uids() {
                 if let Some(waiting) = handle.get_waiting_pod(&uid) {
                     waiting.allow(NAME);
@@ -175,6 +178,30 @@ mod tests {
         );
         groups.assume(&b);
         assert!(plugin.permit(&CycleState::new(), &b, "n2").0.is_success());
+    }
+
+    /// A what-if's Permit (a dry run's state) says what the live one would, and allows no
+    /// member waiting for the quorum; the live one does.
+    #[test]
+    fn a_dry_run_permit_allows_no_waiting_member() {
+        let groups = PodGroups::new();
+        let plugin = GangScheduling::new(groups.clone());
+        let handle = Handle::for_test();
+        plugin.set_handle(&handle);
+        groups.set_group(&group(json!({"gang": {"minCount": 2}})));
+        let (a, b) = (member("a"), member("b"));
+        groups.add_pod(a.clone());
+        groups.add_pod(b.clone());
+        groups.assume(&a);
+        handle.park_for_test(a.clone(), "n1", NAME);
+        groups.assume(&b);
+        let mut dry = CycleState::new();
+        dry.set_dry_run();
+        assert!(plugin.permit(&dry, &b, "n2").0.is_success());
+        let waiting = handle.get_waiting_pod("uid-a").expect("a waits");
+        assert_eq!(waiting.pending_plugins(), vec![NAME]);
+        assert!(plugin.permit(&CycleState::new(), &b, "n2").0.is_success());
+        assert!(waiting.pending_plugins().is_empty());
     }
 
     #[test]

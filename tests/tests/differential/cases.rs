@@ -92,6 +92,14 @@ pub struct Case {
     /// PersistentVolumes and CSINodes (cluster-scoped, labelled with the batch).
     pub volumes: Vec<Value>,
     pub csi_nodes: Vec<Value>,
+    /// PodGroups (scheduling.k8s.io/v1alpha2) of the case's namespace.
+    pub pod_groups: Vec<Value>,
+    /// Unbound members of the incoming pod's PodGroup, of the nominated pods' scheduler
+    /// (both sides count them, neither schedules them).
+    pub members: Vec<Value>,
+    /// How many members (bound and unbound; not the incoming pod, which is neither
+    /// scheduler's) each side must count in the group, `namespace/name`.
+    pub group_members: Option<(String, usize)>,
 }
 
 impl Case {
@@ -156,12 +164,122 @@ impl Case {
             .collect()
     }
 
+    pub fn pod_group_keys(&self) -> Vec<String> {
+        self.pod_groups
+            .iter()
+            .map(|g| {
+                format!(
+                    "{}/{}",
+                    g["metadata"]["namespace"].as_str().unwrap_or_default(),
+                    g["metadata"]["name"].as_str().unwrap_or_default()
+                )
+            })
+            .collect()
+    }
+
     pub fn to_json(&self) -> Value {
         json!({"namespaces": self.namespaces, "nodes": self.nodes, "services": self.services,
                "existing": self.existing, "pod": self.pod, "nominated": self.nominated,
                "pdbs": self.pdbs, "claims": self.claims, "volumes": self.volumes,
-               "csiNodes": self.csi_nodes})
+               "csiNodes": self.csi_nodes, "podGroups": self.pod_groups,
+               "members": self.members})
     }
+}
+
+/// Cases whose incoming pod is a PodGroup's member, in per cent.
+const POD_GROUP_CASES_PERCENT: u64 = 30;
+/// The incoming pod's PodGroup.
+pub const POD_GROUP: &str = "group";
+
+/// Makes the incoming pod a member of a PodGroup (`spec.schedulingGroup`), decided by a
+/// generator of its own, so that every case stays the case it was before: the group
+/// missing, basic, or a gang of `minCount` 1 to 5 with fewer members than that, as many,
+/// or more; with or without `schedulingConstraints.topology` (zones); its other members
+/// unbound pods of the nominated pods' scheduler and, now and then, the case's bound
+/// pods of its namespace (scheduled members, which GangScheduling's Permit counts).
+fn with_pod_group(mut case: Case) -> Case {
+    let mut rng = Rng(case.seed ^ (case.id as u64 + 1).wrapping_mul(0xA076_1D64_78BD_642F));
+    rng.next();
+    if !rng.chance(POD_GROUP_CASES_PERCENT) {
+        return case;
+    }
+    let tag = case.tag.clone();
+    let member_of = json!({"podGroupName": POD_GROUP});
+    case.pod["spec"]["schedulingGroup"] = member_of.clone();
+    // The group: missing (1 in 8), basic (1 in 4), else a gang.
+    let kind = rng.below(8);
+    let min_count = match kind {
+        0 => None,
+        1 | 2 => Some(None),
+        _ => Some(Some(1 + rng.below(5))),
+    };
+    if let Some(min_count) = min_count {
+        let policy = match min_count {
+            Some(m) => json!({"gang": {"minCount": m}}),
+            None => json!({"basic": {}}),
+        };
+        let mut spec = json!({"schedulingPolicy": policy});
+        if rng.chance(40) {
+            spec["schedulingConstraints"] =
+                json!({"topology": [{"key": "topology.kubernetes.io/zone"}]});
+        }
+        case.pod_groups.push(json!({
+            "apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup",
+            "metadata": {"name": POD_GROUP, "namespace": tag}, "spec": spec,
+        }));
+    }
+    // Bound members: some of the case's bound pods of its namespace; for a gang mostly
+    // one fewer than minCount, as many, or one more, where Permit's count decides.
+    let mut counted = 0;
+    if rng.chance(75) {
+        let mut wanted = match min_count {
+            Some(Some(m)) => (m + rng.below(3)).saturating_sub(1) as usize,
+            _ => 1 + rng.below(3) as usize,
+        };
+        for p in case.existing.iter_mut() {
+            if wanted > 0 && p["metadata"]["namespace"] == json!(tag) {
+                p["spec"]["schedulingGroup"] = member_of.clone();
+                counted += 1;
+                wanted -= 1;
+            }
+        }
+        // The rest: members of no requests bound to the case's first node.
+        let node = case.nodes.first().map(|n| n["metadata"]["name"].clone());
+        for i in 0..node.as_ref().map_or(0, |_| wanted) {
+            case.existing.push(json!({
+                "metadata": {"name": format!("bound-member-{i}"), "namespace": tag},
+                "spec": {"nodeName": node, "schedulerName": NOMINATED_SCHEDULER,
+                         "schedulingGroup": member_of,
+                         "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+            }));
+            counted += 1;
+        }
+    }
+    // Unbound members: around minCount, one fewer to one more (the incoming pod is not
+    // counted: its scheduler is neither's).
+    let target = match min_count {
+        Some(Some(m)) => (m + rng.below(3)).saturating_sub(1) as usize,
+        _ => rng.below(3) as usize,
+    };
+    for i in counted..target.max(counted) {
+        case.members.push(json!({
+            "metadata": {"name": format!("member-{i}"), "namespace": tag},
+            "spec": {"schedulerName": NOMINATED_SCHEDULER, "schedulingGroup": member_of,
+                     "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+        }));
+    }
+    if case.members.is_empty() && counted == 0 {
+        // kube counts a group's members from the first one its queue or cache holds:
+        // without any, its state is not found (an error, where the incoming pod, were it
+        // kube's, would be the first). One member at least.
+        case.members.push(json!({
+            "metadata": {"name": "member-0", "namespace": tag},
+            "spec": {"schedulerName": NOMINATED_SCHEDULER, "schedulingGroup": member_of,
+                     "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+        }));
+    }
+    case.group_members = Some((format!("{tag}/{POD_GROUP}"), counted + case.members.len()));
+    case
 }
 
 /// The tag of a case: in every name and label it creates.
@@ -227,6 +345,10 @@ fn nominated_pod(rng: &mut Rng, tag: &str, i: usize, node: &str, classes: &[&str
 }
 
 pub fn generate(seed: u64, id: usize, batch: &str) -> Case {
+    with_pod_group(generate_base(seed, id, batch))
+}
+
+fn generate_base(seed: u64, id: usize, batch: &str) -> Case {
     let mut rng = Rng(seed ^ (id as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03));
     rng.next();
     let tag = tag(seed, id);
@@ -604,6 +726,9 @@ pub fn generate(seed: u64, id: usize, batch: &str) -> Case {
         claims: Vec::new(),
         volumes: Vec::new(),
         csi_nodes: Vec::new(),
+        pod_groups: Vec::new(),
+        members: Vec::new(),
+        group_members: None,
         namespaces,
         nodes,
         existing,
@@ -691,6 +816,9 @@ fn generate_preemption(seed: u64, id: usize, batch: &str, tag: String, mut rng: 
         claims: Vec::new(),
         volumes: Vec::new(),
         csi_nodes: Vec::new(),
+        pod_groups: Vec::new(),
+        members: Vec::new(),
+        group_members: None,
         tag,
     }
 }
@@ -900,6 +1028,9 @@ fn generate_volumes(seed: u64, id: usize, batch: &str, tag: String, mut rng: Rng
         claims,
         volumes,
         csi_nodes,
+        pod_groups: Vec::new(),
+        members: Vec::new(),
+        group_members: None,
         tag,
     }
 }

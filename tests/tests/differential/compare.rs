@@ -31,6 +31,10 @@ pub struct PluginStats {
     pub ordering_cases: usize,
     /// Cases in which the plugin's PreFilter verdict was compared.
     pub pre_filter_cases: usize,
+    /// Cases in which the plugin's PreEnqueue verdict was compared and was not Success.
+    pub pre_enqueue_rejecting: usize,
+    /// Cases in which the plugin's Permit verdict was compared and was not Success.
+    pub permit_not_success: usize,
 }
 
 impl PluginStats {
@@ -40,6 +44,8 @@ impl PluginStats {
         self.score_cases += o.score_cases;
         self.ordering_cases += o.ordering_cases;
         self.pre_filter_cases += o.pre_filter_cases;
+        self.pre_enqueue_rejecting += o.pre_enqueue_rejecting;
+        self.permit_not_success += o.permit_not_success;
     }
 }
 
@@ -77,6 +83,12 @@ pub fn compare(kube: &Answer, ours: &Explanation, own: &dyn Fn(&str) -> bool) ->
             "nodes in the snapshot: kube-scheduler {}, mcsched {}",
             kube.num_all_nodes, ours.num_all_nodes
         ));
+    }
+    compare_gate("PreEnqueue", &kube.pre_enqueue, &ours.pre_enqueue, &mut c);
+    // Permit is asked of a pod that fits, on both sides (whether it fits is compared
+    // below).
+    if !kube.permit.is_empty() && !ours.permit.is_empty() {
+        compare_gate("Permit", &kube.permit, &ours.permit, &mut c);
     }
     compare_pre_filter(kube, ours, &mut c);
     compare_nodes(kube, ours, own, &mut c);
@@ -176,6 +188,51 @@ fn compare_preemption(kube: &Answer, ours: &Explanation, c: &mut Comparison) {
         c.differ(format!(
             "preemption on {node}: kube-scheduler's victims {theirs:?}, mcsched's {mine:?}"
         ));
+    }
+}
+
+/// A pod's PreEnqueue or Permit verdicts, plugin by plugin: where both sides run a plugin
+/// they must say the same (code and reasons).
+fn compare_gate(
+    point: &str,
+    kube: &[super::oracle::Verdict],
+    ours: &[mcsched_shared::explain::PluginVerdict],
+    c: &mut Comparison,
+) {
+    for k in kube {
+        match ours.iter().find(|v| kube_name(&v.plugin) == k.plugin) {
+            Some(v) => {
+                if !passes(&k.code) {
+                    let s = c.stats(&k.plugin);
+                    if point == "PreEnqueue" {
+                        s.pre_enqueue_rejecting += 1;
+                    } else {
+                        s.permit_not_success += 1;
+                    }
+                }
+                if k.code != v.code || k.reasons != v.reasons {
+                    c.differ(format!(
+                        "{point} {}: kube-scheduler {} {:?}, mcsched {} {:?}",
+                        k.plugin, k.code, k.reasons, v.code, v.reasons
+                    ));
+                }
+            }
+            // A plugin one side runs there and the other does not (kube's DynamicResources
+            // and DefaultPreemption at PreEnqueue) must let the pod pass.
+            None if !passes(&k.code) => c.differ(format!(
+                "{point} {}: kube-scheduler {} {:?}, a plugin mcsched does not run there",
+                k.plugin, k.code, k.reasons
+            )),
+            None => {}
+        }
+    }
+    for v in ours {
+        if !passes(&v.code) && !kube.iter().any(|k| k.plugin == kube_name(&v.plugin)) {
+            c.differ(format!(
+                "{point} {}: mcsched {} {:?}, a plugin kube-scheduler does not run there",
+                v.plugin, v.code, v.reasons
+            ));
+        }
     }
 }
 

@@ -36,6 +36,12 @@ pub struct Expect {
     pub services: Vec<String>,
     /// At least these nominations in kube-scheduler's queue (`namespace/name=node`).
     pub nominated: Vec<String>,
+    /// At least these PodGroups (`namespace/name`).
+    #[serde(rename = "podGroups")]
+    pub pod_groups: Vec<String>,
+    /// Exactly this many members of each PodGroup (`namespace/name`) counted by the cache.
+    #[serde(rename = "podGroupMembers")]
+    pub pod_group_members: std::collections::BTreeMap<String, usize>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -85,6 +91,13 @@ pub struct NodeAnswer {
 pub struct Answer {
     pub profile: String,
     pub num_all_nodes: usize,
+    /// Each PreEnqueue plugin called alone.
+    #[serde(default)]
+    pub pre_enqueue: Vec<Verdict>,
+    /// Each Permit plugin called alone for the pod on its first best node (none when no
+    /// node fits).
+    #[serde(default)]
+    pub permit: Vec<Verdict>,
     /// Each PreFilter plugin called alone.
     #[serde(default)]
     pub pre_filter: Vec<Verdict>,
@@ -140,15 +153,21 @@ pub struct Oracle {
 
 impl Oracle {
     /// Starts `controlplane oracle` on `cp`'s API server with kube-scheduler's default
-    /// profile, or the KubeSchedulerConfiguration `config` (the first profile judges).
+    /// profile, or the KubeSchedulerConfiguration `config` (the first profile judges), and
+    /// kube's feature gates `feature_gates` (`A=true,B=false`, as kube-scheduler's
+    /// `--feature-gates`; empty: the defaults).
     pub async fn start(
         cp: &ControlPlane,
         config: Option<&std::path::Path>,
+        feature_gates: &str,
     ) -> anyhow::Result<Self> {
         let bin = mcsched_e2e::controlplane::binary();
         let log = cp.dir().join("oracle.log");
         let mut cmd = Command::new(&bin);
         cmd.arg("oracle").arg("--kubeconfig").arg(&cp.kubeconfig);
+        if !feature_gates.is_empty() {
+            cmd.arg(format!("--feature-gates={feature_gates}"));
+        }
         if let Some(config) = config {
             cmd.arg("--config").arg(config);
         }

@@ -77,6 +77,9 @@ async fn dry_run(shared: &Shared, pod: Pod) -> Result<Explanation, DryRunError> 
         ));
     };
     let scheduler = fw.scheduler_name.clone();
+    // What the queue would say before taking the pod in (a PodGroup's member waits there
+    // for its group); the cycle below runs whatever it says, as kube's oracle does.
+    let pre_enqueue = fw.pre_enqueue_verdicts(&pod);
     let info = PodInfo::new(Arc::new(pod));
     let snapshot = shared.cache().snapshot();
     let mut state = CycleState::new();
@@ -92,11 +95,16 @@ async fn dry_run(shared: &Shared, pod: Pod) -> Result<Explanation, DryRunError> 
         true,
     )
     .await;
+    let mut permit = Vec::new();
     let outcome = match result {
-        Ok(r) => Outcome::Scheduled {
-            leaf_node: record.leaf_nodes.get(&r.node).cloned(),
-            node: r.node,
-        },
+        Ok(r) => {
+            // The state is a dry run's: Permit allows no waiting pod.
+            permit = fw.permit_verdicts(&state, &info, &r.node);
+            Outcome::Scheduled {
+                leaf_node: record.leaf_nodes.get(&r.node).cloned(),
+                node: r.node,
+            }
+        }
         Err(mut fit) => {
             let preemption = run_post_filter(&fw, &state, &info, &snapshot, &mut fit);
             let (nominated_node, victims) = match preemption {
@@ -113,12 +121,15 @@ async fn dry_run(shared: &Shared, pod: Pod) -> Result<Explanation, DryRunError> 
             }
         }
     };
-    Ok(explanation(
+    let mut e = explanation(
         &scheduler,
         &info.key,
         &record,
         outcome,
         snapshot.len(),
         usize::MAX,
-    ))
+    );
+    e.pre_enqueue = pre_enqueue;
+    e.permit = permit;
+    Ok(e)
 }

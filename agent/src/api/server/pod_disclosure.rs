@@ -215,7 +215,9 @@ mod tests {
                 node("n2", &["b/x", "b/y"]),
             ],
             durations: Vec::new(),
+            pre_enqueue: Vec::new(),
             pre_filter: Vec::new(),
+            permit: Vec::new(),
             extenders: Vec::new(),
             policy: None,
         }
