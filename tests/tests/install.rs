@@ -402,14 +402,32 @@ async fn install_twice_then_uninstall_with_least_privilege() -> anyhow::Result<(
     assert!(removed.contains("26 objects deleted"), "{removed}");
     let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
         Api::all(cp.client.clone());
+    // Uninstall's part is the delete; the API server's CRD finalizer then removes the
+    // (empty) instances, which a loaded machine has taken over a minute to do. A CRD still
+    // there must be terminating, and a timeout says what holds it.
     for crd in [
         "placementpolicies.policy.mcsched.io",
         "clusterplacementpolicies.policy.mcsched.io",
     ] {
+        if let Some(left) = crds.get_opt(crd).await? {
+            assert!(
+                left.metadata.deletion_timestamp.is_some(),
+                "{crd} left without a deletionTimestamp: uninstall did not delete it"
+            );
+        }
         wait::until(
-            std::time::Duration::from_secs(60),
+            std::time::Duration::from_secs(180),
             &format!("{crd} gone"),
-            || async { Ok(crds.get_opt(crd).await?.is_none().then_some(())) },
+            || async {
+                match crds.get_opt(crd).await? {
+                    None => Ok(Some(())),
+                    Some(left) => Err(anyhow::anyhow!(
+                        "{crd} still there: finalizers {:?}, conditions {:?}",
+                        left.metadata.finalizers,
+                        left.status.and_then(|s| s.conditions)
+                    )),
+                }
+            },
         )
         .await?;
     }
@@ -441,14 +459,16 @@ async fn install_twice_then_uninstall_with_least_privilege() -> anyhow::Result<(
             .is_none()
     );
     wait::until(
-        std::time::Duration::from_secs(60),
+        std::time::Duration::from_secs(180),
         "the namespace gone",
         || async {
-            Ok(namespaces
-                .get_opt(keys::SYSTEM_NAMESPACE)
-                .await?
-                .is_none()
-                .then_some(()))
+            match namespaces.get_opt(keys::SYSTEM_NAMESPACE).await? {
+                None => Ok(Some(())),
+                Some(left) => Err(anyhow::anyhow!(
+                    "namespace still there: {:?}",
+                    left.status.and_then(|s| s.conditions)
+                )),
+            }
         },
     )
     .await?;
