@@ -189,6 +189,10 @@ async fn run(
             .content_type
             .parse()
             .context("clientConnection.contentType")?,
+        watch_content_type: cc
+            .response_content_type()
+            .parse()
+            .context("clientConnection.acceptContentTypes")?,
     };
     let shared = Shared::new(client, profiles, extenders, leaves, &options);
 

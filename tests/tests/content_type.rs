@@ -4,7 +4,9 @@
 //! every create's body: with nothing else creating pods or events, its sums are exactly
 //! the agent's bindings and events, in bytes of the encoding asked for.
 //! `apiserver_watch_events_sizes` counts the bytes of each watch event sent, the agent's
-//! pod and node watches being the only ones.
+//! pod and node watches being the only ones. A third run gives the agent a configuration
+//! whose `clientConnection.acceptContentTypes` asks for JSON answers while its
+//! `contentType` stays protobuf: the bodies it sends are protobuf, the watch events JSON.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -65,10 +67,20 @@ struct Run {
     watch_event_bytes: f64,
 }
 
-async fn run(ct: ContentType) -> anyhow::Result<Run> {
-    let name = match ct {
-        ContentType::Protobuf => "ct-protobuf",
-        ContentType::Json => "ct-json",
+/// How the agent is told the encodings.
+#[derive(Clone, Copy, PartialEq)]
+enum Asked {
+    /// `--kube-api-content-type` (or its default).
+    Flag(ContentType),
+    /// `--config`: protobuf bodies, `acceptContentTypes: application/json`.
+    ConfigAcceptingJson,
+}
+
+async fn run(asked: Asked) -> anyhow::Result<Run> {
+    let (name, ct) = match asked {
+        Asked::Flag(ContentType::Protobuf) => ("ct-protobuf", ContentType::Protobuf),
+        Asked::Flag(ContentType::Json) => ("ct-json", ContentType::Json),
+        Asked::ConfigAcceptingJson => ("ct-accept-json", ContentType::Protobuf),
     };
     let cp = ControlPlane::start(name, ControlPlaneOptions::default()).await?;
     mcsched_e2e::objects::create_node(
@@ -98,9 +110,20 @@ async fn run(ct: ContentType) -> anyhow::Result<Run> {
     // when the suite runs with MCSCHED_KUBE_API_CONTENT_TYPE, the flag's variable).
     let flag = format!("--kube-api-content-type={}", ct.media_type());
     let by_default = std::env::var_os("MCSCHED_KUBE_API_CONTENT_TYPE").is_none();
-    let extra: &[&str] = match ct {
-        ContentType::Protobuf if by_default => &[],
-        _ => &[&flag],
+    let config = cp.dir().join("accept-json.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n\
+         leaderElection:\n  leaderElect: false\n\
+         clientConnection:\n  contentType: application/vnd.kubernetes.protobuf\n  \
+         acceptContentTypes: application/json,application/vnd.kubernetes.protobuf\n\
+         profiles:\n- schedulerName: mcsched\n",
+    )?;
+    let config_flag = format!("--config={}", config.display());
+    let extra: &[&str] = match asked {
+        Asked::Flag(ContentType::Protobuf) if by_default => &[],
+        Asked::Flag(_) => &[&flag],
+        Asked::ConfigAcceptingJson => &[&config_flag],
     };
     let agent = Agent::start_with(&cp.kubeconfig, "mcsched", cp.dir(), name, extra)?;
 
@@ -180,7 +203,7 @@ async fn run(ct: ContentType) -> anyhow::Result<Run> {
         "each binding is a pod watch event"
     );
     println!(
-        "{ct}: {:.1} bytes a binding, {:.1} an event, {:.1} a pod watch event ({watch_events} events)",
+        "{name}: {:.1} bytes a binding, {:.1} an event, {:.1} a pod watch event ({watch_events} events)",
         bind_bytes / binds,
         event_bytes / event_count,
         watch_bytes / watch_events
@@ -193,12 +216,25 @@ async fn run(ct: ContentType) -> anyhow::Result<Run> {
 #[tokio::test]
 async fn the_agent_binds_and_records_in_protobuf_by_default_and_in_json_when_asked()
 -> anyhow::Result<()> {
-    let (protobuf, json) = tokio::try_join!(run(ContentType::Protobuf), run(ContentType::Json))?;
+    let (protobuf, json, accept_json) = tokio::try_join!(
+        run(Asked::Flag(ContentType::Protobuf)),
+        run(Asked::Flag(ContentType::Json)),
+        run(Asked::ConfigAcceptingJson)
+    )?;
     // The same pods' watch events: protobuf's are smaller (here about 0.74 of JSON's:
     // small pods, whose managedFields are JSON in either encoding).
     assert!(
         protobuf.watch_event_bytes < 0.9 * json.watch_event_bytes,
         "pod watch events: {} bytes each in protobuf, {} in JSON",
+        protobuf.watch_event_bytes,
+        json.watch_event_bytes
+    );
+    // acceptContentTypes decides the watches' encoding (its bodies were protobuf's, above).
+    assert!(
+        accept_json.watch_event_bytes > protobuf.watch_event_bytes / 0.9,
+        "pod watch events with acceptContentTypes application/json first: {} bytes each, \
+         {} in protobuf, {} in JSON",
+        accept_json.watch_event_bytes,
         protobuf.watch_event_bytes,
         json.watch_event_bytes
     );

@@ -22,6 +22,7 @@ use crate::control::watch::{
 use mcsched_engine::framework::ClusterEvent;
 use mcsched_engine::pod_selectors::{Selector, SelectorKind};
 use mcsched_engine::snapshot::PodInfo;
+use mcsched_wire::ContentType;
 
 fn is_unbound(pod: &Pod) -> bool {
     pod.spec
@@ -35,11 +36,11 @@ fn is_unbound(pod: &Pod) -> bool {
 pub(super) fn spawn_watches(
     client: &Client,
     shared: &Arc<Shared>,
+    ct: ContentType,
     ready: Ready,
 ) -> Vec<JoinHandle<()>> {
     let mut tasks = Vec::new();
     let s = shared.clone();
-    let ct = shared.bind_ctx.content_type;
     tasks.push(tokio::spawn(watch_kind_in(
         Api::<Pod>::all(client.clone()),
         watcher::Config::default().fields(NON_TERMINAL_PODS),

@@ -49,6 +49,9 @@ pub struct SchedulerOptions {
     pub max_backoff: Duration,
     /// The encoding of bindings and events (clientConnection.contentType).
     pub content_type: mcsched_wire::ContentType,
+    /// The encoding pod and node lists and watches are asked in (the first of
+    /// clientConnection.acceptContentTypes, else contentType).
+    pub watch_content_type: mcsched_wire::ContentType,
 }
 
 /// Runs until `shutdown` completes, then lets bindings in flight finish.
@@ -64,7 +67,8 @@ pub async fn run(
     let queue = shared.queue.clone();
     let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<&'static str>(16);
     let ready = crate::control::watch::Ready::supervised(ready_tx, shared.watch_health.clone());
-    let mut watches = event_handlers::spawn_watches(&client, &shared, ready);
+    let mut watches =
+        event_handlers::spawn_watches(&client, &shared, options.watch_content_type, ready);
     let host_watches = watches.len();
     watches.push(spawn_leaves(&client, &shared, &options.namespace, &leader));
     watches.push(spawn_flusher(&shared));

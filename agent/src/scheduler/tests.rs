@@ -58,6 +58,7 @@ fn shared_with_pre_bind(
         initial_backoff: Duration::from_secs(1),
         max_backoff: Duration::from_secs(10),
         content_type: mcsched_wire::ContentType::Json,
+        watch_content_type: mcsched_wire::ContentType::Json,
     };
     let shared = Shared::new(client, profiles, Vec::new(), leaves, &options);
     let node: Node = serde_json::from_value(json!({

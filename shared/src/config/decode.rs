@@ -133,10 +133,27 @@ pub(super) fn decode(text: &str) -> Result<SchedulerConfig, ConfigErrors> {
             }
         }
         if let Some(t) = &cc.content_type {
-            c.content_type = t.clone();
+            match supported_media_type(t) {
+                // Empty is the default, as kube-scheduler's defaulting makes it.
+                Ok(Some(m)) => c.content_type = m.to_string(),
+                Ok(None) => {}
+                Err(e) => errs.push("clientConnection.contentType", e),
+            }
         }
         if let Some(t) = &cc.accept_content_types {
-            c.accept_content_types = t.clone();
+            let mut accepted = Vec::new();
+            for part in t.split(',') {
+                match supported_media_type(part) {
+                    Ok(Some(m)) => accepted.push(m),
+                    Ok(None) if t.trim().is_empty() => {}
+                    Ok(None) => errs.push(
+                        "clientConnection.acceptContentTypes",
+                        format!("empty entry in {t:?}"),
+                    ),
+                    Err(e) => errs.push("clientConnection.acceptContentTypes", e),
+                }
+            }
+            c.accept_content_types = accepted.join(",");
         }
     }
 
@@ -761,4 +778,18 @@ fn extender(re: &RawExtender, path: &str, errs: &mut ConfigErrors) -> Option<Ext
         managed_resources: managed,
         ignorable: re.ignorable.unwrap_or(false),
     })
+}
+
+/// The media types the API server serves built-in kinds in; None for an empty value.
+fn supported_media_type(t: &str) -> Result<Option<&'static str>, String> {
+    const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+    const JSON: &str = "application/json";
+    match t.trim() {
+        "" => Ok(None),
+        PROTOBUF => Ok(Some(PROTOBUF)),
+        JSON => Ok(Some(JSON)),
+        other => Err(format!(
+            "Unsupported value: {other:?}: supported values: \"{PROTOBUF}\", \"{JSON}\""
+        )),
+    }
 }

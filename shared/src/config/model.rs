@@ -57,7 +57,20 @@ pub struct ClientConnection {
     pub burst: u32,
     /// The media type of requests where protobuf is served (kube-scheduler's default).
     pub content_type: String,
-    pub(crate) accept_content_types: String,
+    /// The Accept header's media types, comma-separated; empty follows `content_type`.
+    pub accept_content_types: String,
+}
+
+impl ClientConnection {
+    /// The encoding the agent asks responses in (its lists and watches): the first of
+    /// acceptContentTypes, as the API server picks the first it serves, else contentType.
+    pub fn response_content_type(&self) -> &str {
+        self.accept_content_types
+            .split(',')
+            .next()
+            .filter(|t| !t.is_empty())
+            .unwrap_or(&self.content_type)
+    }
 }
 
 impl Default for ClientConnection {

@@ -370,6 +370,52 @@ fn errors_name_the_field() {
 }
 
 #[test]
+fn client_connection_content_types() {
+    let c = ok(V1);
+    assert_eq!(
+        c.client_connection.response_content_type(),
+        "application/vnd.kubernetes.protobuf"
+    );
+    let c = ok(&format!(
+        "{V1}clientConnection:\n  contentType: application/json\n"
+    ));
+    assert_eq!(
+        c.client_connection.response_content_type(),
+        "application/json"
+    );
+    // Requests in protobuf, answers asked for in JSON first.
+    let c = ok(&format!(
+        "{V1}clientConnection:\n  contentType: application/vnd.kubernetes.protobuf\n  acceptContentTypes: application/json, application/vnd.kubernetes.protobuf\n"
+    ));
+    assert_eq!(
+        c.client_connection.content_type,
+        "application/vnd.kubernetes.protobuf"
+    );
+    assert_eq!(
+        c.client_connection.response_content_type(),
+        "application/json"
+    );
+    let c = ok(&format!(
+        "{V1}clientConnection:\n  contentType: \"\"\n  acceptContentTypes: \"\"\n"
+    ));
+    assert_eq!(
+        c.client_connection.response_content_type(),
+        "application/vnd.kubernetes.protobuf"
+    );
+    let errs = errors(&format!(
+        "{V1}clientConnection:\n  contentType: application/yaml\n  acceptContentTypes: application/json,,text/plain\n"
+    ));
+    assert_eq!(
+        errs,
+        vec![
+            "clientConnection.contentType: Unsupported value: \"application/yaml\": supported values: \"application/vnd.kubernetes.protobuf\", \"application/json\"",
+            "clientConnection.acceptContentTypes: empty entry in \"application/json,,text/plain\"",
+            "clientConnection.acceptContentTypes: Unsupported value: \"text/plain\": supported values: \"application/vnd.kubernetes.protobuf\", \"application/json\"",
+        ]
+    );
+}
+
+#[test]
 fn malformed_yaml_gives_line_and_column() {
     let errs = errors(
         "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n  - schedulerName: [\n",

@@ -396,6 +396,7 @@ pub(crate) mod tests {
             initial_backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(10),
             content_type: mcsched_wire::ContentType::Json,
+            watch_content_type: mcsched_wire::ContentType::Json,
         };
         let shared = Shared::new(client.clone(), profiles, Vec::new(), leaves, &options);
         let ttl = Duration::from_secs(10);
