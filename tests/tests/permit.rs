@@ -127,6 +127,7 @@ async fn permit_wait_allow_timeout_delete_and_preemption() -> anyhow::Result<()>
         initial_backoff: Duration::from_secs(1),
         max_backoff: Duration::from_secs(10),
         content_type: mcsched_wire::ContentType::default(),
+        watch_content_type: mcsched_wire::ContentType::default(),
     };
     let leaves = Arc::new(mcsched_agent::multicluster::registry::Leaves::new(
         Default::default(),
