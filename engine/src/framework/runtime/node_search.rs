@@ -394,6 +394,10 @@ impl Framework {
                     let ahead = position((start + i + PREFETCH_AHEAD) % total);
                     snapshot.nodes[ahead as usize].prefetch();
                 }
+                if i + PREFETCH_LABELS_AHEAD < end {
+                    let ahead = position((start + i + PREFETCH_LABELS_AHEAD) % total);
+                    snapshot.nodes[ahead as usize].prefetch_labels();
+                }
                 let p = position((start + i) % total);
                 let node = &snapshot.nodes[p as usize];
                 out.processed += 1;

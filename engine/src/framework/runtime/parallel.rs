@@ -13,6 +13,9 @@ use crate::snapshot::{NodeInfo, Snapshot};
 pub(super) const FILTER_CHUNK: usize = 128;
 /// How many nodes ahead of the filters a node's fields are asked into the CPU's cache.
 pub(super) const PREFETCH_AHEAD: usize = 4;
+/// How many nodes ahead the Node object's labels are asked for: nearer than
+/// PREFETCH_AHEAD, whose line holds the pointer to them.
+pub(super) const PREFETCH_LABELS_AHEAD: usize = 2;
 /// Nodes one parallel Score task scores at least.
 pub(super) const SCORE_CHUNK: usize = 256;
 /// Below this many nodes to check or score, a phase runs on the cycle's own thread: waking
