@@ -251,9 +251,15 @@ impl Request {
     }
 
     /// Its client went away before the answer (killed): the API server logs a 504
-    /// "context canceled", though what it was asked may have been done.
+    /// "context canceled", though what it was asked may have been done; or, when the
+    /// cancel reached a binding inside its storage update, a 409 wrapping that error
+    /// (kube's BindingREST.assignPod makes any error that is not a Status a Conflict).
     pub fn client_gone(&self) -> bool {
-        self.code == 504 && self.message.contains("context canceled")
+        match self.code {
+            504 => self.message.contains("context canceled"),
+            409 => self.what == "binding" && self.message.ends_with(": context canceled"),
+            _ => false,
+        }
     }
 }
 
@@ -269,4 +275,48 @@ pub fn bindings(requests: &[Request]) -> HashMap<String, (usize, usize)> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Request;
+
+    fn binding(code: i64, message: &str) -> Request {
+        Request {
+            pod: "default/p00214".into(),
+            what: "binding",
+            code,
+            message: message.into(),
+            user: "replica-2".into(),
+            at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        }
+    }
+
+    #[test]
+    fn a_cancelled_binding_is_a_client_gone_not_a_refusal() {
+        // What a faults run's audit log held for a leader killed mid-binding.
+        assert!(
+            binding(
+                409,
+                "Operation cannot be fulfilled on pods/binding \"p00214\": context canceled"
+            )
+            .client_gone()
+        );
+        assert!(binding(504, "context canceled").client_gone());
+        // A second binding of a bound pod is refused, not gone.
+        assert!(
+            !binding(
+                409,
+                "Operation cannot be fulfilled on pods/binding \"p00214\": pod p00214 is already assigned to node \"n3\""
+            )
+            .client_gone()
+        );
+        assert!(
+            !binding(
+                409,
+                "Operation cannot be fulfilled on pods \"p00214\": the object has been modified"
+            )
+            .client_gone()
+        );
+    }
 }
