@@ -111,14 +111,16 @@ async fn run(asked: Asked) -> anyhow::Result<Run> {
     let flag = format!("--kube-api-content-type={}", ct.media_type());
     let by_default = std::env::var_os("MCSCHED_KUBE_API_CONTENT_TYPE").is_none();
     let config = cp.dir().join("accept-json.yaml");
-    std::fs::write(
-        &config,
-        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n\
-         leaderElection:\n  leaderElect: false\n\
-         clientConnection:\n  contentType: application/vnd.kubernetes.protobuf\n  \
-         acceptContentTypes: application/json,application/vnd.kubernetes.protobuf\n\
-         profiles:\n- schedulerName: mcsched\n",
-    )?;
+    if asked == Asked::ConfigAcceptingJson {
+        std::fs::write(
+            &config,
+            "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n\
+             leaderElection:\n  leaderElect: false\n\
+             clientConnection:\n  contentType: application/vnd.kubernetes.protobuf\n  \
+             acceptContentTypes: application/json,application/vnd.kubernetes.protobuf\n\
+             profiles:\n- schedulerName: mcsched\n",
+        )?;
+    }
     let config_flag = format!("--config={}", config.display());
     let extra: &[&str] = match asked {
         Asked::Flag(ContentType::Protobuf) if by_default => &[],

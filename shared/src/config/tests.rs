@@ -371,46 +371,37 @@ fn errors_name_the_field() {
 
 #[test]
 fn client_connection_content_types() {
-    let c = ok(V1);
-    assert_eq!(
-        c.client_connection.response_content_type(),
-        "application/vnd.kubernetes.protobuf"
-    );
-    let c = ok(&format!(
-        "{V1}clientConnection:\n  contentType: application/json\n"
-    ));
-    assert_eq!(
-        c.client_connection.response_content_type(),
-        "application/json"
-    );
+    const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+    const JSON: &str = "application/json";
+    let connection = |fields: &str| ok(&format!("{V1}{fields}")).client_connection;
+    assert_eq!(connection("").response_content_type(), PROTOBUF);
+    let c = connection("clientConnection:\n  contentType: application/json\n");
+    assert_eq!(c.response_content_type(), JSON);
     // Requests in protobuf, answers asked for in JSON first.
-    let c = ok(&format!(
-        "{V1}clientConnection:\n  contentType: application/vnd.kubernetes.protobuf\n  acceptContentTypes: application/json, application/vnd.kubernetes.protobuf\n"
+    let c = connection(&format!(
+        "clientConnection:\n  contentType: {PROTOBUF}\n  acceptContentTypes: {JSON}, {PROTOBUF}\n"
     ));
     assert_eq!(
-        c.client_connection.content_type,
-        "application/vnd.kubernetes.protobuf"
+        (c.content_type.as_str(), c.response_content_type()),
+        (PROTOBUF, JSON)
     );
-    assert_eq!(
-        c.client_connection.response_content_type(),
-        "application/json"
-    );
-    let c = ok(&format!(
-        "{V1}clientConnection:\n  contentType: \"\"\n  acceptContentTypes: \"\"\n"
-    ));
-    assert_eq!(
-        c.client_connection.response_content_type(),
-        "application/vnd.kubernetes.protobuf"
-    );
+    let c = connection("clientConnection:\n  contentType: \"\"\n  acceptContentTypes: \"\"\n");
+    assert_eq!(c.response_content_type(), PROTOBUF);
     let errs = errors(&format!(
         "{V1}clientConnection:\n  contentType: application/yaml\n  acceptContentTypes: application/json,,text/plain\n"
     ));
+    let supported = format!("supported values: \"{PROTOBUF}\", \"{JSON}\"");
     assert_eq!(
         errs,
         vec![
-            "clientConnection.contentType: Unsupported value: \"application/yaml\": supported values: \"application/vnd.kubernetes.protobuf\", \"application/json\"",
-            "clientConnection.acceptContentTypes: empty entry in \"application/json,,text/plain\"",
-            "clientConnection.acceptContentTypes: Unsupported value: \"text/plain\": supported values: \"application/vnd.kubernetes.protobuf\", \"application/json\"",
+            format!(
+                "clientConnection.contentType: Unsupported value: \"application/yaml\": {supported}"
+            ),
+            "clientConnection.acceptContentTypes: empty entry in \"application/json,,text/plain\""
+                .to_string(),
+            format!(
+                "clientConnection.acceptContentTypes: Unsupported value: \"text/plain\": {supported}"
+            ),
         ]
     );
 }
