@@ -56,11 +56,68 @@ fn running(p: &Pod) -> bool {
 
 /// The node pod `name` is bound to, once it is.
 async fn bound(pods: &Api<Pod>, name: &str, agent: &Agent) -> anyhow::Result<String> {
-    wait::until(TIMEOUT, &format!("{name} bound"), || async {
+    let found = wait::until(TIMEOUT, &format!("{name} bound"), || async {
         Ok(pods.get_opt(name).await?.as_ref().and_then(node_of))
     })
-    .await
-    .map_err(|e| e.context(agent.logs()))
+    .await;
+    match found {
+        Ok(node) => Ok(node),
+        // The host's pods and volumes last, where a truncated log still shows them.
+        Err(e) => Err(e.context(format!("{}\n{}", agent.logs(), volume_state(pods).await))),
+    }
+}
+
+/// The host's pods, claims and volumes in `default`, one line each: what a placement
+/// that never came was up against.
+async fn volume_state(pods: &Api<Pod>) -> String {
+    let client = pods.clone().into_client();
+    let mut lines = Vec::new();
+    for p in pods
+        .list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+    {
+        lines.push(format!(
+            "pod {} node={:?} phase={:?} deleting={}",
+            p.metadata.name.clone().unwrap_or_default(),
+            node_of(&p),
+            p.status.as_ref().and_then(|s| s.phase.clone()),
+            p.metadata.deletion_timestamp.is_some()
+        ));
+    }
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    for c in claims
+        .list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+    {
+        lines.push(format!(
+            "claim {} volume={:?} annotations={:?}",
+            c.metadata.name.clone().unwrap_or_default(),
+            c.spec.as_ref().and_then(|s| s.volume_name.clone()),
+            c.metadata.annotations.unwrap_or_default()
+        ));
+    }
+    let volumes: Api<k8s_openapi::api::core::v1::PersistentVolume> = Api::all(client);
+    for v in volumes
+        .list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+    {
+        lines.push(format!(
+            "volume {} phase={:?} claimRef={:?}",
+            v.metadata.name.clone().unwrap_or_default(),
+            v.status.as_ref().and_then(|s| s.phase.clone()),
+            v.spec
+                .as_ref()
+                .and_then(|s| s.claim_ref.as_ref())
+                .map(|r| (r.name.clone(), r.uid.clone()))
+        ));
+    }
+    lines.join("\n")
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -345,9 +345,15 @@ fn on_pod_event(shared: &Shared, change: Change<Pod>) {
         .and_then(|s| s.node_name.as_deref())
         .and_then(|n| n.strip_prefix(mcsched_shared::keys::VIRTUAL_NODE_PREFIX))
         .map(String::from);
+    apply_pod_change(shared, change);
+    // Only now: pod sync reads the bound pods from the cache, and a wake-up that found
+    // the pod still assumed there would leave its copy to the next resync.
     if let Some(cluster) = on_virtual {
         shared.leaves.host_changed(&cluster);
     }
+}
+
+fn apply_pod_change(shared: &Shared, change: Change<Pod>) {
     match change {
         Change::Apply(pod, is_new) => {
             let id = mcsched_engine::queue::pod_id(&pod);
@@ -358,12 +364,14 @@ fn on_pod_event(shared: &Shared, change: Change<Pod>) {
                         .profiles
                         .pod_groups
                         .add_pod(Arc::new(PodInfo::compact(pod.clone())));
+                }
+                shared.cache().apply_pod(pod);
+                if group.is_some() {
                     // A member bound anywhere may complete the gang whose copies wait.
                     for leaf in shared.leaves.all() {
                         shared.leaves.host_changed(&leaf.name);
                     }
                 }
-                shared.cache().apply_pod(pod);
                 shared.queue.delete(&id);
                 shared.profiles.nominator.delete(&id);
                 shared.queue.on_event(if is_new {

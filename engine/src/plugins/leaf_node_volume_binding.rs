@@ -5,9 +5,11 @@
 //! (annotated `mcsched.io/bound-in-cluster`) never goes to a host node or another leaf.
 //! Filter, Reserve, Unreserve and PreBind, as Kosmos lists them.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use mcsched_shared::keys;
 
 use super::helper::volumes::{pod_claims, usable_claim};
@@ -43,6 +45,28 @@ impl LeafNodeVolumeBinding {
 
 fn is_virtual_name(node: &str) -> bool {
     node.starts_with(keys::VIRTUAL_NODE_PREFIX)
+}
+
+/// Whether a host volume already names the claim in its claimRef (a binding a PreBind
+/// began, even one whose pod was then placed again): the PV controller completes it, so
+/// the claim is as good as bound to that volume and its pod must not go to a leaf.
+fn claimed_by_host_volume(
+    pvc: &PersistentVolumeClaim,
+    volumes: &HashMap<String, Arc<PersistentVolume>>,
+) -> bool {
+    let meta = &pvc.metadata;
+    volumes.values().any(|pv| {
+        pv.spec
+            .as_ref()
+            .and_then(|s| s.claim_ref.as_ref())
+            .is_some_and(|r| {
+                r.namespace == meta.namespace
+                    && r.name == meta.name
+                    && r.uid
+                        .as_deref()
+                        .is_none_or(|u| u.is_empty() || Some(u) == meta.uid.as_deref())
+            })
+    })
 }
 
 impl Plugin for LeafNodeVolumeBinding {
@@ -104,6 +128,7 @@ impl PreFilterPlugin for LeafNodeVolumeBinding {
                 .as_ref()
                 .and_then(|s| s.volume_name.as_deref())
                 .is_some_and(|v| !v.is_empty())
+                || claimed_by_host_volume(pvc, &snapshot.volumes.volumes)
             {
                 claims.host_bound.push(name.clone());
             }
@@ -193,7 +218,7 @@ impl PreBindPlugin for LeafNodeVolumeBinding {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
+    use k8s_openapi::api::core::v1::{Node, Pod};
     use serde_json::json;
 
     fn pod_with_claim(claim: &str) -> PodInfo {
@@ -255,6 +280,56 @@ mod tests {
         let in_east = json!({"metadata": {"name": "data", "namespace": "ns",
             "annotations": {"mcsched.io/bound-in-cluster": "east"}}, "spec": {}});
         assert_eq!(verdicts(in_east), (false, true, false));
+    }
+
+    /// A PreBind that wrote a host volume's claimRef and then failed leaves the claim
+    /// unbound for a moment; the PV controller binds it all the same, so the pod's next
+    /// cycle must not send it to a leaf (it would run there with the host volume held).
+    #[test]
+    fn a_claim_a_host_volume_names_stays_on_the_host() {
+        let claim = json!({"metadata": {"name": "data", "namespace": "ns", "uid": "u1"},
+            "spec": {"storageClassName": "wffc"}});
+        let pv = |claim_ref: serde_json::Value| -> PersistentVolume {
+            serde_json::from_value(json!({"metadata": {"name": "pv-host-a"},
+                "spec": {"storageClassName": "wffc", "claimRef": claim_ref}}))
+            .expect("pv")
+        };
+        let verdicts_with = |pv: PersistentVolume| {
+            let p = LeafNodeVolumeBinding::new(None);
+            let mut state = CycleState::new();
+            let mut snap = snapshot_with(vec![claim.clone()]);
+            let mut volumes = (*snap.volumes).clone();
+            volumes.volumes.insert("pv-host-a".into(), Arc::new(pv));
+            snap.volumes = Arc::new(volumes);
+            let pod = pod_with_claim("data");
+            let (_, s) = p.pre_filter(&mut state, &pod, &snap);
+            assert!(s.is_success(), "{s:?}");
+            let west = p.filter(&state, &pod, &node("mcsched-west", Some("west")));
+            (
+                p.filter(&state, &pod, &node("host-a", None)).is_success(),
+                west.message(),
+            )
+        };
+        let refused = (
+            true,
+            "node(s) is a virtual node and persistentvolumeclaim \"data\" is bound to a host volume"
+                .to_string(),
+        );
+        assert_eq!(
+            verdicts_with(pv(json!({"namespace": "ns", "name": "data", "uid": "u1"}))),
+            refused
+        );
+        assert_eq!(
+            verdicts_with(pv(json!({"namespace": "ns", "name": "data"}))),
+            refused
+        );
+        // Another claim's volume, or an older claim of the same name's, is not this one's.
+        for other in [
+            json!({"namespace": "ns", "name": "other"}),
+            json!({"namespace": "ns", "name": "data", "uid": "old"}),
+        ] {
+            assert_eq!(verdicts_with(pv(other)), (true, String::new()));
+        }
     }
 
     #[test]

@@ -545,6 +545,7 @@ async fn bind(
         .chain(found.provisions.iter())
         .collect();
     let deadline = tokio::time::Instant::now() + timeout;
+    let mut last_error = None;
     loop {
         let mut done = true;
         for c in &all {
@@ -552,21 +553,36 @@ async fn bind(
                 ctx.client.clone(),
                 c.metadata.namespace.as_deref().unwrap_or_default(),
             );
-            let now = claims
+            match claims
                 .get(c.metadata.name.as_deref().unwrap_or_default())
-                .await?;
-            if !fully_bound(&now) {
-                done = false;
-                break;
+                .await
+            {
+                Ok(now) if fully_bound(&now) => {}
+                Ok(_) => {
+                    done = false;
+                    break;
+                }
+                // kube's wait reads its informers and fails only on a claim gone; a read
+                // the API server failed (throttled, timed out) is no answer yet. Failing
+                // here would leave the volumes' claimRefs written for a pod placed again.
+                Err(kube::Error::Api(e)) if e.code == 404 => {
+                    return Err(kube::Error::Api(e));
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "reading a claim while waiting for its binding; reading again");
+                    last_error = Some(e);
+                    done = false;
+                    break;
+                }
             }
         }
         if done {
             return Ok(());
         }
         if tokio::time::Instant::now() >= deadline {
-            return Err(kube::Error::Service(
-                "context deadline exceeded".to_string().into(),
-            ));
+            return Err(last_error.unwrap_or_else(|| {
+                kube::Error::Service("context deadline exceeded".to_string().into())
+            }));
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
@@ -577,6 +593,112 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::Pod;
     use serde_json::json;
+
+    /// A client whose GETs of the claim are answered in turn by `gets` (status, body)
+    /// and whose other requests succeed; it counts the GETs.
+    fn claim_api(
+        gets: Vec<(u16, serde_json::Value)>,
+    ) -> (kube::Client, Arc<std::sync::atomic::AtomicUsize>) {
+        let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = count.clone();
+        let gets = Arc::new(gets);
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let (seen, gets) = (seen.clone(), gets.clone());
+            async move {
+                let (code, body) = if req.method() == http::Method::GET {
+                    let i = seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    gets[i.min(gets.len() - 1)].clone()
+                } else {
+                    (200, json!({"metadata": {"name": "pv-1"}}))
+                };
+                let body = serde_json::to_vec(&body).expect("json");
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder()
+                        .status(code)
+                        .header("content-type", "application/json")
+                        .body(kube::client::Body::from(body))
+                        .expect("response"),
+                )
+            }
+        });
+        (kube::Client::new(service, "ns"), count)
+    }
+
+    fn wffc_claim(bound: bool) -> serde_json::Value {
+        let mut c = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data", "namespace": "ns", "uid": "u1"},
+            "spec": {"storageClassName": "local"}});
+        if bound {
+            c["spec"]["volumeName"] = json!("pv-1");
+            c["metadata"]["annotations"] = json!({ANN_BIND_COMPLETED: "yes"});
+        }
+        c
+    }
+
+    fn status(code: u16, reason: &str) -> serde_json::Value {
+        json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
+            "message": format!("{reason} (test)"), "reason": reason, "code": code})
+    }
+
+    fn one_binding() -> PodVolumes {
+        let claim: PersistentVolumeClaim = serde_json::from_value(wffc_claim(false)).expect("pvc");
+        let pv: PersistentVolume =
+            serde_json::from_value(local_pv("pv-1", "n1", "1Gi")).expect("pv");
+        PodVolumes {
+            static_bindings: vec![(Arc::new(claim), Arc::new(pv))],
+            provisions: Vec::new(),
+        }
+    }
+
+    /// kube's PreBind waits on its informers, which a busy API server cannot fail: a read
+    /// the API server throttles or times out is no verdict, and the wait goes on. A
+    /// PreBind that gave up here would leave the volume's claimRef written and the pod
+    /// placed again, perhaps in a leaf, with the host volume then bound to its claim.
+    #[tokio::test(start_paused = true)]
+    async fn the_wait_for_the_binding_outlasts_a_busy_api_server() {
+        let (client, gets) = claim_api(vec![
+            (429, status(429, "TooManyRequests")),
+            (504, status(504, "Timeout")),
+            (200, wffc_claim(false)),
+            (200, wffc_claim(true)),
+        ]);
+        let ctx = BindContext {
+            client,
+            content_type: mcsched_wire::ContentType::Json,
+        };
+        let done = bind(&ctx, &one_binding(), "n1", Duration::from_secs(600)).await;
+        assert!(done.is_ok(), "{done:?}");
+        assert_eq!(gets.load(std::sync::atomic::Ordering::SeqCst), 4);
+    }
+
+    /// A claim gone ends the wait at once, as kube's cache read does; errors that never
+    /// stop end it at the timeout, with the last one.
+    #[tokio::test(start_paused = true)]
+    async fn the_wait_ends_on_a_claim_gone_or_at_its_timeout() {
+        let (client, gets) = claim_api(vec![(404, status(404, "NotFound"))]);
+        let ctx = BindContext {
+            client,
+            content_type: mcsched_wire::ContentType::Json,
+        };
+        let gone = bind(&ctx, &one_binding(), "n1", Duration::from_secs(600)).await;
+        assert!(
+            matches!(&gone, Err(kube::Error::Api(e)) if e.code == 404),
+            "{gone:?}"
+        );
+        assert_eq!(gets.load(std::sync::atomic::Ordering::SeqCst), 1);
+
+        let (client, gets) = claim_api(vec![(503, status(503, "ServiceUnavailable"))]);
+        let ctx = BindContext {
+            client,
+            content_type: mcsched_wire::ContentType::Json,
+        };
+        let busy = bind(&ctx, &one_binding(), "n1", Duration::from_secs(5)).await;
+        assert!(
+            matches!(&busy, Err(kube::Error::Api(e)) if e.code == 503),
+            "{busy:?}"
+        );
+        assert!(gets.load(std::sync::atomic::Ordering::SeqCst) >= 5);
+    }
 
     fn node(name: &str, zone: &str) -> NodeInfo {
         let n: Node = serde_json::from_value(json!({
