@@ -15,9 +15,11 @@
 # The v1.36 API's .proto files and Go types, which mcsched-wire's build script reads
 # (the release tests/controlplane/go.mod pins); the builder has no Go.
 FROM golang:1.26 AS k8s-modules
-RUN go mod download k8s.io/api@v0.36.3 k8s.io/apimachinery@v0.36.3 \
-    && cp -r "$(go env GOMODCACHE)/k8s.io/api@v0.36.3" /k8s-api \
-    && cp -r "$(go env GOMODCACHE)/k8s.io/apimachinery@v0.36.3" /k8s-apimachinery
+# mcsched-wire's release of the two modules (tests/release.rs checks they agree).
+ARG K8S_API_VERSION=v0.36.3
+RUN go mod download "k8s.io/api@${K8S_API_VERSION}" "k8s.io/apimachinery@${K8S_API_VERSION}" \
+    && cp -r "$(go env GOMODCACHE)/k8s.io/api@${K8S_API_VERSION}" /k8s-api \
+    && cp -r "$(go env GOMODCACHE)/k8s.io/apimachinery@${K8S_API_VERSION}" /k8s-apimachinery
 
 FROM rust:1.95 AS builder
 COPY --from=k8s-modules /k8s-api /k8s-api

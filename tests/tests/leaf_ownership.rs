@@ -461,17 +461,25 @@ async fn leaf_tokens_are_renewed_and_the_leaf_stays_ready() -> anyhow::Result<()
         )
         .await
         .map_err(|e| e.context(agent.logs()))?;
-        let writes = mcsched_e2e::audit::writes(&leaf.data_dir().join("audit.log"))?;
-        let created = writes
-            .iter()
-            .find(|w| {
-                w.verb == "create"
-                    && w.resource == "pods"
-                    && w.subresource.is_empty()
-                    && w.name == pod_name
-                    && w.succeeded()
-            })
-            .ok_or_else(|| anyhow::anyhow!("the leaf's audit log has no create of {pod_name}"))?;
+        // The API server logs a request's ResponseComplete stage after the response has
+        // gone out: a client may read the copy before its create is in the file.
+        let audit_log = leaf.data_dir().join("audit.log");
+        let created = wait::until(
+            Duration::from_secs(30),
+            &format!("the leaf's audit log to show the create of {pod_name}"),
+            || async {
+                Ok(mcsched_e2e::audit::writes(&audit_log)?
+                    .into_iter()
+                    .find(|w| {
+                        w.verb == "create"
+                            && w.resource == "pods"
+                            && w.subresource.is_empty()
+                            && w.name == pod_name
+                            && w.succeeded()
+                    }))
+            },
+        )
+        .await?;
         // With a renewal every 5 s the copy may already go out with a later token; never
         // with one that renewal `round` replaced.
         let stale: Vec<String> = seen[..round]

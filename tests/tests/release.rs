@@ -142,6 +142,32 @@ fn built_image_config() -> anyhow::Result<serde_json::Value> {
     Ok(serde_json::from_slice(&extract(config)?)?)
 }
 
+/// The Dockerfile's builder has no Go module cache of ours: it downloads the .proto
+/// files of the release mcsched-wire is built against, and must name that release.
+#[test]
+fn the_dockerfile_fetches_the_api_release_mcsched_wire_reads() -> anyhow::Result<()> {
+    let dockerfile = read("Dockerfile")?;
+    let args: Vec<&str> = dockerfile
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("ARG K8S_API_VERSION="))
+        .collect();
+    assert_eq!(args, [mcsched_wire::K8S_API_VERSION]);
+    // Every use goes through the argument: no release written out beside it.
+    let written = dockerfile
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#') && !l.contains("ARG K8S_API_VERSION="))
+        .filter(|l| l.contains(mcsched_wire::K8S_API_VERSION))
+        .count();
+    assert_eq!(
+        written,
+        0,
+        "a line repeats {}",
+        mcsched_wire::K8S_API_VERSION
+    );
+    assert_eq!(dockerfile.matches("${K8S_API_VERSION}").count(), 4);
+    Ok(())
+}
+
 #[test]
 fn make_image_and_the_dockerfile_build_the_same_image() -> anyhow::Result<()> {
     let dockerfile = read("Dockerfile")?;
