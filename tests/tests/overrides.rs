@@ -67,17 +67,23 @@ async fn bound(pods: &Api<Pod>, name: &str, agent: &Agent) -> anyhow::Result<Str
     }
 }
 
+/// What `api` lists; nothing when listing fails (this only adds to an error).
+async fn items<K>(api: &Api<K>) -> Vec<K>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+}
+
 /// The host's pods, claims and volumes in `default`, one line each: what a placement
 /// that never came was up against.
 async fn volume_state(pods: &Api<Pod>) -> String {
     let client = pods.clone().into_client();
     let mut lines = Vec::new();
-    for p in pods
-        .list(&Default::default())
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default()
-    {
+    for p in items(pods).await {
         lines.push(format!(
             "pod {} node={:?} phase={:?} deleting={}",
             p.metadata.name.clone().unwrap_or_default(),
@@ -87,12 +93,7 @@ async fn volume_state(pods: &Api<Pod>) -> String {
         ));
     }
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
-    for c in claims
-        .list(&Default::default())
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default()
-    {
+    for c in items(&claims).await {
         lines.push(format!(
             "claim {} volume={:?} annotations={:?}",
             c.metadata.name.clone().unwrap_or_default(),
@@ -101,12 +102,7 @@ async fn volume_state(pods: &Api<Pod>) -> String {
         ));
     }
     let volumes: Api<k8s_openapi::api::core::v1::PersistentVolume> = Api::all(client);
-    for v in volumes
-        .list(&Default::default())
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default()
-    {
+    for v in items(&volumes).await {
         lines.push(format!(
             "volume {} phase={:?} claimRef={:?}",
             v.metadata.name.clone().unwrap_or_default(),

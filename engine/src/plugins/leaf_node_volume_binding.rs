@@ -12,7 +12,7 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use mcsched_shared::keys;
 
-use super::helper::volumes::{pod_claims, usable_claim};
+use super::helper::volumes::{names_claim, pod_claims, usable_claim};
 use crate::framework::{
     BindContext, ClusterEvent, CycleState, FilterPlugin, Plugin, PreBindPlugin, PreFilterPlugin,
     PreFilterResult, ReservePlugin, Status,
@@ -54,19 +54,7 @@ fn claimed_by_host_volume(
     pvc: &PersistentVolumeClaim,
     volumes: &HashMap<String, Arc<PersistentVolume>>,
 ) -> bool {
-    let meta = &pvc.metadata;
-    volumes.values().any(|pv| {
-        pv.spec
-            .as_ref()
-            .and_then(|s| s.claim_ref.as_ref())
-            .is_some_and(|r| {
-                r.namespace == meta.namespace
-                    && r.name == meta.name
-                    && r.uid
-                        .as_deref()
-                        .is_none_or(|u| u.is_empty() || Some(u) == meta.uid.as_deref())
-            })
-    })
+    volumes.values().any(|pv| names_claim(pv, pvc))
 }
 
 impl Plugin for LeafNodeVolumeBinding {

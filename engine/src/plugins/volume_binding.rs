@@ -16,7 +16,7 @@ use kube::api::{Api, Patch, PatchParams};
 use mcsched_shared::quantity::Quantity;
 use mcsched_shared::selectors;
 
-use super::helper::volumes::{class_of, pod_claims, usable_claim};
+use super::helper::volumes::{class_of, names_claim, pod_claims, usable_claim};
 use crate::framework::{
     BindContext, ClusterEvent, CycleState, FilterPlugin, Plugin, PreBindPlugin, PreFilterPlugin,
     PreFilterResult, ReservePlugin, Status,
@@ -179,15 +179,8 @@ fn find_matching(
         if assumed.get(&name).is_some_and(|c| *c != key) {
             continue;
         }
-        let claimed_by = pv_spec.claim_ref.as_ref();
-        let prebound = claimed_by.is_some_and(|r| {
-            r.namespace.as_deref() == claim.metadata.namespace.as_deref()
-                && r.name.as_deref() == claim.metadata.name.as_deref()
-                && r.uid
-                    .as_deref()
-                    .is_none_or(|u| u.is_empty() || Some(u) == claim.metadata.uid.as_deref())
-        });
-        if claimed_by.is_some() && !prebound {
+        let prebound = names_claim(pv, claim);
+        if pv_spec.claim_ref.is_some() && !prebound {
             continue;
         }
         let size = capacity_bytes(pv);
@@ -594,11 +587,11 @@ mod tests {
     use k8s_openapi::api::core::v1::Pod;
     use serde_json::json;
 
-    /// A client whose GETs of the claim are answered in turn by `gets` (status, body)
+    /// A binding context whose GETs of the claim are answered in turn by `gets` (status, body)
     /// and whose other requests succeed; it counts the GETs.
     fn claim_api(
         gets: Vec<(u16, serde_json::Value)>,
-    ) -> (kube::Client, Arc<std::sync::atomic::AtomicUsize>) {
+    ) -> (BindContext, Arc<std::sync::atomic::AtomicUsize>) {
         let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let seen = count.clone();
         let gets = Arc::new(gets);
@@ -621,7 +614,11 @@ mod tests {
                 )
             }
         });
-        (kube::Client::new(service, "ns"), count)
+        let ctx = BindContext {
+            client: kube::Client::new(service, "ns"),
+            content_type: mcsched_wire::ContentType::Json,
+        };
+        (ctx, count)
     }
 
     fn wffc_claim(bound: bool) -> serde_json::Value {
@@ -656,16 +653,12 @@ mod tests {
     /// placed again, perhaps in a leaf, with the host volume then bound to its claim.
     #[tokio::test(start_paused = true)]
     async fn the_wait_for_the_binding_outlasts_a_busy_api_server() {
-        let (client, gets) = claim_api(vec![
+        let (ctx, gets) = claim_api(vec![
             (429, status(429, "TooManyRequests")),
             (504, status(504, "Timeout")),
             (200, wffc_claim(false)),
             (200, wffc_claim(true)),
         ]);
-        let ctx = BindContext {
-            client,
-            content_type: mcsched_wire::ContentType::Json,
-        };
         let done = bind(&ctx, &one_binding(), "n1", Duration::from_secs(600)).await;
         assert!(done.is_ok(), "{done:?}");
         assert_eq!(gets.load(std::sync::atomic::Ordering::SeqCst), 4);
@@ -675,11 +668,7 @@ mod tests {
     /// stop end it at the timeout, with the last one.
     #[tokio::test(start_paused = true)]
     async fn the_wait_ends_on_a_claim_gone_or_at_its_timeout() {
-        let (client, gets) = claim_api(vec![(404, status(404, "NotFound"))]);
-        let ctx = BindContext {
-            client,
-            content_type: mcsched_wire::ContentType::Json,
-        };
+        let (ctx, gets) = claim_api(vec![(404, status(404, "NotFound"))]);
         let gone = bind(&ctx, &one_binding(), "n1", Duration::from_secs(600)).await;
         assert!(
             matches!(&gone, Err(kube::Error::Api(e)) if e.code == 404),
@@ -687,11 +676,7 @@ mod tests {
         );
         assert_eq!(gets.load(std::sync::atomic::Ordering::SeqCst), 1);
 
-        let (client, gets) = claim_api(vec![(503, status(503, "ServiceUnavailable"))]);
-        let ctx = BindContext {
-            client,
-            content_type: mcsched_wire::ContentType::Json,
-        };
+        let (ctx, gets) = claim_api(vec![(503, status(503, "ServiceUnavailable"))]);
         let busy = bind(&ctx, &one_binding(), "n1", Duration::from_secs(5)).await;
         assert!(
             matches!(&busy, Err(kube::Error::Api(e)) if e.code == 503),

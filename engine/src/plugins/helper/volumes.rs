@@ -4,9 +4,26 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Volume};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Volume};
 
 use crate::snapshot::{PodInfo, VolumeObjects};
+
+/// Whether the volume's claimRef names this claim (its namespace and name, and its uid
+/// unless the reference leaves the uid out): a volume pre-bound to it, which the PV
+/// controller binds it to.
+pub(crate) fn names_claim(pv: &PersistentVolume, claim: &PersistentVolumeClaim) -> bool {
+    let meta = &claim.metadata;
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.claim_ref.as_ref())
+        .is_some_and(|r| {
+            r.namespace == meta.namespace
+                && r.name == meta.name
+                && r.uid
+                    .as_deref()
+                    .is_none_or(|u| u.is_empty() || Some(u) == meta.uid.as_deref())
+        })
+}
 
 /// The pod's volumes (none when it has no spec).
 pub(crate) fn pod_volumes(pod: &PodInfo) -> &[Volume] {
