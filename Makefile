@@ -24,7 +24,7 @@ GO_FLAGS := -trimpath
 GO_MODULES := tests/controlplane tests/conformance tests/go-extender tools/image tools/lint
 GO_FORMATTED := tests/controlplane tests/conformance tools/image tools/lint
 
-.PHONY: all build controlplane conformance-suite conformance demo test lint fmt clean manifests bench bench-engine soak image test-images vet actionlint
+.PHONY: all build controlplane conformance-suite conformance demo test differential lint fmt clean manifests bench bench-engine soak image test-images vet actionlint
 
 all: build
 
@@ -106,6 +106,12 @@ bench: $(CONTROLPLANE)
 ## kube-scheduler's SchedulePod on the same cluster in the same run; writes bench/engine.md.
 bench-engine: $(CONTROLPLANE)
 	bash scripts/bench-engine.sh
+
+## differential: differential.rs at its full sizes (`make test` runs about half of each):
+## 2000 plugin-by-plugin cases, 500 black-box cases, 150 volume cases.
+differential: build
+	MCSCHED_DIFF_PLUGIN_CASES=1000 MCSCHED_DIFF_CASES=500 MCSCHED_DIFF_VOLUME_CASES=150 \
+		cargo test -p mcsched-e2e --test differential -- --nocapture
 
 ## soak: the long tests kept out of `make test` (the leaf Ready across two expiries of
 ## 10-minute tokens: 21 minutes; the fault-injection tests with 10000 pods).

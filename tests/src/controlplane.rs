@@ -95,6 +95,8 @@ impl ControlPlane {
         }
         let dir = tempfile::Builder::new()
             .prefix(&format!("mcsched-{name}-"))
+            // Logs and data kept for a post-mortem when asked.
+            .disable_cleanup(std::env::var_os("MCSCHED_KEEP_TEST_DIRS").is_some())
             .tempdir()?;
         let kubeconfig = dir.path().join("kubeconfig");
         let log = dir.path().join("controlplane.log");

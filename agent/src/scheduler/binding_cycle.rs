@@ -69,7 +69,10 @@ pub(super) async fn binding_cycle(
         return;
     }
     let ctx = shared.bind_ctx.clone();
+    let pre_bind_started = std::time::Instant::now();
     let mut status = fw.run_pre_bind(&ctx, &state, &pod, &node).await;
+    // PreBind may wait on other controllers (volumes bound): a slow attempt says where.
+    let pre_bind = pre_bind_started.elapsed();
     if status.is_success() && !crate::control::leader::may_act(&leader, &shared.lease_health) {
         // PreBind may wait minutes (volumes): a lease lost meanwhile leaves the binding to
         // the new leader, whichever binder (plugin or extender) would have sent it.
@@ -98,7 +101,7 @@ pub(super) async fn binding_cycle(
         }
     }
     if status.is_success() {
-        debug!(pod = %pod.key, %node, "bound");
+        debug!(pod = %pod.key, %node, attempt = ?started.elapsed(), ?pre_bind, "bound");
         let metrics = mcsched_engine::metrics::global();
         metrics.attempt(
             "scheduled",
