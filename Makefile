@@ -107,11 +107,13 @@ bench: $(CONTROLPLANE)
 bench-engine: $(CONTROLPLANE)
 	bash scripts/bench-engine.sh
 
-## differential: differential.rs at its full sizes (`make test` runs about half of each):
-## 2000 plugin-by-plugin cases, 500 black-box cases, 150 volume cases.
+## differential: differential.rs and differential_live.rs at their full sizes (`make test`
+## runs about half of each): 2000 plugin-by-plugin cases, 500 black-box cases, 150 volume
+## cases, 200 live-cycle cases.
 differential: build
 	MCSCHED_DIFF_PLUGIN_CASES=1000 MCSCHED_DIFF_CASES=500 MCSCHED_DIFF_VOLUME_CASES=150 \
-		cargo test -p mcsched-e2e --test differential -- --nocapture
+		MCSCHED_DIFF_LIVE_CASES=100 \
+		cargo test -p mcsched-e2e --test differential --test differential_live -- --nocapture
 
 ## soak: the long tests kept out of `make test` (the leaf Ready across two expiries of
 ## 10-minute tokens: 21 minutes; the fault-injection tests with 10000 pods).

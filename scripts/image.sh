@@ -65,7 +65,12 @@ agent() {
     *) die "MCSCHED_IMAGE_BUILD: must be release or debug, not \"$build\"" ;;
   esac
   say "building mcsched-agent ($build) for $ref"
-  cargo build --manifest-path "$ROOT/Cargo.toml" $profile_flag --locked -p mcsched-agent
+  # The debug build as `cargo build --workspace --bins` made it: `-p mcsched-agent` alone
+  # resolves some dependency features otherwise (cargo unifies them over the packages it
+  # is given) and would build kube and the agent again.
+  local packages=(-p mcsched-agent)
+  [[ $build == debug ]] && packages=(--workspace --bin mcsched-agent)
+  cargo build --manifest-path "$ROOT/Cargo.toml" $profile_flag --locked "${packages[@]}"
   build_tool
   local rootfs="$OUT/rootfs"
   bash "$ROOT/scripts/image-rootfs.sh" "$TARGET_DIR/$build/mcsched-agent" "$ROOT/LICENSE" "$rootfs"
