@@ -136,6 +136,9 @@ pub struct Found {
     pub resource: ApiResource,
     pub name: String,
     pub namespace: Option<String>,
+    /// Deleted already (a deletionTimestamp): the API server or a controller is finishing
+    /// it (a CRD's instances, a namespace's contents), and deleting it again does nothing.
+    pub terminating: bool,
 }
 
 impl Found {
@@ -168,6 +171,7 @@ pub async fn find(client: &Client, selector: &str) -> Result<Vec<Found>, ApplyEr
         for item in list.items {
             out.push(Found {
                 resource: ar.clone(),
+                terminating: item.metadata.deletion_timestamp.is_some(),
                 name: item.metadata.name.unwrap_or_default(),
                 namespace: if namespaced {
                     item.metadata.namespace

@@ -24,16 +24,37 @@ pub async fn run(kube: &KubeArgs, args: UninstallArgs) -> anyhow::Result<()> {
     let namespace = kube.namespace_or(keys::SYSTEM_NAMESPACE).to_string();
     let client = kube.client().await?;
     let selector = manifests::install_selector(&namespace);
-    let mut found = apply::find(&client, &selector).await?;
+    let (terminating, mut found): (Vec<_>, Vec<_>) = apply::find(&client, &selector)
+        .await?
+        .into_iter()
+        .partition(|f| f.terminating);
     if found.is_empty() {
-        println!(
-            "mcsched is not installed in namespace {namespace}: no objects labelled {selector}"
-        );
+        if terminating.is_empty() {
+            println!(
+                "mcsched is not installed in namespace {namespace}: no objects labelled {selector}"
+            );
+        } else {
+            // An earlier uninstall deleted them; the API server is removing them (a CRD
+            // once its instances are gone, a namespace once it is empty).
+            println!(
+                "mcsched is not installed in namespace {namespace}: its last {} objects are being removed by the API server:",
+                terminating.len()
+            );
+            for f in &terminating {
+                println!("  {}", f.located());
+            }
+        }
         return Ok(());
     }
     println!("These {} objects will be deleted:", found.len());
     for f in &found {
         println!("  {}", f.located());
+    }
+    if !terminating.is_empty() {
+        println!(
+            "({} more are being removed by the API server already.)",
+            terminating.len()
+        );
     }
     let warnings = leftovers(&client, &namespace, &found).await?;
     for w in &warnings {
