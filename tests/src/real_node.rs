@@ -773,9 +773,15 @@ impl Slot {
             for part in self.cgroup_root.split('/').filter(|p| !p.is_empty()) {
                 let parent = path.clone();
                 path.push(part);
-                if !path.exists() {
-                    fs::create_dir(&path)
-                        .with_context(|| format!("cannot create cgroup {}", path.display()))?;
+                // The parents are shared: another test's node may create one between
+                // the check and the create.
+                match fs::create_dir(&path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) => {
+                        return Err(e)
+                            .with_context(|| format!("cannot create cgroup {}", path.display()));
+                    }
                 }
                 for file in ["cpuset.cpus", "cpuset.mems"] {
                     let own = path.join(file);

@@ -514,6 +514,54 @@ fn tally(results: Vec<anyhow::Result<CaseResult>>) -> Tally {
     t
 }
 
+/// Prints a black-box run's summary and disagreements, then holds it to its bars: both
+/// outcomes well represented (or the comparison proves little), every case run, no
+/// disagreement, at most 1 % of first verdicts stale (a few from a cache still behind
+/// are expected; more hide bugs).
+fn judge_run(
+    label: &str,
+    results: Vec<anyhow::Result<CaseResult>>,
+    cases: usize,
+    seeds: &[u64],
+    started: std::time::Instant,
+) {
+    let Tally {
+        disagreements,
+        failures,
+        bound,
+        stale,
+        slowest,
+    } = tally(results);
+    println!(
+        "{label}: {cases} cases ({bound} schedulable, {} unschedulable for kube-scheduler), {} disagreements, {stale} first verdicts stale and asked again (seeds {seeds:?}), {slowest}, {:.0}s",
+        cases - bound,
+        disagreements.len(),
+        started.elapsed().as_secs_f64()
+    );
+    for d in &disagreements {
+        println!("{d}");
+    }
+    assert!(
+        bound * 10 >= cases && (cases - bound) * 10 >= cases,
+        "unbalanced cases: {bound} of {cases} schedulable"
+    );
+    assert!(
+        failures.is_empty(),
+        "{} cases failed to run:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert!(
+        disagreements.is_empty(),
+        "{} disagreements",
+        disagreements.len()
+    );
+    assert!(
+        stale * 100 <= cases,
+        "{stale} of {cases} first verdicts were stale (more than 1 %)"
+    );
+}
+
 /// Waits until both schedulers have seen a case: each binds a probe pod, created after
 /// the case's pods, to a probe node created after the case's nodes (a watch delivers nodes,
 /// and pods, in the order they were written). Only the probe node takes probe pods.
@@ -693,43 +741,7 @@ async fn mcsched_agrees_with_kube_scheduler() -> anyhow::Result<()> {
         .buffer_unordered(CONCURRENCY)
         .collect()
         .await;
-    let Tally {
-        disagreements,
-        failures,
-        bound,
-        stale,
-        slowest,
-    } = tally(results);
-    println!(
-        "differential: {cases} cases ({bound} schedulable, {} unschedulable for kube-scheduler), {} disagreements, {stale} first verdicts stale and asked again (seeds {seeds:?}), {slowest}, {:.0}s",
-        cases - bound,
-        disagreements.len(),
-        started.elapsed().as_secs_f64()
-    );
-    for d in &disagreements {
-        println!("{d}");
-    }
-    // Both kinds of outcome must be well represented, or the comparison proves little.
-    assert!(
-        bound * 10 >= cases && (cases - bound) * 10 >= cases,
-        "unbalanced cases: {bound} of {cases} schedulable"
-    );
-    assert!(
-        failures.is_empty(),
-        "{} cases failed to run:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
-    assert!(
-        disagreements.is_empty(),
-        "{} disagreements",
-        disagreements.len()
-    );
-    // A few first verdicts from a cache still behind are expected; more hide bugs.
-    assert!(
-        stale * 100 <= cases,
-        "{stale} of {cases} first verdicts were stale (more than 1 %)"
-    );
+    judge_run("differential", results, cases, &seeds, started);
     Ok(())
 }
 
@@ -1083,42 +1095,7 @@ async fn mcsched_agrees_with_kube_scheduler_on_volumes() -> anyhow::Result<()> {
         .buffer_unordered(VOLUME_CONCURRENCY)
         .collect()
         .await;
-    let Tally {
-        disagreements,
-        failures,
-        bound,
-        stale,
-        slowest,
-    } = tally(results);
-    println!(
-        "differential (volumes): {cases} cases ({bound} schedulable, {} unschedulable for kube-scheduler), {} disagreements, {stale} first verdicts stale and asked again (seeds {seeds:?}), {slowest}, {:.0}s",
-        cases - bound,
-        disagreements.len(),
-        started.elapsed().as_secs_f64()
-    );
-    for d in &disagreements {
-        println!("{d}");
-    }
-    assert!(
-        bound * 10 >= cases && (cases - bound) * 10 >= cases,
-        "unbalanced cases: {bound} of {cases} schedulable"
-    );
-    assert!(
-        failures.is_empty(),
-        "{} cases failed to run:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
-    assert!(
-        disagreements.is_empty(),
-        "{} disagreements",
-        disagreements.len()
-    );
-    // A few first verdicts from a cache still behind are expected; more hide bugs.
-    assert!(
-        stale * 100 <= cases,
-        "{stale} of {cases} first verdicts were stale (more than 1 %)"
-    );
+    judge_run("differential (volumes)", results, cases, &seeds, started);
     Ok(())
 }
 
