@@ -43,6 +43,17 @@ pub async fn wait_ready(
 /// Creates a Node from JSON, then writes its status through `/status` (a create does not
 /// keep the status it was given). A merge patch, as controllers may touch the new node
 /// in between.
+/// What `api` lists; nothing when listing fails (for what only adds to an error).
+pub async fn list_or_empty<K>(api: &Api<K>) -> Vec<K>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+}
+
 pub async fn create_node(client: &Client, node: serde_json::Value) -> anyhow::Result<()> {
     let node: Node = serde_json::from_value(node)?;
     let name = node.metadata.name.clone().unwrap_or_default();

@@ -66,7 +66,7 @@ use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVo
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
-use mcsched_e2e::objects::create_node;
+use mcsched_e2e::objects::{create_node, list_or_empty};
 use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions};
 use serde_json::{Value, json};
 
@@ -323,6 +323,20 @@ async fn attempt(
     Ok(outcome)
 }
 
+/// A case's first attempts, kube-scheduler's ("kube") then mcsched's ("ours"), with how
+/// long each took from creation to decision.
+async fn first_attempts(
+    pods: &Api<Pod>,
+    kube_pod: Value,
+    ours_pod: Value,
+) -> anyhow::Result<([Outcome; 2], [Duration; 2])> {
+    let timer = tokio::time::Instant::now();
+    let kube = attempt(pods, kube_pod, "default-scheduler", "kube").await?;
+    let kube_took = timer.elapsed();
+    let ours = attempt(pods, ours_pod, "mcsched", "ours").await?;
+    Ok(([kube, ours], [kube_took, timer.elapsed() - kube_took]))
+}
+
 /// What a pod no scheduler decided about was waiting for: its conditions, and its claims'
 /// binding (a scheduler's PreBind waits for the PV controller to bind them).
 async fn pending_state(pods: &Api<Pod>, pod: &Pod) -> String {
@@ -335,11 +349,7 @@ async fn pending_state(pods: &Api<Pod>, pod: &Pod) -> String {
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(pods.clone().into_client(), &ns);
     let volumes: Api<PersistentVolume> = Api::all(pods.clone().into_client());
-    let all_volumes = volumes
-        .list(&Default::default())
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default();
+    let all_volumes = list_or_empty(&volumes).await;
     let names = pod.spec.iter().flat_map(|s| s.volumes.iter().flatten());
     for claim in names.filter_map(|v| v.persistent_volume_claim.as_ref()) {
         let name = &claim.claim_name;
@@ -470,50 +480,6 @@ struct CaseResult {
     id: usize,
 }
 
-/// A run's cases summed up.
-struct Tally {
-    disagreements: Vec<String>,
-    /// Cases that could not be run to a verdict, with why.
-    failures: Vec<String>,
-    /// Cases kube-scheduler bound.
-    bound: usize,
-    stale: usize,
-    /// The slowest first decisions, kube-scheduler's and mcsched's: OUTCOME_TIMEOUT's margin.
-    slowest: String,
-}
-
-fn tally(results: Vec<anyhow::Result<CaseResult>>) -> Tally {
-    let mut t = Tally {
-        disagreements: Vec::new(),
-        failures: Vec::new(),
-        bound: 0,
-        stale: 0,
-        slowest: String::new(),
-    };
-    let mut max = [(Duration::ZERO, 0); 2];
-    for r in results {
-        match r {
-            Ok(r) => {
-                t.bound += usize::from(r.kube_bound);
-                t.stale += usize::from(r.stale);
-                t.disagreements.extend(r.disagreement);
-                for (m, d) in max.iter_mut().zip(r.decided_in) {
-                    *m = (*m).max((d, r.id));
-                }
-            }
-            Err(e) => t.failures.push(format!("{e:#}")),
-        }
-    }
-    t.slowest = format!(
-        "slowest first decision: kube-scheduler {:.1}s (case {}), mcsched {:.1}s (case {})",
-        max[0].0.as_secs_f64(),
-        max[0].1,
-        max[1].0.as_secs_f64(),
-        max[1].1
-    );
-    t
-}
-
 /// Prints a black-box run's summary and disagreements, then holds it to its bars: both
 /// outcomes well represented (or the comparison proves little), every case run, no
 /// disagreement, at most 1 % of first verdicts stale (a few from a cache still behind
@@ -525,13 +491,30 @@ fn judge_run(
     seeds: &[u64],
     started: std::time::Instant,
 ) {
-    let Tally {
-        disagreements,
-        failures,
-        bound,
-        stale,
-        slowest,
-    } = tally(results);
+    let (mut disagreements, mut failures) = (Vec::new(), Vec::new());
+    let (mut bound, mut stale) = (0, 0);
+    // The slowest first decisions, kube-scheduler's and mcsched's, with their cases:
+    // OUTCOME_TIMEOUT's margin.
+    let mut slowest = [(Duration::ZERO, 0); 2];
+    for r in results {
+        match r {
+            Ok(r) => {
+                bound += usize::from(r.kube_bound);
+                stale += usize::from(r.stale);
+                disagreements.extend(r.disagreement);
+                for (m, d) in slowest.iter_mut().zip(r.decided_in) {
+                    *m = (*m).max((d, r.id));
+                }
+            }
+            Err(e) => failures.push(format!("{e:#}")),
+        }
+    }
+    let [(kube, kube_case), (ours, ours_case)] = slowest;
+    let slowest = format!(
+        "slowest first decision: kube-scheduler {:.1}s (case {kube_case}), mcsched {:.1}s (case {ours_case})",
+        kube.as_secs_f64(),
+        ours.as_secs_f64()
+    );
     println!(
         "{label}: {cases} cases ({bound} schedulable, {} unschedulable for kube-scheduler), {} disagreements, {stale} first verdicts stale and asked again (seeds {seeds:?}), {slowest}, {:.0}s",
         cases - bound,
@@ -664,11 +647,8 @@ async fn run_case(client: Client, case: Case) -> anyhow::Result<CaseResult> {
     }
     let probe = format!("diff-{}-probe", case.id);
     caches_caught_up(&client, &pods, &probe).await?;
-    let timer = std::time::Instant::now();
-    let kube = attempt(&pods, case.pod.clone(), "default-scheduler", "kube").await?;
-    let kube_took = timer.elapsed();
-    let ours = attempt(&pods, case.pod.clone(), "mcsched", "ours").await?;
-    let decided_in = [kube_took, timer.elapsed() - kube_took];
+    let ([kube, ours], decided_in) =
+        first_attempts(&pods, case.pod.clone(), case.pod.clone()).await?;
     let pod_for = |_: &str| Ok(case.pod.clone());
     let settled = format!("{probe}-settled");
     let settle = settle_with(&client, &pods, &settled);
@@ -1007,17 +987,12 @@ async fn run_volume_case(client: Client, case: VolumeCase) -> anyhow::Result<Cas
     }
     nodes_untainted(&client, &node_names).await?;
 
-    let timer = std::time::Instant::now();
-    let kube = attempt(
+    let ([kube, ours], decided_in) = first_attempts(
         &pods,
         for_attempt(&case.pod, "kube")?,
-        "default-scheduler",
-        "kube",
+        for_attempt(&case.pod, "ours")?,
     )
     .await?;
-    let kube_took = timer.elapsed();
-    let ours = attempt(&pods, for_attempt(&case.pod, "ours")?, "mcsched", "ours").await?;
-    let decided_in = [kube_took, timer.elapsed() - kube_took];
     let pod_for = |attempt: &str| for_attempt(&case.pod, attempt);
     let settled = format!("vol-{}-probe-settled", case.id);
     let settle = settle_with(&client, &pods, &settled);

@@ -17,6 +17,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::PostParams;
 use kube::{Api, Client};
+use mcsched_e2e::objects::list_or_empty;
 use mcsched_e2e::placement::{agent_with_policies, policy};
 use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, wait};
 use mcsched_shared::keys;
@@ -67,23 +68,12 @@ async fn bound(pods: &Api<Pod>, name: &str, agent: &Agent) -> anyhow::Result<Str
     }
 }
 
-/// What `api` lists; nothing when listing fails (this only adds to an error).
-async fn items<K>(api: &Api<K>) -> Vec<K>
-where
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    api.list(&Default::default())
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default()
-}
-
 /// The host's pods, claims and volumes in `default`, one line each: what a placement
 /// that never came was up against.
 async fn volume_state(pods: &Api<Pod>) -> String {
     let client = pods.clone().into_client();
     let mut lines = Vec::new();
-    for p in items(pods).await {
+    for p in list_or_empty(pods).await {
         lines.push(format!(
             "pod {} node={:?} phase={:?} deleting={}",
             p.metadata.name.clone().unwrap_or_default(),
@@ -93,7 +83,7 @@ async fn volume_state(pods: &Api<Pod>) -> String {
         ));
     }
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
-    for c in items(&claims).await {
+    for c in list_or_empty(&claims).await {
         lines.push(format!(
             "claim {} volume={:?} annotations={:?}",
             c.metadata.name.clone().unwrap_or_default(),
@@ -102,7 +92,7 @@ async fn volume_state(pods: &Api<Pod>) -> String {
         ));
     }
     let volumes: Api<k8s_openapi::api::core::v1::PersistentVolume> = Api::all(client);
-    for v in items(&volumes).await {
+    for v in list_or_empty(&volumes).await {
         lines.push(format!(
             "volume {} phase={:?} claimRef={:?}",
             v.metadata.name.clone().unwrap_or_default(),
