@@ -24,7 +24,7 @@ GO_FLAGS := -trimpath
 GO_MODULES := tests/controlplane tests/conformance tests/go-extender tools/image tools/lint
 GO_FORMATTED := tests/controlplane tests/conformance tools/image tools/lint
 
-.PHONY: all build controlplane conformance-suite conformance demo test differential lint fmt clean manifests bench bench-engine soak image test-images vet actionlint
+.PHONY: all build controlplane conformance-suite conformance demo test differential lint fmt clean manifests bench bench-engine soak image test-images vet actionlint fuzz
 
 all: build
 
@@ -120,6 +120,14 @@ differential: build
 soak: build
 	cargo test -p mcsched-e2e --test leaf_ownership -- --ignored --nocapture
 	MCSCHED_FAULT_PODS=10000 cargo test -p mcsched-e2e --test faults -- --nocapture --test-threads 1
+
+## fuzz: the property tests at many cases (`cargo test` runs a few of each): the protobuf
+## decoder's (mcsched-wire's `fuzz_` tests: arbitrary bytes and schema-made messages never
+## panic, decode in O(n log n) work counted, maps keep their last entry, the API server's
+## metadata bounds hold). FUZZ_CASES sets the cases of each (proptest's PROPTEST_CASES).
+FUZZ_CASES ?= 20000
+fuzz:
+	PROPTEST_CASES=$(FUZZ_CASES) cargo test -p mcsched-wire --release --lib fuzz_
 
 ## vet: gofmt and go vet on the Go modules, with the build's compile flags (GO_FLAGS).
 vet:

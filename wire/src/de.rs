@@ -8,15 +8,64 @@ use base64::Engine;
 use serde::de::{self, DeserializeSeed, IntoDeserializer, MapAccess, SeqAccess, Visitor};
 use serde::forward_to_deserialize_any;
 
+use crate::WireError;
 use crate::schema::{
     FIELDS_V1, FieldKind, INT_OR_STRING, MICRO_TIME, OBJECT_META, Options, QUANTITY, RAW_EXTENSION,
     Reader, Scalar, Schema, TIME, Type, Wire, malformed, timestamp_string,
 };
 
-type Error = serde_json::Error;
+/// Why a direct decode failed, kept apart so that `Schema::decode` can tell bytes that are
+/// wrong (malformed, or past the API server's bounds) from an object of another shape.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Error {
+    #[error(transparent)]
+    Wire(#[from] WireError),
+    /// A RawExtension's or FieldsV1's JSON.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// The object's type refused a value (serde's message).
+    #[error("{0}")]
+    Type(String),
+}
 
-fn wire(e: crate::WireError) -> Error {
-    de::Error::custom(e)
+impl de::Error for Error {
+    fn custom<T: std::fmt::Display>(msg: T) -> Self {
+        Error::Type(msg.to_string())
+    }
+}
+
+impl From<Error> for WireError {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::Wire(e) => e,
+            Error::Json(e) => WireError::Object(e),
+            Error::Type(s) => WireError::Object(de::Error::custom(s)),
+        }
+    }
+}
+
+fn wire(e: WireError) -> Error {
+    Error::Wire(e)
+}
+
+/// A map's entries each key once, its last value (as Go's unmarshal assigns them in
+/// turn), sorted by key as Go's JSON writes a map. A sort, not a search per entry: labels
+/// have no bound on their number (`crate::bounds`), and a search per entry costs 140k of
+/// them ~10^10 comparisons.
+pub(crate) fn last_wins<K: Ord, V>(entries: &mut Vec<(K, V)>) {
+    // Stable: equal keys stay in wire order, so the last of each run is the last sent.
+    entries.sort_by(|a, b| {
+        crate::work::tick();
+        a.0.cmp(&b.0)
+    });
+    let mut kept: Vec<(K, V)> = Vec::with_capacity(entries.len());
+    for (k, v) in entries.drain(..) {
+        match kept.last_mut() {
+            Some(last) if last.0 == k => last.1 = v,
+            _ => kept.push((k, v)),
+        }
+    }
+    *entries = kept;
 }
 
 /// A value off the wire, as JSON would have it, its messages decoded when visited.
@@ -157,8 +206,26 @@ impl<'s, 'b> Msg<'s, 'b> {
     }
 
     /// The fields JSON would have, by their JSON names; embedded (`inline`) messages'
-    /// fields among them.
-    fn entries(self, out: &mut Vec<(&'s str, Val<'s, 'b>)>) -> Result<(), Error> {
+    /// fields among them; maps each key once, ObjectMeta's held to the API server's bounds.
+    fn entries(self) -> Result<Vec<(&'s str, Val<'s, 'b>)>, Error> {
+        let mut out = Vec::new();
+        self.collect(&mut out)?;
+        for (name, v) in &mut out {
+            if let Val::Map(map) = v {
+                last_wins(map);
+                if self.name == OBJECT_META {
+                    let pairs = map.iter().map(|(k, v)| match v {
+                        Val::Str(s) => (*k, *s),
+                        _ => (*k, &b""[..]),
+                    });
+                    crate::bounds::check(name, pairs).map_err(|e| wire(e.into()))?;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn collect(self, out: &mut Vec<(&'s str, Val<'s, 'b>)>) -> Result<(), Error> {
         let fields = self
             .schema
             .fields(self.name)
@@ -176,17 +243,20 @@ impl<'s, 'b> Msg<'s, 'b> {
             match &f.kind {
                 FieldKind::Single(Type::Message(m)) if f.inline => {
                     if let Wire::Bytes(b) = w {
-                        self.child(m, b).entries(out)?;
+                        self.child(m, b).collect(out)?;
                     }
                 }
                 FieldKind::Single(t) => {
                     let v = self.scalar_or_message(t, w)?;
                     let keep = !matches!(v, Val::Null) && (f.keep_zero || !v.is_zero());
-                    if keep {
-                        match out.iter().position(|(n, _)| *n == name) {
-                            Some(i) => out[i].1 = v,
-                            None => out.push((name, v)),
+                    // The last occurrence wins even when it is a zero JSON leaves out.
+                    match (out.iter().position(|(n, _)| *n == name), keep) {
+                        (Some(i), true) => out[i].1 = v,
+                        (Some(i), false) => {
+                            out.remove(i);
                         }
+                        (None, true) => out.push((name, v)),
+                        (None, false) => {}
                     }
                 }
                 FieldKind::Repeated(t) => {
@@ -242,11 +312,9 @@ impl<'s, 'b> Msg<'s, 'b> {
                             out.len() - 1
                         }
                     };
+                    // Deduplicated once the message is read (`entries`).
                     if let Val::Map(map) = &mut out[i].1 {
-                        match map.iter().position(|(k, _)| *k == key) {
-                            Some(j) => map[j].1 = val,
-                            None => map.push((key, val)),
-                        }
+                        map.push((key, val));
                     }
                 }
             }
@@ -277,16 +345,12 @@ impl<'de, 's, 'b> de::Deserializer<'de> for Val<'s, 'b> {
             Val::Name(s) => visitor.visit_str(s),
             // Rare (RawExtension, FieldsV1), so through a JSON value.
             Val::Json(raw) => {
-                serde_json::from_slice::<serde_json::Value>(raw)?.deserialize_any(visitor)
+                Ok(serde_json::from_slice::<serde_json::Value>(raw)?.deserialize_any(visitor)?)
             }
-            Val::Msg(m) => {
-                let mut entries = Vec::new();
-                m.entries(&mut entries)?;
-                visitor.visit_map(Pairs {
-                    iter: entries.into_iter(),
-                    value: None,
-                })
-            }
+            Val::Msg(m) => visitor.visit_map(Pairs {
+                iter: m.entries()?.into_iter(),
+                value: None,
+            }),
             Val::Seq(items) => visitor.visit_seq(Items {
                 iter: items.into_iter(),
             }),
@@ -323,8 +387,8 @@ impl<'de, 's, 'b> de::Deserializer<'de> for Val<'s, 'b> {
             Val::Str(b) => visitor.visit_enum(text(b).into_owned().into_deserializer()),
             Val::Owned(s) => visitor.visit_enum(s.into_deserializer()),
             Val::Name(s) => visitor.visit_enum(s.into_deserializer()),
-            Val::Json(raw) => serde_json::from_slice::<serde_json::Value>(raw)?
-                .deserialize_enum(name, variants, visitor),
+            Val::Json(raw) => Ok(serde_json::from_slice::<serde_json::Value>(raw)?
+                .deserialize_enum(name, variants, visitor)?),
             other => other.deserialize_any(visitor),
         }
     }
@@ -399,5 +463,153 @@ impl<'de, 's, 'b> SeqAccess<'de> for Items<'s, 'b> {
 
     fn size_hint(&self) -> Option<usize> {
         Some(self.iter.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::Pod;
+
+    use crate::bounds::{ANNOTATIONS_TOTAL_MAX, Bound, KeyProblem};
+    use crate::fuzz::{ANNOTATIONS, LABELS, POD, entry, field, pod, work_bound};
+    use crate::schema::{Options, schema};
+    use crate::{WireError, work};
+
+    fn decode(bytes: &[u8]) -> Result<Pod, WireError> {
+        schema().decode(POD, bytes, Options::default())
+    }
+
+    /// 2·16384 label entries, every key twice ("old" then "new"): the map comes out with
+    /// each key once and its last value, in O(n log n) work (~10⁷ units here). A search
+    /// per entry, as the map was once deduplicated, makes it ~2.7·10⁸ key comparisons.
+    #[test]
+    fn a_map_is_deduplicated_in_n_log_n_work_its_last_entry_winning() {
+        const N: usize = 1 << 14;
+        let mut meta = Vec::new();
+        for value in ["old", "new"] {
+            for i in 0..N {
+                meta.extend(entry(LABELS, format!("k{i}").as_bytes(), value.as_bytes()));
+            }
+        }
+        let bytes = pod(&meta);
+        work::take();
+        let p = decode(&bytes).expect("valid labels");
+        let done = work::take();
+        let labels = p.metadata.labels.unwrap_or_default();
+        assert_eq!(labels.len(), N);
+        assert!(labels.values().all(|v| v == "new"), "the last entry wins");
+        assert!(
+            done <= work_bound(bytes.len()),
+            "{done} units of work for {} bytes ({} entries), past {}",
+            bytes.len(),
+            2 * N,
+            work_bound(bytes.len())
+        );
+    }
+
+    /// As Go's unmarshal: the last entry for a key wins, wherever the entries are, and so
+    /// does the last occurrence of a singular field, a zero included.
+    #[test]
+    fn the_last_entry_and_the_last_field_win() {
+        let meta = [
+            entry(LABELS, b"b", b"1"),
+            field(1, b"first-name"),
+            entry(LABELS, b"a", b"2"),
+            entry(ANNOTATIONS, b"note", b"x"),
+            entry(LABELS, b"b", b"3"),
+            field(1, b""),
+            field(LABELS, &field(1, b"c")), // an entry with no value: ""
+        ]
+        .concat();
+        let p = decode(&pod(&meta)).expect("decodes");
+        let labels: Vec<(String, String)> =
+            p.metadata.labels.unwrap_or_default().into_iter().collect();
+        let want = [("a", "2"), ("b", "3"), ("c", "")].map(|(k, v)| (k.into(), v.into()));
+        assert_eq!(labels, want);
+        assert_eq!(p.metadata.name, None, "the last name sent was empty");
+        let json = schema()
+            .to_json(POD, &pod(&meta), Options::default())
+            .expect("decodes");
+        assert_eq!(
+            json["metadata"]["labels"],
+            serde_json::json!({"a": "2", "b": "3", "c": ""})
+        );
+        assert_eq!(json["metadata"].get("name"), None);
+    }
+
+    /// Past the API server's bounds, a decode fails naming the field, in both decoders; a
+    /// key sent again is counted once, as the API server counts the map.
+    #[test]
+    fn metadata_past_the_api_servers_bounds_is_refused_naming_the_field() {
+        let chunk = "x".repeat(60 << 10);
+        let five: Vec<u8> = (0..5)
+            .flat_map(|i| entry(ANNOTATIONS, format!("a{i}").as_bytes(), chunk.as_bytes()))
+            .collect();
+        let once_five_times: Vec<u8> = (0..5)
+            .flat_map(|_| entry(ANNOTATIONS, b"a", chunk.as_bytes()))
+            .collect();
+        let cases: [(&str, Vec<u8>, Option<Bound>); 5] = [
+            (
+                "five 60 KiB annotations",
+                five,
+                Some(Bound::AnnotationsTotal {
+                    total: 5 * (2 + (60 << 10)),
+                }),
+            ),
+            (
+                "one 60 KiB annotation, sent five times",
+                once_five_times,
+                None,
+            ),
+            (
+                "a 64-byte label value",
+                entry(LABELS, b"k", &[b'v'; 64]),
+                Some(Bound::LabelValue {
+                    key: "k".into(),
+                    len: 64,
+                }),
+            ),
+            (
+                "a 64-byte label name",
+                entry(LABELS, &[b'n'; 64], b""),
+                Some(Bound::Key {
+                    field: "labels",
+                    key: "n".repeat(64),
+                    why: KeyProblem::LongName(64),
+                }),
+            ),
+            (
+                "an annotation key of two slashes",
+                entry(ANNOTATIONS, b"a/b/c", b""),
+                Some(Bound::Key {
+                    field: "annotations",
+                    key: "a/b/c".into(),
+                    why: KeyProblem::Slashes,
+                }),
+            ),
+        ];
+        for (what, meta, want) in cases {
+            let bytes = pod(&meta);
+            let json = schema().to_json(POD, &bytes, Options::default());
+            match (decode(&bytes), want) {
+                (Ok(_), None) => assert!(json.is_ok(), "{what}"),
+                (Err(WireError::Bound(got)), Some(want)) => {
+                    assert_eq!(got, want, "{what}");
+                    let field = match want {
+                        Bound::LabelValue { .. } => "labels",
+                        Bound::AnnotationsTotal { .. } => "annotations",
+                        Bound::Key { field, .. } => field,
+                    };
+                    let message = WireError::Bound(got).to_string();
+                    assert!(message.contains(&format!("metadata.{field}")), "{message}");
+                    assert!(
+                        matches!(json, Err(WireError::Bound(j)) if j == want),
+                        "{what}"
+                    );
+                }
+                (got, want) => panic!("{what}: {got:?}, want {want:?}"),
+            }
+        }
+        const { assert!(5 * (60 << 10) > ANNOTATIONS_TOTAL_MAX) };
     }
 }

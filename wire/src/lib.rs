@@ -3,8 +3,11 @@
 //! pod and node lists and watches. kube-rs speaks JSON only; this is the hand work on top
 //! of its `Client::send`. JSON stays for everything else, and for these too when asked.
 
+pub mod bounds;
 pub mod codec;
 mod de;
+#[cfg(test)]
+mod fuzz;
 pub mod read;
 pub mod schema;
 pub mod write;
@@ -75,6 +78,29 @@ pub enum WireError {
     Object(#[from] serde_json::Error),
     #[error("unexpected {what}: {got}")]
     Unexpected { what: &'static str, got: String },
+    #[error("an object past the API server's own bounds: {0}")]
+    Bound(#[from] bounds::Bound),
+}
+
+/// The work of a decode (fields read, map keys compared), counted in tests to hold it to
+/// O(n log n) of its input without timing anything; outside tests, nothing.
+pub(crate) mod work {
+    #[cfg(test)]
+    thread_local! {
+        static DONE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+
+    #[inline(always)]
+    pub(crate) fn tick() {
+        #[cfg(test)]
+        DONE.with(|d| d.set(d.get() + 1));
+    }
+
+    /// The work counted on this thread since the last call.
+    #[cfg(test)]
+    pub(crate) fn take() -> u64 {
+        DONE.with(|d| d.replace(0))
+    }
 }
 
 #[cfg(test)]

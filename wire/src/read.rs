@@ -30,6 +30,24 @@ pub fn object<K: DeserializeOwned>(message: &str, raw: &[u8]) -> Result<K, WireE
     schema::schema().decode(message, raw, opts)
 }
 
+/// An object the decoder refused (`e`), logged by name, as far as its metadata's identity
+/// decodes (name, namespace, uid, resourceVersion): all a deletion needs.
+fn refused<K: Resource + DeserializeOwned>(message: &str, raw: &[u8], e: &WireError) -> Option<K> {
+    let stub = schema::identity(raw)
+        .and_then(|stub| object::<K>(message, &stub))
+        .ok()
+        .filter(|o: &K| o.meta().name.is_some());
+    let (namespace, name) = stub.as_ref().map_or(("", ""), |o| {
+        let m = o.meta();
+        (
+            m.namespace.as_deref().unwrap_or(""),
+            m.name.as_deref().unwrap_or(""),
+        )
+    });
+    tracing::warn!(message, namespace, name, error = %e, "object refused; left out");
+    stub
+}
+
 /// The protobuf message name of `K`, if it is served in protobuf here.
 pub fn message_of<K: Resource>(dt: &K::DynamicType) -> Option<String> {
     (K::group(dt).is_empty() && K::version(dt) == "v1")
@@ -209,9 +227,24 @@ where
                 let decoded = object::<K>(&self.target.message, &event.object.raw);
                 let o = match decoded {
                     Ok(o) => o,
+                    // The frame was whole, so the stream is still in step: only this
+                    // object is lost. Watching again from `rv` would be sent it again, and
+                    // one bad pod would stall the watch of every pod.
                     Err(e) => {
-                        self.state = State::Watching { rv };
-                        return Some(Err(watcher::Error::WatchFailed(wire_error(e))));
+                        let refused = refused::<K>(&self.target.message, &event.object.raw, &e);
+                        if let Some(v) = refused
+                            .as_ref()
+                            .and_then(|o| o.meta().resource_version.clone())
+                        {
+                            rv = v;
+                        }
+                        self.state = State::Streaming { rv, body, frames };
+                        // Gone as far as the caches know, as a relist will have it
+                        // (`list` leaves it out): a stale copy would outlive its deletion.
+                        return match event.type_.as_str() {
+                            "MODIFIED" | "DELETED" => refused.map(|o| Ok(Event::Delete(o))),
+                            _ => None,
+                        };
                     }
                 };
                 if let Some(v) = o.meta().resource_version.clone() {
@@ -230,7 +263,7 @@ where
 
 impl Target {
     /// One page: its objects, the next page's token, the list's resourceVersion.
-    async fn list<K: DeserializeOwned>(
+    async fn list<K: Resource + DeserializeOwned>(
         &self,
         page: Option<String>,
     ) -> Result<(VecDeque<K>, Option<String>, String), kube::Error> {
@@ -262,12 +295,19 @@ impl Target {
         }
         let env = codec::decode(&bytes).map_err(wire_error)?;
         let list = schema::list_items(&env.raw).map_err(wire_error)?;
+        // An object the decoder refuses is left out, the rest of the page kept: failing
+        // the page would list it again, and fail again, for ever.
         let items = list
             .items
             .iter()
-            .map(|raw| object::<K>(&self.message, raw))
-            .collect::<Result<VecDeque<K>, _>>()
-            .map_err(wire_error)?;
+            .filter_map(|raw| match object::<K>(&self.message, raw) {
+                Ok(o) => Some(o),
+                Err(e) => {
+                    refused::<K>(&self.message, raw, &e);
+                    None
+                }
+            })
+            .collect::<VecDeque<K>>();
         let next = (!list.continue_token.is_empty()).then_some(list.continue_token);
         Ok((items, next, list.resource_version))
     }
@@ -456,6 +496,96 @@ mod tests {
         assert!(
             lists[0].contains("fieldSelector=spec.nodeName%3D"),
             "{lists:?}"
+        );
+    }
+
+    /// A pod whose annotations are past the API server's 256 KiB.
+    fn oversized(name: &str, rv: &str) -> pb::Pod {
+        let mut p = pod(name, rv);
+        if let Some(m) = p.metadata.as_mut() {
+            m.uid = Some(format!("uid-{name}"));
+            m.annotations = [("big".to_string(), "x".repeat(300 << 10))].into();
+        }
+        p
+    }
+
+    /// An API server that lists a and the oversized x at 10; its first watch modifies x
+    /// (still oversized) at 11 and ends, the second adds b at 12; later watches hang.
+    fn refusing_stand_in(queries: Arc<Mutex<Vec<String>>>) -> kube::Client {
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let q = req.uri().query().unwrap_or_default().to_string();
+            let queries = queries.clone();
+            async move {
+                let watches = {
+                    let mut all = queries.lock().unwrap_or_else(|e| e.into_inner());
+                    all.push(q.clone());
+                    all.iter().filter(|x| x.contains("watch=true")).count()
+                };
+                let body = if !q.contains("watch=true") {
+                    let list = pb::PodList {
+                        metadata: Some(pbmeta::ListMeta {
+                            resource_version: Some("10".into()),
+                            ..Default::default()
+                        }),
+                        items: vec![pod("a", "10"), oversized("x", "10")],
+                    };
+                    codec::encode("v1", "PodList", &list)
+                } else if watches == 1 {
+                    let x = codec::encode("v1", "Pod", &oversized("x", "11"));
+                    codec::encode_event("MODIFIED", x)
+                } else if watches == 2 {
+                    codec::encode_event("ADDED", codec::encode("v1", "Pod", &pod("b", "12")))
+                } else {
+                    tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+                    Vec::new()
+                };
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder()
+                        .body(kube::client::Body::from(body))
+                        .unwrap_or_else(|_| http::Response::new(kube::client::Body::empty())),
+                )
+            }
+        });
+        kube::Client::new(service, "ns")
+    }
+
+    /// An object past the API server's bounds ends there: left out of its list page, a
+    /// deletion (by name and uid) in the watch, which goes on after it.
+    #[tokio::test]
+    async fn an_object_the_decoder_refuses_is_left_out_and_the_watch_goes_on() {
+        let queries = Arc::new(Mutex::new(Vec::new()));
+        let client = refusing_stand_in(queries.clone());
+        let stream = watcher::<Pod>(client, "/api/v1/pods".into(), watcher::Config::default())
+            .expect("a core kind");
+        let got: Vec<String> = stream
+            .take(5)
+            .map(|e| match e {
+                Ok(Event::Init) => "init".to_string(),
+                Ok(Event::InitApply(p)) => format!("list {}", p.metadata.name.unwrap_or_default()),
+                Ok(Event::InitDone) => "listed".to_string(),
+                Ok(Event::Apply(p)) => format!("apply {}", p.metadata.name.unwrap_or_default()),
+                Ok(Event::Delete(p)) => format!(
+                    "delete {} {}",
+                    p.metadata.name.unwrap_or_default(),
+                    p.metadata.uid.unwrap_or_default()
+                ),
+                Err(e) => format!("error {e}"),
+            })
+            .collect()
+            .await;
+        assert_eq!(
+            got,
+            ["init", "list a", "listed", "delete x uid-x", "apply b"]
+        );
+        let queries = queries.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let watches: Vec<&String> = queries
+            .iter()
+            .filter(|q| q.contains("watch=true"))
+            .collect();
+        assert_eq!(watches.len(), 2, "{queries:?}");
+        assert!(
+            watches[1].contains("resourceVersion=11"),
+            "resumed past the refused object: {watches:?}"
         );
     }
 }

@@ -93,6 +93,14 @@ impl Fields {
         self.0.iter().flatten()
     }
 
+    /// The fields with their numbers (the property tests' messages are made from them).
+    #[cfg(test)]
+    pub(crate) fn numbered(&self) -> impl Iterator<Item = (u32, &Field)> {
+        (0u32..)
+            .zip(&self.0)
+            .filter_map(|(n, f)| f.as_ref().map(|f| (n, f)))
+    }
+
     fn values_mut(&mut self) -> impl Iterator<Item = &mut Field> {
         self.0.iter_mut().flatten()
     }
@@ -272,6 +280,11 @@ impl Schema {
         self.messages.get(message)
     }
 
+    #[cfg(test)]
+    pub(crate) fn message_names(&self) -> impl Iterator<Item = &str> {
+        self.messages.keys().map(String::as_str)
+    }
+
     /// The message `bytes` of type `message` (a full name) as the API server's JSON.
     pub fn to_json(&self, message: &str, bytes: &[u8], opts: Options) -> Result<Value, WireError> {
         self.message(message, bytes, opts)
@@ -331,6 +344,9 @@ impl Schema {
             .ok_or_else(|| WireError::UnknownMessage(name.to_string()))?;
         let skip_managed = opts.skip_managed_fields && name == OBJECT_META;
         let mut out = Map::new();
+        // ObjectMeta's bounded maps as on the wire (field, key, value): Go's bounds count
+        // bytes, which a lossy UTF-8 string would not keep.
+        let mut bounded: Vec<(&str, &[u8], &[u8])> = Vec::new();
         let mut r = Reader::new(bytes, name);
         while let Some((number, value)) = r.next()? {
             let Some(f) = fields.get(&number) else {
@@ -349,6 +365,9 @@ impl Schema {
                     let v = self.value(t, value, name, opts)?;
                     if !v.is_null() && (f.keep_zero || !is_zero(&v)) {
                         out.insert(f.name.clone(), v);
+                    } else {
+                        // The last occurrence wins even when it is a zero JSON leaves out.
+                        out.remove(&f.name);
                     }
                 }
                 FieldKind::Repeated(t) => {
@@ -374,15 +393,25 @@ impl Schema {
                     let Wire::Bytes(entry) = value else {
                         return Err(malformed(name, "a map entry that is not a message"));
                     };
-                    let (mut key, mut val) = (String::new(), None);
+                    let (mut key, mut val) = (&b""[..], None);
+                    let mut raw_val = &b""[..];
                     let mut e = Reader::new(entry, name);
                     while let Some((n, v)) = e.next()? {
                         match (n, v) {
-                            (1, Wire::Bytes(k)) => key = String::from_utf8_lossy(k).into_owned(),
-                            (2, v) => val = Some(self.value(t, v, name, opts)?),
+                            (1, Wire::Bytes(k)) => key = k,
+                            (2, v) => {
+                                if let Wire::Bytes(b) = v {
+                                    raw_val = b;
+                                }
+                                val = Some(self.value(t, v, name, opts)?);
+                            }
                             _ => {}
                         }
                     }
+                    if name == OBJECT_META {
+                        bounded.push((f.name.as_str(), key, raw_val));
+                    }
+                    let key = String::from_utf8_lossy(key).into_owned();
                     let val = match (val, t) {
                         (Some(v), _) => v,
                         (None, Type::Scalar(Scalar::String)) => Value::String(String::new()),
@@ -396,6 +425,17 @@ impl Schema {
                         map.insert(key, val);
                     }
                 }
+            }
+        }
+        if name == OBJECT_META {
+            for field in ["labels", "annotations"] {
+                let mut pairs: Vec<(&[u8], &[u8])> = bounded
+                    .iter()
+                    .filter(|(f, _, _)| *f == field)
+                    .map(|&(_, k, v)| (k, v))
+                    .collect();
+                crate::de::last_wins(&mut pairs);
+                crate::bounds::check(field, pairs)?;
             }
         }
         Ok(out)
@@ -542,6 +582,7 @@ impl<'a, 'n> Reader<'a, 'n> {
     }
 
     pub(crate) fn next(&mut self) -> Result<Option<(u32, Wire<'a>)>, WireError> {
+        crate::work::tick();
         let Some(key) = self.varint_or_end()? else {
             return Ok(None);
         };
@@ -605,6 +646,34 @@ pub fn list_items(bytes: &[u8]) -> Result<List<'_>, WireError> {
         }
     }
     Ok(list)
+}
+
+/// The object `raw` (a message of any core/v1 kind: metadata = 1) cut down to its
+/// metadata's name (1), namespace (3), uid (5) and resourceVersion (6): an object the
+/// decoder refuses can still be named, and its watch move past it.
+pub(crate) fn identity(raw: &[u8]) -> Result<Vec<u8>, WireError> {
+    use prost::encoding::{WireType, encode_key, encode_varint};
+    let mut meta = Vec::new();
+    let mut r = Reader::new(raw, "object");
+    while let Some((n, w)) = r.next()? {
+        let (1, Wire::Bytes(m)) = (n, w) else {
+            continue;
+        };
+        meta.clear(); // the last metadata, as the decoder keeps it
+        let mut f = Reader::new(m, OBJECT_META);
+        while let Some((n, w)) = f.next()? {
+            if let (1 | 3 | 5 | 6, Wire::Bytes(b)) = (n, w) {
+                encode_key(n, WireType::LengthDelimited, &mut meta);
+                encode_varint(b.len() as u64, &mut meta);
+                meta.extend_from_slice(b);
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(meta.len() + 8);
+    encode_key(1, WireType::LengthDelimited, &mut out);
+    encode_varint(meta.len() as u64, &mut out);
+    out.extend_from_slice(&meta);
+    Ok(out)
 }
 
 /// The full message name of a kind served in protobuf, by its apiVersion and kind.
