@@ -124,10 +124,13 @@ soak: build
 ## fuzz: the property tests at many cases (`cargo test` runs a few of each): the protobuf
 ## decoder's (mcsched-wire's `fuzz_` tests: arbitrary bytes and schema-made messages never
 ## panic, decode in O(n log n) work counted, maps keep their last entry, the API server's
-## metadata bounds hold). FUZZ_CASES sets the cases of each (proptest's PROPTEST_CASES).
+## metadata bounds hold) and the policy overrides' (mcsched-shared's: arbitrary jsonPatch
+## operations and typed overrides never panic, never make a copy past 1.5 MiB, and never
+## widen what it refers to). FUZZ_CASES sets the cases of each (proptest's PROPTEST_CASES).
 FUZZ_CASES ?= 20000
 fuzz:
 	PROPTEST_CASES=$(FUZZ_CASES) cargo test -p mcsched-wire --release --lib fuzz_
+	PROPTEST_CASES=$(FUZZ_CASES) cargo test -p mcsched-shared --release --lib fuzz_
 
 ## vet: gofmt and go vet on the Go modules, with the build's compile flags (GO_FLAGS).
 vet:

@@ -18,6 +18,9 @@ use serde::{Deserialize, Serialize};
 use crate::cluster_affinity::ClusterAffinity;
 use crate::quantity::{Quantity, QuantityError};
 
+mod bounded_patch;
+pub use bounded_patch::{MAX_OPERATIONS, MAX_PATCHED_BYTES};
+
 /// One override: the leaf clusters it targets and what it changes in their copies.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -56,8 +59,11 @@ pub struct ClusterOverride {
     /// Host StorageClass → the leaf's, for the copies of the pod's claims.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) storage_classes: BTreeMap<String, String>,
-    /// RFC 6902 operations on the copy, applied last.
+    /// RFC 6902 operations on the copy, applied last. They may not set what the host
+    /// decides (node, scheduler, priority, account), metadata beyond labels and
+    /// annotations, or name an object the pod does not refer to.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
     pub(crate) json_patch: Vec<PatchOperation>,
 }
 
@@ -172,13 +178,30 @@ pub(crate) struct PatchOperation {
 pub struct OverrideError {
     pub(crate) field: String,
     pub(crate) message: String,
+    /// Whether it fails whatever the pod (the policy is invalid), rather than for this
+    /// pod's copy only.
+    pub(crate) any_pod: bool,
+}
+
+impl OverrideError {
+    fn everywhere(field: impl Into<String>, message: impl Into<String>) -> Self {
+        OverrideError {
+            field: field.into(),
+            message: message.into(),
+            any_pod: true,
+        }
+    }
+
+    fn for_this_pod(field: impl Into<String>, message: impl Into<String>) -> Self {
+        OverrideError {
+            any_pod: false,
+            ..Self::everywhere(field, message)
+        }
+    }
 }
 
 fn error(field: impl Into<String>, message: impl Into<String>) -> OverrideError {
-    OverrideError {
-        field: field.into(),
-        message: message.into(),
-    }
+    OverrideError::everywhere(field, message)
 }
 
 impl ClusterOverride {
@@ -278,18 +301,21 @@ impl ClusterOverride {
                 ));
             }
         }
+        if self.json_patch.len() > MAX_OPERATIONS {
+            return Err(error(
+                format!("{field}.jsonPatch"),
+                format!(
+                    "{} operations: at most {MAX_OPERATIONS}",
+                    self.json_patch.len()
+                ),
+            ));
+        }
         for (i, p) in self.json_patch.iter().enumerate() {
             let f = format!("{field}.jsonPatch[{i}]");
             if !p.path.is_empty() && !p.path.starts_with('/') {
                 return Err(error(
                     format!("{f}.path"),
                     "must be a JSON pointer starting with /",
-                ));
-            }
-            if p.path.starts_with("/metadata/name") || p.path.starts_with("/metadata/namespace") {
-                return Err(error(
-                    format!("{f}.path"),
-                    "the copy's name and namespace are the host pod's",
                 ));
             }
             match p.op {
@@ -306,12 +332,39 @@ impl ClusterOverride {
                 }
                 _ => {}
             }
+            bounded_patch::check_paths(p, &f)?;
+        }
+        if !self.json_patch.is_empty() {
+            // What fails on a plain pod fails on every pod: the bounds, not the paths a
+            // real pod may have and this one lacks.
+            let mut pod = bounded_patch::representative_pod();
+            match self.apply_json_patch(&mut pod, &format!("{field}.jsonPatch")) {
+                Err(e) if e.any_pod => return Err(e),
+                _ => {}
+            }
         }
         Ok(())
     }
 }
 
 impl ClusterOverride {
+    /// This entry's jsonPatch on `pod`, bounded and checked; `pod` unchanged on error.
+    fn apply_json_patch(&self, pod: &mut Pod, field: &str) -> Result<(), OverrideError> {
+        let ops =
+            serde_json::to_value(&self.json_patch).map_err(|e| error(field, e.to_string()))?;
+        let patch: ::json_patch::Patch =
+            serde_json::from_value(ops).map_err(|e| error(field, e.to_string()))?;
+        let mut doc = serde_json::to_value(&*pod).map_err(|e| error(field, e.to_string()))?;
+        bounded_patch::apply(&mut doc, &patch, field)?;
+        let mut patched: Pod = serde_json::from_value(doc)
+            .map_err(|e| error(field, format!("the patched copy is no Pod: {e}")))?;
+        patched.metadata.name = pod.metadata.name.clone();
+        patched.metadata.namespace = pod.metadata.namespace.clone();
+        bounded_patch::check_not_widened(pod, &patched, field)?;
+        *pod = patched;
+        Ok(())
+    }
+
     /// `west: image,storageClasses` — the targets (`*` for every leaf, `labels` for a
     /// selector) and what it overrides, as `get policies` lists it.
     pub fn summary(&self) -> String {
@@ -566,7 +619,10 @@ pub fn apply(pod: &mut Pod, overrides: &[&ClusterOverride]) -> Result<Vec<String
                     scale(&mut res.requests, p)
                         .and_then(|()| scale(&mut res.limits, p))
                         .map_err(|e| {
-                            error(format!("spec.overrides[{n}].resources[{i}]"), e.to_string())
+                            OverrideError::for_this_pod(
+                                format!("spec.overrides[{n}].resources[{i}]"),
+                                e.to_string(),
+                            )
                         })?;
                 }
             }
@@ -582,19 +638,7 @@ pub fn apply(pod: &mut Pod, overrides: &[&ClusterOverride]) -> Result<Vec<String
                 .extend(o.leaf_tolerations.iter().cloned());
         }
         if !o.json_patch.is_empty() {
-            let field = format!("spec.overrides[{n}].jsonPatch");
-            let ops =
-                serde_json::to_value(&o.json_patch).map_err(|e| error(&field, e.to_string()))?;
-            let patch: json_patch::Patch =
-                serde_json::from_value(ops).map_err(|e| error(&field, e.to_string()))?;
-            let mut doc = serde_json::to_value(&*pod).map_err(|e| error(&field, e.to_string()))?;
-            json_patch::patch(&mut doc, &patch).map_err(|e| error(&field, e.to_string()))?;
-            let name = pod.metadata.name.clone();
-            let namespace = pod.metadata.namespace.clone();
-            *pod = serde_json::from_value(doc)
-                .map_err(|e| error(&field, format!("the patched copy is no Pod: {e}")))?;
-            pod.metadata.name = name;
-            pod.metadata.namespace = namespace;
+            o.apply_json_patch(pod, &format!("spec.overrides[{n}].jsonPatch"))?;
         }
     }
     // The marks that make the copy this host's are never overridden.
@@ -602,6 +646,9 @@ pub fn apply(pod: &mut Pod, overrides: &[&ClusterOverride]) -> Result<Vec<String
         (&mut pod.metadata.labels, labels),
         (&mut pod.metadata.annotations, annotations),
     ] {
+        if target.is_none() && saved.is_empty() {
+            continue;
+        }
         let m = target.get_or_insert_default();
         m.retain(|k, _| !is_mark(k));
         m.extend(saved);
@@ -640,19 +687,13 @@ fn differences(before: &Pod, after: &Pod) -> Vec<String> {
                 c.image.as_deref().unwrap_or_default()
             ));
         }
+        // Said without their values: a ClusterPlacementPolicy's command and args are
+        // the cluster admin's, and explanations go to whoever may read the pod.
         if o.command != c.command {
-            out.push(format!(
-                "command {}: {:?}",
-                c.name,
-                c.command.clone().unwrap_or_default()
-            ));
+            out.push(format!("command {} changed", c.name));
         }
         if o.args != c.args {
-            out.push(format!(
-                "args {}: {:?}",
-                c.name,
-                c.args.clone().unwrap_or_default()
-            ));
+            out.push(format!("args {} changed", c.name));
         }
         if o.env != c.env {
             out.push(format!("env {} changed", c.name));
@@ -844,7 +885,7 @@ mod tests {
         assert_eq!(image(&p, 1), "exporter:2");
         let bad = over(json!({"jsonPatch": [{"op": "remove", "path": "/spec/nothing"}]}));
         let e = apply(&mut pod(), &[&bad]).expect_err("nothing to remove");
-        assert_eq!(e.field, "spec.overrides[0].jsonPatch");
+        assert_eq!(e.field, "spec.overrides[0].jsonPatch[0]");
     }
 
     #[test]
@@ -903,5 +944,283 @@ mod tests {
         assert!(!over(json!({})).targets(crate::keys::HOST_CLUSTER_NAME, &BTreeMap::new()));
         assert_eq!(storage_class(&[&o], "local-wffc"), "standard");
         assert_eq!(storage_class(&[&o], "other"), "other");
+    }
+    #[test]
+    fn a_failing_patch_after_a_move_into_the_parent_is_an_error_not_a_panic() {
+        // json-patch's own undo of this move panics (unreachable!).
+        let o = over(json!({"jsonPatch": [
+            {"op": "move", "from": "/spec/containers", "path": "/spec"},
+            {"op": "test", "path": "/x", "value": 1}]}));
+        let mut p = pod();
+        let e = apply(&mut p, &[&o]).expect_err("the test fails");
+        assert_eq!(e.field, "spec.overrides[0].jsonPatch[1]");
+        assert_eq!(p, pod(), "nothing applied");
+        let e = o.validate("x").expect_err("replaces the whole spec");
+        assert_eq!(e.field, "x.jsonPatch[0].path");
+    }
+
+    #[test]
+    fn copies_that_double_the_copy_stop_at_the_size_of_a_pod() {
+        let ops: Vec<_> = (0..30)
+            .map(|i| json!({"op": "copy", "from": "/spec", "path": format!("/spec/x{i}")}))
+            .collect();
+        let o = over(json!({ "jsonPatch": ops }));
+        let e = o.validate("x").expect_err("too big on any pod");
+        assert!(e.field.starts_with("x.jsonPatch["), "{e}");
+        assert!(e.message.contains("larger than"), "{e}");
+        let e = apply(&mut pod(), &[&o]).expect_err("too big");
+        assert!(e.message.contains("larger than"), "{e}");
+        let many: Vec<_> = (0..=MAX_OPERATIONS)
+            .map(|_| json!({"op": "test", "path": "/spec", "value": {}}))
+            .collect();
+        let e = over(json!({ "jsonPatch": many }))
+            .validate("x")
+            .expect_err("too many operations");
+        assert_eq!(e.field, "x.jsonPatch");
+    }
+
+    #[test]
+    fn the_schema_bounds_the_operations() {
+        let schema = serde_json::to_value(schemars::schema_for!(ClusterOverride)).expect("schema");
+        assert_eq!(
+            schema["properties"]["jsonPatch"]["maxItems"],
+            json!(MAX_OPERATIONS)
+        );
+    }
+
+    #[test]
+    fn a_patch_never_widens_what_the_copy_reaches() {
+        for (patch, says) in [
+            (
+                json!([{"op": "add", "path": "/spec/volumes", "value":
+                    [{"name": "x", "secret": {"secretName": "leaf-owned"}}]}]),
+                "names Secret leaf-owned",
+            ),
+            (
+                json!([{"op": "add", "path": "/spec/volumes", "value":
+                    [{"name": "x", "persistentVolumeClaim": {"claimName": "theirs"}}]}]),
+                "names PersistentVolumeClaim theirs",
+            ),
+            (
+                json!([{"op": "add", "path": "/spec/imagePullSecrets", "value": [{"name": "pull"}]}]),
+                "names Secret pull",
+            ),
+        ] {
+            let o = over(json!({ "jsonPatch": patch }));
+            o.validate("x")
+                .expect("valid: only a real pod's references say");
+            let mut p = pod();
+            let e = apply(&mut p, &[&o]).expect_err("widens");
+            assert!(e.message.contains(says), "{e}");
+            assert_eq!(p, pod(), "nothing applied");
+        }
+        // A reference the pod has may move; a label value may not become a reference.
+        let mut p = pod();
+        p.spec.as_mut().expect("spec").volumes = Some(vec![
+            serde_json::from_value(json!({"name": "s", "secret": {"secretName": "mine"}}))
+                .expect("volume"),
+        ]);
+        let rename = over(json!({"jsonPatch": [
+            {"op": "copy", "from": "/metadata/labels/app", "path": "/spec/volumes/0/secret/secretName"}]}));
+        let e = apply(&mut p.clone(), &[&rename]).expect_err("a name the pod never used");
+        assert!(e.message.contains("names Secret db"), "{e}");
+        let again = over(json!({"jsonPatch": [
+            {"op": "copy", "from": "/spec/volumes/0", "path": "/spec/volumes/-"}]}));
+        apply(&mut p, &[&again]).expect("the same Secret twice is no wider");
+    }
+
+    #[test]
+    fn what_the_host_decides_stays_stripped() {
+        for (patch, field) in [
+            (
+                json!([{"op": "add", "path": "/spec/nodeName", "value": "leaf-node-1"}]),
+                "x.jsonPatch[0].path",
+            ),
+            (
+                json!([{"op": "add", "path": "/spec/priorityClassName", "value": "system-node-critical"}]),
+                "x.jsonPatch[0].path",
+            ),
+            (
+                json!([{"op": "add", "path": "/spec/serviceAccountName", "value": "admin"}]),
+                "x.jsonPatch[0].path",
+            ),
+            (
+                json!([{"op": "add", "path": "/metadata/ownerReferences", "value": []}]),
+                "x.jsonPatch[0].path",
+            ),
+            (
+                json!([{"op": "add", "path": "/metadata/finalizers", "value": ["x"]}]),
+                "x.jsonPatch[0].path",
+            ),
+            (
+                json!([{"op": "add", "path": "/metadata/labels/a", "value": "leaf-node-1"},
+                       {"op": "move", "from": "/metadata/labels/a", "path": "/spec/nodeName"}]),
+                "x.jsonPatch[1].path",
+            ),
+        ] {
+            let o = over(json!({ "jsonPatch": patch.clone() }));
+            let e = o.validate("x").expect_err("refused when read");
+            assert_eq!(e.field, field, "{patch}");
+        }
+        // Applied all the same (a policy read before this check): refused per copy.
+        let o = over(json!({"jsonPatch": [{"op": "add", "path": "/spec/nodeName", "value": "n"}]}));
+        let e = apply(&mut pod(), &[&o]).expect_err("refused");
+        assert!(e.message.contains("spec.nodeName"), "{e}");
+        let o = over(
+            json!({"jsonPatch": [{"op": "add", "path": "/metadata/finalizers", "value": ["x"]}]}),
+        );
+        let e = apply(&mut pod(), &[&o]).expect_err("refused");
+        assert!(e.message.contains("metadata.finalizers"), "{e}");
+    }
+
+    #[test]
+    fn command_and_args_are_said_without_their_values() {
+        let mut p = pod();
+        let o = over(
+            json!({"args": [{"containerName": "mysql", "operator": "replace", "value": ["--password=x"]}]}),
+        );
+        let diff = apply(&mut p, &[&o]).expect("apply");
+        assert_eq!(diff, ["args mysql changed"]);
+    }
+}
+
+/// Arbitrary patches from a vocabulary of the pod's paths: none panics, none produces a
+/// copy over the bound, and none that applies widens the copy.
+#[cfg(test)]
+mod fuzz_overrides {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn pointer() -> impl Strategy<Value = String> {
+        let parts = prop::sample::select(vec![
+            "",
+            "/spec",
+            "/metadata",
+            "/spec/containers",
+            "/spec/containers/0",
+            "/spec/containers/0/env",
+            "/spec/containers/0/env/-",
+            "/spec/volumes",
+            "/spec/volumes/0",
+            "/spec/volumes/-",
+            "/spec/volumes/0/secret/secretName",
+            "/metadata/labels",
+            "/metadata/labels/app",
+            "/metadata/annotations/a",
+            "/spec/nodeName",
+            "/spec/x",
+            "/spec/containers/0/image",
+            "/x",
+            "/spec/containers/-",
+            "/metadata/ownerReferences",
+            "/spec/serviceAccountName",
+            "/spec/containers/0/args/0",
+        ]);
+        (parts, prop::option::of("[a-z~01/]{0,4}")).prop_map(|(p, tail)| match tail {
+            Some(t) => format!("{p}/{t}"),
+            None => p.to_string(),
+        })
+    }
+
+    fn value() -> impl Strategy<Value = serde_json::Value> {
+        prop_oneof![
+            Just(json!(null)),
+            Just(json!("leaf-owned")),
+            Just(json!(1)),
+            Just(json!({})),
+            Just(json!([])),
+            Just(json!({"name": "v", "secret": {"secretName": "leaf-owned"}})),
+            Just(json!([{"name": "c", "image": "x"}])),
+            "[a-z]{0,8}".prop_map(serde_json::Value::String),
+        ]
+    }
+
+    fn operation() -> impl Strategy<Value = serde_json::Value> {
+        (
+            prop::sample::select(vec!["add", "remove", "replace", "move", "copy", "test"]),
+            pointer(),
+            pointer(),
+            value(),
+        )
+            .prop_map(|(op, path, from, value)| {
+                json!({"op": op, "path": path, "from": from, "value": value})
+            })
+    }
+
+    fn pod() -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "db", "namespace": "shop", "labels": {"app": "db"}},
+            "spec": {"containers": [{"name": "c", "image": "i", "args": ["a"],
+                "env": [{"name": "E", "valueFrom": {"secretKeyRef": {"name": "mine", "key": "k"}}}]}],
+                "volumes": [{"name": "v", "secret": {"secretName": "mine"}}]}
+        }))
+        .expect("pod")
+    }
+
+    /// Any of the typed overriders, with arbitrary strings where the schema takes any.
+    fn typed_override() -> impl Strategy<Value = serde_json::Value> {
+        let word = "[a-zA-Z0-9:/@.~_-]{0,12}";
+        let quantity = prop_oneof![
+            "[0-9]{0,20}(\\.[0-9]{0,10})?(m|k|M|G|Ti|Ei|e[0-9]{1,3}|)",
+            Just("9223372036854775807".to_string()),
+        ];
+        (
+            prop::sample::select(vec!["Registry", "Repository", "Tag", "Digest"]),
+            prop::sample::select(vec!["add", "remove", "replace"]),
+            word,
+            quantity,
+            1i64..=10_000,
+            word,
+        )
+            .prop_map(|(component, operator, value, q, percent, name)| {
+                json!({
+                    "image": [{"component": component, "operator": operator, "value": value}],
+                    "command": [{"containerName": "c", "operator": operator, "value": [value]}],
+                    "env": [{"operator": operator, "name": name, "value": value}],
+                    "resources": [{"requests": {"cpu": q}, "limits": {"memory": q},
+                                   "scalePercent": percent}],
+                    "labels": [{"operator": operator, "value": {name.clone(): value}}],
+                    "leafNodeSelector": {name: "x"},
+                })
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn fuzz_typed_overrides(o in typed_override()) {
+            let Ok(o) = serde_json::from_value::<ClusterOverride>(o) else {
+                return Ok(());
+            };
+            let valid = o.validate("x").is_ok();
+            let before = pod();
+            let mut p = before.clone();
+            match apply(&mut p, &[&o]) {
+                Ok(_) => prop_assert!(crate::pod_references::references(&p)
+                    .is_subset(&crate::pod_references::references(&before))),
+                Err(e) => prop_assert!(!valid || !e.any_pod, "a valid override failed: {e}"),
+            }
+        }
+
+        #[test]
+        fn fuzz_json_patches(ops in prop::collection::vec(operation(), 0..40)) {
+            let Ok(o) = serde_json::from_value::<ClusterOverride>(json!({"jsonPatch": ops})) else {
+                return Ok(());
+            };
+            let _ = o.validate("x");
+            let before = pod();
+            let mut p = before.clone();
+            match apply(&mut p, &[&o]) {
+                Ok(_) => {
+                    let size = serde_json::to_vec(&p).map(|v| v.len()).unwrap_or(usize::MAX);
+                    prop_assert!(size <= MAX_PATCHED_BYTES);
+                    prop_assert!(crate::pod_references::references(&p)
+                        .is_subset(&crate::pod_references::references(&before)));
+                    prop_assert_eq!(p.spec.as_ref().and_then(|s| s.node_name.as_ref()), None);
+                    prop_assert_eq!(&p.metadata.owner_references, &None);
+                }
+                Err(_) => prop_assert_eq!(p, before),
+            }
+        }
     }
 }
