@@ -75,6 +75,20 @@ pub(crate) struct ClusterLabels {
     pub(crate) cluster: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ClusterKindLabels {
+    pub(crate) cluster: String,
+    pub(crate) kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct LeafCopyLabels {
+    pub(crate) cluster: String,
+    pub(crate) kind: String,
+    pub(crate) namespace: String,
+    pub(crate) name: String,
+}
+
 /// By profile (a handful), then (extension point, plugin).
 type EvaluationCounters = Vec<(String, HashMap<(&'static str, &'static str), Counter>)>;
 
@@ -105,6 +119,10 @@ pub struct Metrics {
     pub(crate) leaf_forged_copies: Family<ClusterLabels, Counter>,
     pub(crate) read_access_dropped: Counter,
     pub(crate) read_access_evicted: Counter,
+    pub(crate) leaf_copy_failures: Family<ClusterKindLabels, Counter>,
+    /// One series per copy failing now, dropped once it is in step: bounded by the
+    /// objects failing, not by all the copies.
+    pub(crate) leaf_copies_failing: Family<LeafCopyLabels, Gauge>,
     /// plugin_evaluations' counters by profile, then (extension point, plugin).
     evaluation_counters: Mutex<EvaluationCounters>,
     /// The unschedulable_pods labels set last, to zero those that empty.
@@ -314,7 +332,21 @@ impl Metrics {
             "Host read-access answers forgotten before their time to make room, the least recently wanted first.",
             read_access_evicted.clone(),
         );
+        let leaf_copy_failures = Family::<ClusterKindLabels, Counter>::default();
+        registry.register(
+            "mcsched_leaf_copy_failures",
+            "Failed attempts to keep a leaf's copy of a host ConfigMap or Secret in step, or to delete a copy (or claim, or account) no leaf pod refers to any more; each copy retries after its own back-off, the others go on.",
+            leaf_copy_failures.clone(),
+        );
+        let leaf_copies_failing = Family::<LeafCopyLabels, Gauge>::default();
+        registry.register(
+            "mcsched_leaf_copy_consecutive_failures",
+            "For each leaf copy failing now, by the object's kind, namespace and name: how many attempts in a row failed. The series goes once the copy is in step again or forgotten.",
+            leaf_copies_failing.clone(),
+        );
         Metrics {
+            leaf_copy_failures,
+            leaf_copies_failing,
             leaf_check_dropped,
             leaf_check_evicted,
             leaf_forged_copies,
@@ -381,6 +413,42 @@ impl Metrics {
                 cluster: cluster.into(),
             })
             .inc();
+    }
+
+    /// Keeping leaf `cluster`'s copy `kind` `namespace/name` in step failed, `consecutive`
+    /// times in a row now.
+    pub fn leaf_copy_failed(
+        &self,
+        cluster: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        consecutive: u32,
+    ) {
+        self.leaf_copy_failures
+            .get_or_create(&ClusterKindLabels {
+                cluster: cluster.into(),
+                kind: kind.into(),
+            })
+            .inc();
+        self.leaf_copies_failing
+            .get_or_create(&LeafCopyLabels {
+                cluster: cluster.into(),
+                kind: kind.into(),
+                namespace: namespace.into(),
+                name: name.into(),
+            })
+            .set(i64::from(consecutive));
+    }
+
+    /// Leaf `cluster`'s copy is in step again, or no longer kept.
+    pub fn leaf_copy_recovered(&self, cluster: &str, kind: &str, namespace: &str, name: &str) {
+        self.leaf_copies_failing.remove(&LeafCopyLabels {
+            cluster: cluster.into(),
+            kind: kind.into(),
+            namespace: namespace.into(),
+            name: name.into(),
+        });
     }
 
     pub fn watch_relist(&self, resource: &str) {
@@ -645,6 +713,27 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "{line}\n{text}");
         }
+    }
+
+    #[test]
+    fn a_failing_leaf_copy_is_named_until_it_recovers() {
+        let m = Metrics::new();
+        m.leaf_copy_failed("east", "ConfigMap", "shop", "settings", 1);
+        m.leaf_copy_failed("east", "ConfigMap", "shop", "settings", 2);
+        let text = m.encode();
+        for line in [
+            "mcsched_leaf_copy_failures_total{cluster=\"east\",kind=\"ConfigMap\"} 2",
+            "mcsched_leaf_copy_consecutive_failures{cluster=\"east\",kind=\"ConfigMap\",namespace=\"shop\",name=\"settings\"} 2",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line}\n{text}");
+        }
+        m.leaf_copy_recovered("east", "ConfigMap", "shop", "settings");
+        let text = m.encode();
+        assert!(
+            !text.contains("mcsched_leaf_copy_consecutive_failures{"),
+            "{text}"
+        );
+        assert!(text.contains("mcsched_leaf_copy_failures_total{"), "{text}");
     }
 
     #[test]

@@ -28,6 +28,16 @@ impl DepKind {
     pub fn follows_host(self) -> bool {
         matches!(self, DepKind::ConfigMap | DepKind::Secret)
     }
+
+    /// The object's kind as the API names it.
+    pub fn api_kind(self) -> &'static str {
+        match self {
+            DepKind::ConfigMap => "ConfigMap",
+            DepKind::Secret => "Secret",
+            DepKind::Claim => "PersistentVolumeClaim",
+            DepKind::ServiceAccount => "ServiceAccount",
+        }
+    }
 }
 
 impl Dep {
@@ -54,6 +64,11 @@ pub(super) struct Entry {
     pub(super) unused_since: Option<Instant>,
     /// When the host object was last read by name (no watch holding it).
     pub(super) read_at: Option<Instant>,
+    /// Keeping this copy in step failed this many times in a row; it is not tried again
+    /// before `retry_at`, so that one object the leaf keeps refusing costs a request per
+    /// back-off, not one per round.
+    pub(super) failures: u32,
+    pub(super) retry_at: Option<Instant>,
 }
 
 /// The objects pod sync copied into one leaf.

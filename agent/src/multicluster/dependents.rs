@@ -3,25 +3,43 @@
 //! the copy, and a copy no pod of that leaf refers to any more is deleted after a grace
 //! period. Only objects carrying this host's marks are changed or deleted; a claim's copy
 //! holds data, so it goes only once its host claim is gone and no leaf pod refers to it.
+//!
+//! Each object is kept on its own: one the leaf refuses (a quota, a webhook, an object of
+//! that name that is not this host's) is reported — a Warning event on the host object, a
+//! log line and `mcsched_leaf_copy_consecutive_failures` naming it — and retried after a
+//! back-off of its own, while the others, in every namespace, are kept in step and the
+//! unused ones collected. A host object deleted and created again may be immutable, or its
+//! copy be: that copy is replaced (deleted under its UID and resourceVersion, then
+//! created), as no update of an immutable object can succeed.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ObjectReference, PersistentVolumeClaim, Pod, Secret, ServiceAccount,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::core::PartialObjectMeta;
 use kube::{Api, Client};
 use mcsched_shared::keys;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::cluster::LeafCluster;
 pub use super::copied::{Copied, Dep, DepKind};
 use super::host_objects::{Found, HostObjects};
+use crate::observe::events::{EventSink, EventType, Message};
 use mcsched_engine::leaf::leaf_checks::is_ours;
 
 /// A host object read by name is read again at most this often when no watch holds it.
 const REREAD: Duration = Duration::from_secs(30);
+
+/// The first back-off of a copy that failed; it doubles with each failure in a row, up
+/// to [`MAX_BACKOFF`]. Reconcile rounds come every 30 s and on every watched change, so
+/// without it a copy the leaf refuses would be written on each.
+const FIRST_BACKOFF: Duration = Duration::from_secs(10);
+const MAX_BACKOFF: Duration = Duration::from_secs(320);
 
 #[derive(Debug, thiserror::Error)]
 pub enum FollowError {
@@ -33,6 +51,14 @@ pub enum FollowError {
     },
     #[error("no longer the leader: nothing written")]
     NotLeader,
+    /// The leaf's copy changed between its read and its replacement: nothing deleted.
+    #[error("leaf {what} changed since it was read; not replaced")]
+    Changed { what: String },
+    /// Some copies failed, each reported and retried on its own; the rest were kept.
+    #[error(
+        "{failed} leaf copies not kept in step (each reported with a Warning event and retried after its own back-off)"
+    )]
+    Incomplete { failed: usize },
 }
 
 fn api_err(what: String) -> impl FnOnce(kube::Error) -> FollowError {
@@ -128,6 +154,8 @@ pub struct Follow<'a> {
     /// Whether every pod in the leaf is one of `refs`' pods: only then does an object
     /// missing from `refs` mean no leaf pod refers to it.
     pub complete: bool,
+    /// Where a copy that fails is reported.
+    pub events: &'a EventSink,
 }
 
 /// A host object as read for a copy: its resourceVersion and the copy to write.
@@ -146,6 +174,88 @@ impl Source {
     }
 }
 
+/// A copy's back-off after `failures` failures in a row.
+fn backoff(failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(16);
+    FIRST_BACKOFF
+        .saturating_mul(1 << doublings)
+        .min(MAX_BACKOFF)
+}
+
+/// Whether `dep` is still backing off from its last failure.
+fn backing_off(f: &Follow<'_>, dep: &Dep, now: Instant) -> bool {
+    f.leaf
+        .copied
+        .lock()
+        .get(dep)
+        .and_then(|e| e.retry_at)
+        .is_some_and(|at| now < at)
+}
+
+/// `dep` is in step (or needed nothing): its failures, if any, are over.
+fn in_step(f: &Follow<'_>, dep: &Dep) {
+    let recovered = match f.leaf.copied.lock().get_mut(dep) {
+        Some(e) if e.failures > 0 => {
+            e.failures = 0;
+            e.retry_at = None;
+            true
+        }
+        _ => false,
+    };
+    if recovered {
+        mcsched_engine::metrics::global().leaf_copy_recovered(
+            &f.leaf.name,
+            dep.kind.api_kind(),
+            &dep.namespace,
+            &dep.name,
+        );
+        info!(cluster = %f.leaf.name, object = %dep, "leaf copy in step again");
+    }
+}
+
+/// Keeping `dep` failed with `e`: it backs off, and is named in a Warning event on the
+/// host object, in the log and in the metrics.
+fn failed(f: &Follow<'_>, dep: &Dep, e: &FollowError) {
+    let (failures, wait) = {
+        let mut copied = f.leaf.copied.lock();
+        let entry = copied.entry(dep.clone()).or_default();
+        entry.failures = entry.failures.saturating_add(1);
+        let wait = backoff(entry.failures);
+        entry.retry_at = Some(Instant::now() + wait);
+        // The retry reads the host object again, even where no watch holds it.
+        entry.read_at = None;
+        (entry.failures, wait)
+    };
+    let kind = dep.kind.api_kind();
+    mcsched_engine::metrics::global().leaf_copy_failed(
+        &f.leaf.name,
+        kind,
+        &dep.namespace,
+        &dep.name,
+        failures,
+    );
+    warn!(cluster = %f.leaf.name, object = %dep, error = %e, failures, retry_in_s = wait.as_secs(), "leaf copy not kept in step; the other copies go on, this one is retried after its back-off");
+    f.events.send(Message::Event {
+        reporting_controller: keys::AGENT_NAME.into(),
+        regarding: ObjectReference {
+            // All four kinds are core/v1.
+            api_version: Some("v1".into()),
+            kind: Some(kind.into()),
+            namespace: Some(dep.namespace.clone()),
+            name: Some(dep.name.clone()),
+            ..Default::default()
+        },
+        type_: EventType::Warning,
+        reason: "LeafCopyFailed",
+        action: "Syncing",
+        note: format!(
+            "leaf cluster {}: {e} ({failures} failed in a row; retried in {}s)",
+            f.leaf.name,
+            wait.as_secs()
+        ),
+    });
+}
+
 /// Brings the copies of what `refs` (the objects the leaf's pods refer to now) names in
 /// line with the host, and deletes what no pod has referred to for `grace`.
 pub async fn follow(f: &Follow<'_>, refs: &HashSet<Dep>) -> Result<(), FollowError> {
@@ -159,6 +269,7 @@ pub async fn follow(f: &Follow<'_>, refs: &HashSet<Dep>) -> Result<(), FollowErr
     f.objects.want(f.host, &f.leaf.name, namespaces, &changed);
     let mut sorted: Vec<&Dep> = refs.iter().collect();
     sorted.sort();
+    let mut failures = 0;
     for dep in sorted {
         if !dep.kind.follows_host() {
             // Only what pod sync recorded is ever collected: an account of the leaf's own
@@ -170,53 +281,77 @@ pub async fn follow(f: &Follow<'_>, refs: &HashSet<Dep>) -> Result<(), FollowErr
             }
             continue;
         }
-        let Some(source) = read_host(f, dep).await? else {
+        if let Some(e) = f.leaf.copied.lock().get_mut(dep) {
+            e.unused_since = None;
+        }
+        if backing_off(f, dep, Instant::now()) {
             continue;
-        };
-        let version = source.version();
-        let stale = {
-            let mut copied = f.leaf.copied.lock();
-            let entry = copied.entry(dep.clone()).or_default();
-            entry.unused_since = None;
-            entry.version != version
-        };
-        if stale {
-            refresh(f, dep, &source).await?;
-            f.leaf.copied.copied(dep.clone(), Some(version));
+        }
+        match follow_one(f, dep).await {
+            Ok(()) => in_step(f, dep),
+            Err(FollowError::NotLeader) => return Err(FollowError::NotLeader),
+            Err(e) => {
+                failures += 1;
+                failed(f, dep, &e);
+            }
         }
     }
     if f.complete {
-        collect_unused(f, refs).await?;
+        failures += collect_unused(f, refs).await?;
+    }
+    match failures {
+        0 => Ok(()),
+        failed => Err(FollowError::Incomplete { failed }),
+    }
+}
+
+/// Brings `dep`'s copy in line with its host object, if the copy is stale.
+async fn follow_one(f: &Follow<'_>, dep: &Dep) -> Result<(), FollowError> {
+    let Some(source) = read_host(f, dep).await? else {
+        return Ok(());
+    };
+    let version = source.version();
+    let stale = {
+        let mut copied = f.leaf.copied.lock();
+        let entry = copied.entry(dep.clone()).or_default();
+        entry.unused_since = None;
+        entry.version != version
+    };
+    if stale {
+        refresh(f, dep, &source).await?;
+        f.leaf.copied.copied(dep.clone(), Some(version));
     }
     Ok(())
 }
 
-/// The host object `dep` names: from the watch when it has listed the namespace, else
-/// read by name at most every [`REREAD`]. None when the host has none (the copy stays:
-/// a kubelet keeps what it mounted) or it is not due for a read.
+/// The host object `dep` names, read by name when the watch (names and versions only)
+/// shows a version the copy was not written from, or, where no watch has listed the
+/// namespace, at most every [`REREAD`]. None when the host has none (the copy stays: a
+/// kubelet keeps what it mounted), when the copy is in step, or when it is not due for a
+/// read.
 async fn read_host(f: &Follow<'_>, dep: &Dep) -> Result<Option<Source>, FollowError> {
     let (ns, name) = (&dep.namespace, &dep.name);
     let watched = match dep.kind {
-        DepKind::ConfigMap => match f.objects.config_map(ns, name) {
-            Found::Watched(o) => Some(o.map(Source::ConfigMap)),
-            Found::Unknown => None,
-        },
-        DepKind::Secret => match f.objects.secret(ns, name) {
-            Found::Watched(o) => Some(o.map(Source::Secret)),
-            Found::Unknown => None,
-        },
+        DepKind::ConfigMap => f.objects.config_map(ns, name),
+        DepKind::Secret => f.objects.secret(ns, name),
         DepKind::Claim | DepKind::ServiceAccount => return Ok(None),
     };
-    if let Some(found) = watched {
-        return Ok(found);
-    }
-    {
-        let mut copied = f.leaf.copied.lock();
-        let entry = copied.entry(dep.clone()).or_default();
-        if entry.read_at.is_some_and(|at| at.elapsed() < REREAD) {
-            return Ok(None);
+    match watched {
+        Found::Watched(None) => return Ok(None),
+        Found::Watched(Some(version)) => {
+            let copied = f.leaf.copied.lock();
+            if copied.get(dep).is_some_and(|e| e.version == version) {
+                return Ok(None);
+            }
         }
-        entry.read_at = Some(Instant::now());
+        Found::Unknown => {
+            let mut copied = f.leaf.copied.lock();
+            let entry = copied.entry(dep.clone()).or_default();
+            if entry.read_at.is_some_and(|at| at.elapsed() < REREAD) {
+                return Ok(None);
+            }
+            entry.read_at = Some(Instant::now());
+        }
     }
     let what = format!("reading host {dep}");
     Ok(match dep.kind {
@@ -261,10 +396,16 @@ where
 /// Writes the copy of `source` over this host's copy in the leaf (or creates it).
 async fn refresh(f: &Follow<'_>, dep: &Dep, source: &Source) -> Result<(), FollowError> {
     match source {
-        Source::ConfigMap(cm) => apply_ours(f, dep, &config_map_copy(f.leaf, cm)).await?,
+        Source::ConfigMap(cm) => {
+            let immutable = cm.immutable == Some(true);
+            apply_ours(f, dep, &config_map_copy(f.leaf, cm), immutable).await?
+        }
         // The leaf gives its pods their own tokens.
         Source::Secret(s) if s.type_.as_deref() == Some("kubernetes.io/service-account-token") => {}
-        Source::Secret(s) => apply_ours(f, dep, &secret_copy(f.leaf, s)).await?,
+        Source::Secret(s) => {
+            let immutable = s.immutable == Some(true);
+            apply_ours(f, dep, &secret_copy(f.leaf, s), immutable).await?
+        }
     }
     debug!(cluster = %f.leaf.name, object = %dep, "leaf copy follows its host object");
     Ok(())
@@ -274,7 +415,15 @@ async fn refresh(f: &Follow<'_>, dep: &Dep, source: &Source) -> Result<(), Follo
 /// made meanwhile answers 409 and is someone else's unless it carries this host's marks),
 /// else server-side applied over this host's copy with its UID and resourceVersion as
 /// preconditions, so that an object replaced since it was read is never taken over.
-async fn apply_ours<K>(f: &Follow<'_>, dep: &Dep, copy: &K) -> Result<(), FollowError>
+/// A copy of an earlier host object of that name (deleted and created again on the host)
+/// is replaced when the new one is `immutable`, or when the leaf refuses the update (the
+/// copy of the earlier one is immutable): an immutable object's data never changes.
+async fn apply_ours<K>(
+    f: &Follow<'_>,
+    dep: &Dep,
+    copy: &K,
+    immutable: bool,
+) -> Result<(), FollowError>
 where
     K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
         + Clone
@@ -316,17 +465,96 @@ where
     if !(f.may_write)() {
         return Err(FollowError::NotLeader);
     }
-    let mut copy = copy.clone();
-    copy.meta_mut().uid = found.metadata.uid;
-    copy.meta_mut().resource_version = found.metadata.resource_version;
-    api.patch(&dep.name, &apply_params(), &Patch::Apply(&copy))
+    let host_uid = |m: &ObjectMeta| {
+        m.annotations
+            .as_ref()
+            .and_then(|a| a.get(keys::HOST_UID_ANNOTATION).cloned())
+    };
+    let of_earlier_object = host_uid(&found.metadata) != host_uid(copy.meta());
+    if of_earlier_object && immutable {
+        return replace_ours(f, &api, dep, copy, &found).await;
+    }
+    let mut update = copy.clone();
+    update.meta_mut().uid = found.metadata.uid.clone();
+    update.meta_mut().resource_version = found.metadata.resource_version.clone();
+    match api
+        .patch(&dep.name, &apply_params(), &Patch::Apply(&update))
         .await
-        .map_err(api_err(format!("updating leaf {dep}")))?;
-    Ok(())
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 422 && of_earlier_object => {
+            debug!(cluster = %f.leaf.name, object = %dep, message = %s.message, "the leaf refused to update the copy of an earlier host object of that name: replaced");
+            replace_ours(f, &api, dep, copy, &found).await
+        }
+        Err(e) => Err(api_err(format!("updating leaf {dep}"))(e)),
+    }
 }
 
-/// Deletes the copies no leaf pod has referred to for the grace period.
-async fn collect_unused(f: &Follow<'_>, refs: &HashSet<Dep>) -> Result<(), FollowError> {
+/// Replaces this host's copy `found` by `copy`: deleted only as it was read (its UID and
+/// resourceVersion as preconditions, so neither an object made since under that name nor
+/// a copy changed since is deleted), then created.
+async fn replace_ours<K>(
+    f: &Follow<'_>,
+    api: &Api<K>,
+    dep: &Dep,
+    copy: &K,
+    found: &PartialObjectMeta<K>,
+) -> Result<(), FollowError>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    let (Some(uid), Some(version)) = (
+        found.metadata.uid.clone(),
+        found.metadata.resource_version.clone(),
+    ) else {
+        // Without both, the delete could not be held to the object read.
+        return Err(FollowError::Changed {
+            what: dep.to_string(),
+        });
+    };
+    let dp = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(uid),
+            resource_version: Some(version),
+        }),
+        ..Default::default()
+    };
+    match api.delete(&dep.name, &dp).await {
+        Ok(_) => {}
+        // Gone already: created below.
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            return Err(FollowError::Changed {
+                what: dep.to_string(),
+            });
+        }
+        Err(e) => return Err(api_err(format!("deleting leaf {dep} to replace it"))(e)),
+    }
+    if !(f.may_write)() {
+        return Err(FollowError::NotLeader);
+    }
+    let pp = PostParams {
+        field_manager: Some(keys::FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match api.create(&pp, copy).await {
+        Ok(_) => {
+            info!(cluster = %f.leaf.name, object = %dep, "leaf copy replaced: its host object was deleted and created again, and one of them is immutable");
+            Ok(())
+        }
+        Err(e) => Err(api_err(format!(
+            "creating leaf {dep} in place of the copy deleted"
+        ))(e)),
+    }
+}
+
+/// Deletes the copies no leaf pod has referred to for the grace period; returns how many
+/// could not be deleted (each reported, and retried after its back-off).
+async fn collect_unused(f: &Follow<'_>, refs: &HashSet<Dep>) -> Result<usize, FollowError> {
     let now = Instant::now();
     let due: Vec<Dep> = {
         let mut copied = f.leaf.copied.lock();
@@ -337,53 +565,60 @@ async fn collect_unused(f: &Follow<'_>, refs: &HashSet<Dep>) -> Result<(), Follo
                 let since = *entry.unused_since.get_or_insert(now);
                 let keep_claim = dep.kind == DepKind::Claim
                     && (f.host_has_claim)(&format!("{}/{}", dep.namespace, dep.name));
-                (now.duration_since(since) >= f.grace && !keep_claim).then(|| dep.clone())
+                let backing_off = entry.retry_at.is_some_and(|at| now < at);
+                (now.duration_since(since) >= f.grace && !keep_claim && !backing_off)
+                    .then(|| dep.clone())
             })
             .collect()
     };
+    let mut failures = 0;
     for dep in due {
-        let gone = match dep.kind {
-            DepKind::ConfigMap => {
-                delete_ours(
-                    f,
-                    &Api::<ConfigMap>::namespaced(f.leaf.client.clone(), &dep.namespace),
-                    &dep,
-                )
-                .await?
-            }
-            DepKind::Secret => {
-                delete_ours(
-                    f,
-                    &Api::<Secret>::namespaced(f.leaf.client.clone(), &dep.namespace),
-                    &dep,
-                )
-                .await?
-            }
-            DepKind::ServiceAccount => {
-                delete_ours(
-                    f,
-                    &Api::<ServiceAccount>::namespaced(f.leaf.client.clone(), &dep.namespace),
-                    &dep,
-                )
-                .await?
-            }
-            DepKind::Claim => {
-                delete_ours(
-                    f,
-                    &Api::<PersistentVolumeClaim>::namespaced(
-                        f.leaf.client.clone(),
+        match delete_unused(f, &dep).await {
+            Ok(true) => {
+                let was_failing = f
+                    .leaf
+                    .copied
+                    .lock()
+                    .remove(&dep)
+                    .is_some_and(|e| e.failures > 0);
+                if was_failing {
+                    mcsched_engine::metrics::global().leaf_copy_recovered(
+                        &f.leaf.name,
+                        dep.kind.api_kind(),
                         &dep.namespace,
-                    ),
-                    &dep,
-                )
-                .await?
+                        &dep.name,
+                    );
+                }
             }
-        };
-        if gone {
-            f.leaf.copied.lock().remove(&dep);
+            Ok(false) => {}
+            Err(FollowError::NotLeader) => return Err(FollowError::NotLeader),
+            Err(e) => {
+                failures += 1;
+                failed(f, &dep, &e);
+            }
         }
     }
-    Ok(())
+    Ok(failures)
+}
+
+/// Deletes the unused copy `dep` if it is this host's; true once it is gone.
+async fn delete_unused(f: &Follow<'_>, dep: &Dep) -> Result<bool, FollowError> {
+    let (client, ns) = (f.leaf.client.clone(), dep.namespace.as_str());
+    match dep.kind {
+        DepKind::ConfigMap => delete_ours(f, &Api::<ConfigMap>::namespaced(client, ns), dep).await,
+        DepKind::Secret => delete_ours(f, &Api::<Secret>::namespaced(client, ns), dep).await,
+        DepKind::ServiceAccount => {
+            delete_ours(f, &Api::<ServiceAccount>::namespaced(client, ns), dep).await
+        }
+        DepKind::Claim => {
+            delete_ours(
+                f,
+                &Api::<PersistentVolumeClaim>::namespaced(client, ns),
+                dep,
+            )
+            .await
+        }
+    }
 }
 
 /// Deletes the leaf's `dep` if it is this host's copy (by its UID, so an object recreated
@@ -428,41 +663,332 @@ mod tests {
 
     const CM: &str = "/api/v1/namespaces/shop/configmaps";
 
-    /// `apply_ours` of ConfigMap shop/settings against a leaf answering with `answer`.
+    type Answer =
+        dyn Fn(&str, &str, &serde_json::Value) -> (u16, serde_json::Value) + Send + Sync + 'static;
+
+    /// A host and a leaf answering as their closures say, and a sink whose events go to a
+    /// third fake API server, recorded.
+    struct World {
+        host: Client,
+        leaf: Arc<LeafCluster>,
+        calls: fake_api::Calls,
+        sent: fake_api::Requests,
+        objects: HostObjects,
+        events: EventSink,
+        event_calls: fake_api::Requests,
+    }
+
+    fn world(cluster: &str, host: Box<Answer>, leaf: Box<Answer>) -> World {
+        let (leaf_client, calls, sent) = fake_api::recording(leaf);
+        let (host, _, _) = fake_api::recording(host);
+        let (events_client, _, event_calls) = fake_api::recording(|_, _, body| (201, body.clone()));
+        World {
+            host,
+            leaf: LeafCluster::new(cluster.into(), leaf_client, "1".into(), "h1".into()),
+            calls,
+            sent,
+            objects: HostObjects::default(),
+            events: EventSink::start(
+                events_client,
+                "test".into(),
+                mcsched_wire::ContentType::Json,
+            ),
+            event_calls,
+        }
+    }
+
+    impl World {
+        fn follow(&self, complete: bool) -> Follow<'_> {
+            Follow {
+                host: &self.host,
+                leaf: &self.leaf,
+                objects: &self.objects,
+                host_has_claim: &|_| false,
+                grace: Duration::ZERO,
+                may_write: &|| true,
+                complete,
+                events: &self.events,
+            }
+        }
+    }
+
+    /// `apply_ours` of ConfigMap shop/settings (host UID `host-uid`, `immutable`) against
+    /// a leaf answering with `answer`.
+    async fn write_immutable(
+        immutable: bool,
+        answer: impl Fn(&str, &str, &serde_json::Value) -> (u16, serde_json::Value)
+        + Send
+        + Sync
+        + 'static,
+    ) -> (Result<(), FollowError>, fake_api::Calls, fake_api::Requests) {
+        let w = world(
+            "east",
+            Box::new(|_, _, _| (404, json!({}))),
+            Box::new(answer),
+        );
+        let f = w.follow(false);
+        let host_cm: ConfigMap = serde_json::from_value(json!({"metadata": {
+            "name": "settings", "namespace": "shop", "uid": "host-uid"}, "data": {"k": "v"},
+            "immutable": immutable}))
+        .expect("cm");
+        let dep = Dep::new(DepKind::ConfigMap, "shop", "settings");
+        let r = apply_ours(&f, &dep, &config_map_copy(&w.leaf, &host_cm), immutable).await;
+        (r, w.calls.clone(), w.sent.clone())
+    }
+
     async fn write_copy(
         answer: impl Fn(&str, &str, &serde_json::Value) -> (u16, serde_json::Value)
         + Send
         + Sync
         + 'static,
     ) -> (Result<(), FollowError>, fake_api::Calls, fake_api::Requests) {
-        let (leaf_client, calls, sent) = fake_api::recording(answer);
-        let (host, _, _) = fake_api::recording(|_, _, _| (404, json!({})));
-        let leaf = LeafCluster::new("east".into(), leaf_client, "1".into(), "h1".into());
-        let objects = HostObjects::default();
-        let f = Follow {
-            host: &host,
-            leaf: &leaf,
-            objects: &objects,
-            host_has_claim: &|_| false,
-            grace: Duration::from_secs(60),
-            may_write: &|| true,
-            complete: false,
-        };
-        let host_cm: ConfigMap = serde_json::from_value(json!({"metadata": {
-            "name": "settings", "namespace": "shop", "uid": "host-uid"}, "data": {"k": "v"}}))
-        .expect("cm");
-        let dep = Dep::new(DepKind::ConfigMap, "shop", "settings");
-        let r = apply_ours(&f, &dep, &config_map_copy(&leaf, &host_cm)).await;
-        (r, calls, sent)
+        write_immutable(false, answer).await
     }
 
     fn found(labels: serde_json::Value) -> (u16, serde_json::Value) {
+        found_copy_of(labels, "host-uid")
+    }
+
+    /// The leaf's object shop/settings (UID leaf-uid, resourceVersion 42), a copy of the
+    /// host object of UID `host_uid` as its annotation says.
+    fn found_copy_of(labels: serde_json::Value, host_uid: &str) -> (u16, serde_json::Value) {
         (
             200,
             json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
             "metadata": {"name": "settings", "namespace": "shop", "uid": "leaf-uid",
-                "resourceVersion": "42", "labels": labels}}),
+                "resourceVersion": "42", "labels": labels,
+                "annotations": {keys::HOST_UID_ANNOTATION: host_uid}}}),
         )
+    }
+
+    fn ours() -> serde_json::Value {
+        json!({keys::MANAGED_CLUSTER_LABEL: "east", keys::HOST_ID_LABEL: "h1"})
+    }
+
+    fn not_found() -> (u16, serde_json::Value) {
+        (404, fake_api::status(404, "NotFound", "not found"))
+    }
+
+    /// Waits for an event POSTed to `namespace` and returns its body.
+    async fn event_in(calls: &fake_api::Requests, namespace: &str) -> serde_json::Value {
+        let path = format!("/apis/events.k8s.io/v1/namespaces/{namespace}/events");
+        for _ in 0..200 {
+            if let Some(e) = fake_api::sent(calls, "POST", &path).pop() {
+                return e;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("no event in {namespace}");
+    }
+
+    /// The metrics lines of leaf `cluster`'s copies that fail now.
+    fn failing(cluster: &str) -> Vec<String> {
+        let prefix = "mcsched_leaf_copy_consecutive_failures{";
+        let label = format!("cluster=\"{cluster}\"");
+        mcsched_engine::metrics::global()
+            .encode()
+            .lines()
+            .filter(|l| l.starts_with(prefix) && l.contains(&label))
+            .map(String::from)
+            .collect()
+    }
+
+    /// One ConfigMap the leaf refuses (in a namespace sorted first) stops neither the
+    /// refresh of a rotated Secret of another namespace nor the collection of an unused
+    /// copy; it is named in an event and a metric, and not tried again before its
+    /// back-off is over.
+    #[tokio::test]
+    async fn one_refused_copy_stops_none_of_the_others() {
+        let refuse = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let refusing = refuse.clone();
+        let host: Box<Answer> = Box::new(|method, path, _| match (method, path) {
+            ("GET", "/api/v1/namespaces/a/configmaps/settings") => (
+                200,
+                json!({"metadata": {"name": "settings", "namespace": "a", "uid": "host-a",
+                    "resourceVersion": "5"}, "data": {"k": "v2"}}),
+            ),
+            ("GET", "/api/v1/namespaces/b/secrets/creds") => (
+                200,
+                json!({"metadata": {"name": "creds", "namespace": "b", "uid": "host-b",
+                    "resourceVersion": "9"}, "data": {"password": "cm90YXRlZA=="}}),
+            ),
+            // No lists: the objects are read by name.
+            _ => (403, fake_api::status(403, "Forbidden", "forbidden")),
+        });
+        let leaf: Box<Answer> = Box::new(move |method, path, body| {
+            let meta = |ns: &str, name: &str| {
+                (
+                    200,
+                    json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                    "metadata": {"name": name, "namespace": ns, "uid": format!("leaf-{name}"),
+                        "resourceVersion": "3", "labels": {keys::MANAGED_CLUSTER_LABEL: "iso",
+                        keys::HOST_ID_LABEL: "h1"}, "annotations": {
+                        keys::HOST_UID_ANNOTATION: format!("host-{ns}")}}}),
+                )
+            };
+            match (method, path) {
+                ("GET", "/api/v1/namespaces/a/configmaps/settings") => meta("a", "settings"),
+                ("GET", "/api/v1/namespaces/b/secrets/creds") => meta("b", "creds"),
+                ("GET", "/api/v1/namespaces/z/configmaps/old") => meta("z", "old"),
+                ("PATCH", "/api/v1/namespaces/a/configmaps/settings")
+                    if refusing.load(std::sync::atomic::Ordering::SeqCst) =>
+                {
+                    (
+                        403,
+                        fake_api::status(403, "Forbidden", "admission webhook denied it"),
+                    )
+                }
+                ("PATCH", _) => (200, body.clone()),
+                ("DELETE", _) => (200, fake_api::status(200, "", "")),
+                _ => not_found(),
+            }
+        });
+        let w = world("iso", host, leaf);
+        let settings = Dep::new(DepKind::ConfigMap, "a", "settings");
+        let creds = Dep::new(DepKind::Secret, "b", "creds");
+        let old = Dep::new(DepKind::ConfigMap, "z", "old");
+        for dep in [&settings, &creds, &old] {
+            w.leaf.copied.copied(dep.clone(), Some("1".into()));
+        }
+        let refs = HashSet::from([settings.clone(), creds.clone()]);
+
+        let r = follow(&w.follow(true), &refs).await;
+        let writes = fake_api::writes(&w.calls);
+        for want in [
+            "PATCH /api/v1/namespaces/a/configmaps/settings",
+            "PATCH /api/v1/namespaces/b/secrets/creds",
+            "DELETE /api/v1/namespaces/z/configmaps/old",
+        ] {
+            assert!(writes.iter().any(|c| c == want), "{want}: {writes:?}");
+        }
+        assert!(
+            matches!(r, Err(FollowError::Incomplete { failed: 1 })),
+            "{r:?}"
+        );
+        assert_eq!(w.leaf.copied.lock()[&creds].version, "9");
+        assert!(!w.leaf.copied.lock().contains_key(&old));
+        let event = event_in(&w.event_calls, "a").await;
+        assert_eq!(event["reason"], "LeafCopyFailed");
+        assert_eq!(event["type"], "Warning");
+        assert_eq!(event["regarding"]["kind"], "ConfigMap");
+        assert_eq!(event["regarding"]["name"], "settings");
+        let note = event["note"].as_str().unwrap_or_default();
+        assert!(note.contains("admission webhook denied it"), "{note}");
+        assert_eq!(
+            failing("iso"),
+            [
+                "mcsched_leaf_copy_consecutive_failures{cluster=\"iso\",kind=\"ConfigMap\",namespace=\"a\",name=\"settings\"} 1"
+            ]
+        );
+
+        // At once again: the refused copy is backing off, and asked nothing.
+        let before = w.calls.lock().map(|c| c.len()).unwrap_or_default();
+        let r = follow(&w.follow(true), &refs).await;
+        assert!(r.is_ok(), "{r:?}");
+        let after: Vec<String> = w
+            .calls
+            .lock()
+            .map(|c| c[before..].to_vec())
+            .unwrap_or_default();
+        assert!(
+            !after.iter().any(|c| c.contains("/a/configmaps/settings")),
+            "{after:?}"
+        );
+
+        // Its back-off over, the leaf takes it: in step, and no longer named.
+        refuse.store(false, std::sync::atomic::Ordering::SeqCst);
+        if let Some(e) = w.leaf.copied.lock().get_mut(&settings) {
+            e.retry_at = Some(Instant::now());
+        }
+        let r = follow(&w.follow(true), &refs).await;
+        assert!(r.is_ok(), "{r:?}");
+        assert_eq!(w.leaf.copied.lock()[&settings].version, "5");
+        assert!(failing("iso").is_empty(), "{:?}", failing("iso"));
+    }
+
+    #[test]
+    fn a_failing_copy_backs_off_doubling_up_to_its_cap() {
+        let waits: Vec<u64> = (1..=8).map(|n| backoff(n).as_secs()).collect();
+        assert_eq!(waits, [10, 20, 40, 80, 160, 320, 320, 320]);
+        assert_eq!(backoff(u32::MAX), MAX_BACKOFF);
+    }
+
+    /// An immutable host object deleted and created again: this host's copy of the
+    /// earlier one is deleted as it was read (its UID and resourceVersion) and created
+    /// anew, never updated; a copy changed since is not deleted, and one that is not this
+    /// host's is not touched.
+    #[tokio::test]
+    async fn an_immutable_object_recreated_on_the_host_is_replaced_in_the_leaf() {
+        let (r, calls, sent) = write_immutable(true, |method, _, body| match method {
+            "GET" => found_copy_of(ours(), "earlier-host-uid"),
+            "DELETE" => (200, fake_api::status(200, "Success", "")),
+            _ => (201, body.clone()),
+        })
+        .await;
+        assert!(r.is_ok(), "{r:?}");
+        assert_eq!(
+            fake_api::writes(&calls),
+            [format!("DELETE {CM}/settings"), format!("POST {CM}")]
+        );
+        let deleted = &fake_api::sent(&sent, "DELETE", "/settings")[0];
+        assert_eq!(deleted["preconditions"]["uid"], "leaf-uid");
+        assert_eq!(deleted["preconditions"]["resourceVersion"], "42");
+        let created = &fake_api::sent(&sent, "POST", CM)[0];
+        assert_eq!(created["immutable"], true);
+        assert_eq!(
+            created["metadata"]["annotations"][keys::HOST_UID_ANNOTATION],
+            "host-uid"
+        );
+
+        // The copy changed between its read and the delete: nothing deleted, nor created.
+        let (r, calls, _) = write_immutable(true, |method, path, _| match method {
+            "GET" => found_copy_of(ours(), "earlier-host-uid"),
+            "DELETE" => (409, fake_api::status(409, "Conflict", path)),
+            _ => (201, json!({})),
+        })
+        .await;
+        assert!(matches!(r, Err(FollowError::Changed { .. })), "{r:?}");
+        assert_eq!(fake_api::writes(&calls), [format!("DELETE {CM}/settings")]);
+
+        // Someone else's of that name: neither deleted nor written.
+        let (r, calls, _) = write_immutable(true, |method, _, body| match method {
+            "GET" => found_copy_of(json!({keys::HOST_ID_LABEL: "another-host"}), "x"),
+            _ => (200, body.clone()),
+        })
+        .await;
+        assert!(r.is_ok(), "{r:?}");
+        assert!(fake_api::writes(&calls).is_empty());
+
+        // The same host object (only its labels changed): updated, not replaced.
+        let (r, calls, _) = write_immutable(true, |method, _, body| match method {
+            "GET" => found_copy_of(ours(), "host-uid"),
+            _ => (200, body.clone()),
+        })
+        .await;
+        assert!(r.is_ok(), "{r:?}");
+        assert_eq!(fake_api::writes(&calls), [format!("PATCH {CM}/settings")]);
+
+        // A mutable host object in place of an immutable one: the leaf refuses the update
+        // of the immutable copy, which is replaced.
+        let (r, calls, _) = write_immutable(false, |method, path, body| match method {
+            "GET" => found_copy_of(ours(), "earlier-host-uid"),
+            "PATCH" => (
+                422,
+                fake_api::status(422, "Invalid", &format!("{path}: field is immutable")),
+            ),
+            "DELETE" => (200, fake_api::status(200, "Success", "")),
+            _ => (201, body.clone()),
+        })
+        .await;
+        assert!(r.is_ok(), "{r:?}");
+        assert_eq!(
+            fake_api::writes(&calls),
+            [
+                format!("PATCH {CM}/settings"),
+                format!("DELETE {CM}/settings"),
+                format!("POST {CM}")
+            ]
+        );
     }
 
     #[tokio::test]
@@ -499,9 +1025,8 @@ mod tests {
 
     #[tokio::test]
     async fn this_hosts_copy_is_updated_only_as_it_was_read() {
-        let ours = json!({keys::MANAGED_CLUSTER_LABEL: "east", keys::HOST_ID_LABEL: "h1"});
         let (r, calls, sent) = write_copy(move |method, _, body| match method {
-            "GET" => found(ours.clone()),
+            "GET" => found(ours()),
             _ => (200, body.clone()),
         })
         .await;

@@ -112,6 +112,7 @@ pub(super) async fn reconcile(host: &Client, host_side: &HostSide, leaf: &LeafCl
         complete: copies
             .iter()
             .all(|(k, c)| hosts.contains_key(k) || is_forged(c)),
+        events: &host_side.events,
     };
     if let Err(e) = dependents::follow(&follow, &refs).await {
         if matches!(e, dependents::FollowError::NotLeader) {
