@@ -76,6 +76,11 @@ pub(crate) struct ClusterLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct PanicLabels {
+    pub(crate) point: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct ClusterKindLabels {
     pub(crate) cluster: String,
     pub(crate) kind: String,
@@ -117,6 +122,7 @@ pub struct Metrics {
     pub(crate) leaf_check_dropped: Family<ClusterLabels, Counter>,
     pub(crate) leaf_check_evicted: Family<ClusterLabels, Counter>,
     pub(crate) leaf_forged_copies: Family<ClusterLabels, Counter>,
+    pub(crate) recovered_panics: Family<PanicLabels, Counter>,
     pub(crate) read_access_dropped: Counter,
     pub(crate) read_access_evicted: Counter,
     pub(crate) leaf_copy_failures: Family<ClusterKindLabels, Counter>,
@@ -320,6 +326,12 @@ impl Metrics {
             "Leaf pods found carrying this host's marks under a host pod's name but not the UID recorded for its copy (each counted once): neither adopted, deleted nor read into the host pod.",
             leaf_forged_copies.clone(),
         );
+        let recovered_panics = Family::<PanicLabels, Counter>::default();
+        registry.register(
+            "mcsched_recovered_panics",
+            "Panics caught at a pod's attempt (point: scheduling, pod_group, binding, pod_sync, what_if): the attempt failed and the agent went on. Any is a bug to report.",
+            recovered_panics.clone(),
+        );
         let read_access_dropped = Counter::default();
         registry.register(
             "mcsched_read_access_questions_dropped",
@@ -350,6 +362,7 @@ impl Metrics {
             leaf_check_dropped,
             leaf_check_evicted,
             leaf_forged_copies,
+            recovered_panics,
             read_access_dropped,
             read_access_evicted,
             watch_restarts,
@@ -411,6 +424,15 @@ impl Metrics {
         self.leaf_forged_copies
             .get_or_create(&ClusterLabels {
                 cluster: cluster.into(),
+            })
+            .inc();
+    }
+
+    /// A panic at `point` was caught: that attempt failed, the agent went on.
+    pub fn recovered_panic(&self, point: &str) {
+        self.recovered_panics
+            .get_or_create(&PanicLabels {
+                point: point.into(),
             })
             .inc();
     }

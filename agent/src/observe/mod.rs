@@ -5,4 +5,5 @@
 pub mod event_recorder;
 pub mod events;
 pub mod explain;
+pub mod panics;
 pub mod telemetry;

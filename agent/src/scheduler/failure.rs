@@ -197,6 +197,31 @@ pub(super) fn handle_failure(
 
 /// A placement that will not happen: Unreserve runs (in reverse order) and the pod's
 /// assumption leaves the cache.
+/// A pod whose attempt panicked (caught by [`crate::observe::panics::guarded`]): its
+/// assumed placement undone, and the attempt failed as an error (an event, the metric,
+/// backoff). The Reserve plugins' state went with the attempt, so Unreserve cannot run.
+pub(super) fn after_panic(shared: &Shared, info: QueuedPodInfo, what: &str, panic: String) {
+    let pod = info.pod.clone();
+    let assumed = shared.cache().assumed_uid(&pod.key) == Some(pod.uid.as_str());
+    if assumed {
+        shared.cache().forget(&pod.key, &pod.uid);
+        shared.profiles.pod_groups.forget(&pod);
+    }
+    let scheduler = shared
+        .profiles
+        .for_pod(&pod.object())
+        .map(|fw| fw.scheduler_name.clone())
+        .unwrap_or_default();
+    handle_failure(
+        shared,
+        &scheduler,
+        info,
+        Failure::Error(format!("internal error: the {what} panicked: {panic}")),
+        None,
+        Instant::now(),
+    );
+}
+
 pub(super) fn forget(
     shared: &Shared,
     fw: &Framework,

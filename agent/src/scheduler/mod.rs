@@ -29,6 +29,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
+use crate::observe::panics::guarded;
 pub use schedule_pod::{run_post_filter, schedule_pod};
 pub use shared::Shared;
 
@@ -138,14 +139,24 @@ async fn schedule_one(
         shared.queue.add_backoff(info);
         return;
     }
+    let retry = info.clone();
     if let Some(group) = pod_group_cycle::group_to_schedule(shared, &info) {
-        pod_group_cycle::pod_group_cycle(shared, bindings, leader, info, group).await;
+        let cycle = pod_group_cycle::pod_group_cycle(shared, bindings, leader, info, group);
+        if let Err(panic) = guarded("pod_group", cycle).await {
+            failure::after_panic(shared, retry, "pod group cycle", panic);
+        }
         return;
     }
-    let Some(placed) = scheduling_cycle::scheduling_cycle(shared, leader, info).await else {
-        return;
-    };
-    spawn_binding(shared, bindings, leader, placed).await;
+    match guarded(
+        "scheduling",
+        scheduling_cycle::scheduling_cycle(shared, leader, info),
+    )
+    .await
+    {
+        Ok(Some(placed)) => spawn_binding(shared, bindings, leader, placed).await,
+        Ok(None) => {}
+        Err(panic) => failure::after_panic(shared, retry, "scheduling cycle", panic),
+    }
 }
 
 /// The binding cycle of a placed pod, as its own task.
@@ -165,13 +176,20 @@ async fn spawn_binding(
             Err(_) => return,
         }
     };
-    tokio::spawn(binding_cycle::binding_cycle(
+    let retry = placed.info.clone();
+    let cycle = binding_cycle::binding_cycle(
         shared.clone(),
         leader.clone(),
         placed,
         slot,
         bindings.clone(),
-    ));
+    );
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        if let Err(panic) = guarded("binding", cycle).await {
+            failure::after_panic(&shared, retry, "binding cycle", panic);
+        }
+    });
 }
 
 /// Backoff and unschedulable pods back into circulation, and the pending-pods gauges.

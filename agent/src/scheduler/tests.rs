@@ -48,6 +48,9 @@ fn shared_with_pre_bind(
         mcsched_engine::plugins::registry_with_leaves(&Default::default(), leaves.clone());
     if let Some(plugin) = pre_bind {
         spec.pre_bind.insert(0, plugin.name().to_string());
+        if plugin.as_permit().is_some() {
+            spec.permit.insert(0, plugin.name().to_string());
+        }
         registry.insert(plugin.name().to_string(), plugin);
     }
     let profiles =
@@ -474,4 +477,100 @@ async fn preemption_sends_nothing_for_victims_already_terminating() {
     )
     .await;
     assert_eq!(writes, Vec::<String>::new());
+}
+
+/// A bug that input reaches: Permit panics on pod `boom-permit`, PreBind on `boom-bind`.
+struct PanicsOnSomePods;
+
+impl mcsched_engine::framework::Plugin for PanicsOnSomePods {
+    fn name(&self) -> &'static str {
+        "PanicsOnSomePods"
+    }
+    fn as_permit(&self) -> Option<&dyn mcsched_engine::framework::PermitPlugin> {
+        Some(self)
+    }
+    fn as_pre_bind(&self) -> Option<&dyn mcsched_engine::framework::PreBindPlugin> {
+        Some(self)
+    }
+}
+
+impl mcsched_engine::framework::PermitPlugin for PanicsOnSomePods {
+    fn permit(
+        &self,
+        _: &mcsched_engine::framework::CycleState,
+        pod: &PodInfo,
+        _: &str,
+    ) -> (mcsched_engine::framework::Status, Duration) {
+        assert!(pod.key != "default/boom-permit", "planted in Permit");
+        (mcsched_engine::framework::Status::success(), Duration::ZERO)
+    }
+}
+
+impl mcsched_engine::framework::PreBindPlugin for PanicsOnSomePods {
+    fn pre_bind<'a>(
+        &'a self,
+        _: &'a mcsched_engine::framework::BindContext,
+        _: &'a mcsched_engine::framework::CycleState,
+        pod: &'a PodInfo,
+        _: &'a str,
+    ) -> futures::future::BoxFuture<'a, mcsched_engine::framework::Status> {
+        Box::pin(async move {
+            assert!(pod.key != "default/boom-bind", "planted in PreBind");
+            mcsched_engine::framework::Status::success()
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_in_one_pods_attempt_fails_that_pod_and_the_scheduler_goes_on() {
+    let (shared, calls) = shared_with_pre_bind(
+        (201, json!({})),
+        (404, fake_api::status(404, "NotFound", "gone")),
+        Some(Arc::new(PanicsOnSomePods)),
+    );
+    let (_tx, leader) = tokio::sync::watch::channel(true);
+    let bindings = Arc::new(Semaphore::new(2));
+    let before = |point: &str| panics(point);
+    let (scheduling, binding) = (before("scheduling"), before("binding"));
+
+    // Panics after the pod was assumed: undone, backed off, an error attempt.
+    shared.queue.add(pod("boom-permit", "1"), None);
+    let info = shared.queue.pop().await.expect("queued");
+    super::schedule_one(&shared, &bindings, &leader, info).await;
+    assert!(!shared.cache().is_assumed("default/boom-permit"));
+    assert_eq!(shared.queue.pending().backoff, 1);
+    assert_eq!(panics("scheduling"), scheduling + 1);
+
+    // The binding task panics: undone and backed off too.
+    shared.queue.add(pod("boom-bind", "1"), None);
+    let info = shared.queue.pop().await.expect("queued");
+    super::schedule_one(&shared, &bindings, &leader, info).await;
+    // The task's slot is free once it unwound; the failure is handled right after.
+    let handled = tokio::time::timeout(Duration::from_secs(10), async {
+        while shared.queue.pending().backoff < 2 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(handled.is_ok(), "the panicked binding was never handled");
+    assert!(!shared.cache().is_assumed("default/boom-bind"));
+    assert_eq!(panics("binding"), binding + 1);
+    assert!(!fake_api::called(&calls, "POST", "/pods/boom-bind/binding"));
+
+    // And the next pod is scheduled and bound as ever.
+    shared.queue.add(pod("fine", "1"), None);
+    let info = shared.queue.pop().await.expect("queued");
+    super::schedule_one(&shared, &bindings, &leader, info).await;
+    let _all = bindings.acquire_many(2).await.expect("bindings done");
+    assert!(fake_api::called(&calls, "POST", "/pods/fine/binding"));
+}
+
+/// mcsched_recovered_panics{point} as exposed now.
+fn panics(point: &str) -> u64 {
+    let text = mcsched_engine::metrics::global().encode();
+    let series = format!("mcsched_recovered_panics_total{{point=\"{point}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(series.as_str()))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
 }

@@ -61,6 +61,13 @@ impl DryRuns {
         });
         match tokio::time::timeout(self.timeout, task).await {
             Err(_) => Err(DryRunError::Timeout(self.timeout)),
+            Ok(Err(join)) if join.is_panic() => {
+                let panic = crate::observe::panics::message(&*join.into_panic());
+                mcsched_engine::metrics::global().recovered_panic("what_if");
+                Err(DryRunError::Failed(format!(
+                    "internal error: it panicked: {panic}"
+                )))
+            }
             Ok(Err(join)) => Err(DryRunError::Failed(join.to_string())),
             Ok(Ok(result)) => result,
         }

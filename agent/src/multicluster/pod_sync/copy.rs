@@ -56,9 +56,26 @@ pub(super) async fn create_copy(
             Err(e) => return Err(api_err(format!("creating leaf namespace {ns}"))(e)),
         }
     }
-    let deps = transform::dependencies(pod);
     let overrides = overrides_for(host_side, leaf, pod);
     let targeted: Vec<_> = overrides.iter().flat_map(|(_, o)| o.iter()).collect();
+    // The copy first: what it refers to is what is copied (overrides only narrow what the
+    // pod refers to, never widen it), and a copy that cannot be built writes nothing.
+    let mut copy = match judged_copy(leaf, pod) {
+        Some(judged) => judged,
+        None => {
+            let mut copy = transform::leaf_pod(pod, &leaf.name, &leaf.host_id)?;
+            if let Some((policy, _)) = &overrides {
+                mcsched_shared::overrides::apply(&mut copy, &targeted).map_err(|source| {
+                    SyncError::Override {
+                        policy: policy.clone(),
+                        source,
+                    }
+                })?;
+            }
+            copy
+        }
+    };
+    let deps = transform::dependencies(&copy);
     let host_cms: Api<ConfigMap> = Api::namespaced(host.clone(), &ns);
     let leaf_cms: Api<ConfigMap> = Api::namespaced(leaf.client.clone(), &ns);
     for cm_name in &deps.config_maps {
@@ -139,10 +156,28 @@ pub(super) async fn create_copy(
                 object: format!("{ns}/{c_name}"),
             });
         };
-        // This host's copy from an earlier pod keeps its data: reused as it is.
+        // This host's copy of this very claim, from an earlier pod, keeps its data:
+        // reused as it is. A copy of an earlier claim of the same name holds that claim's
+        // data, not this one's: never reused (collected once no leaf pod uses it).
         leaf.copied
             .copied(Dep::new(DepKind::Claim, &ns, c_name), None);
         if leaf_object::<PersistentVolumeClaim>(leaf, &ns, c_name, Synced::Claim).await? {
+            let leaf_claims_meta: Api<PersistentVolumeClaim> =
+                Api::namespaced(leaf.client.clone(), &ns);
+            let copied_from = leaf_claims_meta
+                .get_metadata_opt(c_name)
+                .await
+                .map_err(api_err(format!("reading leaf PVC {ns}/{c_name}")))?
+                .and_then(|m| m.metadata.annotations)
+                .and_then(|a| a.get(keys::HOST_UID_ANNOTATION).cloned());
+            let host_uid = c.metadata.uid.clone().unwrap_or_default();
+            if copied_from.as_deref() != Some(host_uid.as_str()) {
+                return Err(SyncError::StaleClaimCopy {
+                    object: format!("{ns}/{c_name}"),
+                    copied_from: copied_from.unwrap_or_default(),
+                    host_uid,
+                });
+            }
             continue;
         }
         let spec = c.spec.unwrap_or_default();
@@ -184,17 +219,8 @@ pub(super) async fn create_copy(
             .await
             .map_err(api_err(format!("marking host PVC {ns}/{c_name}")))?;
     }
-    if let Some(sa) = transform::service_account(pod) {
+    if let Some(sa) = transform::service_account(&copy) {
         ensure_service_account(leaf, pod, &ns, sa).await?;
-    }
-    let mut copy = transform::leaf_pod(pod, &leaf.name, &leaf.host_id)?;
-    if let Some((policy, _)) = &overrides {
-        mcsched_shared::overrides::apply(&mut copy, &targeted).map_err(|source| {
-            SyncError::Override {
-                policy: policy.clone(),
-                source,
-            }
-        })?;
     }
     keep_priority_class(host_side, leaf, pod, &mut copy).await;
     let leaf_pods: Api<Pod> = Api::namespaced(leaf.client.clone(), &ns);
@@ -236,6 +262,42 @@ pub(super) async fn create_copy(
         }
         Err(e) => Err(api_err(format!("creating leaf pod {ns}/{name}"))(e)),
     }
+}
+
+/// The copy the leaf check judged when it sent `pod` to `leaf` (assumed in the leaf's
+/// cache until the leaf's watch shows the copy), with this leaf's marks: a policy edited
+/// since the decision does not change what is created. None after a restart, or once the
+/// assumption expired: the copy is then built again from the policy as it is now, under
+/// the same checks.
+fn judged_copy(leaf: &LeafCluster, pod: &Pod) -> Option<Pod> {
+    let key = format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    );
+    let uid = pod.metadata.uid.as_deref().filter(|u| !u.is_empty())?;
+    let judged = {
+        let cache = leaf.cache();
+        cache
+            .is_assumed(&key)
+            .then(|| cache.pod_info(&key).cloned())
+            .flatten()?
+    };
+    let mut copy = (*judged.pod()).clone();
+    let of_this_pod = copy
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(keys::HOST_POD_UID_ANNOTATION))
+        .is_some_and(|u| u == uid);
+    if !of_this_pod {
+        return None;
+    }
+    // Judged before the cluster was known to the transform: this leaf's marks now.
+    let labels = copy.metadata.labels.get_or_insert_default();
+    labels.insert(keys::MANAGED_CLUSTER_LABEL.into(), leaf.name.clone());
+    labels.insert(keys::HOST_ID_LABEL.into(), leaf.host_id.clone());
+    Some(copy)
 }
 
 /// The overrides of `pod`'s policy for `leaf`, with the policy's reference: what the leaf

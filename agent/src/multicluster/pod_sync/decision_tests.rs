@@ -844,3 +844,54 @@ async fn a_recorded_copy_whose_status_is_written_back_is_not_written_again() {
         status_writes(&f)
     );
 }
+
+#[tokio::test]
+async fn the_copy_created_is_the_one_the_leaf_check_judged() {
+    let f = fixture(Server::default(), Server::default());
+    let pod = host_pod(json!({}));
+    // The leaf check judged (and assumed) the copy with an override's image; the policy
+    // is gone or changed by the time pod sync runs.
+    let mut judged = mcsched_engine::leaf::transform::leaf_pod(&pod, "", "").expect("copy");
+    judged.spec.as_mut().expect("spec").containers[0].image = Some("mirror.eu/i".into());
+    let info = Arc::new(mcsched_engine::snapshot::PodInfo::new(Arc::new(judged)));
+    f.leaf.cache().assume(info, "east-1");
+    f.sync(&pod, None).await.expect("synced");
+    let created = &fake_api::sent(&f.leaf_sent, "POST", &format!("{NS}/pods"))[0];
+    assert_eq!(created["spec"]["containers"][0]["image"], "mirror.eu/i");
+    assert_eq!(
+        created["metadata"]["labels"][keys::MANAGED_CLUSTER_LABEL],
+        CLUSTER
+    );
+    assert_eq!(created["metadata"]["labels"][keys::HOST_ID_LABEL], HOST_ID);
+}
+
+#[tokio::test]
+async fn a_claim_copy_of_an_earlier_claim_of_the_same_name_is_not_reused() {
+    let host = Server::default().with(
+        &format!("{NS}/persistentvolumeclaims/data"),
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data", "namespace": "default", "uid": "pvc-uid-2"},
+            "spec": {"accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}}}}),
+    );
+    // This host's copy of the claim deleted and recreated on the host since.
+    let leaf = Server::default().with(
+        &format!("{NS}/persistentvolumeclaims/data"),
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data", "namespace": "default", "uid": "leaf-pvc",
+                "labels": ours(), "annotations": {keys::HOST_UID_ANNOTATION: "pvc-uid-1"}}}),
+    );
+    let f = fixture(host, leaf);
+    let pod = host_pod(json!({"spec": {"volumes": [
+        {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]}}));
+    let e = f.sync(&pod, None).await.expect_err("waits");
+    assert!(
+        matches!(&e, SyncError::StaleClaimCopy { copied_from, .. } if copied_from == "pvc-uid-1"),
+        "{e}"
+    );
+    assert!(
+        !f.leaf_writes().iter().any(|w| w.ends_with("/pods")),
+        "{:?}",
+        f.leaf_writes()
+    );
+}

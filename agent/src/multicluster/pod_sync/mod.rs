@@ -94,6 +94,16 @@ pub enum SyncError {
     /// What the pod refers to is missing on the host: the copy waits, as a kubelet waits.
     #[error("{kind} {object} not found on the host; the leaf copy waits for it")]
     MissingOnHost { kind: &'static str, object: String },
+    /// The leaf holds this host's copy of an earlier host claim of the same name: it holds
+    /// that claim's data, so the new claim's pod waits until it is collected.
+    #[error(
+        "leaf has this host's copy of an earlier PersistentVolumeClaim {object} (host UID {copied_from:?}, this claim's is {host_uid}); it holds that claim's data and is not reused: the pod waits until it is deleted, once no leaf pod uses it"
+    )]
+    StaleClaimCopy {
+        object: String,
+        copied_from: String,
+        host_uid: String,
+    },
     /// The pod's policy's overrides for this leaf cannot apply to the copy.
     #[error("{policy} cannot override the copy: {source}")]
     Override {

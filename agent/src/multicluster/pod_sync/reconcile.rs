@@ -91,11 +91,25 @@ pub(super) async fn reconcile(host: &Client, host_side: &HostSide, leaf: &LeafCl
     for (key, info) in &hosts {
         let pod = info.pod();
         refs.extend(dependents::references(&pod));
-        if let Err(e) = sync_one(host, host_side, leaf, &pod, copies.get(key)).await {
-            if matches!(e, SyncError::NotLeader) {
-                return;
+        let synced = crate::observe::panics::guarded(
+            "pod_sync",
+            sync_one(host, host_side, leaf, &pod, copies.get(key)),
+        )
+        .await;
+        match synced {
+            Ok(Ok(())) => {}
+            Ok(Err(SyncError::NotLeader)) => return,
+            Ok(Err(e)) => {
+                warn!(cluster = %leaf.name, pod = %key, error = %e, "pod sync failed; retrying")
             }
-            warn!(cluster = %leaf.name, pod = %key, error = %e, "pod sync failed; retrying");
+            // This pod's sync only: the other pods of the leaf go on.
+            Err(panic) => super::warn_event(
+                host_side,
+                &pod,
+                "LeafPodSyncFailed",
+                "Syncing",
+                format!("internal error: pod sync panicked: {panic}; retrying"),
+            ),
         }
     }
     let host_has_claim = |key: &str| host_side.cache().volumes.claims.contains_key(key);
@@ -241,8 +255,12 @@ pub(super) async fn sync_one(
             }
             let placed = match create_copy(host, host_side, leaf, pod).await {
                 Ok(p) => p,
-                Err(e @ SyncError::MissingOnHost { .. }) => {
+                Err(e @ (SyncError::MissingOnHost { .. } | SyncError::StaleClaimCopy { .. })) => {
                     warn_event(host_side, pod, "LeafPodWaiting", "Syncing", e.to_string());
+                    return Err(e);
+                }
+                Err(e @ SyncError::Override { .. }) => {
+                    warn_event(host_side, pod, "LeafPodRefused", "Syncing", e.to_string());
                     return Err(e);
                 }
                 Err(
