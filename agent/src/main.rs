@@ -162,6 +162,16 @@ async fn run(
         &fence,
     )
     .await?;
+    leaves.set_eviction_client(
+        client::connect_evicting(
+            kubeconfig.as_deref(),
+            args.context.as_deref(),
+            cc.qps,
+            cc.burst,
+            &fence,
+        )
+        .await?,
+    );
     // The mark on every object pod sync creates in a leaf: another host's, or the leaf
     // owner's, are never touched.
     leaves.set_host_id(

@@ -184,6 +184,12 @@ pub const LEAF_NAMESPACE_POLICY: &str = "mcsched-leaf-system-namespaces";
 /// [`LEAF_ACCOUNT`] requests for itself: bound to one of join's token Secrets, for at most
 /// that Secret's lifetime, for its audiences.
 pub const LEAF_TOKEN_POLICY: &str = "mcsched-leaf-tokens";
+/// In a leaf: the ValidatingAdmissionPolicy (and its binding) refusing [`LEAF_ACCOUNT`]
+/// every update, patch and deletion of a pod, ConfigMap, Secret, claim or ServiceAccount
+/// that does not carry the marks of what pod sync creates ([`HOST_ID_LABEL`] and
+/// [`MANAGED_CLUSTER_LABEL`]): RBAC cannot grant by label, and such a write answers with
+/// the object written over or deleted — a Secret's data the account may not read.
+pub const LEAF_COPIES_POLICY: &str = "mcsched-leaf-copies-only";
 /// In a leaf's [`SYSTEM_NAMESPACE`]: the name prefix of the Secrets join creates (one per
 /// host) that the leaf account's tokens are bound to; deleting one revokes every token
 /// bound to it.

@@ -9,7 +9,9 @@
 //!   is bound whole, the other not at all, its PodGroup `PodGroupScheduled=False` and its
 //!   members' FailedScheduling event kube's message.
 //! - A gang of 4 split between the host and a leaf whose copies stay Pending (it has no
-//!   scheduler): the leaf's members are taken back, and the host's go with them.
+//!   scheduler): the leaf's members are taken back, and the host's go with them; under a
+//!   PodDisruptionBudget that keeps the host's two, they are evicted only once it allows
+//!   (refused, said in an event, tried again; evicted once the budget is gone).
 //! - A Job of 8 (Indexed, parallelism 8), whose gang of minCount 8 kube-controller-manager
 //!   makes (WorkloadWithJob), on the same host and leaf: 6 on the host and 2 in the leaf
 //!   under a PlacementPolicy that puts the host first, 4 and 4 under one that puts the
@@ -699,5 +701,141 @@ async fn a_member_a_leaf_gives_back_takes_its_whole_gang_back() -> anyhow::Resul
             "{name}: {notes:?}"
         );
     }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gang_taken_back_is_evicted_as_its_disruption_budget_allows() -> anyhow::Result<()> {
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    let no_scheduler = ControlPlaneOptions {
+        with_controller_manager: true,
+        with_scheduler: false,
+        simulate_kubelets: true,
+    };
+    let (host, leaf) = tokio::try_join!(
+        start("budget-host"),
+        ControlPlane::start_with_args("budget-leaf", no_scheduler, &[GATES])
+    )?;
+    mcsched_e2e::objects::ready_node(
+        &host.client,
+        "host-a",
+        "2",
+        "16Gi",
+        json!({"kubernetes.io/hostname": "host-a"}),
+    )
+    .await?;
+    mcsched_e2e::objects::ready_node(
+        &leaf.client,
+        "leaf-1",
+        "8",
+        "16Gi",
+        json!({"kubernetes.io/hostname": "leaf-1"}),
+    )
+    .await?;
+    mcsched_e2e::objects::join_as_join_does(&host.client, &leaf, "west", json!({})).await?;
+    // The gang's two members on the host, once running, are all the budget lets go of.
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(host.client.clone(), "default");
+    let budget: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "kept"},
+        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"gang": "kept"}}}
+    }))?;
+    budgets.create(&PostParams::default(), &budget).await?;
+    let agent = Agent::start_with(
+        &host.kubeconfig,
+        "mcsched",
+        host.dir(),
+        "gang-budget",
+        &["--leaf-pending-timeout=5"],
+    )?;
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(host.client.clone());
+    mcsched_e2e::objects::wait_ready(&nodes, "mcsched-west", "True", TIMEOUT)
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
+    let pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
+    pod_group(&host.client, "kept", 4).await?;
+    for i in 0..4 {
+        member_with(&pods, &format!("kept-{i}"), "kept", prefer_host()).await?;
+    }
+    let placed = all_bound(&pods, "kept", 4, &agent).await?;
+    let on_host: BTreeMap<String, String> = placed
+        .iter()
+        .filter(|(_, n)| *n == "host-a")
+        .map(|(p, n)| (p.clone(), n.clone()))
+        .collect();
+    assert_eq!(on_host.len(), 2, "{placed:?}");
+    let uids = |list: Vec<Pod>| -> BTreeMap<String, String> {
+        list.into_iter()
+            .filter_map(|p| Some((p.metadata.name?, p.metadata.uid?)))
+            .collect()
+    };
+    let host_uids = uids(
+        pods.list(&ListParams::default().labels("gang=kept"))
+            .await?
+            .items
+            .into_iter()
+            .filter(|p| on_host.contains_key(p.metadata.name.as_deref().unwrap_or_default()))
+            .collect(),
+    );
+    // The leaf's members go (a Pending pod is evicted whatever a budget says); the
+    // host's, running, are refused by the budget and stay, and their events say so.
+    wait::until(TIMEOUT, "the leaf's members taken back", || async {
+        let p = placements(&pods, "kept").await?;
+        Ok((!p.values().any(|n| n == "mcsched-west")).then_some(()))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    let live = || async {
+        anyhow::Ok(uids(
+            pods.list(&ListParams::default().labels("gang=kept"))
+                .await?
+                .items
+                .into_iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .collect(),
+        ))
+    };
+    // The host's members were tried in the same pass as the leaf's.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        live().await?,
+        host_uids,
+        "the budget keeps the host's members: {}",
+        agent.logs()
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(host.client.clone(), "default");
+    for name in on_host.keys() {
+        let note = wait::until(
+            TIMEOUT,
+            &format!("{name}'s eviction refused, said"),
+            || async {
+                Ok(events
+                    .list(&ListParams::default().fields(&format!("regarding.name={name}")))
+                    .await?
+                    .items
+                    .into_iter()
+                    .filter(|e| e.reason.as_deref() == Some("GangTakeBackRefused"))
+                    .find_map(|e| e.note))
+            },
+        )
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
+        assert!(
+            note.contains("disruption budget") && note.contains("tried again every 10s"),
+            "{name}: {note}"
+        );
+    }
+    // Tried again (every 10 s), still refused: the same pods stay.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert_eq!(live().await?, host_uids, "{}", agent.logs());
+    // The budget gone, the next try evicts them.
+    budgets
+        .delete("kept", &kube::api::DeleteParams::default())
+        .await?;
+    wait::until(TIMEOUT, "the host's members evicted", || async {
+        Ok(placements(&pods, "kept").await?.is_empty().then_some(()))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
     Ok(())
 }

@@ -1,8 +1,10 @@
 //! The leaf account's tokens and where it may write, as `join` leaves a real leaf: with
 //! the leaf token itself, a TokenRequest longer than join's lifetime, bound to nothing or
 //! for other audiences is refused, the renewer's request is not; deleting the token Secret
-//! (joining again, unjoin) revokes every token bound to it; and `--all-namespaces` never
-//! reaches the leaf's system namespaces.
+//! (joining again, unjoin) revokes every token bound to it; `--all-namespaces` never
+//! reaches the leaf's system namespaces; and the leaf account never updates, patches or
+//! deletes what pod sync did not create, so no write answers with the body of a Secret it
+//! may not read (joining again brings the policy to a leaf without it, unjoin removes it).
 
 use std::time::Duration;
 
@@ -297,7 +299,11 @@ async fn leaf_tokens_are_bounded_bound_and_revoked_with_their_secret() -> anyhow
         Api::<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy>::all(
             leaf.client.clone(),
         );
-    for name in [keys::LEAF_TOKEN_POLICY, keys::LEAF_NAMESPACE_POLICY] {
+    for name in [
+        keys::LEAF_TOKEN_POLICY,
+        keys::LEAF_NAMESPACE_POLICY,
+        keys::LEAF_COPIES_POLICY,
+    ] {
         assert!(policies.get_opt(name).await?.is_none(), "{name} left");
     }
     Ok(())
@@ -465,5 +471,276 @@ async fn all_namespaces_never_reaches_the_leafs_system_namespaces() -> anyhow::R
         Err(kube::Error::Api(s)) => assert_eq!(s.code, 403, "{}", s.message),
         other => anyhow::bail!("the leaf account patched a kube-system Secret: {other:?}"),
     }
+    Ok(())
+}
+
+/// A request of the leaf account as the leaf's API server answered it: what it answered
+/// with, or the refusal's status code and message.
+fn answer<K>(result: Result<K, kube::Error>) -> anyhow::Result<Result<K, (u16, String)>> {
+    match result {
+        Ok(k) => Ok(Ok(k)),
+        Err(kube::Error::Api(s)) => Ok(Err((s.code, s.message))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_leaf_account_never_changes_deletes_or_reads_back_what_pod_sync_did_not_create()
+-> anyhow::Result<()> {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    use kube::api::{DeleteParams, Patch, PatchParams};
+
+    let (host, leaf) = tokio::try_join!(
+        ControlPlane::start("copies-host", ControlPlaneOptions::default()),
+        ControlPlane::start("copies-leaf", ControlPlaneOptions::default())
+    )?;
+    let out = join(&host, &leaf, &["--all-namespaces"])?;
+    assert!(out.contains(keys::LEAF_COPIES_POLICY), "{out}");
+    // The leaf owner's namespace, made after join: no RoleBinding lets the account read
+    // its Secrets, only the ClusterRole's create, update, patch and delete.
+    let later: Namespace = serde_json::from_value(json!({"metadata": {"name": "later"}}))?;
+    Api::<Namespace>::all(leaf.client.clone())
+        .create(&PostParams::default(), &later)
+        .await?;
+    let owner_secrets: Api<Secret> = Api::namespaced(leaf.client.clone(), "later");
+    let theirs: Secret = serde_json::from_value(json!({"metadata": {"name": "db-password"},
+        "stringData": {"password": "s3cr3t-value"}}))?;
+    owner_secrets
+        .create(&PostParams::default(), &theirs)
+        .await?;
+    let cm: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "settings"}, "data": {"k": "v"}}))?;
+    Api::<ConfigMap>::namespaced(leaf.client.clone(), "later")
+        .create(&PostParams::default(), &cm)
+        .await?;
+    let claim: PersistentVolumeClaim = serde_json::from_value(
+        json!({"metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
+    )?;
+    Api::<PersistentVolumeClaim>::namespaced(leaf.client.clone(), "later")
+        .create(&PostParams::default(), &claim)
+        .await?;
+    let as_leaf = client_of(&join_kubeconfig(&host).await?).await?;
+    let secrets: Api<Secret> = Api::namespaced(as_leaf.clone(), "later");
+    match answer(secrets.get("db-password").await)? {
+        Err((code, _)) => assert_eq!(code, 403),
+        Ok(_) => anyhow::bail!("the leaf account read a Secret of a namespace made after join"),
+    }
+    let leaks = |s: &str| s.contains("s3cr3t-value") || s.contains("czNjcjN0LXZhbHVl");
+    let empty = Patch::Merge(json!({}));
+    // The policy takes a moment to be in force after join.
+    let (code, message) = until(
+        SETTLE,
+        "an empty merge patch of the owner's Secret to be refused",
+        || async {
+            Ok(answer(
+                secrets
+                    .patch("db-password", &PatchParams::default(), &empty)
+                    .await,
+            )?
+            .err())
+        },
+    )
+    .await?;
+    assert_eq!(code, 403, "{message}");
+    assert!(
+        message.contains("changes and deletes only what pod sync created")
+            && message.contains("secrets later/db-password is not"),
+        "{message}"
+    );
+    assert!(!leaks(&message), "{message}");
+    // Every other way of writing over it, marks included, and deleting it.
+    let marks = json!({"metadata": {"labels": {keys::HOST_ID_LABEL: "h", keys::MANAGED_CLUSTER_LABEL: "east"}}});
+    let mut replaced = theirs.clone();
+    replaced.metadata.labels = serde_json::from_value(marks["metadata"]["labels"].clone())?;
+    let pod_sync = PatchParams::apply(keys::FIELD_MANAGER).force();
+    let mut copy = replaced.clone();
+    copy.string_data = Some([("password".to_string(), "ours".to_string())].into());
+    for (what, result) in [
+        (
+            "a merge patch adding the marks",
+            answer(
+                secrets
+                    .patch(
+                        "db-password",
+                        &PatchParams::default(),
+                        &Patch::Merge(&marks),
+                    )
+                    .await,
+            )?
+            .map(|_| ()),
+        ),
+        (
+            "pod sync's server-side apply",
+            answer(
+                secrets
+                    .patch("db-password", &pod_sync, &Patch::Apply(&copy))
+                    .await,
+            )?
+            .map(|_| ()),
+        ),
+        (
+            "an update",
+            answer(
+                secrets
+                    .replace("db-password", &PostParams::default(), &replaced)
+                    .await,
+            )?
+            .map(|_| ()),
+        ),
+        (
+            "a delete",
+            answer(
+                secrets
+                    .delete("db-password", &DeleteParams::default())
+                    .await,
+            )?
+            .map(|_| ()),
+        ),
+    ] {
+        match result {
+            Ok(()) => anyhow::bail!("{what} of the owner's Secret was let through"),
+            Err((code, message)) => {
+                assert_eq!(code, 403, "{what}: {message}");
+                assert!(message.contains("is not"), "{what}: {message}");
+                assert!(!leaks(&message), "{what}: {message}");
+            }
+        }
+    }
+    let kept = owner_secrets.get("db-password").await?;
+    assert_eq!(kept.metadata.labels, None, "nothing written over it");
+    assert_eq!(
+        kept.data
+            .and_then(|d| d.get("password").cloned())
+            .map(|b| b.0),
+        Some(b"s3cr3t-value".to_vec())
+    );
+    for (what, result) in [
+        (
+            "ConfigMap delete",
+            answer(
+                Api::<ConfigMap>::namespaced(as_leaf.clone(), "later")
+                    .delete("settings", &DeleteParams::default())
+                    .await,
+            )?
+            .map(|_| ()),
+        ),
+        (
+            "ConfigMap patch",
+            answer(
+                Api::<ConfigMap>::namespaced(as_leaf.clone(), "later")
+                    .patch("settings", &PatchParams::default(), &empty)
+                    .await,
+            )?
+            .map(|_| ()),
+        ),
+        (
+            "PVC delete",
+            answer(
+                Api::<PersistentVolumeClaim>::namespaced(as_leaf.clone(), "later")
+                    .delete("data", &DeleteParams::default())
+                    .await,
+            )?
+            .map(|_| ()),
+        ),
+    ] {
+        match result {
+            Ok(()) => anyhow::bail!("{what} of the owner's was let through"),
+            Err((code, message)) => assert_eq!(code, 403, "{what}: {message}"),
+        }
+    }
+    // What pod sync creates, the account still creates, applies over, patches and deletes.
+    let mut ours = copy.clone();
+    ours.metadata.name = Some("copied".into());
+    secrets
+        .patch("copied", &pod_sync, &Patch::Apply(&ours))
+        .await?;
+    ours.string_data = Some([("password".to_string(), "changed".to_string())].into());
+    secrets
+        .patch("copied", &pod_sync, &Patch::Apply(&ours))
+        .await?;
+    secrets
+        .patch("copied", &PatchParams::default(), &empty)
+        .await?;
+    secrets.delete("copied", &DeleteParams::default()).await?;
+    // A create of the owner's name answers 409, and nothing of the object.
+    match answer(secrets.create(&PostParams::default(), &replaced).await)? {
+        Err((code, message)) => {
+            assert_eq!(code, 409, "{message}");
+            assert!(!leaks(&message), "{message}");
+        }
+        Ok(_) => anyhow::bail!("a second db-password was created"),
+    }
+
+    // A leaf joined before the policy existed: the patch answers with the Secret...
+    let policies = Api::<ValidatingAdmissionPolicy>::all(leaf.client.clone());
+    let bindings = Api::<ValidatingAdmissionPolicyBinding>::all(leaf.client.clone());
+    bindings
+        .delete(keys::LEAF_COPIES_POLICY, &DeleteParams::default())
+        .await?;
+    policies
+        .delete(keys::LEAF_COPIES_POLICY, &DeleteParams::default())
+        .await?;
+    let leaked = until(SETTLE, "the policy to be out of force", || async {
+        Ok(answer(
+            secrets
+                .patch("db-password", &PatchParams::default(), &empty)
+                .await,
+        )?
+        .ok())
+    })
+    .await?;
+    assert_eq!(
+        leaked
+            .data
+            .and_then(|d| d.get("password").cloned())
+            .map(|b| b.0),
+        Some(b"s3cr3t-value".to_vec()),
+        "what the policy is there for"
+    );
+    // ... until it is joined again.
+    join(&host, &leaf, &["--all-namespaces"])?;
+    let as_leaf = client_of(&join_kubeconfig(&host).await?).await?;
+    let secrets: Api<Secret> = Api::namespaced(as_leaf.clone(), "later");
+    assert!(policies.get_opt(keys::LEAF_COPIES_POLICY).await?.is_some());
+    assert!(bindings.get_opt(keys::LEAF_COPIES_POLICY).await?.is_some());
+    until(SETTLE, "the policy joined again to be in force", || async {
+        Ok(answer(
+            secrets
+                .patch("db-password", &PatchParams::default(), &empty)
+                .await,
+        )?
+        .err())
+    })
+    .await?;
+    match answer(
+        secrets
+            .delete("db-password", &DeleteParams::default())
+            .await,
+    )? {
+        Err((code, message)) => assert_eq!(code, 403, "{message}"),
+        Ok(_) => anyhow::bail!("the owner's Secret was deleted once joined again"),
+    }
+    owner_secrets.get("db-password").await?;
+
+    // Unjoin as the leaf's admin removes it with the rest.
+    let leaf_kc = leaf.kubeconfig.to_string_lossy().into_owned();
+    let out = run(
+        &host.kubeconfig,
+        &[
+            "unjoin",
+            "cluster",
+            "east",
+            "--yes",
+            "--cluster-kubeconfig",
+            &leaf_kc,
+        ],
+    )?;
+    anyhow::ensure!(out.status.success(), "unjoin failed: {}", text(&out));
+    assert!(policies.get_opt(keys::LEAF_COPIES_POLICY).await?.is_none());
+    assert!(bindings.get_opt(keys::LEAF_COPIES_POLICY).await?.is_none());
     Ok(())
 }

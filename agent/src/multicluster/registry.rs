@@ -88,6 +88,12 @@ pub struct Leaves {
     pub fence: crate::control::fence::Fence,
     /// The host's ConfigMaps and Secrets that leaf copies refer to, watched.
     pub host_objects: super::host_objects::HostObjects,
+    /// Gang members taken back whose eviction was refused, tried again: shared by every
+    /// leaf's pod sync, as a gang may span leaves.
+    pub(crate) gang_take_backs: super::gang_hold::TakeBacks,
+    /// The host client pod sync evicts with: a 429 (a PodDisruptionBudget's refusal) is
+    /// answered at once, not retried by the client for minutes.
+    eviction_client: std::sync::OnceLock<Client>,
 }
 
 impl Leaves {
@@ -108,6 +114,16 @@ impl Leaves {
             grants: Some(grants),
             ..Default::default()
         }
+    }
+
+    /// Set once at start: the host client without kube's retry of 429 answers.
+    pub fn set_eviction_client(&self, client: Client) {
+        let _ = self.eviction_client.set(client);
+    }
+
+    /// The client to evict host pods with, when the agent set one.
+    pub fn eviction_client(&self) -> Option<Client> {
+        self.eviction_client.get().cloned()
     }
 
     /// Where the agent's ServiceAccount lives, for the grants pod sync suggests.

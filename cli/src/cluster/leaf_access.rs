@@ -169,8 +169,10 @@ pub fn writer_role() -> ClusterRole {
 /// What `--all-namespaces` grants cluster-wide: [`writer_role`]'s rules but Secrets only
 /// written, never read: RBAC cannot leave namespaces out, and a cluster-wide `get` would
 /// read kube-system's Secrets by name. Writes in the leaf's system namespaces (which would
-/// return what they write over) are refused by [`namespace_policy`]; Secrets are read
-/// through [`writer_binding`]s in every other namespace there at join.
+/// return what they write over) are refused by [`namespace_policy`], and elsewhere an
+/// update, patch or delete of a Secret pod sync did not create (which would answer with it)
+/// by [`copies_policy`]; Secrets are read through [`writer_binding`]s in every other
+/// namespace there at join.
 pub fn cluster_writer_role() -> ClusterRole {
     let mut rules = writer_role().rules.unwrap_or_default();
     for r in &mut rules {
@@ -368,6 +370,69 @@ pub fn namespace_policy() -> ValidatingAdmissionPolicy {
 
 pub fn namespace_policy_binding() -> ValidatingAdmissionPolicyBinding {
     policy_binding(keys::LEAF_NAMESPACE_POLICY, None)
+}
+
+/// What the leaf account writes that may hold someone else's object under a name pod sync
+/// wants: the copies and what they refer to.
+pub const COPIED_RESOURCES: &[&str] = &[
+    "pods",
+    "configmaps",
+    "secrets",
+    "persistentvolumeclaims",
+    "serviceaccounts",
+];
+
+/// The leaf account may update, patch or delete only what carries the marks pod sync
+/// puts on what it creates ([`keys::HOST_ID_LABEL`], [`keys::MANAGED_CLUSTER_LABEL`], as
+/// pod sync's own ownership check reads them). RBAC grants by resource, not label, and an
+/// update, a patch (an empty one too) or a delete answers with the object: with
+/// `--all-namespaces` the body of a Secret the account may not read. Admission refuses
+/// before any body is written back. Creating is not matched: a create of a name that
+/// exists answers 409 with no body, and a server-side apply of an absent object is a
+/// create.
+pub fn copies_policy() -> ValidatingAdmissionPolicy {
+    let marks = cel_list(&[keys::HOST_ID_LABEL, keys::MANAGED_CLUSTER_LABEL]);
+    ValidatingAdmissionPolicy {
+        metadata: meta(keys::LEAF_COPIES_POLICY, None, managed_labels()),
+        spec: Some(ValidatingAdmissionPolicySpec {
+            failure_policy: Some("Fail".into()),
+            match_constraints: Some(MatchResources {
+                resource_rules: Some(vec![NamedRuleWithOperations {
+                    api_groups: Some(vec![String::new()]),
+                    api_versions: Some(vec!["*".into()]),
+                    operations: Some(vec!["UPDATE".into(), "DELETE".into()]),
+                    resources: Some(COPIED_RESOURCES.iter().map(|r| r.to_string()).collect()),
+                    scope: Some("Namespaced".into()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            match_conditions: Some(vec![MatchCondition {
+                name: "leaf-account".into(),
+                expression: format!("request.userInfo.username == '{}'", leaf_user()),
+            }]),
+            validations: Some(vec![Validation {
+                message_expression: Some(format!(
+                    "\"mcsched's leaf account changes and deletes only what pod sync created (labels {}): \" + request.resource.resource + \" \" + request.namespace + \"/\" + request.name + \" is not\"",
+                    [keys::HOST_ID_LABEL, keys::MANAGED_CLUSTER_LABEL].join(", ")
+                )),
+                ..validation(
+                    // An UPDATE or DELETE always has an oldObject; were it ever missing, the
+                    // expression fails and the failure policy refuses.
+                    format!(
+                        "has(oldObject.metadata.labels) && {marks}.all(k, k in oldObject.metadata.labels && oldObject.metadata.labels[k] != '')"
+                    ),
+                    "mcsched's leaf account changes and deletes only what pod sync created".into(),
+                )
+            }]),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+pub fn copies_policy_binding() -> ValidatingAdmissionPolicyBinding {
+    policy_binding(keys::LEAF_COPIES_POLICY, None)
 }
 
 /// The leaf account's TokenRequests are refused unless bound to one of join's token
@@ -863,6 +928,56 @@ mod tests {
                 .as_deref(),
             Some("Deny"),
             "no token Secret: no token"
+        );
+    }
+
+    #[test]
+    fn the_leaf_account_changes_and_deletes_only_marked_objects_failing_closed() {
+        let spec = copies_policy().spec.unwrap_or_default();
+        assert_eq!(spec.failure_policy.as_deref(), Some("Fail"));
+        let rules = spec
+            .match_constraints
+            .and_then(|m| m.resource_rules)
+            .unwrap_or_default();
+        assert_eq!(rules.len(), 1, "{rules:?}");
+        assert_eq!(
+            rules[0].operations.as_deref(),
+            Some(&["UPDATE".to_string(), "DELETE".to_string()][..]),
+            "a patch is an UPDATE to admission"
+        );
+        let resources = rules[0].resources.clone().unwrap_or_default();
+        // Whatever the writer role lets it update or delete.
+        for r in writer_role().rules.unwrap_or_default() {
+            let changes = r
+                .verbs
+                .iter()
+                .any(|v| ["update", "patch", "delete"].contains(&v.as_str()));
+            for res in r.resources.iter().flatten().filter(|_| changes) {
+                assert!(resources.contains(res), "{res} not matched: {resources:?}");
+            }
+        }
+        for res in service_account_role().rules.unwrap_or_default()[0]
+            .resources
+            .iter()
+            .flatten()
+        {
+            assert!(resources.contains(res), "{res}");
+        }
+        let conditions = spec.match_conditions.unwrap_or_default();
+        assert_eq!(conditions.len(), 1);
+        assert_eq!(
+            conditions[0].expression,
+            "request.userInfo.username == 'system:serviceaccount:mcsched-system:mcsched-leaf'"
+        );
+        let validations = spec.validations.unwrap_or_default();
+        let expression = &validations[0].expression;
+        for label in [keys::HOST_ID_LABEL, keys::MANAGED_CLUSTER_LABEL] {
+            assert!(expression.contains(&format!("'{label}'")), "{expression}");
+        }
+        assert!(expression.starts_with("has(oldObject.metadata.labels)"));
+        assert_eq!(
+            copies_policy_binding().spec.validation_actions,
+            ["Deny".to_string()]
         );
     }
 

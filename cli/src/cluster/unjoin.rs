@@ -142,7 +142,7 @@ pub async fn run(kube: &KubeArgs, args: UnjoinArgs) -> anyhow::Result<()> {
     };
     let admin = args.cluster_kubeconfig.is_some();
     let left_rbac = format!(
-        "ServiceAccount {}/{}, ClusterRoles {}, {}, {} and {}, Role {}, admission policies {} and {}, this host's grants (RoleBindings {} and {}) and its token Secret {}/{}* (its tokens stay valid until they expire)",
+        "ServiceAccount {}/{}, ClusterRoles {}, {}, {} and {}, Role {}, admission policies {}, {} and {}, this host's grants (RoleBindings {} and {}) and its token Secret {}/{}* (its tokens stay valid until they expire)",
         keys::SYSTEM_NAMESPACE,
         keys::LEAF_ACCOUNT,
         keys::LEAF_ACCOUNT,
@@ -152,6 +152,7 @@ pub async fn run(kube: &KubeArgs, args: UnjoinArgs) -> anyhow::Result<()> {
         keys::LEAF_TOKEN_ROLE,
         keys::LEAF_TOKEN_POLICY,
         keys::LEAF_NAMESPACE_POLICY,
+        keys::LEAF_COPIES_POLICY,
         keys::LEAF_ACCOUNT,
         keys::LEAF_SERVICE_ACCOUNT_ROLE,
         keys::SYSTEM_NAMESPACE,
@@ -619,7 +620,11 @@ async fn remove_token_secrets(leaf: &Client, host_id: &str) -> anyhow::Result<()
 /// grant.
 async fn remove_account(leaf: &Client) -> anyhow::Result<()> {
     let system = keys::SYSTEM_NAMESPACE;
-    for name in [keys::LEAF_TOKEN_POLICY, keys::LEAF_NAMESPACE_POLICY] {
+    for name in [
+        keys::LEAF_TOKEN_POLICY,
+        keys::LEAF_NAMESPACE_POLICY,
+        keys::LEAF_COPIES_POLICY,
+    ] {
         delete_if_managed(
             &Api::<ValidatingAdmissionPolicyBinding>::all(leaf.clone()),
             name,

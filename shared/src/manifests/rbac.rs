@@ -147,7 +147,8 @@ fn user_roles(ns: &str) -> Vec<Object> {
 }
 
 /// The ClusterRole an operator binds in a namespace to let the agent keep pod-deletion-cost
-/// on the pods of policies that keep their shape, and evict those a policy rebalances.
+/// on the pods of policies that keep their shape, and evict those a policy rebalances or
+/// fails over, and the members of a gang taken back from a leaf.
 pub fn placement_keeper_name() -> String {
     format!("{}-placement-keeper", keys::AGENT_NAME)
 }
@@ -192,8 +193,9 @@ pub(super) fn objects(ns: &str, cfg: &AgentConfig) -> Vec<Object> {
         ..Default::default()
     };
     // Placement policies that keep their shape write pod-deletion-cost on their pods, and
-    // those that rebalance evict (through the Eviction API, so PodDisruptionBudgets
-    // hold): bound per namespace by its operator, as the readers above.
+    // those that rebalance or fail over evict, as does a gang's take-back (through the
+    // Eviction API, so PodDisruptionBudgets hold): bound per namespace by its operator, as
+    // the readers above.
     let pod_annotator = ClusterRole {
         metadata: meta(&placement_keeper_name(), None, ns),
         rules: Some(vec![

@@ -2,6 +2,7 @@
 //! copy deleted with its host pod, and a host pod's deletion finished when no kubelet
 //! will.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -10,6 +11,7 @@ use serde_json::json;
 use tracing::{info, warn};
 
 use crate::multicluster::cluster::LeafCluster;
+use crate::multicluster::gang_hold;
 use mcsched_engine::leaf::rescheduling::{self, Avoided};
 
 use super::{HostSide, SyncError, api_err, code, warn_event};
@@ -65,15 +67,7 @@ pub(super) async fn take_back(
         .await
         .map_err(api_err(format!("deleting host pod {name}")))?;
     let why = format!("Pending there for {waited_s}s");
-    super::super::gang_hold::take_back_gang(
-        &host_side.pod_groups,
-        &host_side.events,
-        host_pods,
-        pod,
-        &leaf.name,
-        &why,
-    )
-    .await;
+    take_back_gang(host_side, host_pods, pod, &leaf.name, &why).await;
     Ok(())
 }
 
@@ -122,16 +116,38 @@ pub(super) async fn clash(
     delete_host_pod_now(host_pods, &name, &uid)
         .await
         .map_err(api_err(format!("deleting host pod {name}")))?;
-    super::super::gang_hold::take_back_gang(
+    take_back_gang(host_side, host_pods, pod, &leaf.name, "refused there").await;
+    Ok(())
+}
+
+/// The rest of `pod`'s gang goes with it, evicted as this agent leads.
+async fn take_back_gang(
+    host_side: &HostSide,
+    host_pods: &Api<Pod>,
+    pod: &Pod,
+    leaf: &str,
+    why: &str,
+) {
+    let side = host_side.clone();
+    let evictor = gang_hold::Evictor {
+        // Without it (tests, in-process use) the host client, whose 429s kube retries.
+        client: host_side
+            .leaves
+            .eviction_client()
+            .unwrap_or_else(|| host_pods.clone().into_client()),
+        events: host_side.events.clone(),
+        agent_namespace: host_side.leaves.agent_namespace().to_string(),
+        may_act: Arc::new(move || side.fence().is_ok()),
+    };
+    gang_hold::take_back_gang(
         &host_side.pod_groups,
-        &host_side.events,
-        host_pods,
+        &host_side.leaves.gang_take_backs,
+        &evictor,
         pod,
-        &leaf.name,
-        "refused there",
+        leaf,
+        why,
     )
     .await;
-    Ok(())
 }
 
 /// kube's condition on a pod about to be deleted by a controller (taint manager, PodGC).

@@ -551,8 +551,10 @@ async fn join_steps(
     remove_stale_grants(p, leaf).await
 }
 
-/// The admission policies bounding the leaf account's tokens and keeping it out of the
-/// leaf's system namespaces (the same for every host: applied again as they are).
+/// The admission policies bounding the leaf account's tokens, keeping it out of the
+/// leaf's system namespaces and off what pod sync did not create (the same for every
+/// host: applied again as they are, so joining again brings a leaf joined before a policy
+/// existed up to date).
 async fn policies(leaf: &Client, rb: &mut Rollback) -> anyhow::Result<()> {
     let all = Api::<ValidatingAdmissionPolicy>::all(leaf.clone());
     let bindings = Api::<ValidatingAdmissionPolicyBinding>::all(leaf.clone());
@@ -565,6 +567,10 @@ async fn policies(leaf: &Client, rb: &mut Rollback) -> anyhow::Result<()> {
             leaf_access::token_policy(),
             leaf_access::token_policy_binding(),
         ),
+        (
+            leaf_access::copies_policy(),
+            leaf_access::copies_policy_binding(),
+        ),
     ] {
         let name = policy.name_any();
         if apply_in_leaf(&all, &policy).await? {
@@ -575,11 +581,13 @@ async fn policies(leaf: &Client, rb: &mut Rollback) -> anyhow::Result<()> {
         }
     }
     step(&format!(
-        "leaf: admission policies {} (no write of {} in {}) and {} (its tokens bound to join's Secret, for its lifetime at most)",
+        "leaf: admission policies {} (no write of {} in {}), {} (its tokens bound to join's Secret, for its lifetime at most) and {} (no update or deletion of {} pod sync did not create)",
         keys::LEAF_NAMESPACE_POLICY,
         keys::LEAF_ACCOUNT,
         keys::LEAF_PROTECTED_NAMESPACES.join(", "),
-        keys::LEAF_TOKEN_POLICY
+        keys::LEAF_TOKEN_POLICY,
+        keys::LEAF_COPIES_POLICY,
+        leaf_access::COPIED_RESOURCES.join(", ")
     ));
     Ok(())
 }
