@@ -62,9 +62,17 @@ impl Domains {
         snapshot.nodes.iter().flat_map(|n| self.of(n)).collect()
     }
 
-    /// Whether `node` is in `domain`.
+    /// Whether `node` is in `domain`: as `of(node).contains(domain)`, without building the
+    /// set, since every member's attempt in every domain asks it of every node.
     pub(super) fn contains(&self, node: &NodeInfo, domain: &str) -> bool {
-        self.of(node).contains(domain)
+        if let Some(v) = node.labels().get(&self.key) {
+            return v == domain;
+        }
+        match &node.cluster {
+            Some(leaf) if self.key == keys::CLUSTER_LABEL => leaf == domain,
+            Some(leaf) => self.leaves.get(leaf).is_some_and(|v| v.contains(domain)),
+            None => self.key == keys::CLUSTER_LABEL && domain == keys::HOST_CLUSTER_NAME,
+        }
     }
 
     /// Whether placing on `node` in `domain` keeps the member within a leaf's part of it,
@@ -104,4 +112,66 @@ pub(super) fn leaf_domain_of(pod: &PodInfo) -> Option<String> {
         .as_ref()?
         .get(keys::LEAF_DOMAIN_ANNOTATION)
         .cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Node;
+
+    fn node(name: &str, cluster: Option<&str>, labels: &[(&str, &str)]) -> NodeInfo {
+        let mut n = Node::default();
+        n.metadata.name = Some(name.into());
+        n.metadata.labels = Some(
+            (labels.iter())
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        let mut info = NodeInfo::new(Arc::new(n));
+        info.cluster = cluster.map(String::from);
+        info
+    }
+
+    /// `contains` is asked of every node for every member attempt, so it skips building
+    /// `of`'s set; it must answer as that set does.
+    #[test]
+    fn contains_answers_as_the_domains_of_a_node() {
+        const ZONE: &str = "topology.kubernetes.io/zone";
+        let nodes = [
+            node("host-a", None, &[(ZONE, "a")]),
+            node("host-bare", None, &[]),
+            node("mcsched-east", Some("east"), &[]),
+            node("mcsched-west", Some("west"), &[(ZONE, "c")]),
+            node("mcsched-gone", Some("gone"), &[]),
+            node(
+                "mcsched-labelled",
+                Some("east"),
+                &[(keys::CLUSTER_LABEL, "other")],
+            ),
+        ];
+        let leaves = BTreeMap::from([
+            ("east".to_string(), BTreeSet::from(["a".into(), "b".into()])),
+            ("west".to_string(), BTreeSet::from(["d".into()])),
+        ]);
+        for key in [ZONE, keys::CLUSTER_LABEL] {
+            let domains = Domains {
+                key: key.to_string(),
+                leaves: if key == ZONE {
+                    leaves.clone()
+                } else {
+                    BTreeMap::new()
+                },
+            };
+            for n in &nodes {
+                for d in ["a", "b", "c", "d", "east", "west", "gone", "other", "host"] {
+                    assert_eq!(
+                        domains.contains(n, d),
+                        domains.of(n).contains(d),
+                        "{key}: is {} in {d}",
+                        n.name
+                    );
+                }
+            }
+        }
+    }
 }

@@ -31,6 +31,62 @@ use mcsched_shared::keys;
 const GROUP_UNSCHEDULABLE: &str = "pod group is unschedulable";
 const CONDITION: &str = "PodGroupScheduled";
 
+/// The most member attempts one placement search may make: domains tried × members.
+/// kube has no such limit, but there only a PodGroup under an alpha gate the cluster's
+/// admin turns on asks for the search; here a namespaced PlacementPolicy asks for it as
+/// well, and the search runs inline in the one scheduling loop, which every other pod
+/// waits behind. A key that makes every node a domain (`kubernetes.io/hostname`) turned
+/// a gang of 500 on 1000 nodes into 500 000 attempts, 42 s of the loop (release build,
+/// `placement_search_measured`); at the cap the worst search held it 0.23 to 0.30 s. A
+/// group over it is refused before anything is simulated, naming the field that asked.
+pub(super) const MAX_PLACEMENT_ATTEMPTS: usize = 10_000;
+
+/// Where the topology key a group is kept within comes from.
+#[derive(Debug, Clone, PartialEq)]
+enum KeySource {
+    /// The PodGroup's own `schedulingConstraints`: its `namespace/name`.
+    PodGroup(String),
+    /// A PlacementPolicy's `podGroupConstraints`: its reference (`PlacementPolicy ns/name`).
+    Policy(String),
+}
+
+impl std::fmt::Display for KeySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KeySource::PodGroup(key) => {
+                write!(
+                    f,
+                    "PodGroup {key} spec.schedulingConstraints.topology[0].key"
+                )
+            }
+            KeySource::Policy(reference) => {
+                write!(f, "{reference} spec.podGroupConstraints.topology[0].key")
+            }
+        }
+    }
+}
+
+/// Why the placement search was not run.
+#[derive(Debug, thiserror::Error)]
+enum PlacementError {
+    /// kube's error: the group's members already bound say no one domain.
+    #[error("cannot determine domain for already scheduled pods: {0}")]
+    ScheduledDomain(String),
+    /// Over [`MAX_PLACEMENT_ATTEMPTS`]: the group waits, as one that does not fit.
+    #[error(
+        "{GROUP_UNSCHEDULABLE}: its placement search would try {members} members in each of \
+         {domains} domains of {key:?} ({origin}), {} attempts, more than the {} allowed",
+        domains.saturating_mul(*members),
+        MAX_PLACEMENT_ATTEMPTS
+    )]
+    TooManyAttempts {
+        key: String,
+        origin: KeySource,
+        domains: usize,
+        members: usize,
+    },
+}
+
 /// The group `info`'s pod is scheduled with, when its PodGroup exists (kube: when the
 /// GenericWorkload gate is on, which is when the API server serves PodGroups).
 pub(super) fn group_to_schedule(shared: &Shared, info: &QueuedPodInfo) -> Option<String> {
@@ -92,7 +148,8 @@ pub(super) async fn pod_group_cycle(
         .profiles
         .pod_groups
         .policy(&key)
-        .and_then(|p| p.topology_keys.first().cloned());
+        .and_then(|p| p.topology_keys.first().cloned())
+        .map(|k| (k, KeySource::PodGroup(key.clone())));
     let policy_key = own_key
         .is_none()
         .then(|| policy_topology_key(shared, &members))
@@ -103,23 +160,39 @@ pub(super) async fn pod_group_cycle(
     // PlacementPolicy's constraint is mcsched's own, and needs no gate.
     let by_domain = shared.profiles.pod_groups.topology_aware() || policy_key.is_some();
     let (outcomes, quorum, group_message) = if !by_domain {
-        let sim = simulate(shared, &fw, &members, None).await;
+        let sim = simulate(shared, &fw, &members, None, None).await;
         (sim.attempts, sim.quorum, GROUP_UNSCHEDULABLE.to_string())
     } else {
-        match by_placements(shared, &fw, &key, topology_key.as_deref(), &members).await {
+        match by_placements(shared, &fw, &key, topology_key.as_ref(), &members).await {
             Ok(placement) => placement,
-            Err(message) => {
+            Err(e) => {
+                let message = e.to_string();
+                let (reason, failure): (_, fn(String) -> Failure) = match e {
+                    PlacementError::ScheduledDomain(_) => ("SchedulerError", Failure::Error),
+                    // It waits as a group that fits nowhere: fewer domains or members, or
+                    // another key, may let it be searched.
+                    PlacementError::TooManyAttempts { .. } => {
+                        metrics_algorithm(started);
+                        mcsched_engine::metrics::global().pod_group_attempt(
+                            "unschedulable",
+                            &scheduler_name,
+                            started.elapsed().as_secs_f64(),
+                        );
+                        ("Unschedulable", Failure::Group)
+                    }
+                };
+                debug!(group = %key, %message, "pod group not searched");
                 for m in members {
                     handle_failure(
                         shared,
                         &scheduler_name,
                         m,
-                        Failure::Error(message.clone()),
+                        failure(message.clone()),
                         None,
                         started,
                     );
                 }
-                set_condition(shared, &key, "False", "SchedulerError", &message).await;
+                set_condition(shared, &key, "False", reason, &message).await;
                 return;
             }
         }
@@ -231,6 +304,32 @@ struct Simulation {
     /// Some member passed Permit: the group may be bound.
     quorum: bool,
     feasible: usize,
+    /// Stopped by its [`Cut`] before every member was tried: this domain cannot be chosen,
+    /// and its attempts tell nothing.
+    cut_short: bool,
+}
+
+/// When a domain's simulation may stop: once the members left could no longer make it
+/// the chosen placement. The outcome stays kube's: a domain stopped so could never have
+/// been chosen, and the first domain without quorum, whose statuses the members report,
+/// is simulated whole (the cut is given only after it, or after a domain with quorum).
+/// A gang of identical members that fits nowhere, retried at changes in the cluster, so
+/// costs in each domain after the first the members it holds and one more, not all.
+#[derive(Debug, Clone, Copy)]
+struct Cut {
+    /// Feasible members quorum needs in this domain: minCount less the members
+    /// scheduled already (at least one: quorum is a member passing Permit).
+    quorum: usize,
+    /// The most members placed in a domain with quorum so far: PodGroupPodsCount chooses
+    /// one with as many or more (ties at random).
+    best: usize,
+}
+
+impl Cut {
+    fn stops(&self, quorum: bool, feasible: usize, left: usize) -> bool {
+        let most = feasible + left;
+        (!quorum && most < self.quorum) || most < self.best
+    }
 }
 
 async fn simulate(
@@ -238,11 +337,17 @@ async fn simulate(
     fw: &Arc<Framework>,
     members: &[QueuedPodInfo],
     domain: Option<(&Domains, &str)>,
+    cut: Option<Cut>,
 ) -> Simulation {
     let mut attempts = Vec::with_capacity(members.len());
     let mut quorum = false;
     let mut feasible = 0;
-    for info in members {
+    let mut cut_short = false;
+    for (i, info) in members.iter().enumerate() {
+        if cut.is_some_and(|c| c.stops(quorum, feasible, members.len() - i)) {
+            cut_short = true;
+            break;
+        }
         let mut info = info.clone();
         info.pod = info.pod.decoded();
         let attempt = attempt(shared, fw, info, domain).await;
@@ -273,12 +378,13 @@ async fn simulate(
         attempts,
         quorum,
         feasible,
+        cut_short,
     }
 }
 
 /// The topology key of the PlacementPolicy selecting the group's first member (members
 /// share their template's labels), when it asks to keep pod groups in one domain.
-fn policy_topology_key(shared: &Shared, members: &[QueuedPodInfo]) -> Option<String> {
+fn policy_topology_key(shared: &Shared, members: &[QueuedPodInfo]) -> Option<(String, KeySource)> {
     let first = members.first()?;
     let policy = shared.cache().policies().for_pod(&first.pod.meta)?;
     if policy.invalid.is_some() {
@@ -286,7 +392,7 @@ fn policy_topology_key(shared: &Shared, members: &[QueuedPodInfo]) -> Option<Str
         return None;
     }
     let key = policy.spec.pod_group_constraints.as_ref()?.topology_key()?;
-    Some(key.to_string())
+    Some((key.to_string(), KeySource::Policy(policy.reference.clone())))
 }
 
 /// kube's placement algorithm with TopologyPlacementGenerator and PodGroupPodsCount: the
@@ -294,16 +400,17 @@ fn policy_topology_key(shared: &Shared, members: &[QueuedPodInfo]) -> Option<Str
 /// are in, if any; without a key, one placement of every node), and the placement that
 /// places the most members chosen. The members' outcomes there, whether the group may be
 /// bound, and the group's message when it may not; Err: no domain can be told for the
-/// members already scheduled.
+/// members already scheduled, or the search would make more than
+/// [`MAX_PLACEMENT_ATTEMPTS`].
 async fn by_placements(
     shared: &Arc<Shared>,
     fw: &Arc<Framework>,
     key: &str,
-    topology_key: Option<&str>,
+    topology_key: Option<&(String, KeySource)>,
     members: &[QueuedPodInfo],
-) -> Result<(Vec<Attempt>, bool, String), String> {
-    let Some(topology_key) = topology_key else {
-        let sim = simulate(shared, fw, members, None).await;
+) -> Result<(Vec<Attempt>, bool, String), PlacementError> {
+    let Some((topology_key, origin)) = topology_key else {
+        let sim = simulate(shared, fw, members, None, None).await;
         let message = if sim.quorum {
             String::new()
         } else {
@@ -329,16 +436,16 @@ async fn by_placements(
             None => None,
         };
         let Some(domain) = domain else {
-            return Err(format!(
-                "cannot determine domain for already scheduled pods: no topology domain found for pod {}",
+            return Err(PlacementError::ScheduledDomain(format!(
+                "no topology domain found for pod {}",
                 pod.key
-            ));
+            )));
         };
         match &required {
             Some(d) if *d != domain => {
-                return Err(format!(
-                    "cannot determine domain for already scheduled pods: more than 1 domain found for pod group: {d}, {domain}"
-                ));
+                return Err(PlacementError::ScheduledDomain(format!(
+                    "more than 1 domain found for pod group: {d}, {domain}"
+                )));
             }
             _ => required = Some(domain),
         }
@@ -349,11 +456,37 @@ async fn by_placements(
         .filter(|d| required.as_ref().is_none_or(|r| r == d))
         .collect();
     drop(snapshot);
+    // One domain costs what the search without a key would: only more than one multiplies.
+    if all.len() > 1 && all.len().saturating_mul(members.len()) > MAX_PLACEMENT_ATTEMPTS {
+        return Err(PlacementError::TooManyAttempts {
+            key: topology_key.clone(),
+            origin: origin.clone(),
+            domains: all.len(),
+            members: members.len(),
+        });
+    }
+    let needed = match shared.profiles.pod_groups.policy(key) {
+        Some(p) => p.gang_min_count.map_or(1, |min| {
+            let scheduled = shared.profiles.pod_groups.state(key).scheduled_count();
+            min.saturating_sub(scheduled).max(1)
+        }),
+        None => 1,
+    };
     let mut first: Option<Simulation> = None;
     let mut best: Option<Simulation> = None;
     for domain in &all {
-        let sim = simulate(shared, fw, members, Some((&domains, domain))).await;
-        debug!(group = %key, %domain, quorum = sim.quorum, feasible = sim.feasible, "pod group placement simulated");
+        let cut = (first.is_some() || best.is_some()).then(|| Cut {
+            quorum: needed,
+            best: best.as_ref().map_or(0, |b| b.feasible),
+        });
+        let sim = simulate(shared, fw, members, Some((&domains, domain)), cut).await;
+        debug!(group = %key, %domain, quorum = sim.quorum, feasible = sim.feasible, cut_short = sim.cut_short, "pod group placement simulated");
+        // The cache holds no simulated member between domains: let the runtime's other
+        // tasks (watches, bindings) in before the next.
+        tokio::task::yield_now().await;
+        if sim.cut_short {
+            continue;
+        }
         if sim.quorum {
             // PodGroupPodsCount: the most members placed (kube breaks ties at random).
             let better = best.as_ref().is_none_or(|b| {
@@ -616,3 +749,7 @@ async fn set_condition(shared: &Shared, key: &str, status: &str, reason: &str, m
         warn!(group = %key, error = %e, "failed to update PodGroup status");
     }
 }
+
+#[cfg(test)]
+#[path = "pod_group_cycle_tests.rs"]
+mod tests;
