@@ -236,8 +236,13 @@ fn spawn_policy_status(
             }
             let set = snapshot.policies.clone();
             let client = &shared.bind_ctx.client;
+            // Evictions answer a disruption budget's 429 at once, as client-go does.
+            let evicting = shared
+                .leaves
+                .eviction_client()
+                .unwrap_or_else(|| client.clone());
             let mut refused = crate::placement::cluster_failover::run(
-                client,
+                &evicting,
                 &set,
                 &snapshot,
                 shared.leaves.agent_namespace(),

@@ -266,9 +266,14 @@ async fn evict(shared: &Shared, pod: &Pod) -> Result<(), Refusal> {
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
     let name = pod.metadata.name.clone().unwrap_or_default();
     let uid = pod.metadata.uid.clone().unwrap_or_default();
-    // Written out there: kube's `evict` drops the UID precondition.
-    match crate::placement::cluster_failover::evict(&shared.bind_ctx.client, &ns, &name, &uid).await
-    {
+    // Written out there: kube's `evict` drops the UID precondition. Through the client
+    // that answers a disruption budget's 429 at once (kube's default retries it for
+    // minutes, holding up the round).
+    let client = shared
+        .leaves
+        .eviction_client()
+        .unwrap_or_else(|| shared.bind_ctx.client.clone());
+    match crate::placement::cluster_failover::evict(&client, &ns, &name, &uid).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 403 => Err(Refusal::Forbidden(ns)),
         Err(e) => Err(Refusal::NotNow(e.to_string())),
