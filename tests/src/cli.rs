@@ -24,6 +24,27 @@ pub fn run(kubeconfig: &Path, args: &[&str]) -> anyhow::Result<Output> {
         .with_context(|| format!("running {}", binary().display()))
 }
 
+/// `unjoin cluster CLUSTER --yes` from the host, acting in the leaf with its admin's
+/// kubeconfig `leaf_kubeconfig`, as the leaf's owner runs it.
+pub fn unjoin_as_leaf_admin(
+    kubeconfig: &Path,
+    cluster: &str,
+    leaf_kubeconfig: &Path,
+) -> anyhow::Result<Output> {
+    let leaf_kc = leaf_kubeconfig.to_string_lossy();
+    run(
+        kubeconfig,
+        &[
+            "unjoin",
+            "cluster",
+            cluster,
+            "--yes",
+            "--cluster-kubeconfig",
+            &leaf_kc,
+        ],
+    )
+}
+
 /// Standard output then standard error, for assertions and their messages.
 pub fn text(o: &Output) -> String {
     format!(

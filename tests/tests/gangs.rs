@@ -625,45 +625,55 @@ async fn a_gang_kept_in_one_zone_stays_in_one_zone_of_a_leaf() -> anyhow::Result
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_member_a_leaf_gives_back_takes_its_whole_gang_back() -> anyhow::Result<()> {
+/// A host (one 2-CPU node) and leaf `west` (one 8-CPU node) joined, whose scheduler
+/// never runs: copies sent there stay Pending.
+async fn host_and_a_leaf_that_schedules_nothing(
+    prefix: &str,
+) -> anyhow::Result<(ControlPlane, ControlPlane)> {
     let no_scheduler = ControlPlaneOptions {
         with_controller_manager: true,
         with_scheduler: false,
         simulate_kubelets: true,
     };
+    let (host_name, leaf_name) = (format!("{prefix}-host"), format!("{prefix}-leaf"));
     let (host, leaf) = tokio::try_join!(
-        start("back-host"),
-        ControlPlane::start_with_args("back-leaf", no_scheduler, &[GATES])
+        start(&host_name),
+        ControlPlane::start_with_args(&leaf_name, no_scheduler, &[GATES])
     )?;
-    mcsched_e2e::objects::ready_node(
-        &host.client,
-        "host-a",
-        "2",
-        "16Gi",
-        json!({"kubernetes.io/hostname": "host-a"}),
-    )
-    .await?;
-    mcsched_e2e::objects::ready_node(
-        &leaf.client,
-        "leaf-1",
-        "8",
-        "16Gi",
-        json!({"kubernetes.io/hostname": "leaf-1"}),
-    )
-    .await?;
+    for (cp, node, cpu) in [(&host, "host-a", "2"), (&leaf, "leaf-1", "8")] {
+        mcsched_e2e::objects::ready_node(
+            &cp.client,
+            node,
+            cpu,
+            "16Gi",
+            json!({"kubernetes.io/hostname": node}),
+        )
+        .await?;
+    }
     mcsched_e2e::objects::join_as_join_does(&host.client, &leaf, "west", json!({})).await?;
+    Ok((host, leaf))
+}
+
+/// The agent, taking a copy back after 5 s Pending, once west's virtual node is Ready.
+async fn taking_back_after_5s(host: &ControlPlane, name: &str) -> anyhow::Result<Agent> {
     let agent = Agent::start_with(
         &host.kubeconfig,
         "mcsched",
         host.dir(),
-        "gang-back",
+        name,
         &["--leaf-pending-timeout=5"],
     )?;
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(host.client.clone());
     mcsched_e2e::objects::wait_ready(&nodes, "mcsched-west", "True", TIMEOUT)
         .await
         .map_err(|e| e.context(agent.logs()))?;
+    Ok(agent)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_member_a_leaf_gives_back_takes_its_whole_gang_back() -> anyhow::Result<()> {
+    let (host, _leaf) = host_and_a_leaf_that_schedules_nothing("back").await?;
+    let agent = taking_back_after_5s(&host, "gang-back").await?;
     let pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
     pod_group(&host.client, "back", 4).await?;
     // Preferring the host, whose node fits 2: split 2 and 2.
@@ -707,32 +717,7 @@ async fn a_member_a_leaf_gives_back_takes_its_whole_gang_back() -> anyhow::Resul
 #[tokio::test(flavor = "multi_thread")]
 async fn a_gang_taken_back_is_evicted_as_its_disruption_budget_allows() -> anyhow::Result<()> {
     use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-    let no_scheduler = ControlPlaneOptions {
-        with_controller_manager: true,
-        with_scheduler: false,
-        simulate_kubelets: true,
-    };
-    let (host, leaf) = tokio::try_join!(
-        start("budget-host"),
-        ControlPlane::start_with_args("budget-leaf", no_scheduler, &[GATES])
-    )?;
-    mcsched_e2e::objects::ready_node(
-        &host.client,
-        "host-a",
-        "2",
-        "16Gi",
-        json!({"kubernetes.io/hostname": "host-a"}),
-    )
-    .await?;
-    mcsched_e2e::objects::ready_node(
-        &leaf.client,
-        "leaf-1",
-        "8",
-        "16Gi",
-        json!({"kubernetes.io/hostname": "leaf-1"}),
-    )
-    .await?;
-    mcsched_e2e::objects::join_as_join_does(&host.client, &leaf, "west", json!({})).await?;
+    let (host, _leaf) = host_and_a_leaf_that_schedules_nothing("budget").await?;
     // The gang's two members on the host, once running, are all the budget lets go of.
     let budgets: Api<PodDisruptionBudget> = Api::namespaced(host.client.clone(), "default");
     let budget: PodDisruptionBudget = serde_json::from_value(json!({
@@ -740,17 +725,7 @@ async fn a_gang_taken_back_is_evicted_as_its_disruption_budget_allows() -> anyho
         "spec": {"minAvailable": 2, "selector": {"matchLabels": {"gang": "kept"}}}
     }))?;
     budgets.create(&PostParams::default(), &budget).await?;
-    let agent = Agent::start_with(
-        &host.kubeconfig,
-        "mcsched",
-        host.dir(),
-        "gang-budget",
-        &["--leaf-pending-timeout=5"],
-    )?;
-    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(host.client.clone());
-    mcsched_e2e::objects::wait_ready(&nodes, "mcsched-west", "True", TIMEOUT)
-        .await
-        .map_err(|e| e.context(agent.logs()))?;
+    let agent = taking_back_after_5s(&host, "gang-budget").await?;
     let pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
     pod_group(&host.client, "kept", 4).await?;
     for i in 0..4 {

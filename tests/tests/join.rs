@@ -505,17 +505,7 @@ async fn join_and_unjoin_a_leaf() -> anyhow::Result<()> {
     assert!(text(&out).contains("pass --yes"), "{}", text(&out));
     assert!(exists(&host_nodes, "mcsched-east").await?);
 
-    let out = run(
-        &host.kubeconfig,
-        &[
-            "unjoin",
-            "cluster",
-            "east",
-            "--yes",
-            "--cluster-kubeconfig",
-            &leaf_kc,
-        ],
-    )?;
+    let out = mcsched_e2e::cli::unjoin_as_leaf_admin(&host.kubeconfig, "east", &leaf.kubeconfig)?;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(
         text(&out).contains("cluster east unjoined"),

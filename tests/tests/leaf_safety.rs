@@ -789,17 +789,7 @@ async fn the_leaf_account_is_least_privilege_and_unjoin_removes_only_what_is_mar
             "subjects": [{"kind": "ServiceAccount", "name": keys::LEAF_ACCOUNT, "namespace": keys::SYSTEM_NAMESPACE}]}),
     )
     .await?;
-    let out = run(
-        &host.kubeconfig,
-        &[
-            "unjoin",
-            "cluster",
-            "east",
-            "--yes",
-            "--cluster-kubeconfig",
-            &leaf_kc,
-        ],
-    )?;
+    let out = mcsched_e2e::cli::unjoin_as_leaf_admin(&host.kubeconfig, "east", &leaf.kubeconfig)?;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(
         text(&out).contains("still granted to another host (id another-host)"),
@@ -863,17 +853,7 @@ async fn the_leaf_account_is_least_privilege_and_unjoin_removes_only_what_is_mar
     assert!(!leaf_may(&leaf, &["delete", "namespaces"])?);
     assert!(!leaf_may(&leaf, &["list", "secrets", "--all-namespaces"])?);
     assert!(!leaf_may(&leaf, &["create", "rolebindings", "-n", "apps"])?);
-    let out = run(
-        &host.kubeconfig,
-        &[
-            "unjoin",
-            "cluster",
-            "east",
-            "--yes",
-            "--cluster-kubeconfig",
-            &leaf_kc,
-        ],
-    )?;
+    let out = mcsched_e2e::cli::unjoin_as_leaf_admin(&host.kubeconfig, "east", &leaf.kubeconfig)?;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     for (kind, gone_now) in [
         (

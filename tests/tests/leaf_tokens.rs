@@ -277,18 +277,7 @@ async fn leaf_tokens_are_bounded_bound_and_revoked_with_their_secret() -> anyhow
     assert!(authenticates(&leaf, &second).await?);
 
     // Unjoin as the leaf's admin: the token Secret, and so the token, and the policies go.
-    let leaf_kc = leaf.kubeconfig.to_string_lossy().into_owned();
-    let out = run(
-        &host.kubeconfig,
-        &[
-            "unjoin",
-            "cluster",
-            "east",
-            "--yes",
-            "--cluster-kubeconfig",
-            &leaf_kc,
-        ],
-    )?;
+    let out = mcsched_e2e::cli::unjoin_as_leaf_admin(&host.kubeconfig, "east", &leaf.kubeconfig)?;
     anyhow::ensure!(out.status.success(), "unjoin failed: {}", text(&out));
     assert!(token_secrets(&leaf).await?.is_empty());
     until(SETTLE, "the last token to be revoked", || async {
@@ -727,18 +716,7 @@ async fn the_leaf_account_never_changes_deletes_or_reads_back_what_pod_sync_did_
     owner_secrets.get("db-password").await?;
 
     // Unjoin as the leaf's admin removes it with the rest.
-    let leaf_kc = leaf.kubeconfig.to_string_lossy().into_owned();
-    let out = run(
-        &host.kubeconfig,
-        &[
-            "unjoin",
-            "cluster",
-            "east",
-            "--yes",
-            "--cluster-kubeconfig",
-            &leaf_kc,
-        ],
-    )?;
+    let out = mcsched_e2e::cli::unjoin_as_leaf_admin(&host.kubeconfig, "east", &leaf.kubeconfig)?;
     anyhow::ensure!(out.status.success(), "unjoin failed: {}", text(&out));
     assert!(policies.get_opt(keys::LEAF_COPIES_POLICY).await?.is_none());
     assert!(bindings.get_opt(keys::LEAF_COPIES_POLICY).await?.is_none());
