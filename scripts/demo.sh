@@ -364,7 +364,11 @@ fi
 if ! $agent_ok || [ "$unbound" -ne 0 ] || [ "$by_mcsched" -ne 6 ] || [ -z "$host_replica" ] || [ "$leaf_running" -ne 1 ]; then
   echo "demo failed: agent pods '${agent:-not checked}', $unbound pods unbound, $by_mcsched bound by mcsched, MySQL on host: '${host_replica}', in a leaf: '${leaf_replica}' (running there: $leaf_running)"
   if [ "$MODE" = container ]; then
-    k logs -n mcsched-system deploy/mcsched-agent --tail 30 || true
+    # The API server's proxy to the kubelet needs node-r to resolve, which it may not:
+    # the kubelet's own files instead (<its root>/logs/<namespace>_<pod>_<uid>/...).
+    k logs -n mcsched-system deploy/mcsched-agent --tail 30 2>/dev/null ||
+      find "${TMPDIR:-/tmp}" -path '*/logs/mcsched-system_mcsched-agent-*' -name '*.log' 2>/dev/null |
+      while read -r f; do echo "== $f"; tail -200 "$f"; done
   else
     tail -30 "$WORK/agent.log"
   fi
