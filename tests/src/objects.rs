@@ -4,6 +4,17 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
+/// Namespace `name`, created unless it is there already.
+pub async fn namespace(client: &Client, name: &str) -> anyhow::Result<()> {
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let ns = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
+    match api.create(&PostParams::default(), &ns).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// The node's Ready condition status (`True`, `False`, `Unknown`).
 pub fn ready_status(n: &Node) -> Option<String> {
     n.status

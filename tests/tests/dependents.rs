@@ -7,29 +7,15 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
+use mcsched_e2e::objects::namespace;
 use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, wait};
 use mcsched_shared::keys;
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(90);
-
-async fn namespace(client: &Client, name: &str) -> anyhow::Result<()> {
-    let api: Api<Namespace> = Api::all(client.clone());
-    match api
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": name}}))?,
-        )
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
 
 async fn create<K>(client: &Client, ns: &str, object: serde_json::Value) -> anyhow::Result<K>
 where

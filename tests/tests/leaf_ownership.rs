@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolumeClaim, Pod, Se
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
+use mcsched_e2e::objects::namespace;
 use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, wait};
 use mcsched_shared::keys;
 use serde_json::json;
@@ -26,21 +27,6 @@ async fn node(client: &Client, name: &str) -> anyhow::Result<()> {
         json!({"kubernetes.io/hostname": name}),
     )
     .await
-}
-
-async fn namespace(client: &Client, name: &str) -> anyhow::Result<()> {
-    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    match api
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": name}}))?,
-        )
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
 }
 
 fn ready_status(n: &Node) -> Option<(String, Option<String>, Option<String>)> {

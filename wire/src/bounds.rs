@@ -8,7 +8,7 @@
 //!
 //! Labels have no bound on their number, in the API server as here: 140k short labels fit
 //! the 1.5 MiB etcd request limit and are valid, which is why maps are deduplicated by a
-//! sort ([`crate::de::last_wins`]) and not by a search per entry.
+//! sort when they are decoded, not by a search per entry.
 
 /// `IsLabelKey`: the part after the `/`.
 pub const KEY_NAME_MAX: usize = 63;

@@ -369,9 +369,13 @@ mod tests {
         }
     }
 
-    /// An API server that lists pod a at 10; the first watch sends b at 11 and a bookmark
-    /// at 15, then ends; the next is too old (410); the relist shows b alone.
-    fn stand_in(queries: Arc<Mutex<Vec<String>>>) -> kube::Client {
+    /// A stand-in API server: each request recorded as `ACCEPT QUERY`, then answered with
+    /// `answer(watch, lists, watches)` (the lists and watches asked so far, this one
+    /// counted); None hangs, as a watch that sends nothing more.
+    fn serving(
+        queries: Arc<Mutex<Vec<String>>>,
+        answer: fn(bool, usize, usize) -> Option<Vec<u8>>,
+    ) -> kube::Client {
         let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
             let q = req.uri().query().unwrap_or_default().to_string();
             let accept = req
@@ -382,48 +386,16 @@ mod tests {
                 .to_string();
             let queries = queries.clone();
             async move {
-                let watches = {
+                let watch = q.contains("watch=true");
+                let (lists, watches) = {
                     let mut all = queries.lock().unwrap_or_else(|e| e.into_inner());
                     all.push(format!("{accept} {q}"));
-                    all.iter().filter(|x| x.contains("watch=true")).count()
+                    let watches = all.iter().filter(|x| x.contains("watch=true")).count();
+                    (all.len() - watches, watches)
                 };
-                let body = if !q.contains("watch=true") {
-                    let lists = queries
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .iter()
-                        .filter(|x| !x.contains("watch=true"))
-                        .count();
-                    let items = if lists == 1 {
-                        vec![pod("a", "10")]
-                    } else {
-                        vec![pod("b", "20")]
-                    };
-                    let list = pb::PodList {
-                        metadata: Some(pbmeta::ListMeta {
-                            resource_version: Some(if lists == 1 { "10" } else { "20" }.into()),
-                            ..Default::default()
-                        }),
-                        items,
-                    };
-                    codec::encode("v1", "PodList", &list)
-                } else if watches == 1 {
-                    [
-                        codec::encode_event("ADDED", codec::encode("v1", "Pod", &pod("b", "11"))),
-                        codec::encode_event("BOOKMARK", codec::encode("v1", "Pod", &pod("", "15"))),
-                    ]
-                    .concat()
-                } else if watches == 2 {
-                    let gone = pbmeta::Status {
-                        code: Some(410),
-                        reason: Some("Expired".into()),
-                        message: Some("too old resource version: 15 (16)".into()),
-                        ..Default::default()
-                    };
-                    codec::encode_event("ERROR", codec::encode("v1", "Status", &gone))
-                } else {
+                let Some(body) = answer(watch, lists, watches) else {
                     tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
-                    Vec::new()
+                    return Ok(http::Response::new(kube::client::Body::empty()));
                 };
                 Ok::<_, std::convert::Infallible>(
                     http::Response::builder()
@@ -433,6 +405,44 @@ mod tests {
             }
         });
         kube::Client::new(service, "ns")
+    }
+
+    /// An API server that lists pod a at 10; the first watch sends b at 11 and a bookmark
+    /// at 15, then ends; the next is too old (410); the relist shows b alone.
+    fn stand_in(queries: Arc<Mutex<Vec<String>>>) -> kube::Client {
+        serving(queries, |watch, lists, watches| {
+            Some(if !watch {
+                let items = if lists == 1 {
+                    vec![pod("a", "10")]
+                } else {
+                    vec![pod("b", "20")]
+                };
+                let list = pb::PodList {
+                    metadata: Some(pbmeta::ListMeta {
+                        resource_version: Some(if lists == 1 { "10" } else { "20" }.into()),
+                        ..Default::default()
+                    }),
+                    items,
+                };
+                codec::encode("v1", "PodList", &list)
+            } else if watches == 1 {
+                [
+                    codec::encode_event("ADDED", codec::encode("v1", "Pod", &pod("b", "11"))),
+                    codec::encode_event("BOOKMARK", codec::encode("v1", "Pod", &pod("", "15"))),
+                ]
+                .concat()
+            } else if watches == 2 {
+                let gone = pbmeta::Status {
+                    code: Some(410),
+                    reason: Some("Expired".into()),
+                    message: Some("too old resource version: 15 (16)".into()),
+                    ..Default::default()
+                };
+                codec::encode_event("ERROR", codec::encode("v1", "Status", &gone))
+            } else {
+                return None;
+            })
+        })
     }
 
     #[tokio::test]
@@ -512,41 +522,25 @@ mod tests {
     /// An API server that lists a and the oversized x at 10; its first watch modifies x
     /// (still oversized) at 11 and ends, the second adds b at 12; later watches hang.
     fn refusing_stand_in(queries: Arc<Mutex<Vec<String>>>) -> kube::Client {
-        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
-            let q = req.uri().query().unwrap_or_default().to_string();
-            let queries = queries.clone();
-            async move {
-                let watches = {
-                    let mut all = queries.lock().unwrap_or_else(|e| e.into_inner());
-                    all.push(q.clone());
-                    all.iter().filter(|x| x.contains("watch=true")).count()
+        serving(queries, |watch, _, watches| {
+            Some(if !watch {
+                let list = pb::PodList {
+                    metadata: Some(pbmeta::ListMeta {
+                        resource_version: Some("10".into()),
+                        ..Default::default()
+                    }),
+                    items: vec![pod("a", "10"), oversized("x", "10")],
                 };
-                let body = if !q.contains("watch=true") {
-                    let list = pb::PodList {
-                        metadata: Some(pbmeta::ListMeta {
-                            resource_version: Some("10".into()),
-                            ..Default::default()
-                        }),
-                        items: vec![pod("a", "10"), oversized("x", "10")],
-                    };
-                    codec::encode("v1", "PodList", &list)
-                } else if watches == 1 {
-                    let x = codec::encode("v1", "Pod", &oversized("x", "11"));
-                    codec::encode_event("MODIFIED", x)
-                } else if watches == 2 {
-                    codec::encode_event("ADDED", codec::encode("v1", "Pod", &pod("b", "12")))
-                } else {
-                    tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
-                    Vec::new()
-                };
-                Ok::<_, std::convert::Infallible>(
-                    http::Response::builder()
-                        .body(kube::client::Body::from(body))
-                        .unwrap_or_else(|_| http::Response::new(kube::client::Body::empty())),
-                )
-            }
-        });
-        kube::Client::new(service, "ns")
+                codec::encode("v1", "PodList", &list)
+            } else if watches == 1 {
+                let x = codec::encode("v1", "Pod", &oversized("x", "11"));
+                codec::encode_event("MODIFIED", x)
+            } else if watches == 2 {
+                codec::encode_event("ADDED", codec::encode("v1", "Pod", &pod("b", "12")))
+            } else {
+                return None;
+            })
+        })
     }
 
     /// An object past the API server's bounds ends there: left out of its list page, a

@@ -81,6 +81,14 @@ pub fn references(pod: &Pod) -> impl Iterator<Item = Dep> {
         .chain(of(DepKind::ServiceAccount, account.unwrap_or_default()))
 }
 
+/// The UID of the host object a leaf copy was made from (its mark).
+pub fn host_uid(copy: &ObjectMeta) -> Option<&str> {
+    copy.annotations
+        .as_ref()?
+        .get(keys::HOST_UID_ANNOTATION)
+        .map(String::as_str)
+}
+
 /// The mark of an object pod sync creates: this host's id and the cluster, and the host
 /// object's UID.
 pub fn owned_meta(
@@ -115,6 +123,14 @@ pub fn owned_meta(
 /// Server-side apply as mcsched's field manager.
 pub fn apply_params() -> PatchParams {
     PatchParams::apply(keys::FIELD_MANAGER).force()
+}
+
+/// A create by pod sync's field manager.
+fn create_params() -> PostParams {
+    PostParams {
+        field_manager: Some(keys::FIELD_MANAGER.into()),
+        ..Default::default()
+    }
 }
 
 /// The leaf's copy of host ConfigMap `cm`.
@@ -311,12 +327,8 @@ async fn follow_one(f: &Follow<'_>, dep: &Dep) -> Result<(), FollowError> {
         return Ok(());
     };
     let version = source.version();
-    let stale = {
-        let mut copied = f.leaf.copied.lock();
-        let entry = copied.entry(dep.clone()).or_default();
-        entry.unused_since = None;
-        entry.version != version
-    };
+    // `follow` marked it used already.
+    let stale = f.leaf.copied.lock().entry(dep.clone()).or_default().version != version;
     if stale {
         refresh(f, dep, &source).await?;
         f.leaf.copied.copied(dep.clone(), Some(version));
@@ -443,11 +455,7 @@ where
             if !(f.may_write)() {
                 return Err(FollowError::NotLeader);
             }
-            let pp = PostParams {
-                field_manager: Some(keys::FIELD_MANAGER.into()),
-                ..Default::default()
-            };
-            match api.create(&pp, copy).await {
+            match api.create(&create_params(), copy).await {
                 Ok(_) => return Ok(()),
                 Err(kube::Error::Api(s)) if s.code == 409 => match read().await? {
                     Some(m) => m,
@@ -465,11 +473,6 @@ where
     if !(f.may_write)() {
         return Err(FollowError::NotLeader);
     }
-    let host_uid = |m: &ObjectMeta| {
-        m.annotations
-            .as_ref()
-            .and_then(|a| a.get(keys::HOST_UID_ANNOTATION).cloned())
-    };
     let of_earlier_object = host_uid(&found.metadata) != host_uid(copy.meta());
     if of_earlier_object && immutable {
         return replace_ours(f, &api, dep, copy, &found).await;
@@ -537,11 +540,7 @@ where
     if !(f.may_write)() {
         return Err(FollowError::NotLeader);
     }
-    let pp = PostParams {
-        field_manager: Some(keys::FIELD_MANAGER.into()),
-        ..Default::default()
-    };
-    match api.create(&pp, copy).await {
+    match api.create(&create_params(), copy).await {
         Ok(_) => {
             info!(cluster = %f.leaf.name, object = %dep, "leaf copy replaced: its host object was deleted and created again, and one of them is immutable");
             Ok(())

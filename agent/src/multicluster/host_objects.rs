@@ -63,7 +63,8 @@ pub enum Found {
     Unknown,
 }
 
-/// What the watches hold, for the log and for measuring it.
+/// What the watches hold, for the tests that measure it.
+#[cfg(test)]
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Held {
     pub namespaces: usize,
@@ -230,6 +231,7 @@ impl HostObjects {
     }
 
     /// What the watches hold now.
+    #[cfg(test)]
     pub fn held(&self) -> Held {
         let watched = self.watched();
         let mut held = Held {

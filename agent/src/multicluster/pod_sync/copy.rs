@@ -161,20 +161,15 @@ pub(super) async fn create_copy(
         // data, not this one's: never reused (collected once no leaf pod uses it).
         leaf.copied
             .copied(Dep::new(DepKind::Claim, &ns, c_name), None);
-        if leaf_object::<PersistentVolumeClaim>(leaf, &ns, c_name, Synced::Claim).await? {
-            let leaf_claims_meta: Api<PersistentVolumeClaim> =
-                Api::namespaced(leaf.client.clone(), &ns);
-            let copied_from = leaf_claims_meta
-                .get_metadata_opt(c_name)
-                .await
-                .map_err(api_err(format!("reading leaf PVC {ns}/{c_name}")))?
-                .and_then(|m| m.metadata.annotations)
-                .and_then(|a| a.get(keys::HOST_UID_ANNOTATION).cloned());
+        if let Some(found) =
+            leaf_object::<PersistentVolumeClaim>(leaf, &ns, c_name, Synced::Claim).await?
+        {
+            let copied_from = dependents::host_uid(&found);
             let host_uid = c.metadata.uid.clone().unwrap_or_default();
-            if copied_from.as_deref() != Some(host_uid.as_str()) {
+            if copied_from != Some(host_uid.as_str()) {
                 return Err(SyncError::StaleClaimCopy {
                     object: format!("{ns}/{c_name}"),
-                    copied_from: copied_from.unwrap_or_default(),
+                    copied_from: copied_from.unwrap_or_default().to_string(),
                     host_uid,
                 });
             }
@@ -320,14 +315,14 @@ fn overrides_for(
     (!targeted.is_empty()).then(|| (policy.reference.clone(), targeted))
 }
 
-/// Whether the leaf already has `kind` `ns/name`: not at all, as this host's copy, or as
-/// someone else's object (a clash: never used, changed or deleted).
+/// Whether the leaf already has `kind` `ns/name`: not at all (None), as this host's copy
+/// (its metadata), or as someone else's object (a clash: never used, changed or deleted).
 async fn leaf_object<K>(
     leaf: &LeafCluster,
     ns: &str,
     name: &str,
     kind: Synced,
-) -> Result<bool, SyncError>
+) -> Result<Option<ObjectMeta>, SyncError>
 where
     K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
         + Clone
@@ -340,8 +335,8 @@ where
         .await
         .map_err(api_err(format!("reading leaf {} {ns}/{name}", kind.kind())))?;
     match found {
-        None => Ok(false),
-        Some(m) if is_ours(&m.metadata, &leaf.name, &leaf.host_id) => Ok(true),
+        None => Ok(None),
+        Some(m) if is_ours(&m.metadata, &leaf.name, &leaf.host_id) => Ok(Some(m.metadata)),
         Some(_) => {
             leaf.checks.learned(
                 Question::Foreign(kind, ns.to_string(), name.to_string()),
