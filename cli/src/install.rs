@@ -295,7 +295,8 @@ async fn preflight(client: &Client, namespace: &str, args: &InstallArgs) -> anyh
     {
         let image = d
             .spec
-            .and_then(|s| s.template.spec)
+            .template
+            .spec
             .and_then(|p| p.containers.into_iter().next())
             .and_then(|c| c.image)
             .unwrap_or_default();
@@ -329,16 +330,14 @@ async fn wait_available(
             .with_context(|| format!("reading deployment {namespace}/{}", keys::AGENT_NAME))?;
         let generation = d.metadata.generation.unwrap_or(0);
         let status = d.status.clone().unwrap_or_default();
-        let available = status
-            .conditions
-            .iter()
-            .flatten()
-            .any(|c| c.type_ == "Available" && c.status == "True");
+        let available = status.conditions.iter().flatten().any(|c| {
+            c.type_.as_deref() == Some("Available") && c.status.as_deref() == Some("True")
+        });
         if available && status.observed_generation.unwrap_or(0) >= generation {
             return Ok(format!(
                 "{}/{} replicas ready",
                 status.ready_replicas.unwrap_or(0),
-                d.spec.and_then(|s| s.replicas).unwrap_or(1)
+                d.spec.replicas.unwrap_or(1)
             ));
         }
         if tokio::time::Instant::now() >= deadline {
@@ -355,7 +354,11 @@ fn not_available_message(namespace: &str, d: &Deployment, timeout: Duration) -> 
         .iter()
         .flatten()
         .map(|c| {
-            let mut s = format!("{}={}", c.type_, c.status);
+            let mut s = format!(
+                "{}={}",
+                c.type_.as_deref().unwrap_or("?"),
+                c.status.as_deref().unwrap_or("?")
+            );
             if let Some(r) = &c.reason {
                 s.push_str(&format!(" ({r}"));
                 if let Some(m) = &c.message {
@@ -377,7 +380,7 @@ fn not_available_message(namespace: &str, d: &Deployment, timeout: Duration) -> 
         keys::AGENT_NAME,
         duration::display(timeout),
         status.ready_replicas.unwrap_or(0),
-        d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
+        d.spec.replicas.unwrap_or(1),
         keys::AGENT_NAME,
     )
 }

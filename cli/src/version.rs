@@ -24,12 +24,13 @@ pub async fn agent(kube: &KubeArgs) -> anyhow::Result<()> {
     };
     let image = d
         .spec
+        .template
+        .spec
         .as_ref()
-        .and_then(|s| s.template.spec.as_ref())
         .and_then(|p| p.containers.first())
         .and_then(|c| c.image.clone())
         .unwrap_or_else(|| "-".into());
-    let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let want = d.spec.replicas.unwrap_or(1);
     let ready = d
         .status
         .as_ref()

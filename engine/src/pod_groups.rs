@@ -1,4 +1,4 @@
-//! PodGroups (`scheduling.k8s.io/v1alpha2`) and what the scheduler knows of their pods:
+//! PodGroups (`scheduling.k8s.io/v1beta1`, or v1alpha2 read as it: `mcsched_shared::pod_group_versions`)
 //! kube-scheduler's PodGroup lister and the cache's `podGroupStates`. A pod is a member
 //! of the group its `spec.schedulingGroup.podGroupName` names, in its namespace.
 
@@ -6,8 +6,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::scheduling::v1alpha2::PodGroup;
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+use mcsched_shared::pod_group_versions::PodGroupVersion;
 
 use crate::snapshot::PodInfo;
 
@@ -24,7 +26,8 @@ pub fn group_key_of(pod: &Pod) -> Option<String> {
     Some(format!("{ns}/{name}"))
 }
 
-/// What scheduling reads of a PodGroup's spec (immutable in the API).
+/// What scheduling reads of a PodGroup's spec (immutable in v1alpha2 but for nothing;
+/// v1beta1's minCount may change).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct GroupPolicy {
     /// The gang policy's minCount; None: the basic policy.
@@ -161,6 +164,9 @@ pub struct PodGroups {
     /// kube-scheduler's TopologyAwareWorkloadScheduling gate: groups are placed by the
     /// placement algorithm (one simulation per topology domain).
     topology_aware: std::sync::atomic::AtomicBool,
+    /// The PodGroup API version the API server serves, once the watch found it: the
+    /// status the scheduler writes goes there, its condition named as that version names it.
+    served: RwLock<Option<PodGroupVersion>>,
 }
 
 /// Each group's members, and each member's group by uid: a deletion found by a relist
@@ -186,6 +192,14 @@ impl PodGroups {
             .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
+    pub fn served(&self) -> Option<PodGroupVersion> {
+        *self.served.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn set_served(&self, version: Option<PodGroupVersion>) {
+        *self.served.write().unwrap_or_else(|e| e.into_inner()) = version;
+    }
+
     fn groups(&self) -> RwLockReadGuard<'_, HashMap<String, Arc<GroupPolicy>>> {
         self.groups.read().unwrap_or_else(|e| e.into_inner())
     }
@@ -199,13 +213,19 @@ impl PodGroups {
         self.groups().get(key).cloned()
     }
 
-    pub fn set_group(&self, group: &PodGroup) {
+    /// Adds or replaces a PodGroup; true when its gang's minCount changed (mutable since
+    /// v1beta1: a lower one may let waiting members through).
+    pub fn set_group(&self, group: &PodGroup) -> bool {
         let ns = group.metadata.namespace.as_deref().unwrap_or("default");
         let name = group.metadata.name.as_deref().unwrap_or_default();
-        self.groups
+        let policy = GroupPolicy::of(group);
+        let min = policy.gang_min_count;
+        let old = self
+            .groups
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(format!("{ns}/{name}"), Arc::new(GroupPolicy::of(group)));
+            .insert(format!("{ns}/{name}"), Arc::new(policy));
+        old.is_some_and(|o| o.gang_min_count != min)
     }
 
     pub fn remove_group(&self, key: &str) {

@@ -14,6 +14,7 @@ pub(crate) mod names;
 pub mod node;
 pub mod overrides;
 pub mod pod;
+pub mod pod_group_versions;
 pub mod pod_references;
 pub mod policy;
 pub mod quantity;

@@ -1157,8 +1157,7 @@ async fn failed_scheduling_messages_match_kube_scheduler_verbatim() -> anyhow::R
 /// kube-scheduler v1.36's gates of workload-aware scheduling (pkg/features/kube_features.go:
 /// GenericWorkload serves PodGroups and the pods' spec.schedulingGroup, GangScheduling and
 /// TopologyAwareWorkloadScheduling add their plugins), as gangs_vs_kube runs them.
-const WORKLOAD_GATES: &str =
-    "GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloadScheduling=true";
+const WORKLOAD_GATES: &str = "GenericWorkload=true,TopologyAwareWorkloadScheduling=true";
 
 /// Run every time, beside a fresh seed.
 const REGRESSION_SEED: u64 = 20261123;
@@ -1422,7 +1421,7 @@ async fn run_batch(
         .flat_map(|c| c.pod_groups.clone())
         .collect();
     write_all(groups, |g| async move {
-        use k8s_openapi::api::scheduling::v1alpha2::PodGroup;
+        use k8s_openapi::api::scheduling::v1beta1::PodGroup;
         let ns = g["metadata"]["namespace"]
             .as_str()
             .unwrap_or_default()
@@ -1544,7 +1543,7 @@ async fn run_batch(
             Api::<Pod>::namespaced(j.client.clone(), &ns)
                 .delete_collection(&now, &kube::api::ListParams::default())
                 .await?;
-            Api::<k8s_openapi::api::scheduling::v1alpha2::PodGroup>::namespaced(
+            Api::<k8s_openapi::api::scheduling::v1beta1::PodGroup>::namespaced(
                 j.client.clone(),
                 &ns,
             )

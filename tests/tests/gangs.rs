@@ -6,7 +6,7 @@
 //!   while only 7 members exist none is bound; the 8th brings the whole gang in, split
 //!   between host and leaf, never 6 alone, and its leaf members' copies are made.
 //! - Two gangs of 4 that each fit alone on the host's remaining room but not together: one
-//!   is bound whole, the other not at all, its PodGroup `PodGroupScheduled=False` and its
+//!   is bound whole, the other not at all, its PodGroup `PodGroupInitiallyScheduled=False` and its
 //!   members' FailedScheduling event kube's message.
 //! - A gang of 4 split between the host and a leaf whose copies stay Pending (it has no
 //!   scheduler): the leaf's members are taken back, and the host's go with them; under a
@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Event, Pod};
-use k8s_openapi::api::scheduling::v1alpha2::PodGroup;
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use mcsched_e2e::placement::agent_with_policies;
@@ -40,7 +40,7 @@ use mcsched_shared::keys;
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(90);
-const GATES: &str = "--feature-gates=GenericWorkload=true,GangScheduling=true,\
+const GATES: &str = "--feature-gates=GenericWorkload=true,\
     TopologyAwareWorkloadScheduling=true,WorkloadWithJob=true";
 
 async fn start(name: &str) -> anyhow::Result<ControlPlane> {
@@ -214,14 +214,14 @@ async fn a_gang_is_placed_whole_across_host_and_leaf_or_not_at_all() -> anyhow::
     .map_err(|e| e.context(agent.logs()))?;
 
     let groups: Api<PodGroup> = Api::namespaced(host.client.clone(), "default");
-    wait::until(TIMEOUT, "train PodGroupScheduled=True", || async {
+    wait::until(TIMEOUT, "train PodGroupInitiallyScheduled=True", || async {
         let g = groups.get("train").await?;
         let scheduled = g
             .status
             .and_then(|s| s.conditions)
             .unwrap_or_default()
             .into_iter()
-            .find(|c| c.type_ == "PodGroupScheduled");
+            .find(|c| c.type_ == "PodGroupInitiallyScheduled");
         Ok(scheduled.filter(|c| c.status == "True").map(|_| ()))
     })
     .await
@@ -320,7 +320,7 @@ async fn a_job_of_8_is_placed_6_and_2_or_4_and_4_as_its_placement_policy_says() 
         );
         let scheduled = (g.status.and_then(|s| s.conditions).unwrap_or_default())
             .into_iter()
-            .find(|c| c.type_ == "PodGroupScheduled")
+            .find(|c| c.type_ == "PodGroupInitiallyScheduled")
             .map(|c| c.status);
         assert_eq!(scheduled.as_deref(), Some("True"), "{group}");
 
@@ -351,22 +351,26 @@ async fn a_placement_policy_keeps_the_gangs_it_selects_in_one_cluster() -> anyho
 
     // 8 fit split (4 + 4) but in no one cluster: none is bound, the group says why.
     job(&host.client, "kept-8", 8).await?;
-    let message = wait::until(TIMEOUT, "kept-8's PodGroupScheduled=False", || async {
-        for g in groups.list(&ListParams::default()).await?.items {
-            let condition = (g.status.and_then(|s| s.conditions).unwrap_or_default())
-                .into_iter()
-                .find(|c| c.type_ == "PodGroupScheduled" && c.status == "False");
-            if g.metadata
-                .name
-                .as_deref()
-                .is_some_and(|n| n.starts_with("kept-8"))
-                && let Some(c) = condition
-            {
-                return Ok(Some(c.message));
+    let message = wait::until(
+        TIMEOUT,
+        "kept-8's PodGroupInitiallyScheduled=False",
+        || async {
+            for g in groups.list(&ListParams::default()).await?.items {
+                let condition = (g.status.and_then(|s| s.conditions).unwrap_or_default())
+                    .into_iter()
+                    .find(|c| c.type_ == "PodGroupInitiallyScheduled" && c.status == "False");
+                if g.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("kept-8"))
+                    && let Some(c) = condition
+                {
+                    return Ok(Some(c.message));
+                }
             }
-        }
-        Ok(None)
-    })
+            Ok(None)
+        },
+    )
     .await
     .map_err(|e| e.context(agent.logs()))?;
     assert_eq!(
@@ -416,7 +420,7 @@ async fn of_two_gangs_that_fit_only_alone_one_runs_whole_and_the_other_waits_who
                     .and_then(|s| s.conditions)
                     .unwrap_or_default()
                     .into_iter()
-                    .find(|c| c.type_ == "PodGroupScheduled"),
+                    .find(|c| c.type_ == "PodGroupInitiallyScheduled"),
             )
         }
     };
@@ -476,7 +480,7 @@ async fn of_two_gangs_that_fit_only_alone_one_runs_whole_and_the_other_waits_who
     assert!(
         shown.contains(&format!(
             "PODGROUP default/{winner}  POLICY gang (minCount 4)"
-        )) && shown.contains("PodGroupScheduled: True (Scheduled)")
+        )) && shown.contains("PodGroupInitiallyScheduled: True (Scheduled)")
             && shown.contains("members: 4 (4 bound: 4 in the host, 0 in leaves)"),
         "{shown}"
     );
@@ -484,8 +488,9 @@ async fn of_two_gangs_that_fit_only_alone_one_runs_whole_and_the_other_waits_who
     let shown = mcsched_e2e::cli::text(&out);
     assert!(out.status.success(), "{shown}");
     assert!(
-        shown.contains("PodGroupScheduled: False (Unschedulable): pod group is unschedulable")
-            && shown.contains("members: 4 (0 bound"),
+        shown.contains(
+            "PodGroupInitiallyScheduled: False (Unschedulable): pod group is unschedulable"
+        ) && shown.contains("members: 4 (0 bound"),
         "{shown}"
     );
     let waiting = shown

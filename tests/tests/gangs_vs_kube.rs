@@ -6,7 +6,7 @@
 //! `minCount` 2 to 6 with one pod fewer, as many, or one more; now and then a basic group,
 //! or a gang kept in one zone (`topology: [{key: topology.kubernetes.io/zone}]`); each pod
 //! asks for 1 or 2 CPUs and selects its case's nodes. Once every group is settled both
-//! must agree, case by case, on how many members are bound, on the PodGroupScheduled
+//! must agree, case by case, on how many members are bound, on the PodGroupInitiallyScheduled
 //! condition (status, reason, message), and on the PodScheduled conditions (reason and
 //! message) of the members left unbound, as a multiset: which of equal members kube
 //! tries first is its queue's timing. A gang kept in one zone that fits in none is
@@ -20,14 +20,13 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::scheduling::v1alpha2::PodGroup;
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
 use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, wait};
 use serde_json::json;
 
-const GATES: &str =
-    "--feature-gates=GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloadScheduling=true";
+const GATES: &str = "--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true";
 const SEED: u64 = 20261126;
 const ZONE: &str = "topology.kubernetes.io/zone";
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -140,7 +139,7 @@ type Condition = (String, String);
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Outcome {
     bound: usize,
-    /// PodGroupScheduled (status, reason, message), if set.
+    /// PodGroupInitiallyScheduled (status, reason, message), if set.
     group: Option<(String, String, String)>,
     /// Unbound members' PodScheduled (reason, message), sorted.
     waiting: Vec<Condition>,
@@ -154,7 +153,7 @@ async fn outcome(client: &Client, case: &Case) -> anyhow::Result<Outcome> {
         .and_then(|s| s.conditions)
         .unwrap_or_default()
         .into_iter()
-        .find(|c| c.type_ == "PodGroupScheduled")
+        .find(|c| c.type_ == "PodGroupInitiallyScheduled")
         .map(|c| (c.status, c.reason, c.message));
     let pods = Api::<Pod>::namespaced(client.clone(), "default")
         .list(&ListParams::default().labels(&format!("case={}", case.name)))

@@ -100,6 +100,7 @@ pub fn renewal_request(current: &str, lifetime: Duration) -> TokenRequest {
             audiences: Some(audiences),
             expiration_seconds: Some(i64::try_from(lifetime.as_secs()).unwrap_or(i64::MAX)),
             bound_object_ref,
+            attestations: None,
         }),
         ..Default::default()
     }

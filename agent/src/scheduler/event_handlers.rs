@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{
     Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController, Service,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::scheduling::v1alpha2::PodGroup;
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
@@ -22,6 +22,7 @@ use crate::control::watch::{
 use mcsched_engine::framework::ClusterEvent;
 use mcsched_engine::pod_selectors::{Selector, SelectorKind};
 use mcsched_engine::snapshot::PodInfo;
+use mcsched_shared::pod_group_versions::{self, PodGroupV1alpha2, PodGroupVersion};
 use mcsched_wire::ContentType;
 
 fn is_unbound(pod: &Pod) -> bool {
@@ -107,13 +108,10 @@ pub(super) fn spawn_watches(
     ));
     tasks.extend(spawn_selector_watches(client, shared, &ready));
     tasks.extend(spawn_policy_watches(client, shared, &ready));
-    let s = shared.clone();
-    tasks.push(tokio::spawn(watch_if_served(
-        Api::<PodGroup>::all(client.clone()),
-        "podgroup",
-        "the API server does not serve scheduling.k8s.io/v1alpha2 (its GenericWorkload gate is off): no pod groups until it does",
+    tasks.push(tokio::spawn(watch_pod_groups(
+        client.clone(),
+        shared.clone(),
         ready.clone(),
-        move |ev| on_pod_group_event(&s, ev),
     )));
     let s = shared.clone();
     let pdbs: Arc<Mutex<HashMap<String, Arc<PodDisruptionBudget>>>> = Arc::default();
@@ -279,7 +277,7 @@ fn spawn_selector_watches(
             ready,
             "replicaset",
             SelectorKind::ReplicaSet,
-            |o| Selector::Label(o.spec.as_ref().map(|s| s.selector.clone())),
+            |o| Selector::Label(Some(o.spec.selector.clone())),
         ),
         spawn::<StatefulSet>(
             client,
@@ -287,19 +285,113 @@ fn spawn_selector_watches(
             ready,
             "statefulset",
             SelectorKind::StatefulSet,
-            |o| Selector::Label(o.spec.as_ref().map(|s| s.selector.clone())),
+            |o| Selector::Label(Some(o.spec.selector.clone())),
         ),
     ]
 }
 
-/// A PodGroup appeared or went. Its spec is immutable: only a new one may release the
-/// pods that wait for it.
+/// PodGroups in the newest version the API server serves (v1beta1 on v1.37, v1alpha2 on
+/// v1.35 and v1.36), v1alpha2 ones read as v1beta1; none served: looked for again every 30 s,
+/// and said once why gangs are not scheduled.
+async fn watch_pod_groups(client: Client, shared: Arc<Shared>, ready: Ready) {
+    let mut ready = ready;
+    let mut reported = false;
+    let version = loop {
+        match served_pod_group_version(&client).await {
+            Ok(Some(v)) => break v,
+            Ok(None) => {
+                if !reported {
+                    tracing::info!(
+                        kind = "podgroup",
+                        "not served: {}; no pod groups until it does",
+                        pod_group_versions::none_served()
+                    );
+                }
+            }
+            Err(e) => {
+                if !reported {
+                    tracing::warn!(kind = "podgroup", reason = %e, "not readable: none until the agent may list it");
+                }
+            }
+        }
+        if !reported {
+            ready.report("podgroup").await;
+            ready = ready.detached();
+            reported = true;
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+    };
+    tracing::info!(kind = "podgroup", version = %version.api_version(), "PodGroups served");
+    shared.profiles.pod_groups.set_served(Some(version));
+    let s = shared.clone();
+    match version {
+        PodGroupVersion::V1beta1 => {
+            watch_kind(
+                Api::<PodGroup>::all(client),
+                watcher::Config::default(),
+                "podgroup",
+                ready,
+                move |ev| on_pod_group_event(&s, ev),
+            )
+            .await
+        }
+        PodGroupVersion::V1alpha2 => {
+            watch_kind(
+                Api::<PodGroupV1alpha2>::all(client),
+                watcher::Config::default(),
+                "podgroup",
+                ready,
+                move |ev| {
+                    on_pod_group_event(
+                        &s,
+                        match ev {
+                            Change::Apply(g, new) => {
+                                Change::Apply(Arc::new(PodGroup::from((*g).clone())), new)
+                            }
+                            Change::Delete(g) => {
+                                Change::Delete(Arc::new(PodGroup::from((*g).clone())))
+                            }
+                        },
+                    )
+                },
+            )
+            .await
+        }
+    }
+}
+
+/// The newest PodGroup version served, by listing one of each (a 404: not served). A 403
+/// is an error whether the version is served or not: the authorizer answers first.
+async fn served_pod_group_version(client: &Client) -> Result<Option<PodGroupVersion>, kube::Error> {
+    for version in PodGroupVersion::ALL {
+        let params = kube::api::ListParams::default().limit(1);
+        let listed = match version {
+            PodGroupVersion::V1beta1 => Api::<PodGroup>::all(client.clone())
+                .list_metadata(&params)
+                .await
+                .map(|_| ()),
+            PodGroupVersion::V1alpha2 => Api::<PodGroupV1alpha2>::all(client.clone())
+                .list_metadata(&params)
+                .await
+                .map(|_| ()),
+        };
+        match listed {
+            Ok(()) => return Ok(Some(version)),
+            Err(kube::Error::Api(e)) if e.code == 404 => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(None)
+}
+
+/// A PodGroup appeared, changed or went. Only a new one, or a gang whose minCount changed
+/// (mutable in v1beta1), may release the pods that wait for it.
 fn on_pod_group_event(shared: &Shared, change: Change<PodGroup>) {
     let groups = &shared.profiles.pod_groups;
     match change {
         Change::Apply(group, is_new) => {
-            groups.set_group(&group);
-            if is_new {
+            let min_changed = groups.set_group(&group);
+            if is_new || min_changed {
                 regate_group(shared, &key_of(&*group));
                 shared.queue.on_event(ClusterEvent::PodGroupAdd);
             }

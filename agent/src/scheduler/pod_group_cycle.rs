@@ -9,10 +9,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::scheduling::v1alpha2::PodGroup;
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
+use mcsched_shared::pod_group_versions::{PodGroupV1alpha2, PodGroupVersion};
 use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
@@ -29,7 +30,6 @@ use mcsched_shared::keys;
 
 /// kube's errPodGroupUnschedulable.
 const GROUP_UNSCHEDULABLE: &str = "pod group is unschedulable";
-const CONDITION: &str = "PodGroupScheduled";
 
 /// The most member attempts one placement search may make: domains tried × members.
 /// kube has no such limit, but there only a PodGroup under an alpha gate the cluster's
@@ -700,13 +700,16 @@ async fn write_leaf_domain(
         .map(|_| ())
 }
 
-/// Sets the PodGroupScheduled condition as kube's updatePodGroupCondition: a True one is
+/// Sets the PodGroupInitiallyScheduled condition (v1alpha2: PodGroupScheduled) as kube's
+/// updatePodGroupCondition: a True one is
 /// not turned False by a later cycle for more members.
 async fn set_condition(shared: &Shared, key: &str, status: &str, reason: &str, message: &str) {
-    let Some(policy) = shared.profiles.pod_groups.policy(key) else {
+    let groups = &shared.profiles.pod_groups;
+    let (Some(policy), Some(version)) = (groups.policy(key), groups.served()) else {
         return;
     };
-    let existing = policy.conditions.iter().find(|c| c.type_ == CONDITION);
+    let condition = version.scheduled_condition();
+    let existing = policy.conditions.iter().find(|c| c.type_ == condition);
     if existing.is_some_and(|c| c.status == "True") && status != "True" {
         return;
     }
@@ -726,11 +729,11 @@ async fn set_condition(shared: &Shared, key: &str, status: &str, reason: &str, m
     let mut conditions: Vec<Condition> = policy
         .conditions
         .iter()
-        .filter(|c| c.type_ != CONDITION)
+        .filter(|c| c.type_ != condition)
         .cloned()
         .collect();
     conditions.push(Condition {
-        type_: CONDITION.into(),
+        type_: condition.into(),
         status: status.into(),
         reason: reason.into(),
         message: message.into(),
@@ -740,12 +743,20 @@ async fn set_condition(shared: &Shared, key: &str, status: &str, reason: &str, m
     let Some((ns, name)) = key.split_once('/') else {
         return;
     };
-    let api: Api<PodGroup> = Api::namespaced(shared.bind_ctx.client.clone(), ns);
-    let patch = serde_json::json!({"status": {"conditions": conditions}});
-    if let Err(e) = api
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-    {
+    let client = shared.bind_ctx.client.clone();
+    let patch = Patch::Merge(serde_json::json!({"status": {"conditions": conditions}}));
+    let params = PatchParams::default();
+    let patched = match version {
+        PodGroupVersion::V1beta1 => Api::<PodGroup>::namespaced(client, ns)
+            .patch_status(name, &params, &patch)
+            .await
+            .map(|_| ()),
+        PodGroupVersion::V1alpha2 => Api::<PodGroupV1alpha2>::namespaced(client, ns)
+            .patch_status(name, &params, &patch)
+            .await
+            .map(|_| ()),
+    };
+    if let Err(e) = patched {
         warn!(group = %key, error = %e, "failed to update PodGroup status");
     }
 }

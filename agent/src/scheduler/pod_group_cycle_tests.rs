@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::scheduling::v1alpha2::PodGroup;
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
+use mcsched_shared::pod_group_versions::PodGroupVersion;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
@@ -248,7 +249,9 @@ impl Cluster {
             }
         }
         let group: PodGroup = serde_json::from_value(group).expect("group");
-        self.shared.profiles.pod_groups.set_group(&group);
+        let groups = &self.shared.profiles.pod_groups;
+        groups.set_served(Some(PodGroupVersion::V1beta1));
+        groups.set_group(&group);
         for i in 0..members {
             let member = pod(&format!("m-{i:04}"), cpu, Some("g"));
             self.shared.profiles.pod_groups.add_pod(member.clone());
@@ -275,7 +278,8 @@ impl Cluster {
         attempts
     }
 
-    /// The PodGroupScheduled condition the cycle wrote last: (status, reason, message).
+    /// The PodGroupInitiallyScheduled condition the cycle wrote last: (status, reason,
+    /// message).
     fn condition(&self) -> (String, String, String) {
         let patches = fake_api::sent(
             &self.requests,
@@ -284,6 +288,7 @@ impl Cluster {
         );
         let last = patches.last().expect("PodGroup status patched");
         let c = &last["status"]["conditions"][0];
+        assert_eq!(c["type"], "PodGroupInitiallyScheduled");
         let s = |f: &str| c[f].as_str().unwrap_or_default().to_string();
         (s("status"), s("reason"), s("message"))
     }

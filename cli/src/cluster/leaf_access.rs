@@ -739,6 +739,7 @@ pub async fn request_token(
     let request = TokenRequest {
         spec: Some(TokenRequestSpec {
             audiences: None,
+            attestations: None,
             expiration_seconds: Some(i64::try_from(lifetime.as_secs()).unwrap_or(i64::MAX)),
             bound_object_ref: Some(BoundObjectReference {
                 api_version: Some("v1".into()),

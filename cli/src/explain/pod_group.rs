@@ -6,11 +6,12 @@ use std::collections::BTreeMap;
 
 use anyhow::bail;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::scheduling::v1alpha2::PodGroup;
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use kube::Api;
 use kube::api::ListParams;
 use mcsched_shared::explain::Outcome;
 use mcsched_shared::keys;
+use mcsched_shared::pod_group_versions::{self, PodGroupV1alpha2, PodGroupVersion};
 use serde::Serialize;
 
 use super::{Format, ViewArgs, api};
@@ -18,7 +19,7 @@ use crate::kube_context::KubeArgs;
 
 #[derive(Debug, clap::Args)]
 pub struct PodGroupArgs {
-    /// The PodGroup (scheduling.k8s.io/v1alpha2) to explain, in -n/--namespace (default
+    /// The PodGroup (scheduling.k8s.io/v1beta1, or v1alpha2 on v1.35/v1.36) to explain, in -n/--namespace (default
     /// "default").
     pub name: String,
     #[command(flatten)]
@@ -40,11 +41,17 @@ struct GroupView {
     domains: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     scheduled: Option<ConditionView>,
+    /// The condition the served version names (shown when not set yet).
+    #[serde(skip)]
+    condition: &'static str,
     members: Vec<MemberView>,
 }
 
 #[derive(Debug, Serialize)]
 struct ConditionView {
+    /// `PodGroupInitiallyScheduled` (v1beta1) or `PodGroupScheduled` (v1alpha2).
+    #[serde(rename = "type")]
+    type_: String,
     status: String,
     reason: String,
     #[serde(skip_serializing_if = "String::is_empty")]
@@ -65,6 +72,41 @@ struct MemberView {
     waiting: Option<String>,
 }
 
+/// The PodGroup in the newest version the API server serves (v1beta1, else v1alpha2 read
+/// as v1beta1), and that version.
+async fn get_group(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+) -> anyhow::Result<(PodGroup, PodGroupVersion)> {
+    for version in PodGroupVersion::ALL {
+        let got = match version {
+            PodGroupVersion::V1beta1 => {
+                Api::<PodGroup>::namespaced(client.clone(), ns)
+                    .get_opt(name)
+                    .await
+            }
+            PodGroupVersion::V1alpha2 => Api::<PodGroupV1alpha2>::namespaced(client.clone(), ns)
+                .get_opt(name)
+                .await
+                .map(|g| g.map(PodGroup::from)),
+        };
+        match got {
+            Ok(Some(g)) => return Ok((g, version)),
+            Ok(None) => bail!("podgroup {ns}/{name} not found ({})", version.api_version()),
+            Err(kube::Error::Api(s)) if s.code == 404 => continue,
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                bail!("you may not get podgroups in namespace {ns}: {}", s.message)
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    bail!(
+        "podgroup {ns}/{name}: {}",
+        pod_group_versions::none_served()
+    )
+}
+
 fn group_of(pod: &Pod) -> Option<&str> {
     pod.spec
         .as_ref()?
@@ -77,19 +119,7 @@ fn group_of(pod: &Pod) -> Option<&str> {
 pub async fn run(kube: &KubeArgs, args: PodGroupArgs) -> anyhow::Result<()> {
     let client = kube.client_without_retries().await?;
     let ns = kube.namespace_or("default").to_string();
-    let groups: Api<PodGroup> = Api::namespaced(client.clone(), &ns);
-    let group = match groups.get_opt(&args.name).await {
-        Ok(Some(g)) => g,
-        Ok(None) => bail!("podgroup {ns}/{} not found", args.name),
-        Err(kube::Error::Api(s)) if s.code == 404 => bail!(
-            "podgroup {ns}/{}: the API server does not serve scheduling.k8s.io/v1alpha2 PodGroups (its GenericWorkload feature gate is off)",
-            args.name
-        ),
-        Err(kube::Error::Api(s)) if s.code == 403 => {
-            bail!("you may not get podgroups in namespace {ns}: {}", s.message)
-        }
-        Err(e) => return Err(e.into()),
-    };
+    let (group, version) = get_group(&client, &ns, &args.name).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let members: Vec<Pod> = match pods.list(&ListParams::default()).await {
         Ok(l) => l
@@ -119,12 +149,14 @@ pub async fn run(kube: &KubeArgs, args: PodGroupArgs) -> anyhow::Result<()> {
         min_count: spec.scheduling_policy.gang.as_ref().map(|g| g.min_count),
         topology_key: topology_key.clone(),
         domains: Vec::new(),
+        condition: version.scheduled_condition(),
         scheduled: group
             .status
             .as_ref()
             .and_then(|s| s.conditions.as_ref())
-            .and_then(|cs| cs.iter().find(|c| c.type_ == "PodGroupScheduled"))
+            .and_then(|cs| cs.iter().find(|c| c.type_ == version.scheduled_condition()))
             .map(|c| ConditionView {
+                type_: c.type_.clone(),
                 status: c.status.clone(),
                 reason: c.reason.clone(),
                 message: c.message.clone(),
@@ -224,13 +256,13 @@ fn render(v: &GroupView) -> String {
     out.push('\n');
     match &v.scheduled {
         Some(c) if c.message.is_empty() => {
-            out.push_str(&format!("PodGroupScheduled: {} ({})\n", c.status, c.reason))
+            out.push_str(&format!("{}: {} ({})\n", c.type_, c.status, c.reason))
         }
         Some(c) => out.push_str(&format!(
-            "PodGroupScheduled: {} ({}): {}\n",
-            c.status, c.reason, c.message
+            "{}: {} ({}): {}\n",
+            c.type_, c.status, c.reason, c.message
         )),
-        None => out.push_str("PodGroupScheduled: not set yet\n"),
+        None => out.push_str(&format!("{}: not set yet\n", v.condition)),
     }
     let bound = v.members.iter().filter(|m| m.node.is_some()).count();
     let in_leaves = v
@@ -283,7 +315,9 @@ mod tests {
             min_count: Some(3),
             topology_key: Some(keys::CLUSTER_LABEL.into()),
             domains: vec!["east".into()],
+            condition: "PodGroupScheduled",
             scheduled: Some(ConditionView {
+                type_: "PodGroupScheduled".into(),
                 status: "False".into(),
                 reason: "Unschedulable".into(),
                 message: "pod group is unschedulable".into(),

@@ -123,7 +123,7 @@ impl PermitPlugin for GangScheduling {
 mod tests {
     use super::*;
     use crate::framework::Code;
-    use k8s_openapi::api::scheduling::v1alpha2::PodGroup;
+    use k8s_openapi::api::scheduling::v1beta1::PodGroup;
     use serde_json::json;
 
     fn member(name: &str) -> Arc<PodInfo> {

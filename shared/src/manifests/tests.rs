@@ -347,7 +347,7 @@ fn deployment_is_hardened_and_probed() {
     else {
         unreachable!()
     };
-    let spec = d.spec.as_ref().expect("spec");
+    let spec = &d.spec;
     assert_eq!(spec.replicas, Some(2));
     let pod = spec.template.spec.as_ref().expect("pod spec");
     let psc = pod.security_context.as_ref().expect("pod security context");
@@ -430,8 +430,9 @@ fn config_change_changes_the_pod_template() {
             unreachable!()
         };
         d.spec
+            .template
+            .metadata
             .as_ref()
-            .and_then(|s| s.template.metadata.as_ref())
             .and_then(|m| m.annotations.clone())
             .and_then(|a| a.get(crate::keys::CONFIG_HASH_ANNOTATION).cloned())
             .expect("hash annotation")
@@ -561,10 +562,7 @@ fn node_selector_pins_the_agent_and_is_absent_by_default() {
         else {
             unreachable!()
         };
-        d.spec
-            .as_ref()
-            .and_then(|s| s.template.spec.clone())
-            .expect("pod spec")
+        d.spec.template.spec.clone().expect("pod spec")
     };
     assert_eq!(pod_spec(&InstallOptions::default()).node_selector, None);
     let selector = BTreeMap::from([(

@@ -155,7 +155,7 @@ pub(super) fn deployment(ns: &str, opts: &InstallOptions, cfg: &AgentConfig) -> 
     });
     Deployment {
         metadata: meta(keys::AGENT_NAME, Some(ns), ns),
-        spec: Some(DeploymentSpec {
+        spec: DeploymentSpec {
             replicas: Some(opts.replicas),
             selector: selector(),
             template: PodTemplateSpec {
@@ -195,7 +195,7 @@ pub(super) fn deployment(ns: &str, opts: &InstallOptions, cfg: &AgentConfig) -> 
                 }),
             },
             ..Default::default()
-        }),
+        },
         ..Default::default()
     }
 }

@@ -92,7 +92,7 @@ pub struct Case {
     /// PersistentVolumes and CSINodes (cluster-scoped, labelled with the batch).
     pub volumes: Vec<Value>,
     pub csi_nodes: Vec<Value>,
-    /// PodGroups (scheduling.k8s.io/v1alpha2) of the case's namespace.
+    /// PodGroups (scheduling.k8s.io/v1beta1) of the case's namespace.
     pub pod_groups: Vec<Value>,
     /// Unbound members of the incoming pod's PodGroup, of the nominated pods' scheduler
     /// (both sides count them, neither schedules them).
@@ -224,7 +224,7 @@ fn with_pod_group(mut case: Case) -> Case {
                 json!({"topology": [{"key": "topology.kubernetes.io/zone"}]});
         }
         case.pod_groups.push(json!({
-            "apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup",
+            "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
             "metadata": {"name": POD_GROUP, "namespace": tag}, "spec": spec,
         }));
     }
