@@ -12,11 +12,11 @@
 # Builder: the whole workspace is copied (cargo needs every member's Cargo.toml), only the
 # agent is built, with the versions pinned in Cargo.lock; then the image's root filesystem
 # is laid out by the script `make image` uses.
-# The v1.36 API's .proto files and Go types, which mcsched-wire's build script reads
+# The v1.37 API's .proto files and Go types, which mcsched-wire's build script reads
 # (the release tests/controlplane/go.mod pins); the builder has no Go.
 FROM golang:1.26 AS k8s-modules
 # mcsched-wire's release of the two modules (tests/release.rs checks they agree).
-ARG K8S_API_VERSION=v0.36.3
+ARG K8S_API_VERSION=v0.37.2
 RUN go mod download "k8s.io/api@${K8S_API_VERSION}" "k8s.io/apimachinery@${K8S_API_VERSION}" \
     && cp -r "$(go env GOMODCACHE)/k8s.io/api@${K8S_API_VERSION}" /k8s-api \
     && cp -r "$(go env GOMODCACHE)/k8s.io/apimachinery@${K8S_API_VERSION}" /k8s-apimachinery

@@ -1,4 +1,4 @@
-//! The v1.36 API's own `.proto` files and the JSON shape of its Go types, taken at build
+//! The v1.37 API's own `.proto` files and the JSON shape of its Go types, taken at build
 //! time from the Go modules they are published in (k8s.io/api and k8s.io/apimachinery,
 //! the release the test control plane builds), so that nothing of theirs is copied into
 //! this repository. `go mod download` fetches them into (or finds them in) the Go module
@@ -8,9 +8,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
-/// k8s.io/api and k8s.io/apimachinery of Kubernetes v1.36.3; tests/controlplane/go.mod
+/// k8s.io/api and k8s.io/apimachinery of Kubernetes v1.37.2; tests/controlplane/go.mod
 /// pins the same (a unit test checks it).
-const VERSION: &str = "v0.36.3";
+const VERSION: &str = "v0.37.2";
 const API: &str = "k8s.io/api";
 const MACHINERY: &str = "k8s.io/apimachinery";
 
@@ -149,13 +149,15 @@ fn without_comments(text: &str) -> String {
 /// `keep package.Message.jsonName`: a scalar whose zero the API server's JSON keeps (a Go
 /// pointer, or no `omitempty`; protobuf writes every non-pointer scalar, zero or not, and
 /// the decoder drops the zeros JSON would omit). `inline package.Message.fieldNumber`: an
-/// embedded struct (`json:",inline"`) whose fields JSON puts in its parent's.
+/// embedded struct (`json:",inline"` or `json:""`) whose fields JSON puts in its parent's.
 fn json_shape(dir: &Path, package: &str, out: &mut Vec<String>) -> Result<(), String> {
     let field = regex::Regex::new(
         r#"^\s+(\w+)\s+(\*?)([\w.\[\]]+)\s+`json:"([^"]*)"[^`]*protobuf:"(varint|bytes|fixed\d+),"#,
     )
     .map_err(|e| e.to_string())?;
-    let inline = regex::Regex::new(r#"^\s+(\w+)\s+`json:",inline"\s+protobuf:"bytes,(\d+),"#)
+    // An embedded struct whose JSON name is empty: `json:",inline"` until v1.36, `json:""`
+    // from v1.37; encoding/json inlines both.
+    let inline = regex::Regex::new(r#"^\s+(\w+)\s+`json:"(?:,[\w,]*)?"\s+protobuf:"bytes,(\d+),"#)
         .map_err(|e| e.to_string())?;
     let strukt = regex::Regex::new(r"^type (\w+) struct").map_err(|e| e.to_string())?;
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)

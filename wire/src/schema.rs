@@ -1,4 +1,4 @@
-//! Objects decoded from protobuf by the v1.36 API's own .proto files (taken by build.rs
+//! Objects decoded from protobuf by the v1.37 API's own .proto files (taken by build.rs
 //! from the k8s.io/api and k8s.io/apimachinery Go modules), into the JSON the API server would have sent
 //! for them, so that one serde decode (k8s-openapi's, or the agent's lean one) serves both
 //! encodings. The field names in those files are the JSON names.
