@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use mcsched_shared::config::duration;
+use mcsched_shared::config::feature_gates::{FeatureGateError, FeatureGates};
 
 /// mcsched-agent schedules the pods whose spec.schedulerName names one of its profiles,
 /// onto host nodes and leaf clusters' virtual nodes.
@@ -193,43 +194,18 @@ pub struct Args {
     #[arg(long, default_value = "info", value_name = "FILTER")]
     pub log: String,
 
-    /// kube-scheduler's feature gates, as its --feature-gates takes them (A=true,B=false).
-    /// The agent follows TopologyAwareWorkloadScheduling (off by default, as in v1.36):
-    /// pod groups are then placed one topology domain at a time. Pod groups themselves
-    /// need no gate here: they are scheduled where the API server serves them. Other gates
-    /// are accepted and change nothing.
+    /// kube-scheduler v1.37's feature gates, as its --feature-gates takes them
+    /// (A=true,B=false; every gate of the release is known, an unknown or locked one is an
+    /// error). The agent follows GenericWorkload and TopologyAwareWorkloadScheduling (both
+    /// off by default, as in v1.37): with the latter, pod groups are placed one topology
+    /// domain at a time. Pod groups are scheduled where the API server serves them. Gates
+    /// for what mcsched leaves out change nothing (docs/kubernetes-versions.md).
     #[arg(long, value_name = "GATES", default_value = "", value_parser = parse_feature_gates)]
     pub feature_gates: FeatureGates,
 }
 
-/// The kube-scheduler feature gates the agent follows.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct FeatureGates {
-    pub topology_aware_workload_scheduling: bool,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum FeatureGateError {
-    #[error("{0:?}: a gate is NAME=true or NAME=false")]
-    Malformed(String),
-}
-
 fn parse_feature_gates(s: &str) -> Result<FeatureGates, FeatureGateError> {
-    let mut gates = FeatureGates::default();
-    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-        let (name, value) = item
-            .split_once('=')
-            .ok_or_else(|| FeatureGateError::Malformed(item.to_string()))?;
-        let on = match value.trim() {
-            "true" => true,
-            "false" => false,
-            _ => return Err(FeatureGateError::Malformed(item.to_string())),
-        };
-        if name.trim() == "TopologyAwareWorkloadScheduling" {
-            gates.topology_aware_workload_scheduling = on;
-        }
-    }
-    Ok(gates)
+    FeatureGates::parse(s)
 }
 
 #[cfg(test)]
@@ -237,18 +213,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn feature_gates_read_as_kube_schedulers() {
-        let on = parse_feature_gates("GenericWorkload=true, TopologyAwareWorkloadScheduling=true")
-            .expect("valid");
-        assert!(on.topology_aware_workload_scheduling);
-        assert_eq!(
-            parse_feature_gates("").expect("empty"),
-            FeatureGates::default()
+    fn feature_gates_are_kube_schedulers() {
+        let args = Args::try_parse_from([
+            "mcsched-agent",
+            "--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true",
+        ])
+        .expect("valid gates");
+        assert!(
+            args.feature_gates
+                .enabled("TopologyAwareWorkloadScheduling")
         );
-        let e = parse_feature_gates("TopologyAwareWorkloadScheduling=yes").expect_err("bad");
-        assert_eq!(
-            e.to_string(),
-            "\"TopologyAwareWorkloadScheduling=yes\": a gate is NAME=true or NAME=false"
+        let e = Args::try_parse_from(["mcsched-agent", "--feature-gates=GangScheduling=true"])
+            .expect_err("a gate v1.37 folded into GenericWorkload");
+        assert!(
+            e.to_string()
+                .contains("unrecognized feature gate: GangScheduling"),
+            "{e}"
         );
     }
 }

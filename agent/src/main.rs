@@ -110,9 +110,10 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    profiles
-        .pod_groups
-        .set_topology_aware(args.feature_gates.topology_aware_workload_scheduling);
+    profiles.pod_groups.set_topology_aware(
+        args.feature_gates
+            .enabled("TopologyAwareWorkloadScheduling"),
+    );
     if args.check {
         print!("{}", config::render_profiles(&cfg));
         return ExitCode::SUCCESS;

@@ -518,7 +518,7 @@ async fn a_gang_kept_in_one_cluster_is_not_split_between_host_and_leaf() -> anyh
         "mcsched",
         host.dir(),
         "together",
-        &["--feature-gates=TopologyAwareWorkloadScheduling=true"],
+        &["--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true"],
     )?;
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(host.client.clone());
     mcsched_e2e::objects::wait_ready(&nodes, "mcsched-east", "True", TIMEOUT)
@@ -569,7 +569,7 @@ async fn a_gang_kept_in_one_zone_stays_in_one_zone_of_a_leaf() -> anyhow::Result
         "mcsched",
         host.dir(),
         "zoned",
-        &["--feature-gates=TopologyAwareWorkloadScheduling=true"],
+        &["--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true"],
     )?;
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(host.client.clone());
     mcsched_e2e::objects::wait_ready(&nodes, "mcsched-east", "True", TIMEOUT)

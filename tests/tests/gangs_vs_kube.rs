@@ -297,7 +297,7 @@ async fn mcsched_schedules_pod_groups_as_kube_scheduler_does() -> anyhow::Result
         "mcsched",
         ours.dir(),
         "gangs-vs-kube",
-        &["--feature-gates=TopologyAwareWorkloadScheduling=true"],
+        &["--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true"],
     )?;
     // Every node first: both schedulers count the same nodes in their messages.
     for case in &cases {

@@ -6,6 +6,7 @@ pub mod catalog;
 pub(crate) mod cluster_policies;
 mod decode;
 pub mod duration;
+pub mod feature_gates;
 pub mod mcsched_default;
 pub(crate) mod model;
 mod plugin_args;
