@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/rest"
+	"k8s.io/component-base/version"
 	"k8s.io/kubernetes/cmd/kube-apiserver/app"
 	"k8s.io/kubernetes/cmd/kube-apiserver/app/options"
 )
@@ -76,8 +77,8 @@ func runAPIServer(ctx context.Context, cfg config, dataDir string, port int, etc
 	}
 	if cfg.featureGates != "" {
 		args = append(args, "--feature-gates="+cfg.featureGates)
-		if strings.Contains(cfg.featureGates, "GenericWorkload=true") {
-			args = append(args, "--runtime-config=scheduling.k8s.io/v1alpha2=true")
+		if gv := workloadAPI(); gv != "" && strings.Contains(cfg.featureGates, "GenericWorkload=true") {
+			args = append(args, "--runtime-config="+gv+"=true")
 		}
 	}
 	if cfg.compactionInterval > 0 {
@@ -103,6 +104,24 @@ func runAPIServer(ctx context.Context, cfg config, dataDir string, port int, etc
 		return utilerrors.NewAggregate(errs)
 	}
 	return app.Run(ctx, completed)
+}
+
+// workloadAPI is the group version of the Workload API in the release this binary is
+// built from, which kube-apiserver serves only when asked (runtime-config) and with the
+// GenericWorkload gate on: v1alpha1 in v1.35 (Workloads only, their pod groups inline),
+// v1alpha2 in v1.36 (Workloads and PodGroups), v1beta1 from v1.37 (which removed
+// v1alpha2); "" for v1.34, which has none.
+func workloadAPI() string {
+	switch version.DefaultKubeBinaryVersion {
+	case "1.34":
+		return ""
+	case "1.35":
+		return "scheduling.k8s.io/v1alpha1"
+	case "1.36":
+		return "scheduling.k8s.io/v1alpha2"
+	default:
+		return "scheduling.k8s.io/v1beta1"
+	}
 }
 
 // auditPolicy records every write, whoever sends it and whatever the answer (creates,

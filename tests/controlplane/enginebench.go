@@ -131,7 +131,7 @@ func benchScheduler(ctx context.Context) (*scheduler.Scheduler, framework.Framew
 	if err != nil {
 		return nil, nil, err
 	}
-	informerFactory := scheduler.NewInformerFactory(client, 0)
+	informerFactory := scheduler.NewInformerFactory(client, 0, nil)
 	recorders := func(string) events.EventRecorderLogger { return &events.FakeRecorder{} }
 	sched, err := scheduler.New(ctx, client, informerFactory, nil, recorders,
 		scheduler.WithProfiles(cfg.Profiles...),

@@ -133,7 +133,7 @@ func liveCycles(req *liveRequest) ([]liveCycle, error) {
 	}
 	recorders := func(string) events.EventRecorderLogger { return &events.FakeRecorder{} }
 	percentage := req.PercentageOfNodesToScore
-	sched, err := scheduler.New(ctx, client, scheduler.NewInformerFactory(client, 0), nil, recorders,
+	sched, err := scheduler.New(ctx, client, scheduler.NewInformerFactory(client, 0, nil), nil, recorders,
 		scheduler.WithProfiles(cfg.Profiles...),
 		scheduler.WithPercentageOfNodesToScore(&percentage),
 		scheduler.WithParallelism(1),

@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/component-base/version"
 	"k8s.io/klog/v2"
 )
 
@@ -61,7 +62,11 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.clientBurst, "client-burst", 5000, "burst of the in-process components' clients")
 	fs.IntVar(&c.verbosity, "v", 0, "klog verbosity of the in-process components")
 	fs.StringVar(&c.auditLog, "audit-log", "", "kube-apiserver's audit log (JSON lines; relative to --data-dir): every write (create, update, patch, delete, deletecollection) of any resource, at Metadata level")
-	fs.StringVar(&c.featureGates, "feature-gates", "", "kube feature gates (A=true,B=false) of the API server and the in-process components, which share them; GenericWorkload=true also serves scheduling.k8s.io/v1alpha2 (Workloads, PodGroups)")
+	workloads := "this release (v" + version.DefaultKubeBinaryVersion + ") has no Workload API"
+	if gv := workloadAPI(); gv != "" {
+		workloads = "GenericWorkload=true also serves " + gv + " (the Workload API)"
+	}
+	fs.StringVar(&c.featureGates, "feature-gates", "", "kube feature gates (A=true,B=false) of the API server and the in-process components, which share them; "+workloads)
 	fs.DurationVar(&c.compactionInterval, "etcd-compaction-interval", 0, "how often kube-apiserver compacts etcd (0: its default, 5m); short, watches resumed from old revisions get 410 Gone")
 	if err := fs.Parse(args); err != nil {
 		return c, err

@@ -330,7 +330,14 @@ func (o *oracle) candidates(ctx context.Context, plugins map[string]fwk.Plugin, 
 	out := []candidate{}
 	for _, n := range potential {
 		c := candidate{Node: n.Node().Name}
-		victims, violations, s := dp.SelectVictimsOnNode(ctx, state.Clone(), pod, n.Snapshot(), pdbs)
+		// As DryRunPreemption: the possible victims from the shared NodeInfo (with
+		// GenericWorkload a PodGroup's members across nodes are one victim), the
+		// selection on a copy of it.
+		possible, err := dp.Evaluator.GetVictimsOnNode(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		victims, violations, s := dp.SelectVictimsOnNode(ctx, state.Clone(), pod, n.Snapshot(), possible, pdbs)
 		switch {
 		case !s.IsSuccess():
 			v := toVerdict(s.Plugin(), s)

@@ -73,7 +73,7 @@ func runOracle(args []string) error {
 	configFile := fs.String("config", "", "KubeSchedulerConfiguration file (default: kube-scheduler's default profile)")
 	listen := fs.String("listen", "127.0.0.1:0", "address of the HTTP server")
 	verbosity := fs.Int("v", 0, "klog verbosity")
-	featureGates := fs.String("feature-gates", "", "kube feature gates (A=true,B=false), as kube-scheduler's --feature-gates: they decide the default profile's plugins (GangScheduling, TopologyPlacementGenerator, PodGroupPodsCount) and what the plugins do")
+	featureGates := fs.String("feature-gates", "", "kube feature gates (A=true,B=false), as kube-scheduler's --feature-gates: they decide the default profile's plugins (GenericWorkload adds GangScheduling, TopologyAwareWorkloadScheduling adds TopologyPlacementGenerator and PodGroupPodsCount) and what the plugins do; v1.37 folded the GangScheduling and WorkloadAwarePreemption gates into GenericWorkload, so naming them is an error")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -118,7 +118,7 @@ func runOracle(args []string) error {
 	if err != nil {
 		return err
 	}
-	informerFactory := scheduler.NewInformerFactory(client, 0)
+	informerFactory := scheduler.NewInformerFactory(client, 0, nil)
 	dynInformerFactory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, v1.NamespaceAll, nil)
 	recorders := func(string) events.EventRecorderLogger { return &events.FakeRecorder{} }
 	sched, err := scheduler.New(ctx, client, informerFactory, dynInformerFactory, recorders,
@@ -148,7 +148,7 @@ func runOracle(args []string) error {
 	o.getPod = func(ns, name string) (*v1.Pod, error) { return podLister.Pods(ns).Get(name) }
 	o.podGroupExists = func(string, string) bool { return false }
 	if utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload) {
-		pgLister := informerFactory.Scheduling().V1alpha2().PodGroups().Lister()
+		pgLister := informerFactory.Scheduling().V1beta1().PodGroups().Lister()
 		o.podGroupExists = func(ns, name string) bool { _, err := pgLister.PodGroups(ns).Get(name); return err == nil }
 	}
 	pdbLister := informerFactory.Policy().V1().PodDisruptionBudgets().Lister()
