@@ -1,6 +1,7 @@
 //! The PodGroup API as each supported Kubernetes minor serves it: `scheduling.k8s.io/v1beta1`
-//! from v1.37, `v1alpha2` on v1.35 and v1.36 (both only with the GenericWorkload gate and
-//! their runtime-config), none before. Scheduling reads one model, v1beta1's; a v1alpha2
+//! from v1.37, `v1alpha2` on v1.36 (both only with the GenericWorkload gate and their
+//! runtime-config); v1.35 has none (its alpha Workload API, `v1alpha1` with `spec.workloadRef`
+//! on pods, has no PodGroup objects, and mcsched does not read it). Scheduling reads one model, v1beta1's; a v1alpha2
 //! PodGroup is read into it, and the condition the scheduler writes is named as the served
 //! version names it.
 
@@ -54,14 +55,14 @@ pub fn none_served() -> String {
         .map(|v| v.api_version())
         .collect();
     format!(
-        "the API server serves none of {} (Kubernetes v1.35 and v1.36 serve v1alpha2, v1.37 \
-         v1beta1, each only with the GenericWorkload feature gate on and the version enabled \
-         in --runtime-config)",
+        "the API server serves none of {} (Kubernetes v1.36 serves v1alpha2, v1.37 v1beta1, each \
+         only with the GenericWorkload feature gate on and the version enabled in \
+         --runtime-config; v1.35 serves none): pods of a pod group are scheduled one by one",
         versions.join(", ")
     )
 }
 
-/// A `scheduling.k8s.io/v1alpha2` PodGroup (Kubernetes v1.35 and v1.36), as far as it
+/// A `scheduling.k8s.io/v1alpha2` PodGroup (Kubernetes v1.36), as far as it
 /// differs from v1beta1: everything scheduling reads has the same JSON in both.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PodGroupV1alpha2 {

@@ -237,6 +237,9 @@ async fn job(client: &kube::Client, name: &str, count: i32) -> anyhow::Result<()
         "metadata": {"name": name, "namespace": "default"},
         "spec": {
             "parallelism": count, "completions": count, "completionMode": "Indexed",
+            // v1.37's Job asks for a gang here (WorkloadWithJob); without it its PodGroup
+            // has the basic policy.
+            "scheduling": {"schedulingPolicy": {"gang": {"minCount": count}}},
             "template": {
                 "metadata": {"labels": {"gang": name}},
                 "spec": {

@@ -291,7 +291,7 @@ fn spawn_selector_watches(
 }
 
 /// PodGroups in the newest version the API server serves (v1beta1 on v1.37, v1alpha2 on
-/// v1.35 and v1.36), v1alpha2 ones read as v1beta1; none served: looked for again every 30 s,
+/// v1.36), v1alpha2 ones read as v1beta1; none served: looked for again every 30 s,
 /// and said once why gangs are not scheduled.
 async fn watch_pod_groups(client: Client, shared: Arc<Shared>, ready: Ready) {
     let mut ready = ready;

@@ -19,7 +19,7 @@ use crate::kube_context::KubeArgs;
 
 #[derive(Debug, clap::Args)]
 pub struct PodGroupArgs {
-    /// The PodGroup (scheduling.k8s.io/v1beta1, or v1alpha2 on v1.35/v1.36) to explain, in -n/--namespace (default
+    /// The PodGroup (scheduling.k8s.io/v1beta1, or v1alpha2 on v1.36) to explain, in -n/--namespace (default
     /// "default").
     pub name: String,
     #[command(flatten)]
