@@ -17,6 +17,7 @@ pub mod leaf_node_fit;
 pub(crate) mod leaf_node_taint_toleration;
 pub(crate) mod leaf_node_volume_binding;
 pub(crate) mod node_affinity;
+pub(crate) mod node_declared_features;
 pub(crate) mod node_name;
 pub(crate) mod node_ports;
 pub(crate) mod node_resources_balanced_allocation;
@@ -138,6 +139,7 @@ pub fn registry_with(
             args.inter_pod_affinity,
         )),
         Arc::new(default_binder::DefaultBinder),
+        Arc::new(node_declared_features::NodeDeclaredFeatures::default()),
         Arc::new(dynamic_resources::DynamicResources),
         Arc::new(default_preemption::DefaultPreemption::new(
             args.preemption,

@@ -87,6 +87,7 @@ pub const PLUGINS: &[(&str, &[Point])] = &[
     ),
     ("DefaultPreemption", &[PostFilter]),
     ("DefaultBinder", &[Bind]),
+    ("NodeDeclaredFeatures", &[PreFilter, Filter]),
     ("GangScheduling", &[PreEnqueue, Permit]),
     // mcsched's cluster policies: not in any default set, enabled through a profile.
     ("ClusterWeights", &[PreScore, Score]),
