@@ -81,8 +81,8 @@ mod tests {
         assert_eq!(spec.queue_sort, vec!["PrioritySort"]);
         assert_eq!(spec.bind, vec!["DefaultBinder"]);
         assert!(spec.filter.starts_with(&[
-            "NodeUnschedulable".to_string(),
             "NodeName".to_string(),
+            "NodeUnschedulable".to_string(),
             "TaintToleration".to_string(),
             "NodeAffinity".to_string(),
         ]));

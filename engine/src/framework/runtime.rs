@@ -1043,11 +1043,16 @@ mod tests {
                     .map(|e| e.2)
                     .sum::<u64>()
             };
-            // NodeUnschedulable, the first filter, ran on all four nodes and stopped
-            // the cordoned one: every later filter ran on three.
-            assert_eq!(record.filter_plugins.first(), Some(&"NodeUnschedulable"));
+            // NodeName, the first filter, and NodeUnschedulable, the second, ran on all
+            // four nodes, and the latter stopped the cordoned one: every later filter
+            // ran on three.
+            assert_eq!(
+                record.filter_plugins[..2],
+                ["NodeName", "NodeUnschedulable"]
+            );
+            assert_eq!(count("Filter", "NodeName"), 4);
             assert_eq!(count("Filter", "NodeUnschedulable"), 4);
-            for plugin in &record.filter_plugins[1..] {
+            for plugin in &record.filter_plugins[2..] {
                 assert_eq!(count("Filter", plugin), 3, "{plugin}");
             }
             assert!(!record.scores.is_empty());

@@ -105,8 +105,8 @@ pub fn registry_with(
     let plugins: Vec<Arc<dyn Plugin>> = vec![
         Arc::new(scheduling_gates::SchedulingGates),
         Arc::new(priority_sort::PrioritySort),
-        Arc::new(node_unschedulable::NodeUnschedulable),
         Arc::new(node_name::NodeName),
+        Arc::new(node_unschedulable::NodeUnschedulable),
         Arc::new(taint_toleration::TaintToleration),
         Arc::new(leaf_node_taint_toleration::LeafNodeTaintToleration),
         Arc::new(volume_binding::VolumeBinding::new(

@@ -60,8 +60,8 @@ use Point::*;
 pub const PLUGINS: &[(&str, &[Point])] = &[
     ("SchedulingGates", &[PreEnqueue]),
     ("PrioritySort", &[QueueSort]),
-    ("NodeUnschedulable", &[Filter]),
     ("NodeName", &[Filter]),
+    ("NodeUnschedulable", &[Filter]),
     ("TaintToleration", &[Filter, PreScore, Score]),
     ("LeafNodeTaintToleration", &[Filter]),
     // Always on (see [`ALWAYS_ON`]).
@@ -123,16 +123,17 @@ pub(crate) fn implements(plugin: &str, point: Point) -> bool {
     points_of(plugin).is_some_and(|p| p.contains(&point))
 }
 
-/// kube-scheduler v1.36's v1/v1beta3 multiPoint defaults with their score weights
-/// (pkg/scheduler/apis/config/v1/default_plugins.go), DynamicResources included as its
-/// default-on DynamicResourceAllocation gate adds it, before DefaultPreemption, and
-/// GangScheduling last as its GangScheduling gate adds it: it acts only on pods with
+/// kube-scheduler v1.37's v1/v1beta3 multiPoint defaults with their score weights
+/// (pkg/scheduler/apis/config/v1/default_plugins.go: NodeName before NodeUnschedulable),
+/// with what its default-on gates add: NodeDeclaredFeatures (GA, locked on) after
+/// DefaultBinder, DynamicResources (DynamicResourceAllocation) before DefaultPreemption,
+/// and GangScheduling (GenericWorkload) last: it acts only on pods with
 /// `spec.schedulingGroup`, which an API server without the GenericWorkload gate drops.
 pub(crate) const V1_MULTI_POINT: &[(&str, i32)] = &[
     ("SchedulingGates", 0),
     ("PrioritySort", 0),
-    ("NodeUnschedulable", 0),
     ("NodeName", 0),
+    ("NodeUnschedulable", 0),
     ("TaintToleration", 3),
     ("NodeAffinity", 2),
     ("NodePorts", 0),
@@ -148,6 +149,7 @@ pub(crate) const V1_MULTI_POINT: &[(&str, i32)] = &[
     ("NodeResourcesBalancedAllocation", 1),
     ("ImageLocality", 1),
     ("DefaultBinder", 0),
+    ("NodeDeclaredFeatures", 0),
     ("GangScheduling", 0),
 ];
 

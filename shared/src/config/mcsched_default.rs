@@ -75,7 +75,7 @@ mod tests {
         }
         assert_eq!(
             ours.get(Point::Filter).first().map(|r| r.name.as_str()),
-            Some("NodeUnschedulable")
+            Some("NodeName")
         );
         assert!(
             ours.get(Point::Score)

@@ -60,10 +60,28 @@ fn v1_defaults() {
     );
     assert_eq!(names(&p.plugins.permit), vec!["GangScheduling"]);
     assert_eq!(
+        names(&p.plugins.pre_filter),
+        vec![
+            "NodeAffinity",
+            "VolumeRestrictions",
+            "NodeVolumeLimits",
+            "VolumeBinding",
+            "VolumeZone",
+            "PodTopologySpread",
+            "InterPodAffinity",
+            "DynamicResources",
+            "NodeDeclaredFeatures",
+            // mcsched's, always on (catalog::ALWAYS_ON).
+            "LeafNodeFit",
+            "PlacementPolicy"
+        ]
+    );
+    // v1.37's order: NodeName first, NodeDeclaredFeatures after the others.
+    assert_eq!(
         names(&p.plugins.filter),
         vec![
-            "NodeUnschedulable",
             "NodeName",
+            "NodeUnschedulable",
             "TaintToleration",
             "NodeAffinity",
             "NodePorts",
@@ -74,6 +92,7 @@ fn v1_defaults() {
             "VolumeZone",
             "PodTopologySpread",
             "InterPodAffinity",
+            "NodeDeclaredFeatures",
             // mcsched's, always on (catalog::ALWAYS_ON).
             "LeafNodeFit",
             "PlacementPolicy"
