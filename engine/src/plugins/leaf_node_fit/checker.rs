@@ -16,8 +16,8 @@ use crate::leaf::grants::{Copied, grant_command};
 use crate::leaf::leaf_checks::{Question, Synced};
 use crate::leaf::rescheduling::Avoided;
 use crate::plugins::{
-    inter_pod_affinity, node_affinity, node_ports, node_resources_fit, node_unschedulable,
-    pod_topology_spread, taint_toleration, volume_binding,
+    inter_pod_affinity, node_affinity, node_declared_features, node_ports, node_resources_fit,
+    node_unschedulable, pod_topology_spread, taint_toleration, volume_binding,
 };
 use crate::snapshot::{NodeInfo, PodInfo};
 
@@ -26,7 +26,9 @@ use crate::snapshot::{NodeInfo, PodInfo};
 /// for what the copy keeps of them (node-level terms, see
 /// [`crate::leaf::transform::leaf_pod`]) and for the leaf pods' anti-affinity towards it.
 /// TaintToleration here is the plain one, as leaf nodes' taints are real; VolumeBinding
-/// judges the pod's claims as the leaf will hold them (see [`super::leaf_claims`]).
+/// judges the pod's claims as the leaf will hold them (see [`super::leaf_claims`]);
+/// NodeDeclaredFeatures wants the leaf node to declare what the copy needs (the virtual
+/// node declares what any of them does).
 pub(crate) struct LeafChecker {
     plugins: Vec<Arc<dyn Plugin>>,
 }
@@ -56,6 +58,9 @@ impl LeafChecker {
                 // Only PreFilter and Filter run here: the volumes Filter picks on the
                 // chosen leaf node are held by the leaf registry once the pod is sent.
                 Arc::new(volume_binding::VolumeBinding::new(0)),
+                // Last, as in kube's default order: the leaf node must declare every
+                // feature the copy's spec needs.
+                Arc::new(node_declared_features::NodeDeclaredFeatures::default()),
             ],
         }
     }
@@ -500,6 +505,81 @@ mod tests {
         let s = checker.check(&cycle, &pod("small", "2", None, ssd), &virtual_node());
         assert!(s.is_success(), "{s:?}");
         assert_eq!(cycle.choice("mcsched-east").as_deref(), Some("east-3"));
+    }
+
+    /// Leaf `east` with one 4-CPU node per entry, each declaring its features.
+    fn leaf_declaring(nodes: &[(&str, &[&str])]) -> LeafCycle {
+        let nodes = nodes
+            .iter()
+            .map(|(name, features)| {
+                let n: Node = serde_json::from_value(json!({
+                    "metadata": {"name": name},
+                    "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+                        "conditions": [{"type": "Ready", "status": "True"}],
+                        "declaredFeatures": features}
+                }))
+                .expect("node");
+                Arc::new(NodeInfo::new(Arc::new(n)))
+            })
+            .collect();
+        LeafCycle::new(Arc::new(BTreeMap::from([(
+            "east".to_string(),
+            Arc::new(LeafView {
+                admission: Default::default(),
+                cluster: "east".into(),
+                snapshot: Snapshot::from_nodes(nodes),
+                checks: crate::leaf::leaf_checks::LeafChecks::settled("east"),
+                host_id: String::new(),
+            }),
+        )])))
+    }
+
+    #[test]
+    fn a_pod_needing_a_feature_goes_only_to_a_leaf_node_declaring_it() {
+        let checker = LeafChecker::new(None);
+        let vn = virtual_node();
+        // On the host network in a user namespace: UserNamespacesHostNetworkSupport.
+        let needy: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "needy", "namespace": "default"},
+            "spec": {"hostNetwork": true, "hostUsers": false,
+                "containers": [{"name": "c", "image": "i"}]}
+        }))
+        .expect("pod");
+        let needy = PodInfo::new(Arc::new(needy));
+        let leaf = || {
+            leaf_declaring(&[
+                ("east-1", &["RestartAllContainersOnContainerExits"]),
+                (
+                    "east-2",
+                    &[
+                        "RestartAllContainersOnContainerExits",
+                        "UserNamespacesHostNetworkSupport",
+                    ],
+                ),
+            ])
+        };
+        let cycle = leaf();
+        let s = checker.check(&cycle, &needy, &vn);
+        assert!(s.is_success(), "{s}");
+        assert_eq!(cycle.choice("mcsched-east").as_deref(), Some("east-2"));
+        // A pod needing nothing takes the first node.
+        let cycle = leaf();
+        let s = checker.check(&cycle, &pod("plain", "1", None, json!({})), &vn);
+        assert!(s.is_success(), "{s}");
+        assert_eq!(cycle.choice("mcsched-east").as_deref(), Some("east-1"));
+        // No leaf node declares it: refused, the reason counted as the leaf's others are.
+        let cycle = leaf_declaring(&[
+            ("east-1", &["RestartAllContainersOnContainerExits"]),
+            ("east-2", &[]),
+        ]);
+        let s = checker.check(&cycle, &needy, &vn);
+        assert_eq!(
+            s.message(),
+            "leaf cluster east has no node that fits: \
+             2 node(s) didn't match Pod's required features; \
+             largest free node east-1 (cpu 4, memory 8Gi, pods 110)"
+        );
+        assert_eq!(cycle.choice("mcsched-east"), None);
     }
 
     #[test]
