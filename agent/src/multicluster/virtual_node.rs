@@ -1,6 +1,7 @@
 //! The virtual node's life: its status follows the leaf (free resources of Ready,
-//! schedulable leaf nodes; Ready while the leaf answers) and its Lease is renewed like a
-//! kubelet's, so the host's node lifecycle controller treats it as any node.
+//! schedulable leaf nodes; the features any leaf node declares; Ready while the leaf
+//! answers) and its Lease is renewed like a kubelet's, so the host's node lifecycle
+//! controller treats it as any node.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -37,6 +38,11 @@ pub struct VirtualStatus {
     pub ready: bool,
     pub version: Option<String>,
     pub leaf_nodes: usize,
+    /// `status.declaredFeatures`: every feature some leaf node declares, sorted and
+    /// unique, so the host's NodeDeclaredFeatures keeps a pod off the virtual node only
+    /// when no leaf node could take it (the leaf check asks it of each leaf node). Every
+    /// leaf node counts, usable or not: the leaf check judges the rest.
+    pub declared_features: Vec<String>,
 }
 
 /// Capacity: the allocatable of the leaf's Ready, schedulable nodes; allocatable: what
@@ -167,9 +173,12 @@ impl Keeper {
         if !leaf.is_synced() && ready {
             return;
         }
-        let (capacity, allocatable, leaf_nodes) = {
+        let (capacity, allocatable, leaf_nodes, declared_features) = {
             let snap = leaf.cache().snapshot();
-            leaf_resources(&snap.nodes)
+            let (capacity, allocatable, usable) = leaf_resources(&snap.nodes);
+            let features =
+                mcsched_shared::node::declared_features_union(snap.nodes.iter().map(|n| &*n.node));
+            (capacity, allocatable, usable, features)
         };
         let status = VirtualStatus {
             capacity,
@@ -177,6 +186,7 @@ impl Keeper {
             ready,
             version: leaf.health().version,
             leaf_nodes,
+            declared_features,
         };
         let fresh = self
             .written
@@ -273,11 +283,13 @@ async fn write_status(
         Some(c) if !changed => json!(c.last_transition_time),
         _ => json!(now),
     };
+    // declaredFeatures is an atomic list: the patch replaces it whole, `[]` clearing it.
     let mut patch = json!({
         "status": {
             "capacity": quantities(&s.capacity),
             "allocatable": quantities(&s.allocatable),
             "conditions": [ready],
+            "declaredFeatures": s.declared_features,
         }
     });
     if let Some(v) = &s.version {
@@ -478,6 +490,8 @@ mod tests {
         );
         assert_eq!(writes[0]["status"]["capacity"]["cpu"], "4000m");
         assert_eq!(writes[0]["status"]["allocatable"]["pods"], "110");
+        // No leaf node declares a feature: nor does the virtual node.
+        assert_eq!(writes[0]["status"]["declaredFeatures"], json!([]));
         assert!(fake_api::called(
             &f.host_calls,
             "POST",
@@ -486,6 +500,65 @@ mod tests {
         // Nothing changed: nothing written again.
         f.keeper.tick(&leader, &LeaseHealth::default()).await;
         assert_eq!(f.status_writes().len(), 1);
+    }
+
+    /// A leaf node of `east` declaring `features`, not Ready when `!ready`.
+    fn leaf_node(name: &str, features: &[&str], ready: bool) -> Arc<Node> {
+        let ready = if ready { "True" } else { "False" };
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name},
+                "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+                    "conditions": [{"type": "Ready", "status": ready}],
+                    "declaredFeatures": features}
+            }))
+            .expect("node"),
+        )
+    }
+
+    #[tokio::test]
+    async fn the_virtual_node_declares_every_feature_some_leaf_node_declares() {
+        let mut f = fixture();
+        let leaf = f.keeper.leaf.clone();
+        leaf.cache().apply_node(leaf_node(
+            "east-2",
+            &["UserNamespacesHostNetworkSupport", "VolumeBindMountOptions"],
+            true,
+        ));
+        leaf.cache().apply_node(leaf_node(
+            "east-3",
+            &[
+                "RestartAllContainersOnContainerExits",
+                "UserNamespacesHostNetworkSupport",
+            ],
+            false,
+        ));
+        let (_tx, leader) = tokio::sync::watch::channel(true);
+        let lease = LeaseHealth::default();
+        f.keeper.tick(&leader, &lease).await;
+        let writes = f.status_writes();
+        assert_eq!(writes.len(), 1);
+        assert_eq!(
+            writes[0]["status"]["declaredFeatures"],
+            json!([
+                "RestartAllContainersOnContainerExits",
+                "UserNamespacesHostNetworkSupport",
+                "VolumeBindMountOptions"
+            ]),
+            "sorted, once each, the NotReady node's too"
+        );
+        // A leaf node's features change: the virtual node's follow at once.
+        leaf.cache().apply_node(leaf_node("east-2", &[], true));
+        f.keeper.tick(&leader, &lease).await;
+        let writes = f.status_writes();
+        assert_eq!(writes.len(), 2);
+        assert_eq!(
+            writes[1]["status"]["declaredFeatures"],
+            json!([
+                "RestartAllContainersOnContainerExits",
+                "UserNamespacesHostNetworkSupport"
+            ])
+        );
     }
 
     #[tokio::test]
