@@ -99,7 +99,7 @@ async fn health_metrics_explain_and_simulate() -> anyhow::Result<()> {
         Outcome::Unschedulable { message, .. } => {
             assert_eq!(
                 message,
-                "0/2 nodes are available: 2 Insufficient cpu. no new claims to deallocate, \
+                "0/2 nodes are available: 2 Insufficient cpu. \
                  preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
             )
         }

@@ -315,7 +315,7 @@ async fn an_unschedulable_pod_gets_failed_scheduling_in_kube_scheduler_words() -
     })
     .await?;
     // More than any node has: preemption cannot help either, and says so like kube-scheduler.
-    const MESSAGE: &str = "0/2 nodes are available: 2 Insufficient cpu. no new claims to deallocate, \
+    const MESSAGE: &str = "0/2 nodes are available: 2 Insufficient cpu. \
         preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.";
     assert_eq!(note, MESSAGE);
     assert_eq!(node_of(&pods, "huge").await?, None);

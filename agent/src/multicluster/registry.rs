@@ -202,6 +202,7 @@ impl LeafSnapshots for Leaves {
                     checks: c.checks.clone(),
                     host_id: c.host_id.clone(),
                     admission: c.admission_view(),
+                    served: Default::default(),
                 };
                 (name.clone(), Arc::new(view))
             })

@@ -48,7 +48,7 @@ pub async fn schedule_pod(
 
 /// kube's RunPostFilterPlugins on a failed cycle: the nomination and victims when one
 /// succeeds (with the plugin that found them), or a result that clears an earlier
-/// nomination; a failure's message goes into `fit`.
+/// nomination; the plugins' message (a failure's, or v1.37's success one) goes into `fit`.
 pub fn run_post_filter(
     fw: &Framework,
     state: &CycleState,
@@ -62,11 +62,12 @@ pub fn run_post_filter(
     let (res, status) = tokio::task::block_in_place(|| {
         fw.run_post_filter(state, pod, snapshot, &fit.diagnosis.node_statuses)
     });
-    if status.is_success() {
-        return Some((res, status.plugin));
-    }
+    // Success too: v1.37's preemption says where it found room and for how many victims.
     if !status.reasons.is_empty() {
         fit.diagnosis.post_filter_msg = Some(status.message());
+    }
+    if status.is_success() {
+        return Some((res, status.plugin));
     }
     res.clears_nomination.then_some((res, status.plugin))
 }

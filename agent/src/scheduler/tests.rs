@@ -373,7 +373,7 @@ async fn a_pre_filter_rejection_ends_post_filter_as_kube_scheduler_does() {
     );
     assert_eq!(
         message(spec(json!([]), "2")),
-        "0/1 nodes are available: 1 Insufficient cpu. no new claims to deallocate, \
+        "0/1 nodes are available: 1 Insufficient cpu. \
          preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
     );
 }

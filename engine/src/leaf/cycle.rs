@@ -33,6 +33,8 @@ pub struct LeafView {
     pub host_id: String,
     /// The leaf's ResourceQuotas and LimitRanges, and the copies it has yet to admit.
     pub admission: AdmissionView,
+    /// The fields its API server serves: a copy carrying another does not go there.
+    pub served: super::served_fields::Served,
 }
 
 /// What the leaf's admission will judge a copy by, at the cycle's start.
@@ -79,6 +81,11 @@ pub struct LeafCycle {
     overrides: Arc<(String, Vec<ClusterOverride>)>,
     /// Cluster → the copy with its overrides applied, and what they changed.
     overridden: Arc<Mutex<HashMap<String, OverriddenCopy>>>,
+    /// The copy without overrides as JSON, for the leaves' served fields.
+    leaf_pod_json: Arc<OnceLock<Option<Arc<serde_json::Value>>>>,
+    /// Cluster → the first field of its copy the leaf does not serve (None: it serves
+    /// all), found once per cycle.
+    unserved: Arc<Mutex<HashMap<String, Option<String>>>>,
 }
 
 /// A leaf copy with the overrides for its cluster, and what they changed (said by
@@ -298,6 +305,37 @@ impl LeafCycle {
                 Ok(self.leaf_pod(host)?)
             }
         }
+    }
+
+    /// The first field of `copy` (the copy for `cluster`, from [`Self::leaf_pod_in`])
+    /// that `served` does not hold, judged once per cycle and cluster.
+    pub(crate) fn unserved_field(
+        &self,
+        cluster: &str,
+        copy: &Arc<PodInfo>,
+        served: &super::served_fields::ServedFields,
+    ) -> Option<String> {
+        let lock = || self.unserved.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(found) = lock().get(cluster) {
+            return found.clone();
+        }
+        let to_json = |p: &PodInfo| match serde_json::to_value(&*p.pod()) {
+            Ok(v) => Some(Arc::new(v)),
+            Err(e) => {
+                tracing::debug!(pod = %p.key, error = %e, "the copy as JSON");
+                None
+            }
+        };
+        // The copy without overrides is the same for every leaf: made JSON once.
+        let plain = matches!(self.leaf_pod.get(), Some(Ok(p)) if Arc::ptr_eq(p, copy));
+        let json = if plain {
+            self.leaf_pod_json.get_or_init(|| to_json(copy)).clone()
+        } else {
+            to_json(copy)
+        };
+        let found = json.and_then(|j| served.first_unserved(super::served_fields::POD, &j));
+        lock().insert(cluster.to_string(), found.clone());
+        found
     }
 
     /// The pod as it would be created in a leaf, built once per cycle.

@@ -141,6 +141,7 @@ mod tests {
                         snapshot: Snapshot::from_nodes(nodes.clone()),
                         checks: crate::leaf::leaf_checks::LeafChecks::settled("east"),
                         host_id: String::new(),
+                        served: Default::default(),
                     };
                     (name.clone(), Arc::new(view))
                 })

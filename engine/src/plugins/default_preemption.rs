@@ -454,6 +454,12 @@ impl PostFilterPlugin for DefaultPreemption {
             .into_iter()
             .filter(|p| p.priority() < pod.priority())
             .collect();
+        // v1.37's words (preemption.go), behind the plugin's `preemption: `.
+        let found = format!(
+            "preemption: found a potential placement for pod on node {}, preempting {} victims",
+            best.node,
+            best.victims.len()
+        );
         (
             PostFilterResult {
                 nominated_node: Some(best.node.clone()),
@@ -461,7 +467,7 @@ impl PostFilterPlugin for DefaultPreemption {
                 lower_nominated,
                 clears_nomination: false,
             },
-            Status::success(),
+            Status::new(Code::Success, vec![found.into()]),
         )
     }
 }

@@ -1,7 +1,7 @@
-//! DynamicResources, as far as mcsched goes: kube-scheduler v1.36 enables it by default,
-//! and for a pod without resource claims it steps aside (PreFilter and PreScore Skip) but its
-//! PostFilter still answers "no new claims to deallocate" — a phrase every FailedScheduling
-//! message of kube-scheduler carries. Pods that do use claims are refused plainly:
+//! DynamicResources, as far as mcsched goes: kube-scheduler v1.37 enables it by default,
+//! and for a pod without resource claims it steps aside (PreFilter and PreScore Skip; its
+//! PostFilter answers Unschedulable with no reason, which v1.37 leaves out of FailedScheduling
+//! where v1.36 said "no new claims to deallocate"). Pods that do use claims are refused plainly:
 //! mcsched does not allocate devices. When an earlier PreFilter plugin ended the cycle
 //! before this one's PreFilter ran, its PostFilter finds no state and fails as kube's does
 //! ("not found"), which ends PostFilter before preemption and is what FailedScheduling says.
@@ -13,7 +13,6 @@ use crate::framework::{
 use crate::snapshot::{NodeInfo, NodeList, PodInfo, Snapshot};
 
 pub(crate) const NAME: &str = "DynamicResources";
-pub(crate) const REASON_NO_CLAIMS: &str = "no new claims to deallocate";
 pub(crate) const REASON_UNSUPPORTED: &str =
     "pod uses resource claims, which mcsched does not allocate";
 /// CycleState's error for a key nothing wrote, in kube's words.
@@ -82,7 +81,7 @@ impl PostFilterPlugin for DynamicResources {
         }
         (
             PostFilterResult::default(),
-            Status::unschedulable(REASON_NO_CLAIMS),
+            Status::new(crate::framework::Code::Unschedulable, Vec::new()),
         )
     }
 }

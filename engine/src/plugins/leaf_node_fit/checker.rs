@@ -15,6 +15,7 @@ use crate::leaf::cycle::{LeafCycle, LeafView};
 use crate::leaf::grants::{Copied, grant_command};
 use crate::leaf::leaf_checks::{Question, Synced};
 use crate::leaf::rescheduling::Avoided;
+use crate::leaf::served_fields::{self, Served};
 use crate::plugins::{
     inter_pod_affinity, node_affinity, node_declared_features, node_ports, node_resources_fit,
     node_unschedulable, pod_topology_spread, taint_toleration, volume_binding,
@@ -116,6 +117,21 @@ impl LeafChecker {
             }
             Err(e) => return Status::unresolvable(format!("leaf cluster {cluster}: {e}")),
         };
+        match &view.served {
+            Served::Known(fields) => {
+                if let Some(path) = cycle.unserved_field(cluster, &leaf_pod, fields) {
+                    let mut why = served_fields::not_served(cluster, fields.git_version(), &path);
+                    if !overridden.is_empty() {
+                        why = format!("{why} (judged as {})", overridden.join("; "));
+                    }
+                    return Status::unresolvable(why);
+                }
+            }
+            Served::Unreadable(reason) => notes.push(format!(
+                "the fields leaf cluster {cluster} serves are unknown ({reason}): the copy is not checked for them; pod sync creates it with strict field validation, so the leaf refuses a field it does not serve rather than drop it"
+            )),
+            Served::NotRead => {}
+        }
         let obj = pod.object();
         let class = obj
             .spec
@@ -472,6 +488,7 @@ mod tests {
             snapshot: Snapshot::from_nodes(nodes),
             checks: crate::leaf::leaf_checks::LeafChecks::settled("east"),
             host_id: String::new(),
+            served: Default::default(),
         };
         LeafCycle::new(Arc::new(BTreeMap::from([(
             "east".to_string(),
@@ -530,6 +547,7 @@ mod tests {
                 snapshot: Snapshot::from_nodes(nodes),
                 checks: crate::leaf::leaf_checks::LeafChecks::settled("east"),
                 host_id: String::new(),
+                served: Default::default(),
             }),
         )])))
     }
@@ -580,6 +598,92 @@ mod tests {
              largest free node east-1 (cpu 4, memory 8Gi, pods 110)"
         );
         assert_eq!(cycle.choice("mcsched-east"), None);
+    }
+
+    /// Leaf `east` with one 4-CPU node, its API server serving `served`.
+    fn leaf_serving(served: Served) -> LeafCycle {
+        let n = node("east-1", "4", json!({"kubernetes.io/hostname": "east-1"}));
+        LeafCycle::new(Arc::new(BTreeMap::from([(
+            "east".to_string(),
+            Arc::new(LeafView {
+                admission: Default::default(),
+                cluster: "east".into(),
+                snapshot: Snapshot::from_nodes(vec![Arc::new(n)]),
+                checks: crate::leaf::leaf_checks::LeafChecks::settled("east"),
+                host_id: String::new(),
+                served,
+            }),
+        )])))
+    }
+
+    #[test]
+    fn a_copy_carrying_a_field_its_leaf_does_not_serve_does_not_go_there() {
+        use crate::leaf::served_fields::fixtures;
+        let checker = LeafChecker::new(None);
+        let vn = virtual_node();
+        // v1.37's emptyDir mode on the second volume.
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "default", "labels": {"app": "web"}},
+            "spec": {"containers": [
+                {"name": "a", "image": "i", "resources": {"requests": {"cpu": "1"}}},
+                {"name": "b", "image": "j", "volumeMounts": [{"name": "data", "mountPath": "/d"}]}
+            ], "volumes": [
+                {"name": "cache", "emptyDir": {"sizeLimit": "1Gi"}},
+                {"name": "data", "emptyDir": {"mode": 448}}
+            ]}
+        }))
+        .expect("pod");
+        let pod = PodInfo::new(Arc::new(p));
+        let v1_34 = Served::Known(Arc::new(fixtures::served(34)));
+        let cycle = leaf_serving(v1_34.clone());
+        let s = checker.check(&cycle, &pod, &vn);
+        assert_eq!(s.code, crate::framework::Code::UnschedulableAndUnresolvable);
+        assert_eq!(
+            s.message(),
+            "leaf cluster east (v1.34) does not serve spec.volumes[1].emptyDir.mode"
+        );
+        assert_eq!(
+            s.message(),
+            served_fields::not_served("east", "v1.34.4", "spec.volumes[1].emptyDir.mode")
+        );
+        assert_eq!(cycle.choice("mcsched-east"), None);
+        // Judged once per cycle: asked again, the same answer.
+        assert_eq!(checker.check(&cycle, &pod, &vn).message(), s.message());
+
+        // A v1.37 leaf serves it; a v1.34 leaf takes a pod without it.
+        let cycle = leaf_serving(Served::Known(Arc::new(fixtures::served(37))));
+        let s = checker.check(&cycle, &pod, &vn);
+        assert!(s.is_success(), "{s}");
+        assert_eq!(cycle.choice("mcsched-east").as_deref(), Some("east-1"));
+        let mut plain = (*pod.pod()).clone();
+        if let Some(v) = plain
+            .spec
+            .as_mut()
+            .and_then(|s| s.volumes.as_mut())
+            .and_then(|v| v.get_mut(1))
+        {
+            v.empty_dir = Some(Default::default());
+        }
+        let cycle = leaf_serving(v1_34);
+        let s = checker.check(&cycle, &PodInfo::new(Arc::new(plain)), &vn);
+        assert!(s.is_success(), "{s}");
+
+        // Unreadable: judged as before, and said so; never read: as before, silently.
+        let cycle = leaf_serving(Served::Unreadable(
+            "/openapi/v3/api/v1 is larger than 16777216 bytes".into(),
+        ));
+        let s = checker.check(&cycle, &pod, &vn);
+        assert!(s.is_success(), "{s}");
+        let notes = cycle.notes();
+        assert!(
+            notes["mcsched-east"].iter().any(|n| n.starts_with(
+                "the fields leaf cluster east serves are unknown (/openapi/v3/api/v1 is larger than 16777216 bytes)"
+            )),
+            "{notes:?}"
+        );
+        let cycle = leaf_serving(Served::NotRead);
+        assert!(checker.check(&cycle, &pod, &vn).is_success());
+        assert!(cycle.notes().is_empty());
     }
 
     #[test]
@@ -634,6 +738,7 @@ mod tests {
                 snapshot,
                 checks: crate::leaf::leaf_checks::LeafChecks::settled("east"),
                 host_id: String::new(),
+                served: Default::default(),
             }),
         )])));
         let claim: k8s_openapi::api::core::v1::PersistentVolumeClaim =
@@ -728,6 +833,7 @@ mod tests {
                 snapshot: Snapshot::from_nodes(vec![Arc::new(n)]),
                 checks: crate::leaf::leaf_checks::LeafChecks::settled("east"),
                 host_id: String::new(),
+                served: Default::default(),
             }),
         )])))
     }
@@ -934,6 +1040,7 @@ mod leaf_question_tests {
             snapshot: Snapshot::from_nodes(vec![]),
             checks: checks.clone(),
             host_id: "h1".into(),
+            served: Default::default(),
         });
         let cycle = LeafCycle::new(Arc::new(BTreeMap::from([("east".into(), view.clone())])));
         (checks, view, cycle)

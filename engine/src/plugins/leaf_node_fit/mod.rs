@@ -202,6 +202,7 @@ mod tests {
                 snapshot: Snapshot::from_nodes(vec![Arc::new(n)]),
                 checks: crate::leaf::leaf_checks::LeafChecks::settled("east"),
                 host_id: String::new(),
+                served: Default::default(),
             };
             let mut c = LeafCycle::new(Arc::new(BTreeMap::from([(
                 "east".to_string(),
@@ -307,6 +308,7 @@ mod tests {
             snapshot: Snapshot::from_nodes(vec![Arc::new(east)]),
             checks: crate::leaf::leaf_checks::LeafChecks::settled("east"),
             host_id: String::new(),
+            served: Default::default(),
         };
         let cycle = LeafCycle::new(Arc::new(BTreeMap::from([(
             "east".to_string(),
