@@ -37,12 +37,11 @@ impl Default for PreemptionArgs {
 
 pub(crate) struct DefaultPreemption {
     args: PreemptionArgs,
-    groups: Arc<crate::pod_groups::PodGroups>,
 }
 
 impl DefaultPreemption {
-    pub(crate) fn new(args: PreemptionArgs, groups: Arc<crate::pod_groups::PodGroups>) -> Self {
-        DefaultPreemption { args, groups }
+    pub(crate) fn new(args: PreemptionArgs) -> Self {
+        DefaultPreemption { args }
     }
 }
 
@@ -335,34 +334,6 @@ impl PostFilterPlugin for DefaultPreemption {
     ) -> (PostFilterResult, Status) {
         let total = snapshot.len();
         let obj = pod.object();
-        // kube leaves a pod group with constraints to placement-based scheduling, which
-        // would otherwise preempt once per topology domain tried; a PlacementPolicy's
-        // `podGroupConstraints` constrains the groups it selects the same way.
-        let policy_constrained = || {
-            (snapshot.policies.for_pod(&pod.meta))
-                .is_some_and(|p| p.invalid.is_none() && p.spec.pod_group_constraints.is_some())
-        };
-        if let Some(key) = crate::pod_groups::group_key_of(&obj)
-            && (self.groups.topology_aware() || policy_constrained())
-        {
-            match self.groups.policy(&key) {
-                None => {
-                    return (
-                        PostFilterResult::default(),
-                        Status::unschedulable("preemption: pod group for pod not found"),
-                    );
-                }
-                Some(p) if p.has_constraints || policy_constrained() => {
-                    return (
-                        PostFilterResult::default(),
-                        Status::unschedulable(
-                            "preemption: not eligible due to placement-based pod group scheduling limitation",
-                        ),
-                    );
-                }
-                Some(_) => {}
-            }
-        }
         let policy = obj
             .spec
             .as_ref()
@@ -504,7 +475,7 @@ mod tests {
     /// PostFilter after a cycle where no node fits.
     fn preempt(fw: &Framework, pod: &PodInfo, snap: &Snapshot) -> (PostFilterResult, Status) {
         let statuses = schedule_fails(fw, pod, snap);
-        DefaultPreemption::new(Default::default(), crate::pod_groups::PodGroups::new()).post_filter(
+        DefaultPreemption::new(Default::default()).post_filter(
             fw,
             &CycleState::new(),
             pod,
@@ -625,15 +596,13 @@ mod tests {
         }
         let pod = PodInfo::new(Arc::new(raw));
         let fw = framework();
-        let (_, s) =
-            DefaultPreemption::new(Default::default(), crate::pod_groups::PodGroups::new())
-                .post_filter(
-                    &fw,
-                    &CycleState::new(),
-                    &pod,
-                    &Snapshot::default(),
-                    &NodeStatuses::new(),
-                );
+        let (_, s) = DefaultPreemption::new(Default::default()).post_filter(
+            &fw,
+            &CycleState::new(),
+            &pod,
+            &Snapshot::default(),
+            &NodeStatuses::new(),
+        );
         assert_eq!(
             s.message(),
             "preemption: not eligible due to preemptionPolicy=Never."

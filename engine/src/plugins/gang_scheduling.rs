@@ -85,9 +85,9 @@ impl PermitPlugin for GangScheduling {
             return (Status::success(), Duration::ZERO);
         };
         let Some(policy) = self.groups.policy(&key) else {
+            // v1.37's words: its snapshot lister's error for a key "podgroup/ns/name".
             let msg = format!(
-                "failed to get podGroup {key}: podgroup.scheduling.k8s.io {:?} not found",
-                group_name(&key)
+                "failed to get podGroup {key}: pod group object not found for pod group podgroup/{key}"
             );
             return (Status::error(msg), Duration::ZERO);
         };
