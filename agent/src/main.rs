@@ -110,6 +110,17 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // kube-scheduler schedules CompositePodGroups (scheduling.k8s.io/v1alpha3) under this
+    // alpha gate; mcsched does not, and says so rather than schedule their pods as if the
+    // hierarchy were not there.
+    if args.feature_gates.enabled("CompositePodGroup") {
+        eprintln!(
+            "mcsched-agent: --feature-gates: CompositePodGroup is not supported by mcsched \
+             (kube-scheduler's alpha scheduling of scheduling.k8s.io/v1alpha3 \
+             CompositePodGroups); leave it off (docs/kubernetes-versions.md)"
+        );
+        return ExitCode::from(1);
+    }
     profiles.pod_groups.set_topology_aware(
         args.feature_gates
             .enabled("TopologyAwareWorkloadScheduling"),
