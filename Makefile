@@ -5,16 +5,28 @@ BUILD := .build
 # Cargo's output directory: $CARGO_TARGET_DIR when set, as cargo itself decides.
 TARGET := $(or $(CARGO_TARGET_DIR),target)
 CONTROLPLANE := $(BUILD)/controlplane
-CONTROLPLANE_SRC := $(wildcard tests/controlplane/*.go) tests/controlplane/go.mod tests/controlplane/go.sum Makefile
+CONTROLPLANE_GO := $(wildcard tests/controlplane/*.go) Makefile
+CONTROLPLANE_SRC := $(CONTROLPLANE_GO) tests/controlplane/go.mod tests/controlplane/go.sum
+# The version window: hosts run v1.35-v1.37, leaves v1.34-v1.37. .build/controlplane is
+# the newest (go.mod); each older minor gets a control plane of its own from the same
+# sources and its own module file (tests/controlplane/go.v1.34.mod and .sum, ...), built
+# with the controlplane_skew tag, which leaves out what only compiles against v1.37 (the
+# oracle, the live oracle, the engine benchmark: kube-scheduler's internals).
+CONTROLPLANE_OLD_MINORS := 1.34 1.35 1.36
+CONTROLPLANE_OLD := $(foreach m,$(CONTROLPLANE_OLD_MINORS),$(BUILD)/controlplane-v$(m))
+CONTROLPLANE_OLDEST_LEAF := $(BUILD)/controlplane-v$(firstword $(CONTROLPLANE_OLD_MINORS))
 # Kubernetes' scheduling e2e suite (ginkgo), a test binary of the tests/conformance module.
 CONFORMANCE_SUITE := $(BUILD)/conformance.test
 CONFORMANCE_SRC := $(wildcard tests/conformance/*.go) tests/conformance/go.mod tests/conformance/go.sum Makefile
 # The Kubernetes release the control plane is built from, stamped into its version so
 # `kubectl version` and the components' compatibility checks see a real one.
-K8S_VERSION := $(shell awk '$$1=="k8s.io/kubernetes" {print $$2; exit}' tests/controlplane/go.mod)
-K8S_MINOR := $(word 2,$(subst ., ,$(K8S_VERSION)))
+# $(call k8s_version,MODFILE): the k8s.io/kubernetes version a module file of
+# tests/controlplane pins; $(call version_ldflags,VERSION): the link flags stamping it.
+k8s_version = $(shell awk '$$1=="k8s.io/kubernetes" {print $$2; exit}' tests/controlplane/$(1))
 VERSION_PKGS := k8s.io/component-base/version k8s.io/client-go/pkg/version
-LDFLAGS := -s -w $(foreach p,$(VERSION_PKGS),-X $(p).gitVersion=$(K8S_VERSION) -X $(p).gitMajor=1 -X $(p).gitMinor=$(K8S_MINOR) -X $(p).gitTreeState=clean)
+version_ldflags = -s -w $(foreach p,$(VERSION_PKGS),-X $(p).gitVersion=$(1) -X $(p).gitMajor=1 -X $(p).gitMinor=$(word 2,$(subst ., ,$(1))) -X $(p).gitTreeState=clean)
+K8S_VERSION := $(call k8s_version,go.mod)
+LDFLAGS := $(call version_ldflags,$(K8S_VERSION))
 # Flags that change how packages compile, the same for `go build` and `go vet`: vet then
 # finds every k8s.io/kubernetes package the build compiled in the build cache instead of
 # compiling the whole graph again (link flags like LDFLAGS do not matter to vet).
@@ -24,7 +36,7 @@ GO_FLAGS := -trimpath
 GO_MODULES := tests/controlplane tests/conformance tests/go-extender tools/image tools/lint
 GO_FORMATTED := tests/controlplane tests/conformance tools/image tools/lint
 
-.PHONY: all build controlplane conformance-suite conformance demo test differential lint fmt clean manifests bench bench-engine soak image test-images vet actionlint fuzz
+.PHONY: all build controlplane controlplanes controlplane-oldest-leaf $(addprefix controlplane-v,$(CONTROLPLANE_OLD_MINORS)) conformance-suite conformance demo test differential lint fmt clean manifests bench bench-engine soak image test-images vet actionlint fuzz
 
 all: build
 
@@ -35,6 +47,19 @@ controlplane: $(CONTROLPLANE)
 $(CONTROLPLANE): $(CONTROLPLANE_SRC)
 	@mkdir -p $(BUILD)
 	cd tests/controlplane && go build $(GO_FLAGS) -ldflags '$(LDFLAGS)' -o ../../$(CONTROLPLANE) .
+
+## controlplanes: the control plane of every minor of the version window (v1.34-v1.37);
+## controlplane-v1.34 (.build/controlplane-v1.34), -v1.35, -v1.36: one older minor, its
+## oracle subcommands refused; controlplane-oldest-leaf: the oldest leaf minor's (v1.34).
+controlplanes: $(CONTROLPLANE) $(CONTROLPLANE_OLD)
+
+controlplane-oldest-leaf: $(CONTROLPLANE_OLDEST_LEAF)
+
+$(addprefix controlplane-v,$(CONTROLPLANE_OLD_MINORS)): controlplane-v%: $(BUILD)/controlplane-v%
+
+$(CONTROLPLANE_OLD): $(BUILD)/controlplane-v%: $(CONTROLPLANE_GO) tests/controlplane/go.v%.mod tests/controlplane/go.v%.sum
+	@mkdir -p $(BUILD)
+	cd tests/controlplane && go build $(GO_FLAGS) -modfile=go.v$*.mod -tags controlplane_skew,controlplane_v$(subst .,_,$*) -ldflags '$(call version_ldflags,$(call k8s_version,go.v$*.mod))' -o ../../$@ .
 
 ## conformance-suite: Kubernetes' scheduling e2e suite (k8s.io/kubernetes/test/e2e/scheduling,
 ## ginkgo) as one test binary, from the same modules and compile flags as the control plane

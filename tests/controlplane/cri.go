@@ -5,9 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"time"
-
-	noopt "go.opentelemetry.io/otel/trace/noop"
-	criremote "k8s.io/cri-client/pkg"
 )
 
 // runRemovePods stops and removes every pod sandbox of a CRI runtime, as `crictl rmp -fa`
@@ -28,7 +25,7 @@ func runRemovePods(args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	rs, err := criremote.NewRemoteRuntimeService(ctx, *endpoint, 10*time.Second, noopt.NewTracerProvider(), false)
+	rs, err := newRuntimeService(ctx, *endpoint, 10*time.Second)
 	if err != nil {
 		return err
 	}

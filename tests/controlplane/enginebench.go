@@ -1,3 +1,5 @@
+//go:build !controlplane_skew
+
 package main
 
 // controlplane engine-bench: kube-scheduler's scheduling algorithm for one pod, timed on

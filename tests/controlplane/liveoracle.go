@@ -1,3 +1,5 @@
+//go:build !controlplane_skew
+
 package main
 
 // controlplane live-oracle: kube-scheduler's live scheduling algorithm (Scheduler.SchedulePod:

@@ -9,6 +9,12 @@
 //	controlplane oracle --kubeconfig K [--config F]              kube-scheduler judging pods (oracle_*.go)
 //	controlplane engine-bench [--bench NAME]                     kube-scheduler's algorithm timed (enginebench.go)
 //	controlplane live-oracle                                     kube-scheduler's sampled search from a start index (liveoracle.go)
+//
+// .build/controlplane is built from the newest release of the version window (go.mod);
+// `make controlplane-v1.34` (-v1.35, -v1.36) builds the same sources from go.v1.34.mod
+// with the controlplane_skew tag: no oracle, live oracle or engine bench there
+// (oracle_skew.go), and a shim file where a component's API differs between minors
+// (cri_client*.go, controller_manager_gates*.go).
 package main
 
 import (
@@ -161,6 +167,12 @@ func run(cfg config) error {
 	pki, err := generatePKI(filepath.Join(dataDir, "pki"), cfg.bindAddress)
 	if err != nil {
 		return fmt.Errorf("certificates: %w", err)
+	}
+
+	if cfg.withControllerManager {
+		if err := controllerManagerGates(); err != nil {
+			return fmt.Errorf("kube-controller-manager's feature gates: %w", err)
+		}
 	}
 
 	etcd, err := startEtcd(filepath.Join(dataDir, "etcd"))

@@ -1,3 +1,5 @@
+//go:build !controlplane_skew
+
 package main
 
 // The oracle's cycle: schedulePod's filter and score on every node, PostFilter's

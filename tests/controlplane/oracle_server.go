@@ -1,3 +1,5 @@
+//go:build !controlplane_skew
+
 package main
 
 // controlplane oracle: the real kube-scheduler judging pods without scheduling them.

@@ -1,3 +1,5 @@
+//go:build !controlplane_skew
+
 package main
 
 // The oracle's wire: what POST /judge is asked and what it answers.
