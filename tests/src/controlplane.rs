@@ -41,15 +41,69 @@ pub struct ControlPlane {
     process: Guarded,
     /// The `controlplane` arguments, for a restart on the same data.
     args: Vec<std::ffi::OsString>,
+    /// The Kubernetes minor of its binary ([`binary_for`]), the same on a restart.
+    minor: &'static str,
     restarts: usize,
     dir: TempDir,
 }
+
+/// The Kubernetes minor `.build/controlplane` (`make controlplane`) is built from, what
+/// [`ControlPlane::start`] and the other starts without a minor run.
+pub const DEFAULT_MINOR: &str = "1.37";
+
+/// The minors a host cluster may run: the tested version window.
+pub const HOST_MINORS: [&str; 3] = ["1.35", "1.36", "1.37"];
+
+/// The minors a leaf cluster may run: the tested version window.
+pub const LEAF_MINORS: [&str; 4] = ["1.34", "1.35", "1.36", "1.37"];
+
+/// The oldest leaf minor (`make controlplane-oldest-leaf` builds its control plane).
+pub const OLDEST_LEAF_MINOR: &str = LEAF_MINORS[0];
 
 /// The `controlplane` binary: `$MCSCHED_CONTROLPLANE`, else what `make controlplane` built.
 pub fn binary() -> PathBuf {
     std::env::var_os("MCSCHED_CONTROLPLANE")
         .map(PathBuf::from)
         .unwrap_or_else(|| crate::repo_root().join(".build/controlplane"))
+}
+
+/// The `controlplane` binary of a Kubernetes minor ("1.34"): [`binary`] for
+/// [`DEFAULT_MINOR`], else `$MCSCHED_CONTROLPLANE_V1_34`, else what `make
+/// controlplane-v1.34` built (`.build/controlplane-v1.34`).
+pub fn binary_for(minor: &str) -> PathBuf {
+    if minor == DEFAULT_MINOR {
+        return binary();
+    }
+    std::env::var_os(format!("MCSCHED_CONTROLPLANE_V{}", minor.replace('.', "_")))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate::repo_root().join(format!(".build/controlplane-v{minor}")))
+}
+
+/// The make target that builds [`binary_for`]`(minor)`.
+fn make_target(minor: &str) -> String {
+    if minor == DEFAULT_MINOR {
+        "controlplane".to_string()
+    } else {
+        format!("controlplane-v{minor}")
+    }
+}
+
+/// The `--feature-gates` value that turns kube's workload-aware scheduling on in a minor's
+/// control plane (API server, kube-scheduler, controllers), or `None` where the minor has
+/// no Workload API (1.34). v1.37 folded the GangScheduling and WorkloadAwarePreemption
+/// gates into GenericWorkload and refuses their names; 1.36's WorkloadAwarePreemption
+/// (alpha) stays off here; 1.35 has no TopologyAwareWorkloadScheduling gate. The API
+/// server then serves the minor's Workload group version: v1alpha1 on 1.35 (Workloads
+/// only, no PodGroup objects), v1alpha2 on 1.36, v1beta1 on 1.37.
+pub fn workload_feature_gates(minor: &str) -> Option<&'static str> {
+    match minor {
+        "1.35" => Some("GenericWorkload=true,GangScheduling=true"),
+        "1.36" => {
+            Some("GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloadScheduling=true")
+        }
+        "1.37" => Some("GenericWorkload=true,TopologyAwareWorkloadScheduling=true"),
+        _ => None,
+    }
 }
 
 impl ControlPlane {
@@ -65,7 +119,34 @@ impl ControlPlane {
         options: ControlPlaneOptions,
         args: &[&str],
     ) -> anyhow::Result<Self> {
-        Self::spawn(name, options, args).await
+        Self::spawn(name, DEFAULT_MINOR, options, args).await
+    }
+
+    /// As [`start_with_args`](Self::start_with_args), with the control plane of a
+    /// Kubernetes minor of the version window ([`HOST_MINORS`], [`LEAF_MINORS`]):
+    /// `.build/controlplane-v1.34` for "1.34" (`make controlplane-v1.34`).
+    pub async fn start_minor(
+        name: &str,
+        minor: &'static str,
+        options: ControlPlaneOptions,
+        args: &[&str],
+    ) -> anyhow::Result<Self> {
+        Self::spawn(name, minor, options, args).await
+    }
+
+    /// As [`start_many`](Self::start_many), each with the control plane of `minor`.
+    pub async fn start_many_minor(
+        names: &[&str],
+        minor: &'static str,
+        options: ControlPlaneOptions,
+    ) -> anyhow::Result<Vec<Self>> {
+        let starts = names
+            .iter()
+            .map(|name| Self::spawn(name, minor, options, &[]));
+        futures::future::join_all(starts)
+            .await
+            .into_iter()
+            .collect()
     }
 
     /// Starts one control plane per name, all at once; any that started are stopped
@@ -74,23 +155,26 @@ impl ControlPlane {
         names: &[&str],
         options: ControlPlaneOptions,
     ) -> anyhow::Result<Vec<Self>> {
-        let starts = names.iter().map(|name| Self::spawn(name, options, &[]));
-        futures::future::join_all(starts)
-            .await
-            .into_iter()
-            .collect()
+        Self::start_many_minor(names, DEFAULT_MINOR, options).await
     }
 
     async fn spawn(
         name: &str,
+        minor: &'static str,
         options: ControlPlaneOptions,
         args: &[&str],
     ) -> anyhow::Result<Self> {
-        let bin = binary();
+        if !LEAF_MINORS.contains(&minor) && !HOST_MINORS.contains(&minor) {
+            bail!(
+                "no control plane of Kubernetes {minor}: the version window is {LEAF_MINORS:?} (leaves), {HOST_MINORS:?} (hosts)"
+            );
+        }
+        let bin = binary_for(minor);
         if !bin.exists() {
             bail!(
-                "{} does not exist: build it with `make controlplane`",
-                bin.display()
+                "{} does not exist: build it with `make {}`",
+                bin.display(),
+                make_target(minor)
             );
         }
         let dir = tempfile::Builder::new()
@@ -118,7 +202,7 @@ impl ControlPlane {
         }
         cmd.args(args);
         let args: Vec<std::ffi::OsString> = cmd.get_args().map(|a| a.to_os_string()).collect();
-        let (process, url) = launch(cmd, name, &log).await?;
+        let (process, url) = launch(cmd, &bin, name, &log).await?;
         let client = client_for(&kubeconfig).await?;
         Ok(ControlPlane {
             name: name.to_string(),
@@ -127,6 +211,7 @@ impl ControlPlane {
             client,
             process,
             args,
+            minor,
             restarts: 0,
             dir,
         })
@@ -151,9 +236,10 @@ impl ControlPlane {
             .dir
             .path()
             .join(format!("controlplane-restart{}.log", self.restarts));
-        let mut cmd = Command::new(binary());
+        let bin = binary_for(self.minor);
+        let mut cmd = Command::new(&bin);
         cmd.args(&self.args).arg("--port").arg(&port);
-        let (process, url) = launch(cmd, &self.name, &log).await?;
+        let (process, url) = launch(cmd, &bin, &self.name, &log).await?;
         if url != self.url {
             bail!(
                 "control plane {} came back at {url}, not {}",
@@ -167,6 +253,11 @@ impl ControlPlane {
 
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// The Kubernetes minor its control plane binary is built from ("1.37").
+    pub fn minor(&self) -> &'static str {
+        self.minor
     }
 
     /// `controlplane`'s `--data-dir` (etcd, certificates, an `--audit-log` given relative).
@@ -226,9 +317,14 @@ impl ControlPlane {
 }
 
 /// Spawns `controlplane` and waits for its READY line: the process and its URL.
-async fn launch(cmd: Command, name: &str, log: &Path) -> anyhow::Result<(Guarded, String)> {
+async fn launch(
+    cmd: Command,
+    bin: &Path,
+    name: &str,
+    log: &Path,
+) -> anyhow::Result<(Guarded, String)> {
     let mut process = Guarded::spawn(cmd, &format!("control plane {name}"), log)
-        .with_context(|| format!("cannot start {}", binary().display()))?;
+        .with_context(|| format!("cannot start {}", bin.display()))?;
     let stdout = process
         .child_mut()
         .and_then(|c| c.stdout.take())
