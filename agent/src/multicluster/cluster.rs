@@ -38,8 +38,10 @@ pub struct Health {
 /// ResourceQuotas, LimitRanges and namespaces' Pod Security labels its admission applies
 /// to a copy. Nothing goes to a leaf before all have listed: a leaf whose namespaces
 /// cannot be read (its reader role has allowed it since join's first version) takes no
-/// pods, rather than have their Pod Security levels guessed.
-const WATCHED: [&str; 8] = [
+/// pods, rather than have their Pod Security levels guessed. Nor before the first read of
+/// the fields the leaf serves has ended (read or not: see [`super::served`]), so that no
+/// copy goes unjudged while it is under way.
+const WATCHED: [&str; 9] = [
     "leaf node",
     "leaf pod",
     "leaf persistentvolume",
@@ -48,6 +50,7 @@ const WATCHED: [&str; 8] = [
     "leaf resourcequota",
     "leaf limitrange",
     "leaf namespace",
+    super::served::SYNC_KIND,
 ];
 
 pub struct LeafCluster {
@@ -84,6 +87,10 @@ pub struct LeafCluster {
     pub copied: super::copied::Copied,
     /// Copies created and not recorded on their host pods yet, and forged pods found.
     pub ownership: super::ownership::Ownership,
+    /// The fields the leaf's API server serves, as last read.
+    served: Mutex<mcsched_engine::leaf::served_fields::Served>,
+    /// Woken when a probe sees another version than the one those fields were read at.
+    pub served_wake: Notify,
 }
 
 /// How long a PriorityClass lookup is trusted.
@@ -110,6 +117,8 @@ impl LeafCluster {
             volumes_held: Default::default(),
             copied: Default::default(),
             ownership: Default::default(),
+            served: Mutex::default(),
+            served_wake: Notify::new(),
         })
     }
 
@@ -134,6 +143,30 @@ impl LeafCluster {
             .unwrap_or_else(|e| e.into_inner())
             .insert(name.to_string(), (has, Instant::now()));
         Ok(has)
+    }
+
+    /// What the leaf check knows of the fields the leaf serves.
+    pub fn served(&self) -> mcsched_engine::leaf::served_fields::Served {
+        self.served
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub(crate) fn set_served(&self, served: mcsched_engine::leaf::served_fields::Served) {
+        *self.served.lock().unwrap_or_else(|e| e.into_inner()) = served;
+    }
+
+    /// Whether the leaf last reported another version than the one its served fields were
+    /// read at (an upgrade, or a reconnect to another API server).
+    pub fn version_moved(&self) -> bool {
+        let probed = self.health().version;
+        match &*self.served.lock().unwrap_or_else(|e| e.into_inner()) {
+            mcsched_engine::leaf::served_fields::Served::Known(f) => {
+                probed.is_some_and(|v| v != f.git_version())
+            }
+            _ => false,
+        }
     }
 
     pub fn cache(&self) -> MutexGuard<'_, Cache> {
@@ -249,6 +282,11 @@ impl LeafCluster {
                 h.last_ok = Some(Instant::now());
                 h.version = Some(v.git_version);
                 h.last_error = None;
+                drop(h);
+                if self.version_moved() {
+                    // Read again: the leaf now serves what its new version does.
+                    self.served_wake.notify_one();
+                }
                 true
             }
             Ok(Err(e)) => {
@@ -271,6 +309,11 @@ impl LeafCluster {
                 .clone()
                 .run(self.client.clone(), on_event.clone()),
         )];
+        tasks.push(tokio::spawn(super::served::keep(
+            self.clone(),
+            ready_tx.clone(),
+            on_event.clone(),
+        )));
         let me = self.clone();
         let on = on_event.clone();
         tasks.push(tokio::spawn(watch_kind(

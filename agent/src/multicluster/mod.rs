@@ -13,6 +13,7 @@ pub mod join_secret;
 pub mod ownership;
 pub mod pod_sync;
 pub mod registry;
+pub mod served;
 pub mod token_renewal;
 pub mod virtual_node;
 pub mod volume_reservations;

@@ -202,7 +202,7 @@ impl LeafSnapshots for Leaves {
                     checks: c.checks.clone(),
                     host_id: c.host_id.clone(),
                     admission: c.admission_view(),
-                    served: Default::default(),
+                    served: c.served(),
                 };
                 (name.clone(), Arc::new(view))
             })
@@ -447,9 +447,24 @@ mod tests {
         leaves.insert(east.clone());
         leaves.insert(west.clone());
 
+        let doc = json!({"components": {"schemas": {"io.k8s.api.core.v1.Pod":
+            {"type": "object", "properties": {"spec": {"type": "object"}}}}}});
+        let fields = mcsched_engine::leaf::served_fields::ServedFields::from_document(
+            &serde_json::to_vec(&doc).unwrap_or_default(),
+            "v1.34.4",
+        )
+        .expect("document");
+        east.set_served(mcsched_engine::leaf::served_fields::Served::Known(
+            Arc::new(fields),
+        ));
         let cycle = leaves.cycle(Arc::default());
         assert_eq!(cycle.views.keys().collect::<Vec<_>>(), ["east"]);
         assert_eq!(cycle.views["east"].snapshot.len(), 1);
+        assert!(
+            matches!(&cycle.views["east"].served,
+                mcsched_engine::leaf::served_fields::Served::Known(f) if f.git_version() == "v1.34.4"),
+            "the leaf check sees what the leaf serves"
+        );
 
         let pod: Pod = serde_json::from_value(json!({
             "metadata": {"name": "p", "namespace": "default"},
