@@ -122,7 +122,11 @@ pub fn owned_meta(
 
 /// Server-side apply as mcsched's field manager.
 pub fn apply_params() -> PatchParams {
-    PatchParams::apply(keys::FIELD_MANAGER).force()
+    // Strict, as pod copies are created: a leaf refuses a field it does not know rather
+    // than drop it.
+    PatchParams::apply(keys::FIELD_MANAGER)
+        .force()
+        .validation_strict()
 }
 
 /// A create by pod sync's field manager.

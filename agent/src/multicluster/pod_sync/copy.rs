@@ -16,6 +16,7 @@ use crate::multicluster::dependents::{self, Dep, DepKind, apply_params, owned_me
 use mcsched_engine::leaf::leaf_checks::{Question, Synced, is_ours};
 use mcsched_engine::leaf::transform;
 
+use super::super::copy_create::{create_strict, unknown_field};
 use super::{HostSide, SyncError, api_err, code, is_rbac_denial, warn_event};
 
 /// What holds the copy's name in the leaf after [`create_copy`].
@@ -144,7 +145,6 @@ pub(super) async fn create_copy(
         );
     }
     let host_claims: Api<PersistentVolumeClaim> = Api::namespaced(host.clone(), &ns);
-    let leaf_claims: Api<PersistentVolumeClaim> = Api::namespaced(leaf.client.clone(), &ns);
     for c_name in &deps.claims {
         let Some(c) = host_claims
             .get_opt(c_name)
@@ -197,11 +197,17 @@ pub(super) async fn create_copy(
             }),
             status: None,
         };
-        match leaf_claims.create(&PostParams::default(), &copy).await {
+        match create_strict::<PersistentVolumeClaim>(&leaf.client, &ns, &copy).await {
             Ok(_) => {}
             // Created meanwhile: whose it is decides, on the next pass.
             Err(e) if code(&e) == Some(409) => {
                 leaf_object::<PersistentVolumeClaim>(leaf, &ns, c_name, Synced::Claim).await?;
+            }
+            Err(e) if unknown_field(&e).is_some() => {
+                return Err(SyncError::FieldNotServed {
+                    object: format!("PersistentVolumeClaim {ns}/{c_name}"),
+                    reason: unknown_field(&e).unwrap_or_default().to_string(),
+                });
             }
             Err(e) => return Err(api_err(format!("creating leaf PVC {ns}/{c_name}"))(e)),
         }
@@ -247,6 +253,11 @@ pub(super) async fn create_copy(
             }
         }
         Err(e) if is_rbac_denial(&e) => Err(not_granted(leaf, &ns)),
+        // Strict field validation: the leaf does not know a field of the copy.
+        Err(e) if unknown_field(&e).is_some() => Err(SyncError::FieldNotServed {
+            object: format!("pod {ns}/{name}"),
+            reason: unknown_field(&e).unwrap_or_default().to_string(),
+        }),
         // Quotas and webhooks answer 403; a ValidatingAdmissionPolicy 422 unless it names
         // another reason; a webhook may answer 400.
         Err(kube::Error::Api(s)) if matches!(s.code, 400 | 403 | 422) => {

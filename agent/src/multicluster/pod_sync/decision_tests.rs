@@ -895,3 +895,45 @@ async fn a_claim_copy_of_an_earlier_claim_of_the_same_name_is_not_reused() {
         f.leaf_writes()
     );
 }
+
+#[tokio::test]
+async fn a_copy_the_leaf_refuses_for_a_field_it_does_not_serve_is_never_silently_lost() {
+    // The leaf's answer to a create under strict field validation with a field it lacks.
+    let strict = || {
+        Server::default().with(NS, namespace()).answering(
+            "POST",
+            &format!("{NS}/pods"),
+            (
+                400,
+                fake_api::status(
+                    400,
+                    "BadRequest",
+                    "Pod in version \"v1\" cannot be handled as a Pod: strict decoding error: \
+                     unknown field \"spec.evictionResponders\"",
+                ),
+            ),
+        )
+    };
+    // A bare pod waits, its event naming the field.
+    let f = fixture(Server::default(), strict());
+    let pod = host_pod(json!({"spec": {"evictionResponders": [{"name": "r", "priority": 1}]}}));
+    let result = f.sync(&pod, None).await;
+    assert!(
+        matches!(&result, Err(SyncError::FieldNotServed { object, .. }) if object == "pod default/p"),
+        "{result:?}"
+    );
+    let sent = events(&f, 1).await;
+    assert_eq!(sent[0]["reason"], "LeafRefused", "{sent:?}");
+    let note = sent[0]["note"].as_str().unwrap_or_default();
+    assert!(
+        note.starts_with("leaf cluster east: leaf does not serve a field of pod default/p")
+            && note.contains("unknown field \"spec.evictionResponders\""),
+        "{note}"
+    );
+    assert_eq!(host_deletions(&f), []);
+    // One with a controller goes, to be recreated elsewhere, and the leaf is avoided.
+    let f = fixture(Server::default(), strict());
+    f.sync(&host_pod(owned()), None).await.expect("handled");
+    assert_eq!(host_deletions(&f), [(json!(0), json!("uid-p"))]);
+    assert_eq!(f.avoided(), [(CLUSTER.to_string(), Avoided::Refused)]);
+}

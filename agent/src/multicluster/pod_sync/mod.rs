@@ -85,6 +85,13 @@ pub enum SyncError {
     /// leaf check did not know yet, or it raced with another creation there.
     #[error("leaf refused pod {object}: {reason}")]
     AdmissionRefused { object: String, reason: String },
+    /// The leaf's API server does not know a field of the copy (of the pod, or of a claim
+    /// it needs): created with strict field validation, it refused the copy rather than
+    /// drop the field.
+    #[error(
+        "leaf does not serve a field of {object} and refused it (created with strict field validation rather than have the field dropped): {reason}"
+    )]
+    FieldNotServed { object: String, reason: String },
     /// The leaf has no ServiceAccount of the name the pod runs as, and its admin has not
     /// let mcsched create one there.
     #[error(

@@ -267,7 +267,8 @@ pub(super) async fn sync_one(
                     e @ (SyncError::Clash { .. }
                     | SyncError::NotGranted { .. }
                     | SyncError::NoServiceAccount { .. }
-                    | SyncError::AdmissionRefused { .. }),
+                    | SyncError::AdmissionRefused { .. }
+                    | SyncError::FieldNotServed { .. }),
                 ) => {
                     return clash(host_side, leaf, &host_pods, pod, e).await;
                 }
