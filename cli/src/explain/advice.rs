@@ -273,6 +273,8 @@ pub fn hint(g: &Group, facts: &Facts) -> Option<String> {
             format!("a disk the pod mounts is already in use on {nodes}")
         }
         "NodeVolumeLimits" => format!("{nodes} reached their CSI volume limit"),
+        // engine's served_fields::not_served: `leaf cluster east (v1.34) does not serve spec.x`.
+        "LeafNodeFit" if r.contains(") does not serve ") => "that leaf cluster's Kubernetes is older than a field of the pod's copy (named above), which its API server would drop: upgrade the leaf, leave the field out, or keep the pod off it (nodeAffinity on mcsched.io/cluster)".to_string(),
         "LeafNodeFit" => "a leaf cluster's own nodes cannot take it as they are (the leaf's reasons above): add room in that cluster, or relax the pod".to_string(),
         "SchedulingGates" => "remove the pod's spec.schedulingGates".into(),
         _ => return None,
@@ -511,6 +513,29 @@ mod tests {
         let text = render(&e, &Facts::default());
         assert!(text.contains("relax them, or label a node"), "{text}");
         assert!(text.contains("preemption cannot help"), "{text}");
+    }
+
+    #[test]
+    fn a_field_an_older_leaf_does_not_serve_is_named_with_what_to_do() {
+        console::set_colors_enabled(false);
+        let e = explanation(vec![node(
+            "mcsched-east",
+            vec![verdict(
+                "LeafNodeFit",
+                "UnschedulableAndUnresolvable",
+                "leaf cluster east (v1.34) does not serve spec.evictionResponders",
+            )],
+        )]);
+        let text = render(&e, &Facts::default());
+        assert!(
+            text.contains("leaf cluster east (v1.34) does not serve spec.evictionResponders"),
+            "{text}"
+        );
+        assert!(
+            text.contains("upgrade the leaf, leave the field out, or keep the pod off it"),
+            "{text}"
+        );
+        assert!(!text.contains("add room in that cluster"), "{text}");
     }
 
     #[test]

@@ -30,7 +30,7 @@ pub const POD: &str = "io.k8s.api.core.v1.Pod";
 /// Where an API server serves its OpenAPI v3 document of core/v1.
 pub const DOCUMENT_PATH: &str = "/openapi/v3/api/v1";
 
-/// The largest document read (v1.37's is 2.1 MB): a leaf serving a bigger one is not read.
+/// The largest document read (v1.37's is some 2 MB): a leaf serving a bigger one is not read.
 pub const MAX_DOCUMENT_BYTES: usize = 16 << 20;
 
 /// How deep a walk goes (a Pod's deepest field is some 12 levels down); below, nothing
