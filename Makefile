@@ -36,7 +36,7 @@ GO_FLAGS := -trimpath
 GO_MODULES := tests/controlplane tests/conformance tests/go-extender tools/image tools/lint
 GO_FORMATTED := tests/controlplane tests/conformance tools/image tools/lint
 
-.PHONY: all build controlplane controlplanes controlplane-oldest-leaf $(addprefix controlplane-v,$(CONTROLPLANE_OLD_MINORS)) conformance-suite conformance demo test differential lint fmt clean manifests bench bench-engine soak image test-images vet actionlint fuzz
+.PHONY: feature-gates matrix all build controlplane controlplanes controlplane-oldest-leaf $(addprefix controlplane-v,$(CONTROLPLANE_OLD_MINORS)) conformance-suite conformance demo test differential lint fmt clean manifests bench bench-engine soak image test-images vet actionlint fuzz
 
 all: build
 
@@ -179,3 +179,16 @@ fmt:
 clean:
 	rm -rf $(BUILD)
 	cargo clean
+
+## feature-gates: the table of kube-scheduler's feature gates the agent's --feature-gates is
+## checked against (shared/src/config/feature_gates.tsv), from the control plane's release.
+feature-gates:
+	cd tests/controlplane && go run $(GO_FLAGS) ./cmd/featuregates > ../../shared/src/config/feature_gates.tsv
+
+## matrix: every host x leaf pair of the version window (hosts v1.35-v1.37, leaves
+## v1.34-v1.37), each on control planes of its own minor: a plain pod in the leaf, a copy with
+## a field the leaf lacks, a gang where the host serves PodGroups; prints the table that
+## docs/kubernetes-versions.md keeps. `make test` runs the newest host with the oldest leaf.
+matrix: controlplanes
+	cargo build --workspace --bins
+	MCSCHED_MATRIX=1 cargo test -p mcsched-e2e --test version_skew every_pair_of_the_window -- --nocapture
