@@ -73,31 +73,39 @@ struct MemberView {
 }
 
 /// The PodGroup in the newest version the API server serves (v1beta1, else v1alpha2 read
-/// as v1beta1), and that version.
+/// as v1beta1), and that version. Which is served is asked by listing (a GET of one name
+/// answers 404 NotFound alike for a version not served and for a name not there).
 async fn get_group(
     client: &kube::Client,
     ns: &str,
     name: &str,
 ) -> anyhow::Result<(PodGroup, PodGroupVersion)> {
+    let denied = |s: &kube::core::ErrorResponse| {
+        anyhow::anyhow!("you may not get podgroups in namespace {ns}: {}", s.message)
+    };
+    let one = ListParams::default().limit(1);
     for version in PodGroupVersion::ALL {
         let got = match version {
             PodGroupVersion::V1beta1 => {
-                Api::<PodGroup>::namespaced(client.clone(), ns)
-                    .get_opt(name)
-                    .await
+                let api = Api::<PodGroup>::namespaced(client.clone(), ns);
+                match api.list_metadata(&one).await {
+                    Ok(_) => api.get_opt(name).await,
+                    Err(e) => Err(e),
+                }
             }
-            PodGroupVersion::V1alpha2 => Api::<PodGroupV1alpha2>::namespaced(client.clone(), ns)
-                .get_opt(name)
-                .await
-                .map(|g| g.map(PodGroup::from)),
+            PodGroupVersion::V1alpha2 => {
+                let api = Api::<PodGroupV1alpha2>::namespaced(client.clone(), ns);
+                match api.list_metadata(&one).await {
+                    Ok(_) => api.get_opt(name).await.map(|g| g.map(PodGroup::from)),
+                    Err(e) => Err(e),
+                }
+            }
         };
         match got {
             Ok(Some(g)) => return Ok((g, version)),
             Ok(None) => bail!("podgroup {ns}/{name} not found ({})", version.api_version()),
             Err(kube::Error::Api(s)) if s.code == 404 => continue,
-            Err(kube::Error::Api(s)) if s.code == 403 => {
-                bail!("you may not get podgroups in namespace {ns}: {}", s.message)
-            }
+            Err(kube::Error::Api(s)) if s.code == 403 => return Err(denied(&s)),
             Err(e) => return Err(e.into()),
         }
     }
