@@ -93,6 +93,24 @@ pub struct LeafCluster {
     pub served_wake: Notify,
 }
 
+impl super::served::Leaf for LeafCluster {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn client(&self) -> &Client {
+        &self.client
+    }
+    fn set_served(&self, served: mcsched_engine::leaf::served_fields::Served) {
+        LeafCluster::set_served(self, served)
+    }
+    fn served_wake(&self) -> &Notify {
+        &self.served_wake
+    }
+    fn version_moved(&self) -> bool {
+        LeafCluster::version_moved(self)
+    }
+}
+
 /// How long a PriorityClass lookup is trusted.
 const PRIORITY_CLASS_TTL: Duration = Duration::from_secs(30);
 

@@ -23,7 +23,6 @@ use mcsched_engine::leaf::served_fields::{
 use tracing::{info, warn};
 
 use super::OnEvent;
-use super::cluster::LeafCluster;
 
 /// How long one read (version and document) may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
@@ -32,7 +31,7 @@ const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
 const RETRY_MIN: Duration = Duration::from_secs(10);
 const RETRY_MAX: Duration = Duration::from_secs(300);
 
-/// What [`LeafCluster::start`]'s sync waits for besides the watches' first lists.
+/// What a `LeafCluster`'s sync (its `start`) waits for besides the watches' first lists.
 pub const SYNC_KIND: &str = "leaf served fields";
 
 #[derive(Debug, thiserror::Error)]
@@ -85,30 +84,42 @@ pub async fn fetch(client: &Client, limit: usize) -> Result<ServedFields, FetchE
         .map_err(FetchError::from)
 }
 
+/// What [`keep`] uses of a leaf (a `LeafCluster`, which starts it: a trait, so that this
+/// module does not import that one back).
+pub trait Leaf: Send + Sync {
+    fn name(&self) -> &str;
+    fn client(&self) -> &Client;
+    fn set_served(&self, served: Served);
+    /// Woken when a probe sees another version than the one the fields were read at.
+    fn served_wake(&self) -> &tokio::sync::Notify;
+    /// Whether the leaf last reported another version than the one the fields were read at.
+    fn version_moved(&self) -> bool;
+}
+
 /// Keeps `leaf`'s served fields: read now, again when its probe sees another version
 /// (`served_wake`), and after a failure with backoff. `ready` hears [`SYNC_KIND`] once the
 /// first read ended either way; every change of what is known is a leaf event, so pods
 /// kept off the leaf are tried again.
-pub async fn keep(
-    leaf: Arc<LeafCluster>,
+pub async fn keep<L: Leaf + ?Sized>(
+    leaf: Arc<L>,
     ready: tokio::sync::mpsc::Sender<&'static str>,
     on_event: OnEvent,
 ) {
     let mut backoff = RETRY_MIN;
     let mut first = true;
     loop {
-        let read = tokio::time::timeout(FETCH_TIMEOUT, fetch(&leaf.client, MAX_DOCUMENT_BYTES))
+        let read = tokio::time::timeout(FETCH_TIMEOUT, fetch(leaf.client(), MAX_DOCUMENT_BYTES))
             .await
             .unwrap_or(Err(FetchError::Timeout(FETCH_TIMEOUT)));
         let failed = read.is_err();
         match read {
             Ok(fields) => {
-                info!(cluster = %leaf.name, version = %fields.git_version(), schemas = fields.len(), "read the fields the leaf serves");
+                info!(cluster = %leaf.name(), version = %fields.git_version(), schemas = fields.len(), "read the fields the leaf serves");
                 leaf.set_served(Served::Known(Arc::new(fields)));
                 backoff = RETRY_MIN;
             }
             Err(e) => {
-                warn!(cluster = %leaf.name, error = %e, retry_in = ?backoff, "cannot read the fields the leaf serves: its copies are not checked for them (pod sync still creates them with strict field validation)");
+                warn!(cluster = %leaf.name(), error = %e, retry_in = ?backoff, "cannot read the fields the leaf serves: its copies are not checked for them (pod sync still creates them with strict field validation)");
                 leaf.set_served(Served::Unreadable(e.to_string().into()));
             }
         }
@@ -119,14 +130,14 @@ pub async fn keep(
         }
         if failed {
             tokio::select! {
-                _ = leaf.served_wake.notified() => {},
+                _ = leaf.served_wake().notified() => {},
                 _ = tokio::time::sleep(backoff) => {},
             }
             backoff = (backoff * 2).min(RETRY_MAX);
         } else {
             // Woken by a probe that saw another version than the one read.
             while !leaf.version_moved() {
-                leaf.served_wake.notified().await;
+                leaf.served_wake().notified().await;
             }
         }
     }
@@ -134,6 +145,7 @@ pub async fn keep(
 
 #[cfg(test)]
 mod tests {
+    use super::super::cluster::LeafCluster;
     use super::*;
     use serde_json::json;
 
