@@ -7,8 +7,12 @@ use std::sync::{Arc, Mutex};
 use kube::client::Body;
 use serde_json::Value;
 
-/// `METHOD /path` of every request, in order.
+/// `METHOD /path` of every request, in order. A dry run's path ends in
+/// [`DRY_RUN`] (the answering closure sees it so too): it writes nothing.
 pub type Calls = Arc<Mutex<Vec<String>>>;
+
+/// What a dry run's path ends in, as calls record it.
+pub const DRY_RUN: &str = "?dryRun=All";
 
 /// `METHOD /path` of every request with its JSON body (Null when it has none), in order.
 pub type Requests = Arc<Mutex<Vec<(String, Value)>>>;
@@ -34,7 +38,12 @@ pub fn recording(
     let service = tower::service_fn(move |req: http::Request<Body>| {
         let (seen, bodies, answer) = (seen.clone(), bodies.clone(), answer.clone());
         async move {
-            let (method, path) = (req.method().to_string(), req.uri().path().to_string());
+            let method = req.method().to_string();
+            let dry_run = req
+                .uri()
+                .query()
+                .is_some_and(|q| q.split('&').any(|p| p == "dryRun=All"));
+            let path = format!("{}{}", req.uri().path(), if dry_run { DRY_RUN } else { "" });
             let bytes = req.into_body().collect_bytes().await.unwrap_or_default();
             let sent: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
             let call = format!("{method} {path}");
@@ -85,13 +94,13 @@ pub fn sent(requests: &Requests, method: &str, suffix: &str) -> Vec<Value> {
         .collect()
 }
 
-/// Every write (not GET) made, as `METHOD /path`, in order.
+/// Every write (not GET, nor a dry run) made, as `METHOD /path`, in order.
 pub fn writes(calls: &Calls) -> Vec<String> {
     calls
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .iter()
-        .filter(|c| !c.starts_with("GET "))
+        .filter(|c| !c.starts_with("GET ") && !c.ends_with(DRY_RUN))
         .cloned()
         .collect()
 }

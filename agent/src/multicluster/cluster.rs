@@ -91,6 +91,8 @@ pub struct LeafCluster {
     served: Mutex<mcsched_engine::leaf::served_fields::Served>,
     /// Woken when a probe sees another version than the one those fields were read at.
     pub served_wake: Notify,
+    /// What pod sync's dry runs found the leaf keeps and drops, at the version it reports.
+    pub kept: Arc<mcsched_engine::leaf::kept_fields::KeptFields>,
 }
 
 impl super::served::Leaf for LeafCluster {
@@ -137,6 +139,7 @@ impl LeafCluster {
             ownership: Default::default(),
             served: Mutex::default(),
             served_wake: Notify::new(),
+            kept: Default::default(),
         })
     }
 
@@ -184,6 +187,18 @@ impl LeafCluster {
                 probed.is_some_and(|v| v != f.git_version())
             }
             _ => false,
+        }
+    }
+
+    /// The version the leaf last reported (its probe's, else the one its served fields
+    /// were read at); empty when neither is known yet.
+    pub fn version(&self) -> String {
+        if let Some(v) = self.health().version {
+            return v;
+        }
+        match &*self.served.lock().unwrap_or_else(|e| e.into_inner()) {
+            mcsched_engine::leaf::served_fields::Served::Known(f) => f.git_version().to_string(),
+            _ => String::new(),
         }
     }
 
@@ -301,6 +316,8 @@ impl LeafCluster {
                 h.version = Some(v.git_version);
                 h.last_error = None;
                 drop(h);
+                // What dry runs taught of another version is forgotten.
+                self.kept.at_version(&self.version(), Instant::now());
                 if self.version_moved() {
                     // Read again: the leaf now serves what its new version does.
                     self.served_wake.notify_one();

@@ -5,13 +5,64 @@
 //! nobody reads). The leaf check keeps such copies off such leaves first
 //! ([`mcsched_engine::leaf::served_fields`]); this is the second line behind it, for a
 //! leaf whose document could not be read, and for fields only the raw host pod has.
+//!
+//! A leaf that knows a field may still drop it: its feature gate is off there, and the
+//! pod strategy clears it on create without a word. So the copy is created with
+//! `dryRun=All` first, and the answer compared with what was sent
+//! ([`mcsched_engine::leaf::kept_fields`]): a field it lacks is not created but refused
+//! ([`CreateError::Dropped`]), and remembered for the leaf check. A copy whose every field
+//! is of a shape a dry run on that leaf (at its version) found kept needs none: the pods
+//! of one owner cost one dry run, not one each.
+
+use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ApiResource, DynamicObject};
 use kube::{Api, Client, Resource};
-use mcsched_engine::leaf::unknown_fields;
+use mcsched_engine::leaf::{kept_fields, unknown_fields};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tracing::{info, warn};
+
+use super::cluster::LeafCluster;
+
+/// The query of a create under strict field validation.
+const STRICT: &str = "fieldValidation=Strict";
+
+/// The query of its dry run: admission, defaults and the strategy as for the create,
+/// nothing stored.
+const DRY_RUN: &str = "dryRun=All&fieldValidation=Strict";
+
+/// Why a copy was not created.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CreateError {
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+    /// A dry run of its creation came back without `path`, a field the copy sets.
+    #[error("leaf ({version}) drops {path}")]
+    Dropped { path: String, version: String },
+}
+
+/// POSTs `object` to the collection of `K` in namespace `ns` with `query`; the answer is
+/// read as `A`.
+async fn post<K, A>(
+    client: &Client,
+    ns: &str,
+    object: &impl Serialize,
+    query: &str,
+) -> Result<A, kube::Error>
+where
+    K: Resource<DynamicType = ()>,
+    A: DeserializeOwned,
+{
+    let body = serde_json::to_vec(object).map_err(kube::Error::SerdeError)?;
+    let request = http::Request::post(format!("{}?{query}", K::url_path(&(), Some(ns))))
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(body)
+        .map_err(kube::Error::HttpError)?;
+    client.request::<A>(request).await
+}
 
 /// Creates `object` in the collection of `K` in namespace `ns` with
 /// `fieldValidation=Strict` (kube's `PostParams` has no field for it). `object` may hold
@@ -24,15 +75,7 @@ pub(crate) async fn create_strict<K>(
 where
     K: Resource<DynamicType = ()> + DeserializeOwned,
 {
-    let body = serde_json::to_vec(object).map_err(kube::Error::SerdeError)?;
-    let request = http::Request::post(format!(
-        "{}?fieldValidation=Strict",
-        K::url_path(&(), Some(ns))
-    ))
-    .header(http::header::CONTENT_TYPE, "application/json")
-    .body(body)
-    .map_err(kube::Error::HttpError)?;
-    client.request::<K>(request).await
+    post::<K, K>(client, ns, object, STRICT).await
 }
 
 /// The API server's message when it refused an object for a field it does not know
@@ -48,29 +91,68 @@ pub(crate) fn unknown_field(e: &kube::Error) -> Option<&str> {
 }
 
 /// Creates `copy` in `leaf`; the fields of host pod `ns/name` its types dropped are put
-/// back first (a second read of the host pod, as JSON).
+/// back first (a second read of the host pod, as JSON). Not created when the leaf would
+/// drop a field of it ([`kept_by`]).
 pub(crate) async fn create(
     host: &Client,
-    leaf: &Client,
+    leaf: &LeafCluster,
     ns: &str,
     name: &str,
     copy: &Pod,
-) -> Result<Pod, kube::Error> {
+) -> Result<Pod, CreateError> {
     let pods = ApiResource::erase::<Pod>(&());
     let raw = Api::<DynamicObject>::namespaced_with(host.clone(), ns, &pods)
         .get_opt(name)
         .await?
         .and_then(|o| serde_json::to_value(o).ok());
-    let grafted = match &raw {
-        Some(raw) => unknown_fields::of_pod(raw).map(|unknown| (raw, unknown)),
-        None => None,
-    };
-    let Some((raw, unknown)) = grafted else {
-        return create_strict::<Pod>(leaf, ns, copy).await;
-    };
     let mut value = serde_json::to_value(copy).map_err(kube::Error::SerdeError)?;
-    unknown_fields::graft(&mut value, &unknown, raw);
-    create_strict::<Pod>(leaf, ns, &value).await
+    if let Some(raw) = &raw
+        && let Some(unknown) = unknown_fields::of_pod(raw)
+    {
+        unknown_fields::graft(&mut value, &unknown, raw);
+    }
+    kept_by(leaf, ns, name, &value).await?;
+    Ok(create_strict::<Pod>(&leaf.client, ns, &value).await?)
+}
+
+/// Whether `leaf` keeps every field `copy` (pod `ns/name` as it is to be created) sets: a
+/// dry run of its creation answers, unless one of a copy of its shape did before at the
+/// leaf's version. A dry run that fails says nothing: the create answers for itself
+/// (strict field validation, admission, a name taken), and a leaf whose admission cannot
+/// dry-run (a webhook with side effects) creates copies unverified, as before.
+async fn kept_by(
+    leaf: &LeafCluster,
+    ns: &str,
+    name: &str,
+    copy: &Value,
+) -> Result<(), CreateError> {
+    let version = leaf.version();
+    let Some(shape) = leaf.kept.to_verify(&version, copy, Instant::now()) else {
+        return Ok(());
+    };
+    let answer = match post::<Pod, Value>(&leaf.client, ns, copy, DRY_RUN).await {
+        Ok(answer) => answer,
+        Err(e) => {
+            let for_the_create = unknown_field(&e).is_some()
+                || matches!(&e, kube::Error::Api(s) if matches!(s.code, 403 | 409 | 422));
+            if !for_the_create {
+                warn!(cluster = %leaf.name, pod = %format!("{ns}/{name}"), error = %e, "a dry run of the copy's creation failed: created without knowing whether the leaf keeps every field");
+            }
+            return Ok(());
+        }
+    };
+    let dropped = kept_fields::dropped(copy, &answer);
+    let now = Instant::now();
+    let Some(first) = dropped.first() else {
+        leaf.kept.kept(&version, &shape, now);
+        return Ok(());
+    };
+    info!(cluster = %leaf.name, pod = %format!("{ns}/{name}"), %version, field = %first.path, dropped = dropped.len(), "the leaf drops a field of the copy: not created");
+    leaf.kept.dropped(&version, &dropped, now);
+    Err(CreateError::Dropped {
+        path: first.path.clone(),
+        version,
+    })
 }
 
 #[cfg(test)]
@@ -120,12 +202,14 @@ mod tests {
             )
         });
         let (leaf_client, uris) = leaf();
+        let leaf_cluster =
+            LeafCluster::new("east".into(), leaf_client.clone(), "1".into(), "h1".into());
         let copy: Pod = serde_json::from_value(json!({
             "metadata": {"name": "p", "namespace": "shop"},
             "spec": {"containers": [{"name": "c", "image": "i"}]}
         }))
         .expect("pod");
-        let created = create(&host, &leaf_client, "shop", "p", &copy)
+        let created = create(&host, &leaf_cluster, "shop", "p", &copy)
             .await
             .expect("created");
         assert_eq!(created.metadata.name.as_deref(), Some("p"));
@@ -138,7 +222,7 @@ mod tests {
                 "spec": {"containers": [{"name": "c", "image": "i"}]}}),
             )
         });
-        create(&plain, &leaf_client, "shop", "p", &copy)
+        create(&plain, &leaf_cluster, "shop", "p", &copy)
             .await
             .expect("created");
         let claim: PersistentVolumeClaim = serde_json::from_value(json!({
@@ -150,12 +234,18 @@ mod tests {
             .await
             .expect("created");
         let sent = uris.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        assert_eq!(sent[0].1["spec"]["futureField"], 1, "grafted");
-        assert_eq!(sent[1].1["spec"]["futureField"], serde_json::Value::Null);
+        assert_eq!(
+            sent[0].1["spec"]["futureField"], 1,
+            "grafted, in the dry run too"
+        );
+        assert_eq!(sent[1].1["spec"]["futureField"], 1, "grafted");
+        assert_eq!(sent[2].1["spec"]["futureField"], serde_json::Value::Null);
         assert_eq!(
             sent.into_iter().map(|(u, _)| u).collect::<Vec<_>>(),
             [
+                "POST /api/v1/namespaces/shop/pods?dryRun=All&fieldValidation=Strict",
                 "POST /api/v1/namespaces/shop/pods?fieldValidation=Strict",
+                // Of a shape the first dry run verified: none.
                 "POST /api/v1/namespaces/shop/pods?fieldValidation=Strict",
                 "POST /api/v1/namespaces/shop/persistentvolumeclaims?fieldValidation=Strict",
             ]

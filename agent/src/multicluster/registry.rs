@@ -203,6 +203,7 @@ impl LeafSnapshots for Leaves {
                     host_id: c.host_id.clone(),
                     admission: c.admission_view(),
                     served: c.served(),
+                    kept: c.kept.clone(),
                 };
                 (name.clone(), Arc::new(view))
             })

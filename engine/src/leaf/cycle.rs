@@ -35,6 +35,9 @@ pub struct LeafView {
     pub admission: AdmissionView,
     /// The fields its API server serves: a copy carrying another does not go there.
     pub served: super::served_fields::Served,
+    /// What pod sync's dry runs found it drops: a copy carrying such a field does not go
+    /// there either.
+    pub kept: Arc<super::kept_fields::KeptFields>,
 }
 
 /// What the leaf's admission will judge a copy by, at the cycle's start.
@@ -81,7 +84,7 @@ pub struct LeafCycle {
     overrides: Arc<(String, Vec<ClusterOverride>)>,
     /// Cluster → the copy with its overrides applied, and what they changed.
     overridden: Arc<Mutex<HashMap<String, OverriddenCopy>>>,
-    /// The copy without overrides as JSON, for the leaves' served fields.
+    /// The copy without overrides as JSON, for the leaves' served and dropped fields.
     leaf_pod_json: Arc<OnceLock<Option<Arc<serde_json::Value>>>>,
     /// Cluster → the first field of its copy the leaf does not serve (None: it serves
     /// all), found once per cycle.
@@ -319,6 +322,30 @@ impl LeafCycle {
         if let Some(found) = lock().get(cluster) {
             return found.clone();
         }
+        let found = self
+            .copy_json(copy)
+            .and_then(|j| served.first_unserved(super::served_fields::POD, &j));
+        lock().insert(cluster.to_string(), found.clone());
+        found
+    }
+
+    /// The first field of `copy` (the copy for its cluster, from [`Self::leaf_pod_in`])
+    /// that the leaf is known to drop (`kept`, learned by pod sync's dry runs), with the
+    /// leaf's version it was found at. Judged each time: pod sync may learn it meanwhile.
+    pub(crate) fn dropped_field(
+        &self,
+        copy: &Arc<PodInfo>,
+        kept: &super::kept_fields::KeptFields,
+    ) -> Option<(String, String)> {
+        let now = std::time::Instant::now();
+        if !kept.drops_any(now) {
+            return None;
+        }
+        kept.first_dropped(&*self.copy_json(copy)?, now)
+    }
+
+    /// `copy` as JSON; the copy without overrides, the same for every leaf, made JSON once.
+    fn copy_json(&self, copy: &Arc<PodInfo>) -> Option<Arc<serde_json::Value>> {
         let to_json = |p: &PodInfo| match serde_json::to_value(&*p.pod()) {
             Ok(v) => Some(Arc::new(v)),
             Err(e) => {
@@ -326,16 +353,12 @@ impl LeafCycle {
                 None
             }
         };
-        // The copy without overrides is the same for every leaf: made JSON once.
         let plain = matches!(self.leaf_pod.get(), Some(Ok(p)) if Arc::ptr_eq(p, copy));
-        let json = if plain {
+        if plain {
             self.leaf_pod_json.get_or_init(|| to_json(copy)).clone()
         } else {
             to_json(copy)
-        };
-        let found = json.and_then(|j| served.first_unserved(super::served_fields::POD, &j));
-        lock().insert(cluster.to_string(), found.clone());
-        found
+        }
     }
 
     /// The pod as it would be created in a leaf, built once per cycle.

@@ -347,14 +347,15 @@ impl ServedFields {
 }
 
 /// One step of a field path.
-enum Step<'v> {
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Step<'v> {
     Field(&'v str),
     Index(usize),
     Key(&'v str),
 }
 
 /// kube's field path style: `spec.containers[0].resources.limits[cpu]`.
-fn format_path(path: &[Step<'_>]) -> String {
+pub(crate) fn format_path(path: &[Step<'_>]) -> String {
     let mut out = String::new();
     for step in path {
         match step {

@@ -142,6 +142,7 @@ mod tests {
                         checks: crate::leaf::leaf_checks::LeafChecks::settled("east"),
                         host_id: String::new(),
                         served: Default::default(),
+                        kept: Default::default(),
                     };
                     (name.clone(), Arc::new(view))
                 })

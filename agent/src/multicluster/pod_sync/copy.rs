@@ -16,7 +16,7 @@ use crate::multicluster::dependents::{self, Dep, DepKind, apply_params, owned_me
 use mcsched_engine::leaf::leaf_checks::{Question, Synced, is_ours};
 use mcsched_engine::leaf::transform;
 
-use super::super::copy_create::{create_strict, unknown_field};
+use super::super::copy_create::{self, CreateError, create_strict, unknown_field};
 use super::{HostSide, SyncError, api_err, code, is_rbac_denial, warn_event};
 
 /// What holds the copy's name in the leaf after [`create_copy`].
@@ -225,7 +225,18 @@ pub(super) async fn create_copy(
     }
     keep_priority_class(host_side, leaf, pod, &mut copy).await;
     let leaf_pods: Api<Pod> = Api::namespaced(leaf.client.clone(), &ns);
-    match super::super::copy_create::create(host, &leaf.client, &ns, &name, &copy).await {
+    let created = match copy_create::create(host, leaf, &ns, &name, &copy).await {
+        Ok(created) => Ok(created),
+        Err(CreateError::Dropped { path, version }) => {
+            return Err(SyncError::FieldDropped {
+                object: format!("pod {ns}/{name}"),
+                path,
+                version,
+            });
+        }
+        Err(CreateError::Api(e)) => Err(e),
+    };
+    match created {
         Ok(created) => {
             info!(cluster = %leaf.name, pod = %format!("{ns}/{name}"), "leaf pod created");
             Ok(Placed::Created(created.metadata.uid.unwrap_or_default()))

@@ -32,7 +32,11 @@ fn not_found() -> (u16, Value) {
 struct Server {
     objects: HashMap<String, Value>,
     answers: HashMap<(String, String), (u16, Value)>,
+    /// How a dry run of a pod's creation is answered (unset: with what was sent).
+    dry_run: Option<Arc<DryRunAnswer>>,
 }
+
+type DryRunAnswer = dyn Fn(&Value) -> (u16, Value) + Send + Sync;
 
 impl Server {
     fn with(mut self, path: &str, object: Value) -> Self {
@@ -46,10 +50,24 @@ impl Server {
         self
     }
 
+    fn dry_running(
+        mut self,
+        answer: impl Fn(&Value) -> (u16, Value) + Send + Sync + 'static,
+    ) -> Self {
+        self.dry_run = Some(Arc::new(answer));
+        self
+    }
+
     fn start(self) -> (kube::Client, Calls, Requests) {
         fake_api::recording(move |method, path, sent| {
             if let Some(a) = self.answers.get(&(method.to_string(), path.to_string())) {
                 return a.clone();
+            }
+            if let Some(dry_run) = &self.dry_run
+                && method == "POST"
+                && path == format!("{NS}/pods{}", fake_api::DRY_RUN)
+            {
+                return dry_run(sent);
             }
             let held = self.objects.get(path.trim_end_matches("/status"));
             match method {
@@ -936,4 +954,139 @@ async fn a_copy_the_leaf_refuses_for_a_field_it_does_not_serve_is_never_silently
     f.sync(&host_pod(owned()), None).await.expect("handled");
     assert_eq!(host_deletions(&f), [(json!(0), json!("uid-p"))]);
     assert_eq!(f.avoided(), [(CLUSTER.to_string(), Avoided::Refused)]);
+}
+
+/// A v1.37 leaf whose EmptyDirVolumeMode gate is off: it knows `emptyDir.mode`, and its
+/// pod strategy drops it on create; a dry run answers so.
+fn dropping_the_mode() -> Server {
+    Server::default().with(NS, namespace()).dry_running(|sent| {
+        let mut answer = sent.clone();
+        answer["metadata"]["uid"] = json!("dry-run-uid");
+        answer["spec"]["restartPolicy"] = json!("Always");
+        if let Some(volumes) = answer["spec"]["volumes"].as_array_mut() {
+            for v in volumes {
+                if let Some(e) = v["emptyDir"].as_object_mut() {
+                    e.remove("mode");
+                }
+            }
+        }
+        (201, answer)
+    })
+}
+
+fn dry_runs(f: &Fixture) -> usize {
+    f.leaf_calls
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter(|c| c.starts_with("POST ") && c.ends_with(fake_api::DRY_RUN))
+        .count()
+}
+
+#[tokio::test]
+async fn a_copy_whose_field_the_leaf_would_drop_is_not_created_and_the_field_named() {
+    let with_mode = |extra: Value| {
+        host_pod(fake_api::merged(
+            json!({"spec": {"volumes": [{"name": "scratch", "emptyDir": {"mode": 448}}]}}),
+            extra,
+        ))
+    };
+    // A bare pod waits, its event naming the field; nothing is created.
+    let f = fixture(Server::default(), dropping_the_mode());
+    let result = f.sync(&with_mode(json!({})), None).await;
+    assert!(
+        matches!(&result, Err(SyncError::FieldDropped { object, path, .. })
+            if object == "pod default/p" && path == "spec.volumes[0].emptyDir.mode"),
+        "{result:?}"
+    );
+    assert_eq!(dry_runs(&f), 1);
+    assert!(
+        !f.leaf_writes().iter().any(|w| w.ends_with("/pods")),
+        "created: {:?}",
+        f.leaf_writes()
+    );
+    let sent = events(&f, 1).await;
+    assert_eq!(sent[0]["reason"], "LeafRefused", "{sent:?}");
+    let note = sent[0]["note"].as_str().unwrap_or_default();
+    assert!(
+        note.starts_with("leaf cluster east: leaf drops spec.volumes[0].emptyDir.mode of pod default/p (its feature gate is off there"),
+        "{note}"
+    );
+    assert_eq!(host_deletions(&f), []);
+    // Remembered: the leaf check names it for any pod carrying it there.
+    let other = json!({"spec": {"volumes": [{"name": "a", "emptyDir": {}},
+        {"name": "b", "emptyDir": {"mode": 493}}]}});
+    assert_eq!(
+        f.leaf.kept.first_dropped(&other, Instant::now()),
+        Some(("spec.volumes[1].emptyDir.mode".to_string(), String::new()))
+    );
+    // Tried again, it is verified again (the gate may have been turned on meanwhile).
+    let again = f.sync(&with_mode(json!({})), None).await;
+    assert!(
+        matches!(&again, Err(SyncError::FieldDropped { .. })),
+        "{again:?}"
+    );
+    assert_eq!(dry_runs(&f), 2);
+
+    // One with a controller goes, to be recreated elsewhere, and the leaf is avoided.
+    let f = fixture(Server::default(), dropping_the_mode());
+    f.sync(&with_mode(owned()), None).await.expect("handled");
+    assert_eq!(host_deletions(&f), [(json!(0), json!("uid-p"))]);
+    assert_eq!(f.avoided(), [(CLUSTER.to_string(), Avoided::Refused)]);
+    assert!(!f.leaf_writes().iter().any(|w| w.ends_with("/pods")));
+
+    // The version the leaf reports is named, and another one forgets what was learned.
+    let f = fixture(Server::default(), dropping_the_mode());
+    f.leaf.kept.at_version("v1.37.2", Instant::now());
+    f.leaf
+        .set_served(mcsched_engine::leaf::served_fields::Served::Known(
+            Arc::new(
+                mcsched_engine::leaf::served_fields::ServedFields::from_document(
+                    &serde_json::to_vec(&json!({"components": {"schemas": {
+                "io.k8s.api.core.v1.Pod": {"type": "object", "properties": {}}}}}))
+                    .unwrap_or_default(),
+                    "v1.37.2",
+                )
+                .expect("document"),
+            ),
+        ));
+    let e = f
+        .sync(&with_mode(json!({})), None)
+        .await
+        .expect_err("refused");
+    assert!(
+        e.to_string()
+            .starts_with("leaf (v1.37.2) drops spec.volumes[0].emptyDir.mode of pod default/p"),
+        "{e}"
+    );
+    f.leaf.kept.at_version("v1.37.3", Instant::now());
+    assert_eq!(f.leaf.kept.first_dropped(&other, Instant::now()), None);
+
+    // A leaf that keeps it: created, after one dry run.
+    let f = fixture(Server::default(), Server::default().with(NS, namespace()));
+    f.sync(&with_mode(json!({})), None).await.expect("synced");
+    assert_eq!(dry_runs(&f), 1);
+    let created = fake_api::sent(&f.leaf_sent, "POST", &format!("{NS}/pods"));
+    assert_eq!(created.len(), 1);
+    assert_eq!(created[0]["spec"]["volumes"][0]["emptyDir"]["mode"], 448);
+}
+
+#[tokio::test]
+async fn the_copies_of_one_shape_cost_one_dry_run() {
+    let f = fixture(Server::default(), Server::default().with(NS, namespace()));
+    for i in 0..100 {
+        let pod = host_pod(
+            json!({"metadata": {"name": format!("web-{i}"), "uid": format!("uid-{i}"),
+            "labels": {"app": "web"}},
+            "spec": {"volumes": [{"name": "scratch", "emptyDir": {"mode": 448}}]}}),
+        );
+        f.sync(&pod, None).await.expect("synced");
+    }
+    let creates = fake_api::sent(&f.leaf_sent, "POST", &format!("{NS}/pods"));
+    assert_eq!((dry_runs(&f), creates.len()), (1, 100));
+    // A copy with a field not verified yet on this leaf: one more.
+    let pod = host_pod(json!({"metadata": {"name": "other", "uid": "uid-o"},
+        "spec": {"hostname": "h"}}));
+    f.sync(&pod, None).await.expect("synced");
+    assert_eq!(dry_runs(&f), 2);
 }

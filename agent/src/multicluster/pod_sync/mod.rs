@@ -92,6 +92,20 @@ pub enum SyncError {
         "leaf does not serve a field of {object} and refused it (created with strict field validation rather than have the field dropped): {reason}"
     )]
     FieldNotServed { object: String, reason: String },
+    /// The leaf's API server knows every field of the copy but drops one (its feature gate
+    /// is off there): a dry run of the creation came back without it, so the copy is not
+    /// created rather than run without it, and the leaf check keeps pods carrying the field
+    /// off the leaf until that is forgotten (the leaf reports another version, or
+    /// `kept_fields::FORGET_AFTER` passed).
+    #[error(
+        "leaf{} drops {path} of {object} (its feature gate is off there, or its admission removes it): a dry run of the creation came back without it, so the copy is not created rather than run without it",
+        version_note(.version)
+    )]
+    FieldDropped {
+        object: String,
+        path: String,
+        version: String,
+    },
     /// The leaf has no ServiceAccount of the name the pod runs as, and its admin has not
     /// let mcsched create one there.
     #[error(
@@ -118,6 +132,15 @@ pub enum SyncError {
         #[source]
         source: mcsched_shared::overrides::OverrideError,
     },
+}
+
+/// ` (v1.37.2)`, or nothing when the leaf's version is not known.
+fn version_note(version: &str) -> String {
+    if version.is_empty() {
+        String::new()
+    } else {
+        format!(" ({version})")
+    }
 }
 
 fn code(e: &kube::Error) -> Option<u16> {

@@ -268,7 +268,8 @@ pub(super) async fn sync_one(
                     | SyncError::NotGranted { .. }
                     | SyncError::NoServiceAccount { .. }
                     | SyncError::AdmissionRefused { .. }
-                    | SyncError::FieldNotServed { .. }),
+                    | SyncError::FieldNotServed { .. }
+                    | SyncError::FieldDropped { .. }),
                 ) => {
                     return clash(host_side, leaf, &host_pods, pod, e).await;
                 }

@@ -13,6 +13,7 @@ use crate::leaf::admission::Admitted;
 use crate::leaf::check_memory::Asker;
 use crate::leaf::cycle::{LeafCycle, LeafView};
 use crate::leaf::grants::{Copied, grant_command};
+use crate::leaf::kept_fields;
 use crate::leaf::leaf_checks::{Question, Synced};
 use crate::leaf::rescheduling::Avoided;
 use crate::leaf::served_fields::{self, Served};
@@ -131,6 +132,13 @@ impl LeafChecker {
                 "the fields leaf cluster {cluster} serves are unknown ({reason}): the copy is not checked for them; pod sync creates it with strict field validation, so the leaf refuses a field it does not serve rather than drop it"
             )),
             Served::NotRead => {}
+        }
+        if let Some((path, version)) = cycle.dropped_field(&leaf_pod, &view.kept) {
+            let mut why = kept_fields::drops(cluster, &version, &path);
+            if !overridden.is_empty() {
+                why = format!("{why} (judged as {})", overridden.join("; "));
+            }
+            return Status::unresolvable(why);
         }
         let obj = pod.object();
         let class = obj
@@ -489,6 +497,7 @@ mod tests {
             checks: crate::leaf::leaf_checks::LeafChecks::settled("east"),
             host_id: String::new(),
             served: Default::default(),
+            kept: Default::default(),
         };
         LeafCycle::new(Arc::new(BTreeMap::from([(
             "east".to_string(),
@@ -548,6 +557,7 @@ mod tests {
                 checks: crate::leaf::leaf_checks::LeafChecks::settled("east"),
                 host_id: String::new(),
                 served: Default::default(),
+                kept: Default::default(),
             }),
         )])))
     }
@@ -602,6 +612,11 @@ mod tests {
 
     /// Leaf `east` with one 4-CPU node, its API server serving `served`.
     fn leaf_serving(served: Served) -> LeafCycle {
+        leaf_keeping(served, Default::default())
+    }
+
+    /// As [`leaf_serving`], with what pod sync's dry runs found it keeps and drops.
+    fn leaf_keeping(served: Served, kept: Arc<kept_fields::KeptFields>) -> LeafCycle {
         let n = node("east-1", "4", json!({"kubernetes.io/hostname": "east-1"}));
         LeafCycle::new(Arc::new(BTreeMap::from([(
             "east".to_string(),
@@ -612,8 +627,54 @@ mod tests {
                 checks: crate::leaf::leaf_checks::LeafChecks::settled("east"),
                 host_id: String::new(),
                 served,
+                kept,
             }),
         )])))
+    }
+
+    #[test]
+    fn a_copy_carrying_a_field_its_leaf_was_found_to_drop_does_not_go_there() {
+        use crate::leaf::served_fields::fixtures;
+        let checker = LeafChecker::new(None);
+        let vn = virtual_node();
+        let with_mode = |volumes: serde_json::Value| {
+            let p: Pod = serde_json::from_value(json!({
+                "metadata": {"name": "web", "namespace": "default"},
+                "spec": {"containers": [{"name": "a", "image": "i",
+                    "resources": {"requests": {"cpu": "1"}}}], "volumes": volumes}
+            }))
+            .expect("pod");
+            PodInfo::new(Arc::new(p))
+        };
+        // A v1.37 leaf serves emptyDir's mode; a dry run there found it dropped.
+        let kept = Arc::new(kept_fields::KeptFields::default());
+        let now = std::time::Instant::now();
+        kept.dropped(
+            "v1.37.2",
+            &kept_fields::dropped(
+                &json!({"spec": {"volumes": [{"name": "d", "emptyDir": {"mode": 448}}]}}),
+                &json!({"spec": {"volumes": [{"name": "d", "emptyDir": {}}]}}),
+            ),
+            now,
+        );
+        let cycle = leaf_keeping(Served::Known(Arc::new(fixtures::served(37))), kept.clone());
+        let pod = with_mode(json!([{"name": "cache", "emptyDir": {}},
+            {"name": "data", "emptyDir": {"mode": 493}}]));
+        let s = checker.check(&cycle, &pod, &vn);
+        assert_eq!(s.code, crate::framework::Code::UnschedulableAndUnresolvable);
+        assert_eq!(
+            s.message(),
+            "leaf cluster east (v1.37.2) drops spec.volumes[1].emptyDir.mode (its feature gate is off there, or its admission removes it)"
+        );
+        assert_eq!(cycle.choice("mcsched-east"), None);
+        // A pod without it goes there; with the leaf's memory forgotten (another
+        // version), the pod too.
+        let plain = with_mode(json!([{"name": "cache", "emptyDir": {}}]));
+        let cycle = leaf_keeping(Served::Known(Arc::new(fixtures::served(37))), kept.clone());
+        assert!(checker.check(&cycle, &plain, &vn).is_success());
+        kept.at_version("v1.37.3", now);
+        let cycle = leaf_keeping(Served::Known(Arc::new(fixtures::served(37))), kept);
+        assert!(checker.check(&cycle, &pod, &vn).is_success());
     }
 
     #[test]
@@ -739,6 +800,7 @@ mod tests {
                 checks: crate::leaf::leaf_checks::LeafChecks::settled("east"),
                 host_id: String::new(),
                 served: Default::default(),
+                kept: Default::default(),
             }),
         )])));
         let claim: k8s_openapi::api::core::v1::PersistentVolumeClaim =
@@ -834,6 +896,7 @@ mod tests {
                 checks: crate::leaf::leaf_checks::LeafChecks::settled("east"),
                 host_id: String::new(),
                 served: Default::default(),
+                kept: Default::default(),
             }),
         )])))
     }
@@ -1041,6 +1104,7 @@ mod leaf_question_tests {
             checks: checks.clone(),
             host_id: "h1".into(),
             served: Default::default(),
+            kept: Default::default(),
         });
         let cycle = LeafCycle::new(Arc::new(BTreeMap::from([("east".into(), view.clone())])));
         (checks, view, cycle)

@@ -203,6 +203,7 @@ mod tests {
                 checks: crate::leaf::leaf_checks::LeafChecks::settled("east"),
                 host_id: String::new(),
                 served: Default::default(),
+                kept: Default::default(),
             };
             let mut c = LeafCycle::new(Arc::new(BTreeMap::from([(
                 "east".to_string(),
@@ -309,6 +310,7 @@ mod tests {
             checks: crate::leaf::leaf_checks::LeafChecks::settled("east"),
             host_id: String::new(),
             served: Default::default(),
+            kept: Default::default(),
         };
         let cycle = LeafCycle::new(Arc::new(BTreeMap::from([(
             "east".to_string(),
