@@ -275,6 +275,9 @@ pub fn hint(g: &Group, facts: &Facts) -> Option<String> {
         "NodeVolumeLimits" => format!("{nodes} reached their CSI volume limit"),
         // engine's served_fields::not_served: `leaf cluster east (v1.34) does not serve spec.x`.
         "LeafNodeFit" if r.contains(") does not serve ") => "that leaf cluster's Kubernetes is older than a field of the pod's copy (named above), which its API server would drop: upgrade the leaf, leave the field out, or keep the pod off it (nodeAffinity on mcsched.io/cluster)".to_string(),
+        // engine's kept_fields::drops: `leaf cluster east (v1.37.2) drops spec.x (its feature
+        // gate is off there, ...)`, learned by pod sync's dry run there.
+        "LeafNodeFit" if r.contains(") drops ") => "that leaf cluster's API server knows a field of the pod's copy (named above) but dropped it when pod sync tried the copy there (a dry run): turn the field's feature gate on in that leaf, leave the field out, or keep the pod off it (nodeAffinity on mcsched.io/cluster)".to_string(),
         "LeafNodeFit" => "a leaf cluster's own nodes cannot take it as they are (the leaf's reasons above): add room in that cluster, or relax the pod".to_string(),
         "SchedulingGates" => "remove the pod's spec.schedulingGates".into(),
         _ => return None,
@@ -513,6 +516,27 @@ mod tests {
         let text = render(&e, &Facts::default());
         assert!(text.contains("relax them, or label a node"), "{text}");
         assert!(text.contains("preemption cannot help"), "{text}");
+    }
+
+    #[test]
+    fn a_field_a_leaf_drops_is_named_with_what_to_do() {
+        console::set_colors_enabled(false);
+        let reason = "leaf cluster east (v1.37.2) drops spec.volumes[0].emptyDir.mode (its feature gate is off there, or its admission removes it)";
+        let e = explanation(vec![node(
+            "mcsched-east",
+            vec![verdict(
+                "LeafNodeFit",
+                "UnschedulableAndUnresolvable",
+                reason,
+            )],
+        )]);
+        let text = render(&e, &Facts::default());
+        assert!(text.contains(reason), "{text}");
+        assert!(
+            text.contains("turn the field's feature gate on in that leaf, leave the field out, or keep the pod off it"),
+            "{text}"
+        );
+        assert!(!text.contains("add room in that cluster"), "{text}");
     }
 
     #[test]
