@@ -195,11 +195,14 @@ pub struct Args {
     pub log: String,
 
     /// kube-scheduler v1.37's feature gates, as its --feature-gates takes them
-    /// (A=true,B=false; every gate of the release is known, an unknown or locked one is an
-    /// error). The agent follows GenericWorkload and TopologyAwareWorkloadScheduling (both
-    /// off by default, as in v1.37): with the latter, pod groups are placed one topology
-    /// domain at a time. Pod groups are scheduled where the API server serves them. Gates
-    /// for what mcsched leaves out change nothing (docs/kubernetes-versions.md).
+    /// (A=true,B=false; every gate of the release is known; an unknown gate, a locked one
+    /// set against its lock, or one whose dependencies are off is an error, in
+    /// component-base's words: GangScheduling, folded into GenericWorkload, is unknown).
+    /// The agent acts on TopologyAwareWorkloadScheduling (off by default, as in v1.37; it
+    /// needs GenericWorkload=true): pod groups are then placed one topology domain at a
+    /// time. CompositePodGroup=true is refused. Pod groups are scheduled wherever the API
+    /// server serves PodGroups, GenericWorkload or not; other gates change nothing
+    /// (docs/kubernetes-versions.md).
     #[arg(long, value_name = "GATES", default_value = "", value_parser = parse_feature_gates)]
     pub feature_gates: FeatureGates,
 }

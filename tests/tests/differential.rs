@@ -1,4 +1,4 @@
-//! Differential tests: mcsched against the real kube-scheduler v1.36 on real API servers.
+//! Differential tests: mcsched against the real kube-scheduler v1.37 on real API servers.
 //!
 //! Plugin by plugin (`mcsched_matches_kube_scheduler_plugin_by_plugin`): the oracle
 //! (`controlplane oracle`, tests/controlplane/oracle_*.go) is kube-scheduler built as
@@ -22,17 +22,17 @@
 //! in a minimum share of the cases (MIN_REJECTING_PER_MILLE, MIN_ORDERING_PER_MILLE): a
 //! generator that stops exercising a plugin fails.
 //!
-//! Workload-aware scheduling is on in both (kube's GenericWorkload, GangScheduling and
+//! Workload-aware scheduling is on in both (kube's GenericWorkload and
 //! TopologyAwareWorkloadScheduling gates, on the API server, in the oracle and in the
-//! agent): in a third of the cases the incoming pod is a PodGroup's member
-//! (`spec.schedulingGroup`; cases.rs `with_pod_group`): the group missing, basic, or a gang
-//! of `minCount` 1 to 5, with or without `schedulingConstraints.topology`, its other
-//! members unbound (fewer than `minCount`, as many, or more) and bound. Both sides then
+//! agent; v1.37 folded GangScheduling into GenericWorkload): in a third of the cases the
+//! incoming pod is a PodGroup's member (`spec.schedulingGroup`; cases.rs
+//! `with_pod_group`): the group missing, basic, or a gang of `minCount` 1 to 5, with or
+//! without `schedulingConstraints.topology`, its other members unbound (fewer than
+//! `minCount`, as many, or more) and bound. Both sides then
 //! also answer each PreEnqueue plugin's verdict (GangScheduling holds the pod until its
 //! group and `minCount` members exist) and, when a node fits, each Permit plugin's
 //! (GangScheduling: wait until `minCount` members are scheduled), compared code and
-//! reasons; DefaultPreemption's part of the message tells members of a group with
-//! topology constraints, or of a missing group, apart.
+//! reasons.
 //!
 //! Black box (`mcsched_agrees_with_kube_scheduler`): the real kube-scheduler and mcsched
 //! schedule the same generated pods over the same generated cluster states, once both have
@@ -1154,9 +1154,10 @@ async fn failed_scheduling_messages_match_kube_scheduler_verbatim() -> anyhow::R
 // Plugin by plugin: mcsched's what-if against kube-scheduler's own plugins (the oracle) on
 // the same snapshot.
 
-/// kube-scheduler v1.36's gates of workload-aware scheduling (pkg/features/kube_features.go:
-/// GenericWorkload serves PodGroups and the pods' spec.schedulingGroup, GangScheduling and
-/// TopologyAwareWorkloadScheduling add their plugins), as gangs_vs_kube runs them.
+/// kube-scheduler v1.37's gates of workload-aware scheduling (pkg/features/kube_features.go:
+/// GenericWorkload serves PodGroups and the pods' spec.schedulingGroup and adds
+/// GangScheduling, into which v1.37 folded that gate; TopologyAwareWorkloadScheduling adds
+/// its plugins), as gangs_vs_kube runs them.
 const WORKLOAD_GATES: &str = "GenericWorkload=true,TopologyAwareWorkloadScheduling=true";
 
 /// Run every time, beside a fresh seed.

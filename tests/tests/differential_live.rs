@@ -7,7 +7,7 @@
 //! a percentageOfNodesToScore (kube's adaptive default among them) and a start index. Both
 //! engines run in-process on the same cluster, nodes added in the same order: mcsched's
 //! scheduling algorithm (`schedule_pod`, what the live cycle calls, without `record_all`)
-//! on the agent's cache, and kube-scheduler v1.36's `Scheduler.SchedulePod` on its own
+//! on the agent's cache, and kube-scheduler v1.37's `Scheduler.SchedulePod` on its own
 //! cache (`controlplane live-oracle`, tests/controlplane/liveoracle.go), each with its
 //! start index set to the case's. The pod is scheduled three cycles in a row without
 //! binding, each cycle starting where the one before left the index, and every cycle must

@@ -1,6 +1,6 @@
 //! Gangs (PodGroups with a gang policy), end to end on control planes with the
-//! GenericWorkload and GangScheduling gates on: a host and a leaf joined the way `join`
-//! leaves them, and the agent.
+//! GenericWorkload, TopologyAwareWorkloadScheduling and WorkloadWithJob gates on: a host
+//! and a leaf joined the way `join` leaves them, and the agent.
 //!
 //! - A gang of 8 (minCount 8) on a host whose node fits 6 and a leaf whose node fits 4:
 //!   while only 7 members exist none is bound; the 8th brings the whole gang in, split
@@ -12,8 +12,9 @@
 //!   scheduler): the leaf's members are taken back, and the host's go with them; under a
 //!   PodDisruptionBudget that keeps the host's two, they are evicted only once it allows
 //!   (refused, said in an event, tried again; evicted once the budget is gone).
-//! - A Job of 8 (Indexed, parallelism 8), whose gang of minCount 8 kube-controller-manager
-//!   makes (WorkloadWithJob), on the same host and leaf: 6 on the host and 2 in the leaf
+//! - A Job of 8 (Indexed, parallelism 8), whose gang of minCount 8 (asked for in its
+//!   `spec.scheduling`) kube-controller-manager makes (WorkloadWithJob), on the same host
+//!   and leaf: 6 on the host and 2 in the leaf
 //!   under a PlacementPolicy that puts the host first, 4 and 4 under one that puts the
 //!   leaf first.
 //! - A PlacementPolicy keeping the gangs it selects in one cluster (`podGroupConstraints`),

@@ -1,5 +1,5 @@
-//! PodGroups scheduled by mcsched and by kube-scheduler v1.36, side by side: the same
-//! generated cases in two control planes with the GenericWorkload, GangScheduling and
+//! PodGroups scheduled by mcsched and by kube-scheduler v1.37, side by side: the same
+//! generated cases in two control planes with the GenericWorkload and
 //! TopologyAwareWorkloadScheduling gates on, one scheduled by kube-scheduler (in-process,
 //! profile `default-scheduler`), the other by mcsched-agent. Each case is its own nodes
 //! (one to three, labelled with the case and a zone) and one PodGroup: a gang of

@@ -1,6 +1,6 @@
 //! `kubectl mcsched explain podgroup NAME`: a PodGroup as the agent scheduled it — its
-//! policy and topology, its PodGroupScheduled condition, and each member: where it went
-//! (down to the leaf node), or why it waits.
+//! policy and topology, its condition (PodGroupInitiallyScheduled, or PodGroupScheduled in
+//! v1alpha2), and each member: where it went (down to the leaf node), or why it waits.
 
 use std::collections::BTreeMap;
 

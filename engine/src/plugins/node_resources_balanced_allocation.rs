@@ -1,7 +1,7 @@
 //! NodeResourcesBalancedAllocation: prefers nodes the pod leaves better balanced. As in
-//! kube-scheduler v1.36, the score is the change the pod makes: with `balance` = 100 ×
-//! (1 − standard deviation of the resource fractions), 50 + (50 + balance with the pod −
-//! balance without it) / 2.
+//! kube-scheduler v1.37 (unchanged since v1.36), the score is the change the pod makes:
+//! with `balance` = 100 × (1 − standard deviation of the resource fractions), 50 + (50 +
+//! balance with the pod − balance without it) / 2.
 
 use mcsched_shared::resources::{CPU, MEMORY};
 

@@ -1,5 +1,5 @@
 //! The real kube-scheduler as an oracle: `controlplane oracle` (tests/controlplane/oracle_*.go)
-//! builds kube-scheduler v1.36 on a control plane's API server, with a client that only
+//! builds kube-scheduler v1.37 on a control plane's API server, with a client that only
 //! reads, and answers what each of its plugins says about a pod on its cache's snapshot.
 
 use std::io::{BufRead, BufReader};

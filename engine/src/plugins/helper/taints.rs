@@ -8,7 +8,7 @@ use mcsched_shared::taints;
 use crate::framework::{CycleState, Status};
 use crate::snapshot::{NodeInfo, PodInfo};
 
-/// kube-scheduler v1.36's wording (older releases named the taint).
+/// kube-scheduler v1.36's and v1.37's wording (older releases named the taint).
 pub(crate) const UNTOLERATED: &str = "node(s) had untolerated taint(s)";
 
 pub(crate) fn tolerations(pod: &Pod) -> &[Toleration] {
