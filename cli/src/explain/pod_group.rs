@@ -80,7 +80,7 @@ async fn get_group(
     ns: &str,
     name: &str,
 ) -> anyhow::Result<(PodGroup, PodGroupVersion)> {
-    let denied = |s: &kube::core::ErrorResponse| {
+    let denied = |s: &kube::core::Status| {
         anyhow::anyhow!("you may not get podgroups in namespace {ns}: {}", s.message)
     };
     let one = ListParams::default().limit(1);
