@@ -67,6 +67,8 @@ pub(crate) fn plugin_args(a: &config::PluginArgs) -> PluginArgs {
         },
         volume_bind_timeout_seconds: a.volume_binding_timeout_seconds,
         leaf_volume_bind_timeout_seconds: a.leaf_volume_binding_timeout_seconds,
+        volume_binding_shape: a.volume_binding_shape.clone(),
+        leaf_volume_binding_shape: a.leaf_volume_binding_shape.clone(),
         cluster_weights: a.cluster_weights.clone(),
         cluster_capacity: a.cluster_capacity,
         cluster_cost: a.cluster_cost,

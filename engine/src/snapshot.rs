@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass};
 
 // The parts a snapshot is made of, where the agent has always imported them from.
 pub use crate::node_info::{HostPort, NodeInfo, PodInfo};
@@ -34,13 +34,16 @@ pub struct Snapshot {
     pub(crate) topology: crate::topology_counts::TopologyCounts,
 }
 
-/// The storage objects volume plugins read; claims keyed `namespace/name`, the rest by name.
+/// The storage objects volume plugins read; claims and storage capacities keyed
+/// `namespace/name`, the rest by name.
 #[derive(Debug, Clone, Default)]
 pub struct VolumeObjects {
     pub claims: HashMap<String, Arc<PersistentVolumeClaim>>,
     pub volumes: HashMap<String, Arc<PersistentVolume>>,
     pub storage_classes: HashMap<String, Arc<StorageClass>>,
     pub csi_nodes: HashMap<String, Arc<CSINode>>,
+    pub csi_drivers: HashMap<String, Arc<CSIDriver>>,
+    pub storage_capacities: HashMap<String, Arc<CSIStorageCapacity>>,
 }
 
 /// How many nodes hold each image, and how many nodes are virtual.

@@ -247,6 +247,8 @@ async fn install_twice_then_uninstall_with_least_privilege() -> anyhow::Result<(
         &["patch", "persistentvolumeclaims", "-n", "shop"],
         &["watch", "storageclasses.storage.k8s.io"],
         &["watch", "csinodes.storage.k8s.io"],
+        &["watch", "csidrivers.storage.k8s.io"],
+        &["watch", "csistoragecapacities.storage.k8s.io"],
         &["watch", "poddisruptionbudgets.policy"],
         // What selects pods, for PodTopologySpread's default constraints.
         &["watch", "services"],

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
-use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -430,6 +430,25 @@ impl StorageKind for CSINode {
     const EVENT: ClusterEvent = ClusterEvent::CsiNodeChange;
     fn map(v: &mut VolumeObjects) -> &mut HashMap<String, Arc<Self>> {
         &mut v.csi_nodes
+    }
+}
+
+impl StorageKind for CSIDriver {
+    const KIND: &'static str = "csidriver";
+    const EVENT: ClusterEvent = ClusterEvent::CsiDriverChange;
+    fn map(v: &mut VolumeObjects) -> &mut HashMap<String, Arc<Self>> {
+        &mut v.csi_drivers
+    }
+}
+
+impl StorageKind for CSIStorageCapacity {
+    const KIND: &'static str = "csistoragecapacity";
+    const EVENT: ClusterEvent = ClusterEvent::StorageCapacityChange;
+    fn map(v: &mut VolumeObjects) -> &mut HashMap<String, Arc<Self>> {
+        &mut v.storage_capacities
+    }
+    fn key(&self) -> String {
+        key_of(self)
     }
 }
 

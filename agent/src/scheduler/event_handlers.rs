@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
-use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use tokio::task::JoinHandle;
@@ -103,6 +103,21 @@ pub(super) fn spawn_watches(
         client,
         cache.clone(),
         "csinode",
+        ready.clone(),
+        to_queue(),
+    ));
+    // VolumeBinding's storage capacity checks and NodeVolumeLimits' driver check.
+    tasks.push(watch::spawn_storage::<CSIDriver>(
+        client,
+        cache.clone(),
+        "csidriver",
+        ready.clone(),
+        to_queue(),
+    ));
+    tasks.push(watch::spawn_storage::<CSIStorageCapacity>(
+        client,
+        cache.clone(),
+        "csistoragecapacity",
         ready.clone(),
         to_queue(),
     ));

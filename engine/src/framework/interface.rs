@@ -51,6 +51,8 @@ pub enum ClusterEvent {
     PvChange,
     StorageClassChange,
     CsiNodeChange,
+    CsiDriverChange,
+    StorageCapacityChange,
     NamespaceChange,
     /// A leaf cluster changed (its nodes, pods or storage), or one connected.
     LeafChange,

@@ -3,7 +3,9 @@
 //! binding is left to the leaf, where pod sync creates the claims. A claim bound to a host
 //! volume never follows its pod to a virtual node, and one whose copy lives in a leaf
 //! (annotated `mcsched.io/bound-in-cluster`) never goes to a host node or another leaf.
-//! Filter, Reserve, Unreserve and PreBind, as Kosmos lists them.
+//! Filter, Reserve, Unreserve and PreBind, as Kosmos lists them; PreScore and Score are
+//! VolumeBinding's (StorageCapacityScoring), which scores virtual nodes 0 (its Filter
+//! never saw them).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,9 +17,9 @@ use mcsched_shared::keys;
 use super::helper::volumes::{names_claim, pod_claims, usable_claim};
 use crate::framework::{
     BindContext, ClusterEvent, CycleState, FilterPlugin, Plugin, PreBindPlugin, PreFilterPlugin,
-    PreFilterResult, ReservePlugin, Status,
+    PreFilterResult, PreScorePlugin, ReservePlugin, ScorePlugin, Status,
 };
-use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
+use crate::snapshot::{NodeInfo, NodeList, PodInfo, Snapshot};
 
 pub(crate) const NAME: &str = "LeafNodeVolumeBinding";
 const STATE_KEY: &str = "LeafNodeVolumeBinding/claims";
@@ -69,12 +71,20 @@ impl Plugin for LeafNodeVolumeBinding {
             ClusterEvent::PvChange,
             ClusterEvent::StorageClassChange,
             ClusterEvent::CsiNodeChange,
+            ClusterEvent::CsiDriverChange,
+            ClusterEvent::StorageCapacityChange,
         ]
     }
     fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)
     }
     fn as_filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
+        Some(self)
+    }
+    fn as_score(&self) -> Option<&dyn ScorePlugin> {
         Some(self)
     }
     fn as_reserve(&self) -> Option<&dyn ReservePlugin> {
@@ -163,6 +173,30 @@ impl FilterPlugin for LeafNodeVolumeBinding {
                     None => Status::success(),
                 }
             }
+        }
+    }
+}
+
+impl PreScorePlugin for LeafNodeVolumeBinding {
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        nodes: &NodeList,
+        snapshot: &Snapshot,
+    ) -> Status {
+        match self.host.as_ref().and_then(|h| h.as_pre_score()) {
+            Some(h) => h.pre_score(state, pod, nodes, snapshot),
+            None => Status::skip(),
+        }
+    }
+}
+
+impl ScorePlugin for LeafNodeVolumeBinding {
+    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        match self.host.as_ref().and_then(|h| h.as_score()) {
+            Some(h) if node.cluster.is_none() => h.score(state, pod, node),
+            _ => Ok(0),
         }
     }
 }

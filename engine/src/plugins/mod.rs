@@ -54,6 +54,9 @@ pub struct PluginArgs {
     /// VolumeBinding's and LeafNodeVolumeBinding's bindTimeoutSeconds.
     pub(crate) volume_bind_timeout_seconds: i64,
     pub(crate) leaf_volume_bind_timeout_seconds: i64,
+    /// VolumeBindingArgs' `shape` (scores 0..=10), for VolumeBinding's and the leaf-aware one's.
+    pub(crate) volume_binding_shape: Vec<(i64, i64)>,
+    pub(crate) leaf_volume_binding_shape: Vec<(i64, i64)>,
     pub(crate) cluster_weights: mcsched_shared::config::ClusterWeightsArgs,
     pub(crate) cluster_capacity: mcsched_shared::config::ClusterCapacityArgs,
     pub(crate) cluster_cost: mcsched_shared::config::ClusterCostArgs,
@@ -72,6 +75,8 @@ impl Default for PluginArgs {
             // kube-scheduler's DefaultBindTimeoutSeconds.
             volume_bind_timeout_seconds: 600,
             leaf_volume_bind_timeout_seconds: 600,
+            volume_binding_shape: volume_binding::DEFAULT_SHAPE.to_vec(),
+            leaf_volume_binding_shape: volume_binding::DEFAULT_SHAPE.to_vec(),
             cluster_weights: Default::default(),
             cluster_capacity: Default::default(),
             cluster_cost: Default::default(),
@@ -109,13 +114,15 @@ pub fn registry_with(
         Arc::new(node_unschedulable::NodeUnschedulable),
         Arc::new(taint_toleration::TaintToleration),
         Arc::new(leaf_node_taint_toleration::LeafNodeTaintToleration),
-        Arc::new(volume_binding::VolumeBinding::new(
+        Arc::new(volume_binding::VolumeBinding::with_shape(
             args.volume_bind_timeout_seconds,
+            &args.volume_binding_shape,
         )),
         // Host nodes judged by a VolumeBinding of its own, with its own bind timeout.
         Arc::new(leaf_node_volume_binding::LeafNodeVolumeBinding::new(Some(
-            Arc::new(volume_binding::VolumeBinding::new(
+            Arc::new(volume_binding::VolumeBinding::with_shape(
                 args.leaf_volume_bind_timeout_seconds,
+                &args.leaf_volume_binding_shape,
             )),
         ))),
         Arc::new(volume_restrictions::VolumeRestrictions),

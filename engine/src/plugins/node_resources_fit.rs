@@ -197,19 +197,7 @@ fn broken_linear(shape: &[(i64, i64)], p: i64) -> i64 {
         .iter()
         .map(|&(u, s)| (u, s * (MAX_NODE_SCORE / MAX_CUSTOM_PRIORITY_SCORE)))
         .collect();
-    let Some(first) = scaled.first() else {
-        return 0;
-    };
-    if p <= first.0 {
-        return first.1;
-    }
-    for w in scaled.windows(2) {
-        let ((u0, s0), (u1, s1)) = (w[0], w[1]);
-        if p <= u1 {
-            return s0 + (s1 - s0) * (p - u0) / (u1 - u0);
-        }
-    }
-    scaled.last().map(|l| l.1).unwrap_or(0)
+    super::helper::broken_linear(&scaled, p)
 }
 
 impl ScorePlugin for NodeResourcesFit {

@@ -4,8 +4,12 @@
 //! claims (bound: the PV's driver and handle; unbound: the class's provisioner and a
 //! handle of the claim's own), generic ephemeral volumes, and in-tree AWS EBS, GCE PD,
 //! Azure Disk, Cinder and Portworx volumes counted under their CSI drivers when the node
-//! has a CSINode (migration is on for them in 1.36). Not modelled: VolumeAttachments
-//! without a pod on the node, and the alpha VolumeLimitScaling driver check.
+//! has a CSINode (migration is on for them in 1.36). VolumeLimitScaling (beta and on in
+//! v1.37): a new volume whose driver's CSIDriver sets `preventPodSchedulingIfMissing`
+//! rejects a node whose CSINode does not list that driver (or that has no CSINode),
+//! before any limit is looked at: "<driver> CSI driver is not installed on the node"
+//! (Unschedulable); drivers without a CSIDriver object pass. Not modelled:
+//! VolumeAttachments without a pod on the node.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
@@ -23,6 +27,19 @@ use crate::snapshot::{NodeInfo, PodInfo, Snapshot, VolumeObjects};
 
 pub(crate) const NAME: &str = "NodeVolumeLimits";
 pub(crate) const REASON_MAX_VOLUME_COUNT: &str = "node(s) exceed max volume count";
+
+/// checkCSIDriverOnNode: whether the node has `driver` as far as scheduling cares.
+fn driver_installed(driver: &str, csi_node: Option<&CSINode>, vols: &VolumeObjects) -> bool {
+    let opted_in = vols
+        .csi_drivers
+        .get(driver)
+        .and_then(|d| d.spec.prevent_pod_scheduling_if_missing)
+        == Some(true);
+    if !opted_in {
+        return true;
+    }
+    csi_node.is_some_and(|n| n.spec.drivers.iter().any(|d| d.name == driver))
+}
 
 const EBS_PLUGIN: &str = "kubernetes.io/aws-ebs";
 const GCE_PD_PLUGIN: &str = "kubernetes.io/gce-pd";
@@ -290,6 +307,18 @@ impl FilterPlugin for NodeVolumeLimits {
         }
         if new_volumes.is_empty() {
             return Status::success();
+        }
+        // kube walks a map here; sorted, the first missing driver named is always the same.
+        let mut drivers: Vec<&str> = new_volumes.values().map(String::as_str).collect();
+        drivers.sort_unstable();
+        drivers.dedup();
+        if let Some(missing) = drivers
+            .into_iter()
+            .find(|d| !driver_installed(d, csi_node, vols))
+        {
+            return Status::unschedulable(format!(
+                "{missing} CSI driver is not installed on the node"
+            ));
         }
         let limits: HashMap<&str, i64> = csi_node
             .into_iter()
@@ -664,5 +693,40 @@ mod tests {
             Some("projects/UNSPECIFIED/regions/us-c1/disks/d")
         );
         assert_eq!(gce_pv_handle(&pv(json!({})), "d"), None);
+    }
+
+    /// csi_test.go's TestVolumeLimitScalingGate (the gate on, as v1.37 defaults it): a
+    /// driver whose CSIDriver sets preventPodSchedulingIfMissing must be on the node's
+    /// CSINode; without the field, or without a CSIDriver, the check passes.
+    #[test]
+    fn volume_limit_scaling_wants_opted_in_drivers_on_the_node() {
+        let with_driver = |csi_node: Option<Value>, prevent: Option<bool>| {
+            let mut v = (*objects(&[("a", EBS)], csi_node)).clone();
+            if let Some(prevent) = prevent {
+                let d: k8s_openapi::api::storage::v1::CSIDriver =
+                    serde_json::from_value(json!({"metadata": {"name": EBS},
+                        "spec": {"preventPodSchedulingIfMissing": prevent}}))
+                    .expect("driver");
+                v.csi_drivers.insert(EBS.into(), Arc::new(d));
+            }
+            run(&pod("new", claims(&["c-a"])), &[], Arc::new(v))
+        };
+        let no_drivers = csi_node(&[]);
+        let missing = format!("{EBS} CSI driver is not installed on the node");
+        // CSIDriver without the field, and CSINode without the driver.
+        assert!(with_driver(no_drivers.clone(), Some(false)).is_success());
+        // Opted in, not installed: Unschedulable, before limits are looked at.
+        let s = with_driver(no_drivers.clone(), Some(true));
+        assert_eq!(
+            (s.code, s.message()),
+            (Code::Unschedulable, missing.clone())
+        );
+        // Opted in, no CSINode at all.
+        let s = with_driver(None, Some(true));
+        assert_eq!((s.code, s.message()), (Code::Unschedulable, missing));
+        // Opted in, installed, within its limit.
+        assert!(with_driver(csi_node(&[(EBS, Some(2))]), Some(true)).is_success());
+        // No CSIDriver object: not a driver that asked.
+        assert!(with_driver(no_drivers, None).is_success());
     }
 }

@@ -3,7 +3,21 @@
 //! WaitForFirstConsumer claim, or a class that can provision in the node's topology.
 //! Reserve keeps the chosen volumes from other pods; PreBind binds them through the API
 //! and waits, up to `bindTimeoutSeconds`, for the PV controller to complete the binding.
-//! Not modelled: CSI storage capacity and the alpha StorageCapacityScoring score.
+//!
+//! Storage capacity (binder.go's hasEnoughCapacity): a claim to provision, whose class's
+//! provisioner is a CSIDriver with `spec.storageCapacity: true`, needs a CSIStorageCapacity
+//! of its class whose `nodeTopology` selects the node and whose `maximumVolumeSize` (else
+//! `capacity`) holds the claim's request; none is "node(s) did not have enough free
+//! storage". kube takes the first such object its lister lists (in no set order); this
+//! plugin the first by `namespace/name`.
+//!
+//! Score (StorageCapacityScoring, beta and on in v1.37; scorer.go): per node, the claims
+//! bound to available volumes there grouped by the volumes' class (requested and capacity
+//! summed), or when there are none the claims to provision with a capacity found, grouped
+//! by the claims' class (requested summed, capacity the CSIStorageCapacity's `capacity`);
+//! each class scored by `shape` (VolumeBindingArgs; default (0, 10), (100, 0): the most
+//! free room scores highest) at requested×100/capacity, the classes' mean rounded. PreScore
+//! never skips. A capacity without `capacity` counts as 0 here (kube dereferences it).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -11,17 +25,18 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, PersistentVolume, PersistentVolumeClaim};
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSIStorageCapacity, StorageClass};
 use kube::api::{Api, Patch, PatchParams};
 use mcsched_shared::quantity::Quantity;
 use mcsched_shared::selectors;
 
+use super::helper::broken_linear;
 use super::helper::volumes::{class_of, names_claim, pod_claims, usable_claim};
 use crate::framework::{
-    BindContext, ClusterEvent, CycleState, FilterPlugin, Plugin, PreBindPlugin, PreFilterPlugin,
-    PreFilterResult, ReservePlugin, Status,
+    BindContext, ClusterEvent, CycleState, FilterPlugin, MAX_NODE_SCORE, Plugin, PreBindPlugin,
+    PreFilterPlugin, PreFilterResult, PreScorePlugin, ReservePlugin, ScorePlugin, Status,
 };
-use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
+use crate::snapshot::{NodeInfo, NodeList, PodInfo, Snapshot, VolumeObjects};
 
 pub(crate) const NAME: &str = "VolumeBinding";
 const STATE_KEY: &str = NAME;
@@ -34,6 +49,11 @@ pub(crate) const REASON_PV_NOT_EXIST: &str =
     "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)";
 pub(crate) const REASON_UNBOUND_IMMEDIATE: &str =
     "pod has unbound immediate PersistentVolumeClaims";
+pub(crate) const REASON_NOT_ENOUGH_SPACE: &str = "node(s) did not have enough free storage";
+/// VolumeBindingArgs' `shape` as v1.37 defaults it with StorageCapacityScoring on.
+pub(crate) const DEFAULT_SHAPE: [(i64, i64); 2] = [(0, MAX_CUSTOM_PRIORITY_SCORE), (100, 0)];
+const MAX_CUSTOM_PRIORITY_SCORE: i64 = 10;
+const MAX_UTILIZATION: i64 = 100;
 const ANN_BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
 const ANN_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 const NO_PROVISIONER: &str = "kubernetes.io/no-provisioner";
@@ -43,8 +63,9 @@ const NO_PROVISIONER: &str = "kubernetes.io/no-provisioner";
 struct PodVolumes {
     /// Claim → the available volume chosen for it.
     static_bindings: Vec<(Arc<PersistentVolumeClaim>, Arc<PersistentVolume>)>,
-    /// Claims the class's provisioner creates a volume for, on this node.
-    provisions: Vec<Arc<PersistentVolumeClaim>>,
+    /// Claims the class's provisioner creates a volume for, on this node, with the
+    /// CSIStorageCapacity that has room for it when its driver tracks capacity.
+    provisions: Vec<(Arc<PersistentVolumeClaim>, Option<Arc<CSIStorageCapacity>>)>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -53,6 +74,8 @@ struct State {
     delayed: Vec<Arc<PersistentVolumeClaim>>,
     volumes: Arc<HashMap<String, Arc<PersistentVolume>>>,
     classes: Arc<HashMap<String, Arc<StorageClass>>>,
+    /// The cycle's storage objects, for CSIDrivers and CSIStorageCapacities.
+    objects: Arc<VolumeObjects>,
     /// Filter's findings per node; Filter runs in parallel over nodes.
     by_node: Arc<Mutex<HashMap<String, PodVolumes>>>,
     /// The chosen node's, after Reserve.
@@ -63,13 +86,25 @@ pub(crate) struct VolumeBinding {
     bind_timeout: Duration,
     /// Volumes reserved for a claim (`namespace/name`) until the API shows them bound.
     assumed: Mutex<HashMap<String, String>>,
+    /// The score's shape, scores scaled to 0..=100 (kube: ×MaxNodeScore/MaxCustomPriorityScore).
+    shape: Vec<(i64, i64)>,
 }
 
 impl VolumeBinding {
+    /// With the default shape.
     pub(crate) fn new(bind_timeout_seconds: i64) -> Self {
+        Self::with_shape(bind_timeout_seconds, &DEFAULT_SHAPE)
+    }
+
+    /// `shape` as VolumeBindingArgs gives it: scores 0..=10.
+    pub(crate) fn with_shape(bind_timeout_seconds: i64, shape: &[(i64, i64)]) -> Self {
         VolumeBinding {
             bind_timeout: Duration::from_secs(bind_timeout_seconds.max(0) as u64),
             assumed: Mutex::default(),
+            shape: shape
+                .iter()
+                .map(|&(u, s)| (u, s * (MAX_NODE_SCORE / MAX_CUSTOM_PRIORITY_SCORE)))
+                .collect(),
         }
     }
 
@@ -228,6 +263,121 @@ fn find_matching(
     best
 }
 
+fn storage_request(c: &PersistentVolumeClaim) -> Option<i64> {
+    let q = c
+        .spec
+        .as_ref()
+        .and_then(|s| s.resources.as_ref())
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("storage"))?;
+    Some(Quantity::parse(&q.0).map(|q| q.value()).unwrap_or(0))
+}
+
+fn quantity_bytes(
+    q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+) -> Option<i64> {
+    q.and_then(|q| Quantity::parse(&q.0).ok())
+        .map(|q| q.value())
+}
+
+/// capacitySufficient: `maximumVolumeSize`, else `capacity`, holds `size`.
+fn capacity_sufficient(c: &CSIStorageCapacity, size: i64) -> bool {
+    let limit = c.maximum_volume_size.as_ref().or(c.capacity.as_ref());
+    quantity_bytes(limit).is_some_and(|l| l >= size)
+}
+
+/// nodeHasAccess: a capacity without `nodeTopology` is available nowhere.
+fn node_has_access(c: &CSIStorageCapacity, node: &Node) -> bool {
+    c.node_topology.is_some()
+        && selectors::label_selector_matches(c.node_topology.as_ref(), selectors::node_labels(node))
+}
+
+/// hasEnoughCapacity: `Ok(None)` when nothing is to be checked (no storage request, the
+/// provisioner no CSIDriver or one not tracking capacity), `Ok(Some(c))` with the
+/// capacity that has room, `Err(())` when none has.
+fn enough_capacity(
+    claim: &PersistentVolumeClaim,
+    class: &StorageClass,
+    node: &Node,
+    objects: &VolumeObjects,
+) -> Result<Option<Arc<CSIStorageCapacity>>, ()> {
+    let Some(size) = storage_request(claim) else {
+        return Ok(None);
+    };
+    let tracked = objects
+        .csi_drivers
+        .get(&class.provisioner)
+        .and_then(|d| d.spec.storage_capacity)
+        == Some(true);
+    if !tracked {
+        return Ok(None);
+    }
+    let class_name = class.metadata.name.as_deref().unwrap_or_default();
+    let mut keys: Vec<&String> = objects.storage_capacities.keys().collect();
+    keys.sort();
+    keys.into_iter()
+        .filter_map(|k| objects.storage_capacities.get(k))
+        .find(|c| {
+            c.storage_class_name == class_name
+                && capacity_sufficient(c, size)
+                && node_has_access(c, node)
+        })
+        .cloned()
+        .map(Some)
+        .ok_or(())
+}
+
+/// checkVolumeProvisions: (every claim provisionable here, enough storage, what to provision).
+fn check_provisions(
+    claims: &[Arc<PersistentVolumeClaim>],
+    classes: &HashMap<String, Arc<StorageClass>>,
+    objects: &VolumeObjects,
+    node: &Node,
+) -> (bool, bool, PodVolumes) {
+    let mut found = PodVolumes::default();
+    for c in claims {
+        let Some(sc) = classes.get(&class_of(c)) else {
+            return (false, true, PodVolumes::default());
+        };
+        if sc.provisioner.is_empty()
+            || sc.provisioner == NO_PROVISIONER
+            || !topology_allows(sc, node)
+        {
+            return (false, true, PodVolumes::default());
+        }
+        match enough_capacity(c, sc, node, objects) {
+            Ok(capacity) => found.provisions.push((c.clone(), capacity)),
+            Err(()) => return (true, false, PodVolumes::default()),
+        }
+    }
+    (true, true, found)
+}
+
+/// scorer.go's buildScorerFunction over (requested, capacity) per class.
+fn score_classes(shape: &[(i64, i64)], classes: &HashMap<String, (i64, i64)>) -> i64 {
+    if classes.is_empty() {
+        return 0;
+    }
+    let sum: i64 = classes
+        .values()
+        .map(|&(requested, capacity)| {
+            if capacity == 0 || requested > capacity {
+                broken_linear(shape, MAX_UTILIZATION)
+            } else {
+                broken_linear(shape, requested * MAX_UTILIZATION / capacity)
+            }
+        })
+        .sum();
+    let n = classes.len() as i64;
+    // math.Round of the mean, half away from zero.
+    let twice = 2 * sum;
+    if twice >= 0 {
+        (twice + n) / (2 * n)
+    } else {
+        (twice - n) / (2 * n)
+    }
+}
+
 fn topology_allows(class: &StorageClass, node: &Node) -> bool {
     let Some(terms) = class.allowed_topologies.as_ref().filter(|t| !t.is_empty()) else {
         return true;
@@ -253,12 +403,20 @@ impl Plugin for VolumeBinding {
             ClusterEvent::PvChange,
             ClusterEvent::StorageClassChange,
             ClusterEvent::CsiNodeChange,
+            ClusterEvent::CsiDriverChange,
+            ClusterEvent::StorageCapacityChange,
         ]
     }
     fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)
     }
     fn as_filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
+        Some(self)
+    }
+    fn as_score(&self) -> Option<&dyn ScorePlugin> {
         Some(self)
     }
     fn as_reserve(&self) -> Option<&dyn ReservePlugin> {
@@ -292,6 +450,7 @@ impl PreFilterPlugin for VolumeBinding {
         let mut st = State {
             volumes: Arc::new(vols.volumes.clone()),
             classes: Arc::new(vols.storage_classes.clone()),
+            objects: vols.clone(),
             ..Default::default()
         };
         let mut immediate = false;
@@ -331,11 +490,12 @@ impl PreFilterPlugin for VolumeBinding {
 }
 
 impl FilterPlugin for VolumeBinding {
+    /// FindPodVolumes.
     fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
         let Some(st) = state.read::<State>(STATE_KEY) else {
             return Status::success();
         };
-        let mut reasons = Vec::new();
+        let (mut bound_ok, mut bound_found) = (true, true);
         for c in &st.bound {
             let pv_name = c
                 .spec
@@ -344,59 +504,73 @@ impl FilterPlugin for VolumeBinding {
                 .unwrap_or_default();
             match st.volumes.get(&pv_name) {
                 None => {
-                    reasons.push(REASON_PV_NOT_EXIST);
+                    bound_found = false;
                     break;
                 }
                 Some(pv) if !pv_fits_node(pv, &node.node) => {
-                    reasons.insert(0, REASON_NODE_CONFLICT);
+                    bound_ok = false;
                     break;
                 }
                 Some(_) => {}
             }
         }
+        let (mut unbound_ok, mut sufficient) = (true, true);
         let mut found = PodVolumes::default();
-        if reasons.is_empty() && !st.delayed.is_empty() {
-            let assumed = self.assumed().clone();
-            let mut chosen = Vec::new();
-            let mut delayed = st.delayed.clone();
-            delayed.sort_by_key(|c| request_bytes(c));
-            let mut satisfied = true;
-            for c in &delayed {
+        if !st.delayed.is_empty() {
+            let mut to_provision = Vec::new();
+            let mut to_match = Vec::new();
+            for c in &st.delayed {
                 let selected = c
                     .metadata
                     .annotations
                     .as_ref()
                     .and_then(|a| a.get(ANN_SELECTED_NODE));
-                if let Some(sel) = selected {
-                    if sel.as_str() != &*node.name {
-                        satisfied = false;
+                match selected {
+                    // Fast path: provisioning was begun for another node.
+                    Some(sel) if sel.as_str() != &*node.name => {
+                        unbound_ok = false;
                         break;
                     }
-                    found.provisions.push(c.clone());
-                    continue;
+                    Some(_) => to_provision.push(c.clone()),
+                    None => to_match.push(c.clone()),
                 }
-                match find_matching(c, &st.volumes, &node.node, &chosen, &assumed) {
-                    Some(pv) => {
-                        chosen.push(pv.metadata.name.clone().unwrap_or_default());
-                        found.static_bindings.push((c.clone(), pv));
-                    }
-                    None => {
-                        let provisionable = st.classes.get(&class_of(c)).is_some_and(|sc| {
-                            !sc.provisioner.is_empty()
-                                && sc.provisioner != NO_PROVISIONER
-                                && topology_allows(sc, &node.node)
-                        });
-                        if provisionable {
-                            found.provisions.push(c.clone());
-                        } else {
-                            satisfied = false;
+            }
+            if unbound_ok {
+                let assumed = self.assumed().clone();
+                let mut chosen = Vec::new();
+                to_match.sort_by_key(|c| request_bytes(c));
+                for c in &to_match {
+                    match find_matching(c, &st.volumes, &node.node, &chosen, &assumed) {
+                        Some(pv) => {
+                            chosen.push(pv.metadata.name.clone().unwrap_or_default());
+                            found.static_bindings.push((c.clone(), pv));
+                        }
+                        None => {
+                            unbound_ok = false;
+                            to_provision.push(c.clone());
                         }
                     }
                 }
+                if !to_provision.is_empty() {
+                    let provisions;
+                    (unbound_ok, sufficient, provisions) =
+                        check_provisions(&to_provision, &st.classes, &st.objects, &node.node);
+                    found.provisions = provisions.provisions;
+                }
             }
-            if !satisfied {
-                reasons.push(REASON_BIND_CONFLICT);
-            }
+        }
+        let mut reasons = Vec::new();
+        if !bound_ok {
+            reasons.push(REASON_NODE_CONFLICT);
+        }
+        if !unbound_ok {
+            reasons.push(REASON_BIND_CONFLICT);
+        }
+        if !sufficient {
+            reasons.push(REASON_NOT_ENOUGH_SPACE);
+        }
+        if !bound_found {
+            reasons.push(REASON_PV_NOT_EXIST);
         }
         if !reasons.is_empty() {
             return Status::new(
@@ -409,6 +583,60 @@ impl FilterPlugin for VolumeBinding {
             .unwrap_or_else(|e| e.into_inner())
             .insert(node.name.to_string(), found);
         Status::success()
+    }
+}
+
+impl PreScorePlugin for VolumeBinding {
+    /// With StorageCapacityScoring on kube never skips, whether or not the pod has claims.
+    fn pre_score(
+        &self,
+        _state: &mut CycleState,
+        _pod: &PodInfo,
+        _nodes: &NodeList,
+        _snapshot: &Snapshot,
+    ) -> Status {
+        Status::success()
+    }
+}
+
+impl ScorePlugin for VolumeBinding {
+    fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let Some(st) = state.read::<State>(STATE_KEY) else {
+            return Ok(0);
+        };
+        let by_node = st.by_node.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(found) = by_node.get(&*node.name) else {
+            return Ok(0);
+        };
+        let mut classes: HashMap<String, (i64, i64)> = HashMap::new();
+        if !found.static_bindings.is_empty() {
+            for (c, pv) in &found.static_bindings {
+                let class = pv
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.storage_class_name.clone())
+                    .unwrap_or_default();
+                let e = classes.entry(class).or_default();
+                e.0 += request_bytes(c);
+                e.1 += capacity_bytes(pv);
+            }
+        } else {
+            for (c, capacity) in &found.provisions {
+                let Some(capacity) = capacity else {
+                    continue;
+                };
+                let class = c
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.storage_class_name.clone())
+                    .unwrap_or_default();
+                let e = classes.entry(class).or_default();
+                // Not summed: two claims of a class share one capacity.
+                e.1 = quantity_bytes(capacity.capacity.as_ref()).unwrap_or(0);
+                e.0 += request_bytes(c);
+            }
+        }
+        Ok(score_classes(&self.shape, &classes))
     }
 }
 
@@ -517,7 +745,7 @@ async fn bind(
         )
         .await?;
     }
-    for c in &found.provisions {
+    for (c, _) in &found.provisions {
         let claims: Api<PersistentVolumeClaim> = Api::namespaced(
             ctx.client.clone(),
             c.metadata.namespace.as_deref().unwrap_or_default(),
@@ -535,7 +763,7 @@ async fn bind(
         .static_bindings
         .iter()
         .map(|(c, _)| c)
-        .chain(found.provisions.iter())
+        .chain(found.provisions.iter().map(|(c, _)| c))
         .collect();
     let deadline = tokio::time::Instant::now() + timeout;
     let mut last_error = None;
@@ -921,5 +1149,397 @@ mod tests {
         for (name, f, want) in cases {
             assert_eq!(on_a(&*f), want, "{name}");
         }
+    }
+
+    /// scorer_test.go's TestScore: the default shape and a custom one (scores as the
+    /// plugin holds them, already ×10), over one and two classes.
+    #[test]
+    fn scorer_matches_kube_scorer_test() {
+        let default: Vec<(i64, i64)> = DEFAULT_SHAPE.iter().map(|&(u, s)| (u, s * 10)).collect();
+        let custom = [(50, 0), (80, 30), (100, 50)];
+        let classes = |pairs: &[(i64, i64)]| -> HashMap<String, (i64, i64)> {
+            pairs
+                .iter()
+                .enumerate()
+                .map(|(i, &(req, cap))| (["hdd", "ssd"][i].to_string(), (req, cap)))
+                .collect()
+        };
+        type Shape<'a> = &'a [(i64, i64)];
+        let cases: &[(Shape, Shape, i64)] = &[
+            (&default, &[(0, 100)], 100),
+            (&default, &[(30, 100)], 70),
+            (&default, &[(50, 100)], 50),
+            (&default, &[(100, 100)], 0),
+            (&default, &[(0, 100), (0, 100)], 100),
+            (&default, &[(0, 100), (30, 100)], 85),
+            (&default, &[(30, 100), (30, 100)], 70),
+            (&default, &[(30, 100), (60, 100)], 55),
+            (&default, &[(50, 100), (50, 100)], 50),
+            (&default, &[(50, 100), (100, 100)], 25),
+            (&default, &[(100, 100), (100, 100)], 0),
+            (&custom, &[(0, 100), (0, 100)], 0),
+            (&custom, &[(0, 100), (30, 100)], 0),
+            (&custom, &[(30, 100), (30, 100)], 0),
+            (&custom, &[(30, 100), (60, 100)], 5),
+            (&custom, &[(50, 100), (100, 100)], 25),
+            (&custom, &[(90, 100), (90, 100)], 40),
+            (&custom, &[(100, 100), (100, 100)], 50),
+        ];
+        for (shape, pairs, want) in cases {
+            assert_eq!(
+                score_classes(shape, &classes(pairs)),
+                *want,
+                "{shape:?} {pairs:?}"
+            );
+        }
+        // No classes, no score; a class with no capacity or asking more is full.
+        assert_eq!(score_classes(&default, &HashMap::new()), 0);
+        assert_eq!(score_classes(&default, &classes(&[(1, 0)])), 0);
+        assert_eq!(score_classes(&default, &classes(&[(200, 100)])), 0);
+    }
+
+    const CAPACITY_DRIVER: &str = "driver-with-storage-capacity";
+    const CAPACITY_CLASS: &str = "wait-sc-with-storage-capacity";
+    const NODE_LABEL: &str = "kubernetes.io/hostname";
+
+    /// volume_binding_test.go's fixtures: `wait-sc` without a provisioner and
+    /// `wait-sc-with-storage-capacity` whose driver tracks capacity.
+    fn capacity_snapshot(
+        claims: Vec<serde_json::Value>,
+        pvs: Vec<serde_json::Value>,
+        capacities: Vec<serde_json::Value>,
+    ) -> Snapshot {
+        let mut s = snapshot(claims, pvs);
+        let mut v = (*s.volumes).clone();
+        for (name, prov) in [("wait-sc", ""), (CAPACITY_CLASS, CAPACITY_DRIVER)] {
+            let sc: StorageClass = serde_json::from_value(json!({
+                "metadata": {"name": name}, "provisioner": prov,
+                "volumeBindingMode": "WaitForFirstConsumer"}))
+            .expect("sc");
+            v.storage_classes.insert(name.into(), Arc::new(sc));
+        }
+        let driver: k8s_openapi::api::storage::v1::CSIDriver = serde_json::from_value(json!({
+            "metadata": {"name": CAPACITY_DRIVER}, "spec": {"storageCapacity": true}}))
+        .expect("driver");
+        v.csi_drivers
+            .insert(CAPACITY_DRIVER.into(), Arc::new(driver));
+        for c in capacities {
+            let c: CSIStorageCapacity = serde_json::from_value(c).expect("capacity");
+            v.storage_capacities.insert(
+                format!("/{}", c.metadata.name.clone().unwrap_or_default()),
+                Arc::new(c),
+            );
+        }
+        s.volumes = Arc::new(v);
+        s
+    }
+
+    /// binder_test.go's makeCapacity: for the node labelled `node` (none: every node).
+    fn capacity(
+        name: &str,
+        class: &str,
+        node: Option<&str>,
+        cap: &str,
+        max: &str,
+    ) -> serde_json::Value {
+        let mut c = json!({"metadata": {"name": name}, "storageClassName": class,
+            "nodeTopology": {}});
+        if let Some(n) = node {
+            c["nodeTopology"] = json!({"matchLabels": {NODE_LABEL: n}});
+        }
+        if !cap.is_empty() {
+            c["capacity"] = json!(cap);
+        }
+        if !max.is_empty() {
+            c["maximumVolumeSize"] = json!(max);
+        }
+        c
+    }
+
+    fn pod_with(claims: &[&str]) -> PodInfo {
+        let vols: Vec<serde_json::Value> = claims
+            .iter()
+            .map(|c| json!({"name": c, "persistentVolumeClaim": {"claimName": c}}))
+            .collect();
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "pod-a", "namespace": "ns"},
+            "spec": {"containers": [], "volumes": vols}
+        }))
+        .expect("pod");
+        PodInfo::new(Arc::new(p))
+    }
+
+    fn labelled(name: &str, labels: serde_json::Value) -> NodeInfo {
+        let n: Node = serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}}))
+            .expect("node");
+        NodeInfo::new(Arc::new(n))
+    }
+
+    /// Filter then Score on every node, as volume_binding_test.go's TestVolumeBinding runs
+    /// them: each node's filter reasons, and the scores of all nodes.
+    fn run(
+        vb: &VolumeBinding,
+        pod: &PodInfo,
+        snap: &Snapshot,
+        nodes: &[NodeInfo],
+    ) -> (Vec<Vec<String>>, Vec<i64>) {
+        let mut state = CycleState::new();
+        let (_, s) = vb.pre_filter(&mut state, pod, snap);
+        assert!(s.is_success(), "{s:?}");
+        let reasons = nodes
+            .iter()
+            .map(|n| {
+                vb.filter(&state, pod, n)
+                    .reasons
+                    .iter()
+                    .map(|r| r.to_string())
+                    .collect()
+            })
+            .collect();
+        let list = NodeList::default();
+        assert!(vb.pre_score(&mut state, pod, &list, snap).is_success());
+        let scores = nodes
+            .iter()
+            .map(|n| vb.score(&state, pod, n).expect("score"))
+            .collect();
+        (reasons, scores)
+    }
+
+    fn abc() -> Vec<NodeInfo> {
+        ["node-a", "node-b", "node-c"]
+            .iter()
+            .map(|n| labelled(n, json!({NODE_LABEL: n})))
+            .collect()
+    }
+
+    /// "storage capacity score", "prefer node with least allocatable" and "prefer node
+    /// with maximum allocatable": 10Gi provisioned where 100Gi, 50Gi or 20Gi, 10Gi remain.
+    #[test]
+    fn storage_capacity_scores_like_kube() {
+        let claims = vec![claim("pvc-dynamic", CAPACITY_CLASS, "10Gi")];
+        let caps = |b: &str| {
+            vec![
+                capacity("node-a", CAPACITY_CLASS, Some("node-a"), "100Gi", ""),
+                capacity("node-b", CAPACITY_CLASS, Some("node-b"), b, ""),
+                capacity("node-c", CAPACITY_CLASS, Some("node-c"), "10Gi", ""),
+            ]
+        };
+        let pod = pod_with(&["pvc-dynamic"]);
+        let none: Vec<Vec<String>> = vec![vec![]; 3];
+        let snap = capacity_snapshot(claims.clone(), vec![], caps("50Gi"));
+        let (reasons, scores) = run(&VolumeBinding::new(600), &pod, &snap, &abc());
+        assert_eq!((reasons, scores), (none.clone(), vec![90, 80, 0]));
+        let snap = capacity_snapshot(claims, vec![], caps("20Gi"));
+        let least = VolumeBinding::with_shape(300, &[(0, 0), (100, 10)]);
+        assert_eq!(run(&least, &pod, &snap, &abc()).1, vec![10, 50, 100]);
+        let most = VolumeBinding::with_shape(300, &DEFAULT_SHAPE);
+        assert_eq!(run(&most, &pod, &snap, &abc()).1, vec![90, 50, 0]);
+    }
+
+    /// "storage capacity score with static binds": a node with a static binding is scored
+    /// by its volumes alone; "dynamic provisioning with multiple PVCs of the same
+    /// StorageClass": two 50Gi claims fill one 100Gi capacity (not counted twice).
+    #[test]
+    fn static_bindings_win_and_one_capacity_serves_a_class() {
+        let pvs = ["a", "b", "c"]
+            .iter()
+            .map(|n| {
+                let mut pv = local_pv(&format!("pv-static-{n}"), &format!("node-{n}"), "100Gi");
+                pv["spec"]["storageClassName"] = json!("wait-sc");
+                pv
+            })
+            .collect();
+        let snap = capacity_snapshot(
+            vec![
+                claim("pvc-dynamic", CAPACITY_CLASS, "10Gi"),
+                claim("pvc-static", "wait-sc", "50Gi"),
+            ],
+            pvs,
+            vec![
+                capacity("node-a", CAPACITY_CLASS, Some("node-a"), "100Gi", ""),
+                capacity("node-b", CAPACITY_CLASS, Some("node-b"), "50Gi", ""),
+                capacity("node-c", CAPACITY_CLASS, Some("node-c"), "10Gi", ""),
+            ],
+        );
+        let pod = pod_with(&["pvc-dynamic", "pvc-static"]);
+        let (reasons, scores) = run(&VolumeBinding::new(600), &pod, &snap, &abc());
+        assert_eq!(reasons, vec![Vec::<String>::new(); 3]);
+        assert_eq!(scores, vec![50, 50, 50]);
+
+        let snap = capacity_snapshot(
+            vec![
+                claim("pvc-dynamic-0", CAPACITY_CLASS, "50Gi"),
+                claim("pvc-dynamic-1", CAPACITY_CLASS, "50Gi"),
+            ],
+            vec![],
+            vec![capacity(
+                "node-a",
+                CAPACITY_CLASS,
+                Some("node-a"),
+                "100Gi",
+                "",
+            )],
+        );
+        let pod = pod_with(&["pvc-dynamic-0", "pvc-dynamic-1"]);
+        let (_, scores) = run(&VolumeBinding::new(600), &pod, &snap, &abc()[..1]);
+        assert_eq!(scores, vec![0]);
+    }
+
+    /// "zonal volumes with close capacity are preferred (custom shape)": 50Gi on 200Gi
+    /// volumes (zone a) or 100Gi ones (zone b), shape (0,0), (50,3), (100,5); zone c has
+    /// none and no provisioner.
+    #[test]
+    fn zonal_volumes_with_close_capacity_are_preferred() {
+        let zonal = |name: &str, zone: &str, size: &str| {
+            json!({"metadata": {"name": name}, "spec": {
+                "storageClassName": "wait-sc", "capacity": {"storage": size},
+                "accessModes": ["ReadWriteOnce"],
+                "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "topology.kubernetes.io/region", "operator": "In", "values": [format!("region-{zone}")]},
+                    {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [format!("zone-{zone}")]}]}]}}},
+                "status": {"phase": "Available"}})
+        };
+        let snap = capacity_snapshot(
+            vec![claim("pvc-a", "wait-sc", "50Gi")],
+            vec![
+                zonal("pv-a-0", "a", "200Gi"),
+                zonal("pv-a-1", "a", "200Gi"),
+                zonal("pv-b-0", "b", "100Gi"),
+                zonal("pv-b-1", "b", "100Gi"),
+            ],
+            vec![],
+        );
+        let nodes: Vec<NodeInfo> = ["a", "b", "c"]
+            .iter()
+            .flat_map(|z| {
+                ["a", "b"].map(|n| {
+                    labelled(
+                        &format!("zone-{z}-node-{n}"),
+                        json!({"topology.kubernetes.io/region": format!("region-{z}"),
+                               "topology.kubernetes.io/zone": format!("zone-{z}")}),
+                    )
+                })
+            })
+            .collect();
+        let vb = VolumeBinding::with_shape(300, &[(0, 0), (50, 3), (100, 5)]);
+        let (reasons, scores) = run(&vb, &pod_with(&["pvc-a"]), &snap, &nodes);
+        let conflict = vec![REASON_BIND_CONFLICT.to_string()];
+        assert_eq!(
+            reasons,
+            vec![vec![], vec![], vec![], vec![], conflict.clone(), conflict]
+        );
+        assert_eq!(scores, vec![15, 15, 30, 30, 0, 0]);
+    }
+
+    /// binder_test.go's TestCapacity: a capacity of the class, reaching the node, with room
+    /// by `maximumVolumeSize` (preferred) or `capacity`; else "did not have enough free
+    /// storage". A driver without storageCapacity, or none at all, is not checked.
+    #[test]
+    fn capacity_checks_follow_kubes_binder() {
+        let pod = pod_with(&["pvc"]);
+        let node = &abc()[..1];
+        let verdict = |caps: Vec<serde_json::Value>, tracked: bool| {
+            let mut snap =
+                capacity_snapshot(vec![claim("pvc", CAPACITY_CLASS, "1Gi")], vec![], caps);
+            if !tracked {
+                let mut v = (*snap.volumes).clone();
+                v.csi_drivers.clear();
+                snap.volumes = Arc::new(v);
+            }
+            run(&VolumeBinding::new(600), &pod, &snap, node).0.remove(0)
+        };
+        let no_space = vec![REASON_NOT_ENOUGH_SPACE.to_string()];
+        let ok: Vec<String> = Vec::new();
+        // Without any capacity object.
+        assert_eq!(verdict(vec![], true), no_space);
+        assert_eq!(verdict(vec![], false), ok);
+        // Enough, as capacity or as maximumVolumeSize; maximumVolumeSize wins.
+        assert_eq!(
+            verdict(
+                vec![capacity("c", CAPACITY_CLASS, Some("node-a"), "1Gi", "")],
+                true
+            ),
+            ok
+        );
+        assert_eq!(
+            verdict(
+                vec![capacity("c", CAPACITY_CLASS, Some("node-a"), "", "1Gi")],
+                true
+            ),
+            ok
+        );
+        assert_eq!(
+            verdict(
+                vec![capacity("c", CAPACITY_CLASS, Some("node-a"), "10Gi", "1Mi")],
+                true
+            ),
+            no_space
+        );
+        assert_eq!(
+            verdict(
+                vec![capacity("c", CAPACITY_CLASS, Some("node-a"), "1Mi", "")],
+                true
+            ),
+            no_space
+        );
+        // Another class, another node, or no topology at all.
+        assert_eq!(
+            verdict(
+                vec![capacity("c", "wait-sc", Some("node-a"), "1Gi", "")],
+                true
+            ),
+            no_space
+        );
+        assert_eq!(
+            verdict(
+                vec![capacity("c", CAPACITY_CLASS, Some("node-b"), "1Gi", "")],
+                true
+            ),
+            no_space
+        );
+        let mut nowhere = capacity("c", CAPACITY_CLASS, None, "1Gi", "");
+        nowhere.as_object_mut().map(|o| o.remove("nodeTopology"));
+        assert_eq!(verdict(vec![nowhere], true), no_space);
+        // An empty topology reaches every node.
+        assert_eq!(
+            verdict(vec![capacity("c", CAPACITY_CLASS, None, "1Gi", "")], true),
+            ok
+        );
+    }
+
+    /// FindPodVolumes' reasons together, in its order: a bound claim's volume elsewhere
+    /// does not stop the unbound claims from being looked at.
+    #[test]
+    fn reasons_come_together_in_kubes_order() {
+        let mut bound = claim("bound", "local", "1Gi");
+        bound["spec"]["volumeName"] = json!("pv-b");
+        bound["metadata"]["annotations"] = json!({ANN_BIND_COMPLETED: "yes"});
+        let snap = capacity_snapshot(
+            vec![bound, claim("pvc", CAPACITY_CLASS, "1Gi")],
+            vec![local_pv("pv-b", "node-b", "1Gi")],
+            vec![],
+        );
+        let (reasons, _) = run(
+            &VolumeBinding::new(600),
+            &pod_with(&["bound", "pvc"]),
+            &snap,
+            &abc()[..1],
+        );
+        assert_eq!(reasons[0], [REASON_NODE_CONFLICT, REASON_NOT_ENOUGH_SPACE]);
+    }
+
+    /// Pods without claims are scored 0 everywhere, and PreScore does not skip them.
+    #[test]
+    fn no_claims_no_score_but_no_skip() {
+        let vb = VolumeBinding::new(600);
+        let mut state = CycleState::new();
+        let p = pod_with(&[]);
+        let snap = snapshot(vec![], vec![]);
+        assert!(vb.pre_filter(&mut state, &p, &snap).1.is_skip());
+        assert!(
+            vb.pre_score(&mut state, &p, &NodeList::default(), &snap)
+                .is_success()
+        );
+        assert_eq!(vb.score(&state, &p, &abc()[0]).expect("score"), 0);
     }
 }

@@ -68,9 +68,12 @@ pub const PLUGINS: &[(&str, &[Point])] = &[
     ("LeafNodeFit", &[PreFilter, Filter, Reserve]),
     (
         "LeafNodeVolumeBinding",
-        &[PreFilter, Filter, Reserve, PreBind],
+        &[PreFilter, Filter, PreScore, Score, Reserve, PreBind],
     ),
-    ("VolumeBinding", &[PreFilter, Filter, Reserve, PreBind]),
+    (
+        "VolumeBinding",
+        &[PreFilter, Filter, PreScore, Score, Reserve, PreBind],
+    ),
     ("NodeAffinity", &[PreFilter, Filter, PreScore, Score]),
     ("NodePorts", &[Filter]),
     ("NodeResourcesFit", &[Filter, Score]),

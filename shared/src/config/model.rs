@@ -208,6 +208,9 @@ pub enum DefaultingType {
     List,
 }
 
+/// SetDefaults_VolumeBindingArgs' shape with StorageCapacityScoring on (v1.37).
+pub const DEFAULT_VOLUME_BINDING_SHAPE: [(i64, i64); 2] = [(0, 10), (100, 0)];
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct PluginArgs {
     pub node_resources_fit: NodeResourcesFitArgs,
@@ -218,6 +221,10 @@ pub struct PluginArgs {
     pub pod_topology_spread_defaulting: DefaultingType,
     pub volume_binding_timeout_seconds: i64,
     pub leaf_volume_binding_timeout_seconds: i64,
+    /// VolumeBindingArgs' `shape` (utilization, score 0..=10) as v1.37 defaults it
+    /// (StorageCapacityScoring on): (0, 10), (100, 0) when not given or empty.
+    pub volume_binding_shape: Vec<(i64, i64)>,
+    pub leaf_volume_binding_shape: Vec<(i64, i64)>,
     pub node_affinity_added: Option<NodeAffinity>,
     pub min_candidate_nodes_percentage: u32,
     pub min_candidate_nodes_absolute: u32,
@@ -238,6 +245,8 @@ impl Default for PluginArgs {
             pod_topology_spread_defaulting: DefaultingType::System,
             volume_binding_timeout_seconds: 600,
             leaf_volume_binding_timeout_seconds: 600,
+            volume_binding_shape: DEFAULT_VOLUME_BINDING_SHAPE.to_vec(),
+            leaf_volume_binding_shape: DEFAULT_VOLUME_BINDING_SHAPE.to_vec(),
             node_affinity_added: None,
             min_candidate_nodes_percentage: 10,
             min_candidate_nodes_absolute: 100,

@@ -260,13 +260,17 @@ pub(super) fn apply(
                         ),
                     );
                 }
+                // Defaulted before validation: none or an empty list is the default.
+                let s = match r.shape.filter(|pts| !pts.is_empty()) {
+                    Some(pts) => shape(&pts, 10, &format!("{a}.shape"), errs),
+                    None => DEFAULT_VOLUME_BINDING_SHAPE.to_vec(),
+                };
                 if pc.name == "VolumeBinding" {
                     args.volume_binding_timeout_seconds = t;
+                    args.volume_binding_shape = s;
                 } else {
                     args.leaf_volume_binding_timeout_seconds = t;
-                }
-                if let Some(pts) = r.shape {
-                    shape(&pts, 10, &format!("{a}.shape"), errs);
+                    args.leaf_volume_binding_shape = s;
                 }
             }
             "NodeAffinity" => {

@@ -110,13 +110,15 @@ fn v1_defaults() {
             ("TaintToleration", 3),
             ("NodeAffinity", 2),
             ("NodeResourcesFit", 1),
+            // StorageCapacityScoring (beta, on in v1.37): weight 1 as multiPoint gives it.
+            ("VolumeBinding", 1),
             ("PodTopologySpread", 2),
             ("InterPodAffinity", 2),
             ("DynamicResources", 2),
             ("NodeResourcesBalancedAllocation", 1),
             ("ImageLocality", 1),
             // Always on, outweighing the others together twice over.
-            ("PlacementPolicy", 29)
+            ("PlacementPolicy", 31)
         ]
     );
     assert_eq!(
@@ -313,6 +315,58 @@ fn plugin_args() {
     assert_eq!(a.node_resources_fit.shape, vec![(0, 0), (100, 10)]);
     assert_eq!(a.node_resources_fit.resources[0].weight, 3);
     assert_eq!(a.min_candidate_nodes_percentage, 20);
+}
+
+/// VolumeBindingArgs' shape (StorageCapacityScoring, on in v1.37): kept as given,
+/// defaulted to (0, 10), (100, 0) when absent or empty (SetDefaults_VolumeBindingArgs
+/// runs before validation), validated like kube's validateFunctionShape.
+#[test]
+fn volume_binding_shape_is_defaulted_and_kept() {
+    let c = ok(&format!("{V1}profiles:\n- schedulerName: a\n"));
+    assert_eq!(
+        c.profiles[0].args.volume_binding_shape,
+        vec![(0, 10), (100, 0)]
+    );
+    let c = ok(&format!(
+        "{V1}profiles:
+- pluginConfig:
+  - name: VolumeBinding
+    args:
+      shape:
+      - utilization: 0
+        score: 0
+      - utilization: 100
+        score: 10
+  - name: LeafNodeVolumeBinding
+    args:
+      shape: []
+"
+    ));
+    let a = &c.profiles[0].args;
+    assert_eq!(a.volume_binding_shape, vec![(0, 0), (100, 10)]);
+    assert_eq!(a.leaf_volume_binding_shape, vec![(0, 10), (100, 0)]);
+    let e = errors(&format!(
+        "{V1}profiles:
+- pluginConfig:
+  - name: VolumeBinding
+    args:
+      shape:
+      - utilization: 50
+        score: 11
+      - utilization: 40
+        score: 0
+"
+    ));
+    assert!(
+        e.iter()
+            .any(|m| m.contains("profiles[0].pluginConfig[0].args.shape[0].score")),
+        "{e:?}"
+    );
+    assert!(
+        e.iter()
+            .any(|m| m.contains("profiles[0].pluginConfig[0].args.shape[1].utilization")),
+        "{e:?}"
+    );
 }
 
 #[test]

@@ -4,7 +4,8 @@
 //! What `system:kube-scheduler` already grants (kube v1.37 bootstrap policy, as v1.36's),
 //! so it is not repeated here: events create/update/patch (core and events.k8s.io), pods
 //! get/list/watch/delete, pods/binding create, pods/status patch/update, nodes
-//! get/list/watch. (Where
+//! get/list/watch, and csinodes, csidrivers and csistoragecapacities (storage.k8s.io)
+//! get/list/watch, which the volume plugins read. (Where
 //! its GenericWorkload gate is on it also grants the PodGroup rules below, which are
 //! here for the API servers where it is not yet on.)
 //! Per virtual node permissions (update that node and its status, its Lease, delete it)

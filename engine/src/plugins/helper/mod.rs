@@ -35,6 +35,25 @@ pub(crate) fn normalize_to_max(scores: &mut [i64]) {
     default_normalize_score(MAX_NODE_SCORE, false, scores)
 }
 
+/// kube-scheduler's `helper.BuildBrokenLinearFunction` at utilization `p`: linear between
+/// the shape's `(utilization, score)` points, flat before the first and after the last;
+/// 0 for no points.
+pub(crate) fn broken_linear(shape: &[(i64, i64)], p: i64) -> i64 {
+    let Some(first) = shape.first() else {
+        return 0;
+    };
+    if p <= first.0 {
+        return first.1;
+    }
+    for w in shape.windows(2) {
+        let ((u0, s0), (u1, s1)) = (w[0], w[1]);
+        if p <= u1 {
+            return s0 + (s1 - s0) * (p - u0) / (u1 - u0);
+        }
+    }
+    shape.last().map(|l| l.1).unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
