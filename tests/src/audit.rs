@@ -13,6 +13,8 @@ use serde::Deserialize;
 struct Event {
     stage: String,
     verb: String,
+    #[serde(default, rename = "requestURI")]
+    request_uri: String,
     #[serde(default)]
     user_agent: String,
     request_received_timestamp: String,
@@ -135,7 +137,8 @@ pub fn writes(path: &Path) -> anyhow::Result<Vec<Write>> {
         }
         let e: Event = serde_json::from_str(line)
             .with_context(|| format!("audit log line {}: {line}", i + 1))?;
-        if e.stage != "ResponseComplete" {
+        // A dry run (pod sync's before each new shape of copy) writes nothing.
+        if e.stage != "ResponseComplete" || e.request_uri.contains("dryRun=") {
             continue;
         }
         let o = e.object_ref.unwrap_or(ObjectRef {
