@@ -54,16 +54,20 @@
 //! above, and judged as above) run on a whole cluster
 //! (kube-controller-manager's PV binder completes bindings): claims bound to volumes with
 //! node affinity, WaitForFirstConsumer classes with local volumes, zone-labelled volumes,
-//! ReadWriteOncePod claims in use. Each attempt gets its own copy of the claims, volumes
-//! and classes, so that a binding made for one scheduler does not change what the next
-//! sees.
+//! ReadWriteOncePod claims in use, and claims provisioned by a CSI driver that tracks
+//! storage capacity (CSIDriver `storageCapacity: true`, CSIStorageCapacity objects per
+//! node, some too small by `capacity` or `maximumVolumeSize`: VolumeBinding's capacity
+//! check and StorageCapacityScoring), which the test provisions itself as the external
+//! provisioner would (`fake_provisioner`). Each attempt gets its own copy of the claims,
+//! volumes, capacities and classes, so that a binding made for one scheduler does not
+//! change what the next sees.
 
 use std::time::Duration;
 
 use anyhow::Context;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
-use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass};
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
 use mcsched_e2e::objects::{create_node, list_or_empty};
@@ -742,7 +746,55 @@ struct VolumeCase {
     immediate: Vec<String>,
     /// Pods already on nodes, each using its claims in every attempt's copy.
     existing: Vec<Value>,
+    /// CSIStorageCapacity objects (in the case's namespace), named with `@A@`.
+    capacities: Vec<Value>,
     pod: Value,
+}
+
+/// The CSI driver of the capacity cases; no such driver runs: `fake_provisioner` creates
+/// the volumes.
+const CAPACITY_DRIVER: &str = "capacity.csi.mcsched.test";
+
+/// What external-provisioner does for a claim a scheduler selected a node for: a volume
+/// pre-bound to it (claimRef with its uid) on that node, which the PV controller binds.
+async fn fake_provisioner(client: Client) {
+    let claims: Api<PersistentVolumeClaim> = Api::all(client.clone());
+    let pvs: Api<PersistentVolume> = Api::all(client);
+    loop {
+        for c in list_or_empty(&claims).await {
+            let Some(node) = c
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("volume.kubernetes.io/selected-node"))
+            else {
+                continue;
+            };
+            let spec = c.spec.clone().unwrap_or_default();
+            let class = spec.storage_class_name.clone().unwrap_or_default();
+            if !class.contains("-csi-") || spec.volume_name.is_some_and(|v| !v.is_empty()) {
+                continue;
+            }
+            let uid = c.metadata.uid.clone().unwrap_or_default();
+            let size = spec
+                .resources
+                .and_then(|r| r.requests)
+                .and_then(|r| r.get("storage").map(|q| q.0.clone()))
+                .unwrap_or_else(|| "1Gi".into());
+            let pv = json!({"metadata": {"name": format!("pvc-{uid}")}, "spec": {
+                "capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"],
+                "storageClassName": class, "persistentVolumeReclaimPolicy": "Retain",
+                "csi": {"driver": CAPACITY_DRIVER, "volumeHandle": uid},
+                "claimRef": {"namespace": c.metadata.namespace, "name": c.metadata.name, "uid": uid},
+                "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}}});
+            if let Ok(pv) = serde_json::from_value::<PersistentVolume>(pv) {
+                // Already there (made on an earlier pass) is fine.
+                let _ = pvs.create(&PostParams::default(), &pv).await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
 }
 
 fn for_attempt(v: &Value, attempt: &str) -> anyhow::Result<Value> {
@@ -776,11 +828,14 @@ fn generate_volume_case(seed: u64, id: usize, rng: &mut Rng) -> VolumeCase {
         })
         .collect();
     // Classes per attempt too: a claim only ever matches its own attempt's volumes.
-    let (wffc, imm) = (
+    let (wffc, imm, csi) = (
         format!("vol-{id}-wffc-{ATTEMPT}"),
         format!("vol-{id}-imm-{ATTEMPT}"),
+        format!("vol-{id}-csi-{ATTEMPT}"),
     );
     let classes = vec![
+        json!({"metadata": {"name": csi}, "provisioner": CAPACITY_DRIVER,
+               "volumeBindingMode": "WaitForFirstConsumer"}),
         json!({"metadata": {"name": wffc}, "provisioner": "kubernetes.io/no-provisioner",
                "volumeBindingMode": "WaitForFirstConsumer"}),
         json!({"metadata": {"name": imm}, "provisioner": "kubernetes.io/no-provisioner",
@@ -796,11 +851,26 @@ fn generate_volume_case(seed: u64, id: usize, rng: &mut Rng) -> VolumeCase {
     };
     let (mut volumes, mut claims, mut immediate, mut existing, mut pod_volumes) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // One capacity per node at most, by hostname, so that kube's pick among matching
+    // capacities (its lister's order) never matters; some nodes have none.
+    let mut capacities = Vec::new();
+    for n in &node_names {
+        if rng.chance(75) {
+            let mut c = json!({"metadata": {"name": format!("cap-{n}-{ATTEMPT}")},
+                "storageClassName": csi,
+                "nodeTopology": {"matchLabels": {"kubernetes.io/hostname": n}},
+                "capacity": rng.pick(&["1Gi", "3Gi", "10Gi", "50Gi"])});
+            if rng.chance(30) {
+                c["maximumVolumeSize"] = json!(rng.pick(&["1Gi", "2Gi", "8Gi"]));
+            }
+            capacities.push(c);
+        }
+    }
     for j in 0..1 + rng.below(2) {
         let name = format!("c{j}-{ATTEMPT}");
         let pv = format!("pv-{id}-{ATTEMPT}-{j}");
         let claim_ref = json!({"namespace": ns, "name": name});
-        match rng.below(4) {
+        match rng.below(5) {
             // Bound to a volume with node affinity: a host, or a zone (In or NotIn).
             0 => {
                 let affinity = if rng.chance(50) {
@@ -840,6 +910,11 @@ fn generate_volume_case(seed: u64, id: usize, rng: &mut Rng) -> VolumeCase {
                     "storageClassName": imm, "hostPath": {"path": "/tmp/vol"}, "claimRef": claim_ref}}));
                 claims.push(claim(&name, &imm, "ReadWriteOnce", "1Gi"));
                 immediate.push(name.clone());
+            }
+            // Provisioned by the CSI driver that tracks capacity.
+            4 => {
+                let size = *rng.pick(&["1Gi", "2Gi", "4Gi"]);
+                claims.push(claim(&name, &csi, "ReadWriteOnce", size));
             }
             // A ReadWriteOncePod claim, perhaps already used by a pod on some node.
             _ => {
@@ -887,6 +962,7 @@ fn generate_volume_case(seed: u64, id: usize, rng: &mut Rng) -> VolumeCase {
         claims,
         immediate,
         existing,
+        capacities,
         pod,
     }
 }
@@ -949,6 +1025,12 @@ async fn run_volume_case(client: Client, case: VolumeCase) -> anyhow::Result<Cas
         for c in &case.claims {
             let c: PersistentVolumeClaim = serde_json::from_value(for_attempt(c, attempt)?)?;
             pvcs.create(&PostParams::default(), &c).await?;
+        }
+        for c in &case.capacities {
+            let c: CSIStorageCapacity = serde_json::from_value(for_attempt(c, attempt)?)?;
+            Api::<CSIStorageCapacity>::namespaced(client.clone(), &ns_name)
+                .create(&PostParams::default(), &c)
+                .await?;
         }
     }
     // The PV controller must have made the volumes Available (schedulers pass over
@@ -1023,12 +1105,13 @@ async fn run_volume_case(client: Client, case: VolumeCase) -> anyhow::Result<Cas
     let disagreement = disagreement.map(|d| {
         format!(
             "volume case {} (seed {}): {d}\n  nodes: {}\n  volumes: {}\n  claims: {}\n  \
-                 existing: {}\n  pod: {}",
+                 capacities: {}\n  existing: {}\n  pod: {}",
             case.id,
             case.seed,
             serde_json::to_string(&case.nodes).unwrap_or_default(),
             serde_json::to_string(&case.volumes).unwrap_or_default(),
             serde_json::to_string(&case.claims).unwrap_or_default(),
+            serde_json::to_string(&case.capacities).unwrap_or_default(),
             serde_json::to_string(&case.existing).unwrap_or_default(),
             serde_json::to_string(&case.pod["spec"]).unwrap_or_default()
         )
@@ -1055,6 +1138,12 @@ async fn mcsched_agrees_with_kube_scheduler_on_volumes() -> anyhow::Result<()> {
         "diff-volumes",
         &["--leader-elect=false"],
     )?;
+    let driver: CSIDriver = serde_json::from_value(json!({"metadata": {"name": CAPACITY_DRIVER},
+        "spec": {"storageCapacity": true, "attachRequired": false}}))?;
+    Api::<CSIDriver>::all(cp.client.clone())
+        .create(&PostParams::default(), &driver)
+        .await?;
+    let provisioner = tokio::spawn(fake_provisioner(cp.client.clone()));
     let mut generated: Vec<VolumeCase> = Vec::new();
     for (seed, first, count) in share_cases(&seeds, cases) {
         let mut rng = Rng(seed);
@@ -1070,6 +1159,7 @@ async fn mcsched_agrees_with_kube_scheduler_on_volumes() -> anyhow::Result<()> {
         .buffer_unordered(VOLUME_CONCURRENCY)
         .collect()
         .await;
+    provisioner.abort();
     judge_run("differential (volumes)", results, cases, &seeds, started);
     Ok(())
 }
