@@ -206,7 +206,7 @@ async fn join_and_unjoin_a_leaf() -> anyhow::Result<()> {
     assert!(
         rows[0]["version"]
             .as_str()
-            .is_some_and(|v| v.starts_with("v1.36")),
+            .is_some_and(|v| v.starts_with("v1.37")),
         "{rows}"
     );
     assert_eq!(rows[0]["pods"], 0, "{rows}");
