@@ -31,6 +31,14 @@ pub struct QueuedPodInfo {
     pub rejection: Option<Rejection>,
 }
 
+impl QueuedPodInfo {
+    /// When the pod was (re)added to the queue (kube's `QueuedPodInfo.Timestamp`): pod
+    /// group members are tried in its order after priority and attempts.
+    pub fn timestamp(&self) -> Instant {
+        self.timestamp
+    }
+}
+
 /// The plugins that rejected a pod in its last attempt, or hold it back at PreEnqueue,
 /// and its profile: what `scheduler_unschedulable_pods` counts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,6 +207,12 @@ pub trait Plugin: Send + Sync {
     fn as_post_bind(&self) -> Option<&dyn PostBindPlugin> {
         None
     }
+    fn as_placement_feasible(&self) -> Option<&dyn PlacementFeasiblePlugin> {
+        None
+    }
+    fn as_placement_score(&self) -> Option<&dyn PlacementScorePlugin> {
+        None
+    }
 }
 
 pub trait PreEnqueuePlugin: Plugin {
@@ -328,4 +342,31 @@ pub trait BindPlugin: Plugin {
 
 pub trait PostBindPlugin: Plugin {
     fn post_bind(&self, state: &CycleState, pod: &PodInfo, node: &str);
+}
+
+/// How far a pod group's algorithm got in one placement (kube's `PlacementProgress`): its
+/// members not tried yet, and those scheduled (bound, assumed, or placed in this
+/// placement so far).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PlacementProgress {
+    pub remaining: usize,
+    pub scheduled: usize,
+}
+
+/// kube's PlacementFeasible extension point (v1.37): whether a pod group can still meet
+/// its constraints in the placement being tried. Success: met; Wait: not yet, more
+/// members may meet them; Unschedulable: they cannot be met, whatever the members left do.
+pub trait PlacementFeasiblePlugin: Plugin {
+    fn placement_feasible(
+        &self,
+        group: &crate::pod_groups::GroupPolicy,
+        progress: PlacementProgress,
+    ) -> Status;
+}
+
+/// kube's PlacementScore extension point: a score for a placement where the pod group
+/// was found feasible, from its nodes and the members proposed there. Scores are used
+/// as they are (no plugin here normalizes), times the plugin's weight.
+pub trait PlacementScorePlugin: Plugin {
+    fn score_placement(&self, nodes: &[Arc<NodeInfo>], proposed: &[Arc<PodInfo>]) -> i64;
 }

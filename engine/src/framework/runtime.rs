@@ -214,6 +214,14 @@ impl Framework {
         }
     }
 
+    /// A Score plugin's weight in the profile (kube weighs PlacementScore plugins by the
+    /// same configuration entries).
+    pub(crate) fn score_weight(&self, plugin: &str) -> Option<i64> {
+        (self.score.iter())
+            .find(|(p, _)| p.name() == plugin)
+            .map(|(_, w)| *w)
+    }
+
     /// Every plugin of the profile, once, in extension-point order.
     pub fn plugins(&self) -> Vec<P> {
         let mut seen = HashSet::new();

@@ -1,6 +1,8 @@
 //! GangScheduling: all or nothing for the pods of a PodGroup with a gang policy. Its pods
-//! wait outside the active queue until the group exists and `minCount` of them do, and
-//! wait at Permit until `minCount` of them are placed; then all bind.
+//! wait outside the active queue until the group exists and `minCount` of them do; in the
+//! pod group cycle, PlacementFeasible says whether a placement can still meet `minCount`
+//! (v1.37), and the members placed wait at Permit until `minCount` of them are; then all
+//! bind.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -8,9 +10,10 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::framework::{
-    ClusterEvent, CycleState, Handle, PermitPlugin, Plugin, PreEnqueuePlugin, Status,
+    ClusterEvent, Code, CycleState, Handle, PermitPlugin, PlacementFeasiblePlugin,
+    PlacementProgress, Plugin, PreEnqueuePlugin, Status,
 };
-use crate::pod_groups::{PodGroups, group_key_of};
+use crate::pod_groups::{GroupPolicy, PodGroups, group_key_of};
 use crate::snapshot::PodInfo;
 
 pub(crate) const NAME: &str = "GangScheduling";
@@ -49,6 +52,38 @@ impl Plugin for GangScheduling {
     }
     fn as_permit(&self) -> Option<&dyn PermitPlugin> {
         Some(self)
+    }
+    fn as_placement_feasible(&self) -> Option<&dyn PlacementFeasiblePlugin> {
+        Some(self)
+    }
+}
+
+impl PlacementFeasiblePlugin for GangScheduling {
+    /// kube's `PlacementFeasible`: a gang's minCount (1 for a basic group) against the
+    /// members scheduled and those left to try.
+    fn placement_feasible(&self, group: &GroupPolicy, progress: PlacementProgress) -> Status {
+        let min = group.gang_min_count.unwrap_or(1);
+        let PlacementProgress {
+            remaining,
+            scheduled,
+        } = progress;
+        if remaining.saturating_add(scheduled) < min {
+            return Status::unschedulable(format!(
+                "minCount ({min}) cannot be satisfied: {scheduled} scheduled, {remaining} remaining"
+            ));
+        }
+        if scheduled < min {
+            return Status::new(
+                Code::Wait,
+                vec![
+                    format!(
+                        "minCount ({min}) is not yet satisfied: {scheduled} scheduled, {remaining} remaining"
+                    )
+                    .into(),
+                ],
+            );
+        }
+        Status::success()
     }
 }
 
@@ -122,7 +157,6 @@ impl PermitPlugin for GangScheduling {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::framework::Code;
     use k8s_openapi::api::scheduling::v1beta1::PodGroup;
     use serde_json::json;
 
@@ -202,6 +236,45 @@ mod tests {
         assert_eq!(waiting.pending_plugins(), vec![NAME]);
         assert!(plugin.permit(&CycleState::new(), &b, "n2").0.is_success());
         assert!(waiting.pending_plugins().is_empty());
+    }
+
+    /// kube's PlacementFeasible, word for word: Unschedulable once minCount is out of
+    /// reach, Wait until it is met, then Success; a basic group needs one member.
+    #[test]
+    fn placement_feasible_counts_members_scheduled_and_left() {
+        let plugin = GangScheduling::new(PodGroups::new());
+        let gang = GroupPolicy {
+            gang_min_count: Some(5),
+            ..Default::default()
+        };
+        let at = |remaining, scheduled| PlacementProgress {
+            remaining,
+            scheduled,
+        };
+        let s = plugin.placement_feasible(&gang, at(1, 3));
+        assert_eq!(
+            (s.code, s.message().as_str()),
+            (
+                Code::Unschedulable,
+                "minCount (5) cannot be satisfied: 3 scheduled, 1 remaining"
+            )
+        );
+        let s = plugin.placement_feasible(&gang, at(2, 3));
+        assert_eq!(
+            (s.code, s.message().as_str()),
+            (
+                Code::Wait,
+                "minCount (5) is not yet satisfied: 3 scheduled, 2 remaining"
+            )
+        );
+        assert!(plugin.placement_feasible(&gang, at(0, 5)).is_success());
+        let basic = GroupPolicy::default();
+        assert_eq!(plugin.placement_feasible(&basic, at(3, 0)).code, Code::Wait);
+        assert!(plugin.placement_feasible(&basic, at(2, 1)).is_success());
+        assert_eq!(
+            plugin.placement_feasible(&basic, at(0, 0)).message(),
+            "minCount (1) cannot be satisfied: 0 scheduled, 0 remaining"
+        );
     }
 
     #[test]

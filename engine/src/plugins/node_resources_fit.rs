@@ -1,12 +1,17 @@
 //! NodeResourcesFit: Filter checks that the node's free allocatable covers the pod's
 //! requests (and its pod count); Score ranks nodes by LeastAllocated, MostAllocated or
-//! RequestedToCapacityRatio over weighted resources.
+//! RequestedToCapacityRatio over weighted resources; PlacementScore ranks a pod group's
+//! placements by MostAllocated over all their nodes (kube's placementScorer, made under
+//! TopologyAwareWorkloadScheduling).
+
+use std::sync::Arc;
 
 use mcsched_shared::resources::{CPU, EPHEMERAL_STORAGE, MEMORY, Resources};
 
 use super::helper::resources::{ResourceKind, allocatable_and_requested};
 use crate::framework::{
-    ClusterEvent, Code, CycleState, FilterPlugin, MAX_NODE_SCORE, Plugin, ScorePlugin, Status,
+    ClusterEvent, Code, CycleState, FilterPlugin, MAX_NODE_SCORE, PlacementScorePlugin, Plugin,
+    ScorePlugin, Status,
 };
 use crate::snapshot::{NodeInfo, PodInfo};
 
@@ -143,6 +148,9 @@ impl Plugin for NodeResourcesFit {
     fn as_filter(&self) -> Option<&dyn FilterPlugin> {
         Some(self)
     }
+    fn as_placement_score(&self) -> Option<&dyn PlacementScorePlugin> {
+        Some(self)
+    }
     fn as_score(&self) -> Option<&dyn ScorePlugin> {
         Some(self)
     }
@@ -230,6 +238,71 @@ impl ScorePlugin for NodeResourcesFit {
             Strategy::RequestedToCapacityRatio(_) => (total as f64 / weights as f64).round() as i64,
             _ => total / weights,
         })
+    }
+}
+
+/// What one resource of a node counts toward a placement's MostAllocated score: its
+/// allocatable and what its pods ask for (cpu and memory with the non-zero defaults, as
+/// kube's scorers without `useRequested`); (0, 0) leaves it out.
+fn placement_resource(node: &NodeInfo, resource: &ResourceKind, wanted: i64) -> (i64, i64) {
+    let a = &node.allocatable;
+    match resource {
+        ResourceKind::Cpu => (a.milli_cpu, node.non_zero_milli_cpu),
+        ResourceKind::Memory => (a.memory, node.non_zero_memory),
+        ResourceKind::EphemeralStorage => (a.ephemeral_storage, node.requested.ephemeral_storage),
+        // An extended resource counts only when asked for.
+        ResourceKind::Scalar(_) if wanted == 0 => (0, 0),
+        ResourceKind::Scalar(name) => match a.scalar.get(name) {
+            Some(&alloc) => (alloc, node.requested.scalar.get(name).copied().unwrap_or(0)),
+            None => (0, 0),
+        },
+    }
+}
+
+/// What a member asks for of one resource, as the scorers count it.
+fn pod_request(pod: &PodInfo, resource: &ResourceKind) -> i64 {
+    match resource {
+        ResourceKind::Cpu => pod.non_zero_milli_cpu,
+        ResourceKind::Memory => pod.non_zero_memory,
+        ResourceKind::EphemeralStorage => pod.requests.ephemeral_storage,
+        ResourceKind::Scalar(name) => pod.requests.scalar.get(name).copied().unwrap_or(0),
+    }
+}
+
+impl PlacementScorePlugin for NodeResourcesFit {
+    /// kube's `resourceAllocationScorer.scorePlacement` with MostAllocated: the members'
+    /// requests and every node's in the placement, over the placement's allocatable,
+    /// summed per resource (the members' sum as it runs decides whether an extended
+    /// resource counts, as there).
+    fn score_placement(&self, nodes: &[Arc<NodeInfo>], proposed: &[Arc<PodInfo>]) -> i64 {
+        let n = self.scored.len();
+        let mut requested = vec![0i64; n];
+        for pod in proposed {
+            for (i, (resource, _)) in self.scored.iter().enumerate() {
+                requested[i] = requested[i].saturating_add(pod_request(pod, resource));
+            }
+        }
+        let (mut allocatable, mut allocated) = (vec![0i64; n], vec![0i64; n]);
+        for node in nodes {
+            for (i, (resource, _)) in self.scored.iter().enumerate() {
+                let (alloc, used) = placement_resource(node, resource, requested[i]);
+                if alloc == 0 {
+                    continue;
+                }
+                allocatable[i] = allocatable[i].saturating_add(alloc);
+                allocated[i] = allocated[i].saturating_add(used);
+                requested[i] = requested[i].saturating_add(used);
+            }
+        }
+        let (mut total, mut weights) = (0i64, 0i64);
+        for (i, (_, weight)) in self.scored.iter().enumerate() {
+            if allocatable[i] == 0 {
+                continue;
+            }
+            total += most_requested(requested[i], allocatable[i]) * weight;
+            weights += weight;
+        }
+        if weights == 0 { 0 } else { total / weights }
     }
 }
 
