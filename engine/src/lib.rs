@@ -21,6 +21,7 @@ pub mod plugins;
 pub mod pod_groups;
 pub mod pod_selectors;
 pub mod policies;
+pub mod preemption;
 pub mod profiles;
 pub mod queue;
 pub mod snapshot;

@@ -39,6 +39,15 @@ pub struct GroupPolicy {
     pub generation: i64,
     /// `status.conditions` as last seen, for the scheduler's own condition.
     pub conditions: Vec<Condition>,
+    pub uid: String,
+    /// `spec.priority` (kube's PodGroupPriority: 0 when unset), which its members must
+    /// share and which preemption weighs it by, as preemptor and as victim.
+    pub priority: i32,
+    /// `spec.preemptionPolicy` (read under the PodGroupPreemptionPolicy gate).
+    pub preemption_policy: Option<String>,
+    /// `spec.disruptionMode.all`: preemption evicts the group's scheduled pods together
+    /// or not at all.
+    pub disruption_all: bool,
 }
 
 impl GroupPolicy {
@@ -63,6 +72,13 @@ impl GroupPolicy {
                 .as_ref()
                 .and_then(|s| s.conditions.clone())
                 .unwrap_or_default(),
+            uid: group.metadata.uid.clone().unwrap_or_default(),
+            priority: spec.priority.unwrap_or(0),
+            preemption_policy: spec.preemption_policy.clone(),
+            disruption_all: spec
+                .disruption_mode
+                .as_ref()
+                .is_some_and(|m| m.all.is_some()),
         }
     }
 }
@@ -164,6 +180,9 @@ pub struct PodGroups {
     /// kube-scheduler's TopologyAwareWorkloadScheduling gate: groups are placed by the
     /// placement algorithm (one simulation per topology domain).
     topology_aware: std::sync::atomic::AtomicBool,
+    /// kube-scheduler's PodGroupPreemptionPolicy gate: a group's own preemptionPolicy,
+    /// not its members', says whether it may preempt.
+    preemption_policy_gate: std::sync::atomic::AtomicBool,
     /// The PodGroup API version the API server serves, once the watch found it: the
     /// status the scheduler writes goes there, its condition named as that version names it.
     served: RwLock<Option<PodGroupVersion>>,
@@ -192,6 +211,16 @@ impl PodGroups {
             .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
+    pub fn preemption_policy_gate(&self) -> bool {
+        self.preemption_policy_gate
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn set_preemption_policy_gate(&self, on: bool) {
+        self.preemption_policy_gate
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
     pub fn served(&self) -> Option<PodGroupVersion> {
         *self.served.read().unwrap_or_else(|e| e.into_inner())
     }
@@ -206,6 +235,11 @@ impl PodGroups {
 
     fn states_mut(&self) -> RwLockWriteGuard<'_, States> {
         self.states.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Some PodGroup's `disruptionMode` is `all`: preemption must gather its pods.
+    pub(crate) fn any_disruption_all(&self) -> bool {
+        self.groups().values().any(|g| g.disruption_all)
     }
 
     /// The PodGroup `namespace/name`, if it exists.

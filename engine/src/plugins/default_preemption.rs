@@ -3,16 +3,19 @@
 //! first), and nominate it. kube-scheduler's `defaultpreemption` and `preemption`
 //! packages, with their candidate ordering.
 
-use std::cmp::Ordering;
 use std::sync::Arc;
 
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use mcsched_shared::selectors::label_selector_matches;
 use rand::RngExt;
 
 use crate::framework::{
     Code, CycleState, Framework, NodeStatuses, Plugin, PostFilterPlugin, PostFilterResult, Status,
     Victims,
+};
+use crate::pod_groups::PodGroups;
+use crate::preemption::{
+    AllModeMembers, Victim, VictimKind, all_mode_members, filter_victims_with_pdb_violation,
+    more_important_victim, pod_priority, terminating_by_preemption, victims_on,
 };
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 
@@ -37,11 +40,13 @@ impl Default for PreemptionArgs {
 
 pub(crate) struct DefaultPreemption {
     args: PreemptionArgs,
+    /// The PodGroups, which victims weigh as (v1.37, under GenericWorkload).
+    groups: Arc<PodGroups>,
 }
 
 impl DefaultPreemption {
-    pub(crate) fn new(args: PreemptionArgs) -> Self {
-        DefaultPreemption { args }
+    pub(crate) fn new(args: PreemptionArgs, groups: Arc<PodGroups>) -> Self {
+        DefaultPreemption { args, groups }
     }
 }
 
@@ -60,68 +65,14 @@ fn start_time_secs(p: &PodInfo) -> i64 {
         .unwrap_or(i64::MAX)
 }
 
-/// kube's `MoreImportantPod`: higher priority, then the one running longer.
-fn more_important(a: &PodInfo, b: &PodInfo) -> Ordering {
-    b.priority()
-        .cmp(&a.priority())
-        .then(start_time_secs(a).cmp(&start_time_secs(b)))
-}
-
-/// Splits victims into those whose eviction would break a PodDisruptionBudget and the rest,
-/// counting each budget's allowed disruptions down as victims use them.
-fn split_by_pdb(
-    victims: &[Arc<PodInfo>],
-    pdbs: &[Arc<PodDisruptionBudget>],
-) -> (Vec<Arc<PodInfo>>, Vec<Arc<PodInfo>>) {
-    let mut allowed: Vec<i32> = pdbs
-        .iter()
-        .map(|p| {
-            p.status
-                .as_ref()
-                .and_then(|s| s.disruptions_allowed)
-                .unwrap_or(0)
-        })
-        .collect();
-    let (mut violating, mut fine) = (Vec::new(), Vec::new());
-    for v in victims {
-        let mut violates = false;
-        for (i, pdb) in pdbs.iter().enumerate() {
-            if pdb.metadata.namespace.as_deref() != Some(v.namespace.as_str()) {
-                continue;
-            }
-            let selector = pdb.spec.as_ref().and_then(|s| s.selector.as_ref());
-            // An empty selector matches nothing for PDBs.
-            if selector.is_none_or(|s| s.match_labels.is_none() && s.match_expressions.is_none()) {
-                continue;
-            }
-            if !label_selector_matches(selector, v.labels()) {
-                continue;
-            }
-            allowed[i] -= 1;
-            if allowed[i] < 0 {
-                violates = true;
-            }
-        }
-        if violates {
-            violating.push(v.clone());
-        } else {
-            fine.push(v.clone());
-        }
-    }
-    (violating, fine)
-}
-
-/// kube's `podTerminatingByPreemption`: being deleted after a scheduler preempted it.
-fn terminating_by_preemption(p: &PodInfo) -> bool {
-    p.terminating() && p.preempted
-}
-
 /// The rest of kube's `PodEligibleToPreemptOthers`: a pod nominated to a node that can
-/// still take it waits while lower-priority pods there terminate after preemption.
+/// still take it waits while pods there of lower priority (a PodGroup's member at its
+/// group's, under GenericWorkload) terminate after preemption.
 fn terminating_victims_on_nominated_node(
     pod: &PodInfo,
     snapshot: &Snapshot,
     statuses: &NodeStatuses,
+    groups: Option<&PodGroups>,
 ) -> bool {
     let Some(nominated) = pod.nominated_node_name() else {
         return false;
@@ -132,78 +83,123 @@ fn terminating_victims_on_nominated_node(
     {
         return false;
     }
+    let priority = |p: &PodInfo| groups.map_or_else(|| p.priority(), |g| pod_priority(p, g));
     snapshot.get(nominated).is_some_and(|n| {
         n.pods
             .iter()
-            .any(|p| p.priority() < pod.priority() && terminating_by_preemption(p))
+            .any(|p| priority(p) < pod.priority() && terminating_by_preemption(p))
     })
 }
 
+/// A victim's pods out of (`add` false) or back on their nodes, told to the preemptor's
+/// PreFilter state: only the main node's NodeInfo changes; a pod of a group victim on
+/// another node is told with that node as it is (kube's SelectVictimsOnNode).
+fn move_victim(
+    fw: &Framework,
+    state: &mut CycleState,
+    pod: &PodInfo,
+    main: &mut NodeInfo,
+    snapshot: &Snapshot,
+    victim: &Victim,
+    add: bool,
+) -> Result<(), Status> {
+    for (p, on) in &victim.pods {
+        let s = if **on == *main.name {
+            if add {
+                main.add_pod(p.clone());
+            } else {
+                main.remove_pod(&p.key);
+            }
+            fw.run_pre_filter_extension(state, pod, p, main, add)
+        } else {
+            match snapshot.get(on) {
+                Some(remote) => fw.run_pre_filter_extension(state, pod, p, remote, add),
+                None => continue,
+            }
+        };
+        if !s.is_success() {
+            return Err(Status::error(s.message()).with_plugin(s.plugin));
+        }
+    }
+    Ok(())
+}
+
 impl DefaultPreemption {
-    /// kube's `SelectVictimsOnNode`: remove every lower-priority pod; if the pod then fits,
-    /// add them back one by one (most important first, PDB-protected ones before the rest)
-    /// while it still fits. A node where that fails says why, as the dry run's status.
+    /// kube's `GetVictimsOnNode`: each pod on the node; under GenericWorkload (PodGroups
+    /// served) a PodGroup member weighs as its group, and one of a group whose
+    /// `disruptionMode` is `all` brings every scheduled pod of its group.
+    fn possible_victims(&self, node: &NodeInfo, all_mode: Option<&AllModeMembers>) -> Vec<Victim> {
+        match all_mode {
+            Some(members) => victims_on(std::iter::once(node), &self.groups, members),
+            None => (node.pods.iter())
+                .map(|p| {
+                    let pods = vec![(p.clone(), node.name.to_string())];
+                    Victim::new(pods, p.priority(), VictimKind::Pod)
+                })
+                .collect(),
+        }
+    }
+
+    /// kube's `SelectVictimsOnNode`: remove every victim of lower priority; if the pod then
+    /// fits, put them back one by one (the most important first, those breaking a
+    /// PodDisruptionBudget before the rest) while it still fits. A node where that fails
+    /// says why, as the dry run's status.
+    #[allow(clippy::too_many_arguments)]
     fn victims_on_node(
         &self,
         fw: &Framework,
         state: &CycleState,
         pod: &PodInfo,
         node: &NodeInfo,
+        snapshot: &Snapshot,
+        possible: Vec<Victim>,
         pdbs: &[Arc<PodDisruptionBudget>],
     ) -> Result<Candidate, Status> {
         let mut state = state.clone();
         let mut node = node.clone();
-        let mut lower: Vec<Arc<PodInfo>> = node
-            .pods
-            .iter()
-            .filter(|p| p.priority() < pod.priority())
-            .cloned()
+        let mut potential: Vec<Victim> = (possible.into_iter())
+            .filter(|v| v.priority < pod.priority())
             .collect();
-        if lower.is_empty() {
+        if potential.is_empty() {
             return Err(Status::unresolvable(NO_VICTIMS));
         }
-        for v in &lower {
-            node.remove_pod(&v.key);
-            let s = fw.run_pre_filter_extension(&mut state, pod, v, &node, false);
-            if !s.is_success() {
-                return Err(s);
-            }
+        for v in &potential {
+            move_victim(fw, &mut state, pod, &mut node, snapshot, v, false)?;
         }
         // Still no room without them: the filters' own verdict.
         let (s, _) = fw.run_filters(&state, pod, &node, false);
         if !s.is_success() {
             return Err(s);
         }
-        lower.sort_by(|a, b| more_important(a, b));
-        let (violating, fine) = split_by_pdb(&lower, pdbs);
-        let mut victims = Vec::new();
+        potential.sort_by(more_important_victim);
+        let (violating, fine) = filter_victims_with_pdb_violation(potential, pdbs);
+        let mut victims: Vec<Victim> = Vec::new();
         let mut pdb_violations = 0;
-        let mut reprieve =
-            |p: &Arc<PodInfo>, state: &mut CycleState, node: &mut NodeInfo| -> bool {
-                node.add_pod(p.clone());
-                let _ = fw.run_pre_filter_extension(state, pod, p, node, true);
-                if fw.run_filters(state, pod, node, false).0.is_success() {
-                    return true;
-                }
-                node.remove_pod(&p.key);
-                let _ = fw.run_pre_filter_extension(state, pod, p, node, false);
-                victims.push(p.clone());
-                false
-            };
-        for p in &violating {
-            if !reprieve(p, &mut state, &mut node) {
-                pdb_violations += 1;
+        let mut reprieve = |v: Victim, state: &mut CycleState, node: &mut NodeInfo| {
+            move_victim(fw, state, pod, node, snapshot, &v, true)?;
+            if fw.run_filters(state, pod, node, false).0.is_success() {
+                return Ok(true);
+            }
+            move_victim(fw, state, pod, node, snapshot, &v, false)?;
+            victims.push(v);
+            Ok::<bool, Status>(false)
+        };
+        for (v, count) in violating {
+            if !reprieve(v, &mut state, &mut node)? {
+                pdb_violations += count;
             }
         }
-        for p in &fine {
-            reprieve(p, &mut state, &mut node);
+        for v in fine {
+            reprieve(v, &mut state, &mut node)?;
         }
         if victims.is_empty() {
             return Err(Status::unresolvable(NO_VICTIMS));
         }
         Ok(Candidate {
             node: node.name.to_string(),
-            victims,
+            victims: (victims.into_iter())
+                .flat_map(|v| v.pods.into_iter().map(|(p, _)| p))
+                .collect(),
             pdb_violations,
         })
     }
@@ -334,6 +330,10 @@ impl PostFilterPlugin for DefaultPreemption {
     ) -> (PostFilterResult, Status) {
         let total = snapshot.len();
         let obj = pod.object();
+        // kube v1.37 runs no PostFilter for pod group members in their cycle (the group's
+        // PodGroupPostFilter preempts for them), and so no longer tells them apart here.
+        // Under GenericWorkload (PodGroups served) victims weigh as their groups.
+        let generic = self.groups.served().is_some();
         let policy = obj
             .spec
             .as_ref()
@@ -346,7 +346,8 @@ impl PostFilterPlugin for DefaultPreemption {
                 Status::unschedulable("preemption: not eligible due to preemptionPolicy=Never."),
             );
         }
-        if terminating_victims_on_nominated_node(pod, snapshot, statuses) {
+        let groups = generic.then_some(&*self.groups);
+        if terminating_victims_on_nominated_node(pod, snapshot, statuses, groups) {
             // Its earlier victims are still going: it waits for them, not preempting more.
             return (
                 PostFilterResult::default(),
@@ -371,6 +372,7 @@ impl PostFilterPlugin for DefaultPreemption {
         } else {
             rand::rng().random_range(0..potential.len())
         };
+        let all_mode = generic.then(|| all_mode_members(snapshot, &self.groups));
         let mut candidates = Vec::new();
         let mut failed: Vec<Status> = Vec::new();
         for i in 0..potential.len() {
@@ -378,7 +380,8 @@ impl PostFilterPlugin for DefaultPreemption {
                 break;
             }
             let node = potential[(offset + i) % potential.len()];
-            match self.victims_on_node(fw, state, pod, node, &snapshot.pdbs) {
+            let possible = self.possible_victims(node, all_mode.as_ref());
+            match self.victims_on_node(fw, state, pod, node, snapshot, possible, &snapshot.pdbs) {
                 Ok(c) => candidates.push(c),
                 Err(s) => failed.push(s),
             }
@@ -475,7 +478,7 @@ mod tests {
     /// PostFilter after a cycle where no node fits.
     fn preempt(fw: &Framework, pod: &PodInfo, snap: &Snapshot) -> (PostFilterResult, Status) {
         let statuses = schedule_fails(fw, pod, snap);
-        DefaultPreemption::new(Default::default()).post_filter(
+        DefaultPreemption::new(Default::default(), PodGroups::new()).post_filter(
             fw,
             &CycleState::new(),
             pod,
@@ -524,6 +527,73 @@ mod tests {
                 .collect::<Vec<_>>(),
             vec!["c"]
         );
+    }
+
+    /// v1.37 under GenericWorkload: a PodGroup member weighs as its group (a member of a
+    /// priority-100 group is no victim for a priority-50 pod, whatever its own), and one of
+    /// a group whose `disruptionMode` is `all` takes its whole group with it, on other
+    /// nodes too; the success says where and how many (#140180).
+    #[test]
+    fn pod_group_members_are_victims_as_their_groups() {
+        let groups = crate::pod_groups::PodGroups::new();
+        groups.set_served(Some(
+            mcsched_shared::pod_group_versions::PodGroupVersion::V1beta1,
+        ));
+        for (name, spec) in [
+            ("high", serde_json::json!({"priority": 100})),
+            (
+                "all",
+                serde_json::json!({"priority": 0, "disruptionMode": {"all": {}}}),
+            ),
+        ] {
+            let mut spec = spec;
+            spec["schedulingPolicy"] = serde_json::json!({"basic": {}});
+            let g = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "default"}, "spec": spec}))
+            .expect("group");
+            groups.set_group(&g);
+        }
+        let member = |name: &str, group: &str, cpu: &str, node: &str| {
+            let mut pod = (*pod_requesting(name, &[("cpu", cpu)]).pod()).clone();
+            if let Some(s) = pod.spec.as_mut() {
+                s.priority = Some(0);
+                s.node_name = Some(node.into());
+                s.scheduling_group = Some(
+                    serde_json::from_value(serde_json::json!({"podGroupName": group}))
+                        .expect("group ref"),
+                );
+            }
+            Arc::new(PodInfo::new(Arc::new(pod)))
+        };
+        // n1 (4 cpu): h (of "high", 2 cpu) and a1 (of "all", 2 cpu); a2 of "all" (4 cpu)
+        // on n2.
+        let mut n1 = node_with("n1", |_| {});
+        n1.add_pod(member("h", "high", "2", "n1"));
+        n1.add_pod(member("a1", "all", "2", "n1"));
+        let mut n2 = node_with("n2", |_| {});
+        n2.add_pod(member("a2", "all", "4", "n2"));
+        let snap = Snapshot::from_nodes(vec![Arc::new(n1), Arc::new(n2)]);
+        let pod = with_priority(pod_requesting("p", &[("cpu", "2")]), 50, "");
+        let fw = framework();
+        let statuses = schedule_fails(&fw, &pod, &snap);
+        let (res, s) = DefaultPreemption::new(Default::default(), groups).post_filter(
+            &fw,
+            &CycleState::new(),
+            &pod,
+            &snap,
+            &statuses,
+        );
+        // n1 (a1 out) or n2 (a2 out): either way the group goes whole, h stays.
+        let node = res.nominated_node.clone().expect("nominated");
+        assert_eq!(
+            s.message(),
+            format!(
+                "preemption: found a potential placement for pod on node {node}, preempting 2 victims"
+            )
+        );
+        let mut victims: Vec<&str> = res.victims.iter().map(|v| v.name.as_str()).collect();
+        victims.sort_unstable();
+        assert_eq!(victims, ["a1", "a2"]);
     }
 
     #[test]
@@ -596,7 +666,7 @@ mod tests {
         }
         let pod = PodInfo::new(Arc::new(raw));
         let fw = framework();
-        let (_, s) = DefaultPreemption::new(Default::default()).post_filter(
+        let (_, s) = DefaultPreemption::new(Default::default(), PodGroups::new()).post_filter(
             &fw,
             &CycleState::new(),
             &pod,

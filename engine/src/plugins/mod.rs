@@ -148,7 +148,10 @@ pub fn registry_with(
         Arc::new(default_binder::DefaultBinder),
         Arc::new(node_declared_features::NodeDeclaredFeatures::default()),
         Arc::new(dynamic_resources::DynamicResources),
-        Arc::new(default_preemption::DefaultPreemption::new(args.preemption)),
+        Arc::new(default_preemption::DefaultPreemption::new(
+            args.preemption,
+            groups.clone(),
+        )),
         Arc::new(cluster_weights::ClusterWeights::new(&args.cluster_weights)),
         Arc::new(cluster_capacity::ClusterCapacity::new(
             &args.cluster_capacity,
