@@ -197,10 +197,12 @@ impl SchedulingQueue {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn push_active(&self, st: &mut State, mut info: QueuedPodInfo) {
+    /// Into activeQ, its timestamp kept: kube sets it when the pod is added and when it
+    /// comes back from an attempt, not when it moves between queues (the order of a pod
+    /// group's members, kept from one cycle to the next, depends on it).
+    fn push_active(&self, st: &mut State, info: QueuedPodInfo) {
         st.seq += 1;
         let seq = st.seq;
-        info.timestamp = Instant::now();
         st.active_seq.insert(id(&info.pod).to_string(), seq);
         st.active.push(Active {
             less: self.less.clone(),
@@ -217,9 +219,22 @@ impl SchedulingQueue {
     /// A pod to schedule appeared or changed. `gate`: the PreEnqueue plugin holding it
     /// back, if one does.
     pub fn add(&self, pod: Arc<PodInfo>, gate: Option<Rejection>) {
+        let mut st = self.lock();
+        self.add_locked(&mut st, pod, gate);
+    }
+
+    /// As [`Queue::add`] for each, at once: no pod is popped before the others are in
+    /// (a pod group's members, let through together, are scheduled together).
+    pub fn add_all(&self, pods: Vec<(Arc<PodInfo>, Option<Rejection>)>) {
+        let mut st = self.lock();
+        for (pod, gate) in pods {
+            self.add_locked(&mut st, pod, gate);
+        }
+    }
+
+    fn add_locked(&self, st: &mut State, pod: Arc<PodInfo>, gate: Option<Rejection>) {
         let gated = gate.is_some();
         let pod = pod.compacted();
-        let mut st = self.lock();
         if st.closed {
             return;
         }
@@ -263,7 +278,7 @@ impl SchedulingQueue {
             return;
         }
         crate::metrics::global().incoming("active", "PodAdd");
-        self.push_active(&mut st, info);
+        self.push_active(st, info);
     }
 
     /// The pod ([`pod_id`]) was deleted, or bound: it leaves the queue.

@@ -405,9 +405,11 @@ fn on_pod_group_event(shared: &Shared, change: Change<PodGroup>) {
     let groups = &shared.profiles.pod_groups;
     match change {
         Change::Apply(group, is_new) => {
+            // Its members' gates under the lock their own events judge them under.
+            let _gates = shared.gang_gates.lock().unwrap_or_else(|e| e.into_inner());
             let min_changed = groups.set_group(&group);
             if is_new || min_changed {
-                regate_group(shared, &key_of(&*group));
+                shared.queue.add_all(regate_group(shared, &key_of(&*group)));
                 shared.queue.on_event(ClusterEvent::PodGroupAdd);
             }
         }
@@ -416,8 +418,13 @@ fn on_pod_group_event(shared: &Shared, change: Change<PodGroup>) {
 }
 
 /// PreEnqueue again for the gated pods of the group `key` (kube's queueing hints for a
-/// new member or PodGroup): the ones it now lets through enter activeQ.
-fn regate_group(shared: &Shared, key: &str) {
+/// new member or PodGroup): each with its new gate, to queue together (kube queues the
+/// group as one: no member may start a cycle of the group before the others are in).
+fn regate_group(
+    shared: &Shared,
+    key: &str,
+) -> Vec<(Arc<PodInfo>, Option<mcsched_engine::framework::Rejection>)> {
+    let mut regated = Vec::new();
     for pod in shared.queue.gated_pods() {
         let object = pod.pod();
         if mcsched_engine::pod_groups::group_key_of(&object).as_deref() != Some(key) {
@@ -434,8 +441,9 @@ fn regate_group(shared: &Shared, key: &str) {
         if gate.is_none() {
             shared.profiles.nominator.update(pod.clone());
         }
-        shared.queue.add(pod, gate);
+        regated.push((pod, gate));
     }
+    regated
 }
 
 fn on_node_event(shared: &Shared, change: Change<Node>) {
@@ -496,6 +504,12 @@ fn apply_pod_change(shared: &Shared, change: Change<Pod>) {
                 shared.profiles.nominator.delete(&id);
                 return;
             }
+            // A member's gate and its group's are judged and queued under one lock, as the
+            // PodGroup's arrival judges them: else a verdict taken before the other came
+            // in could be queued after it, and hold a member back for good.
+            let _gates = group
+                .is_some()
+                .then(|| shared.gang_gates.lock().unwrap_or_else(|e| e.into_inner()));
             if group.is_some() {
                 // A member counts towards its gang's minCount before its own PreEnqueue.
                 shared
@@ -517,12 +531,17 @@ fn apply_pod_change(shared: &Shared, change: Change<Pod>) {
             } else {
                 shared.profiles.nominator.update(info.clone());
             }
-            shared.queue.add(info, gate);
-            if is_new && let Some(group) = group {
-                // A new member may complete its gang: the others wait at PreEnqueue or
-                // after a cycle that found too few (kube moves every pod on it).
-                regate_group(shared, &group);
-                shared.queue.on_event(ClusterEvent::PodAdd);
+            match group {
+                Some(group) if is_new => {
+                    // A new member may complete its gang: the others wait at PreEnqueue or
+                    // after a cycle that found too few (kube moves every pod on it). The
+                    // ones let through go in at once, this one too.
+                    let mut pods = vec![(info, gate)];
+                    pods.extend(regate_group(shared, &group));
+                    shared.queue.add_all(pods);
+                    shared.queue.on_event(ClusterEvent::PodAdd);
+                }
+                _ => shared.queue.add(info, gate),
             }
         }
         Change::Delete(pod) => {

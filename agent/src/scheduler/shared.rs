@@ -32,6 +32,9 @@ pub struct Shared {
     pub lease_health: crate::control::leader::LeaseHealth,
     /// Host watches that are down, for `/readyz`.
     pub watch_health: crate::control::watch::WatchHealth,
+    /// Held while a pod group member's PreEnqueue verdicts (its own, its group's on a new
+    /// member or PodGroup) are taken and queued.
+    pub(super) gang_gates: Mutex<()>,
 }
 
 impl Shared {
@@ -72,6 +75,7 @@ impl Shared {
             synced: Arc::default(),
             lease_health: Default::default(),
             watch_health: Default::default(),
+            gang_gates: Mutex::new(()),
         })
     }
 
