@@ -125,6 +125,9 @@ fn main() -> ExitCode {
         args.feature_gates
             .enabled("TopologyAwareWorkloadScheduling"),
     );
+    profiles
+        .pod_groups
+        .set_preemption_policy_gate(args.feature_gates.enabled("PodGroupPreemptionPolicy"));
     if args.check {
         print!("{}", config::render_profiles(&cfg));
         return ExitCode::SUCCESS;

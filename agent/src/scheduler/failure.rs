@@ -26,8 +26,9 @@ pub(super) enum Failure {
         victims: Vec<String>,
     },
     /// The pod's group cannot be placed as a whole (kube's errPodGroupUnschedulable):
-    /// the pod waits in unschedulablePods for any event.
-    Group(String),
+    /// the pod waits in unschedulablePods for any event; its nomination becomes what the
+    /// group's cycle says (cleared; kept; where pod group preemption made room).
+    Group(String, Nominating),
     /// Anything else: retried after backoff.
     Error(String),
 }
@@ -36,7 +37,7 @@ impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Failure::Unschedulable { fit, .. } => write!(f, "{fit}"),
-            Failure::Group(m) | Failure::Error(m) => f.write_str(m),
+            Failure::Group(m, _) | Failure::Error(m) => f.write_str(m),
         }
     }
 }
@@ -95,7 +96,7 @@ pub(super) fn handle_failure(
             }
             ("Unschedulable", message, nominating.clone())
         }
-        Failure::Group(message) => {
+        Failure::Group(message, nominating) => {
             debug!(pod = %info.pod.key, %message, "pod group unschedulable");
             metrics.attempt(
                 "unschedulable",
@@ -112,11 +113,7 @@ pub(super) fn handle_failure(
                     num_all,
                 );
             }
-            (
-                "Unschedulable",
-                message.clone(),
-                Nominating::Override(String::new()),
-            )
+            ("Unschedulable", message.clone(), nominating.clone())
         }
         Failure::Error(message) => {
             metrics.attempt("error", scheduler_name, 0.0);
@@ -190,7 +187,7 @@ pub(super) fn handle_failure(
         Failure::Unschedulable { fit, .. } => shared
             .queue
             .add_unschedulable(info, fit.diagnosis.unschedulable_plugins),
-        Failure::Group(_) => shared.queue.add_unschedulable(info, Default::default()),
+        Failure::Group(..) => shared.queue.add_unschedulable(info, Default::default()),
         Failure::Error(_) => shared.queue.add_backoff(info),
     }
 }

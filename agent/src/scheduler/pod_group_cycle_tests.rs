@@ -1,8 +1,10 @@
-//! The pod group cycle's placement search against an in-memory API (see `fake_api`): how
-//! much it simulates, and that the pod queued behind a gang is scheduled once it is done.
-//! The work is counted, not timed: NodeAffinity, the first PreFilter plugin, is wrapped
-//! to count its PreFilter calls (one per member attempt), and panics past a budget so
-//! that a search that is not bounded fails at once rather than run for hours;
+//! The pod group cycle against an in-memory API (see `fake_api`): kube v1.37's algorithm
+//! (which members are tried, PlacementFeasible's verdicts, no PostFilter for members),
+//! the PodGroup's condition and the members' messages, pod group preemption, and how
+//! much the placement search simulates, with the pod queued behind a gang scheduled once
+//! it is done. The work is counted, not timed: NodeAffinity, the first PreFilter plugin,
+//! is wrapped to count its PreFilter calls (one per member attempt), and panics past a
+//! budget so that a search that is not bounded fails at once rather than run for hours;
 //! NodeResourcesFit, to count its Filter calls (one per node tried).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -84,6 +86,14 @@ impl Plugin for Counting {
     }
     fn as_post_bind(&self) -> Option<&dyn mcsched_engine::framework::PostBindPlugin> {
         self.inner.as_post_bind()
+    }
+    fn as_placement_feasible(
+        &self,
+    ) -> Option<&dyn mcsched_engine::framework::PlacementFeasiblePlugin> {
+        self.inner.as_placement_feasible()
+    }
+    fn as_placement_score(&self) -> Option<&dyn mcsched_engine::framework::PlacementScorePlugin> {
+        self.inner.as_placement_score()
     }
 }
 
@@ -403,36 +413,39 @@ async fn a_gang_of_500_kept_in_one_of_4_zones_of_1000_nodes_is_searched_within_t
     assert_eq!((status.as_str(), reason.as_str()), ("True", "Scheduled"));
 }
 
-/// A gang that fits in no domain (10 members, a node holds 2) is simulated whole in the
-/// first of 200 domains, whose statuses the members report, and in every other only until
-/// it cannot reach minCount: 3 attempts (2 fit, 1 does not) instead of 10.
+/// A gang that fits in no domain (10 members, a node holds 2) is tried in each of 200
+/// domains only until minCount is out of reach (kube v1.37's PlacementFeasible): 2 fit,
+/// the 3rd does not, and 2 + 7 left < 10. The group is told about the first domain.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_gang_that_fits_in_no_domain_is_simulated_whole_only_in_the_first() {
+async fn a_gang_that_fits_in_no_domain_stops_in_each_once_min_count_is_out_of_reach() {
     let nodes = (0..200).map(|i| node(&format!("n{i:04}"), 4, json!({})));
     let c = cluster(nodes, MAX_PLACEMENT_ATTEMPTS + 1);
     c.gang(10, 10, "2", HOSTNAME);
     let attempts = c.gang_then_other().await;
-    assert_eq!(attempts, 10 + 199 * 3);
+    assert_eq!(attempts, 200 * 3);
     let (status, _, message) = c.condition();
     assert_eq!(status, "False");
     assert_eq!(
         message,
-        "0/200 placements are available, first placement status: pod group is unschedulable"
+        "pod group is unschedulable, 0/200 placements are available, first placement status: \
+         minCount (10) cannot be satisfied: 2 scheduled, 7 remaining, pod group preemption: \
+         No preemption victims found for incoming preemptor"
     );
     assert_eq!(c.shared.queue.pending().unschedulable, 10);
 }
 
-/// Cutting a domain short never changes the one chosen: zone-a places 3 of 6 (quorum),
-/// zone-b all 6, zone-c 4; zone-c stops once it cannot reach 6, and zone-b is chosen.
+/// Every domain where the gang is feasible is simulated whole (v1.37 stops only where
+/// minCount is out of reach), and PlacementScore chooses: zone-a places 3 of 6, zone-b all
+/// 6, zone-c 4; PodGroupPodsCount (50, 100, 66) and NodeResourcesFit's MostAllocated
+/// (each zone full: 50) make zone-b's the best.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_domain_cut_short_could_not_have_been_chosen() {
+async fn the_placement_scoring_best_is_chosen_among_the_feasible() {
     let nodes = [("na", 3, "a"), ("nb", 6, "b"), ("nc", 4, "c")]
         .map(|(name, cpu, zone)| node(name, cpu, json!({ZONE: format!("zone-{zone}")})));
     let c = cluster(nodes, MAX_PLACEMENT_ATTEMPTS + 1);
     c.gang(6, 3, "1", ZONE);
     let attempts = c.gang_then_other().await;
-    // zone-a and zone-b whole; zone-c: 4 fit, the 5th does not, and 4 + 1 left < 6.
-    assert_eq!(attempts, 6 + 6 + 5);
+    assert_eq!(attempts, 6 + 6 + 6);
     let zones: BTreeSet<String> = c.zones_placed().into_keys().collect();
     assert_eq!(zones, BTreeSet::from(["zone-b".to_string()]));
     assert_eq!(c.zones_placed()["zone-b"], 6);
@@ -461,5 +474,335 @@ async fn placement_search_measured() {
              cycle and the next pod's {elapsed:.2?} ({per:.0} µs an attempt)",
             c.filtered.nodes.load(Ordering::Relaxed)
         );
+    }
+}
+
+/// A pod of `cpu`, of group `g` when `group`, `extra` merged into it (priority,
+/// preemptionPolicy, nodeName, status...).
+fn pod_with(name: &str, cpu: &str, group: bool, extra: Value) -> Arc<PodInfo> {
+    let mut p = json!({
+        "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
+        "spec": {"schedulerName": "mcsched",
+            "containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": cpu}}}]}
+    });
+    if group {
+        p["metadata"]["labels"] = json!({"gang": "g"});
+        p["spec"]["schedulingGroup"] = json!({"podGroupName": "g"});
+    }
+    let p: Pod = serde_json::from_value(fake_api::merged(p, extra)).expect("pod");
+    Arc::new(PodInfo::new(Arc::new(p)))
+}
+
+/// A member's last PodScheduled=False write: (reason, message, nominatedNodeName as sent).
+type Written = (String, String, Value);
+
+impl Cluster {
+    /// PodGroup `g` (uid `uid-g`) with `spec`, and `members` members of `cpu`, each with
+    /// `extra`, queued.
+    fn group(&self, spec: Value, members: usize, cpu: &str, extra: Value) {
+        let group: PodGroup = serde_json::from_value(json!({
+            "metadata": {"name": "g", "namespace": "default", "uid": "uid-g", "generation": 1},
+            "spec": spec
+        }))
+        .expect("group");
+        let groups = &self.shared.profiles.pod_groups;
+        groups.set_served(Some(PodGroupVersion::V1beta1));
+        groups.set_group(&group);
+        for i in 0..members {
+            let member = pod_with(&format!("m-{i:04}"), cpu, true, extra.clone());
+            groups.add_pod(member.clone());
+            self.shared.queue.add(member, None);
+        }
+    }
+
+    /// A pod bound to `node` in the cache.
+    fn bound(&self, name: &str, node: &str, cpu: &str, extra: Value) {
+        let pod = pod_with(
+            name,
+            cpu,
+            false,
+            fake_api::merged(json!({"spec": {"nodeName": node}}), extra),
+        );
+        self.shared.cache().apply_pod(pod.pod());
+    }
+
+    /// The group's cycle, started by the first member queued.
+    async fn cycle(&self) {
+        let shared = &self.shared;
+        let (_tx, leader) = tokio::sync::watch::channel(true);
+        let bindings = Arc::new(Semaphore::new(16));
+        let first = shared.queue.pop().await.expect("a member queued");
+        let key = group_to_schedule(shared, &first).expect("a member of g");
+        pod_group_cycle(shared, &bindings, &leader, first, key).await;
+    }
+
+    /// The last PodScheduled=False write of each of the first `members` members, once
+    /// every one has one (the status writer runs on its own task).
+    async fn written(&self, members: usize) -> Vec<Written> {
+        for _ in 0..100 {
+            let found: Vec<Option<Written>> = (0..members)
+                .map(|i| {
+                    let path = format!("/namespaces/default/pods/m-{i:04}/status");
+                    let last = fake_api::sent(&self.requests, "PATCH", &path).pop()?;
+                    let c = &last["status"]["conditions"][0];
+                    let s = |f: &str| c[f].as_str().unwrap_or_default().to_string();
+                    Some((
+                        s("reason"),
+                        s("message"),
+                        last["status"]["nominatedNodeName"].clone(),
+                    ))
+                })
+                .collect();
+            if found.iter().all(Option::is_some) {
+                return found.into_iter().flatten().collect();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("not every member's status was written");
+    }
+
+    /// How many requests matching `method` and ending in `suffix` were made.
+    fn count(&self, method: &str, suffix: &str) -> usize {
+        fake_api::sent(&self.requests, method, suffix).len()
+    }
+}
+
+/// The messages of members, sorted.
+fn messages(written: &[Written]) -> Vec<&str> {
+    let mut m: Vec<&str> = written.iter().map(|(_, m, _)| m.as_str()).collect();
+    m.sort_unstable();
+    m
+}
+
+/// Case c8 of the side-by-side test with kube-scheduler v1.37: a gang of minCount 5 of 6
+/// members on a node that holds 3. The members are tried until minCount is out of reach
+/// (3 placed, 2 do not fit, 1 left: 4 < 5), the 6th not at all; no member runs
+/// PostFilter; the group's PodGroupPostFilter finds no victims. Kube's messages word for
+/// word, over every node and by placements (TopologyAwareWorkloadScheduling).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_short_of_min_count_tells_its_members_what_kube_does() {
+    for by_placements in [false, true] {
+        let c = cluster([node("n1", 3, json!({}))], MAX_PLACEMENT_ATTEMPTS + 1);
+        c.shared
+            .profiles
+            .pod_groups
+            .set_topology_aware(by_placements);
+        c.group(
+            json!({"schedulingPolicy": {"gang": {"minCount": 5}}}),
+            6,
+            "1",
+            json!({}),
+        );
+        c.cycle().await;
+        assert_eq!(
+            c.attempts.attempts.load(Ordering::Relaxed),
+            5,
+            "the 6th is not tried"
+        );
+        let status = "minCount (5) cannot be satisfied: 3 scheduled, 1 remaining";
+        let group = if by_placements {
+            format!(
+                "pod group is unschedulable, 0/1 placements are available, first placement \
+                 status: {status}"
+            )
+        } else {
+            status.to_string()
+        };
+        let preemption = "pod group preemption: No preemption victims found for incoming preemptor";
+        let (s, reason, message) = c.condition();
+        assert_eq!((s.as_str(), reason.as_str()), ("False", "Unschedulable"));
+        assert_eq!(message, format!("{group}, {preemption}"));
+        let written = c.written(6).await;
+        let placed = format!("pod group is unschedulable, {group}, {preemption}");
+        let fit = "0/1 nodes are available: 1 Insufficient cpu.";
+        let mut want = vec![placed.as_str(); 3];
+        want.extend([fit, fit, group.as_str()]);
+        want.sort_unstable();
+        assert_eq!(messages(&written), want, "by placements: {by_placements}");
+        assert!(written.iter().all(|(r, _, _)| r == "Unschedulable"));
+        assert_eq!(c.shared.queue.pending().unschedulable, 6);
+        assert_eq!(c.count("DELETE", ""), 0);
+    }
+}
+
+/// Case c2: minCount 4 of 5 on a node that holds 4. The group is feasible once 4 are
+/// placed; the 5th is tried (minCount met, the rest are too) and does not fit; the four
+/// pass Permit together and are bound. The 5th's message is its FitError alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_that_meets_min_count_binds_whatever_fits() {
+    let c = cluster([node("n1", 4, json!({}))], MAX_PLACEMENT_ATTEMPTS + 1);
+    c.shared.profiles.pod_groups.set_topology_aware(true);
+    c.group(
+        json!({"schedulingPolicy": {"gang": {"minCount": 4}}}),
+        5,
+        "1",
+        json!({}),
+    );
+    c.cycle().await;
+    assert_eq!(c.attempts.attempts.load(Ordering::Relaxed), 5);
+    assert_eq!(
+        c.condition(),
+        ("True".into(), "Scheduled".into(), String::new())
+    );
+    for _ in 0..100 {
+        if c.count("POST", "/binding") == 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(c.count("POST", "/binding"), 4);
+    let path = "/namespaces/default/pods/m-0004/status";
+    let last = fake_api::sent(&c.requests, "PATCH", path)
+        .pop()
+        .expect("m-0004 told");
+    assert_eq!(
+        last["status"]["conditions"][0]["message"],
+        "0/1 nodes are available: 1 Insufficient cpu."
+    );
+}
+
+/// Pod group preemption (v1.37's PodGroupPostFilter): a gang of 2 (priority 100) on a node
+/// full of lower-priority pods. All of them out, both members fit; put back the most
+/// important first, the one of priority 50 (2 cpu) leaves room for both, each of the two
+/// of priority 0 does not: they are evicted, marked as preempted by the pod group, and
+/// the members wait, nominated to the node, the group saying how many it preempts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_group_preemption_evicts_the_victims_the_group_needs_gone() {
+    let c = cluster([node("n1", 4, json!({}))], MAX_PLACEMENT_ATTEMPTS + 1);
+    c.bound("v-high", "n1", "2", json!({"spec": {"priority": 50}}));
+    c.bound("v-a", "n1", "1", json!({}));
+    c.bound("v-b", "n1", "1", json!({}));
+    c.group(
+        json!({"priority": 100, "schedulingPolicy": {"gang": {"minCount": 2}}}),
+        2,
+        "1",
+        json!({"spec": {"priority": 100}}),
+    );
+    c.cycle().await;
+    let group = "minCount (2) cannot be satisfied: 0 scheduled, 1 remaining";
+    let (s, reason, message) = c.condition();
+    assert_eq!((s.as_str(), reason.as_str()), ("False", "Unschedulable"));
+    assert_eq!(
+        message,
+        format!(
+            "{group}, pod group preemption: found a placement for podgroup, preempting 2 victims"
+        )
+    );
+    let written = c.written(2).await;
+    assert_eq!(
+        messages(&written),
+        ["0/1 nodes are available: 1 Insufficient cpu.", group]
+    );
+    assert!(
+        written.iter().all(|(_, _, nominated)| nominated == "n1"),
+        "{written:?}"
+    );
+    for _ in 0..100 {
+        if c.count("DELETE", "/pods/v-a") + c.count("DELETE", "/pods/v-b") == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(c.count("DELETE", "/pods/v-a"), 1);
+    assert_eq!(c.count("DELETE", "/pods/v-b"), 1);
+    assert_eq!(c.count("DELETE", "/pods/v-high"), 0, "reprieved");
+    let marked = fake_api::sent(&c.requests, "PATCH", "/pods/v-a/status");
+    assert_eq!(
+        marked[0]["status"]["conditions"][0]["message"],
+        "mcsched: preempting to accommodate a higher priority podgroup"
+    );
+    assert_eq!(c.count("POST", "/binding"), 0);
+}
+
+/// While the victims of an earlier preemption terminate on a member's nominated node, the
+/// group waits for them (kube's isOngoingPreemption): nothing more is evicted, the
+/// nominations stand.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_waits_for_its_preemption_to_finish() {
+    let c = cluster([node("n1", 2, json!({}))], MAX_PLACEMENT_ATTEMPTS + 1);
+    c.bound(
+        "going",
+        "n1",
+        "2",
+        json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"},
+               "status": {"conditions": [{"type": "DisruptionTarget", "status": "True",
+                                          "reason": "PreemptionByScheduler"}]}}),
+    );
+    c.group(
+        json!({"priority": 100, "schedulingPolicy": {"gang": {"minCount": 2}}}),
+        2,
+        "1",
+        json!({"spec": {"priority": 100}, "status": {"nominatedNodeName": "n1"}}),
+    );
+    c.cycle().await;
+    let (_, _, message) = c.condition();
+    assert!(
+        message.ends_with(", pod group preemption: ongoing preemption on nominated nodes"),
+        "{message}"
+    );
+    let written = c.written(2).await;
+    assert!(written.iter().all(|(_, _, n)| n.is_null()), "{written:?}");
+    assert_eq!(c.count("DELETE", ""), 0);
+}
+
+/// A group whose members may not preempt (preemptionPolicy Never) is not eligible.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_that_never_preempts_is_not_eligible() {
+    let c = cluster([node("n1", 2, json!({}))], MAX_PLACEMENT_ATTEMPTS + 1);
+    c.bound("low", "n1", "2", json!({}));
+    c.group(
+        json!({"priority": 100, "schedulingPolicy": {"gang": {"minCount": 2}}}),
+        2,
+        "1",
+        json!({"spec": {"priority": 100, "preemptionPolicy": "Never"}}),
+    );
+    c.cycle().await;
+    let (_, _, message) = c.condition();
+    assert_eq!(
+        message,
+        "minCount (2) cannot be satisfied: 0 scheduled, 1 remaining, pod group preemption: \
+         not eligible due to preemptionPolicy=Never."
+    );
+    assert_eq!(c.count("DELETE", ""), 0);
+}
+
+/// kube's validatePodGroup (#140183): members of another profile, or of another priority
+/// than the group's, fail it before anything is tried, as errors, and the PodGroup's
+/// condition says why (SchedulerError).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_that_break_the_group_rules_fail_it_with_kubes_error() {
+    let gang = json!({"schedulingPolicy": {"gang": {"minCount": 2}}});
+    let cases = [
+        (
+            json!({"spec": {"priority": 10}}),
+            "all pods in a single pod group should have the same priority as the pod group's \
+             priority, got 10 and 0",
+        ),
+        (
+            json!({"spec": {"preemptionPolicy": "Never"}}),
+            "all pods in a single pod group should have the same preemption policy, got \
+             PreemptLowerPriority and Never",
+        ),
+    ];
+    for (odd, want) in cases {
+        let c = cluster([node("n1", 4, json!({}))], MAX_PLACEMENT_ATTEMPTS + 1);
+        c.group(gang.clone(), 1, "1", odd);
+        let other = pod_with("m-0001", "1", true, json!({}));
+        c.shared.profiles.pod_groups.add_pod(other.clone());
+        c.shared.queue.add(other, None);
+        c.cycle().await;
+        assert_eq!(c.attempts.attempts.load(Ordering::Relaxed), 0);
+        assert_eq!(
+            c.condition(),
+            ("False".into(), "SchedulerError".into(), want.to_string())
+        );
+        let written = c.written(2).await;
+        assert!(
+            written
+                .iter()
+                .all(|(r, m, _)| r == "SchedulerError" && m == want),
+            "{written:?}"
+        );
+        assert_eq!(c.shared.queue.pending().backoff, 2);
     }
 }

@@ -1,8 +1,9 @@
-//! Carrying out a preemption decision as kube-scheduler's preemption executor does: the
-//! lower-priority pods nominated to the node lose their nomination, and each victim gets
-//! the DisruptionTarget condition, a `Preempted` event and is deleted; a victim still
-//! waiting on Permit in the preemptor's profile is stopped in memory instead (it was
-//! never bound).
+//! Carrying out a preemption decision as kube-scheduler's preemption executor does, for a
+//! pod or (pod group preemption) a whole pod group: the lower-priority pods nominated to
+//! the node lose their nomination, and each victim gets the DisruptionTarget condition, a
+//! `Preempted` event naming the preemptor ("Preempted by pod|podgroup UID on node N") and
+//! is deleted; a victim still waiting on Permit in the preemptor's profile is stopped in
+//! memory instead (it was never bound).
 
 use std::sync::Arc;
 
@@ -17,12 +18,46 @@ use crate::observe::events::{EventSink, Message, object_ref};
 use mcsched_engine::framework::Framework;
 use mcsched_engine::snapshot::PodInfo;
 
+/// `node`: the candidate node the preemptor is nominated to (kube names it in every
+/// victim's event, a pod group victim's members on other nodes too).
+#[allow(clippy::too_many_arguments)]
 pub fn evict(
     client: &kube::Client,
     events: &EventSink,
     fw: &Framework,
     plugin: &'static str,
     preemptor: &PodInfo,
+    node: Option<&str>,
+    victims: &[Arc<PodInfo>],
+    lower_nominated: &[Arc<PodInfo>],
+) {
+    let by = Preemptor {
+        kind: "pod",
+        uid: preemptor.uid.clone(),
+        key: preemptor.key.clone(),
+        candidate: node.map(String::from),
+    };
+    evict_for(client, events, fw, plugin, &by, victims, lower_nominated);
+}
+
+/// Who preempts, as kube's executor names it in the victims' event and condition.
+pub struct Preemptor {
+    /// kube's preemptor type: `pod` or `podgroup`.
+    pub kind: &'static str,
+    pub uid: String,
+    /// `namespace/name`, for the log.
+    pub key: String,
+    /// The candidate's name (a pod group's is `cluster`); None: each victim's node.
+    pub candidate: Option<String>,
+}
+
+/// kube's executor for any preemptor: `evict` for a pod, pod group preemption for a group.
+pub fn evict_for(
+    client: &kube::Client,
+    events: &EventSink,
+    fw: &Framework,
+    plugin: &'static str,
+    preemptor: &Preemptor,
     victims: &[Arc<PodInfo>],
     lower_nominated: &[Arc<PodInfo>],
 ) {
@@ -49,18 +84,24 @@ pub fn evict(
         });
     }
     let condition_message = format!(
-        "{}: preempting to accommodate a higher priority pod",
-        fw.scheduler_name
+        "{}: preempting to accommodate a higher priority {}",
+        fw.scheduler_name, preemptor.kind
     );
     let handle = fw.handle();
     for victim in victims {
         let waiting = handle.get_waiting_pod(&victim.uid);
-        let node = waiting
-            .as_ref()
-            .map(|wp| wp.node().to_string())
-            .or_else(|| victim.node_name().map(String::from))
-            .unwrap_or_default();
-        let mut note = format!("Preempted by pod {} on node {}", preemptor.uid, node);
+        let node = match &preemptor.candidate {
+            Some(candidate) => candidate.clone(),
+            None => waiting
+                .as_ref()
+                .map(|wp| wp.node().to_string())
+                .or_else(|| victim.node_name().map(String::from))
+                .unwrap_or_default(),
+        };
+        let mut note = format!(
+            "Preempted by {} {} on node {}",
+            preemptor.kind, preemptor.uid, node
+        );
         let in_memory = waiting.is_some_and(|wp| wp.preempt(plugin, "preempted"));
         if in_memory {
             note.push_str(" (in kube-scheduler memory).");

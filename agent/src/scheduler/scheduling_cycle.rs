@@ -22,8 +22,6 @@ pub(super) struct Placed {
     pub started: Instant,
     /// Permit said Wait: the record turns into a failure's explanation if rejected.
     pub waiting: Option<CycleRecord>,
-    /// Permit's Wait message, when it said Wait.
-    pub permit_message: String,
 }
 
 /// `leader`: checked right before preemption evicts anything (fencing).
@@ -119,6 +117,7 @@ pub(super) async fn scheduling_cycle(
                         &fw,
                         plugin,
                         &pod,
+                        Some(node.as_str()),
                         &res.victims,
                         &res.lower_nominated,
                     );
@@ -156,7 +155,7 @@ pub(super) async fn scheduling_cycle(
         record,
         started,
     };
-    match assume_reserve_permit(shared, placing, true) {
+    match assume_reserve_permit(shared, placing) {
         Ok(placed) => Some(placed),
         Err(refused) => {
             let Refused {
@@ -195,12 +194,11 @@ pub(super) struct Placing {
 }
 
 /// kube's assume, Reserve and Permit: the pod placed (Permit passed or said Wait), or
-/// undone with the failure to hand to the failure handler. `park`: a pod Permit told to
-/// wait waits for its verdict (not in a pod group's simulation, which is undone).
+/// undone with the failure to hand to the failure handler. A pod Permit told to wait
+/// waits for its verdict among the framework's waiting pods.
 pub(super) fn assume_reserve_permit(
     shared: &Arc<Shared>,
     placing: Placing,
-    park: bool,
 ) -> Result<Placed, Box<Refused>> {
     let Placing {
         fw,
@@ -232,9 +230,7 @@ pub(super) fn assume_reserve_permit(
     };
     let waiting = permit.code == Code::Wait;
     if waiting {
-        if park {
-            fw.add_waiting_pod(pod.clone(), &node, &waits);
-        }
+        fw.add_waiting_pod(pod.clone(), &node, &waits);
     } else if !permit.is_success() {
         forget(shared, &fw, &mut state, &pod, &node);
         let failure = if permit.is_rejected() {
@@ -256,10 +252,5 @@ pub(super) fn assume_reserve_permit(
         info,
         started,
         waiting: waiting.then_some(record),
-        permit_message: if waiting {
-            permit.message()
-        } else {
-            String::new()
-        },
     })
 }

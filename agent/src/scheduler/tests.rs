@@ -436,6 +436,7 @@ async fn evicted_writes(victims: &[Arc<PodInfo>], lower_nominated: &[Arc<PodInfo
         &fw,
         "DefaultPreemption",
         &pod("high", "1"),
+        None,
         victims,
         lower_nominated,
     );
