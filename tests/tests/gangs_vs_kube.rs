@@ -1,19 +1,20 @@
 //! PodGroups scheduled by mcsched and by kube-scheduler v1.37, side by side: the same
 //! generated cases in two control planes with the GenericWorkload and
-//! TopologyAwareWorkloadScheduling gates on, one scheduled by kube-scheduler (in-process,
-//! profile `default-scheduler`), the other by mcsched-agent. Each case is its own nodes
-//! (one to three, labelled with the case and a zone) and one PodGroup: a gang of
-//! `minCount` 2 to 6 with one pod fewer, as many, or one more; now and then a basic group,
-//! or a gang kept in one zone (`topology: [{key: topology.kubernetes.io/zone}]`); each pod
-//! asks for 1 or 2 CPUs and selects its case's nodes. Once every group is settled both
-//! must agree, case by case, on how many members are bound, on the PodGroupInitiallyScheduled
-//! condition (status, reason, message), and on the PodScheduled conditions (reason and
-//! message) of the members left unbound, as a multiset: which of equal members kube
-//! tries first is its queue's timing. A gang kept in one zone that fits in none is
-//! reported as kube tried its first zone, and kube tries the zones in a Go map's order:
-//! there the numbers in the messages are not compared, both must tell members of both
-//! kinds (wait for the gang; do not fit), and mcsched's members told to wait must be as
-//! many as fit in some zone of the case.
+//! TopologyAwareWorkloadScheduling gates on, one scheduled by kube-scheduler (in-process, profile
+//! `default-scheduler`), the other by mcsched-agent. Each case is its own nodes (one to
+//! three, labelled with the case and a zone) and one PodGroup: a gang of `minCount` 2 to 6
+//! with one pod fewer, as many, or one more; now and then a basic group, or a gang kept in
+//! one zone (`topology: [{key: topology.kubernetes.io/zone}]`); each pod asks for 1 or 2
+//! CPUs and selects its case's nodes. Once every group is settled both must agree, case by
+//! case, on how many members are bound, on the PodGroupInitiallyScheduled condition
+//! (status, reason, message), and on the PodScheduled conditions (reason and message) of
+//! the members left unbound, as a multiset: which of equal members kube tries first is its
+//! queue's timing. A gang kept in one zone that fits in none is reported as kube tried its
+//! first zone, and kube tries the zones in a Go map's order: there the numbers in the
+//! messages (the members' and, since v1.37 counts members in it, the group's) are not
+//! compared, both must tell members of both kinds (placed in the first zone, then turned
+//! back with the group; do not fit), and mcsched's members placed must be as many as fit
+//! in some zone of the case.
 //!
 //! MCSCHED_GANG_CASES (default 16) cases of seed MCSCHED_GANG_SEED (default fixed).
 
@@ -180,7 +181,7 @@ async fn outcome(client: &Client, case: &Case) -> anyhow::Result<Outcome> {
             .map(|c| (c.reason.unwrap_or_default(), c.message.unwrap_or_default()))
             .unwrap_or_default();
         let message = if case.in_one_zone {
-            without_numbers(&message)
+            zone_free(&message)
         } else {
             message
         };
@@ -192,6 +193,19 @@ async fn outcome(client: &Client, case: &Case) -> anyhow::Result<Outcome> {
         group,
         waiting,
     })
+}
+
+/// A member's message as any zone tried first would word it: no numbers, and a FitError's
+/// reasons in one order (kube sorts them by their counts, which differ from zone to zone).
+fn zone_free(message: &str) -> String {
+    let message = without_numbers(message);
+    const FIT: &str = "#/# nodes are available: ";
+    let Some(reasons) = message.strip_prefix(FIT).and_then(|r| r.strip_suffix('.')) else {
+        return message;
+    };
+    let mut reasons: Vec<&str> = reasons.split(", ").collect();
+    reasons.sort_unstable();
+    format!("{FIT}{}.", reasons.join(", "))
 }
 
 fn without_numbers(s: &str) -> String {
@@ -211,8 +225,13 @@ fn without_numbers(s: &str) -> String {
     out
 }
 
-/// The permit message of a member that passed in a gang that did not.
-const WAITS_FOR_GANG: &str = "pod group is unschedulable, waiting for minCount pods";
+/// How v1.37's message starts for a member placed in a gang that was not: the group's
+/// message (itself "pod group is unschedulable, ...") after "pod group is unschedulable".
+const WAITS_FOR_GANG: &str = "pod group is unschedulable, pod group is unschedulable";
+
+/// How the message of a member not tried starts (the group's status as the algorithm
+/// left it, numbers out), when no zone fits the gang.
+const NOT_TRIED: &str = "pod group is unschedulable, #/# placements are available";
 
 /// Equal outcomes, or for a gang kept in one zone that fits in none, outcomes kube could
 /// have reported with either zone first (see the module's comment).
@@ -228,8 +247,17 @@ fn agree(case: &Case, k: &Outcome, m: &Outcome) -> bool {
         // still.
         return [k, m].iter().all(|o| o.group.is_some());
     }
-    let no_placement = |o: &Outcome| o.group.as_ref().is_some_and(|g| g.2.starts_with("0/"));
-    if !case.in_one_zone || !no_placement(k) || k.bound != m.bound || k.group != m.group {
+    let no_placement = |o: &Outcome| {
+        o.group.as_ref().is_some_and(|g| {
+            without_numbers(&g.2)
+                .starts_with("pod group is unschedulable, #/# placements are available")
+        })
+    };
+    // v1.37's group message counts the members of the first zone: its numbers aside.
+    let group = |o: &Outcome| {
+        (o.group.as_ref()).map(|(s, r, msg)| (s.clone(), r.clone(), without_numbers(msg)))
+    };
+    if !case.in_one_zone || !no_placement(k) || k.bound != m.bound || group(k) != group(m) {
         return false;
     }
     // Zones of other cases' nodes count too: in one with none of this case's, none fit.
@@ -242,25 +270,42 @@ fn agree(case: &Case, k: &Outcome, m: &Outcome) -> bool {
             per_zone.min(case.pods) as usize
         })
         .collect();
-    let ((k_gang, k_other), (m_gang, m_other)) = (split(k), split(m));
-    // kube's count is not checked: members a later cycle retries (some, not all) are
-    // judged with whichever zone comes first then.
-    fits.contains(&m_gang.len())
-        && (k_gang.iter().chain(&m_gang).collect::<Vec<_>>())
+    let (k, m) = (split(k), split(m));
+    let same = |a: &[&Condition], b: &[&Condition]| {
+        (a.iter().chain(b).collect::<Vec<_>>())
             .windows(2)
             .all(|w| w[0] == w[1])
-        // A side none of whose members waits for the gang was judged (at least once) in
-        // a zone with none of this case's nodes, where the message says only that.
-        && (k_gang.is_empty() || m_gang.is_empty() || k_other == m_other)
+    };
+    // kube's count is not checked: members a later cycle retries (some, not all) are
+    // judged with whichever zone comes first then.
+    fits.contains(&m.placed.len())
+        && same(&k.placed, &m.placed)
+        && same(&k.not_tried, &m.not_tried)
+        // A side none of whose members was placed was judged (at least once) in a zone
+        // with none of this case's nodes, where the message says only that.
+        && (k.placed.is_empty() || m.placed.is_empty() || k.other == m.other)
 }
 
-/// An outcome's waiting members: those told they wait for the gang, and the distinct
-/// other conditions.
-fn split(o: &Outcome) -> (Vec<&Condition>, Vec<&Condition>) {
-    let (gang, mut other): (Vec<_>, Vec<_>) =
+/// An outcome's waiting members by kind: placed in the first zone and turned back with
+/// the group; not tried there (v1.37 stops once minCount is out of reach); the distinct
+/// other conditions (not fitting).
+struct Kinds<'a> {
+    placed: Vec<&'a Condition>,
+    not_tried: Vec<&'a Condition>,
+    other: Vec<&'a Condition>,
+}
+
+fn split(o: &Outcome) -> Kinds<'_> {
+    let (placed, rest): (Vec<_>, Vec<_>) =
         (o.waiting.iter()).partition(|(_, msg)| msg.starts_with(WAITS_FOR_GANG));
+    let (not_tried, mut other): (Vec<_>, Vec<_>) =
+        (rest.into_iter()).partition(|(_, msg)| msg.starts_with(NOT_TRIED));
     other.dedup();
-    (gang, other)
+    Kinds {
+        placed,
+        not_tried,
+        other,
+    }
 }
 
 /// Settled: a group with too few members for a cycle has nothing to wait for; any other
@@ -386,50 +431,94 @@ fn a_gang_that_fits_in_no_zone_agrees_with_either_zone_first() {
         cpu: 2,
         in_one_zone: true,
     };
-    let group = Some((
-        "False".to_string(),
-        "Unschedulable".to_string(),
-        "0/2 placements are available, first placement status: pod group is unschedulable"
-            .to_string(),
-    ));
+    let group = |scheduled: usize| {
+        Some((
+            "False".to_string(),
+            "Unschedulable".to_string(),
+            format!(
+                "pod group is unschedulable, 0/2 placements are available, first placement \
+                 status: minCount (4) cannot be satisfied: {scheduled} scheduled, 1 remaining, \
+                 pod group preemption: No preemption victims found for incoming preemptor"
+            ),
+        ))
+    };
     let filter = (
         "Unschedulable".to_string(),
         "#/# nodes are available: # Insufficient cpu.".to_string(),
     );
+    let not_tried = (
+        "Unschedulable".to_string(),
+        "pod group is unschedulable, #/# placements are available, first placement status: \
+         minCount (#) cannot be satisfied: # scheduled, # remaining"
+            .to_string(),
+    );
     let gang = (
         "Unschedulable".to_string(),
-        format!("{WAITS_FOR_GANG} from a gang to be scheduled"),
+        format!(
+            "{WAITS_FOR_GANG}, #/# placements are available, first placement status: minCount \
+             (#) cannot be satisfied: # scheduled, # remaining, pod group preemption: No \
+             preemption victims found for incoming preemptor"
+        ),
     );
-    let with = |gang_members: usize| Outcome {
-        bound: 0,
-        group: group.clone(),
-        waiting: (0..4)
+    // v1.37 stops a zone once minCount is out of reach: the members placed, the one that
+    // did not fit, and the rest not tried.
+    let with = |gang_members: usize| {
+        let mut waiting: Vec<Condition> = (0..4)
             .map(|i| {
                 if i < gang_members {
                     gang.clone()
-                } else {
+                } else if i == gang_members {
                     filter.clone()
+                } else {
+                    not_tried.clone()
                 }
             })
-            .collect(),
+            .collect();
+        waiting.sort();
+        Outcome {
+            bound: 0,
+            group: group(gang_members),
+            waiting,
+        }
     };
     assert!(agree(&case, &with(1), &with(2)));
     assert!(agree(&case, &with(2), &with(1)));
+    // Seed 3's c14 as the members go: all but one placed in one zone, none left untried.
+    let mut none_left = with(2);
+    none_left.waiting.retain(|c| *c != not_tried);
+    assert!(agree(&case, &with(1), &none_left));
     // Three members fit in no zone of this case.
     assert!(!agree(&case, &with(1), &with(3)));
-    let other_filter = Outcome {
-        waiting: vec![
-            gang.clone(),
-            gang.clone(),
-            filter.clone(),
-            (filter.0.clone(), "other".into()),
-        ],
+    let mut other_filter = with(2);
+    other_filter.waiting[0].1 = "other".into();
+    other_filter.waiting.sort();
+    assert!(!agree(&case, &with(1), &other_filter));
+    let other_group = Outcome {
+        group: Some((
+            "False".into(),
+            "Unschedulable".into(),
+            "pod group is unschedulable, 0/2 placements are available, first placement status: \
+             pod group is unschedulable"
+                .into(),
+        )),
         ..with(2)
     };
-    assert!(!agree(&case, &with(1), &other_filter));
+    assert!(!agree(&case, &with(1), &other_group));
     let kept_anywhere = Case {
         in_one_zone: false,
         ..case
     };
     assert!(!agree(&kept_anywhere, &with(1), &with(2)));
+    // Seed 7's c12: the same FitError in zone z0 (20 nodes) and z1 (10), its reasons in
+    // the order of their counts.
+    assert_eq!(
+        zone_free(
+            "0/20 nodes are available: 18 node(s) didn't match Pod's node affinity/selector, \
+             2 Insufficient cpu."
+        ),
+        zone_free(
+            "0/10 nodes are available: 1 Insufficient cpu, 9 node(s) didn't match Pod's node \
+             affinity/selector."
+        )
+    );
 }
