@@ -41,7 +41,7 @@ pub struct ViewArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct ExplainArgs {
-    /// The pod to explain (in -n/--namespace, default "default").
+    /// The pod to explain (in -n/--namespace, else the kubeconfig context's namespace).
     pub name: String,
     #[command(flatten)]
     pub view: ViewArgs,
@@ -65,8 +65,7 @@ pub struct WhatIfArgs {
 }
 
 pub async fn run(kube: &KubeArgs, args: ExplainArgs) -> anyhow::Result<()> {
-    let client = kube.client_without_retries().await?;
-    let ns = kube.namespace_or("default").to_string();
+    let (client, ns) = kube.namespaced_client_without_retries().await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let pod = match pods.get_opt(&args.name).await {
         Ok(Some(p)) => p,
@@ -104,14 +103,14 @@ pub async fn what_if(kube: &KubeArgs, args: WhatIfArgs) -> anyhow::Result<()> {
     let Some(file) = args.filename.as_deref() else {
         bail!("--what-if needs -f FILE");
     };
-    let mut pod = manifest::read_pod(file, kube.namespace_or("default"))?;
+    // The manifest's namespace, else -n, else the context's.
+    let (client, context_namespace) = kube.namespaced_client_without_retries().await?;
+    let mut pod = manifest::read_pod(file, &context_namespace)?;
     if let Some(spec) = pod.spec.as_mut()
         && spec.scheduler_name.as_deref().is_none_or(str::is_empty)
     {
         spec.scheduler_name = Some(args.scheduler_name.clone());
     }
-    let client = kube.client_without_retries().await?;
-    // The pod's namespace: the manifest's own, else -n.
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();
     let template = PodTemplateSpec {
         metadata: Some(pod.metadata.clone()),

@@ -19,8 +19,8 @@ use crate::kube_context::KubeArgs;
 
 #[derive(Debug, clap::Args)]
 pub struct PodGroupArgs {
-    /// The PodGroup (scheduling.k8s.io/v1beta1, or v1alpha2 on v1.36) to explain, in -n/--namespace (default
-    /// "default").
+    /// The PodGroup (scheduling.k8s.io/v1beta1, or v1alpha2 on v1.36) to explain, in -n/--namespace (else
+    /// the kubeconfig context's namespace).
     pub name: String,
     #[command(flatten)]
     pub view: ViewArgs,
@@ -125,8 +125,7 @@ fn group_of(pod: &Pod) -> Option<&str> {
 }
 
 pub async fn run(kube: &KubeArgs, args: PodGroupArgs) -> anyhow::Result<()> {
-    let client = kube.client_without_retries().await?;
-    let ns = kube.namespace_or("default").to_string();
+    let (client, ns) = kube.namespaced_client_without_retries().await?;
     let (group, version) = get_group(&client, &ns, &args.name).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let members: Vec<Pod> = match pods.list(&ListParams::default()).await {

@@ -14,8 +14,8 @@ use serde::Serialize;
 use crate::cluster::get::Format;
 use crate::kube_context::KubeArgs;
 
-/// List placement policies: those of -n NAMESPACE (default "default"; every namespace
-/// with -A) and the cluster-wide ones.
+/// List placement policies: those of -n NAMESPACE (else the kubeconfig context's
+/// namespace; every namespace with -A) and the cluster-wide ones.
 #[derive(Debug, Args)]
 pub struct GetArgs {
     #[arg(short = 'o', long, value_enum, default_value = "table")]
@@ -126,12 +126,8 @@ pub async fn collect(client: &Client, namespace: Option<&str>) -> anyhow::Result
 }
 
 pub async fn run(kube: &KubeArgs, args: GetArgs) -> anyhow::Result<()> {
-    let client = kube.client().await?;
-    let namespace = if args.all_namespaces {
-        None
-    } else {
-        Some(kube.namespace_or("default").to_string())
-    };
+    let (client, context_namespace) = kube.namespaced_client().await?;
+    let namespace = (!args.all_namespaces).then_some(context_namespace);
     let rows = collect(&client, namespace.as_deref()).await?;
     match args.output {
         Format::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
