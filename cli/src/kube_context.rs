@@ -147,7 +147,7 @@ impl KubeArgs {
             user: self.user.as_deref(),
         };
         let mut config = match self.kubeconfig.as_deref() {
-            Some(path) => load(Some(path), &selection).await?,
+            Some(path) => self.load(Some(path), &selection).await?,
             None if no_kubeconfig_file() => {
                 if in_cluster_possible() {
                     in_cluster()?
@@ -156,13 +156,30 @@ impl KubeArgs {
                     // when there is no kubeconfig at all.
                     Config::new(parse_server(server)?)
                 } else {
-                    load(None, &selection).await?
+                    self.load(None, &selection).await?
                 }
             }
-            None => load(None, &selection).await?,
+            None => self.load(None, &selection).await?,
         };
         self.apply(&mut config)?;
         Ok(config)
+    }
+
+    async fn load(
+        &self,
+        path: Option<&Path>,
+        selection: &Selection<'_>,
+    ) -> Result<Config, ContextError> {
+        let kubeconfig = read_kubeconfig(path)?;
+        if let Some(server) = &self.server
+            && kubeconfig.current_context.is_none()
+            && selection.context.is_none()
+        {
+            // A kubeconfig without a context has nothing to merge --server into; kubectl
+            // goes with the flags alone.
+            return Ok(Config::new(parse_server(server)?));
+        }
+        from_kubeconfig(kubeconfig, selection).await
     }
 
     /// The flags that override the kubeconfig's cluster and user, as client-go merges its
@@ -330,8 +347,10 @@ pub struct Selection<'a> {
     pub user: Option<&'a str>,
 }
 
-async fn load(path: Option<&Path>, selection: &Selection<'_>) -> Result<Config, ContextError> {
-    let kubeconfig = read_kubeconfig(path)?;
+async fn from_kubeconfig(
+    kubeconfig: Kubeconfig,
+    selection: &Selection<'_>,
+) -> Result<Config, ContextError> {
     let options = KubeConfigOptions {
         context: selection.context.map(str::to_owned),
         cluster: selection.cluster.map(str::to_owned),
@@ -364,8 +383,8 @@ pub async fn load_config(
     path: Option<&Path>,
     context: Option<&str>,
 ) -> Result<Config, ContextError> {
-    load(
-        path,
+    from_kubeconfig(
+        read_kubeconfig(path)?,
         &Selection {
             context,
             ..Default::default()

@@ -99,6 +99,8 @@ async fn explain_bound_pending_and_what_if_pods() -> anyhow::Result<()> {
         "a bound pod needs no advice: {shown}"
     );
 
+    kubectl_context_and_flags(&cp).await?;
+
     // Pending: 6 CPUs fit only on the tainted node; node-a and node-b lack cpu.
     pods.create(
         &PostParams::default(),
@@ -283,5 +285,144 @@ async fn explain_bound_pending_and_what_if_pods() -> anyhow::Result<()> {
         shown.contains("the APIService v1alpha1.mcsched.io is not available"),
         "{shown}"
     );
+    Ok(())
+}
+
+/// Without -n, the namespace is the kubeconfig context's, as kubectl's; and kubectl's
+/// connection and impersonation flags reach the API server.
+async fn kubectl_context_and_flags(cp: &ControlPlane) -> anyhow::Result<()> {
+    use k8s_openapi::api::authentication::v1::TokenRequest;
+    use k8s_openapi::api::core::v1::ServiceAccount;
+
+    mcsched_e2e::objects::namespace(&cp.client, "team-a").await?;
+    let team: Api<Pod> = Api::namespaced(cp.client.clone(), "team-a");
+    let mut solo = pod("solo", "mcsched", "100m");
+    solo["metadata"]["namespace"] = json!("team-a");
+    team.create(&PostParams::default(), &serde_json::from_value(solo)?)
+        .await?;
+    wait::until(TIMEOUT, "team-a/solo bound", || async {
+        Ok(team.get("solo").await?.spec.and_then(|s| s.node_name))
+    })
+    .await?;
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::copy(&cp.kubeconfig, &kubeconfig)?;
+    let out = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["config", "set-context", "--current", "--namespace=team-a"])
+        .output()?;
+    assert!(out.status.success(), "{}", text(&out));
+    let out = run(&kubeconfig, &["explain", "pod", "solo"])?;
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert!(shown.contains("POD team-a/solo"), "{shown}");
+    let out = run(&kubeconfig, &["explain", "pod", "solo", "-n", "default"])?;
+    assert!(
+        text(&out).contains("pod default/solo not found"),
+        "-n over the context: {}",
+        text(&out)
+    );
+    let out = run(&cp.kubeconfig, &["explain", "pod", "solo"])?;
+    assert!(
+        text(&out).contains("pod default/solo not found"),
+        "a context without a namespace: {}",
+        text(&out)
+    );
+
+    // --as: the API server answers as the user impersonated, who may read nothing.
+    let out = run(&cp.kubeconfig, &["explain", "pod", "web", "--as", "alice"])?;
+    let shown = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{shown}");
+    assert!(
+        shown.contains("you may not get pods in namespace default")
+            && shown.contains("User \"alice\" cannot get resource \"pods\""),
+        "{shown}"
+    );
+    let out = run(
+        &cp.kubeconfig,
+        &[
+            "explain",
+            "pod",
+            "web",
+            "--as",
+            "alice",
+            "--as-group",
+            "system:masters",
+        ],
+    )?;
+    assert!(out.status.success(), "a group impersonated: {}", text(&out));
+
+    // --server, --certificate-authority and --token alone (a kubeconfig without a
+    // context): a ServiceAccount's token, which RBAC gives nothing.
+    let accounts: Api<ServiceAccount> = Api::namespaced(cp.client.clone(), "default");
+    accounts
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "reader"}}))?,
+        )
+        .await?;
+    let token = accounts
+        .create_token_request("reader", &PostParams::default(), &TokenRequest::default())
+        .await?
+        .status
+        .and_then(|s| s.token)
+        .unwrap_or_default();
+    let empty = dir.path().join("empty");
+    std::fs::write(&empty, "apiVersion: v1\nkind: Config\n")?;
+    let ca = dir.path().join("ca.crt");
+    std::fs::write(&ca, cp.ca_pem()?)?;
+    let ca = ca.to_string_lossy().to_string();
+    let flags = [
+        "-s",
+        cp.url.as_str(),
+        "--certificate-authority",
+        ca.as_str(),
+        "--token",
+        token.as_str(),
+    ];
+    let mut args = vec!["explain", "pod", "web"];
+    args.extend_from_slice(&flags);
+    let out = run(&empty, &args)?;
+    let shown = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{shown}");
+    assert!(
+        shown
+            .contains("User \"system:serviceaccount:default:reader\" cannot get resource \"pods\""),
+        "{shown}"
+    );
+    let out = run(
+        &empty,
+        &[
+            "explain",
+            "pod",
+            "web",
+            "-s",
+            cp.url.as_str(),
+            "--token",
+            token.as_str(),
+        ],
+    )?;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        !text(&out).contains("cannot get resource"),
+        "without the CA the server is not trusted: {}",
+        text(&out)
+    );
+    let out = run(
+        &cp.kubeconfig,
+        &["explain", "pod", "web", "--request-timeout", "soon"],
+    )?;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("Invalid timeout value"),
+        "{}",
+        text(&out)
+    );
+    let out = run(
+        &cp.kubeconfig,
+        &["explain", "pod", "web", "--request-timeout", "30"],
+    )?;
+    assert!(out.status.success(), "{}", text(&out));
     Ok(())
 }
