@@ -9,6 +9,7 @@ mod explain;
 mod install;
 mod kube_context;
 mod policy;
+mod printer;
 mod progress;
 mod table;
 mod uninstall;

@@ -199,17 +199,80 @@ async fn join_and_unjoin_a_leaf() -> anyhow::Result<()> {
     // leaf's room, so readiness is Unknown and the version is the one join read).
     let out = run(&host.kubeconfig, &["get", "clusters", "-o", "json"])?;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let rows: serde_json::Value = serde_json::from_slice(&out.stdout)?;
-    assert_eq!(rows[0]["name"], "east", "{rows}");
-    assert_eq!(rows[0]["virtualNode"], "mcsched-east", "{rows}");
-    assert_eq!(rows[0]["ready"], "Unknown", "{rows}");
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(
+        (&list["apiVersion"], &list["kind"]),
+        (&json!("v1"), &json!("List")),
+        "{list}"
+    );
+    let east = &list["items"][0];
+    assert_eq!(east["kind"], "Cluster", "{list}");
+    assert_eq!(east["metadata"]["name"], "east", "{list}");
+    assert!(east["metadata"]["creationTimestamp"].is_string(), "{list}");
+    let status = &east["status"];
+    assert_eq!(status["virtualNode"], "mcsched-east", "{list}");
+    assert_eq!(status["ready"], "Unknown", "{list}");
     assert!(
-        rows[0]["version"]
+        status["version"]
             .as_str()
             .is_some_and(|v| v.starts_with("v1.37")),
-        "{rows}"
+        "{list}"
     );
-    assert_eq!(rows[0]["pods"], 0, "{rows}");
+    assert_eq!(status["pods"], 0, "{list}");
+    assert_eq!(status["provider"], "onprem", "{list}");
+    let out = run(&host.kubeconfig, &["get", "clusters", "-o", "yaml"])?;
+    let yaml: serde_json::Value = serde_yaml::from_slice(&out.stdout)?;
+    assert_eq!(yaml, list, "-o yaml is -o json's list");
+    // kubectl's other formats, on the same list.
+    let formats: [(&[&str], &str); 5] = [
+        (&["-o", "name"], "cluster.mcsched.io/east\n"),
+        (&["-o", "jsonpath={.items[*].metadata.name}"], "east"),
+        (
+            &[
+                "-o",
+                r#"jsonpath={range .items[*]}{.metadata.name}={.status.virtualNode}{"\n"}{end}"#,
+            ],
+            "east=mcsched-east\n",
+        ),
+        (
+            &[
+                "-o",
+                "custom-columns=NAME:.metadata.name,NODE:.status.virtualNode",
+                "--no-headers",
+            ],
+            "east   mcsched-east\n",
+        ),
+        (
+            &["-o", "custom-columns=NAME:.metadata.name,COST:.status.cost"],
+            "NAME   COST\neast   3\n",
+        ),
+    ];
+    for (args, want) in formats {
+        let out = run(&host.kubeconfig, &[&["get", "clusters"][..], args].concat())?;
+        assert!(out.status.success(), "{args:?}: {}", text(&out));
+        assert_eq!(String::from_utf8_lossy(&out.stdout), want, "{args:?}");
+    }
+    let out = run(&host.kubeconfig, &["get", "clusters", "-o", "wide"])?;
+    let wide = text(&out);
+    assert!(
+        wide.lines()
+            .next()
+            .is_some_and(|h| h.ends_with("AGE   REGION   ZONE   PROVIDER   COST")),
+        "{wide}"
+    );
+    assert!(
+        wide.lines()
+            .nth(1)
+            .is_some_and(|r| r.ends_with("onprem     3")),
+        "{wide}"
+    );
+    let out = run(&host.kubeconfig, &["get", "clusters", "-o", "table"])?;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("unable to match a printer suitable for the output format \"table\", allowed formats are: custom-columns,json,jsonpath,name,wide,yaml"),
+        "{}",
+        text(&out)
+    );
     let out = run(&host.kubeconfig, &["get", "clusters"])?;
     println!("{}", text(&out));
     let table = text(&out);

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::Context;
-use clap::{Args, ValueEnum};
+use clap::Args;
 use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::ListParams;
@@ -15,23 +15,22 @@ use mcsched_shared::resources::{self, Resources};
 use serde::Serialize;
 
 use crate::kube_context::KubeArgs;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    Table,
-    Json,
-}
+use crate::printer::{Columns, Item, PrintArgs};
 
 /// List the joined leaf clusters (join Secrets in -n NAMESPACE, default mcsched-system).
 #[derive(Debug, Args)]
 pub struct GetArgs {
-    #[arg(short = 'o', long, value_enum, default_value = "table")]
-    pub output: Format,
+    #[command(flatten)]
+    pub print: PrintArgs,
 }
 
+/// A cluster as `-o json` shows it: not an object the API serves, but the CLI's view of the
+/// join Secret and the virtual node, in the shape of one (`kind: Cluster`, `metadata`,
+/// `status`) so that kubectl's paths (`{.items[*].metadata.name}`) read it.
 #[derive(Debug, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterRow {
+    #[serde(skip)]
     pub name: String,
     pub virtual_node: String,
     /// True, False, Unknown, or "-" when the virtual node is missing.
@@ -45,20 +44,75 @@ pub struct ClusterRow {
     pub free: String,
     /// Host pods bound to the virtual node, i.e. synced to the leaf.
     pub pods: usize,
+    /// The virtual node's topology and cost labels, which join sets (`-o wide`).
+    pub region: String,
+    pub zone: String,
+    pub provider: String,
+    pub cost: String,
+    #[serde(skip)]
     pub age: String,
+    /// When the join Secret was created.
+    #[serde(skip)]
+    pub created: Option<String>,
+}
+
+const HEADERS: Columns<'static> = Columns {
+    headers: &[
+        "NAME",
+        "VIRTUAL NODE",
+        "READY",
+        "VERSION",
+        "NODES",
+        "ALLOCATABLE",
+        "FREE",
+        "PODS",
+        "AGE",
+    ],
+    wide: &["REGION", "ZONE", "PROVIDER", "COST"],
+};
+
+fn item(r: &ClusterRow) -> Item {
+    let mut metadata = serde_json::json!({"name": r.name});
+    if let Some(t) = &r.created {
+        metadata["creationTimestamp"] = t.clone().into();
+    }
+    Item {
+        object: serde_json::json!({"kind": "Cluster", "metadata": metadata, "status": r}),
+        resource: "cluster.mcsched.io".into(),
+        name: r.name.clone(),
+        cells: vec![
+            r.name.clone(),
+            r.virtual_node.clone(),
+            r.ready.clone(),
+            r.version.clone(),
+            r.nodes.clone(),
+            r.allocatable.clone(),
+            r.free.clone(),
+            r.pods.to_string(),
+            r.age.clone(),
+        ],
+        wide: vec![
+            r.region.clone(),
+            r.zone.clone(),
+            r.provider.clone(),
+            r.cost.clone(),
+        ],
+    }
 }
 
 pub async fn run(kube: &KubeArgs, args: GetArgs) -> anyhow::Result<()> {
     let namespace = kube.namespace_or(keys::SYSTEM_NAMESPACE).to_string();
     let client = kube.client().await?;
     let rows = collect(&client, &namespace).await?;
-    match args.output {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
-        Format::Table if rows.is_empty() => {
-            eprintln!("No leaf clusters joined (no join Secrets in namespace {namespace}).")
-        }
-        Format::Table => print!("{}", render(&rows)),
+    if rows.is_empty() && args.print.is_table() {
+        eprintln!("No leaf clusters joined (no join Secrets in namespace {namespace}).");
+        return Ok(());
     }
+    let items: Vec<Item> = rows.iter().map(item).collect();
+    print!(
+        "{}",
+        crate::printer::print(args.print.format(), args.print.no_headers, &HEADERS, &items)?
+    );
     Ok(())
 }
 
@@ -85,13 +139,11 @@ async fn collect(client: &Client, namespace: &str) -> anyhow::Result<Vec<Cluster
             .await
             .with_context(|| format!("listing pods on {node_name}"))?
             .items;
-        let age = s
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .map(|t| age(t.0))
-            .unwrap_or_else(|| "-".into());
-        rows.push(row(name, node_name, node.as_ref(), &on_node, age));
+        let created = s.metadata.creation_timestamp.as_ref();
+        let age = created.map(|t| age(t.0)).unwrap_or_else(|| "-".into());
+        let mut r = row(name, node_name, node.as_ref(), &on_node, age);
+        r.created = created.map(|t| t.0.to_string());
+        rows.push(r);
     }
     rows.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(rows)
@@ -125,7 +177,17 @@ fn row(
                 .cloned()
         })
         .unwrap_or_else(|| "-".into());
+    let label = |key: &str| {
+        node.and_then(|n| n.labels().get(key).cloned())
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| "-".into())
+    };
     ClusterRow {
+        region: label(keys::REGION_LABEL),
+        zone: label(keys::ZONE_LABEL),
+        provider: label(keys::PROVIDER_LABEL),
+        cost: label(keys::COST_LABEL),
+        created: None,
         name,
         virtual_node: if node.is_some() {
             node_name
@@ -251,7 +313,7 @@ fn bytes(b: i64) -> String {
 }
 
 /// kubectl's short ages: 45s, 12m, 5h, 3d.
-fn age(t: k8s_openapi::jiff::Timestamp) -> String {
+pub fn age(t: k8s_openapi::jiff::Timestamp) -> String {
     let secs = (k8s_openapi::jiff::Timestamp::now().as_second() - t.as_second()).max(0);
     match secs {
         s if s < 120 => format!("{s}s"),
@@ -259,36 +321,6 @@ fn age(t: k8s_openapi::jiff::Timestamp) -> String {
         s if s < 172_800 => format!("{}h", s / 3600),
         s => format!("{}d", s / 86_400),
     }
-}
-
-fn render(rows: &[ClusterRow]) -> String {
-    let header = [
-        "NAME",
-        "VIRTUAL NODE",
-        "READY",
-        "VERSION",
-        "NODES",
-        "ALLOCATABLE",
-        "FREE",
-        "PODS",
-        "AGE",
-    ];
-    let table: Vec<Vec<String>> = std::iter::once(header.map(String::from).to_vec())
-        .chain(rows.iter().map(|r| {
-            vec![
-                r.name.clone(),
-                r.virtual_node.clone(),
-                r.ready.clone(),
-                r.version.clone(),
-                r.nodes.clone(),
-                r.allocatable.clone(),
-                r.free.clone(),
-                r.pods.to_string(),
-                r.age.clone(),
-            ]
-        }))
-        .collect();
-    crate::table::render(&table)
 }
 
 #[cfg(test)]
@@ -299,7 +331,8 @@ mod tests {
     #[test]
     fn a_row_from_a_virtual_node() {
         let node: Node = serde_json::from_value(json!({
-            "metadata": {"name": "mcsched-east", "annotations": {"mcsched.io/leaf-nodes": "4"}},
+            "metadata": {"name": "mcsched-east", "annotations": {"mcsched.io/leaf-nodes": "4"},
+                "labels": {"topology.kubernetes.io/region": "eu"}},
             "status": {
                 "capacity": {"cpu": "16", "memory": "32Gi", "pods": "440"},
                 "allocatable": {"cpu": "7500m", "memory": "30Gi", "pods": "431"},
@@ -342,10 +375,21 @@ mod tests {
         let missing = row("west".into(), "mcsched-west".into(), None, &[], "1s".into());
         assert_eq!(missing.ready, "-");
         assert_eq!(missing.virtual_node, "mcsched-west (missing)");
-        let table = render(&[r]);
+        assert_eq!((r.region.as_str(), r.zone.as_str()), ("eu", "-"));
+        let table = crate::printer::print(
+            &crate::printer::OutputFormat::Table,
+            false,
+            &HEADERS,
+            &[item(&r)],
+        )
+        .expect("table");
         assert!(
             table.starts_with("NAME   VIRTUAL NODE   READY   VERSION"),
             "{table}"
         );
+        let json = serde_json::to_value(item(&r).object).expect("json");
+        assert_eq!(json["metadata"]["name"], "east");
+        assert_eq!(json["status"]["virtualNode"], "mcsched-east");
+        assert_eq!(json["status"]["pods"], 3);
     }
 }
