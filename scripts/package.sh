@@ -12,7 +12,8 @@
 #    dev build `make build` and `make test` already did, so nothing is compiled twice
 #    (`-p kubectl-mcsched` alone unifies fewer features and would build tokio, hyper and
 #    kube a second time);
-# 2. writes dist/kubectl-mcsched_<os>_<arch>.tar.gz with kubectl-mcsched and LICENSE at
+# 2. writes dist/kubectl-mcsched_<os>_<arch>.tar.gz with kubectl-mcsched,
+#    kubectl_complete-mcsched (kubectl's plugin completion) and LICENSE at
 #    the archive root, as the files: list of krew/mcsched.yaml expects;
 # 3. writes dist/mcsched.yaml: krew/mcsched.yaml with the sha256 of every platform whose
 #    archive is in dist/ (this one, just built, and any other put there); the others keep
@@ -101,10 +102,11 @@ if [[ "$manifest_only" == false ]]; then
     stage="$(mktemp -d)"
     trap 'rm -rf "$stage"' EXIT
     cp "$binary" "$stage/kubectl-mcsched"
+    cp "$ROOT/krew/kubectl_complete-mcsched" "$stage/kubectl_complete-mcsched"
     cp "$ROOT/LICENSE" "$stage/LICENSE"
-    chmod 0755 "$stage/kubectl-mcsched"
+    chmod 0755 "$stage/kubectl-mcsched" "$stage/kubectl_complete-mcsched"
     chmod 0644 "$stage/LICENSE"
-    tar -C "$stage" -czf "$archive.tmp" kubectl-mcsched LICENSE
+    tar -C "$stage" -czf "$archive.tmp" kubectl-mcsched kubectl_complete-mcsched LICENSE
     mv "$archive.tmp" "$archive"
     say "wrote $archive ($(wc -c <"$archive" | tr -d ' ') bytes)"
 else

@@ -4,6 +4,7 @@
 
 mod apply;
 mod cluster;
+mod complete;
 mod duration;
 mod explain;
 mod install;
@@ -106,6 +107,17 @@ enum UnjoinWhat {
 }
 
 fn main() -> ExitCode {
+    // Cobra's hidden `__complete`, which kubectl_complete-mcsched calls: handled before clap
+    // parses, so that the words being completed (a lone `-n`, a partial flag) are not taken
+    // as this run's own flags.
+    let argv: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    if argv.get(1).map(String::as_str) == Some("__complete") {
+        use clap::CommandFactory;
+        print!("{}", complete::complete(Cli::command(), &argv[2..]));
+        return ExitCode::SUCCESS;
+    }
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(cli.kube.tracing_filter())

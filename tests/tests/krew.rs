@@ -7,7 +7,8 @@
 //! after the plugin, no os/arch matched by two platforms, line-length warnings), plus the
 //! plugin-manifest guide (shortDescription "a few words", no redundant words such as
 //! "kubectl"; description required) and what this project requires: the four platforms,
-//! uris of the release of this version, kubectl-mcsched and LICENSE in every archive.
+//! uris of the release of this version, kubectl-mcsched, kubectl_complete-mcsched and
+//! LICENSE in every archive.
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
@@ -522,7 +523,8 @@ fn package_installs_like_krew_and_runs_as_kubectl_mcsched() -> anyhow::Result<()
         .find(|p| p.os_arch() == Some((os, arch)))
         .context("no platform for this machine in the written manifest")?;
 
-    // The archive holds exactly kubectl-mcsched and LICENSE, at its root.
+    // The archive holds exactly kubectl-mcsched, its kubectl completion and LICENSE, at
+    // its root.
     let listing = Command::new("tar").arg("-tzf").arg(&archive).output()?;
     ensure!(listing.status.success(), "tar -tzf {}", archive.display());
     let mut entries: Vec<String> = String::from_utf8(listing.stdout)?
@@ -532,7 +534,7 @@ fn package_installs_like_krew_and_runs_as_kubectl_mcsched() -> anyhow::Result<()
         .collect();
     entries.sort();
     ensure!(
-        entries == ["LICENSE", "kubectl-mcsched"],
+        entries == ["LICENSE", "kubectl-mcsched", "kubectl_complete-mcsched"],
         "archive entries {entries:?}"
     );
 
