@@ -1,5 +1,8 @@
-//! kube-scheduler's metrics, under kube-scheduler's names, so dashboards and alerts made
-//! for it work unchanged.
+//! kube-scheduler v1.37's metrics under its names, labels, buckets and help (with its
+//! stability levels), client-go's rest_client_* and leader election's, and the Prometheus
+//! process collector's: every name the kubernetes-mixin's scheduler dashboard and alerts
+//! read (tests/data/kubernetes-mixin-scheduler-metrics.txt, checked against a real agent
+//! by tests/tests/dashboard_metrics.rs) but Go's go_goroutines, whose panel stays empty.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};

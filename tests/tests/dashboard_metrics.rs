@@ -114,10 +114,9 @@ async fn every_name_the_scheduler_dashboard_reads_is_exposed() -> anyhow::Result
     };
     // The one pod, scheduled at its first attempt.
     assert!(
-        samples(&metrics, "scheduler_schedule_attempts_total")
-            .iter()
-            .any(|l| *l
-                == r#"scheduler_schedule_attempts_total{result="scheduled",profile="mcsched"} 1"#),
+        samples(&metrics, "scheduler_schedule_attempts_total").contains(
+            &r#"scheduler_schedule_attempts_total{result="scheduled",profile="mcsched"} 1"#
+        ),
         "{metrics}"
     );
     // The agent's own requests to the API server: its watches' lists at least, by the
