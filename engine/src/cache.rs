@@ -291,6 +291,13 @@ impl Cache {
         self.pods.get(key).is_some_and(|e| e.assumed)
     }
 
+    /// kube's scheduler_cache_size: the nodes, the pods (bound or assumed, on a node
+    /// the cache holds or not) and the assumed ones.
+    pub fn sizes(&self) -> (usize, usize, usize) {
+        let assumed = self.pods.values().filter(|e| e.assumed).count();
+        (self.nodes.len(), self.pods.len(), assumed)
+    }
+
     /// The pods assumed and not yet seen bound.
     pub fn assumed_pods(&self) -> impl Iterator<Item = &Arc<PodInfo>> {
         self.pods.values().filter(|e| e.assumed).map(|e| &e.info)
@@ -488,6 +495,7 @@ mod tests {
         // The watch still shows it unbound: the assumption holds.
         c.apply_pod(pod("p", None, "2"));
         assert!(c.is_assumed("ns/p"));
+        assert_eq!(c.sizes(), (1, 1, 1));
         // Forgetting another pod of the same name (another UID) leaves this one.
         c.forget("ns/p", "someone-else");
         assert_eq!(c.assumed_uid("ns/p"), Some(info.uid.as_str()));
@@ -496,6 +504,7 @@ mod tests {
         c.assume(info, "n1");
         c.apply_pod(pod("p", Some("n1"), "3"));
         assert!(!c.is_assumed("ns/p"));
+        assert_eq!(c.sizes(), (1, 1, 0));
         assert_eq!(pods_on(&mut c, "n1"), vec!["ns/p"]);
     }
 

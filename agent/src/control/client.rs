@@ -8,6 +8,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
 use crate::control::fence::{Fence, FenceLayer};
+use crate::control::request_metrics::RequestMetricsLayer;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -112,10 +113,13 @@ async fn load(kubeconfig: Option<&Path>, context: Option<&str>) -> Result<Config
 }
 
 fn build(config: Config, qps: f32, burst: u32, fence: &Fence) -> Result<Client, ClientError> {
+    let metrics = RequestMetricsLayer::new(&config.cluster_url);
     let builder = kube::client::ClientBuilder::try_from(with_user_agent(config))
         .map_err(ClientError::Build)?;
     // The fence under the rate limit: checked when the request leaves, not when it queues.
+    // The metrics under both: only what is sent counts, timed from when it is.
     Ok(builder
+        .with_layer(&metrics)
         .with_layer(&FenceLayer::new(fence.clone()))
         .with_layer(&crate::control::ratelimit::RateLimitLayer::new(qps, burst))
         .build())

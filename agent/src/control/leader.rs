@@ -115,6 +115,8 @@ impl Elector {
     /// `client` should be the election's own, so that no other traffic queues the
     /// renewals behind it.
     pub fn new(client: kube::Client, cfg: ElectionConfig, health: LeaseHealth) -> Self {
+        // A standby reports 0 from the start, as client-go's elector does once created.
+        mcsched_engine::metrics::global().leading(&cfg.lease_name, false);
         Elector {
             api: Api::namespaced(client, &cfg.lease_namespace),
             cfg,
@@ -250,7 +252,7 @@ impl Elector {
                     self.health.renewed(self.cfg.renew_deadline);
                     if !is_leader {
                         info!(lease = %self.cfg.lease_name, identity = %self.cfg.identity, "became leader");
-                        let _ = leader.send(true);
+                        self.tell(&leader, true);
                     }
                 }
                 Ok(Ok(Attempt::HeldByOther(holder))) => {
@@ -280,15 +282,21 @@ impl Elector {
             }
         }
         if *leader.borrow() {
-            let _ = leader.send(false);
+            self.tell(&leader, false);
             self.health.cleared();
             self.release().await;
         }
         Ended::Stopped
     }
 
+    /// Whether this agent leads, to the scheduler and to leader_election_master_status.
+    fn tell(&self, leader: &watch::Sender<bool>, leading: bool) {
+        let _ = leader.send(leading);
+        mcsched_engine::metrics::global().leading(&self.cfg.lease_name, leading);
+    }
+
     fn lost(&self, leader: &watch::Sender<bool>) -> Ended {
-        let _ = leader.send(false);
+        self.tell(leader, false);
         self.health.cleared();
         Ended::Lost
     }
@@ -360,6 +368,13 @@ mod tests {
             .expect("became leader")
             .expect("elector running");
         assert!(health.check().is_ok());
+        let status = || {
+            let text = mcsched_engine::metrics::global().encode();
+            (text.lines())
+                .find_map(|l| l.strip_prefix(r#"leader_election_master_status{name="s"} "#))
+                .map(String::from)
+        };
+        assert_eq!(status().as_deref(), Some("1"));
         let hung_at = Instant::now();
         hang.store(true, Ordering::SeqCst);
         let ended = tokio::time::timeout(Duration::from_secs(5), run)
@@ -368,6 +383,7 @@ mod tests {
             .expect("elector task");
         assert_eq!(ended, Ended::Lost);
         assert!(!*leader.borrow());
+        assert_eq!(status().as_deref(), Some("0"));
         // At the latest renewDeadline after the last renewal.
         assert!(hung_at.elapsed() < Duration::from_millis(800) + Duration::from_millis(500));
     }

@@ -1,4 +1,4 @@
-//! The wire to API servers: the clients, their rate limit, the leader's fence at the
+//! The wire to API servers: the clients, their rate limit and request metrics, the leader's fence at the
 //! connection, leader election, the watches (host and leaf alike) and the lean objects
 //! they decode.
 
@@ -7,4 +7,5 @@ pub mod fence;
 pub mod leader;
 pub mod lean_object;
 pub mod ratelimit;
+pub mod request_metrics;
 pub mod watch;

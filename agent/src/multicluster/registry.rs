@@ -295,11 +295,13 @@ pub async fn connect(
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .map_err(|e| bad(e.to_string()))?;
+    let metrics = crate::control::request_metrics::RequestMetricsLayer::new(&config.cluster_url);
     let client =
         kube::client::ClientBuilder::try_from(crate::control::client::with_user_agent(config))
             .map_err(|e| bad(e.to_string()))?
             // The fence under the rate limit: checked when the request leaves, not when it
-            // queues (as the host client's).
+            // queues; the metrics under both (as the host client's).
+            .with_layer(&metrics)
             .with_layer(&crate::control::fence::FenceLayer::new(fence.clone()))
             .with_layer(&rate_limit(settings))
             .build();

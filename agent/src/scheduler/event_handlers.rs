@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{
@@ -402,6 +403,23 @@ async fn served_pod_group_version(client: &Client) -> Result<Option<PodGroupVers
 /// A PodGroup appeared, changed or went. Only a new one, or a gang whose minCount changed
 /// (mutable in v1beta1), may release the pods that wait for it.
 fn on_pod_group_event(shared: &Shared, change: Change<PodGroup>) {
+    let started = Instant::now();
+    let event = match &change {
+        Change::Apply(_, true) => "PodGroupAdd",
+        Change::Apply(_, false) => "PodGroupUpdate",
+        Change::Delete(_) => "PodGroupDelete",
+    };
+    apply_pod_group_change(shared, change);
+    handled(event, started);
+}
+
+/// scheduler_event_handling_duration_seconds under kube's label for the event (its
+/// ClusterEvent's: the resource, then the action).
+fn handled(event: &str, started: Instant) {
+    mcsched_engine::metrics::global().event_handled(event, started.elapsed().as_secs_f64());
+}
+
+fn apply_pod_group_change(shared: &Shared, change: Change<PodGroup>) {
     let groups = &shared.profiles.pod_groups;
     match change {
         Change::Apply(group, is_new) => {
@@ -447,9 +465,16 @@ fn regate_group(
 }
 
 fn on_node_event(shared: &Shared, change: Change<Node>) {
+    let started = Instant::now();
+    let label = match &change {
+        Change::Apply(_, true) => "NodeAdd",
+        Change::Apply(_, false) => "NodeUpdate",
+        Change::Delete(_) => "NodeDelete",
+    };
     if let Some(event) = watch::apply_node(&mut shared.cache(), change) {
         shared.queue.on_event(event);
     }
+    handled(label, started);
 }
 
 fn on_pod_event(shared: &Shared, change: Change<Pod>) {
@@ -460,7 +485,10 @@ fn on_pod_event(shared: &Shared, change: Change<Pod>) {
         .and_then(|s| s.node_name.as_deref())
         .and_then(|n| n.strip_prefix(mcsched_shared::keys::VIRTUAL_NODE_PREFIX))
         .map(String::from);
-    apply_pod_change(shared, change);
+    let started = Instant::now();
+    if let Some(event) = apply_pod_change(shared, change) {
+        handled(event, started);
+    }
     // Only now: pod sync reads the bound pods from the cache, and a wake-up that found
     // the pod still assumed there would leave its copy to the next resync.
     if let Some(cluster) = on_virtual {
@@ -468,7 +496,9 @@ fn on_pod_event(shared: &Shared, change: Change<Pod>) {
     }
 }
 
-fn apply_pod_change(shared: &Shared, change: Change<Pod>) {
+/// The pod's change applied, and kube's label for it: an assigned pod's or one this
+/// agent's profiles schedule (kube's handlers see no other).
+fn apply_pod_change(shared: &Shared, change: Change<Pod>) -> Option<&'static str> {
     match change {
         Change::Apply(pod, is_new) => {
             let id = mcsched_engine::queue::pod_id(&pod);
@@ -480,7 +510,19 @@ fn apply_pod_change(shared: &Shared, change: Change<Pod>) {
                         .pod_groups
                         .add_pod(Arc::new(PodInfo::compact(pod.clone())));
                 }
-                shared.cache().apply_pod(pod);
+                // A pod new to the cache's bound ones is kube's AssignedPodAdd, though the
+                // watch saw it before (its binding landed, or it was assumed).
+                let event = {
+                    let mut cache = shared.cache();
+                    let key = key_of(&*pod);
+                    let known = cache.pod_info(&key).is_some() && !cache.is_assumed(&key);
+                    cache.apply_pod(pod);
+                    if known {
+                        "AssignedPodUpdate"
+                    } else {
+                        "AssignedPodAdd"
+                    }
+                };
                 if group.is_some() {
                     // A member bound anywhere may complete the gang whose copies wait.
                     for leaf in shared.leaves.all() {
@@ -494,15 +536,18 @@ fn apply_pod_change(shared: &Shared, change: Change<Pod>) {
                 } else {
                     ClusterEvent::PodUpdate
                 });
-                return;
+                return Some(event);
             }
-            let Some(fw) = shared.profiles.for_pod(&pod) else {
-                return;
+            let fw = shared.profiles.for_pod(&pod)?;
+            let event = if is_new {
+                "UnscheduledPodAdd"
+            } else {
+                "UnscheduledPodUpdate"
             };
             if pod.metadata.deletion_timestamp.is_some() {
                 shared.queue.delete(&id);
                 shared.profiles.nominator.delete(&id);
-                return;
+                return Some(event);
             }
             // A member's gate and its group's are judged and queued under one lock, as the
             // PodGroup's arrival judges them: else a verdict taken before the other came
@@ -543,6 +588,7 @@ fn apply_pod_change(shared: &Shared, change: Change<Pod>) {
                 }
                 _ => shared.queue.add(info, gate),
             }
+            Some(event)
         }
         Change::Delete(pod) => {
             let key = key_of(&*pod);
@@ -573,6 +619,9 @@ fn apply_pod_change(shared: &Shared, change: Change<Pod>) {
             shared.profiles.nominator.delete(&id);
             if was_bound {
                 shared.queue.on_event(ClusterEvent::PodDelete);
+                Some("AssignedPodDelete")
+            } else {
+                Some("UnscheduledPodDelete")
             }
         }
     }

@@ -194,9 +194,11 @@ async fn spawn_binding(
     });
 }
 
-/// Backoff and unschedulable pods back into circulation, and the pending-pods gauges.
+/// Backoff and unschedulable pods back into circulation, the pending-pods gauges and the
+/// cache's sizes (each second, as kube's cache sets them).
 fn spawn_flusher(shared: &Arc<Shared>) -> JoinHandle<()> {
     let q = shared.queue.clone();
+    let shared = shared.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
@@ -209,6 +211,8 @@ fn spawn_flusher(shared: &Arc<Shared>) -> JoinHandle<()> {
             m.set_pending("unschedulable", p.unschedulable);
             m.set_pending("gated", p.gated);
             m.set_unschedulable(&q.unschedulable_reasons());
+            let (nodes, pods, assumed) = shared.cache().sizes();
+            m.set_cache_size(nodes, pods, assumed);
         }
     })
 }

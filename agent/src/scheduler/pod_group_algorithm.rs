@@ -436,11 +436,21 @@ async fn by_placements(
         Err(result) => return result,
     };
     drop(snapshot);
+    let metrics = mcsched_engine::metrics::global();
+    let profile = fw.scheduler_name.as_str();
+    metrics.placements_generated(profile, placements.len());
     let mut first: Option<GroupResult> = None;
     let mut feasible: Vec<(Placement, GroupResult)> = Vec::new();
     for placement in &placements {
         let domain = domains.as_ref().zip(placement.domain.as_deref());
+        let evaluation = std::time::Instant::now();
         let result = default_algorithm(shared, fw, group, world, domain).await;
+        // An error is the scheduler's fault, not the placement's verdict: kube counts it
+        // under neither result.
+        if !result.status.is_error() {
+            let seconds = evaluation.elapsed().as_secs_f64();
+            metrics.placement_evaluated(profile, result.status.is_success(), seconds);
+        }
         debug!(group = %group.key, domain = ?placement.domain, status = %result.status.message(), "pod group placement simulated");
         // The cache holds no simulated member between placements: let the runtime's other
         // tasks (watches, bindings) in before the next.

@@ -63,6 +63,7 @@ async fn pod_group_post_filter(
     group: &Group,
 ) -> (Option<Nominations>, GroupStatus) {
     let (nominations, mut status) = preempt(shared, fw, leader, group).await;
+    mcsched_engine::metrics::global().workload_preemption_attempt(&status.code.to_string());
     let message = status.message();
     if !message.is_empty() {
         status = verdicts(status.code, vec![format!("{MESSAGE_PREFIX}{message}")]);
@@ -108,12 +109,21 @@ async fn preempt(
             .collect();
         return (Some(current), verdict(Code::Success, ONGOING));
     }
-    // kube's evaluate and selectVictimsOnDomain.
+    // kube's evaluate and selectVictimsOnDomain, timed as kube's evaluate.
+    let started = std::time::Instant::now();
+    let evaluated = |status: GroupStatus| {
+        mcsched_engine::metrics::global().preemption_evaluated(
+            "podgroup",
+            &status.code.to_string(),
+            started.elapsed().as_secs_f64(),
+        );
+        status
+    };
     let potential = potential_victims(cluster_victims(&snapshot, groups), &preemptor);
     if potential.is_empty() {
         return (
             None,
-            verdict(Code::UnschedulableAndUnresolvable, NO_VICTIMS),
+            evaluated(verdict(Code::UnschedulableAndUnresolvable, NO_VICTIMS)),
         );
     }
     let mut without = MutableSnapshot::new(&snapshot);
@@ -126,23 +136,30 @@ async fn preempt(
     let mut world = World::Changed(without);
     let rerun = run_root(shared, fw, group, &mut world).await;
     if !rerun.status.is_success() {
-        return (None, rerun.status);
+        return (None, evaluated(rerun.status));
     }
     let mut assignments = rerun.assignments();
     let Some(mut without) = world.into_changed() else {
         return (
             None,
-            GroupStatus::error("pod group preemption lost its snapshot"),
+            evaluated(GroupStatus::error("pod group preemption lost its snapshot")),
         );
     };
     let selected = match tokio::task::block_in_place(|| {
         select_victims(fw, &mut without, potential, &mut assignments)
     }) {
         Ok(s) => s,
-        Err(s) => return (None, GroupStatus::error(s.message())),
+        Err(s) => return (None, evaluated(GroupStatus::error(s.message()))),
     };
+    evaluated(verdict(Code::Success, ""));
     // kube's actuatePodGroupPreemption, asynchronous: the candidate is the cluster.
     if crate::control::leader::may_act(leader, &shared.lease_health) {
+        mcsched_engine::metrics::global().preempting(
+            "podgroup",
+            selected.victims.len(),
+            selected.group_disruptions,
+            selected.pdb_violations,
+        );
         let by = Evictor {
             kind: "podgroup",
             uid: group.policy.uid.clone(),

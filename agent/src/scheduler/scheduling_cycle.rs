@@ -73,6 +73,7 @@ pub(super) async fn scheduling_cycle(
     )
     .await;
     let metrics = mcsched_engine::metrics::global();
+    metrics.scheduling_algorithm(started.elapsed().as_secs_f64());
     let outcome = if result.is_ok() {
         "Success"
     } else {
@@ -110,7 +111,8 @@ pub(super) async fn scheduling_cycle(
                 {
                     nominating = Nominating::Override(node.clone());
                     victims = res.victims.iter().map(|v| v.key.clone()).collect();
-                    metrics.preemption_victims.observe(victims.len() as f64);
+                    // A pod's victims are pods: no group is disrupted whole by one.
+                    metrics.preempting("pod", victims.len(), 0, res.pdb_violations);
                     crate::scheduler::preemption::evict(
                         &shared.bind_ctx.client,
                         &shared.events,

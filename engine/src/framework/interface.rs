@@ -275,6 +275,8 @@ pub struct PostFilterResult {
     /// clears: they may no longer fit there.
     pub lower_nominated: Vec<Arc<PodInfo>>,
     pub victims: Vec<Arc<PodInfo>>,
+    /// How many of the victims' PodDisruptionBudgets evicting them breaks.
+    pub pdb_violations: usize,
 }
 
 pub trait PostFilterPlugin: Plugin {
