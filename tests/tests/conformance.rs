@@ -26,6 +26,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Binding, Node, Pod};
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use mcsched_e2e::controlplane::{DEFAULT_MINOR, workload_feature_gates};
 use mcsched_e2e::objects::create_node;
 use mcsched_e2e::real_node::{self, RealNode};
 use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, cli, repo_root, wait};
@@ -290,16 +291,22 @@ async fn run_suite(
     let name = format!("conformance-{}", scheduler.name());
     // With a real node, the API server serves on an address its pods reach and gives
     // pods their ServiceAccount token, as in any cluster (see real_node::control_plane).
+    // GenericWorkload on, so that the Workload, GangScheduling and WorkloadAwarePreemption
+    // specs run: it serves scheduling.k8s.io/v1beta1, which the agent discovers and uses.
+    let gates = format!(
+        "--feature-gates={}",
+        workload_feature_gates(DEFAULT_MINOR).context("the default minor has a Workload API")?
+    );
     let cp = if with_real_node {
         let address = mcsched_e2e::api::routable_address()?;
         ControlPlane::start_with_args(
             &name,
             options,
-            &["--bind-address", &address, "--real-nodes"],
+            &["--bind-address", &address, "--real-nodes", &gates],
         )
         .await?
     } else {
-        ControlPlane::start(&name, options).await?
+        ControlPlane::start_with_args(&name, options, &[&gates]).await?
     };
     for i in 1..=NODES {
         create_node(&cp.client, node(i)).await?;

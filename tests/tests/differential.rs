@@ -1274,7 +1274,6 @@ struct Judged {
     nominated_nodes: usize,
     /// mcsched's nomination and victims were held to kube's candidates.
     preemption_compared: bool,
-    group_preemption_excused: bool,
     stats: std::collections::BTreeMap<String, compare::PluginStats>,
     disagreement: Option<String>,
 }
@@ -1671,16 +1670,13 @@ async fn judge_case(
             j.oracle.judge(&request),
             mcsched_e2e::api::what_if(&j.http, &j.agent_url, case.namespace(), pod)
         )?;
-        let in_group = pod["spec"]["schedulingGroup"].is_object();
-        let mut c = compare::compare(&kube, &ours, &own);
-        compare::excuse_pod_group_preemption(in_group, &kube, &ours, &mut c);
+        let c = compare::compare(&kube, &ours, &own);
         if c.differences.is_empty() {
             // Asked once more: the topology counts the first answer asked for are kept by
             // the agent's cache by now, and the answer read from them must not change.
             let again =
                 mcsched_e2e::api::what_if(&j.http, &j.agent_url, case.namespace(), pod).await?;
-            let mut kept = compare::compare(&kube, &again, &own);
-            compare::excuse_pod_group_preemption(in_group, &kube, &again, &mut kept);
+            let kept = compare::compare(&kube, &again, &own);
             if !kept.differences.is_empty() {
                 last = Some((kube, again, kept));
                 break;
@@ -1691,7 +1687,6 @@ async fn judge_case(
                 stale: ask > 0,
                 nominated_nodes: c.nominated_nodes,
                 preemption_compared: c.preemption_compared,
-                group_preemption_excused: c.group_preemption_excused,
                 stats: c.stats,
                 disagreement: None,
             });
@@ -1725,7 +1720,6 @@ async fn judge_case(
         stale: false,
         nominated_nodes: c.nominated_nodes,
         preemption_compared: c.preemption_compared,
-        group_preemption_excused: false,
         stats: c.stats,
         disagreement: Some(format!(
             "case {} of seed {} ({}), written to {}; again alone: {rerun}\n    {}\n  pod: {}",
@@ -1810,7 +1804,6 @@ async fn mcsched_matches_kube_scheduler_plugin_by_plugin() -> anyhow::Result<()>
     let (mut failures, mut disagreements) = (Vec::new(), Vec::new());
     let (mut schedulable, mut stale, mut judged, mut nominated) = (0, 0, 0, 0);
     let (mut with_nominations, mut nominated_nodes, mut preemptions) = (0, 0, 0);
-    let mut excused = 0;
     for r in results {
         match r {
             Ok(r) => {
@@ -1821,7 +1814,6 @@ async fn mcsched_matches_kube_scheduler_plugin_by_plugin() -> anyhow::Result<()>
                 with_nominations += usize::from(r.nominated_nodes > 0);
                 nominated_nodes += r.nominated_nodes;
                 preemptions += usize::from(r.preemption_compared);
-                excused += usize::from(r.group_preemption_excused);
                 for (plugin, s) in r.stats {
                     stats.entry(plugin).or_default().add(&s);
                 }
@@ -1841,8 +1833,7 @@ async fn mcsched_matches_kube_scheduler_plugin_by_plugin() -> anyhow::Result<()>
     println!(
         "differential (plugins): nominated pods counted by Filter on {nominated_nodes} nodes of \
          {with_nominations} cases; {preemptions} nominations and their victims held to \
-         kube-scheduler's best candidates; {excused} cases of a PodGroup's pod whose preemption \
-         alone differed set aside (v1.37's pod group victims are not modelled yet)"
+         kube-scheduler's best candidates"
     );
     println!(
         "{:<32} {:>9} {:>9} {:>7} {:>8} {:>9} {:>7} {:>6}",

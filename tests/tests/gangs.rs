@@ -359,6 +359,27 @@ async fn a_placement_policy_keeps_the_gangs_it_selects_in_one_cluster() -> anyho
     )
     .await?;
 
+    // The leaf's grant of namespace default is asked once, on the first pod that could go
+    // there; until it answers the leaf is no place for anyone ("asking leaf cluster east
+    // ..."). A pod bound there first makes the group's first condition the one about room.
+    let warm: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "warm-up"},
+        "spec": {
+            "schedulerName": "mcsched",
+            "nodeSelector": {"kubernetes.io/hostname": format!("{}east", keys::VIRTUAL_NODE_PREFIX)},
+            "tolerations": [{"key": keys::LEAF_TAINT, "operator": "Exists"}],
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]
+        }
+    }))?;
+    pods.create(&PostParams::default(), &warm).await?;
+    wait::until(TIMEOUT, "the warm-up pod bound to the leaf", || async {
+        let p = pods.get("warm-up").await?;
+        Ok(p.spec.and_then(|s| s.node_name))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    pods.delete("warm-up", &Default::default()).await?;
+
     // 8 fit split (4 + 4) but in no one cluster: none is bound, the group says why.
     job(&host.client, "kept-8", 8).await?;
     let message = wait::until(

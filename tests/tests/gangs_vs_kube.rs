@@ -318,9 +318,6 @@ fn settled(case: &Case, o: &Outcome) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "kube-scheduler v1.37's pod group cycle (schedule_one_podgroup.go: its messages, \
-            no per-member PostFilter, pod group preemption) is not ported yet: 4 of the \
-            default seed's 16 cases disagree (issue 50)"]
 async fn mcsched_schedules_pod_groups_as_kube_scheduler_does() -> anyhow::Result<()> {
     let count = std::env::var("MCSCHED_GANG_CASES")
         .ok()

@@ -173,6 +173,7 @@ impl DefaultPreemption {
         }
         potential.sort_by(more_important_victim);
         let (violating, fine) = filter_victims_with_pdb_violation(potential, pdbs);
+        let both = !violating.is_empty() && !fine.is_empty();
         let mut victims: Vec<Victim> = Vec::new();
         let mut pdb_violations = 0;
         let mut reprieve = |v: Victim, state: &mut CycleState, node: &mut NodeInfo| {
@@ -194,6 +195,10 @@ impl DefaultPreemption {
         }
         if victims.is_empty() {
             return Err(Status::unresolvable(NO_VICTIMS));
+        }
+        // The victims most important first again, when both kinds were reprieved (kube).
+        if both {
+            victims.sort_by(more_important_victim);
         }
         Ok(Candidate {
             node: node.name.to_string(),
@@ -276,11 +281,15 @@ fn call_extenders(
         .collect())
 }
 
-/// kube's `pickOneNodeForPreemption`: fewest PDB violations, then the lowest highest
-/// victim priority, the smallest sum of priorities, the fewest victims, the latest start
+/// kube's `pickOneNodeForPreemption`: fewest PDB violations, then the lowest priority of
+/// the first (most important) victim, the smallest sum of priorities, the fewest victims, the latest start
 /// of the highest-priority victims; then the first.
 pub(crate) fn pick_one(candidates: &[Candidate]) -> Option<&Candidate> {
     let key = |c: &Candidate| {
+        // kube reads the first victim's priority as the highest: victims come most
+        // important first, which (v1.37) weighs PodGroup members at their group's priority,
+        // so the first may not be the highest of the pods' own.
+        let first = c.victims.first().map_or(i32::MIN, |v| v.priority());
         let highest = c
             .victims
             .iter()
@@ -301,7 +310,7 @@ pub(crate) fn pick_one(candidates: &[Candidate]) -> Option<&Candidate> {
             .unwrap_or(i64::MAX);
         (
             c.pdb_violations,
-            highest,
+            first,
             sum,
             c.victims.len(),
             std::cmp::Reverse(latest_start_of_highest),
@@ -620,6 +629,61 @@ mod tests {
         let mut victims: Vec<&str> = res.victims.iter().map(|v| v.name.as_str()).collect();
         victims.sort_unstable();
         assert_eq!(victims, ["a1", "a2"]);
+    }
+
+    /// The differential's case 97 of seed 218860932 against kube v1.37.2: on n1 three
+    /// members of a PodGroup of priority 0 (their own 1000, 0 and 100), on n3 a pod of 100.
+    /// n1 keeps the first member and evicts the other two, whose first is of priority 0:
+    /// kube reads the first victim's priority as the highest and so prefers n1 to n3.
+    #[test]
+    fn the_first_victim_s_priority_picks_the_node() {
+        let groups = crate::pod_groups::PodGroups::new();
+        groups.set_served(Some(
+            mcsched_shared::pod_group_versions::PodGroupVersion::V1beta1,
+        ));
+        let g = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "g", "namespace": "default"},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": 5}}}}))
+        .expect("group");
+        groups.set_group(&g);
+        let pod = |name: &str, prio: i32, cpu: &str, node: &str, group: bool, start: &str| {
+            let mut pod = (*pod_requesting(name, &[("cpu", cpu)]).pod()).clone();
+            if let Some(s) = pod.spec.as_mut() {
+                s.priority = Some(prio);
+                s.node_name = Some(node.into());
+                if group {
+                    s.scheduling_group = Some(
+                        serde_json::from_value(serde_json::json!({"podGroupName": "g"}))
+                            .expect("ref"),
+                    );
+                }
+            }
+            pod.status = Some(
+                serde_json::from_value(serde_json::json!({"startTime": start})).expect("status"),
+            );
+            Arc::new(PodInfo::new(Arc::new(pod)))
+        };
+        let mut n1 = node_with("n1", |_| {});
+        n1.add_pod(pod("a", 1000, "1", "n1", true, "2026-01-01T00:00:56Z"));
+        n1.add_pod(pod("b", 0, "1", "n1", true, "2026-01-01T00:01:42Z"));
+        n1.add_pod(pod("c", 100, "1", "n1", true, "2026-01-01T00:02:10Z"));
+        let mut n3 = node_with("n3", |_| {});
+        n3.add_pod(pod("x", 100, "4", "n3", false, "2026-01-01T00:02:52Z"));
+        let snap = Snapshot::from_nodes(vec![Arc::new(n1), Arc::new(n3)]);
+        let incoming = with_priority(pod_requesting("p", &[("cpu", "3")]), 1000, "");
+        let fw = framework();
+        let statuses = schedule_fails(&fw, &incoming, &snap);
+        let (res, s) = DefaultPreemption::new(Default::default(), groups).post_filter(
+            &fw,
+            &CycleState::new(),
+            &incoming,
+            &snap,
+            &statuses,
+        );
+        assert!(s.is_success(), "{s}");
+        assert_eq!(res.nominated_node.as_deref(), Some("n1"));
+        let victims: Vec<&str> = res.victims.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(victims, ["b", "c"]);
     }
 
     #[test]

@@ -58,9 +58,6 @@ pub struct Comparison {
     /// Both nominated a node, and mcsched's node and victims were held to kube's
     /// candidates.
     pub preemption_compared: bool,
-    /// A pod of a PodGroup whose preemption alone differed: not compared (see
-    /// [`excuse_pod_group_preemption`]).
-    pub group_preemption_excused: bool,
 }
 
 impl Comparison {
@@ -101,9 +98,12 @@ pub fn compare(kube: &Answer, ours: &Explanation, own: &dyn Fn(&str) -> bool) ->
 }
 
 /// kube's pickOneNodeForPreemption without its last tie-break: the candidates that tie for
-/// fewest PDB violations, then lowest highest victim priority, smallest sum of priorities,
-/// fewest victims, and latest start of the highest-priority victims (only when every
-/// victim has a start time: kube takes "now" for the others, which no two calls share).
+/// fewest PDB violations, then the lowest priority of the first victim (kube's victims come
+/// most important first and it reads the first's as the highest; since v1.37 a PodGroup
+/// member weighs at its group's priority, so the first may not be the highest of the pods'
+/// own), smallest sum of priorities, fewest victims, and latest start of the
+/// highest-priority victims (only when every victim has a start time: kube takes "now" for
+/// the others, which no two calls share).
 pub fn best_candidates(candidates: &[Candidate]) -> BTreeSet<&str> {
     let eligible: Vec<&Candidate> = candidates
         .iter()
@@ -113,6 +113,7 @@ pub fn best_candidates(candidates: &[Candidate]) -> BTreeSet<&str> {
         .iter()
         .all(|c| c.victims.iter().all(|v| v.start_time.is_some()));
     let key = |c: &Candidate| {
+        let first = c.victims.first().map_or(i32::MIN, |v| v.priority);
         let highest = c
             .victims
             .iter()
@@ -134,7 +135,7 @@ pub fn best_candidates(candidates: &[Candidate]) -> BTreeSet<&str> {
             .unwrap_or_default();
         (
             c.pdb_violations,
-            highest,
+            first,
             sum,
             c.victims.len(),
             std::cmp::Reverse(if timed {
@@ -489,33 +490,5 @@ fn compare_outcome(kube: &Answer, ours: &Explanation, c: &mut Comparison) {
             kube.best
         )),
         (Outcome::Error { message }, _) => c.differ(format!("mcsched failed: {message}")),
-    }
-}
-
-/// Known gap, counted and printed by the caller: kube-scheduler v1.37 chooses preemption
-/// victims for a pod of a PodGroup among whole groups (preemption's DomainVictims), which
-/// mcsched does not model yet (issue 50). For such a pod, differences in preemption only
-/// (the nomination, or FailedScheduling past its ` preemption: `) are set aside; any other
-/// difference still counts.
-pub fn excuse_pod_group_preemption(
-    in_group: bool,
-    kube: &Answer,
-    ours: &Explanation,
-    c: &mut Comparison,
-) {
-    if !in_group || c.differences.is_empty() {
-        return;
-    }
-    let before = |m: &str| m.split(" preemption: ").next().unwrap_or(m).to_string();
-    let message_ok = match &ours.outcome {
-        Outcome::Unschedulable { message, .. } => before(message) == before(&kube.message),
-        _ => false,
-    };
-    let only_preemption = c.differences.iter().all(|d| {
-        d.starts_with("preemption:") || (d.starts_with("FailedScheduling:") && message_ok)
-    });
-    if only_preemption {
-        c.differences.clear();
-        c.group_preemption_excused = true;
     }
 }
