@@ -644,14 +644,17 @@ async fn a_gang_that_meets_min_count_binds_whatever_fits() {
         c.condition(),
         ("True".into(), "Scheduled".into(), String::new())
     );
-    for _ in 0..100 {
-        if c.count("POST", "/binding") == 4 {
+    let path = "/namespaces/default/pods/m-0004/status";
+    // The bindings and the 5th's status are sent by tasks of their own.
+    for _ in 0..250 {
+        if c.count("POST", "/binding") == 4
+            && !fake_api::sent(&c.requests, "PATCH", path).is_empty()
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(c.count("POST", "/binding"), 4);
-    let path = "/namespaces/default/pods/m-0004/status";
     let last = fake_api::sent(&c.requests, "PATCH", path)
         .pop()
         .expect("m-0004 told");
