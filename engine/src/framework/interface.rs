@@ -310,6 +310,14 @@ pub trait ScorePlugin: Plugin {
     fn normalize(&self, _state: &CycleState, _pod: &PodInfo, _scores: &mut [i64]) -> Status {
         Status::success()
     }
+
+    /// Whether this plugin's input lives on the node the pod runs on (kube's plugins: its
+    /// resources, images, taints, labels, pods), so that a node standing for others (see
+    /// [`super::Members`]) is scored as its best member; false when it lives on the
+    /// standing node itself (a cluster's weight, cost or tier).
+    fn scores_members(&self) -> bool {
+        true
+    }
 }
 
 pub trait ReservePlugin: Plugin {

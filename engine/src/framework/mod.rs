@@ -4,6 +4,7 @@
 mod cycle_state;
 mod fit_error;
 mod interface;
+mod members;
 mod placement;
 pub mod runtime;
 mod status;
@@ -13,6 +14,7 @@ pub use cycle_state::CycleState;
 pub(crate) use cycle_state::VOLUMES_KEY;
 pub use fit_error::{Diagnosis, FitError};
 pub use interface::*;
+pub use members::{MemberNodes, Members};
 pub use placement::PlacementAssignments;
 pub use runtime::{
     Filtered, Framework, FrameworkError, ProfileSpec, ScheduleResult, fit_error, with_rejected,

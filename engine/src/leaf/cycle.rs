@@ -89,6 +89,25 @@ pub struct LeafCycle {
     /// Cluster → the first field of its copy the leaf does not serve (None: it serves
     /// all), found once per cycle.
     unserved: Arc<Mutex<HashMap<String, Option<String>>>>,
+    /// Virtual node → the leaf nodes the check found able to host the pod, for Score.
+    candidates: Arc<Mutex<HashMap<String, Arc<LeafCandidates>>>>,
+    /// What selects pods in the host (its Services and controllers): the leaf copies
+    /// carry their host pods' labels, so Score spreads them by the host's selectors.
+    pub(crate) host_selectors: Arc<crate::pod_selectors::PodSelectors>,
+}
+
+/// The leaf nodes one virtual node's check found able to host the pod, and what it
+/// judged them with: Score goes on from there.
+pub(crate) struct LeafCandidates {
+    pub(crate) cluster: String,
+    /// The leaf's snapshot as the check saw it (with the copy's claims).
+    pub(crate) snapshot: Snapshot,
+    /// The copy as judged there (overrides applied, admitted).
+    pub(crate) leaf_pod: Arc<PodInfo>,
+    /// Positions in `snapshot.nodes` of the nodes that passed.
+    pub(crate) positions: Vec<u32>,
+    /// The check's state after PreFilter (the volumes it found per node).
+    pub(crate) state: crate::framework::CycleState,
 }
 
 /// A leaf copy with the overrides for its cluster, and what they changed (said by
@@ -197,6 +216,22 @@ impl LeafCycle {
                 notes,
             },
         );
+    }
+
+    pub(crate) fn record_candidates(&self, virtual_node: &str, found: LeafCandidates) {
+        self.candidates
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(virtual_node.to_string(), Arc::new(found));
+    }
+
+    /// The leaf nodes the check found able to host the pod for `virtual_node`.
+    pub(crate) fn candidates(&self, virtual_node: &str) -> Option<Arc<LeafCandidates>> {
+        self.candidates
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(virtual_node)
+            .cloned()
     }
 
     /// The leaf node the check picked for `virtual_node` in this cycle.

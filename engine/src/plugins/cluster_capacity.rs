@@ -89,6 +89,11 @@ impl PreScorePlugin for ClusterCapacity {
 }
 
 impl ScorePlugin for ClusterCapacity {
+    /// A cluster's score: a virtual node is scored itself, not as its leaf nodes.
+    fn scores_members(&self) -> bool {
+        false
+    }
+
     fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         let chosen = state
             .read::<Chosen>(NAME)

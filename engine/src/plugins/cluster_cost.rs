@@ -48,6 +48,11 @@ impl Plugin for ClusterCost {
 }
 
 impl ScorePlugin for ClusterCost {
+    /// A cluster's score: a virtual node is scored itself, not as its leaf nodes.
+    fn scores_members(&self) -> bool {
+        false
+    }
+
     fn score(&self, _state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         Ok(self.cost_of(node))
     }

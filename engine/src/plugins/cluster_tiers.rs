@@ -43,6 +43,11 @@ impl Plugin for ClusterTiers {
 }
 
 impl ScorePlugin for ClusterTiers {
+    /// A cluster's score: a virtual node is scored itself, not as its leaf nodes.
+    fn scores_members(&self) -> bool {
+        false
+    }
+
     fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         // The pod's placement policy orders the clusters instead.
         if super::helper::placement_state::overrides_profile(state) {

@@ -79,6 +79,11 @@ impl PreScorePlugin for ClusterWeights {
 }
 
 impl ScorePlugin for ClusterWeights {
+    /// A cluster's score: a virtual node is scored itself, not as its leaf nodes.
+    fn scores_members(&self) -> bool {
+        false
+    }
+
     fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         let chosen = state
             .read::<Chosen>(NAME)

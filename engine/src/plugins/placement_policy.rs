@@ -333,6 +333,11 @@ impl PreScorePlugin for PlacementPolicy {
 }
 
 impl ScorePlugin for PlacementPolicy {
+    /// A cluster's score: a virtual node is scored itself, not as its leaf nodes.
+    fn scores_members(&self) -> bool {
+        false
+    }
+
     fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         let Some(a) = applied(state) else {
             return Ok(MIN_NODE_SCORE);

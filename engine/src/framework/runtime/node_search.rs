@@ -12,7 +12,7 @@ use rayon::prelude::*;
 
 use super::*;
 use crate::framework::{
-    Code, CycleState, Diagnosis, FitError, NodeStatuses, NominatedPods, Status,
+    Code, CycleState, Diagnosis, FitError, MemberNodes, NodeStatuses, NominatedPods, Status,
 };
 use crate::snapshot::{NodeList, PodInfo, Snapshot};
 
@@ -258,7 +258,7 @@ impl Framework {
     ) -> String {
         let started = Instant::now();
         record.num_feasible = feasible.len();
-        let mut scores = self.prioritize(state, pod, &feasible, snapshot, record);
+        let (mut scores, stands_for) = self.prioritize(state, pod, &feasible, snapshot, record);
         if let Some(extra) = extra {
             for (s, e) in scores.iter_mut().zip(extra) {
                 *s += e;
@@ -266,7 +266,7 @@ impl Framework {
             record.totals = scores.clone();
         }
         record.timed("Score", started);
-        let node = select_host(&feasible, &scores);
+        let node = select_host_weighted(&feasible, &scores, stands_for.as_deref());
         record.feasible = feasible;
         node
     }
@@ -456,7 +456,16 @@ impl Framework {
         all
     }
 
-    /// Runs PreScore and Score, normalises and weights; returns total scores in node order.
+    /// Runs PreScore and Score, normalises and weights; returns total scores in node order
+    /// and, when some node stands for others (see [`crate::framework::Members`]), how many
+    /// equally good candidates each node counts as in the pick.
+    ///
+    /// A node standing for others is scored as the best of its members: the plugins whose
+    /// input lives on the node the pod runs on score each member in the members' own
+    /// cluster (PreScore there first), the best member by those plugins' weighted and
+    /// normalised scores gives the standing node its raw scores, and normalisation then
+    /// runs once over the cycle's nodes, as kube's. The other plugins score the standing
+    /// node itself.
     fn prioritize(
         &self,
         state: &mut CycleState,
@@ -464,9 +473,19 @@ impl Framework {
         nodes: &NodeList,
         snapshot: &Snapshot,
         record: &mut CycleRecord,
-    ) -> Vec<i64> {
-        if nodes.len() == 1 || self.score.is_empty() {
-            return vec![0; nodes.len()];
+    ) -> (Vec<i64>, Option<Vec<usize>>) {
+        let members = if snapshot.virtual_nodes > 0 {
+            state.members()
+        } else {
+            None
+        };
+        if self.score.is_empty() {
+            return (vec![0; nodes.len()], None);
+        }
+        // kube scores nothing with one feasible node; a node standing for others still
+        // needs its member chosen.
+        if nodes.len() == 1 && (members.is_none() || nodes[0].cluster.is_none()) {
+            return (vec![0; nodes.len()], None);
         }
         for p in &self.pre_score {
             let Some(ps) = p.as_pre_score() else { continue };
@@ -479,15 +498,51 @@ impl Framework {
                 record.evaluations.push(("PreScore", p.name(), 1));
             }
         }
+        // (position in `nodes`, what it stands for), PreScore run there.
+        let mut standing: Vec<(usize, MemberNodes)> = Vec::new();
+        if let Some(m) = &members {
+            for (i, node) in nodes.iter().enumerate() {
+                if node.cluster.is_none() {
+                    continue;
+                }
+                let Some(mut found) = m.members(pod, node) else {
+                    continue;
+                };
+                if found.nodes.is_empty() {
+                    continue;
+                }
+                for p in &self.pre_score {
+                    let Some(ps) = p.as_pre_score() else { continue };
+                    if p.as_score().is_some_and(|sp| !sp.scores_members()) {
+                        continue;
+                    }
+                    let s =
+                        ps.pre_score(&mut found.state, &found.pod, &found.nodes, &found.snapshot);
+                    if s.is_skip() {
+                        found.state.skip_score(p.name());
+                    }
+                }
+                standing.push((i, found));
+            }
+        }
         let state: &CycleState = state;
+        let on_members = |p: &P| p.as_score().is_some_and(|sp| sp.scores_members());
+        // A plugin PreScore skipped on the host nodes may still score some members.
         let active: Vec<&(P, i64)> = self
             .score
             .iter()
-            .filter(|(p, _)| !state.skips_score(p.name()))
+            .filter(|(p, _)| {
+                !state.skips_score(p.name())
+                    || (on_members(p)
+                        && standing.iter().any(|(_, m)| !m.state.skips_score(p.name())))
+            })
             .collect();
         let scorers: Vec<(&'static str, Option<&dyn crate::framework::ScorePlugin>)> = active
             .iter()
-            .map(|(p, _)| (p.name(), p.as_score()))
+            .map(|(p, _)| {
+                let sp = p.as_score().filter(|_| !state.skips_score(p.name()));
+                (p.name(), sp)
+            })
             .collect();
         let k = scorers.len();
         let n = nodes.len();
@@ -543,15 +598,39 @@ impl Framework {
         if timed {
             observe_timings("Score", timings);
         }
-        // (raw, normalized)[plugin][node].
-        let columns: Vec<(Vec<i64>, Vec<i64>)> = scorers
+        let mut stands_for = (!standing.is_empty()).then(|| vec![1usize; n]);
+        for (i, m) in &standing {
+            let row = &mut raw_by_node[i * k..(i + 1) * k];
+            let best = best_member(&active, m, row, record);
+            if let Some(w) = stands_for.as_mut() {
+                w[*i] = best.ties;
+            }
+            members
+                .as_ref()
+                .inspect(|ms| ms.choose(&nodes[*i].name, &best.member));
+            row.copy_from_slice(&best.raw);
+        }
+        if nodes.len() == 1 {
+            return (vec![0], None);
+        }
+        // (raw, normalized)[plugin][node]. A plugin PreScore skipped on the host nodes
+        // normalises with the state of members it scored.
+        let columns: Vec<(Vec<i64>, Vec<i64>)> = active
             .iter()
             .enumerate()
-            .map(|(i, &(_, sp))| {
+            .map(|(i, (p, _))| {
                 let raw: Vec<i64> = (0..n).map(|j| raw_by_node[j * k + i]).collect();
                 let mut normalized = raw.clone();
-                if let Some(sp) = sp {
-                    sp.normalize(state, pod, &mut normalized);
+                let with = if state.skips_score(p.name()) {
+                    standing
+                        .iter()
+                        .map(|(_, m)| &m.state)
+                        .find(|s| !s.skips_score(p.name()))
+                } else {
+                    Some(state)
+                };
+                if let (Some(sp), Some(with)) = (p.as_score(), with) {
+                    sp.normalize(with, pod, &mut normalized);
                 }
                 (raw, normalized)
             })
@@ -569,7 +648,67 @@ impl Framework {
             });
         }
         record.totals = totals.clone();
-        totals
+        (totals, stands_for)
+    }
+}
+
+/// The member a standing node is scored as, and how many members tie with it.
+struct BestMember {
+    member: String,
+    ties: usize,
+    /// Its raw scores, one per active plugin.
+    raw: Vec<i64>,
+}
+
+/// Scores `m`'s members with the `active` plugins that score members (the others keep the
+/// standing node's own score, in `own`), and picks the best by those plugins' scores
+/// normalised among the members and weighted; ties drawn uniformly.
+fn best_member(
+    active: &[&(P, i64)],
+    m: &MemberNodes,
+    own: &[i64],
+    record: &mut CycleRecord,
+) -> BestMember {
+    let k = active.len();
+    let count = m.nodes.len();
+    let mut raw = vec![0i64; count * k];
+    let mut totals = vec![0i64; count];
+    for (i, (p, weight)) in active.iter().enumerate() {
+        let sp = p.as_score();
+        let scores_here = sp.filter(|sp| sp.scores_members() && !m.state.skips_score(p.name()));
+        let mut column: Vec<i64> = match scores_here {
+            Some(sp) => {
+                record.evaluations.push(("Score", p.name(), count as u64));
+                m.nodes
+                    .iter()
+                    .map(|node| sp.score(&m.state, &m.pod, node).unwrap_or(0))
+                    .collect()
+            }
+            None if sp.is_some_and(|sp| !sp.scores_members()) => vec![own[i]; count],
+            // PreScore skipped there: nothing of the pod's matters on these nodes.
+            None => vec![0; count],
+        };
+        for (j, v) in column.iter().enumerate() {
+            raw[j * k + i] = *v;
+        }
+        if let Some(sp) = scores_here {
+            sp.normalize(&m.state, &m.pod, &mut column);
+            for (t, v) in totals.iter_mut().zip(&column) {
+                *t += v * weight;
+            }
+        }
+    }
+    let best = totals.iter().copied().max().unwrap_or(0);
+    let tied: Vec<usize> = (0..count).filter(|&j| totals[j] == best).collect();
+    let pick = if tied.len() > 1 {
+        tied[rand::rng().random_range(0..tied.len())]
+    } else {
+        tied.first().copied().unwrap_or(0)
+    };
+    BestMember {
+        member: m.nodes[pick].name.to_string(),
+        ties: tied.len(),
+        raw: raw[pick * k..(pick + 1) * k].to_vec(),
     }
 }
 
@@ -595,7 +734,16 @@ pub(crate) fn num_feasible_nodes_to_find(percentage: Option<u32>, num_all_nodes:
 /// (which samples a reservoir, one random number per tie): here the ties are counted and
 /// one random number picks among them, the same distribution for one draw instead of one
 /// per tied node — thousands when identical nodes all score the same.
+#[cfg(test)]
 pub(super) fn select_host(nodes: &NodeList, scores: &[i64]) -> String {
+    select_host_weighted(nodes, scores, None)
+}
+
+pub(super) fn select_host_weighted(
+    nodes: &NodeList,
+    scores: &[i64],
+    _stands_for: Option<&[usize]>,
+) -> String {
     let Some(&best) = scores.iter().max() else {
         return String::new();
     };

@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use crate::framework::runtime::PARALLEL_MIN_NODES;
+use crate::framework::runtime::{PARALLEL_MIN_NODES, num_feasible_nodes_to_find};
 use crate::framework::{CycleState, Plugin, Status};
 use crate::leaf::admission::Admitted;
 use crate::leaf::check_memory::Asker;
-use crate::leaf::cycle::{LeafCycle, LeafView};
+use crate::leaf::cycle::{LeafCandidates, LeafCycle, LeafView};
 use crate::leaf::grants::{Copied, grant_command};
 use crate::leaf::kept_fields;
 use crate::leaf::leaf_checks::{Question, Synced};
@@ -209,15 +209,37 @@ impl LeafChecker {
         // walk that usually stops at a leaf's first nodes to the pool cost more than the
         // walk: the pool's threads switch and yield (measured in bench/analysis.md).
         let parallel = nodes.len() >= PARALLEL_MIN_NODES && rayon::current_thread_index().is_some();
-        let found = if parallel {
-            nodes.par_iter().position_first(|n| run(n).is_none())
+        // Every leaf node that fits, as kube's Filter finds them in a cluster of these
+        // nodes (numFeasibleNodesToFind of them): Score weighs the virtual node as the
+        // best, and counts how many are as good.
+        let want = num_feasible_nodes_to_find(None, nodes.len());
+        let found: Vec<u32> = if parallel {
+            let mut all: Vec<u32> = (0..nodes.len() as u32)
+                .into_par_iter()
+                .filter(|&i| run(&nodes[i as usize]).is_none())
+                .collect();
+            all.truncate(want);
+            all
         } else {
-            nodes.iter().position(|n| run(n).is_none())
+            (0..nodes.len() as u32)
+                .filter(|&i| run(&nodes[i as usize]).is_none())
+                .take(want)
+                .collect()
         };
-        if let Some(found) = found {
-            let leaf_node = &nodes[found].name;
+        if let Some(&first) = found.first() {
+            let leaf_node = &nodes[first as usize].name;
             let volumes = volume_binding::chosen_volumes(&state, leaf_node);
             cycle.record_choice(&node.name, cluster, leaf_node, volumes, notes);
+            cycle.record_candidates(
+                &node.name,
+                LeafCandidates {
+                    cluster: cluster.to_string(),
+                    snapshot: snapshot.clone(),
+                    leaf_pod: leaf_pod.clone(),
+                    positions: found,
+                    state,
+                },
+            );
             return Status::success();
         }
         let rejections: Vec<Status> = if parallel {

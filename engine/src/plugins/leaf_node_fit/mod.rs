@@ -5,6 +5,7 @@
 
 pub(crate) mod checker;
 pub(crate) mod leaf_claims;
+mod members;
 
 use std::sync::Arc;
 
@@ -102,6 +103,8 @@ impl PreFilterPlugin for LeafNodeFit {
             Asker::Live
         };
         let waiting = checker::unanswered(&cycle, pod, asker);
+        cycle.host_selectors = snapshot.pod_selectors.clone();
+        state.set_members(Arc::new(members::LeafMembers(cycle.clone())));
         state.write(LEAF_CYCLE_KEY, cycle);
         match waiting {
             // Pending: requeued as soon as a leaf answers, without backoff.
