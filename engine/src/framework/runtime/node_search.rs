@@ -739,25 +739,37 @@ pub(super) fn select_host(nodes: &NodeList, scores: &[i64]) -> String {
     select_host_weighted(nodes, scores, None)
 }
 
+/// [`select_host`] where node `i` counts as `stands_for[i]` tied candidates (a virtual
+/// node for its equally good leaf nodes, 1 for the others), so that a host and its leaves
+/// share the ties as one cluster of all their nodes would.
 pub(super) fn select_host_weighted(
     nodes: &NodeList,
     scores: &[i64],
-    _stands_for: Option<&[usize]>,
+    stands_for: Option<&[usize]>,
 ) -> String {
     let Some(&best) = scores.iter().max() else {
         return String::new();
     };
-    let ties = scores.iter().filter(|&&s| s == best).count();
-    let pick = if ties > 1 {
+    let count = |i: usize| stands_for.and_then(|w| w.get(i).copied()).unwrap_or(1);
+    let ties: usize = scores
+        .iter()
+        .enumerate()
+        .filter(|&(_, &s)| s == best)
+        .map(|(i, _)| count(i))
+        .sum();
+    let mut pick = if ties > 1 {
         rand::rng().random_range(0..ties)
     } else {
         0
     };
-    let chosen = scores
-        .iter()
-        .enumerate()
-        .filter(|&(_, &s)| s == best)
-        .nth(pick)
-        .map_or(0, |(i, _)| i);
+    let mut chosen = 0;
+    for (i, _) in scores.iter().enumerate().filter(|&(_, &s)| s == best) {
+        chosen = i;
+        let c = count(i);
+        if pick < c {
+            break;
+        }
+        pick -= c;
+    }
     nodes[chosen].name.to_string()
 }

@@ -223,4 +223,35 @@ mod tests {
             record.totals[at("host-2")]
         );
     }
+
+    #[test]
+    fn a_virtual_node_counts_once_per_equally_good_leaf_node() {
+        // The cluster: a host of 10 empty 8-CPU nodes, a leaf of 40. One flat
+        // cluster of the 50 would put a pod on the host's nodes 1 time in 5.
+        let leaf = (0..40).map(|i| node(&format!("east-{i}"), "0")).collect();
+        let fw = framework(leaf);
+        let snapshot =
+            host_with_virtual((0..10).map(|i| node(&format!("host-{i}"), "0")).collect());
+        let pod = pod_requesting("p", &[("cpu", "1")]);
+        let draws = 4000;
+        let mut on_host = 0;
+        let mut leaf_nodes = std::collections::HashSet::new();
+        for _ in 0..draws {
+            let mut state = CycleState::new();
+            let mut record = CycleRecord::default();
+            let result = fw
+                .schedule(&mut state, &pod, &snapshot, &mut record, false)
+                .expect("scheduled");
+            if result.node == "mcsched-east" {
+                leaf_nodes.extend(super::super::leaf_nodes(&state).remove("mcsched-east"));
+            } else {
+                on_host += 1;
+            }
+        }
+        let share = on_host as f64 / draws as f64;
+        // 0.2 expected; 4000 draws put 0.2 ± 0.019 at three standard deviations.
+        assert!((0.18..=0.22).contains(&share), "host share {share}");
+        // The leaf node the pod is counted on is drawn among the tied ones too.
+        assert_eq!(leaf_nodes.len(), 40);
+    }
 }
