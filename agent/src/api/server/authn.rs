@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use axum::http::HeaderMap;
@@ -15,7 +15,6 @@ use kube::api::PostParams;
 use super::auth_config::AuthConfig;
 use super::failed_auth::FailedAuthLimiter;
 use super::tls::{ClientVerifiers, subject, verified};
-use super::ttl_cache::TtlCache;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct UserInfo {
@@ -25,10 +24,11 @@ pub struct UserInfo {
     pub extra: BTreeMap<String, Vec<String>>,
 }
 
-#[derive(Debug, thiserror::Error)]
+/// Cloned to every request that waited on the same review.
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum AuthnError {
     #[error("TokenReview failed: {0}")]
-    TokenReview(#[source] kube::Error),
+    TokenReview(#[source] Arc<kube::Error>),
     #[error("too many failed authentications from this client; retry in {retry_after:?}")]
     Throttled { retry_after: Duration },
 }
@@ -40,9 +40,11 @@ pub struct Authenticator {
     published: RwLock<(AuthConfig, ClientVerifiers)>,
     client: kube::Client,
     /// Keyed by the token's sha256 (as kube's cached token authenticator): a memory
-    /// dump of the agent shows no caller's token.
-    tokens: TtlCache<String, Option<UserInfo>>,
-    token_ttl: Duration,
+    /// dump of the agent shows no caller's token. Requests that miss on the same token
+    /// together wait on one TokenReview (kube's cache coalesces them likewise), and a
+    /// full cache evicts entry by entry, the least used first: a flood of new tokens does
+    /// not push out the ones in use.
+    tokens: moka::future::Cache<String, Option<UserInfo>>,
     failures: FailedAuthLimiter,
 }
 
@@ -57,11 +59,19 @@ fn token_key(token: &str) -> String {
 
 impl Authenticator {
     pub fn new(client: kube::Client, token_ttl: Duration) -> Self {
+        Self::with_capacity(client, token_ttl, TOKEN_CACHE_CAPACITY)
+    }
+
+    /// Answers are kept `token_ttl` (a zero TTL keeps none, while concurrent misses
+    /// still share their review), `capacity` of them at most.
+    fn with_capacity(client: kube::Client, token_ttl: Duration, capacity: usize) -> Self {
         Authenticator {
             published: RwLock::new(Default::default()),
             client,
-            tokens: TtlCache::new(TOKEN_CACHE_CAPACITY),
-            token_ttl,
+            tokens: moka::future::Cache::builder()
+                .max_capacity(capacity as u64)
+                .time_to_live(token_ttl)
+                .build(),
             failures: FailedAuthLimiter::default(),
         }
     }
@@ -122,10 +132,18 @@ impl Authenticator {
         token: &str,
         client_ip: Option<IpAddr>,
     ) -> Result<Option<UserInfo>, AuthnError> {
-        let key = token_key(token);
-        if let Some(known) = self.tokens.get(&key) {
-            return Ok(known);
-        }
+        self.tokens
+            .try_get_with(token_key(token), self.review(token, client_ip))
+            .await
+            .map_err(|e| (*e).clone())
+    }
+
+    /// One TokenReview, within the budget of failures.
+    async fn review(
+        &self,
+        token: &str,
+        client_ip: Option<IpAddr>,
+    ) -> Result<Option<UserInfo>, AuthnError> {
         let reserved = self.failures.reserve(client_ip).map_err(|retry_after| {
             mcsched_engine::metrics::global().authentication_throttled();
             AuthnError::Throttled { retry_after }
@@ -141,7 +159,7 @@ impl Authenticator {
         let answer = api
             .create(&PostParams::default(), &review)
             .await
-            .map_err(AuthnError::TokenReview)?;
+            .map_err(|e| AuthnError::TokenReview(Arc::new(e)))?;
         let status = answer.status.unwrap_or_default();
         let user = match (status.authenticated, status.user) {
             (Some(true), Some(u)) => Some(UserInfo {
@@ -155,7 +173,6 @@ impl Authenticator {
         if user.is_some() {
             self.failures.succeeded(reserved);
         }
-        self.tokens.put(key, user.clone(), self.token_ttl);
         Ok(user)
     }
 }
@@ -331,6 +348,14 @@ mod tests {
     /// An authenticator whose TokenReviews are answered `authenticated` (as user
     /// alice), counting them.
     fn reviewing(authenticated: bool) -> (Authenticator, crate::fake_api::Calls) {
+        reviewing_with(authenticated, TOKEN_CACHE_CAPACITY)
+    }
+
+    /// As [`reviewing`], keeping `capacity` answers at most.
+    fn reviewing_with(
+        authenticated: bool,
+        capacity: usize,
+    ) -> (Authenticator, crate::fake_api::Calls) {
         let (client, calls) = crate::fake_api::client(move |method, path| {
             assert_eq!(
                 (method, path),
@@ -346,7 +371,10 @@ mod tests {
                 }),
             )
         });
-        (Authenticator::new(client, Duration::from_secs(60)), calls)
+        (
+            Authenticator::with_capacity(client, Duration::from_secs(60), capacity),
+            calls,
+        )
     }
 
     fn bearer(token: &str) -> HeaderMap {
@@ -375,15 +403,62 @@ mod tests {
             "the answer is cached"
         );
         assert_eq!(
-            authn.tokens.get(&token.to_string()),
+            authn.tokens.get(&token.to_string()).await,
             None,
             "no raw token kept"
         );
-        assert!(authn.tokens.get(&token_key(token)).is_some());
+        assert!(authn.tokens.get(&token_key(token)).await.is_some());
         // `echo -n s3cret-token | sha256sum`
         assert_eq!(
             token_key(token),
             "a81e611a041b13f078bf8ebe5dab4d4fd63fcc5594661c918bec093a2f416a7e"
+        );
+    }
+
+    #[tokio::test]
+    async fn concurrent_requests_with_one_new_token_share_one_token_review() {
+        let (authn, calls) = reviewing(true);
+        let headers = bearer("fresh-token");
+        let answers =
+            futures::future::join_all((0..32).map(|_| authn.authenticate(&[], &headers, None)))
+                .await;
+        assert_eq!(
+            calls.lock().expect("calls").len(),
+            1,
+            "32 requests, one TokenReview"
+        );
+        for a in answers {
+            let user = a.expect("reviewed");
+            assert_eq!(user.map(|u| u.name).as_deref(), Some("alice"));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_full_token_cache_evicts_one_entry_not_all() {
+        let (authn, calls) = reviewing_with(true, 4);
+        let tokens: Vec<String> = (0..5).map(|i| format!("token-{i}")).collect();
+        for t in &tokens[..4] {
+            authn
+                .authenticate(&[], &bearer(t), None)
+                .await
+                .expect("reviewed");
+        }
+        authn.tokens.run_pending_tasks().await;
+        assert_eq!(authn.tokens.entry_count(), 4, "full");
+        authn
+            .authenticate(&[], &bearer(&tokens[4]), None)
+            .await
+            .expect("reviewed");
+        authn.tokens.run_pending_tasks().await;
+        assert_eq!(calls.lock().expect("calls").len(), 5);
+        let kept = tokens
+            .iter()
+            .filter(|t| authn.tokens.contains_key(&token_key(t)))
+            .count();
+        assert_eq!(
+            (authn.tokens.entry_count(), kept),
+            (4, 4),
+            "one of the five left out, the rest kept"
         );
     }
 

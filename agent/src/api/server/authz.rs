@@ -1,7 +1,8 @@
 //! May the caller do this: kube-scheduler's delegated authorization. Health paths are
 //! always allowed, `system:masters` always is, everything else is a SubjectAccessReview.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authorization::v1::{
     NonResourceAttributes, ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
@@ -10,7 +11,6 @@ use kube::Api;
 use kube::api::PostParams;
 
 use super::authn::UserInfo;
-use super::ttl_cache::TtlCache;
 
 /// What a request asks to do, as an authorizer sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -77,10 +77,11 @@ pub struct Decision {
     pub reason: String,
 }
 
-#[derive(Debug, thiserror::Error)]
+/// Cloned to every request that waited on the same review.
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum AuthzError {
     #[error("SubjectAccessReview failed: {0}")]
-    Review(#[source] kube::Error),
+    Review(#[source] Arc<kube::Error>),
 }
 
 /// kube-scheduler's always-allowed group.
@@ -90,9 +91,27 @@ const DECISION_CACHE_CAPACITY: usize = 10_000;
 pub struct Authorizer {
     client: kube::Client,
     always_allow_paths: Vec<String>,
-    decisions: TtlCache<(UserInfo, Attributes), Decision>,
-    allowed_ttl: Duration,
-    denied_ttl: Duration,
+    /// Requests that miss on the same caller and attributes together wait on one
+    /// SubjectAccessReview; a full cache evicts entry by entry.
+    decisions: moka::future::Cache<(UserInfo, Attributes), Decision>,
+}
+
+/// Allowed and denied decisions are kept for their own TTLs, as kube's
+/// `--authorization-webhook-cache-authorized-ttl` and `-unauthorized-ttl` say.
+struct DecisionTtl {
+    allowed: Duration,
+    denied: Duration,
+}
+
+impl moka::Expiry<(UserInfo, Attributes), Decision> for DecisionTtl {
+    fn expire_after_create(
+        &self,
+        _: &(UserInfo, Attributes),
+        d: &Decision,
+        _: Instant,
+    ) -> Option<Duration> {
+        Some(if d.allowed { self.allowed } else { self.denied })
+    }
 }
 
 impl Authorizer {
@@ -105,9 +124,13 @@ impl Authorizer {
         Authorizer {
             client,
             always_allow_paths,
-            decisions: TtlCache::new(DECISION_CACHE_CAPACITY),
-            allowed_ttl,
-            denied_ttl,
+            decisions: moka::future::Cache::builder()
+                .max_capacity(DECISION_CACHE_CAPACITY as u64)
+                .expire_after(DecisionTtl {
+                    allowed: allowed_ttl,
+                    denied: denied_ttl,
+                })
+                .build(),
         }
     }
 
@@ -128,27 +151,23 @@ impl Authorizer {
                 reason: String::new(),
             });
         }
-        let key = (user.clone(), attrs.clone());
-        if let Some(d) = self.decisions.get(&key) {
-            return Ok(d);
-        }
+        self.decisions
+            .try_get_with((user.clone(), attrs.clone()), self.ask(user, attrs))
+            .await
+            .map_err(|e| (*e).clone())
+    }
+
+    async fn ask(&self, user: &UserInfo, attrs: &Attributes) -> Result<Decision, AuthzError> {
         let api: Api<SubjectAccessReview> = Api::all(self.client.clone());
         let answer = api
             .create(&PostParams::default(), &review(user, attrs))
             .await
-            .map_err(AuthzError::Review)?;
+            .map_err(|e| AuthzError::Review(Arc::new(e)))?;
         let status = answer.status.unwrap_or_default();
-        let decision = Decision {
+        Ok(Decision {
             allowed: status.allowed && !status.denied.unwrap_or(false),
             reason: status.reason.unwrap_or_default(),
-        };
-        let ttl = if decision.allowed {
-            self.allowed_ttl
-        } else {
-            self.denied_ttl
-        };
-        self.decisions.put(key, decision.clone(), ttl);
-        Ok(decision)
+        })
     }
 }
 

@@ -15,7 +15,6 @@ pub mod pod_disclosure;
 pub mod publish;
 pub mod request_info;
 pub mod tls;
-pub mod ttl_cache;
 pub mod what_if_admission;
 
 use std::net::SocketAddr;
