@@ -190,9 +190,9 @@ pub struct Args {
     #[arg(long, default_value_t = crate::multicluster::registry::DEFAULT_LEAF_API_BURST, value_name = "N")]
     pub leaf_api_burst: u32,
 
-    /// Log filter in tracing's EnvFilter syntax (RUST_LOG overrides it).
-    #[arg(long, default_value = "info", value_name = "FILTER")]
-    pub log: String,
+    /// --log, -v and --logging-format.
+    #[command(flatten)]
+    pub log: crate::observe::telemetry::LogOptions,
 
     /// kube-scheduler v1.37's feature gates, as its --feature-gates takes them
     /// (A=true,B=false; every gate of the release is known; an unknown gate, a locked one
