@@ -11,7 +11,8 @@ use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::utils::Backoff;
+use kube::runtime::watcher::{self, DefaultBackoff, Event};
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio::task::JoinHandle;
 use tracing::warn;
@@ -100,8 +101,6 @@ impl From<tokio::sync::mpsc::Sender<&'static str>> for Ready {
     }
 }
 
-/// The longest pause before a watch that ended is started again.
-const MAX_RESTART_BACKOFF: std::time::Duration = std::time::Duration::from_secs(30);
 /// What a watch remembers of an object it saw, to tell of its deletion when a relist no
 /// longer shows it: the key (beside it), uid and labels, which is what the handlers of a
 /// deletion read. Kept small: a watch remembers every pod of the cluster.
@@ -196,35 +195,58 @@ pub async fn watch_kind_in<K, F>(
     ct: ContentType,
     kind: &'static str,
     ready: impl Into<Ready> + Send,
-    mut apply: F,
+    apply: F,
 ) where
     K: Watched,
     F: FnMut(Change<K>) + Send,
 {
-    let ready: Ready = ready.into();
+    supervise(
+        || events(&api, &config, ct),
+        restart_backoff(),
+        kind,
+        ready.into(),
+        apply,
+    )
+    .await
+}
+
+/// The pauses between a watch's restarts (see [`supervise`]).
+fn restart_backoff() -> impl Backoff {
+    DefaultBackoff::default()
+}
+
+/// The restart loop: runs the stream `start` gives until it ends (or handling a change
+/// panics), then starts another after `backoff`'s next pause. With kube-runtime's
+/// [`DefaultBackoff`] that is client-go's reflector backoff: 800 ms doubling to 30 s,
+/// each pause lengthened by up to as much again at random (restarts of many watches
+/// after an API server outage do not arrive together), and back to 800 ms once a watch
+/// has run two minutes since the last restart.
+async fn supervise<K, F, B>(
+    mut start: impl FnMut() -> BoxStream<'static, Result<Event<Lean<K>>, watcher::Error>>,
+    mut backoff: B,
+    kind: &'static str,
+    ready: Ready,
+    mut apply: F,
+) where
+    K: Watched,
+    F: FnMut(Change<K>) + Send,
+    B: Backoff,
+{
     let mut known: HashMap<String, Seen> = HashMap::new();
     let mut reported = false;
-    let mut backoff = std::time::Duration::from_millis(500);
     loop {
-        let ended = watch_once(
-            events(&api, &config, ct),
-            kind,
-            &ready,
-            &mut apply,
-            &mut known,
-            &mut reported,
-        )
-        .await;
+        let ended = watch_once(start(), kind, &ready, &mut apply, &mut known, &mut reported).await;
         ready.set_down(kind, true);
         mcsched_engine::metrics::global().watch_restart(kind);
+        // DefaultBackoff never runs out; a backoff that did would restart at once.
+        let pause = backoff.next().unwrap_or_default();
         tracing::error!(
             kind,
             reason = ended,
-            ?backoff,
+            ?pause,
             "watch down; restarting with a relist"
         );
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(MAX_RESTART_BACKOFF);
+        tokio::time::sleep(pause).await;
     }
 }
 
@@ -581,6 +603,102 @@ mod tests {
                 .contains("mcsched_watch_restarts_total{resource=\"test-configmap\"} 1"),
             "restart counted"
         );
+    }
+
+    /// When the restart loop starts each of its watches: the first `fail` end at once,
+    /// the next one runs `healthy` and ends, the one after ends at once, and the rest
+    /// never end.
+    async fn restarts(fail: usize, healthy: std::time::Duration) -> Vec<tokio::time::Instant> {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let starts = Arc::new(Mutex::new(Vec::new()));
+        let (done_tx, mut done) = tokio::sync::mpsc::channel::<()>(1);
+        let seen = starts.clone();
+        let start =
+            move || -> BoxStream<'static, Result<Event<Lean<ConfigMap>>, watcher::Error>> {
+                let mut s = seen.lock().expect("lock");
+                s.push(tokio::time::Instant::now());
+                let n = s.len();
+                if n <= fail || n == fail + 2 {
+                    futures::stream::empty().boxed()
+                } else if n == fail + 1 {
+                    futures::stream::once(tokio::time::sleep(healthy))
+                        .filter_map(|()| async { None })
+                        .boxed()
+                } else {
+                    let _ = done_tx.try_send(());
+                    futures::stream::pending().boxed()
+                }
+            };
+        let (tx, _listed) = tokio::sync::mpsc::channel(1);
+        let task = tokio::spawn(supervise(
+            start,
+            restart_backoff(),
+            "test-backoff",
+            Ready::from(tx),
+            |_: Change<ConfigMap>| {},
+        ));
+        done.recv().await.expect("the last watch started");
+        task.abort();
+        starts.lock().expect("lock").clone()
+    }
+
+    /// The pause before restart `i` (from 0) of a watch that keeps failing: 800 ms
+    /// doubling to 30 s, each up to twice that with jitter.
+    fn pause_bounds(i: u32) -> (std::time::Duration, std::time::Duration) {
+        let base = (std::time::Duration::from_millis(800) * 2u32.pow(i.min(16)))
+            .min(std::time::Duration::from_secs(30));
+        (base, base * 2)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn restarts_back_off_with_jitter_and_start_over_after_a_healthy_watch() {
+        use std::time::Duration;
+        let fail = 8;
+        let healthy = Duration::from_secs(180);
+        let starts = restarts(fail, healthy).await;
+        assert_eq!(starts.len(), fail + 3);
+        let gaps: Vec<Duration> = starts.windows(2).map(|w| w[1] - w[0]).collect();
+        for (i, gap) in gaps[..fail].iter().enumerate() {
+            let (low, high) = pause_bounds(i as u32);
+            assert!(
+                (low..high).contains(gap),
+                "restart {i}: {gap:?} not in [{low:?}, {high:?})"
+            );
+        }
+        assert!(
+            gaps[fail - 1] >= Duration::from_secs(30),
+            "capped at 30 s (plus jitter): {gaps:?}"
+        );
+        // The watch that ran three minutes was healthy: the pause after it is the first
+        // one again, not the 30 s (and more) the failures had reached.
+        let after_healthy = gaps[fail] - healthy;
+        let (low, high) = pause_bounds(0);
+        assert!(
+            (low..high).contains(&after_healthy),
+            "after a healthy watch: {after_healthy:?}"
+        );
+        // Then it grows again from there.
+        let (low, high) = pause_bounds(1);
+        assert!((low..high).contains(&gaps[fail + 1]), "{gaps:?}");
+    }
+
+    #[test]
+    fn restart_pauses_are_jittered_within_their_bounds() {
+        // Fresh backoffs' first and fourth pauses: spread over [d, 2d), not all d.
+        for i in [0u32, 3] {
+            let (low, high) = pause_bounds(i);
+            let pauses: std::collections::BTreeSet<std::time::Duration> = (0..200)
+                .map(|_| restart_backoff().nth(i as usize).expect("never runs out"))
+                .collect();
+            let (min, max) = (pauses.first().copied(), pauses.last().copied());
+            assert!(min.is_some_and(|m| m >= low), "{min:?} < {low:?}");
+            assert!(max.is_some_and(|m| m < high), "{max:?} >= {high:?}");
+            assert!(pauses.len() > 100, "jittered: {} distinct", pauses.len());
+            assert!(
+                max.zip(min).is_some_and(|(a, b)| a - b > (high - low) / 2),
+                "spread over the range: {min:?}..{max:?}"
+            );
+        }
     }
 
     /// A relist that no longer shows an object deletes it with the metadata remembered of
