@@ -27,9 +27,10 @@ use tracing::{error, info, warn};
 /// ships) with the flags' scheduler name, leader election and client limits.
 fn configuration(args: &Args) -> Result<SchedulerConfig, config::ConfigErrors> {
     if let Some(path) = &args.config {
-        return config::load_file(path);
+        return config::load_file_with(path, &args.feature_gates);
     }
-    let mut cfg = config::load(&config::mcsched_default::text(&args.scheduler_name, None))?;
+    let text = config::mcsched_default::text(&args.scheduler_name, None);
+    let mut cfg = config::load_with(&text, &args.feature_gates)?;
     let le = &mut cfg.leader_election;
     le.leader_elect = args.leader_elect;
     le.resource_name = args

@@ -96,6 +96,11 @@ pub(crate) fn profile_spec(p: &config::Profile, global_percentage: Option<u32>) 
         pre_bind: names(pl.get(Point::PreBind)),
         bind: names(pl.get(Point::Bind)),
         post_bind: names(pl.get(Point::PostBind)),
+        placement_generate: names(pl.get(Point::PlacementGenerate)),
+        placement_score: (pl.get(Point::PlacementScore).iter())
+            .map(|r| (r.name.clone(), i64::from(r.weight)))
+            .collect(),
+        pod_group_post_filter: names(pl.get(Point::PodGroupPostFilter)),
         percentage_of_nodes_to_score: p.percentage_of_nodes_to_score.or(global_percentage),
     }
 }
@@ -103,6 +108,23 @@ pub(crate) fn profile_spec(p: &config::Profile, global_percentage: Option<u32>) 
 /// kube-scheduler v1's default profile named `name`, with default plugin arguments.
 pub fn default_spec(name: &str) -> Result<ProfileSpec, config::ConfigErrors> {
     let cfg = config::default_config(name)?;
+    Ok(cfg
+        .profiles
+        .first()
+        .map(|p| profile_spec(p, None))
+        .unwrap_or_default())
+}
+
+/// One profile's plugins as its framework takes them, the file's
+/// percentageOfNodesToScore aside.
+pub fn profile_spec_of(p: &config::Profile) -> ProfileSpec {
+    profile_spec(p, None)
+}
+
+/// mcsched's default profile named `name` (the one `install` ships), with default
+/// plugin arguments.
+pub fn mcsched_default_spec(name: &str) -> Result<ProfileSpec, config::ConfigErrors> {
+    let cfg = config::load(&config::mcsched_default::text(name, None))?;
     Ok(cfg
         .profiles
         .first()
@@ -162,6 +184,9 @@ mod tests {
                     Point::PreBind => p.as_pre_bind().is_some(),
                     Point::Bind => p.as_bind().is_some(),
                     Point::PostBind => p.as_post_bind().is_some(),
+                    Point::PlacementGenerate => p.as_placement_generate().is_some(),
+                    Point::PlacementScore => p.as_placement_score().is_some(),
+                    Point::PodGroupPostFilter => p.as_pod_group_post_filter().is_some(),
                 };
                 assert_eq!(has, points.contains(&point), "{name} at {point:?}");
             }

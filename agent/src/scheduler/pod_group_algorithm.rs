@@ -339,19 +339,34 @@ struct Placement {
     domain: Option<String>,
 }
 
-/// kube's TopologyPlacementGenerator (the only PlacementGenerate plugin): one placement
-/// per domain of the group's key (only the one its scheduled members are in, when it has
-/// some), or one of every node without a key. Domains are tried in their names' order
-/// (kube: a Go map's). Err: kube's statuses (an error when the scheduled members say no
-/// one domain; "no feasible placements found" when there is no domain), or mcsched's cap.
+/// kube's RunPlacementGeneratePlugins: the profile's PlacementGenerate plugin given the
+/// domains of the group's key it may go to (only the one its scheduled members are in,
+/// when it has some), or one placement of every node when the group has no key or the
+/// profile no such plugin (kube leaves the group's own constraint unenforced then; a
+/// PlacementPolicy's is mcsched's and holds: one placement per domain). Err: kube's
+/// statuses (an error when the scheduled members say no one domain; "no feasible
+/// placements found" when there is no domain), or mcsched's cap.
 fn generate_placements(
     shared: &Shared,
+    fw: &Framework,
     group: &Group,
     snapshot: &Snapshot,
 ) -> Result<(Vec<Placement>, Option<Domains>), GroupResult> {
+    let every_node = || vec![Placement { domain: None }];
+    let generator = fw.placement_generator();
     let Some((topology_key, origin)) = &group.topology_key else {
-        return Ok((vec![Placement { domain: None }], None));
+        return match generator.map(|g| g.generate_placements(None)) {
+            None => Ok((every_node(), None)),
+            Some(Ok(p)) => Ok((
+                p.into_iter().map(|domain| Placement { domain }).collect(),
+                None,
+            )),
+            Some(Err(status)) => Err(GroupResult::of(GroupStatus::of(&status))),
+        };
     };
+    if generator.is_none() && matches!(origin, KeySource::PodGroup(_)) {
+        return Ok((every_node(), None));
+    }
     let domains = Domains::new(shared, topology_key);
     let mut required: Option<String> = None;
     for pod in shared.profiles.pod_groups.state(&group.key).scheduled() {
@@ -391,20 +406,24 @@ fn generate_placements(
     let all: BTreeSet<String> = (domains.all(snapshot).into_iter())
         .filter(|d| required.as_ref().is_none_or(|r| r == d))
         .collect();
-    if all.is_empty() {
-        // kube's RunPlacementGeneratePlugins on no placement.
-        let none = Status::unschedulable("no feasible placements found");
-        return Err(GroupResult::of(GroupStatus::of(&none)));
-    }
+    let generated = match generator {
+        Some(g) => g.generate_placements(Some(&all)),
+        None if all.is_empty() => Err(Status::unschedulable("no feasible placements found")),
+        None => Ok(all.iter().cloned().map(Some).collect()),
+    };
+    let generated = match generated {
+        Ok(p) => p,
+        Err(status) => return Err(GroupResult::of(GroupStatus::of(&status))),
+    };
     // One domain costs what the search without a key would: only more than one multiplies.
     let members = group.members.len();
-    if all.len() > 1 && all.len().saturating_mul(members) > MAX_PLACEMENT_ATTEMPTS {
+    if generated.len() > 1 && generated.len().saturating_mul(members) > MAX_PLACEMENT_ATTEMPTS {
         let message = format!(
             "{GROUP_UNSCHEDULABLE}: its placement search would try {members} members in each \
              of {} domains of {topology_key:?} ({origin}), {} attempts, more than the \
              {MAX_PLACEMENT_ATTEMPTS} allowed",
-            all.len(),
-            all.len().saturating_mul(members),
+            generated.len(),
+            generated.len().saturating_mul(members),
         );
         let mut refused = GroupResult::of(GroupStatus {
             code: Code::Unschedulable,
@@ -414,8 +433,8 @@ fn generate_placements(
         refused.searched = false;
         return Err(refused);
     }
-    let placements = (all.into_iter())
-        .map(|d| Placement { domain: Some(d) })
+    let placements = (generated.into_iter())
+        .map(|domain| Placement { domain })
         .collect();
     Ok((placements, Some(domains)))
 }
@@ -431,7 +450,7 @@ async fn by_placements(
     world: &mut World,
 ) -> GroupResult {
     let snapshot = world.snapshot(shared);
-    let (placements, domains) = match generate_placements(shared, group, &snapshot) {
+    let (placements, domains) = match generate_placements(shared, fw, group, &snapshot) {
         Ok(p) => p,
         Err(result) => return result,
     };

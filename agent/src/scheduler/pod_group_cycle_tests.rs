@@ -168,6 +168,16 @@ struct Cluster {
 /// The agent's default profile over `nodes`, NodeAffinity and NodeResourcesFit counted,
 /// past `budget` member attempts a panic.
 fn cluster(nodes: impl IntoIterator<Item = Node>, budget: usize) -> Cluster {
+    let spec =
+        mcsched_engine::config_bridge::mcsched_default_spec("mcsched").expect("default profile");
+    cluster_with(nodes, budget, spec)
+}
+
+fn cluster_with(
+    nodes: impl IntoIterator<Item = Node>,
+    budget: usize,
+    spec: mcsched_engine::framework::ProfileSpec,
+) -> Cluster {
     let (client, _, requests) = fake_api::recording(|method, path, _| {
         if method == "POST" && path.ends_with("/binding") {
             (201, json!({}))
@@ -175,7 +185,6 @@ fn cluster(nodes: impl IntoIterator<Item = Node>, budget: usize) -> Cluster {
             (200, json!({}))
         }
     });
-    let spec = mcsched_engine::config_bridge::default_spec("mcsched").expect("default profile");
     let leaves = Arc::new(Leaves::new(Default::default()));
     let groups = mcsched_engine::pod_groups::PodGroups::new();
     let mut registry =
@@ -715,6 +724,48 @@ async fn pod_group_preemption_evicts_the_victims_the_group_needs_gone() {
         "mcsched: preempting to accommodate a higher priority podgroup"
     );
     assert_eq!(c.count("POST", "/binding"), 0);
+}
+
+/// A profile without DefaultPreemption at podGroupPostFilter (config v1's
+/// `plugins.podGroupPostFilter.disabled`) does not preempt for pod groups, though its
+/// DefaultPreemption still runs at PostFilter: the group stays Unschedulable, nothing is
+/// evicted, no member is nominated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_profile_without_pod_group_post_filter_does_not_preempt_for_groups() {
+    let text = "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: mcsched
+  plugins:
+    podGroupPostFilter:
+      disabled:
+      - name: DefaultPreemption
+";
+    let cfg = mcsched_shared::config::load(text).expect("config");
+    let spec = mcsched_engine::config_bridge::profile_spec_of(&cfg.profiles[0]);
+    let c = cluster_with([node("n1", 4, json!({}))], MAX_PLACEMENT_ATTEMPTS + 1, spec);
+    c.bound("v-high", "n1", "2", json!({"spec": {"priority": 50}}));
+    c.bound("v-a", "n1", "1", json!({}));
+    c.bound("v-b", "n1", "1", json!({}));
+    c.group(
+        json!({"priority": 100, "schedulingPolicy": {"gang": {"minCount": 2}}}),
+        2,
+        "1",
+        json!({"spec": {"priority": 100}}),
+    );
+    c.cycle().await;
+    let (s, reason, message) = c.condition();
+    assert_eq!((s.as_str(), reason.as_str()), ("False", "Unschedulable"));
+    // DynamicResources' verdict has no reason, and kube appends it all the same
+    // (applyPodGroupPostFilterResult's AppendReason of an empty status message).
+    assert_eq!(
+        message,
+        "minCount (2) cannot be satisfied: 0 scheduled, 1 remaining, "
+    );
+    let written = c.written(2).await;
+    assert!(written.iter().all(|(_, _, n)| n.is_null()), "{written:?}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(c.count("DELETE", ""), 0);
 }
 
 /// While the victims of an earlier preemption terminate on a member's nominated node, the

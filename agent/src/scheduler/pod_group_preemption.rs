@@ -1,7 +1,6 @@
 //! The pod group cycle's PodGroupPostFilter (kube v1.37's
-//! `RunPodGroupPostFilterPlugins` with DefaultPreemption's `PodGroupPostFilter`, the one
-//! plugin that has it): when the group did not fit, whether evicting pods of lower
-//! priority makes room for it. The evaluation is the engine's
+//! `RunPodGroupPostFilterPlugins`, with DefaultPreemption's pod group preemption): when
+//! the group did not fit, whether evicting pods of lower priority makes room for it. The evaluation is the engine's
 //! (`mcsched_engine::preemption`); the group is scheduled again on the cluster
 //! without the victims by the same algorithm, and the victims left are evicted by the
 //! agent's executor, as kube's async preemption.
@@ -14,44 +13,46 @@ use tracing::{debug, info};
 use super::Shared;
 use super::pod_group_algorithm::{Group, GroupStatus, World, run_root};
 use super::preemption::{Preemptor as Evictor, evict_for};
-use mcsched_engine::framework::{Code, Framework};
+use mcsched_engine::framework::{Code, Framework, PodGroupRelief};
 use mcsched_engine::preemption::{
     MESSAGE_PREFIX, MutableSnapshot, NO_VICTIMS, ONGOING, Preemptor, cluster_victims,
     ongoing_preemption, potential_victims, select_victims,
 };
 
-/// The plugin name kube reports PodGroupPostFilter verdicts under.
-const PLUGIN: &str = "DefaultPreemption";
-
 /// What PodGroupPostFilter found: where each member would go (`namespace/name` → node;
 /// an empty node clears its nomination), when it found room.
 pub(super) type Nominations = BTreeMap<String, String>;
 
-/// kube's `RunPodGroupPostFilterPlugins` over the profile's PodGroupPostFilter plugins
-/// (DefaultPreemption, when the profile has it): its success or unresolvable verdict as it
-/// is, an Unschedulable one's reasons, an error wrapped.
+/// kube's `RunPodGroupPostFilterPlugins` over the profile's PodGroupPostFilter plugins,
+/// in order: the first success or unresolvable verdict as it is; else Unschedulable with
+/// every plugin's reasons; an error wrapped with its plugin's name.
 pub(super) async fn run_pod_group_post_filter(
     shared: &Arc<Shared>,
     fw: &Arc<Framework>,
     leader: &tokio::sync::watch::Receiver<bool>,
     group: &Group,
 ) -> (Option<Nominations>, GroupStatus) {
-    let has_plugin = fw.plugins().iter().any(|p| p.name() == PLUGIN);
-    if !has_plugin {
-        return (None, verdicts(Code::Unschedulable, Vec::new()));
+    let mut reasons = Vec::new();
+    for (plugin, relief) in fw.pod_group_post_filters() {
+        let (nominations, status) = match relief {
+            PodGroupRelief::Preemption => {
+                pod_group_post_filter(shared, fw, leader, group, plugin).await
+            }
+            PodGroupRelief::Nothing => (None, verdicts(Code::Unschedulable, Vec::new())),
+        };
+        match status.code {
+            Code::Success | Code::UnschedulableAndUnresolvable => return (nominations, status),
+            Code::Unschedulable => reasons.extend(status.reasons),
+            _ => {
+                let message = format!(
+                    "error in {plugin:?} PodGroupPostFilter plugins: {}",
+                    status.message()
+                );
+                return (None, GroupStatus::error(message));
+            }
+        }
     }
-    let (nominations, status) = pod_group_post_filter(shared, fw, leader, group).await;
-    match status.code {
-        Code::Success | Code::UnschedulableAndUnresolvable => (nominations, status),
-        Code::Unschedulable => (None, verdicts(Code::Unschedulable, status.reasons)),
-        _ => (
-            None,
-            GroupStatus::error(format!(
-                "error in {PLUGIN:?} PodGroupPostFilter plugins: {}",
-                status.message()
-            )),
-        ),
-    }
+    (None, verdicts(Code::Unschedulable, reasons))
 }
 
 /// DefaultPreemption's `PodGroupPostFilter`: the evaluator's verdict, its message after
@@ -61,8 +62,9 @@ async fn pod_group_post_filter(
     fw: &Arc<Framework>,
     leader: &tokio::sync::watch::Receiver<bool>,
     group: &Group,
+    plugin: &'static str,
 ) -> (Option<Nominations>, GroupStatus) {
-    let (nominations, mut status) = preempt(shared, fw, leader, group).await;
+    let (nominations, mut status) = preempt(shared, fw, leader, group, plugin).await;
     mcsched_engine::metrics::global().workload_preemption_attempt(&status.code.to_string());
     let message = status.message();
     if !message.is_empty() {
@@ -90,6 +92,7 @@ async fn preempt(
     fw: &Arc<Framework>,
     leader: &tokio::sync::watch::Receiver<bool>,
     group: &Group,
+    plugin: &'static str,
 ) -> (Option<Nominations>, GroupStatus) {
     let groups = &shared.profiles.pod_groups;
     let members = group.members.iter().map(|m| m.pod.clone()).collect();
@@ -172,7 +175,7 @@ async fn preempt(
             &shared.bind_ctx.client,
             &shared.events,
             fw,
-            PLUGIN,
+            plugin,
             &by,
             &selected.victims,
             &[],

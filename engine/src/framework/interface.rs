@@ -213,6 +213,12 @@ pub trait Plugin: Send + Sync {
     fn as_placement_score(&self) -> Option<&dyn PlacementScorePlugin> {
         None
     }
+    fn as_placement_generate(&self) -> Option<&dyn PlacementGeneratePlugin> {
+        None
+    }
+    fn as_pod_group_post_filter(&self) -> Option<&dyn PodGroupPostFilterPlugin> {
+        None
+    }
 }
 
 pub trait PreEnqueuePlugin: Plugin {
@@ -378,5 +384,44 @@ pub trait PlacementFeasiblePlugin: Plugin {
 /// was found feasible, from its nodes and the members proposed there. Scores are used
 /// as they are (no plugin here normalizes), times the plugin's weight.
 pub trait PlacementScorePlugin: Plugin {
-    fn score_placement(&self, nodes: &[Arc<NodeInfo>], proposed: &[Arc<PodInfo>]) -> i64;
+    /// `scheduled`: the group's members bound or assumed before this cycle.
+    fn score_placement(
+        &self,
+        scheduled: usize,
+        nodes: &[Arc<NodeInfo>],
+        proposed: &[Arc<PodInfo>],
+    ) -> i64;
+
+    /// kube's NormalizePlacementScore (PlacementScoreExtensions), over one score per
+    /// placement; Err: why it cannot.
+    fn normalize_placement_scores(&self, _scores: &mut [i64]) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// kube's PlacementGenerate extension point (v1.37, at most one per profile): the
+/// placements a pod group is tried in. `domains`: the values of the group's topology key
+/// it may be placed in (only the one its scheduled members are in, when it has some), or
+/// None when it has no key. Each placement is a domain, or None for every node.
+pub trait PlacementGeneratePlugin: Plugin {
+    fn generate_placements(
+        &self,
+        domains: Option<&std::collections::BTreeSet<String>>,
+    ) -> Result<Vec<Option<String>>, Status>;
+}
+
+/// What a PodGroupPostFilter plugin does for a pod group that did not fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodGroupRelief {
+    /// Pod group preemption: evict lower-priority pods to make room for the whole group
+    /// (the scheduler runs the evaluation, which needs the API to evict).
+    Preemption,
+    /// Nothing this plugin holds can be released: Unschedulable with no reason.
+    Nothing,
+}
+
+/// kube's PodGroupPostFilter extension point (v1.37): run in order when the group is
+/// Unschedulable, the first success or UnschedulableAndUnresolvable ends it.
+pub trait PodGroupPostFilterPlugin: Plugin {
+    fn relief(&self) -> PodGroupRelief;
 }

@@ -1,6 +1,6 @@
 //! The pod group cycle's placement extension points as kube-scheduler v1.37's framework
-//! runs them: PlacementFeasible (GangScheduling's, the one kube has) and PlacementScore
-//! (NodeResourcesFit's, weighted as its Score, and PodGroupPodsCount's).
+//! runs them: PlacementFeasible (GangScheduling's, the one kube has) and the profile's
+//! PlacementScore plugins with their placement weights.
 
 use std::sync::Arc;
 
@@ -51,46 +51,41 @@ impl Framework {
         status
     }
 
-    /// kube's `RunPlacementScorePlugins`, one total per placement: each PlacementScore
-    /// plugin's score times its weight, and PodGroupPodsCount's (weight 1, which kube
-    /// adds with TopologyAwareWorkloadScheduling): the members scheduled already and
-    /// proposed there, scaled so that the most is 100. Err: PodGroupPodsCount's error when
-    /// no placement has a member.
+    /// kube's `RunPlacementScorePlugins`, one total per placement: each of the profile's
+    /// PlacementScore plugins scores every placement, normalizes its scores (if it
+    /// does), and each score in [0, 100] counts times the plugin's placement weight.
+    /// `scheduled`: the group's members scheduled before this cycle. Err: kube's error.
     pub fn run_placement_score(
         &self,
         scheduled: usize,
         placements: &[PlacementAssignments<'_>],
     ) -> Result<Vec<i64>, Status> {
-        let mut totals = vec![0i64; placements.len()];
-        for p in self.plugins() {
+        let mut per_plugin: Vec<(&'static str, i64, Vec<i64>)> = Vec::new();
+        for (p, weight) in &self.placement_score {
             let Some(ps) = p.as_placement_score() else {
                 continue;
             };
-            let Some(weight) = self.score_weight(p.name()) else {
-                continue;
-            };
-            for (total, placement) in totals.iter_mut().zip(placements) {
-                let score = ps.score_placement(placement.nodes, &placement.proposed);
+            let mut scores: Vec<i64> = (placements.iter())
+                .map(|a| ps.score_placement(scheduled, a.nodes, &a.proposed))
+                .collect();
+            if let Err(e) = ps.normalize_placement_scores(&mut scores) {
+                return Err(Status::error(format!(
+                    "running NormalizePlacementScore on PlacementScore plugins: plugin {:?} failed with: {e}",
+                    p.name()
+                )));
+            }
+            per_plugin.push((p.name(), *weight, scores));
+        }
+        let mut totals = vec![0i64; placements.len()];
+        for (name, weight, scores) in per_plugin {
+            for (total, score) in totals.iter_mut().zip(scores) {
                 if !(MIN_NODE_SCORE..=MAX_NODE_SCORE).contains(&score) {
                     return Err(Status::error(format!(
-                        "applying score defaultWeights on PlacementScore plugins: plugin {:?} returns an invalid score {score}, it should in the range of [{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing",
-                        p.name()
+                        "applying score defaultWeights on PlacementScore plugins: plugin {name:?} returns an invalid score {score}, it should in the range of [{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing"
                     )));
                 }
                 *total += score * weight;
             }
-        }
-        let counts: Vec<i64> = (placements.iter())
-            .map(|p| (scheduled + p.proposed.len()) as i64)
-            .collect();
-        let max = counts.iter().copied().max().unwrap_or(0);
-        if max == 0 {
-            return Err(Status::error(
-                "running NormalizePlacementScore on PlacementScore plugins: plugin \"PodGroupPodsCount\" failed with: no pods from pod group are assigned to any of the candidate placements",
-            ));
-        }
-        for (total, count) in totals.iter_mut().zip(counts) {
-            *total += MIN_NODE_SCORE + count * (MAX_NODE_SCORE - MIN_NODE_SCORE) / max;
         }
         Ok(totals)
     }

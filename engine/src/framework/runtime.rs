@@ -43,6 +43,8 @@ pub enum FrameworkError {
     QueueSort { profile: String, found: usize },
     #[error("profile {profile:?}: at least one bind plugin is needed")]
     NoBinder { profile: String },
+    #[error("profile {profile:?}: at most one placement generate plugin is allowed")]
+    PlacementGenerate { profile: String },
     #[error("cannot start the scheduling thread pool: {0}")]
     ThreadPool(String),
 }
@@ -63,6 +65,9 @@ pub struct ProfileSpec {
     pub pre_bind: Vec<String>,
     pub(crate) bind: Vec<String>,
     pub(crate) post_bind: Vec<String>,
+    pub(crate) placement_generate: Vec<String>,
+    pub(crate) placement_score: Vec<(String, i64)>,
+    pub(crate) pod_group_post_filter: Vec<String>,
     pub percentage_of_nodes_to_score: Option<u32>,
 }
 
@@ -84,6 +89,9 @@ pub struct Framework {
     pre_bind: Vec<P>,
     bind: Vec<P>,
     post_bind: Vec<P>,
+    placement_generate: Option<P>,
+    pub(super) placement_score: Vec<(P, i64)>,
+    pod_group_post_filter: Vec<P>,
     percentage_of_nodes_to_score: Option<u32>,
     pool: Arc<rayon::ThreadPool>,
     /// Where the next cycle starts looking, so nodes share the work of being checked.
@@ -144,6 +152,23 @@ impl Framework {
             .into_iter()
             .zip(spec.score.iter().map(|(_, w)| *w))
             .collect();
+        let mut placement_generate = lookup(&spec.placement_generate, "placementGenerate", |p| {
+            p.as_placement_generate().is_some()
+        })?;
+        if placement_generate.len() > 1 {
+            return Err(FrameworkError::PlacementGenerate {
+                profile: profile.clone(),
+            });
+        }
+        let placement_score_names: Vec<String> = (spec.placement_score.iter())
+            .map(|(n, _)| n.clone())
+            .collect();
+        let placement_score = lookup(&placement_score_names, "placementScore", |p| {
+            p.as_placement_score().is_some()
+        })?
+        .into_iter()
+        .zip(spec.placement_score.iter().map(|(_, w)| (*w).max(1)))
+        .collect();
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(parallelism.max(1))
             .thread_name(|i| format!("mcsched-worker-{i}"))
@@ -169,6 +194,13 @@ impl Framework {
             pre_bind: lookup(&spec.pre_bind, "preBind", |p| p.as_pre_bind().is_some())?,
             bind,
             post_bind: lookup(&spec.post_bind, "postBind", |p| p.as_post_bind().is_some())?,
+            placement_generate: placement_generate.pop(),
+            placement_score,
+            pod_group_post_filter: lookup(
+                &spec.pod_group_post_filter,
+                "podGroupPostFilter",
+                |p| p.as_pod_group_post_filter().is_some(),
+            )?,
             percentage_of_nodes_to_score: spec.percentage_of_nodes_to_score,
             pool: Arc::new(pool),
             next_start: AtomicUsize::new(0),
@@ -214,14 +246,6 @@ impl Framework {
         }
     }
 
-    /// A Score plugin's weight in the profile (kube weighs PlacementScore plugins by the
-    /// same configuration entries).
-    pub(crate) fn score_weight(&self, plugin: &str) -> Option<i64> {
-        (self.score.iter())
-            .find(|(p, _)| p.name() == plugin)
-            .map(|(_, w)| *w)
-    }
-
     /// Every plugin of the profile, once, in extension-point order.
     pub fn plugins(&self) -> Vec<P> {
         let mut seen = HashSet::new();
@@ -238,8 +262,25 @@ impl Framework {
             .chain(&self.permit)
             .chain(&self.pre_bind)
             .chain(&self.bind)
-            .chain(&self.post_bind);
+            .chain(&self.post_bind)
+            .chain(&self.placement_generate)
+            .chain(self.placement_score.iter().map(|(p, _)| p))
+            .chain(&self.pod_group_post_filter);
         all.filter(|p| seen.insert(p.name())).cloned().collect()
+    }
+
+    /// The profile's PlacementGenerate plugin, if it has one (kube allows one).
+    pub fn placement_generator(&self) -> Option<&dyn super::PlacementGeneratePlugin> {
+        self.placement_generate
+            .as_ref()
+            .and_then(|p| p.as_placement_generate())
+    }
+
+    /// The profile's PodGroupPostFilter plugins, in order, with what each does.
+    pub fn pod_group_post_filters(&self) -> Vec<(&'static str, super::PodGroupRelief)> {
+        (self.pod_group_post_filter.iter())
+            .filter_map(|p| Some((p.name(), p.as_pod_group_post_filter()?.relief())))
+            .collect()
     }
 
     /// The profile's QueueSort plugin (exactly one, checked when built).

@@ -9,8 +9,8 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use rand::RngExt;
 
 use crate::framework::{
-    Code, CycleState, Framework, NodeStatuses, Plugin, PostFilterPlugin, PostFilterResult, Status,
-    Victims,
+    Code, CycleState, Framework, NodeStatuses, Plugin, PodGroupPostFilterPlugin, PodGroupRelief,
+    PostFilterPlugin, PostFilterResult, Status, Victims,
 };
 use crate::pod_groups::PodGroups;
 use crate::preemption::{
@@ -325,6 +325,15 @@ impl Plugin for DefaultPreemption {
     }
     fn as_post_filter(&self) -> Option<&dyn PostFilterPlugin> {
         Some(self)
+    }
+    fn as_pod_group_post_filter(&self) -> Option<&dyn PodGroupPostFilterPlugin> {
+        Some(self)
+    }
+}
+
+impl PodGroupPostFilterPlugin for DefaultPreemption {
+    fn relief(&self) -> PodGroupRelief {
+        PodGroupRelief::Preemption
     }
 }
 

@@ -7,8 +7,9 @@
 //! ("not found"), which ends PostFilter before preemption and is what FailedScheduling says.
 
 use crate::framework::{
-    CycleState, Framework, NodeStatuses, Plugin, PostFilterPlugin, PostFilterResult,
-    PreFilterPlugin, PreFilterResult, PreScorePlugin, ScorePlugin, Status,
+    CycleState, Framework, NodeStatuses, Plugin, PodGroupPostFilterPlugin, PodGroupRelief,
+    PostFilterPlugin, PostFilterResult, PreFilterPlugin, PreFilterResult, PreScorePlugin,
+    ScorePlugin, Status,
 };
 use crate::snapshot::{NodeInfo, NodeList, PodInfo, Snapshot};
 
@@ -48,6 +49,17 @@ impl Plugin for DynamicResources {
     }
     fn as_score(&self) -> Option<&dyn ScorePlugin> {
         Some(self)
+    }
+    fn as_pod_group_post_filter(&self) -> Option<&dyn PodGroupPostFilterPlugin> {
+        Some(self)
+    }
+}
+
+/// kube's DynamicResources.PodGroupPostFilter deallocates claims the group's members
+/// hold; mcsched allocates none, so there is none to release.
+impl PodGroupPostFilterPlugin for DynamicResources {
+    fn relief(&self) -> PodGroupRelief {
+        PodGroupRelief::Nothing
     }
 }
 

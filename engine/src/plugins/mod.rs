@@ -25,12 +25,14 @@ pub(crate) mod node_resources_fit;
 pub(crate) mod node_unschedulable;
 pub(crate) mod node_volume_limits;
 pub(crate) mod placement_policy;
+pub(crate) mod pod_group_pods_count;
 pub(crate) mod pod_topology_spread;
 pub(crate) mod priority_sort;
 pub(crate) mod scheduling_gates;
 pub(crate) mod taint_toleration;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub(crate) mod topology_placement_generator;
 pub(crate) mod volume_binding;
 pub(crate) mod volume_restrictions;
 pub(crate) mod volume_zone;
@@ -160,6 +162,8 @@ pub fn registry_with(
         Arc::new(cluster_tiers::ClusterTiers::new(&args.cluster_tiers)),
         Arc::new(placement_policy::PlacementPolicy),
         Arc::new(gang_scheduling::GangScheduling::new(groups)),
+        Arc::new(topology_placement_generator::TopologyPlacementGenerator),
+        Arc::new(pod_group_pods_count::PodGroupPodsCount),
     ];
     plugins
         .into_iter()

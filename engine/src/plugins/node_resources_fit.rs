@@ -274,7 +274,12 @@ impl PlacementScorePlugin for NodeResourcesFit {
     /// requests and every node's in the placement, over the placement's allocatable,
     /// summed per resource (the members' sum as it runs decides whether an extended
     /// resource counts, as there).
-    fn score_placement(&self, nodes: &[Arc<NodeInfo>], proposed: &[Arc<PodInfo>]) -> i64 {
+    fn score_placement(
+        &self,
+        _scheduled: usize,
+        nodes: &[Arc<NodeInfo>],
+        proposed: &[Arc<PodInfo>],
+    ) -> i64 {
         let n = self.scored.len();
         let mut requested = vec![0i64; n];
         for pod in proposed {

@@ -16,10 +16,14 @@ pub enum Point {
     PreBind,
     Bind,
     PostBind,
+    /// The pod group cycle's (v1 only, as kube-scheduler v1.37's config).
+    PlacementGenerate,
+    PlacementScore,
+    PodGroupPostFilter,
 }
 
 impl Point {
-    pub const ALL: [Point; 12] = [
+    pub const ALL: [Point; 15] = [
         Point::PreEnqueue,
         Point::QueueSort,
         Point::PreFilter,
@@ -32,6 +36,9 @@ impl Point {
         Point::PreBind,
         Point::Bind,
         Point::PostBind,
+        Point::PlacementGenerate,
+        Point::PlacementScore,
+        Point::PodGroupPostFilter,
     ];
 
     /// The field name in `profiles[].plugins`.
@@ -49,7 +56,24 @@ impl Point {
             Point::PreBind => "preBind",
             Point::Bind => "bind",
             Point::PostBind => "postBind",
+            Point::PlacementGenerate => "placementGenerate",
+            Point::PlacementScore => "placementScore",
+            Point::PodGroupPostFilter => "podGroupPostFilter",
         }
+    }
+
+    /// Whether its plugins carry a weight (kube's getValidScoreWeights: Score and
+    /// PlacementScore).
+    pub fn weighted(self) -> bool {
+        matches!(self, Point::Score | Point::PlacementScore)
+    }
+
+    /// The pod group cycle's points, fields of config v1 only.
+    pub(crate) fn v1_only(self) -> bool {
+        matches!(
+            self,
+            Point::PlacementGenerate | Point::PlacementScore | Point::PodGroupPostFilter
+        )
     }
 }
 
@@ -76,7 +100,7 @@ pub const PLUGINS: &[(&str, &[Point])] = &[
     ),
     ("NodeAffinity", &[PreFilter, Filter, PreScore, Score]),
     ("NodePorts", &[Filter]),
-    ("NodeResourcesFit", &[Filter, Score]),
+    ("NodeResourcesFit", &[Filter, Score, PlacementScore]),
     ("VolumeRestrictions", &[PreFilter, Filter]),
     ("NodeVolumeLimits", &[PreFilter, Filter]),
     ("VolumeZone", &[PreFilter, Filter]),
@@ -86,12 +110,15 @@ pub const PLUGINS: &[(&str, &[Point])] = &[
     ("InterPodAffinity", &[PreFilter, Filter, PreScore, Score]),
     (
         "DynamicResources",
-        &[PreFilter, PostFilter, PreScore, Score],
+        &[PreFilter, PostFilter, PreScore, Score, PodGroupPostFilter],
     ),
-    ("DefaultPreemption", &[PostFilter]),
+    ("DefaultPreemption", &[PostFilter, PodGroupPostFilter]),
     ("DefaultBinder", &[Bind]),
     ("NodeDeclaredFeatures", &[PreFilter, Filter]),
     ("GangScheduling", &[PreEnqueue, Permit]),
+    // TopologyAwareWorkloadScheduling's (see [`TOPOLOGY_AWARE_MULTI_POINT`]).
+    ("TopologyPlacementGenerator", &[PlacementGenerate]),
+    ("PodGroupPodsCount", &[PlacementScore]),
     // mcsched's cluster policies: not in any default set, enabled through a profile.
     ("ClusterWeights", &[PreScore, Score]),
     ("ClusterCapacity", &[PreScore, Score]),
@@ -156,6 +183,11 @@ pub(crate) const V1_MULTI_POINT: &[(&str, i32)] = &[
     ("GangScheduling", 0),
 ];
 
+/// What kube-scheduler v1.37 appends to the multiPoint defaults under the
+/// TopologyAwareWorkloadScheduling gate (applyTopologyAwareWorkloadScheduling).
+pub(crate) const TOPOLOGY_AWARE_MULTI_POINT: &[(&str, i32)] =
+    &[("TopologyPlacementGenerator", 0), ("PodGroupPodsCount", 1)];
+
 /// v1beta2's per-extension-point defaults (Kubernetes 1.22–1.24).
 pub(crate) fn v1beta2_defaults(point: Point) -> &'static [(&'static str, i32)] {
     match point {
@@ -205,7 +237,9 @@ pub(crate) fn v1beta2_defaults(point: Point) -> &'static [(&'static str, i32)] {
         Reserve => &[("VolumeBinding", 0)],
         PreBind => &[("VolumeBinding", 0)],
         Bind => &[("DefaultBinder", 0)],
-        PreEnqueue | Permit | PostBind => &[],
+        // The pod group cycle's points are v1's alone; decode gives them v1's defaults.
+        PreEnqueue | Permit | PostBind | PlacementGenerate | PlacementScore
+        | PodGroupPostFilter => &[],
     }
 }
 

@@ -4,11 +4,15 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use super::catalog::{self, Legacy, Point};
+use super::feature_gates::FeatureGates;
 use super::model::*;
 use super::raw::*;
 use super::{ConfigErrors, GROUP, VERSIONS, duration, plugin_args};
 
-pub(super) fn decode(text: &str) -> Result<SchedulerConfig, ConfigErrors> {
+/// `gates`: the ones that change kube-scheduler's default plugins (its
+/// applyFeatureGates; the others are on or off in both).
+pub(super) fn decode(text: &str, gates: &FeatureGates) -> Result<SchedulerConfig, ConfigErrors> {
+    let topology_aware = gates.enabled("TopologyAwareWorkloadScheduling");
     let mut errs = ConfigErrors(Vec::new());
     let raw: RawConfig = match serde_yaml::from_str(text) {
         Ok(r) => r,
@@ -198,8 +202,14 @@ pub(super) fn decode(text: &str) -> Result<SchedulerConfig, ConfigErrors> {
             }
         }
         let multi_point = multi_point_versions.contains(&version);
-        let (plugins, mut warnings, fit_strategy) =
-            resolve_plugins(version, multi_point, rp.plugins.as_ref(), &path, &mut errs);
+        let (plugins, mut warnings, fit_strategy) = resolve_plugins(
+            version,
+            multi_point,
+            topology_aware,
+            rp.plugins.as_ref(),
+            &path,
+            &mut errs,
+        );
         cfg.warnings.append(&mut warnings);
         let mut args = PluginArgs::default();
         if let Some(strategy) = fit_strategy {
@@ -409,7 +419,7 @@ fn defaults_for(version: &str, multi_point: bool, point: Point) -> Vec<(String, 
         }
         out.push((
             name.to_string(),
-            weight.max(if point == Point::Score { 1 } else { 0 }),
+            weight.max(if point.weighted() { 1 } else { 0 }),
         ));
     }
     out
@@ -423,6 +433,7 @@ type Resolved = (Plugins, Vec<String>, Option<ScoringStrategyType>);
 fn resolve_plugins(
     version: &str,
     multi_point: bool,
+    topology_aware: bool,
     raw: Option<&RawPlugins>,
     path: &str,
     errs: &mut ConfigErrors,
@@ -445,6 +456,9 @@ fn resolve_plugins(
             Point::PreBind => &r.pre_bind,
             Point::Bind => &r.bind,
             Point::PostBind => &r.post_bind,
+            Point::PlacementGenerate => &r.placement_generate,
+            Point::PlacementScore => &r.placement_score,
+            Point::PodGroupPostFilter => &r.pod_group_post_filter,
         };
         s.as_ref().unwrap_or(&empty)
     };
@@ -480,9 +494,15 @@ fn resolve_plugins(
     let mut weight_errs: Vec<(String, String)> = Vec::new();
 
     // multiPoint (v1/v1beta3): the default multiPoint set merged with the user's.
+    let gated: &[(&str, i32)] = if topology_aware {
+        catalog::TOPOLOGY_AWARE_MULTI_POINT
+    } else {
+        &[]
+    };
     let mut mp: Vec<(String, i32)> = if multi_point {
         catalog::V1_MULTI_POINT
             .iter()
+            .chain(gated)
             .filter(|(n, _)| catalog::is_known(n))
             .map(|(n, w)| (n.to_string(), *w))
             .collect()
@@ -536,6 +556,21 @@ fn resolve_plugins(
     for point in Point::ALL {
         let set = set_of(point);
         let field = format!("{path}.plugins.{}", point.field());
+        // The older versions cannot name the pod group cycle's points: they get v1's
+        // defaults there, so that their gangs are placed and preempt for as v1's are.
+        if point.v1_only() && version != "v1" {
+            if set.enabled.is_some() || set.disabled.is_some() {
+                errs.push(field, format!("not a field of {GROUP}/{version}"));
+            }
+            *plugins.get_mut(point) = (catalog::V1_MULTI_POINT.iter().chain(gated))
+                .filter(|(n, _)| catalog::implements(n, point))
+                .map(|(n, w)| PluginRef {
+                    name: n.to_string(),
+                    weight: if point.weighted() { (*w).max(1) } else { 0 },
+                })
+                .collect();
+            continue;
+        }
         let mut list: Vec<(String, i32)> = if multi_point {
             mp.iter()
                 .filter(|(n, _)| catalog::implements(n, point))
@@ -572,7 +607,7 @@ fn resolve_plugins(
                 &mut warnings,
                 &mut fit_strategy,
             ) {
-                let w = if point == Point::Score {
+                let w = if point.weighted() {
                     weight_of(e.weight, &format!("{f}.weight"), &mut weight_errs)
                 } else {
                     None
@@ -613,11 +648,7 @@ fn resolve_plugins(
             .into_iter()
             .map(|(name, weight)| PluginRef {
                 name,
-                weight: if point == Point::Score {
-                    weight.max(1)
-                } else {
-                    0
-                },
+                weight: if point.weighted() { weight.max(1) } else { 0 },
             })
             .collect();
     }

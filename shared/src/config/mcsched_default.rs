@@ -35,7 +35,13 @@ pub fn text(scheduler_name: &str, lease: Option<(&str, &str)>) -> String {
          # kube-scheduler's defaults, in its order; leaf-aware plugins in their places.\n    \
          multiPoint:\n      disabled:\n      - name: \"*\"\n      enabled:\n"
     );
-    for (name, weight) in catalog::V1_MULTI_POINT {
+    // TopologyAwareWorkloadScheduling's plugins too: named here, they survive the "*"
+    // when an operator turns the gate on; without it, they place only the pod groups a
+    // PlacementPolicy keeps in one domain.
+    let plugins = catalog::V1_MULTI_POINT
+        .iter()
+        .chain(catalog::TOPOLOGY_AWARE_MULTI_POINT);
+    for (name, weight) in plugins {
         let _ = writeln!(t, "      - name: {}", leaf_aware(name, None));
         if *weight > 0 {
             let _ = writeln!(t, "        weight: {weight}");
@@ -53,14 +59,23 @@ pub fn text(scheduler_name: &str, lease: Option<(&str, &str)>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::feature_gates::FeatureGates;
     use crate::config::{PluginRef, load};
 
-    /// The profile equals kube-scheduler's default with the leaf-aware plugins put in
-    /// place at every point: the same plugins, order and weights.
+    /// The profile equals kube-scheduler's default under TopologyAwareWorkloadScheduling
+    /// with the leaf-aware plugins put in place at every point: the same plugins, order
+    /// and weights.
     #[test]
     fn kube_defaults_with_leaf_aware_plugins_in_place() {
         let ours = load(&text("mcsched", Some(("mcsched", "mcsched-system")))).expect("valid");
-        let kube = crate::config::default_config("mcsched").expect("valid");
+        let gates =
+            FeatureGates::parse("TopologyAwareWorkloadScheduling=true,GenericWorkload=true")
+                .expect("gates");
+        let kube = crate::config::load_with(
+            &format!("apiVersion: {GROUP}/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: mcsched\n"),
+            &gates,
+        )
+        .expect("valid");
         let (ours, kube) = (&ours.profiles[0].plugins, &kube.profiles[0].plugins);
         for point in Point::ALL {
             let expected: Vec<PluginRef> = kube

@@ -56,19 +56,36 @@ impl ConfigErrors {
     }
 }
 
-/// Decodes and validates a configuration (YAML or JSON).
+/// Decodes and validates a configuration (YAML or JSON), with the default plugins of
+/// kube-scheduler's default feature gates.
 pub fn load(text: &str) -> Result<SchedulerConfig, ConfigErrors> {
-    decode::decode(text)
+    load_with(text, &feature_gates::FeatureGates::default())
+}
+
+/// As [`load`], with the default plugins the `gates` give (TopologyAwareWorkloadScheduling
+/// adds the pod group cycle's TopologyPlacementGenerator and PodGroupPodsCount).
+pub fn load_with(
+    text: &str,
+    gates: &feature_gates::FeatureGates,
+) -> Result<SchedulerConfig, ConfigErrors> {
+    decode::decode(text, gates)
 }
 
 pub fn load_file(path: &Path) -> Result<SchedulerConfig, ConfigErrors> {
+    load_file_with(path, &feature_gates::FeatureGates::default())
+}
+
+pub fn load_file_with(
+    path: &Path,
+    gates: &feature_gates::FeatureGates,
+) -> Result<SchedulerConfig, ConfigErrors> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         ConfigErrors(vec![ConfigError {
             path: path.display().to_string(),
             message: format!("cannot read: {e}"),
         }])
     })?;
-    load(&text)
+    load_with(&text, gates)
 }
 
 /// What a v1 file naming only one profile, `scheduler_name`, gives.

@@ -106,6 +106,9 @@ pub struct Plugins {
     pub(crate) pre_bind: Vec<PluginRef>,
     pub(crate) bind: Vec<PluginRef>,
     pub(crate) post_bind: Vec<PluginRef>,
+    pub(crate) placement_generate: Vec<PluginRef>,
+    pub placement_score: Vec<PluginRef>,
+    pub(crate) pod_group_post_filter: Vec<PluginRef>,
 }
 
 impl Plugins {
@@ -124,6 +127,9 @@ impl Plugins {
             PreBind => &self.pre_bind,
             Bind => &self.bind,
             PostBind => &self.post_bind,
+            PlacementGenerate => &self.placement_generate,
+            PlacementScore => &self.placement_score,
+            PodGroupPostFilter => &self.pod_group_post_filter,
         }
     }
 
@@ -142,6 +148,9 @@ impl Plugins {
             PreBind => &mut self.pre_bind,
             Bind => &mut self.bind,
             PostBind => &mut self.post_bind,
+            PlacementGenerate => &mut self.placement_generate,
+            PlacementScore => &mut self.placement_score,
+            PodGroupPostFilter => &mut self.pod_group_post_filter,
         }
     }
 }

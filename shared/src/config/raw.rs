@@ -76,6 +76,10 @@ pub(super) struct RawPlugins {
     pub(crate) post_bind: Option<RawPluginSet>,
     /// v1 and v1beta3 only.
     pub(crate) multi_point: Option<RawPluginSet>,
+    /// v1 only (kube-scheduler v1.37's pod group cycle).
+    pub(crate) placement_generate: Option<RawPluginSet>,
+    pub(crate) placement_score: Option<RawPluginSet>,
+    pub(crate) pod_group_post_filter: Option<RawPluginSet>,
 }
 
 #[derive(Debug, Deserialize, Default, Clone)]

@@ -51,7 +51,7 @@ pub fn render_profiles(cfg: &SchedulerConfig) -> String {
             let names: Vec<String> = list
                 .iter()
                 .map(|r| {
-                    if point == Point::Score {
+                    if point.weighted() {
                         format!("{}({})", r.name, r.weight)
                     } else {
                         r.name.clone()

@@ -662,3 +662,115 @@ fn render_shows_cluster_policy_args() {
         assert!(text.contains(want), "{want:?} not in\n{text}");
     }
 }
+
+/// The pod group cycle's points as kube-scheduler v1.37 fills them by default: the
+/// multiPoint plugins that implement them, and TopologyAwareWorkloadScheduling's two
+/// under that gate.
+#[test]
+fn pod_group_points_default_like_kube_scheduler_v1_37() {
+    let c = ok(&format!("{V1}profiles:\n- schedulerName: a\n"));
+    let p = &c.profiles[0].plugins;
+    assert!(p.placement_generate.is_empty());
+    assert_eq!(
+        p.placement_score,
+        vec![PluginRef {
+            name: "NodeResourcesFit".into(),
+            weight: 1
+        }]
+    );
+    assert_eq!(
+        names(&p.pod_group_post_filter),
+        vec!["DynamicResources", "DefaultPreemption"]
+    );
+    let gates = feature_gates::FeatureGates::parse(
+        "GenericWorkload=true,TopologyAwareWorkloadScheduling=true",
+    )
+    .expect("gates");
+    let c = load_with(&format!("{V1}profiles:\n- schedulerName: a\n"), &gates).expect("loads");
+    let p = &c.profiles[0].plugins;
+    assert_eq!(
+        names(&p.placement_generate),
+        vec!["TopologyPlacementGenerator"]
+    );
+    let weights: Vec<(&str, i32)> = (p.placement_score.iter())
+        .map(|r| (r.name.as_str(), r.weight))
+        .collect();
+    assert_eq!(weights, [("NodeResourcesFit", 1), ("PodGroupPodsCount", 1)]);
+    // Not a score, filter or any other point's plugin.
+    assert!(!names(&p.score).contains(&"PodGroupPodsCount"));
+}
+
+#[test]
+fn pod_group_points_are_configured_like_the_others() {
+    let c = ok(&format!(
+        "{V1}profiles:
+- schedulerName: a
+  plugins:
+    podGroupPostFilter:
+      disabled:
+      - name: DefaultPreemption
+    placementScore:
+      enabled:
+      - name: NodeResourcesFit
+        weight: 5
+    placementGenerate:
+      enabled:
+      - name: TopologyPlacementGenerator
+"
+    ));
+    let p = &c.profiles[0].plugins;
+    assert_eq!(names(&p.pod_group_post_filter), vec!["DynamicResources"]);
+    assert_eq!(p.placement_score[0].weight, 5);
+    assert_eq!(
+        names(&p.placement_generate),
+        vec!["TopologyPlacementGenerator"]
+    );
+    // Disabling a plugin at PostFilter leaves it at PodGroupPostFilter, as in kube.
+    let c = ok(&format!(
+        "{V1}profiles:\n- schedulerName: a\n  plugins:\n    postFilter:\n      disabled:\n      - name: DefaultPreemption\n"
+    ));
+    let p = &c.profiles[0].plugins;
+    assert_eq!(names(&p.post_filter), vec!["DynamicResources"]);
+    assert!(names(&p.pod_group_post_filter).contains(&"DefaultPreemption"));
+}
+
+#[test]
+fn pod_group_points_errors_name_the_field() {
+    let e = errors(&format!(
+        "{V1}profiles:
+- schedulerName: a
+  plugins:
+    podGroupPostFilter:
+      enabled:
+      - name: NodeName
+    placementScore:
+      enabled:
+      - name: PodGroupPodsCount
+        weight: 0
+"
+    ));
+    assert_eq!(
+        e,
+        vec![
+            "profiles[0].plugins.podGroupPostFilter.enabled[0].name: plugin \"NodeName\" does not implement the podGroupPostFilter extension point",
+            "profiles[0].plugins.placementScore.enabled[0].weight: score plugin weight must be positive, got 0",
+        ]
+    );
+    let e = errors(
+        "apiVersion: kubescheduler.config.k8s.io/v1beta3
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: a
+  plugins:
+    placementScore:
+      enabled:
+      - name: NodeResourcesFit
+",
+    );
+    assert_eq!(
+        e,
+        vec![
+            "profiles[0].plugins.placementScore: not a field of kubescheduler.config.k8s.io/v1beta3"
+        ]
+    );
+}
