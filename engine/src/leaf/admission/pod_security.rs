@@ -27,7 +27,7 @@ pub(crate) use mcsched_shared::keys::{
 /// The newest policy version whose checks are here: `latest` on a leaf of this version
 /// or newer (newer ones only allow more sysctls, so judging them by these refuses more,
 /// never less).
-pub(crate) const NEWEST_MINOR: u32 = 36;
+pub(crate) const NEWEST_MINOR: u32 = 37;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) enum Level {
@@ -271,6 +271,7 @@ const CHECKS: &[Check] = &[
             v(27, sysctls_1_27),
             v(29, sysctls_1_29),
             v(32, sysctls_1_32),
+            v(37, sysctls_1_37),
         ],
     },
     Check {
@@ -952,6 +953,10 @@ const SYSCTLS_1_29: &[&str] = &[
     "net.ipv4.tcp_keepalive_probes",
 ];
 const SYSCTLS_1_32: &[&str] = &["net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"];
+const SYSCTLS_1_37: &[&str] = &[
+    "net.ipv4.tcp_slow_start_after_idle",
+    "net.ipv4.tcp_notsent_lowat",
+];
 
 fn sysctls_1_0(_: &ObjectMeta, spec: &PodSpec) -> Option<Forbidden> {
     sysctls(spec, &[SYSCTLS_1_0])
@@ -972,7 +977,21 @@ fn sysctls_1_32(_: &ObjectMeta, spec: &PodSpec) -> Option<Forbidden> {
     )
 }
 
-/// sysctls (1.0+, more allowed from 1.27, 1.29 and 1.32): the namespaced, isolated ones.
+fn sysctls_1_37(_: &ObjectMeta, spec: &PodSpec) -> Option<Forbidden> {
+    sysctls(
+        spec,
+        &[
+            SYSCTLS_1_0,
+            SYSCTLS_1_27,
+            SYSCTLS_1_29,
+            SYSCTLS_1_32,
+            SYSCTLS_1_37,
+        ],
+    )
+}
+
+/// sysctls (1.0+, more allowed from 1.27, 1.29, 1.32 and 1.37): the namespaced, isolated
+/// ones.
 fn sysctls(spec: &PodSpec, allowed: &[&[&str]]) -> Option<Forbidden> {
     let bad: Vec<&str> = spec
         .security_context

@@ -309,6 +309,15 @@ fn sysctls_allowed_grow_with_the_version() {
     );
     assert_eq!(at(Level::Baseline, 31, &rmem), ["forbidden sysctls"]);
     assert_eq!(at(Level::Baseline, 32, &rmem), Vec::<String>::new());
+    // v1.37 allows two more (pod-security-admission v0.37's sysctlsAllowedV1Dot37).
+    let lowat = with(
+        json!([{"name": "c", "image": "i"}]),
+        json!({"securityContext": {"sysctls": [
+            {"name": "net.ipv4.tcp_notsent_lowat", "value": "1"},
+            {"name": "net.ipv4.tcp_slow_start_after_idle", "value": "0"}]}}),
+    );
+    assert_eq!(at(Level::Baseline, 36, &lowat), ["forbidden sysctls"]);
+    assert_eq!(at(Level::Baseline, 37, &lowat), Vec::<String>::new());
 }
 
 #[test]
