@@ -1,6 +1,6 @@
 //! Pod Security admission as a leaf enforces it on a copy: the namespace's
 //! `pod-security.kubernetes.io/enforce` level and version, and the Pod Security Standards
-//! checks of that level, after k8s.io/pod-security-admission v0.36 (`api/helpers.go`,
+//! checks of that level, after k8s.io/pod-security-admission v0.37 (`api/helpers.go`,
 //! `policy/check_*.go`, `policy/registry.go`): the same checks per version, in the same
 //! order, with the same forbidden reasons and details, so that a refusal reads as the
 //! leaf's own would.
@@ -343,6 +343,20 @@ pub(crate) fn evaluate(
     meta: &ObjectMeta,
     spec: &PodSpec,
 ) -> Vec<Forbidden> {
+    evaluate_checks(level, minor, meta, spec)
+        .into_iter()
+        .map(|(_, f)| f)
+        .collect()
+}
+
+/// [`evaluate`] with the ID of the check each refusal comes from (the reasons do not
+/// always name it: upstream's fixtures are named by ID).
+pub(crate) fn evaluate_checks(
+    level: Level,
+    minor: u32,
+    meta: &ObjectMeta,
+    spec: &PodSpec,
+) -> Vec<(&'static str, Forbidden)> {
     if level == Level::Privileged {
         return Vec::new();
     }
@@ -360,7 +374,7 @@ pub(crate) fn evaluate(
     active.sort_by_key(|(c, _)| (c.level, c.id));
     active
         .into_iter()
-        .filter_map(|(_, v)| (v.check)(meta, spec))
+        .filter_map(|(c, v)| (v.check)(meta, spec).map(|f| (c.id, f)))
         .collect()
 }
 
@@ -1143,7 +1157,6 @@ fn restricted_volumes(_: &ObjectMeta, spec: &PodSpec) -> Option<Forbidden> {
         {
             continue;
         }
-        bad.push(v.name.as_str());
         let kind = [
             (v.host_path.is_some(), "hostPath"),
             (v.gce_persistent_disk.is_some(), "gcePersistentDisk"),
@@ -1168,8 +1181,15 @@ fn restricted_volumes(_: &ObjectMeta, spec: &PodSpec) -> Option<Forbidden> {
             (v.storageos.is_some(), "storageos"),
         ]
         .into_iter()
-        .find_map(|(set, name)| set.then_some(name))
-        .unwrap_or("unknown");
+        .find_map(|(set, name)| set.then_some(name));
+        // Every source the API knows is listed above or among the allowed ones, so a
+        // volume with none of them has no source at all: the API server defaults it to
+        // an emptyDir (`SetDefaults_Volume`) before admission, and PSA allows it. (PSA's
+        // "unknown" type is for sources newer than its list; none reach this struct.)
+        let Some(kind) = kind else {
+            continue;
+        };
+        bad.push(v.name.as_str());
         types.insert(kind);
     }
     if bad.is_empty() {
@@ -1331,3 +1351,7 @@ fn seccomp_profile_restricted(_: &ObjectMeta, spec: &PodSpec) -> Option<Forbidde
 #[cfg(test)]
 #[path = "pod_security_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "pod_security_fixtures.rs"]
+mod fixtures;

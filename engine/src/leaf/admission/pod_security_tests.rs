@@ -428,7 +428,9 @@ fn restricted_volume_types() {
             {"name": "share", "nfs": {"server": "s", "path": "/x"}},
             {"name": "cfg", "configMap": {"name": "c"}},
             {"name": "data", "persistentVolumeClaim": {"claimName": "d"}},
-            {"name": "token", "projected": {"sources": []}}]}),
+            {"name": "token", "projected": {"sources": []}},
+            // No source: defaulted to an emptyDir before admission.
+            {"name": "scratch"}]}),
     );
     assert_eq!(
         run(restricted_volumes, &p),
