@@ -49,7 +49,7 @@ pub enum PrintError {
     #[error("printing JSON")]
     Json(#[from] serde_json::Error),
     #[error("printing YAML")]
-    Yaml(#[from] serde_yaml::Error),
+    Yaml(#[from] mcsched_shared::yaml::YamlError),
 }
 
 impl FromStr for OutputFormat {
@@ -161,7 +161,7 @@ pub fn print(
             out.push(b'\n');
             Ok(String::from_utf8_lossy(&out).into_owned())
         }
-        OutputFormat::Yaml => Ok(serde_yaml::to_string(&list(items))?),
+        OutputFormat::Yaml => Ok(mcsched_shared::yaml::to_string(&list(items))?),
         OutputFormat::Name => Ok(items
             .iter()
             .map(|i| format!("{}/{}\n", i.resource, i.name))
@@ -433,7 +433,7 @@ mod tests {
             "{y}"
         );
         assert!(y.contains("\nkind: List\n"), "{y}");
-        let v: Value = serde_yaml::from_str(&y).expect("yaml");
+        let v: Value = mcsched_shared::yaml::from_str(&y).expect("yaml");
         assert_eq!(v["items"][0]["status"]["ready"], "True");
         let empty = print(&OutputFormat::Json, false, &COLUMNS, &[]).expect("json");
         let v: Value = serde_json::from_str(&empty).expect("json");

@@ -2,7 +2,7 @@
 //! bearer token. Anything that would make the agent or `unjoin` run a program, read a
 //! file, or present another identity is refused, naming the field.
 
-use serde_yaml::Value;
+use serde_json::Value;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum LeafKubeconfigError {
@@ -24,7 +24,7 @@ const USER_FIELDS: &[&str] = &["token"];
 fn entries<'a>(doc: &'a Value, list: &str) -> Result<Vec<&'a Value>, LeafKubeconfigError> {
     match doc.get(list) {
         None | Some(Value::Null) => Err(LeafKubeconfigError::Missing { field: list.into() }),
-        Some(Value::Sequence(items)) if !items.is_empty() => Ok(items.iter().collect()),
+        Some(Value::Array(items)) if !items.is_empty() => Ok(items.iter().collect()),
         Some(_) => Err(LeafKubeconfigError::Invalid {
             field: list.into(),
             problem: "must be a non-empty list".into(),
@@ -33,11 +33,11 @@ fn entries<'a>(doc: &'a Value, list: &str) -> Result<Vec<&'a Value>, LeafKubecon
 }
 
 fn only(body: Option<&Value>, allowed: &[&str], path: &str) -> Result<(), LeafKubeconfigError> {
-    let Some(Value::Mapping(map)) = body else {
+    let Some(Value::Object(map)) = body else {
         return Err(LeafKubeconfigError::Missing { field: path.into() });
     };
     for key in map.keys() {
-        let name = key.as_str().unwrap_or("<not a string>");
+        let name = key.as_str();
         if !allowed.contains(&name) {
             return Err(LeafKubeconfigError::Forbidden {
                 field: format!("{path}.{name}"),
@@ -50,7 +50,7 @@ fn only(body: Option<&Value>, allowed: &[&str], path: &str) -> Result<(), LeafKu
 /// Checks `text` is a kubeconfig of the allowed form.
 pub fn check(text: &str) -> Result<(), LeafKubeconfigError> {
     let doc: Value =
-        serde_yaml::from_str(text).map_err(|e| LeafKubeconfigError::NotYaml(e.to_string()))?;
+        crate::yaml::from_str(text).map_err(|e| LeafKubeconfigError::NotYaml(e.to_string()))?;
     for (i, c) in entries(&doc, "clusters")?.into_iter().enumerate() {
         let path = format!("clusters[{i}].cluster");
         let body = c.get("cluster");
@@ -86,7 +86,7 @@ pub fn check(text: &str) -> Result<(), LeafKubeconfigError> {
 
 /// The token of a checked kubeconfig's first user.
 pub fn token(text: &str) -> Option<String> {
-    let doc: Value = serde_yaml::from_str(text).ok()?;
+    let doc: Value = crate::yaml::from_str(text).ok()?;
     doc.get("users")?
         .get(0)?
         .get("user")?
@@ -99,15 +99,15 @@ pub fn token(text: &str) -> Option<String> {
 /// when it renews the token.
 pub fn with_token(text: &str, token: &str) -> Result<String, LeafKubeconfigError> {
     let mut doc: Value =
-        serde_yaml::from_str(text).map_err(|e| LeafKubeconfigError::NotYaml(e.to_string()))?;
-    if let Some(Value::Sequence(users)) = doc.get_mut("users") {
+        crate::yaml::from_str(text).map_err(|e| LeafKubeconfigError::NotYaml(e.to_string()))?;
+    if let Some(Value::Array(users)) = doc.get_mut("users") {
         for u in users {
-            if let Some(Value::Mapping(user)) = u.get_mut("user") {
-                user.insert(Value::from("token"), Value::from(token));
+            if let Some(Value::Object(user)) = u.get_mut("user") {
+                user.insert("token".into(), Value::from(token));
             }
         }
     }
-    serde_yaml::to_string(&doc).map_err(|e| LeafKubeconfigError::NotYaml(e.to_string()))
+    crate::yaml::to_string(&doc).map_err(|e| LeafKubeconfigError::NotYaml(e.to_string()))
 }
 
 #[cfg(test)]

@@ -21,3 +21,4 @@ pub mod quantity;
 pub mod resources;
 pub mod selectors;
 pub mod taints;
+pub mod yaml;

@@ -263,7 +263,7 @@ async fn explain_bound_pending_and_what_if_pods() -> anyhow::Result<()> {
     // The explanation as YAML, as the API serves it.
     let out = run(&kubeconfig, &["explain", "pod", "big", "-o", "yaml"])?;
     assert!(out.status.success(), "{}", text(&out));
-    let e: mcsched_shared::explain::Explanation = serde_yaml::from_slice(&out.stdout)?;
+    let e: mcsched_shared::explain::Explanation = mcsched_shared::yaml::from_slice(&out.stdout)?;
     assert_eq!(e.pod, "default/big");
     assert_eq!(e.num_all_nodes, 3);
     let out = run(&kubeconfig, &["explain", "--what-if", "-f", &file])?;

@@ -50,7 +50,7 @@ fn kubeconfig_as(cp: &ControlPlane, user: &str) -> anyhow::Result<PathBuf> {
         }
     }
     let path = cp.dir().join(format!("kubeconfig-{user}"));
-    std::fs::write(&path, serde_yaml::to_string(&kc)?)?;
+    std::fs::write(&path, mcsched_shared::yaml::to_string(&kc)?)?;
     Ok(path)
 }
 

@@ -221,7 +221,7 @@ async fn join_and_unjoin_a_leaf() -> anyhow::Result<()> {
     assert_eq!(status["pods"], 0, "{list}");
     assert_eq!(status["provider"], "onprem", "{list}");
     let out = run(&host.kubeconfig, &["get", "clusters", "-o", "yaml"])?;
-    let yaml: serde_json::Value = serde_yaml::from_slice(&out.stdout)?;
+    let yaml: serde_json::Value = mcsched_shared::yaml::from_slice(&out.stdout)?;
     assert_eq!(yaml, list, "-o yaml is -o json's list");
     // kubectl's other formats, on the same list.
     let formats: [(&[&str], &str); 5] = [

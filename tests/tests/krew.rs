@@ -76,7 +76,7 @@ struct Platform {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct Selector {
     match_labels: Option<BTreeMap<String, String>>,
-    match_expressions: Option<Vec<serde_yaml::Value>>,
+    match_expressions: Option<Vec<serde_json::Value>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -102,7 +102,7 @@ fn repo_root() -> PathBuf {
 fn read_manifest(path: &Path) -> anyhow::Result<Plugin> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    serde_yaml::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+    mcsched_shared::yaml::from_str(&text).with_context(|| format!("parsing {}", path.display()))
 }
 
 fn is_sha256(s: &str) -> bool {

@@ -170,7 +170,7 @@ fn jwt_claims(token: &str) -> anyhow::Result<serde_json::Value> {
 
 /// The CA a join kubeconfig holds, without whitespace.
 fn join_ca(kc: &str) -> anyhow::Result<String> {
-    let doc: serde_yaml::Value = serde_yaml::from_str(kc)?;
+    let doc: serde_json::Value = mcsched_shared::yaml::from_str(kc)?;
     let data = doc["clusters"][0]["cluster"]["certificate-authority-data"]
         .as_str()
         .context("no certificate-authority-data")?;

@@ -59,20 +59,20 @@ fn edited_kubeconfig(
     leaf: &ControlPlane,
     dir: &std::path::Path,
     name: &str,
-    edit: impl Fn(&mut serde_yaml::Mapping),
+    edit: impl Fn(&mut serde_json::Map<String, serde_json::Value>),
 ) -> anyhow::Result<String> {
-    let mut doc: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(&leaf.kubeconfig)?)?;
+    let mut doc: serde_json::Value =
+        mcsched_shared::yaml::from_str(&std::fs::read_to_string(&leaf.kubeconfig)?)?;
     for c in doc["clusters"]
-        .as_sequence_mut()
+        .as_array_mut()
         .ok_or_else(|| anyhow::anyhow!("no clusters in the leaf's kubeconfig"))?
     {
-        if let Some(entry) = c["cluster"].as_mapping_mut() {
+        if let Some(entry) = c["cluster"].as_object_mut() {
             edit(entry);
         }
     }
     let path = dir.join(name);
-    std::fs::write(&path, serde_yaml::to_string(&doc)?)?;
+    std::fs::write(&path, mcsched_shared::yaml::to_string(&doc)?)?;
     Ok(path.to_string_lossy().into_owned())
 }
 
@@ -341,7 +341,8 @@ async fn all_namespaces_never_reaches_the_leafs_system_namespaces() -> anyhow::R
         text(&out)
     );
     // What kube-controller-manager would publish (this leaf runs none): the leaf's CA.
-    let doc: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(&leaf.kubeconfig)?)?;
+    let doc: serde_json::Value =
+        mcsched_shared::yaml::from_str(&std::fs::read_to_string(&leaf.kubeconfig)?)?;
     let ca = base64::Engine::decode(
         &base64::engine::general_purpose::STANDARD,
         doc["clusters"][0]["cluster"]["certificate-authority-data"]

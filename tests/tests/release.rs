@@ -82,8 +82,8 @@ fn the_krew_release_bot_template_renders_to_the_krew_manifest() -> anyhow::Resul
             rendered.push('\n');
         }
     }
-    let from_template: serde_yaml::Value = serde_yaml::from_str(&rendered)?;
-    let manifest: serde_yaml::Value = serde_yaml::from_str(&read("krew/mcsched.yaml")?)?;
+    let from_template: serde_json::Value = mcsched_shared::yaml::from_str(&rendered)?;
+    let manifest: serde_json::Value = mcsched_shared::yaml::from_str(&read("krew/mcsched.yaml")?)?;
     assert_eq!(from_template, manifest, ".krew.yaml rendered:\n{rendered}");
     Ok(())
 }

@@ -853,8 +853,8 @@ pub fn kubeconfig(
         "contexts": [{"name": name, "context": {"cluster": name, "user": keys::LEAF_ACCOUNT}}],
         "current-context": name,
     });
-    let text =
-        serde_yaml::to_string(&doc).map_err(|e| LeafKubeconfigError::NotYaml(e.to_string()))?;
+    let text = mcsched_shared::yaml::to_string(&doc)
+        .map_err(|e| LeafKubeconfigError::NotYaml(e.to_string()))?;
     leaf_kubeconfig::check(&text)?;
     Ok(text)
 }
@@ -1092,7 +1092,7 @@ mod tests {
             .expect("a valid kubeconfig");
         assert_eq!(leaf_kubeconfig::check(&text), Ok(()));
         assert_eq!(leaf_kubeconfig::token(&text).as_deref(), Some("tok"));
-        let doc: serde_yaml::Value = serde_yaml::from_str(&text).expect("YAML");
+        let doc: serde_json::Value = mcsched_shared::yaml::from_str(&text).expect("YAML");
         assert_eq!(
             doc["clusters"][0]["cluster"]["certificate-authority-data"].as_str(),
             Some("aGVsbG8=")

@@ -438,7 +438,7 @@ mod tests {
     }
 
     fn pod(yaml: &str) -> Pod {
-        serde_yaml::from_str(yaml).expect("pod yaml")
+        mcsched_shared::yaml::from_str(yaml).expect("pod yaml")
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
-use serde_yaml::Value;
+use serde_json::Value;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
@@ -17,7 +17,7 @@ pub enum ManifestError {
     #[error("{file}: not YAML or JSON: {source}")]
     Syntax {
         file: String,
-        source: serde_yaml::Error,
+        source: mcsched_shared::yaml::YamlError,
     },
     #[error("{file}: empty; give one Pod or workload manifest")]
     Empty { file: String },
@@ -34,7 +34,7 @@ pub enum ManifestError {
         file: String,
         /// The field path from the top of the manifest.
         field: String,
-        source: serde_yaml::Error,
+        source: serde_json::Error,
     },
 }
 
@@ -55,18 +55,14 @@ pub fn read_pod(file: &Path, namespace: &str) -> Result<Pod, ManifestError> {
 }
 
 pub fn pod_from_text(file: &str, text: &str, namespace: &str) -> Result<Pod, ManifestError> {
-    let mut docs = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(text) {
-        let value = <Value as serde::Deserialize>::deserialize(doc).map_err(|source| {
-            ManifestError::Syntax {
-                file: file.into(),
-                source,
-            }
-        })?;
-        if !value.is_null() {
-            docs.push(value);
-        }
-    }
+    let mut docs: Vec<Value> = mcsched_shared::yaml::from_multiple(text)
+        .map_err(|source| ManifestError::Syntax {
+            file: file.into(),
+            source,
+        })?
+        .into_iter()
+        .filter(|v| !v.is_null())
+        .collect();
     let object = match docs.len() {
         0 => return Err(ManifestError::Empty { file: file.into() }),
         1 => docs.remove(0),
@@ -114,7 +110,7 @@ pub fn pod_from_text(file: &str, text: &str, namespace: &str) -> Result<Pod, Man
             });
         }
     };
-    let invalid = |prefix: &str, e: serde_path_to_error::Error<serde_yaml::Error>| {
+    let invalid = |prefix: &str, e: serde_path_to_error::Error<serde_json::Error>| {
         let path = e.path().to_string();
         let field = match (prefix, path.as_str()) {
             ("", p) => p.to_string(),

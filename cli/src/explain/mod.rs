@@ -144,7 +144,7 @@ async fn show(
 ) -> anyhow::Result<()> {
     match output {
         Format::Json => println!("{}", serde_json::to_string_pretty(&explanation)?),
-        Format::Yaml => print!("{}", serde_yaml::to_string(&explanation)?),
+        Format::Yaml => print!("{}", mcsched_shared::yaml::to_string(&explanation)?),
         Format::Table | Format::Wide => {
             print!(
                 "{}",

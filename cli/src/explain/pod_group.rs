@@ -234,7 +234,7 @@ pub async fn run(kube: &KubeArgs, args: PodGroupArgs) -> anyhow::Result<()> {
     view.members.sort_by(|a, b| a.pod.cmp(&b.pod));
     match args.view.output {
         Format::Json => println!("{}", serde_json::to_string_pretty(&view)?),
-        Format::Yaml => print!("{}", serde_yaml::to_string(&view)?),
+        Format::Yaml => print!("{}", mcsched_shared::yaml::to_string(&view)?),
         Format::Table | Format::Wide => print!("{}", render(&view)),
     }
     Ok(())

@@ -14,10 +14,10 @@ use super::{ConfigErrors, GROUP, VERSIONS, duration, plugin_args};
 pub(super) fn decode(text: &str, gates: &FeatureGates) -> Result<SchedulerConfig, ConfigErrors> {
     let topology_aware = gates.enabled("TopologyAwareWorkloadScheduling");
     let mut errs = ConfigErrors(Vec::new());
-    let raw: RawConfig = match serde_yaml::from_str(text) {
+    let raw: RawConfig = match crate::yaml::from_str(text) {
         Ok(r) => r,
         Err(e) => {
-            // serde_yaml puts the field path first and the line and column last.
+            // crate::yaml puts the field path first and the line and column last.
             let msg = e.to_string();
             let (path, message) = match msg.split_once(": ") {
                 Some((p, m)) if !p.contains(' ') => (p.to_string(), m.to_string()),

@@ -11,7 +11,7 @@ use super::raw::*;
 
 /// Decodes `args` into `T`, dropping the optional apiVersion/kind of typed args.
 fn decode<T: DeserializeOwned + Default>(
-    args: Option<&serde_yaml::Value>,
+    args: Option<&serde_json::Value>,
     path: &str,
     errs: &mut ConfigErrors,
 ) -> Option<T> {
@@ -19,11 +19,11 @@ fn decode<T: DeserializeOwned + Default>(
         return Some(T::default());
     };
     let mut v = v.clone();
-    if let serde_yaml::Value::Mapping(m) = &mut v {
+    if let serde_json::Value::Object(m) = &mut v {
         m.remove("apiVersion");
         m.remove("kind");
     }
-    match serde_yaml::from_value(v) {
+    match crate::yaml::from_value(v) {
         Ok(t) => Some(t),
         Err(e) => {
             let msg = e.to_string();
@@ -325,7 +325,7 @@ pub(super) fn apply(
             }
             other if catalog::is_known(other) => {
                 // Plugins without arguments accept none.
-                if raw.is_some_and(|v| !matches!(v, serde_yaml::Value::Null)) {
+                if raw.is_some_and(|v| !matches!(v, serde_json::Value::Null)) {
                     errs.push(a, format!("plugin {other:?} takes no arguments"));
                 }
             }

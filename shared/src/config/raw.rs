@@ -100,7 +100,7 @@ pub(super) struct RawPlugin {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(super) struct RawPluginConfig {
     pub(crate) name: String,
-    pub(crate) args: Option<serde_yaml::Value>,
+    pub(crate) args: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Deserialize, Default)]

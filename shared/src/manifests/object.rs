@@ -88,13 +88,13 @@ impl Object {
         each!(self, o => serde_json::to_value(o).unwrap_or_default())
     }
 
-    fn to_yaml(&self) -> Result<String, serde_yaml::Error> {
-        each!(self, o => serde_yaml::to_string(o))
+    fn to_yaml(&self) -> Result<String, crate::yaml::YamlError> {
+        each!(self, o => crate::yaml::to_string(o))
     }
 }
 
 /// A YAML stream, one document per object, as `kubectl apply -f` reads it.
-pub fn to_yaml_stream(objects: &[Object]) -> Result<String, serde_yaml::Error> {
+pub fn to_yaml_stream(objects: &[Object]) -> Result<String, crate::yaml::YamlError> {
     let mut out = String::new();
     for o in objects {
         out.push_str("---\n");
