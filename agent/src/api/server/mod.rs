@@ -38,7 +38,7 @@ use self::authn::{Authenticator, AuthnError};
 use self::authz::Authorizer;
 use self::connections::{ConnectionLimits, ConnectionOptions, LimitedAcceptor};
 use self::dry_run::DryRuns;
-use self::tls::{ClientVerifiers, ServingCert, TlsError};
+use self::tls::{CertResolver, ClientVerifiers, ServingCert, TlsError};
 use crate::scheduler::Shared;
 
 #[derive(Debug, thiserror::Error)]
@@ -189,7 +189,7 @@ async fn checked(s: Arc<ServerState>, mut req: Request, next: Next) -> Response 
 async fn keep_auth_config(
     client: kube::Client,
     state: Arc<ServerState>,
-    cert: ServingCert,
+    cert: Arc<CertResolver>,
     tls: RustlsConfig,
     mut current: AuthConfig,
 ) {
@@ -237,7 +237,13 @@ pub async fn serve(
         }
     };
     let verifiers = ClientVerifiers::new(&auth_config)?;
-    let tls = RustlsConfig::from_config(tls::server_config(&opts.cert, &auth_config)?);
+    let cert = CertResolver::new(&opts.cert)?;
+    tokio::spawn(tls::keep_serving_cert(
+        cert.clone(),
+        opts.cert.clone(),
+        tls::CERT_REFRESH,
+    ));
+    let tls = RustlsConfig::from_config(tls::server_config(&cert, &auth_config)?);
     let state = Arc::new(ServerState {
         shared,
         authn: Authenticator::new(opts.auth_client.clone(), opts.token_ttl),
@@ -254,7 +260,7 @@ pub async fn serve(
     tokio::spawn(keep_auth_config(
         opts.auth_client.clone(),
         state.clone(),
-        opts.cert.clone(),
+        cert,
         tls.clone(),
         auth_config,
     ));
