@@ -13,7 +13,7 @@ use mcsched_agent::args::Args;
 use mcsched_agent::control::client;
 use mcsched_agent::control::leader::{ElectionConfig, Elector, Ended};
 use mcsched_agent::multicluster::registry::{LeafSettings, Leaves};
-use mcsched_agent::observe::telemetry;
+use mcsched_agent::observe::telemetry::{self, LogFormat};
 use mcsched_agent::scheduler::extender;
 use mcsched_agent::scheduler::{self, SchedulerOptions, Shared};
 use mcsched_engine::config_bridge;
@@ -75,6 +75,15 @@ fn tune_allocator() {
     }
 }
 
+/// Why the agent exits before it runs: a line of text, or in JSON an error event like
+/// every other line (`--logging-format=json`).
+fn fatal(args: &Args, message: &str) {
+    match args.log.logging_format {
+        LogFormat::Text => eprintln!("mcsched-agent: {message}"),
+        LogFormat::Json => error!("{message}"),
+    }
+}
+
 fn main() -> ExitCode {
     tune_allocator();
     let args = Args::parse();
@@ -87,7 +96,7 @@ fn main() -> ExitCode {
                 .as_ref()
                 .map(|p| p.display().to_string())
                 .unwrap_or_else(|| "flags".into());
-            eprintln!("mcsched-agent: invalid configuration ({source}):\n{errs}");
+            fatal(&args, &format!("invalid configuration ({source}):\n{errs}"));
             return ExitCode::from(1);
         }
     };
@@ -107,7 +116,7 @@ fn main() -> ExitCode {
     let profiles = match config_bridge::profiles(&cfg, leaves.clone()) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("mcsched-agent: invalid configuration: {e}");
+            fatal(&args, &format!("invalid configuration: {e}"));
             return ExitCode::from(1);
         }
     };
@@ -115,10 +124,11 @@ fn main() -> ExitCode {
     // alpha gate; mcsched does not, and says so rather than schedule their pods as if the
     // hierarchy were not there.
     if args.feature_gates.enabled("CompositePodGroup") {
-        eprintln!(
-            "mcsched-agent: --feature-gates: CompositePodGroup is not supported by mcsched \
+        fatal(
+            &args,
+            "--feature-gates: CompositePodGroup is not supported by mcsched \
              (kube-scheduler's alpha scheduling of scheduling.k8s.io/v1alpha3 \
-             CompositePodGroups); leave it off (docs/kubernetes-versions.md)"
+             CompositePodGroups); leave it off (docs/kubernetes-versions.md)",
         );
         return ExitCode::from(1);
     }
@@ -139,15 +149,19 @@ fn main() -> ExitCode {
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("mcsched-agent: cannot start the runtime: {e}");
+            fatal(&args, &format!("cannot start the runtime: {e}"));
             return ExitCode::from(1);
         }
     };
+    let format = args.log.logging_format;
     match runtime.block_on(run(args, cfg, profiles, leaves)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             error!("{e:#}");
-            eprintln!("mcsched-agent: {e:#}");
+            // In JSON the line above is the whole story: a log pipeline parses every line.
+            if format == LogFormat::Text {
+                eprintln!("mcsched-agent: {e:#}");
+            }
             ExitCode::from(1)
         }
     }
