@@ -62,6 +62,13 @@ clientConnection:
 leaderElection:
   leaderElect: false
 `, cfg.kubeconfig, cfg.clientQPS, cfg.clientBurst)
+	if cfg.schedulerProfiles != "" {
+		profiles, err := os.ReadFile(cfg.schedulerProfiles)
+		if err != nil {
+			return err
+		}
+		conf += string(profiles)
+	}
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		return err
 	}

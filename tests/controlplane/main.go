@@ -49,6 +49,7 @@ type config struct {
 	auditLog              string
 	compactionInterval    time.Duration
 	featureGates          string
+	schedulerProfiles     string
 }
 
 func parseFlags(args []string) (config, error) {
@@ -62,6 +63,7 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&c.realNodes, "real-nodes", false, "nodes will be real kubelets (`controlplane kubelet`): ServiceAccount admission gives pods their token volume, as in any cluster")
 	fs.BoolVar(&c.withControllerManager, "with-controller-manager", false, "run kube-controller-manager in-process")
 	fs.BoolVar(&c.withScheduler, "with-scheduler", false, "run kube-scheduler (profile default-scheduler) in-process")
+	fs.StringVar(&c.schedulerProfiles, "scheduler-profiles", "", "a file holding a KubeSchedulerConfiguration's `profiles:` (YAML) for the in-process kube-scheduler, in place of its default profile (a differential test runs kube-scheduler with the profile it gives mcsched)")
 	fs.BoolVar(&c.simulateKubelets, "simulate-kubelets", false, "renew node Leases and mark pods on non-virtual nodes Running")
 	fs.Var(&c.podAddresses, "pod-address", "NAMESPACE/PREFIX=IP: the simulated kubelet gives pods whose name starts with PREFIX this IP, so a process outside the cluster can stand in for them behind a Service (repeatable)")
 	fs.Float64Var(&c.clientQPS, "client-qps", 5000, "QPS of the in-process components' clients (scheduler_perf lifts the limits too)")

@@ -63,8 +63,9 @@ impl Members for LeafMembers {
 
 /// The pod as Score judges it on leaf nodes: the copy the check judged (its resources as
 /// the leaf admits them), with the host pod's affinity and spreading, which the copy
-/// keeps only at node level. Score weighs them as one cluster of host and leaf nodes
-/// would; the leaf's scheduler later places the copy by what it keeps.
+/// keeps only at node level, and its controller, which kube's default spreading selects
+/// its siblings by. Score weighs them as one cluster of host and leaf nodes would; the
+/// leaf's scheduler later places the copy by what it keeps.
 fn score_pod(copy: &Arc<PodInfo>, host: &Pod) -> Arc<PodInfo> {
     let Some(spec) = host.spec.as_ref() else {
         return copy.clone();
@@ -75,10 +76,12 @@ fn score_pod(copy: &Arc<PodInfo>, host: &Pod) -> Arc<PodInfo> {
     };
     if spec.affinity == copy_spec.affinity
         && spec.topology_spread_constraints == copy_spec.topology_spread_constraints
+        && host.metadata.owner_references == copy_obj.metadata.owner_references
     {
         return copy.clone();
     }
     let mut pod: Pod = (*copy.pod()).clone();
+    pod.metadata.owner_references = host.metadata.owner_references.clone();
     if let Some(s) = pod.spec.as_mut() {
         s.affinity = spec.affinity.clone();
         s.topology_spread_constraints = spec.topology_spread_constraints.clone();
@@ -159,10 +162,33 @@ mod tests {
     }
 
     fn framework(leaf: Vec<Arc<NodeInfo>>) -> Framework {
+        framework_with(leaf, Default::default())
+    }
+
+    fn framework_with(leaf: Vec<Arc<NodeInfo>>, args: crate::plugins::PluginArgs) -> Framework {
         let spec = crate::config_bridge::default_spec("mcsched").expect("default profile");
-        let plugins =
-            crate::plugins::registry_with_leaves(&Default::default(), Arc::new(OneLeaf(leaf)));
+        let plugins = crate::plugins::registry_with_leaves(&args, Arc::new(OneLeaf(leaf)));
         Framework::new(&spec, &plugins, 1).expect("framework")
+    }
+
+    /// The profile's strategy holds on leaf nodes: under MostAllocated the leaf's nodes,
+    /// three quarters full, beat the host's half full ones, although the virtual node's
+    /// summed free room looks emptier than any host node.
+    #[test]
+    fn most_allocated_prefers_the_fuller_leaf_nodes() {
+        let mut args = crate::plugins::PluginArgs::default();
+        args.fit.strategy = crate::plugins::node_resources_fit::Strategy::MostAllocated;
+        let leaf = (0..10).map(|i| node(&format!("east-{i}"), "6")).collect();
+        let fw = framework_with(leaf, args);
+        let hosts = (0..10).map(|i| node(&format!("host-{i}"), "4")).collect();
+        let snapshot = host_with_virtual(hosts);
+        let pod = pod_requesting("p", &[("cpu", "1")]);
+        let mut state = CycleState::new();
+        let mut record = CycleRecord::default();
+        let result = fw
+            .schedule(&mut state, &pod, &snapshot, &mut record, false)
+            .expect("scheduled");
+        assert_eq!(result.node, "mcsched-east", "totals {:?}", record.totals);
     }
 
     fn host_with_virtual(hosts: Vec<Arc<NodeInfo>>) -> Snapshot {
