@@ -97,9 +97,17 @@ pub struct NodeExplanation {
     pub scores: Vec<PluginScore>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub total_score: Option<i64>,
-    /// For a virtual node: the leaf cluster's node that would host the pod.
+    /// For a virtual node: the leaf cluster's node that would host the pod. When the
+    /// virtual node was scored, the one whose scores `scores` are (but for the plugins
+    /// that score a cluster as a whole: ClusterWeights, ClusterCost, ClusterTiers,
+    /// ClusterCapacity, PlacementPolicy).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leaf_node: Option<String>,
+    /// For a scored virtual node: how many of the leaf's nodes scored as high as
+    /// `leaf_node`; the virtual node counted as that many nodes in the pick among the top
+    /// scores, as they would in one cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leaf_ties: Option<usize>,
     /// For a virtual node: what the copy would use in the leaf that is worth saying (the
     /// ServiceAccount it runs as: the leaf's, or one pod sync creates).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -151,7 +151,7 @@ async fn bound(
     .map_err(|e| e.context(logs()))
 }
 
-/// One line per node of `pod`'s explanation: its leaf node and scores.
+/// One line per node of `pod`'s explanation: its leaf node, ties and scores.
 async fn explained(host: &ControlPlane, agent: &Agent, pod: &str) -> anyhow::Result<String> {
     let http = mcsched_e2e::api::admin_https(host)?;
     let e = mcsched_e2e::api::explain(&http, &agent.url, "default", pod).await?;
@@ -168,9 +168,10 @@ async fn explained(host: &ControlPlane, agent: &Agent, pod: &str) -> anyhow::Res
             continue;
         }
         out.push_str(&format!(
-            "  {} leaf node {:?} total {:?}: {}\n",
+            "  {} leaf node {:?} ties {:?} total {:?}: {}\n",
             n.node,
             n.leaf_node,
+            n.leaf_ties,
             n.total_score,
             scores.join(", ")
         ));
@@ -248,12 +249,26 @@ async fn mixed(
     .map_err(|e| e.context(agent.logs()))?;
     create_pods(&host.client, w, "mcsched").await?;
     let placed = bound(&host.client, w, || agent.logs()).await?;
-    // What the scores were, said if the counts disagree.
+    // explain shows, for the virtual node, the leaf node whose scores it took and how
+    // many leaf nodes tied with it, beside the host nodes' scores.
     let mut said = String::new();
     let on_leaf = placed.iter().find(|(_, n)| *n == vn);
     let on_host = placed.iter().find(|(_, n)| *n != vn);
     for (pod, _) in on_leaf.into_iter().chain(on_host) {
         said.push_str(&explained(host, &agent, pod).await?);
+    }
+    if let Some((pod, _)) = on_leaf {
+        let http = mcsched_e2e::api::admin_https(host)?;
+        let e = mcsched_e2e::api::explain(&http, &agent.url, "default", pod).await?;
+        if e.num_feasible_nodes > 1 {
+            let row = (e.nodes.iter())
+                .find(|n| n.node == vn)
+                .ok_or_else(|| anyhow::anyhow!("{pod}: no row for {vn}\n{said}"))?;
+            anyhow::ensure!(
+                row.leaf_node.is_some() && row.leaf_ties.is_some_and(|t| t >= 1),
+                "{pod}: {vn} not explained as a leaf node's scores\n{said}"
+            );
+        }
     }
     Ok((placed.iter().filter(|(_, n)| *n != vn).count(), said))
 }

@@ -45,6 +45,7 @@ struct StoredNode {
 #[derive(Debug, Clone, Default)]
 struct RareParts {
     leaf_node: Option<String>,
+    leaf_ties: Option<usize>,
     leaf_notes: Vec<String>,
     nominated_pods: Vec<String>,
 }
@@ -52,6 +53,7 @@ struct RareParts {
 impl RareParts {
     fn boxed(
         leaf_node: Option<&String>,
+        leaf_ties: Option<usize>,
         leaf_notes: Option<&Vec<String>>,
         nominated_pods: Option<&Vec<String>>,
     ) -> Option<Box<Self>> {
@@ -59,6 +61,7 @@ impl RareParts {
         (leaf_node.is_some() || !nominated_pods.is_empty()).then(|| {
             Box::new(RareParts {
                 leaf_node: leaf_node.cloned(),
+                leaf_ties,
                 leaf_notes: leaf_notes.cloned().unwrap_or_default(),
                 nominated_pods,
             })
@@ -142,6 +145,7 @@ fn expand_node(
             .collect(),
         total_score: n.total_score,
         leaf_node: n.rare.as_ref().and_then(|r| r.leaf_node.clone()),
+        leaf_ties: n.rare.as_ref().and_then(|r| r.leaf_ties),
         leaf_notes: n
             .rare
             .as_ref()
@@ -213,6 +217,7 @@ fn stored_nodes(record: &CycleRecord, limit: usize) -> StoredNodes {
                 filters: verdicts_of(&n.name, None),
                 rare: RareParts::boxed(
                     record.leaf_nodes.get(&*n.name),
+                    record.leaf_ties.get(&*n.name).copied(),
                     record.leaf_notes.get(&*n.name),
                     record.nominated.get(&*n.name),
                 ),
@@ -225,7 +230,7 @@ fn stored_nodes(record: &CycleRecord, limit: usize) -> StoredNodes {
         feasible: false,
         total_score: None,
         filters: verdicts_of(&n.name, Some(s)),
-        rare: RareParts::boxed(None, None, record.nominated.get(&*n.name)),
+        rare: RareParts::boxed(None, None, None, record.nominated.get(&*n.name)),
     }));
     StoredNodes {
         nodes,
@@ -463,6 +468,7 @@ mod tests {
             }],
             totals: vec![22, 200],
             leaf_nodes: HashMap::from([("a".to_string(), "leaf-1".to_string())]),
+            leaf_ties: HashMap::from([("a".to_string(), 7)]),
             nominated: HashMap::from([("c".to_string(), vec!["ns/high".to_string()])]),
             rejected: vec![(
                 info("c"),
@@ -482,6 +488,7 @@ mod tests {
         assert_eq!(got.nodes[2].filters[1].code, "Unschedulable");
         assert_eq!(got.nodes[1].scores[0].raw, 10);
         assert_eq!(got.nodes[1].leaf_node.as_deref(), Some("leaf-1"));
+        assert_eq!(got.nodes[1].leaf_ties, Some(7));
         assert_eq!(got.nodes[0].leaf_node, None);
         assert_eq!(got.nodes[2].nominated_pods, ["ns/high"]);
         assert!(got.nodes[2].scores.is_empty());

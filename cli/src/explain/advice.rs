@@ -408,6 +408,7 @@ mod tests {
             scores: vec![],
             total_score: None,
             leaf_node: None,
+            leaf_ties: None,
             leaf_notes: vec![],
             nominated_pods: vec![],
         }

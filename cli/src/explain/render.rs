@@ -28,6 +28,16 @@ fn evaluated_apart(e: &Explanation) -> String {
     )
 }
 
+/// A virtual node's leaf node, with how many of the leaf's nodes scored as high when it
+/// was scored as that node (it counted as that many in the pick).
+fn leaf_column(n: &NodeExplanation) -> String {
+    match (&n.leaf_node, n.leaf_ties) {
+        (Some(leaf), Some(ties)) if ties > 1 => format!("{leaf} (1 of {ties} tied)"),
+        (Some(leaf), _) => leaf.clone(),
+        (None, _) => "-".into(),
+    }
+}
+
 /// The first rejection of a node, or "ok".
 fn verdict(n: &NodeExplanation) -> String {
     n.filters
@@ -147,7 +157,7 @@ pub fn render(e: &Explanation, wide: bool, mode: Mode) -> String {
     for n in nodes {
         let mut row = vec![
             n.node.clone(),
-            n.leaf_node.clone().unwrap_or_else(|| "-".into()),
+            leaf_column(n),
             n.total_score
                 .map(|s| s.to_string())
                 .unwrap_or_else(|| "-".into()),
@@ -238,6 +248,7 @@ mod tests {
                     scores: vec![],
                     total_score: None,
                     leaf_node: None,
+                    leaf_ties: None,
                     leaf_notes: vec![],
                     nominated_pods: vec![],
                 },
@@ -254,6 +265,7 @@ mod tests {
                     }],
                     total_score: Some(80),
                     leaf_node: Some("east-3".into()),
+                    leaf_ties: Some(12),
                     leaf_notes: vec!["ServiceAccount shop/builder: the leaf has it".into()],
                     nominated_pods: vec![],
                 },
@@ -296,8 +308,10 @@ mod tests {
             .expect("header")
             + 1;
         assert!(lines[first_row].starts_with("mcsched-east"), "{table}");
+        // Scored as east-3, one of 12 leaf nodes as good: its scores are the row's.
         assert!(
-            lines[first_row].contains("east-3") && lines[first_row].contains("80x1"),
+            lines[first_row].contains("east-3 (1 of 12 tied)")
+                && lines[first_row].contains("80x1"),
             "{table}"
         );
         assert!(

@@ -191,6 +191,7 @@ mod tests {
             scores: Vec::new(),
             total_score: None,
             leaf_node: None,
+            leaf_ties: None,
             leaf_notes: Vec::new(),
             nominated_pods: nominated.iter().map(|s| s.to_string()).collect(),
         }

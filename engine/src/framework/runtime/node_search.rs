@@ -605,6 +605,9 @@ impl Framework {
             if let Some(w) = stands_for.as_mut() {
                 w[*i] = best.ties;
             }
+            record
+                .leaf_ties
+                .insert(nodes[*i].name.to_string(), best.ties);
             members
                 .as_ref()
                 .inspect(|ms| ms.choose(&nodes[*i].name, &best.member));

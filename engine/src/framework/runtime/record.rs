@@ -42,6 +42,9 @@ pub struct CycleRecord {
     pub leaf_nodes: HashMap<String, String>,
     /// Virtual node → what the leaf check noted about the copy there.
     pub leaf_notes: HashMap<String, Vec<String>>,
+    /// Scored virtual node → how many of its leaf nodes scored as high as the one whose
+    /// scores it took (its `leaf_nodes` entry): it counted as that many in the pick.
+    pub leaf_ties: HashMap<String, usize>,
     /// The placement policy applied (filled by the scheduling cycle).
     pub policy: Option<mcsched_shared::explain::AppliedPolicy>,
 }

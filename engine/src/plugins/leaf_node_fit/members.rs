@@ -248,6 +248,7 @@ mod tests {
             record.totals[at("mcsched-east")],
             record.totals[at("host-2")]
         );
+        assert_eq!(record.leaf_ties.get("mcsched-east"), Some(&1));
     }
 
     #[test]
@@ -268,6 +269,7 @@ mod tests {
             let result = fw
                 .schedule(&mut state, &pod, &snapshot, &mut record, false)
                 .expect("scheduled");
+            assert_eq!(record.leaf_ties.get("mcsched-east"), Some(&40));
             if result.node == "mcsched-east" {
                 leaf_nodes.extend(super::super::leaf_nodes(&state).remove("mcsched-east"));
             } else {
