@@ -248,6 +248,50 @@ mod tests {
         );
     }
 
+    /// Concurrent requests by one caller for one thing wait on one SubjectAccessReview;
+    /// another caller's is asked on its own.
+    #[tokio::test]
+    async fn concurrent_misses_share_one_subject_access_review() {
+        let (client, calls) = crate::fake_api::client(|method, path| {
+            assert_eq!(
+                (method, path),
+                ("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews")
+            );
+            (
+                201,
+                serde_json::json!({
+                    "apiVersion": "authorization.k8s.io/v1",
+                    "kind": "SubjectAccessReview",
+                    "spec": {},
+                    "status": {"allowed": true},
+                }),
+            )
+        });
+        let ttl = Duration::from_secs(60);
+        let authz = Authorizer::new(client, Vec::new(), ttl, ttl);
+        let user = |name: &str| UserInfo {
+            name: name.into(),
+            ..Default::default()
+        };
+        let metrics = Attributes::NonResource {
+            path: "/metrics".into(),
+            verb: "get".into(),
+        };
+        let (alice, bob) = (user("alice"), user("bob"));
+        let decisions = futures::future::join_all(
+            (0..16)
+                .map(|_| authz.authorize(&alice, &metrics))
+                .chain((0..16).map(|_| authz.authorize(&bob, &metrics))),
+        )
+        .await;
+        assert_eq!(
+            calls.lock().expect("calls").len(),
+            2,
+            "32 requests by two callers, two reviews"
+        );
+        assert!(decisions.into_iter().all(|d| d.expect("decided").allowed));
+    }
+
     #[test]
     fn always_allowed_paths_are_exact_or_prefixes() {
         let p = vec!["/healthz".to_string(), "/debug/*".to_string()];
