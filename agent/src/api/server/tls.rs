@@ -203,6 +203,11 @@ impl ServingCert {
         }
     }
 
+    /// The private key, PEM (what `--tls-private-key-file` holds).
+    pub fn key_pem(&self) -> &[u8] {
+        &self.key_pem
+    }
+
     /// The chain and its signing key, as rustls serves them; an error when the key is
     /// not the certificate's.
     fn certified_key(&self) -> Result<Arc<CertifiedKey>, TlsError> {
