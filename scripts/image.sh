@@ -12,10 +12,10 @@
 #                              .build/image/pause.tar (mcsched.test/pause:1, the pod
 #                              sandbox) and .build/image/hello.tar (mcsched.test/hello:1,
 #                              an HTTP server saying hello), static Go programs
-#   scripts/image.sh conformance the pause and agnhost images of Kubernetes' scheduling
+#   scripts/image.sh conformance the pause, agnhost and busybox images of Kubernetes' scheduling
 #                              e2e suite for a real node (`make conformance`)
 #
-# The .test domain never resolves, so nothing can ever pull these two test images: they
+# The .test domain never resolves, so nothing can ever pull these test images: they
 # exist only where a test imported them.
 set -euo pipefail
 
@@ -110,8 +110,9 @@ test_images() {
 # under the names the suite gives them once its registries are overridden to
 # mcsched.test/e2e (KUBE_TEST_REPO_LIST, see tests/tests/conformance.rs), with the tags of
 # test/utils/image/manifest.go in the k8s.io/kubernetes module of tests/conformance:
-# .build/image/e2e-pause.tar (tools/image/pause) and .build/image/e2e-agnhost.tar
-# (k8s.io/kubernetes/test/images/agnhost, a `tool` of tests/conformance/go.mod).
+# .build/image/e2e-pause.tar (tools/image/pause), .build/image/e2e-agnhost.tar
+# (k8s.io/kubernetes/test/images/agnhost, a `tool` of tests/conformance/go.mod) and
+# .build/image/e2e-busybox.tar (Debian's busybox-static).
 conformance_images() {
   build_tool
   local work k8s manifest
@@ -120,11 +121,14 @@ conformance_images() {
   k8s="$(cd "$ROOT/tests/conformance" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)"
   manifest="$k8s/test/utils/image/manifest.go"
   tag_of() { sed -n "s/.*configs\[$1\] = Config{list\.[A-Za-z0-9]*, \"[a-z]*\", \"\([^\"]*\)\"}.*/\1/p" "$manifest"; }
-  local pause_tag agnhost_tag
+  local pause_tag agnhost_tag busybox_tag
   pause_tag="$(tag_of Pause)"
   agnhost_tag="$(tag_of Agnhost)"
-  [[ -n $pause_tag && -n $agnhost_tag ]] || die "no pause or agnhost tag in $manifest"
-  mkdir -p "$work/pause" "$work/agnhost"
+  busybox_tag="$(tag_of BusyBox)"
+  [[ -n $pause_tag && -n $agnhost_tag && -n $busybox_tag ]] ||
+    die "no pause, agnhost or busybox tag in $manifest"
+  [[ -x /bin/busybox ]] || die "/bin/busybox is missing (Debian's busybox-static: scripts/setup.sh)"
+  mkdir -p "$work/pause" "$work/agnhost" "$work/busybox/bin"
   go_build tools/image "$work/pause/pause" ./pause
   go_build tests/conformance "$work/agnhost/agnhost" k8s.io/kubernetes/test/images/agnhost
   "$TOOL" --rootfs "$work/pause" --ref "mcsched.test/e2e/pause:$pause_tag" --platform "$(platform)" \
@@ -133,6 +137,16 @@ conformance_images() {
   "$TOOL" --rootfs "$work/agnhost" --ref "mcsched.test/e2e/agnhost:$agnhost_tag" --platform "$(platform)" \
     --entrypoint /agnhost --docker-archive "$OUT/e2e-agnhost.tar" >/dev/null
   say "mcsched.test/e2e/agnhost:$agnhost_tag: $OUT/e2e-agnhost.tar ($(size_of "$OUT/e2e-agnhost.tar"))"
+  # The suite's pods (e2epod.MakePod) run `/bin/sh -c ...` in busybox: Debian's static
+  # build with its applets linked in /bin, as the upstream image has them.
+  cp /bin/busybox "$work/busybox/bin/busybox"
+  local applet
+  for applet in $("$work/busybox/bin/busybox" --list); do
+    [[ $applet == busybox ]] || ln -s busybox "$work/busybox/bin/$applet"
+  done
+  "$TOOL" --rootfs "$work/busybox" --ref "mcsched.test/e2e/busybox:$busybox_tag" --platform "$(platform)" \
+    --cmd sh --docker-archive "$OUT/e2e-busybox.tar" >/dev/null
+  say "mcsched.test/e2e/busybox:$busybox_tag: $OUT/e2e-busybox.tar ($(size_of "$OUT/e2e-busybox.tar"))"
 }
 
 case "${1:-}" in

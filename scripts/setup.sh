@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # What a fresh machine needs beyond Rust, Go, kubectl and make: rustfmt and clippy, and for
 # the real-node tests (a kubelet on containerd) Debian's containerd, runc, CNI plugins,
-# nftables and iproute2. The packages are installed only when missing, which needs root
-# (CI runs this as root); without root, it says what to install and the real-node tests
+# nftables, iproute2 and busybox-static (the e2e suite's busybox image). The packages are
+# installed only when missing, which needs root (CI runs this as root); without root, it says what to install and the real-node tests
 # fail naming what is missing.
 set -euo pipefail
 for tool in cargo go kubectl make; do
@@ -21,6 +21,8 @@ PACKAGES=(
   "nftables /usr/sbin/nft"
   "iproute2 /usr/sbin/ip"
   "ca-certificates /etc/ssl/certs/ca-certificates.crt"
+  # The busybox image of the scheduling e2e suite's pods (scripts/image.sh conformance).
+  "busybox-static /bin/busybox"
 )
 missing=()
 for entry in "${PACKAGES[@]}"; do

@@ -313,7 +313,7 @@ async fn run_suite(
     }
     let real = if with_real_node {
         let node = RealNode::start(&cp, "node-real").await?;
-        for image in ["e2e-pause", "e2e-agnhost"] {
+        for image in ["e2e-pause", "e2e-agnhost", "e2e-busybox"] {
             node.import(&real_node::image_dir().join(format!("{image}.tar")))?;
         }
         // A zone of its own, as every simulated node has (the Multi-AZ specs count the
@@ -661,7 +661,7 @@ async fn scheduling_specs_that_pass_with_kube_scheduler_pass_with_mcsched() -> a
     // build (`scripts/image.sh conformance`) takes minutes cold.
     let with_real_node = full && {
         let mut missing = real_node::missing();
-        for image in ["e2e-pause", "e2e-agnhost"] {
+        for image in ["e2e-pause", "e2e-agnhost", "e2e-busybox"] {
             let archive = real_node::image_dir().join(format!("{image}.tar"));
             if !archive.exists() {
                 missing.push(format!(
