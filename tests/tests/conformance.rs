@@ -535,7 +535,7 @@ fn results_md(kube: &Run, mcsched: &Run, focus: &str, skip: &str) -> String {
     let mut md = String::new();
     let real_node = if kube.real_node {
         " and one real node (`controlplane kubelet`, containerd, runc, CNI: its pods run in \
-         containers, from the pause and agnhost images built here by `scripts/image.sh \
+         containers, from the pause, agnhost and busybox images built here by `scripts/image.sh \
          conformance` and imported, under the names the suite's image override \
          (`KUBE_TEST_REPO_LIST`: every registry `mcsched.test/e2e`) gives them)"
     } else {
