@@ -310,8 +310,7 @@ mod tests {
         assert!(lines[first_row].starts_with("mcsched-east"), "{table}");
         // Scored as east-3, one of 12 leaf nodes as good: its scores are the row's.
         assert!(
-            lines[first_row].contains("east-3 (1 of 12 tied)")
-                && lines[first_row].contains("80x1"),
+            lines[first_row].contains("east-3 (1 of 12 tied)") && lines[first_row].contains("80x1"),
             "{table}"
         );
         assert!(
