@@ -285,6 +285,7 @@ async fn run(
             },
             health_addr: (args.health_port != 0)
                 .then(|| SocketAddr::new(args.health_bind_address, args.health_port)),
+            enable_profiling: cfg.enable_profiling,
         };
         let (s, h) = (Arc::clone(&shared), handle.clone());
         tokio::spawn(async move {

@@ -44,6 +44,7 @@ pub(super) fn decode(text: &str, gates: &FeatureGates) -> Result<SchedulerConfig
         client_connection: ClientConnection::default(),
         profiles: Vec::new(),
         extenders: Vec::new(),
+        enable_profiling: raw.enable_profiling.unwrap_or(true),
         warnings: Vec::new(),
     };
 

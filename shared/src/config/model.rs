@@ -21,6 +21,9 @@ pub struct SchedulerConfig {
     pub client_connection: ClientConnection,
     pub profiles: Vec<Profile>,
     pub extenders: Vec<Extender>,
+    /// `enableProfiling` (kube-scheduler's default: true): the secure port serves
+    /// `/debug/pprof/profile`.
+    pub enable_profiling: bool,
     /// Things kept for compatibility that the user should know (legacy plugin names...).
     pub warnings: Vec<String>,
 }

@@ -15,9 +15,9 @@ pub(super) struct RawConfig {
     pub(crate) client_connection: Option<RawClientConnection>,
     pub(crate) profiles: Option<Vec<RawProfile>>,
     pub(crate) extenders: Option<Vec<RawExtender>>,
-    // Accepted for compatibility; mcsched serves no profiling endpoints.
-    #[allow(dead_code)]
     pub(crate) enable_profiling: Option<bool>,
+    // Accepted for compatibility and ignored: Go's block and mutex profiles have no
+    // counterpart in a Rust process.
     #[allow(dead_code)]
     pub(crate) enable_contention_profiling: Option<bool>,
     /// v1 only.

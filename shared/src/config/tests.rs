@@ -774,3 +774,15 @@ profiles:
         ]
     );
 }
+
+/// kube-scheduler profiles by default; `enableProfiling: false` turns the endpoint off,
+/// and `enableContentionProfiling` is accepted either way.
+#[test]
+fn enable_profiling_defaults_to_true_as_kubes() {
+    assert!(ok(V1).enable_profiling);
+    assert!(!ok(&format!("{V1}enableProfiling: false\n")).enable_profiling);
+    let c = ok(&format!(
+        "{V1}enableProfiling: true\nenableContentionProfiling: true\n"
+    ));
+    assert!(c.enable_profiling);
+}

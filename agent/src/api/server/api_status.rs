@@ -13,6 +13,7 @@ pub fn failure(code: StatusCode, message: impl Into<String>) -> Response {
         StatusCode::NOT_FOUND => "NotFound",
         StatusCode::METHOD_NOT_ALLOWED => "MethodNotAllowed",
         StatusCode::NOT_ACCEPTABLE => "NotAcceptable",
+        StatusCode::CONFLICT => "Conflict",
         StatusCode::UNSUPPORTED_MEDIA_TYPE => "UnsupportedMediaType",
         StatusCode::PAYLOAD_TOO_LARGE => "RequestEntityTooLarge",
         StatusCode::UNPROCESSABLE_ENTITY => "Invalid",

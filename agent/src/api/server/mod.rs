@@ -1,6 +1,6 @@
-//! HTTPS on the secure port (10259, like kube-scheduler): health, metrics, and the
-//! `mcsched.io` aggregated API. Every path but the health checks is authenticated and
-//! authorized as kube-scheduler's secure port does it.
+//! HTTPS on the secure port (10259, like kube-scheduler): health, metrics, the CPU
+//! profile (`enableProfiling`), and the `mcsched.io` aggregated API. Every path but the
+//! health checks is authenticated and authorized as kube-scheduler's secure port does it.
 
 pub mod api_status;
 pub mod apis;
@@ -12,6 +12,7 @@ pub mod dry_run;
 pub mod failed_auth;
 pub mod openapi;
 pub mod pod_disclosure;
+pub mod profiling;
 pub mod publish;
 pub mod request_info;
 pub mod tls;
@@ -38,6 +39,7 @@ use self::authn::{Authenticator, AuthnError};
 use self::authz::Authorizer;
 use self::connections::{ConnectionLimits, ConnectionOptions, LimitedAcceptor};
 use self::dry_run::DryRuns;
+use self::profiling::Profiler;
 use self::tls::{CertResolver, ClientVerifiers, ServingCert, TlsError};
 use crate::scheduler::Shared;
 
@@ -76,6 +78,8 @@ pub struct ServerOptions {
     pub connections: ConnectionOptions,
     /// Where health and metrics are served on plain HTTP as well, if anywhere.
     pub health_addr: Option<SocketAddr>,
+    /// The configuration's `enableProfiling`: `/debug/pprof/profile` is served.
+    pub enable_profiling: bool,
 }
 
 pub struct ServerState {
@@ -83,6 +87,8 @@ pub struct ServerState {
     pub authn: Authenticator,
     pub authz: Authorizer,
     pub dry_runs: DryRuns,
+    /// None without `enableProfiling`: the profile path is then not found, as kube's.
+    pub profiler: Option<Profiler>,
     request_timeout: Duration,
 }
 
@@ -112,7 +118,13 @@ pub fn health_router(state: Arc<ServerState>) -> Router {
 }
 
 pub fn router(state: Arc<ServerState>) -> Router {
-    health_routes()
+    let mut routes = health_routes();
+    // Not routed at all when disabled: the fallback's 404, behind the guard, as kube
+    // leaves the path unregistered.
+    if state.profiler.is_some() {
+        routes = routes.route(profiling::PATH, get(profile));
+    }
+    routes
         .merge(apis::routes())
         .merge(openapi::routes())
         .fallback(|| async { not_found() })
@@ -124,7 +136,14 @@ pub fn router(state: Arc<ServerState>) -> Router {
 /// Authentication, then authorization, then the handler, all within the request
 /// deadline (a slow TokenReview or SubjectAccessReview holds no connection longer).
 async fn guard(State(s): State<Arc<ServerState>>, req: Request, next: Next) -> Response {
-    let deadline = s.request_timeout;
+    let mut deadline = s.request_timeout;
+    // A profile takes the time it asks for (bounded by the profiler) on top of the usual
+    // deadline, or the default 30 s profile would never beat the default 30 s deadline.
+    if let Some(p) = s.profiler.as_ref()
+        && req.uri().path() == profiling::PATH
+    {
+        deadline += p.requested(req.uri()).unwrap_or_default();
+    }
     match tokio::time::timeout(deadline, checked(s, req, next)).await {
         Ok(resp) => resp,
         Err(_) => failure(
@@ -254,6 +273,9 @@ pub async fn serve(
             opts.unauthorized_ttl,
         ),
         dry_runs: DryRuns::new(opts.max_dry_runs, opts.request_timeout),
+        profiler: opts
+            .enable_profiling
+            .then(|| Profiler::new(opts.connections.idle_timeout)),
         request_timeout: opts.request_timeout,
     });
     state.authn.set_config(auth_config.clone(), verifiers);
@@ -318,6 +340,13 @@ async fn serve_health(
         .await
     {
         warn!(error = %e, %addr, "health listener stopped");
+    }
+}
+
+async fn profile(State(s): State<Arc<ServerState>>, uri: axum::http::Uri) -> Response {
+    match &s.profiler {
+        Some(p) => p.serve(&uri).await,
+        None => not_found(),
     }
 }
 
@@ -415,6 +444,7 @@ pub(crate) mod tests {
                 ttl,
             ),
             dry_runs: DryRuns::new(1, ttl),
+            profiler: Some(Profiler::new(Duration::from_secs(90))),
             request_timeout: ttl,
         })
     }
