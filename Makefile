@@ -36,7 +36,7 @@ GO_FLAGS := -trimpath
 GO_MODULES := tests/controlplane tests/conformance tests/go-extender tests/quantity-oracle tools/image tools/lint
 GO_FORMATTED := tests/controlplane tests/conformance tools/image tools/lint
 
-.PHONY: feature-gates matrix all build controlplane controlplanes controlplane-oldest-leaf $(addprefix controlplane-v,$(CONTROLPLANE_OLD_MINORS)) conformance-suite conformance demo test differential lint fmt clean manifests bench bench-engine soak image test-images vet actionlint fuzz
+.PHONY: feature-gates matrix all build controlplane controlplanes controlplane-oldest-leaf $(addprefix controlplane-v,$(CONTROLPLANE_OLD_MINORS)) conformance-suite conformance demo test differential lint fmt clean manifests bench bench-engine soak image test-images vet actionlint fuzz helm
 
 all: build
 
@@ -161,6 +161,16 @@ fuzz:
 vet:
 	@unformatted=$$(gofmt -l $(GO_FORMATTED)); if [ -n "$$unformatted" ]; then echo "gofmt -l: $$unformatted"; exit 1; fi
 	@for m in $(GO_MODULES); do (cd $$m && go vet $(GO_FLAGS) ./...) || exit 1; done
+
+## helm: Helm, built from its Go module (helm.sh/helm/v4 at HELM_VERSION, its own go.mod
+## and go.sum, checked against the checksum database) into .build/helm, for the chart's
+## test (tests/tests/helm.rs).
+HELM_VERSION := v4.3.1
+helm: $(BUILD)/helm
+
+$(BUILD)/helm: Makefile
+	@mkdir -p $(BUILD)
+	GOBIN=$(abspath $(BUILD)) go install $(GO_FLAGS) -ldflags '-s -w -X helm.sh/helm/v4/internal/version.version=$(HELM_VERSION)' helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)
 
 ## actionlint: the GitHub workflows, with actionlint pinned in tools/lint/go.mod.
 actionlint:
