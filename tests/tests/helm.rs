@@ -3,7 +3,8 @@
 //! run's, default and with values beside the flags they stand for; installed and upgraded
 //! on a real API server with kube-controller-manager and simulated kubelets (the agent's
 //! Deployment becomes Available without a container runtime, as in install.rs: the agent
-//! process itself does not run).
+//! process itself does not run). `kubectl kustomize manifests/` gives install.yaml's
+//! objects.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -623,5 +624,30 @@ async fn helm_installs_and_upgrades_on_a_control_plane() -> anyhow::Result<()> {
     let deployments: Api<Deployment> = Api::namespaced(cp.client.clone(), keys::SYSTEM_NAMESPACE);
     assert!(deployments.get_opt(keys::AGENT_NAME).await?.is_none());
     assert!(apiservices.get_opt(keys::API_SERVICE_NAME).await?.is_none());
+    Ok(())
+}
+
+#[test]
+fn kustomize_renders_install_yaml() -> anyhow::Result<()> {
+    let out = Command::new("kubectl")
+        .arg("kustomize")
+        .arg(mcsched_e2e::repo_root().join("manifests"))
+        .output()
+        .context("kubectl must be on PATH")?;
+    let rendered = objects(&ok(out, "kubectl kustomize manifests/")?)?;
+    let committed =
+        std::fs::read_to_string(mcsched_e2e::repo_root().join("manifests/install.yaml"))?;
+    let (rendered, committed) = (by_key(&rendered), by_key(&objects(&committed)?));
+    assert_eq!(
+        rendered.keys().collect::<Vec<_>>(),
+        committed.keys().collect::<Vec<_>>()
+    );
+    // Numbers by value: kustomize writes the CRDs' `minimum: 0.0` as 0.
+    for (k, o) in &committed {
+        let (r, o) = (&rendered[k], o);
+        contains(r, o, "")
+            .and_then(|()| contains(o, r, ""))
+            .map_err(|e| anyhow::anyhow!("{k:?}: {e}"))?;
+    }
     Ok(())
 }
