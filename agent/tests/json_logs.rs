@@ -66,16 +66,26 @@ fn every_line_is_json_with_component_bases_keys() {
             .any(|l| l.get("v") == Some(&serde_json::json!(4))),
         "-v=5 logs debug lines (v 4)"
     );
-    let last = lines.last().expect("a line");
+    // The fatal error is an error line (no `v`); at -v=5 a trace line of another thread
+    // (tower's buffer worker) may still come after it.
+    let fatal = lines
+        .iter()
+        .rev()
+        .find(|l| l.get("v").is_none())
+        .expect("an error line");
     assert!(
-        last.get("v").is_none(),
-        "the fatal error is an error: {last:?}"
-    );
-    assert!(
-        last["msg"]
+        fatal["msg"]
             .as_str()
             .is_some_and(|m| m.contains("reading the host's id")),
-        "{last:?}"
+        "the last error is the fatal one: {fatal:?}"
+    );
+    let after = lines.iter().rev().take_while(|l| l.get("v").is_some());
+    assert!(
+        after
+            .clone()
+            .all(|l| l.get("v") == Some(&serde_json::json!(5))),
+        "only trace lines after the fatal error: {:?}",
+        after.collect::<Vec<_>>()
     );
     // The default verbosity logs no debug line.
     let lines = json_lines(&["--kubeconfig", kubeconfig, "--logging-format=json"]);
