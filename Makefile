@@ -34,7 +34,7 @@ GO_FLAGS := -trimpath
 # Every Go module of the repository; the docs' example extender is kept as the docs wrote it
 # (vetted, not reformatted).
 GO_MODULES := tests/controlplane tests/conformance tests/go-extender tests/quantity-oracle tools/image tools/lint
-GO_FORMATTED := tests/controlplane tests/conformance tools/image tools/lint
+GO_FORMATTED := tests/controlplane tests/conformance tests/quantity-oracle tools/image tools/lint
 
 .PHONY: feature-gates matrix all build controlplane controlplanes controlplane-oldest-leaf $(addprefix controlplane-v,$(CONTROLPLANE_OLD_MINORS)) conformance-suite conformance demo test differential lint fmt clean manifests bench bench-engine soak image test-images vet actionlint fuzz helm
 
