@@ -15,6 +15,30 @@ pub async fn namespace(client: &Client, name: &str) -> anyhow::Result<()> {
     }
 }
 
+/// A ServiceAccount in `ns` and a token for it: a user of the cluster with exactly the
+/// rights its bindings give.
+pub async fn user_token(client: &Client, ns: &str, name: &str) -> anyhow::Result<String> {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    sas.create(
+        &PostParams::default(),
+        &serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?,
+    )
+    .await?;
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let answer = sas
+        .create_token_request(name, &PostParams::default(), &request)
+        .await?;
+    Ok(answer.status.and_then(|s| s.token).unwrap_or_default())
+}
+
 /// The node's Ready condition status (`True`, `False`, `Unknown`).
 pub fn ready_status(n: &Node) -> Option<String> {
     n.status

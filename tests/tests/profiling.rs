@@ -4,37 +4,15 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::Api;
 use kube::api::PostParams;
-use mcsched_e2e::objects::create_node;
+use mcsched_e2e::objects::{create_node, user_token};
 use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, api, wait};
 use reqwest::StatusCode;
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
-
-async fn token(client: &kube::Client, name: &str) -> anyhow::Result<String> {
-    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
-    sas.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": name}}))?,
-    )
-    .await?;
-    let request = TokenRequest {
-        spec: Some(TokenRequestSpec {
-            expiration_seconds: Some(3600),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let answer = sas
-        .create_token_request(name, &PostParams::default(), &request)
-        .await?;
-    Ok(answer.status.and_then(|s| s.token).unwrap_or_default())
-}
 
 async fn answering(http: &reqwest::Client, agent: &Agent) -> anyhow::Result<()> {
     wait::until(TIMEOUT, "the agent's /healthz", || async {
@@ -61,7 +39,7 @@ async fn the_cpu_profile_is_served_to_whom_rbac_lets_get_it() -> anyhow::Result<
         http.get(&url).send().await?.status(),
         StatusCode::UNAUTHORIZED
     );
-    let nobody = token(&cp.client, "nobody").await?;
+    let nobody = user_token(&cp.client, "default", "nobody").await?;
     let r = http.get(&url).bearer_auth(&nobody).send().await?;
     assert_eq!(r.status(), StatusCode::FORBIDDEN);
     let body: serde_json::Value = r.json().await?;
@@ -70,7 +48,7 @@ async fn the_cpu_profile_is_served_to_whom_rbac_lets_get_it() -> anyhow::Result<
         r#"forbidden: User "system:serviceaccount:default:nobody" cannot get path "/debug/pprof/profile""#
     );
 
-    let profiler = token(&cp.client, "profiler").await?;
+    let profiler = user_token(&cp.client, "default", "profiler").await?;
     Api::<ClusterRole>::all(cp.client.clone())
         .create(
             &PostParams::default(),

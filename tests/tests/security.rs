@@ -5,13 +5,12 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding};
 use kube::Api;
 use kube::api::PostParams;
 use mcsched_e2e::cli::{run, text};
-use mcsched_e2e::objects::create_node;
+use mcsched_e2e::objects::{create_node, user_token};
 use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, api, wait};
 use reqwest::StatusCode;
 use serde_json::json;
@@ -47,28 +46,6 @@ async fn namespace(client: &kube::Client, name: &str) -> anyhow::Result<()> {
         )
         .await?;
     Ok(())
-}
-
-/// A ServiceAccount in `ns` and a token for it: a user of the cluster with exactly the
-/// rights its bindings give.
-async fn user_token(client: &kube::Client, ns: &str, name: &str) -> anyhow::Result<String> {
-    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
-    sas.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": name}}))?,
-    )
-    .await?;
-    let request = TokenRequest {
-        spec: Some(TokenRequestSpec {
-            expiration_seconds: Some(3600),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let answer = sas
-        .create_token_request(name, &PostParams::default(), &request)
-        .await?;
-    Ok(answer.status.and_then(|s| s.token).unwrap_or_default())
 }
 
 /// A kubeconfig that is `token`'s user on `cp`.
