@@ -4,6 +4,7 @@
 
 mod cost;
 mod functions;
+mod references;
 mod values;
 
 use std::collections::{BTreeMap, HashMap};
@@ -84,6 +85,7 @@ impl CelCache {
             .env
             .compile(expression)
             .map_err(|e| format!("compilation failed: {e}"))?;
+        references::check(&program, expression)?;
         let mut literals = Vec::new();
         collect_literals(program.expression(), &mut literals);
         let max_cost = cost::estimate(program.expression());
