@@ -4,6 +4,7 @@
 //! full solution.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Node;
@@ -40,6 +41,9 @@ pub struct Allocator {
     /// Counters left per pool after what is allocated already; computed on first use and
     /// never changed, since it depends only on this allocator's inputs.
     available_counters: Mutex<HashMap<PoolId, Arc<CounterSets>>>,
+    /// How often the search tried to place one device, over all calls (kube's
+    /// Stats.NumAllocateOneInvocations): the work allocation took.
+    allocate_one_invocations: AtomicI64,
 }
 
 /// kube's klog.KObj of a claim.
@@ -95,6 +99,7 @@ impl Allocator {
             all_slices: slices.to_vec(),
             cel,
             available_counters: Mutex::new(HashMap::new()),
+            allocate_one_invocations: AtomicI64::new(0),
         })
     }
 
@@ -147,6 +152,11 @@ impl Allocator {
             Ok(true) => {}
         }
         search.build_results(node_name).map(Some)
+    }
+
+    /// How often the search tried to place one device so far (kube's GetStats).
+    pub fn num_allocate_one_invocations(&self) -> i64 {
+        self.allocate_one_invocations.load(Ordering::Relaxed)
     }
 
     pub(crate) fn features_binding_and_status(&self) -> bool {
@@ -536,6 +546,9 @@ impl<'a> Search<'a> {
         allocate_sub_request: bool,
         start: Location,
     ) -> Result<bool, SearchError> {
+        self.a
+            .allocate_one_invocations
+            .fetch_add(1, Ordering::Relaxed);
         if r.claim >= self.claims.len() {
             return Ok(true);
         }

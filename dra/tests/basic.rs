@@ -290,3 +290,34 @@ fn cel_errors_name_the_selector() {
         "{text}"
     );
 }
+
+#[test]
+fn allocator_and_cache_are_shareable_across_threads() {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<Allocator>();
+    shareable::<CelCache>();
+    let s = slice(
+        "s1",
+        "node-1",
+        "pool-1",
+        gpus(&[("gpu-0", "a100"), ("gpu-1", "a100")]),
+    );
+    let a = Arc::new(allocator(
+        &[class("gpu", &[GPU_CLASS])],
+        &[s],
+        AllocatedState::default(),
+    ));
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let a = a.clone();
+            std::thread::spawn(move || {
+                let c = claim("c1", json!([exact("req-0", "gpu", 2, &[])]));
+                a.allocate(&node("node-1"), &[&c])
+                    .map(|r| r.map(|v| devices_of(&v[0]).len()))
+            })
+        })
+        .collect();
+    for h in handles {
+        assert_eq!(h.join().expect("thread"), Ok(Some(2)));
+    }
+}

@@ -38,6 +38,9 @@ struct Case {
     #[serde(default)]
     error: Option<String>,
     expectations_hold: bool,
+    /// Upstream's count of placement attempts, for the cases that assert it.
+    #[serde(default)]
+    allocate_one_invocations: Option<i64>,
 }
 
 #[derive(Deserialize)]
@@ -198,6 +201,12 @@ fn run(case: &Case) -> Result<(), String> {
     .map_err(|e| format!("new: {e}"))?;
     let claims: Vec<&ResourceClaim> = case.claims.iter().flatten().collect();
     let got = allocator.allocate(&case.node, &claims);
+    if let Some(want) = case.allocate_one_invocations {
+        let ours = allocator.num_allocate_one_invocations();
+        if ours != want {
+            return Err(format!("placement attempts: upstream {want}, ours {ours}"));
+        }
+    }
     match (&case.error, got) {
         (Some(want), Err(e)) => {
             if error_matches(want, &e.to_string()) {
