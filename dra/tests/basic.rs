@@ -321,3 +321,56 @@ fn allocator_and_cache_are_shareable_across_threads() {
         assert_eq!(h.join().expect("thread"), Ok(Some(2)));
     }
 }
+
+fn pool_slice(name: &str, generation: i64, count: i64, devices: Value) -> Arc<ResourceSlice> {
+    Arc::new(from(json!({
+        "metadata": {"name": name},
+        "spec": {"driver": "driver.example.com", "nodeName": "node-1",
+                 "pool": {"name": "pool-1", "generation": generation, "resourceSliceCount": count},
+                 "devices": devices}
+    })))
+}
+
+#[test]
+fn only_the_newest_pool_generation_counts_whatever_the_order() {
+    let old = pool_slice("old", 1, 1, gpus(&[("gpu-old", "a100")]));
+    let new = pool_slice("new", 2, 1, gpus(&[("gpu-new", "a100")]));
+    let c = claim("c1", json!([exact("req-0", "gpu", 1, &[])]));
+    for slices in [vec![old.clone(), new.clone()], vec![new, old]] {
+        let a = allocator(
+            &[class("gpu", &[GPU_CLASS])],
+            &slices,
+            AllocatedState::default(),
+        );
+        let got = a.allocate(&node("node-1"), &[&c]).unwrap().expect("fits");
+        assert_eq!(
+            devices_of(&got[0]),
+            vec![("req-0".into(), "gpu-new".into())]
+        );
+        let two = claim("c2", json!([exact("req-0", "gpu", 2, &[])]));
+        assert_eq!(a.allocate(&node("node-1"), &[&two]).unwrap(), None);
+    }
+}
+
+#[test]
+fn incomplete_pools_are_not_used_and_refuse_all_mode() {
+    // Generation 1 says it has two slices; only one is published.
+    let half = pool_slice("half", 1, 2, gpus(&[("gpu-0", "a100")]));
+    let a = allocator(
+        &[class("gpu", &[GPU_CLASS])],
+        &[half],
+        AllocatedState::default(),
+    );
+    let c = claim("c1", json!([exact("req-0", "gpu", 1, &[])]));
+    assert_eq!(a.allocate(&node("node-1"), &[&c]).unwrap(), None);
+    let all = claim(
+        "c2",
+        json!([{"name": "req-0", "exactly": {"deviceClassName": "gpu", "allocationMode": "All"}}]),
+    );
+    assert_eq!(
+        a.allocate(&node("node-1"), &[&all])
+            .unwrap_err()
+            .to_string(),
+        "claim default/c2, request req-0: asks for all devices, but resource pool driver.example.com/pool-1 is currently being updated"
+    );
+}
