@@ -33,7 +33,8 @@ pub struct Features {
     pub device_binding_conditions: bool,
     pub consumable_capacity: bool,
     pub device_status: bool,
-    /// DRAFractionalCapacityRange: capacity request policies in milli-units.
+    /// DRAFractionalCapacityRange: capacity request policies in milli-units. Beta in v1.37
+    /// but on by default only with --min-compatibility-version=1.37, so off by default.
     pub fractional_capacity_range: bool,
 }
 
@@ -47,7 +48,7 @@ impl Default for Features {
             device_binding_conditions: true,
             consumable_capacity: true,
             device_status: true,
-            fractional_capacity_range: true,
+            fractional_capacity_range: false,
         }
     }
 }

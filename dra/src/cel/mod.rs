@@ -390,6 +390,104 @@ mod tests {
     }
 
     #[test]
+    fn selectors_as_written_in_practice() {
+        let a = attrs(&[
+            (
+                "productName",
+                DeviceAttribute {
+                    string: Some("NVIDIA A100-SXM4-40GB".into()),
+                    ..Default::default()
+                },
+            ),
+            (
+                "index",
+                DeviceAttribute {
+                    int: Some(3),
+                    ..Default::default()
+                },
+            ),
+            (
+                "mig",
+                DeviceAttribute {
+                    bool: Some(false),
+                    ..Default::default()
+                },
+            ),
+        ]);
+        let c = BTreeMap::new();
+        let t = |e: &str| eval(e, &a, &c);
+        let d = r#"device.attributes["driver.example.com"]"#;
+        assert_eq!(
+            t(&format!(
+                r#"{d}.productName.lowerAscii().matches("^nvidia a100.*")"#
+            )),
+            Ok(true)
+        );
+        assert_eq!(
+            t(&format!(
+                r#"{d}.productName.startsWith("NVIDIA") && {d}.index < 4"#
+            )),
+            Ok(true)
+        );
+        assert_eq!(
+            t(&format!(r#""productName" in {d} && !("missing" in {d})"#)),
+            Ok(true)
+        );
+        assert_eq!(
+            t(&format!(r#"{d}.?missing.orValue("none") == "none""#)),
+            Ok(true)
+        );
+        assert_eq!(
+            t(&format!(r#"{d}.mig == false && size({d}) == 3"#)),
+            Ok(true)
+        );
+        assert_eq!(
+            t(r#"device.attributes.exists(domain, domain == "driver.example.com")"#),
+            Ok(true)
+        );
+        assert_eq!(
+            t(r#"isQuantity("1Gi") && !isQuantity("1Xi") && quantity("1Gi").isInteger()"#),
+            Ok(true)
+        );
+        assert_eq!(
+            t(
+                r#"quantity("1.5").asApproximateFloat() == 1.5 && quantity("2k").asInteger() == 2000"#
+            ),
+            Ok(true)
+        );
+        assert_eq!(
+            t(
+                r#"quantity("1Gi").add(quantity("1Gi")) == quantity("2Gi") && quantity("1").sub(1).sign() == 0"#
+            ),
+            Ok(true)
+        );
+        assert_eq!(
+            t(
+                r#"semver("v1.02", true) == semver("1.2.0") && isSemver("1.2.3") && !isSemver("1.2")"#
+            ),
+            Ok(true)
+        );
+        assert_eq!(
+            t(
+                r#"semver("1.2.3").major() == 1 && semver("1.2.3").minor() == 2 && semver("1.2.3").patch() == 3"#
+            ),
+            Ok(true)
+        );
+        assert_eq!(
+            t(
+                r#"semver("1.2.3-alpha").isLessThan(semver("1.2.3")) && semver("1.2.3+b1").compareTo(semver("1.2.3")) == 0"#
+            ),
+            Ok(true)
+        );
+        // Not a bool: kube's message.
+        assert!(
+            t(r#"device.driver"#)
+                .unwrap_err()
+                .contains("could not be converted to bool")
+        );
+    }
+
+    #[test]
     fn cost_limit_refuses_expensive_expressions() {
         let a = BTreeMap::new();
         let c = BTreeMap::new();
