@@ -13,33 +13,99 @@ const MAX_DEVICE_COLLECTION: u64 = 32;
 /// Longest string from a device (attribute values: `DeviceAttributeMaxValueLength`).
 const MAX_STRING: u64 = 64;
 
-/// The estimate: (cost, largest size of the value) of `expr`.
+/// The worst-case cost of `expr`. A variable or field may hold anything from the device or,
+/// in a comprehension, an element of a literal of the expression, so its size is taken as
+/// the larger of the two.
 pub fn estimate(expr: &IdedExpr) -> u64 {
-    walk(expr).0
+    let unknown = largest_literal(expr)
+        .max(MAX_DEVICE_COLLECTION)
+        .max(MAX_STRING);
+    walk(expr, unknown).0
 }
 
-fn walk(e: &IdedExpr) -> (u64, u64) {
+fn largest_literal(e: &IdedExpr) -> u64 {
+    let mut largest = 0u64;
+    visit(e, &mut |x| {
+        let size = match &x.expr {
+            Expr::List(l) => l.elements.len() as u64,
+            Expr::Map(m) => m.entries.len() as u64,
+            Expr::Literal(LiteralValue::String(s)) => s.inner().len() as u64,
+            _ => 0,
+        };
+        largest = largest.max(size);
+    });
+    largest
+}
+
+fn visit(e: &IdedExpr, f: &mut dyn FnMut(&IdedExpr)) {
+    f(e);
+    match &e.expr {
+        Expr::Select(s) => visit(&s.operand, f),
+        Expr::Call(c) => {
+            if let Some(t) = &c.target {
+                visit(t, f);
+            }
+            c.args.iter().for_each(|a| visit(a, f));
+        }
+        Expr::List(l) => l.elements.iter().for_each(|a| visit(a, f)),
+        Expr::Map(m) => {
+            for en in &m.entries {
+                match &en.expr {
+                    EntryExpr::MapEntry(me) => {
+                        visit(&me.key, f);
+                        visit(&me.value, f);
+                    }
+                    EntryExpr::StructField(sf) => visit(&sf.value, f),
+                }
+            }
+        }
+        Expr::Struct(st) => {
+            for en in &st.entries {
+                if let EntryExpr::StructField(sf) = &en.expr {
+                    visit(&sf.value, f);
+                }
+            }
+        }
+        Expr::Comprehension(c) => {
+            for x in [
+                &c.iter_range,
+                &c.accu_init,
+                &c.loop_cond,
+                &c.loop_step,
+                &c.result,
+            ] {
+                visit(x, f);
+            }
+        }
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
+    }
+}
+
+/// (cost, largest size of the value) of `e`; `unknown`: the size of a variable or field.
+fn walk(e: &IdedExpr, unknown: u64) -> (u64, u64) {
     match &e.expr {
         Expr::Unspecified => (0, 0),
-        Expr::Ident(_) => (1, MAX_DEVICE_COLLECTION),
+        Expr::Ident(_) => (1, unknown),
         Expr::Literal(LiteralValue::String(s)) => (1, s.inner().len() as u64),
         Expr::Literal(_) => (1, 1),
         Expr::Select(s) => {
-            let (c, _) = walk(&s.operand);
-            (c.saturating_add(1), MAX_DEVICE_COLLECTION.max(MAX_STRING))
+            let (c, _) = walk(&s.operand, unknown);
+            (c.saturating_add(1), unknown)
         }
         Expr::List(l) => {
             let cost = l
                 .elements
                 .iter()
-                .fold(1u64, |acc, el| acc.saturating_add(walk(el).0));
+                .fold(1u64, |acc, el| acc.saturating_add(walk(el, unknown).0));
             (cost, l.elements.len() as u64)
         }
         Expr::Map(m) => {
             let cost = m.entries.iter().fold(1u64, |acc, en| {
                 let c = match &en.expr {
-                    EntryExpr::MapEntry(me) => walk(&me.key).0.saturating_add(walk(&me.value).0),
-                    EntryExpr::StructField(sf) => walk(&sf.value).0,
+                    EntryExpr::MapEntry(me) => walk(&me.key, unknown)
+                        .0
+                        .saturating_add(walk(&me.value, unknown).0),
+                    EntryExpr::StructField(sf) => walk(&sf.value, unknown).0,
                 };
                 acc.saturating_add(c)
             });
@@ -48,8 +114,10 @@ fn walk(e: &IdedExpr) -> (u64, u64) {
         Expr::Struct(s) => {
             let cost = s.entries.iter().fold(1u64, |acc, en| {
                 let c = match &en.expr {
-                    EntryExpr::MapEntry(me) => walk(&me.key).0.saturating_add(walk(&me.value).0),
-                    EntryExpr::StructField(sf) => walk(&sf.value).0,
+                    EntryExpr::MapEntry(me) => walk(&me.key, unknown)
+                        .0
+                        .saturating_add(walk(&me.value, unknown).0),
+                    EntryExpr::StructField(sf) => walk(&sf.value, unknown).0,
                 };
                 acc.saturating_add(c)
             });
@@ -59,12 +127,12 @@ fn walk(e: &IdedExpr) -> (u64, u64) {
             let mut cost = 1u64;
             let mut sizes = Vec::new();
             if let Some(t) = &call.target {
-                let (c, s) = walk(t);
+                let (c, s) = walk(t, unknown);
                 cost = cost.saturating_add(c);
                 sizes.push(s);
             }
             for a in &call.args {
-                let (c, s) = walk(a);
+                let (c, s) = walk(a, unknown);
                 cost = cost.saturating_add(c);
                 sizes.push(s);
             }
@@ -81,11 +149,11 @@ fn walk(e: &IdedExpr) -> (u64, u64) {
             (cost, size.max(1))
         }
         Expr::Comprehension(c) => {
-            let (range_cost, range_size) = walk(&c.iter_range);
-            let (init_cost, _) = walk(&c.accu_init);
-            let (cond_cost, _) = walk(&c.loop_cond);
-            let (step_cost, step_size) = walk(&c.loop_step);
-            let (result_cost, _) = walk(&c.result);
+            let (range_cost, range_size) = walk(&c.iter_range, unknown);
+            let (init_cost, _) = walk(&c.accu_init, unknown);
+            let (cond_cost, _) = walk(&c.loop_cond, unknown);
+            let (step_cost, step_size) = walk(&c.loop_step, unknown);
+            let (result_cost, _) = walk(&c.result, unknown);
             let per_iteration = cond_cost.saturating_add(step_cost);
             let cost = range_cost
                 .saturating_add(init_cost)
@@ -111,5 +179,21 @@ mod tests {
         let two = cost("[1,2,3,4,5,6,7,8,9,10].all(x, [1,2,3,4,5,6,7,8,9,10].all(y, x + y > 0))");
         assert!(one < 500, "{one}");
         assert!(two > 10 * one, "{one} {two}");
+    }
+
+    #[test]
+    fn comprehension_variables_may_hold_the_largest_literal() {
+        let list = format!(
+            "[{}]",
+            (0..2000)
+                .map(|i| i.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let flat = cost(&format!("[{list}].all(x, true)"));
+        // x is the whole list: its 2000 elements are iterated, at a few units each, not
+        // the 32 a device's collections have at most.
+        let nested = cost(&format!("[{list}].all(x, x.all(y, y >= 0))"));
+        assert!(nested - flat > 3 * 2000, "{flat} {nested}");
     }
 }
