@@ -142,6 +142,9 @@ stage "actionlint (workflows)" make --no-print-directory actionlint
 # that stage). Awaited, its findings shown, with go vet.
 background "cargo clippy -D warnings" env CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/clippy" \
   cargo clippy --workspace --all-targets -- -D warnings
+# The dependencies' licenses, bans and sources (deny.toml), niced beside the rest as
+# clippy is: on a fresh machine most of it is building cargo-deny itself.
+background "cargo deny (licenses, bans, sources)" bash scripts/cargo-deny.sh
 stage "cargo build" cargo build --workspace --bins
 stage "unit tests" cargo test --workspace --exclude mcsched-e2e --exclude mcsched-bench
 # The agent image (release build) and the test images, then the tests: control planes
@@ -159,6 +162,7 @@ stage "end-to-end tests, quick bench" e2e_except_real_node
 stage "conformance quick (awaited)" await "conformance (quick)"
 stage "go vet (awaited)" await "go vet"
 stage "cargo clippy -D warnings (awaited)" await "cargo clippy -D warnings"
+stage "cargo deny (awaited)" await "cargo deny (licenses, bans, sources)"
 # Both packages named, as the end-to-end build did: the same features, nothing rebuilt.
 stage "real-node tests" cargo test -p mcsched-e2e -p mcsched-bench --test real_node
 # The README's first command: the demo, its agent in a container on a real node.

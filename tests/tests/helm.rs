@@ -116,33 +116,28 @@ fn sha256_16(text: &str) -> String {
     d.as_ref()[..8].iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The one difference the chart has: the Deployment's config-hash annotation is the
-/// first 16 hex digits of the SHA-256 of the ConfigMap's configuration (Helm has no
-/// FNV-1a, which the CLI uses). Checked here, then taken out of both sides.
-fn without_config_hash(mut objects: Vec<Value>, from_chart: bool) -> Vec<Value> {
+/// The Deployment's config-hash annotation is the first 16 hex digits of the SHA-256 of
+/// the ConfigMap's configuration, from the chart (`sha256sum | trunc 16`) and from the CLI
+/// alike: a move from one install path to the other does not roll the agent.
+fn with_config_hash_checked(objects: Vec<Value>, what: &str) -> Vec<Value> {
     let config = find(&objects, "ConfigMap", "mcsched-agent-config")["data"]["config.yaml"]
         .as_str()
         .expect("config.yaml")
         .to_string();
-    for o in &mut objects {
-        if o["kind"] == "Deployment" {
-            let annotations = o["spec"]["template"]["metadata"]["annotations"]
-                .as_object_mut()
-                .expect("pod template annotations");
-            let hash = annotations.remove(CONFIG_HASH).expect("config-hash");
-            assert_eq!(hash.as_str().map(str::len), Some(16), "{hash}");
-            if from_chart {
-                assert_eq!(hash, sha256_16(&config), "the chart's config-hash");
-            }
-        }
-    }
+    let deployment = find(&objects, "Deployment", "mcsched-agent");
+    let hash = &deployment["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH];
+    assert_eq!(
+        hash.as_str(),
+        Some(sha256_16(&config).as_str()),
+        "{what}: the config-hash annotation"
+    );
     objects
 }
 
-/// Object for object (parsed, in any order), the config hash aside.
+/// Object for object (parsed, in any order), the config hash included.
 fn assert_same(chart: Vec<Value>, cli: Vec<Value>, what: &str) {
-    let chart = by_key(&without_config_hash(chart, true));
-    let cli = by_key(&without_config_hash(cli, false));
+    let chart = by_key(&with_config_hash_checked(chart, "the chart"));
+    let cli = by_key(&with_config_hash_checked(cli, "the CLI"));
     let only = |a: &BTreeMap<Key, Value>, b: &BTreeMap<Key, Value>| -> Vec<Key> {
         a.keys().filter(|k| !b.contains_key(*k)).cloned().collect()
     };

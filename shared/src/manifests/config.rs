@@ -108,14 +108,13 @@ impl AgentConfig {
         })
     }
 
-    /// FNV-1a of the text: stable across builds and Rust versions, unlike std's hasher.
+    /// The first 16 hex digits of the text's SHA-256: what the Helm chart writes
+    /// (`sha256sum | trunc 16`), so a chart install and a CLI install of the same
+    /// configuration roll the Deployment alike.
     pub(crate) fn hash(&self) -> String {
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for b in self.text.bytes() {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        format!("{h:016x}")
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(self.text.as_bytes());
+        digest[..8].iter().map(|b| format!("{b:02x}")).collect()
     }
 }
 
