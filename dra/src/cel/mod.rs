@@ -85,7 +85,7 @@ impl CelCache {
             .env
             .compile(expression)
             .map_err(|e| format!("compilation failed: {e}"))?;
-        references::check(&program, expression)?;
+        references::check(&program, expression, &self.env, &self.root)?;
         let mut literals = Vec::new();
         collect_literals(program.expression(), &mut literals);
         let max_cost = cost::estimate(program.expression());
