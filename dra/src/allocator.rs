@@ -6,6 +6,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::{
@@ -110,6 +111,27 @@ impl Allocator {
         node: &Node,
         claims: &[&ResourceClaim],
     ) -> Result<Option<Vec<AllocationResult>>, AllocateError> {
+        self.allocate_within(node, claims, None)
+    }
+
+    /// As [`Allocator::allocate`], giving up at `deadline` (kube-scheduler's filterTimeout:
+    /// the search can take exponentially long) with kube's "filter operation aborted:
+    /// context deadline exceeded".
+    pub fn allocate_until(
+        &self,
+        node: &Node,
+        claims: &[&ResourceClaim],
+        deadline: Instant,
+    ) -> Result<Option<Vec<AllocationResult>>, AllocateError> {
+        self.allocate_within(node, claims, Some(deadline))
+    }
+
+    fn allocate_within(
+        &self,
+        node: &Node,
+        claims: &[&ResourceClaim],
+        deadline: Option<Instant>,
+    ) -> Result<Option<Vec<AllocationResult>>, AllocateError> {
         let node_name = node.metadata.name.as_deref().unwrap_or_default();
         let mut for_node: Vec<Arc<ResourceSlice>> = self
             .slices_on_node
@@ -136,11 +158,18 @@ impl Allocator {
             allocating_devices: HashMap::new(),
             allocating_capacity: HashMap::new(),
             result: vec![Vec::new(); claims.len()],
+            deadline,
         };
         search.prepare()?;
         match search.allocate_one(DeviceIndices::default(), false, Location::default()) {
             Err(SearchError::Fatal(e)) => return Err(e),
-            Err(SearchError::MaxSize) | Ok(false) => {
+            // As kube: past the first claim this is handled in the search.
+            Err(SearchError::MaxSize) => {
+                return Err(AllocateError::Invalid(
+                    "allocation max size exceeded".into(),
+                ));
+            }
+            Ok(false) => {
                 if let Some(p) = search.pools.iter().find(|p| p.invalid) {
                     tracing::debug!(pool = %p.id, reason = %p.invalid_reason, "invalid resource pool");
                     return Err(AllocateError::FailedOnNode(
@@ -324,6 +353,7 @@ pub(crate) struct Search<'a> {
     allocating_devices: HashMap<DeviceId, HashSet<usize>>,
     allocating_capacity: HashMap<DeviceId, ConsumedCapacity>,
     pub result: Vec<Vec<DeviceResult>>,
+    deadline: Option<Instant>,
 }
 
 fn invalid(msg: String) -> AllocateError {
@@ -549,6 +579,11 @@ impl<'a> Search<'a> {
         self.a
             .allocate_one_invocations
             .fetch_add(1, Ordering::Relaxed);
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(SearchError::Fatal(AllocateError::Aborted(
+                "filter operation aborted: context deadline exceeded".into(),
+            )));
+        }
         if r.claim >= self.claims.len() {
             return Ok(true);
         }

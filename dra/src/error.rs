@@ -15,6 +15,9 @@ pub enum AllocateError {
     /// these in `ErrFailedAllocationOnNode`).
     #[error("{0}")]
     FailedOnNode(String),
+    /// The search ran past its deadline.
+    #[error("{0}")]
+    Aborted(String),
     /// The pools could not be gathered (a node selector that does not parse...).
     #[error("gather pool information: {0}")]
     Pools(String),

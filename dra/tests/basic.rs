@@ -374,3 +374,29 @@ fn incomplete_pools_are_not_used_and_refuse_all_mode() {
         "claim default/c2, request req-0: asks for all devices, but resource pool driver.example.com/pool-1 is currently being updated"
     );
 }
+
+#[test]
+fn a_deadline_aborts_the_search_with_kubes_text() {
+    // kube's "interrupt" case: 6 of 5 devices, which the search needs many steps to refuse.
+    let devices: Vec<(String, &str)> = (1..=5).map(|i| (format!("device-{i}"), "a100")).collect();
+    let names: Vec<(&str, &str)> = devices.iter().map(|(n, m)| (n.as_str(), *m)).collect();
+    let s = slice("s1", "node-1", "pool-1", gpus(&names));
+    let a = allocator(
+        &[class("gpu", &[GPU_CLASS])],
+        &[s],
+        AllocatedState::default(),
+    );
+    let c = claim("c1", json!([exact("req-0", "gpu", 6, &[])]));
+    let past = std::time::Instant::now();
+    let err = a.allocate_until(&node("node-1"), &[&c], past).unwrap_err();
+    assert!(matches!(err, AllocateError::Aborted(_)));
+    assert_eq!(
+        err.to_string(),
+        "filter operation aborted: context deadline exceeded"
+    );
+    let later = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    assert_eq!(
+        a.allocate_until(&node("node-1"), &[&c], later).unwrap(),
+        None
+    );
+}
