@@ -18,9 +18,6 @@ pub enum AllocateError {
     /// The search ran past its deadline.
     #[error("{0}")]
     Aborted(String),
-    /// The pools could not be gathered (a node selector that does not parse...).
-    #[error("gather pool information: {0}")]
-    Pools(String),
 }
 
 impl AllocateError {
