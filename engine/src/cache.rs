@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 
+use crate::dra_state::DeviceObjects;
 use crate::node_tree::{NodeTree, zone_key};
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot, VolumeObjects};
 use crate::topology_counts::TopologyCounts;
@@ -33,6 +34,7 @@ pub struct Cache {
     waiting: HashMap<String, Vec<Arc<PodInfo>>>,
     namespaces: Arc<HashMap<String, BTreeMap<String, String>>>,
     pub volumes: Arc<VolumeObjects>,
+    devices: Arc<DeviceObjects>,
     pdbs: Arc<Vec<Arc<k8s_openapi::api::policy::v1::PodDisruptionBudget>>>,
     pod_selectors: Arc<crate::pod_selectors::PodSelectors>,
     policies: Arc<crate::policies::PolicySet>,
@@ -67,6 +69,7 @@ impl Default for Cache {
             waiting: HashMap::new(),
             namespaces: Arc::default(),
             volumes: Arc::default(),
+            devices: Arc::default(),
             pdbs: Arc::default(),
             pod_selectors: Arc::default(),
             policies: Arc::default(),
@@ -331,6 +334,12 @@ impl Cache {
         Arc::make_mut(&mut self.volumes)
     }
 
+    /// The DeviceClasses and ResourceSlices, to change.
+    pub fn devices_mut(&mut self) -> &mut DeviceObjects {
+        self.dirty();
+        Arc::make_mut(&mut self.devices)
+    }
+
     pub fn set_pdbs(&mut self, pdbs: Vec<Arc<k8s_openapi::api::policy::v1::PodDisruptionBudget>>) {
         self.pdbs = Arc::new(pdbs);
         self.dirty();
@@ -405,6 +414,7 @@ impl Cache {
             namespaces: self.namespaces.clone(),
             image_nodes: self.image_nodes.clone(),
             volumes: self.volumes.clone(),
+            devices: self.devices.clone(),
             pdbs: self.pdbs.clone(),
             pod_selectors: self.pod_selectors.clone(),
             policies: self.policies.clone(),

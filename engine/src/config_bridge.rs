@@ -8,6 +8,7 @@ use mcsched_shared::config::{self, Point, SchedulerConfig, ScoringStrategyType};
 use crate::framework::{FrameworkError, ProfileSpec};
 use crate::leaf::cycle::LeafSnapshots;
 use crate::plugins::default_preemption::PreemptionArgs;
+use crate::plugins::dynamic_resources::DynamicResourcesArgs;
 use crate::plugins::inter_pod_affinity::InterPodAffinityArgs;
 use crate::plugins::node_resources_fit::{FitArgs, Strategy};
 use crate::plugins::pod_topology_spread::{DefaultingType, PodTopologySpreadArgs};
@@ -64,6 +65,10 @@ pub(crate) fn plugin_args(a: &config::PluginArgs) -> PluginArgs {
         inter_pod_affinity: InterPodAffinityArgs {
             hard_pod_affinity_weight: a.inter_pod_affinity_hard_weight,
             ignore_preferred_terms_of_existing_pods: a.ignore_preferred_terms_of_existing_pods,
+        },
+        dynamic_resources: DynamicResourcesArgs {
+            filter_timeout: a.dynamic_resources_filter_timeout,
+            binding_timeout: a.dynamic_resources_binding_timeout,
         },
         volume_bind_timeout_seconds: a.volume_binding_timeout_seconds,
         leaf_volume_bind_timeout_seconds: a.leaf_volume_binding_timeout_seconds,
@@ -139,18 +144,25 @@ pub fn profiles(
     leaves: Arc<dyn LeafSnapshots>,
 ) -> Result<Profiles, BridgeError> {
     let groups = crate::pod_groups::PodGroups::new();
+    let claims = crate::dra_state::ResourceClaims::new();
     let built: Vec<(ProfileSpec, Registry)> = cfg
         .profiles
         .iter()
         .map(|p| {
             (
                 profile_spec(p, cfg.percentage_of_nodes_to_score),
-                registry_with(&plugin_args(&p.args), leaves.clone(), groups.clone()),
+                registry_with(
+                    &plugin_args(&p.args),
+                    leaves.clone(),
+                    groups.clone(),
+                    claims.clone(),
+                ),
             )
         })
         .collect();
     let mut profiles = Profiles::build(&built, cfg.parallelism as usize)?;
     profiles.pod_groups = groups;
+    profiles.resource_claims = claims;
     Ok(profiles)
 }
 

@@ -11,6 +11,7 @@ pub(crate) mod affinity;
 pub mod cache;
 pub mod change;
 pub mod config_bridge;
+pub mod dra_state;
 pub mod framework;
 pub mod leaf;
 pub mod metrics;

@@ -22,6 +22,8 @@ pub struct Profiles {
     pub nominator: Arc<Nominator>,
     /// The PodGroups and their members, which the profiles' GangScheduling reads.
     pub pod_groups: Arc<crate::pod_groups::PodGroups>,
+    /// The ResourceClaims, which the profiles' DynamicResources reads and allocates.
+    pub resource_claims: Arc<crate::dra_state::ResourceClaims>,
 }
 
 impl Profiles {
@@ -52,6 +54,7 @@ impl Profiles {
             less,
             nominator,
             pod_groups: crate::pod_groups::PodGroups::new(),
+            resource_claims: crate::dra_state::ResourceClaims::new(),
         })
     }
 

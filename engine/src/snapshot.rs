@@ -22,6 +22,8 @@ pub struct Snapshot {
     /// How many nodes hold each image, for ImageLocality's spread factor.
     pub(crate) image_nodes: Arc<HashMap<String, usize>>,
     pub volumes: Arc<VolumeObjects>,
+    /// DeviceClasses and ResourceSlices, for DynamicResources.
+    pub devices: Arc<crate::dra_state::DeviceObjects>,
     pub(crate) pdbs: Arc<Vec<Arc<PodDisruptionBudget>>>,
     /// What selects pods (Services, controllers), for PodTopologySpread's defaults.
     pub(crate) pod_selectors: Arc<crate::pod_selectors::PodSelectors>,
@@ -74,6 +76,7 @@ impl Snapshot {
             namespaces: Arc::default(),
             image_nodes: Arc::new(image_nodes),
             volumes: Arc::default(),
+            devices: Arc::default(),
             pdbs: Arc::default(),
             pod_selectors: Arc::default(),
             policies: Arc::default(),
@@ -88,6 +91,7 @@ impl Snapshot {
         Snapshot {
             namespaces: self.namespaces.clone(),
             volumes: self.volumes.clone(),
+            devices: self.devices.clone(),
             pdbs: self.pdbs.clone(),
             pod_selectors: self.pod_selectors.clone(),
             policies: self.policies.clone(),

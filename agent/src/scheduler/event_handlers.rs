@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{
     Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController, Service,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass};
 use kube::runtime::watcher;
@@ -122,6 +123,7 @@ pub(super) fn spawn_watches(
         ready.clone(),
         to_queue(),
     ));
+    tasks.extend(spawn_device_watches(client, shared, &ready));
     tasks.extend(spawn_selector_watches(client, shared, &ready));
     tasks.extend(spawn_policy_watches(client, shared, &ready));
     tasks.push(tokio::spawn(watch_pod_groups(
@@ -150,6 +152,121 @@ pub(super) fn spawn_watches(
         },
     )));
     tasks
+}
+
+/// resource.k8s.io/v1's DeviceClasses and ResourceSlices into the cache, ResourceClaims
+/// into the profiles' claim tracker, once the API server serves them (v1.34 on).
+fn spawn_device_watches(
+    client: &Client,
+    shared: &Arc<Shared>,
+    ready: &Ready,
+) -> Vec<JoinHandle<()>> {
+    const ABSENT: &str = "resource.k8s.io/v1 is not served: pods with resource claims wait";
+    let s = shared.clone();
+    let classes = tokio::spawn(watch_if_served(
+        Api::<DeviceClass>::all(client.clone()),
+        "deviceclass",
+        ABSENT,
+        ready.clone(),
+        move |ev| on_device_class_event(&s, ev),
+    ));
+    let s = shared.clone();
+    let slices = tokio::spawn(watch_if_served(
+        Api::<ResourceSlice>::all(client.clone()),
+        "resourceslice",
+        ABSENT,
+        ready.clone(),
+        move |ev| on_resource_slice_event(&s, ev),
+    ));
+    let s = shared.clone();
+    let claims = tokio::spawn(watch_if_served(
+        Api::<ResourceClaim>::all(client.clone()),
+        "resourceclaim",
+        ABSENT,
+        ready.clone(),
+        move |ev| on_resource_claim_event(&s, ev),
+    ));
+    vec![classes, slices, claims]
+}
+
+fn on_device_class_event(shared: &Shared, change: Change<DeviceClass>) {
+    let started = Instant::now();
+    let (label, helps) = match &change {
+        Change::Apply(_, true) => ("DeviceClassAdd", true),
+        Change::Apply(_, false) => ("DeviceClassUpdate", true),
+        Change::Delete(_) => ("DeviceClassDelete", false),
+    };
+    {
+        let mut cache = shared.cache();
+        let classes = &mut cache.devices_mut().classes;
+        match change {
+            Change::Apply(c, _) => {
+                classes.insert(c.name_any(), c);
+            }
+            Change::Delete(c) => {
+                classes.remove(&c.name_any());
+            }
+        }
+    }
+    // kube's DynamicResources registers a class added or updated, not deleted.
+    if helps {
+        shared.queue.on_event(ClusterEvent::DeviceClassChange);
+    }
+    handled(label, started);
+}
+
+fn on_resource_slice_event(shared: &Shared, change: Change<ResourceSlice>) {
+    let started = Instant::now();
+    let (label, helps) = match &change {
+        Change::Apply(_, true) => ("ResourceSliceAdd", true),
+        Change::Apply(_, false) => ("ResourceSliceUpdate", true),
+        Change::Delete(_) => ("ResourceSliceDelete", false),
+    };
+    {
+        let mut cache = shared.cache();
+        let slices = &mut cache.devices_mut().slices;
+        match change {
+            Change::Apply(sl, _) => {
+                slices.insert(sl.name_any(), sl);
+            }
+            Change::Delete(sl) => {
+                slices.remove(&sl.name_any());
+            }
+        }
+    }
+    if helps {
+        shared.queue.on_event(ClusterEvent::ResourceSliceChange);
+    }
+    handled(label, started);
+}
+
+/// A claim into the assume cache; pods waiting at PreEnqueue for it are judged again
+/// (kube's pre-queueing hint finds them by its pod-by-claim index), and the pods that
+/// DynamicResources turned back are retried.
+fn on_resource_claim_event(shared: &Shared, change: Change<ResourceClaim>) {
+    let started = Instant::now();
+    let claims = &shared.profiles.resource_claims;
+    let label = match &change {
+        Change::Apply(_, true) => "ResourceClaimAdd",
+        Change::Apply(_, false) => "ResourceClaimUpdate",
+        Change::Delete(_) => "ResourceClaimDelete",
+    };
+    let claim = change.object().clone();
+    match change {
+        Change::Apply(c, _) => {
+            claims.apply(c);
+        }
+        Change::Delete(c) => {
+            claims.delete(&key_of(&*c));
+        }
+    }
+    let namespace = claim.namespace().unwrap_or_default();
+    let name = claim.name_any();
+    shared.queue.add_all(regate(shared, |pod| {
+        mcsched_engine::dra_state::pod_refers_to(pod, &namespace, &name)
+    }));
+    shared.queue.on_event(ClusterEvent::ResourceClaimChange);
+    handled(label, started);
 }
 
 /// The placement policies, both kinds into one set. Where the CRDs are not installed
@@ -442,10 +559,20 @@ fn regate_group(
     shared: &Shared,
     key: &str,
 ) -> Vec<(Arc<PodInfo>, Option<mcsched_engine::framework::Rejection>)> {
+    regate(shared, |pod| {
+        mcsched_engine::pod_groups::group_key_of(pod).as_deref() == Some(key)
+    })
+}
+
+/// PreEnqueue again for the gated pods `which` selects, each with its new gate.
+fn regate(
+    shared: &Shared,
+    which: impl Fn(&Pod) -> bool,
+) -> Vec<(Arc<PodInfo>, Option<mcsched_engine::framework::Rejection>)> {
     let mut regated = Vec::new();
     for pod in shared.queue.gated_pods() {
         let object = pod.pod();
-        if mcsched_engine::pod_groups::group_key_of(&object).as_deref() != Some(key) {
+        if !which(&object) {
             continue;
         }
         let Some(fw) = shared.profiles.for_pod(&object) else {

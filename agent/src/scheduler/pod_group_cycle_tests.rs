@@ -187,8 +187,12 @@ fn cluster_with(
     });
     let leaves = Arc::new(Leaves::new(Default::default()));
     let groups = mcsched_engine::pod_groups::PodGroups::new();
-    let mut registry =
-        mcsched_engine::plugins::registry_with(&Default::default(), leaves.clone(), groups.clone());
+    let mut registry = mcsched_engine::plugins::registry_with(
+        &Default::default(),
+        leaves.clone(),
+        groups.clone(),
+        mcsched_engine::dra_state::ResourceClaims::new(),
+    );
     let mut counted = |name: &str| {
         let counting = Arc::new(Counting {
             inner: registry.get(name).expect("in the registry").clone(),

@@ -68,6 +68,12 @@ pub enum ClusterEvent {
     PolicyChange,
     /// A PodGroup appeared (its spec is immutable).
     PodGroupAdd,
+    /// A ResourceClaim was added, changed or deleted.
+    ResourceClaimChange,
+    /// A ResourceSlice was added or changed (one deleted frees no device).
+    ResourceSliceChange,
+    /// A DeviceClass was added or changed.
+    DeviceClassChange,
 }
 
 /// The pods nominated to each node by preemption, waiting for the room made for them

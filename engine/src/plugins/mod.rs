@@ -53,6 +53,7 @@ pub struct PluginArgs {
     pub(crate) preemption: default_preemption::PreemptionArgs,
     pub(crate) inter_pod_affinity: inter_pod_affinity::InterPodAffinityArgs,
     pub(crate) pod_topology_spread: pod_topology_spread::PodTopologySpreadArgs,
+    pub(crate) dynamic_resources: dynamic_resources::DynamicResourcesArgs,
     /// VolumeBinding's and LeafNodeVolumeBinding's bindTimeoutSeconds.
     pub(crate) volume_bind_timeout_seconds: i64,
     pub(crate) leaf_volume_bind_timeout_seconds: i64,
@@ -74,6 +75,7 @@ impl Default for PluginArgs {
             preemption: Default::default(),
             inter_pod_affinity: Default::default(),
             pod_topology_spread: Default::default(),
+            dynamic_resources: Default::default(),
             // kube-scheduler's DefaultBindTimeoutSeconds.
             volume_bind_timeout_seconds: 600,
             leaf_volume_bind_timeout_seconds: 600,
@@ -98,14 +100,21 @@ pub fn registry_with_leaves(
     args: &PluginArgs,
     leaves: Arc<dyn crate::leaf::cycle::LeafSnapshots>,
 ) -> HashMap<String, Arc<dyn Plugin>> {
-    registry_with(args, leaves, crate::pod_groups::PodGroups::new())
+    registry_with(
+        args,
+        leaves,
+        crate::pod_groups::PodGroups::new(),
+        crate::dra_state::ResourceClaims::new(),
+    )
 }
 
-/// Every plugin this agent implements; LeafNodeFit reads `leaves`, GangScheduling `groups`.
+/// Every plugin this agent implements; LeafNodeFit reads `leaves`, GangScheduling `groups`,
+/// DynamicResources `claims`.
 pub fn registry_with(
     args: &PluginArgs,
     leaves: Arc<dyn crate::leaf::cycle::LeafSnapshots>,
     groups: Arc<crate::pod_groups::PodGroups>,
+    claims: Arc<crate::dra_state::ResourceClaims>,
 ) -> HashMap<String, Arc<dyn Plugin>> {
     let fit: Arc<dyn Plugin> =
         Arc::new(node_resources_fit::NodeResourcesFit::new(args.fit.clone()));
@@ -149,7 +158,10 @@ pub fn registry_with(
         )),
         Arc::new(default_binder::DefaultBinder),
         Arc::new(node_declared_features::NodeDeclaredFeatures::default()),
-        Arc::new(dynamic_resources::DynamicResources),
+        Arc::new(dynamic_resources::DynamicResources::new(
+            args.dynamic_resources,
+            claims,
+        )),
         Arc::new(default_preemption::DefaultPreemption::new(
             args.preemption,
             groups.clone(),

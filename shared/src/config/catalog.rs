@@ -110,7 +110,17 @@ pub const PLUGINS: &[(&str, &[Point])] = &[
     ("InterPodAffinity", &[PreFilter, Filter, PreScore, Score]),
     (
         "DynamicResources",
-        &[PreFilter, PostFilter, PreScore, Score, PodGroupPostFilter],
+        &[
+            PreEnqueue,
+            PreFilter,
+            Filter,
+            PostFilter,
+            PreScore,
+            Score,
+            Reserve,
+            PreBind,
+            PodGroupPostFilter,
+        ],
     ),
     ("DefaultPreemption", &[PostFilter, PodGroupPostFilter]),
     ("DefaultBinder", &[Bind]),

@@ -223,6 +223,12 @@ pub enum DefaultingType {
 /// SetDefaults_VolumeBindingArgs' shape with StorageCapacityScoring on (v1.37).
 pub const DEFAULT_VOLUME_BINDING_SHAPE: [(i64, i64); 2] = [(0, 10), (100, 0)];
 
+/// kube-scheduler's DynamicResourcesFilterTimeoutDefault and BindingTimeoutDefault.
+pub const DYNAMIC_RESOURCES_FILTER_TIMEOUT: std::time::Duration =
+    std::time::Duration::from_secs(10);
+pub const DYNAMIC_RESOURCES_BINDING_TIMEOUT: std::time::Duration =
+    std::time::Duration::from_secs(600);
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct PluginArgs {
     pub node_resources_fit: NodeResourcesFitArgs,
@@ -238,6 +244,10 @@ pub struct PluginArgs {
     pub volume_binding_shape: Vec<(i64, i64)>,
     pub leaf_volume_binding_shape: Vec<(i64, i64)>,
     pub node_affinity_added: Option<NodeAffinity>,
+    /// DynamicResourcesArgs' filterTimeout (v1.37's default 10s; zero: none).
+    pub dynamic_resources_filter_timeout: std::time::Duration,
+    /// DynamicResourcesArgs' bindingTimeout (v1.37's default 600s).
+    pub dynamic_resources_binding_timeout: std::time::Duration,
     pub min_candidate_nodes_percentage: u32,
     pub min_candidate_nodes_absolute: u32,
     pub cluster_weights: ClusterWeightsArgs,
@@ -260,6 +270,8 @@ impl Default for PluginArgs {
             volume_binding_shape: DEFAULT_VOLUME_BINDING_SHAPE.to_vec(),
             leaf_volume_binding_shape: DEFAULT_VOLUME_BINDING_SHAPE.to_vec(),
             node_affinity_added: None,
+            dynamic_resources_filter_timeout: DYNAMIC_RESOURCES_FILTER_TIMEOUT,
+            dynamic_resources_binding_timeout: DYNAMIC_RESOURCES_BINDING_TIMEOUT,
             min_candidate_nodes_percentage: 10,
             min_candidate_nodes_absolute: 100,
             cluster_weights: ClusterWeightsArgs::default(),

@@ -96,6 +96,27 @@ fn shape(
     raw.iter().map(|p| (p.utilization, p.score)).collect()
 }
 
+/// A Go duration that may be negative: Ok(d) when not, Err(()) when negative, None (the
+/// error pushed at `path`) when it is no duration.
+fn signed_duration(
+    text: &str,
+    path: &str,
+    errs: &mut ConfigErrors,
+) -> Option<Result<std::time::Duration, ()>> {
+    let (negative, abs) = match text.trim().strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    match super::duration::parse(abs) {
+        Ok(d) if negative && !d.is_zero() => Some(Err(())),
+        Ok(d) => Some(Ok(d)),
+        Err(e) => {
+            errs.push(path, e.to_string());
+            None
+        }
+    }
+}
+
 pub(super) fn apply(
     configs: &[RawPluginConfig],
     profile: &str,
@@ -271,6 +292,36 @@ pub(super) fn apply(
                 } else {
                     args.leaf_volume_binding_timeout_seconds = t;
                     args.leaf_volume_binding_shape = s;
+                }
+            }
+            "DynamicResources" => {
+                let Some(r) = decode::<RawDynamicResourcesArgs>(raw, &a, errs) else {
+                    continue;
+                };
+                if let Some(t) = r.filter_timeout {
+                    // ValidateDynamicResourcesArgs: zero turns the timeout off.
+                    if let Some(d) = signed_duration(&t, &format!("{a}.filterTimeout"), errs) {
+                        match d {
+                            Ok(d) => args.dynamic_resources_filter_timeout = d,
+                            Err(()) => errs.push(
+                                format!("{a}.filterTimeout"),
+                                format!("Invalid value: {t:?}: must be zero or positive"),
+                            ),
+                        }
+                    }
+                }
+                if let Some(t) = r.binding_timeout
+                    && let Some(d) = signed_duration(&t, &format!("{a}.bindingTimeout"), errs)
+                {
+                    match d {
+                        Ok(d) if d >= std::time::Duration::from_secs(1) => {
+                            args.dynamic_resources_binding_timeout = d
+                        }
+                        _ => errs.push(
+                            format!("{a}.bindingTimeout"),
+                            format!("Invalid value: {t:?}: must be at least 1 second"),
+                        ),
+                    }
                 }
             }
             "NodeAffinity" => {

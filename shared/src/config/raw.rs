@@ -211,6 +211,14 @@ pub(super) struct RawVolumeBindingArgs {
     pub(crate) shape: Option<Vec<RawShapePoint>>,
 }
 
+/// DynamicResourcesArgs: Go durations ("10s").
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct RawDynamicResourcesArgs {
+    pub(crate) filter_timeout: Option<String>,
+    pub(crate) binding_timeout: Option<String>,
+}
+
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(super) struct RawNodeAffinityArgs {

@@ -56,9 +56,17 @@ fn v1_defaults() {
     assert_eq!(names(&p.plugins.queue_sort), vec!["PrioritySort"]);
     assert_eq!(
         names(&p.plugins.pre_enqueue),
-        vec!["SchedulingGates", "GangScheduling"]
+        vec!["SchedulingGates", "DynamicResources", "GangScheduling"]
     );
     assert_eq!(names(&p.plugins.permit), vec!["GangScheduling"]);
+    assert_eq!(
+        names(&p.plugins.reserve),
+        vec!["VolumeBinding", "DynamicResources", "LeafNodeFit"]
+    );
+    assert_eq!(
+        names(&p.plugins.pre_bind),
+        vec!["VolumeBinding", "DynamicResources"]
+    );
     assert_eq!(
         names(&p.plugins.pre_filter),
         vec![
@@ -92,6 +100,7 @@ fn v1_defaults() {
             "VolumeZone",
             "PodTopologySpread",
             "InterPodAffinity",
+            "DynamicResources",
             "NodeDeclaredFeatures",
             // mcsched's, always on (catalog::ALWAYS_ON).
             "LeafNodeFit",
@@ -365,6 +374,64 @@ fn volume_binding_shape_is_defaulted_and_kept() {
     assert!(
         e.iter()
             .any(|m| m.contains("profiles[0].pluginConfig[0].args.shape[1].utilization")),
+        "{e:?}"
+    );
+}
+
+/// DynamicResourcesArgs as v1.37 defaults and validates them: filterTimeout 10s (zero
+/// allowed, negative not), bindingTimeout 600s (at least 1s).
+#[test]
+fn dynamic_resources_args_are_defaulted_and_validated() {
+    use std::time::Duration;
+    let c = ok(&format!("{V1}profiles:\n- schedulerName: a\n"));
+    let a = &c.profiles[0].args;
+    assert_eq!(a.dynamic_resources_filter_timeout, Duration::from_secs(10));
+    assert_eq!(
+        a.dynamic_resources_binding_timeout,
+        Duration::from_secs(600)
+    );
+    let c = ok(&format!(
+        "{V1}profiles:
+- pluginConfig:
+  - name: DynamicResources
+    args:
+      filterTimeout: 0s
+      bindingTimeout: 1m30s
+"
+    ));
+    let a = &c.profiles[0].args;
+    assert_eq!(a.dynamic_resources_filter_timeout, Duration::ZERO);
+    assert_eq!(a.dynamic_resources_binding_timeout, Duration::from_secs(90));
+    let e = errors(&format!(
+        "{V1}profiles:
+- pluginConfig:
+  - name: DynamicResources
+    args:
+      filterTimeout: -1s
+      bindingTimeout: 500ms
+"
+    ));
+    assert!(
+        e.iter().any(|m| m
+            == "profiles[0].pluginConfig[0].args.filterTimeout: Invalid value: \"-1s\": must be zero or positive"),
+        "{e:?}"
+    );
+    assert!(
+        e.iter().any(|m| m
+            == "profiles[0].pluginConfig[0].args.bindingTimeout: Invalid value: \"500ms\": must be at least 1 second"),
+        "{e:?}"
+    );
+    let e = errors(&format!(
+        "{V1}profiles:
+- pluginConfig:
+  - name: DynamicResources
+    args:
+      filterTimeout: soon
+"
+    ));
+    assert!(
+        e.iter()
+            .any(|m| m.starts_with("profiles[0].pluginConfig[0].args.filterTimeout: ")),
         "{e:?}"
     );
 }

@@ -31,6 +31,7 @@ const COORDINATION: &str = "coordination.k8s.io";
 const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 const APIREGISTRATION: &str = "apiregistration.k8s.io";
 const DISCOVERY: &str = "discovery.k8s.io";
+const RESOURCE_GROUP: &str = "resource.k8s.io";
 const POLICY_GROUP: &str = crate::policy::GROUP;
 const POLICIES: [&str; 2] = ["placementpolicies", "clusterplacementpolicies"];
 
@@ -272,6 +273,51 @@ pub(super) fn objects(ns: &str, cfg: &AgentConfig) -> Vec<Object> {
                 &["scheduling.k8s.io"],
                 &["podgroups/status"],
                 &["patch", "update"],
+                &[],
+            ),
+            // Devices (DRA): system:kube-scheduler's resource.k8s.io rules of v1.37 with
+            // its default gates, some of which (DeviceTaintRules, granular status
+            // authorization's resourceclaims/binding) older API servers' roles lack.
+            rule(
+                &[RESOURCE_GROUP],
+                &["deviceclasses"],
+                &["get", "list", "watch"],
+                &[],
+            ),
+            rule(
+                &[RESOURCE_GROUP],
+                &["resourceclaims"],
+                &["get", "list", "watch", "update", "patch"],
+                &[],
+            ),
+            rule(
+                &[RESOURCE_GROUP],
+                &["resourceclaims/status"],
+                &["get", "list", "watch", "update", "patch"],
+                &[],
+            ),
+            rule(
+                &[RESOURCE_GROUP],
+                &["resourceslices"],
+                &["get", "list", "watch"],
+                &[],
+            ),
+            rule(
+                &[RESOURCE_GROUP],
+                &["resourceclaims"],
+                &["create", "delete"],
+                &[],
+            ),
+            rule(
+                &[RESOURCE_GROUP],
+                &["devicetaintrules"],
+                &["get", "list", "watch"],
+                &[],
+            ),
+            rule(
+                &[RESOURCE_GROUP],
+                &["resourceclaims/binding"],
+                &["update", "patch"],
                 &[],
             ),
             // Placement policies: read, and their status written.

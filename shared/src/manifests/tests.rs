@@ -139,6 +139,25 @@ fn rbac_has_no_wildcards_and_the_lease_is_named() {
                     Some(strings(&["podgroups/status"]))
                 );
                 assert_eq!(groups_status.verbs, strings(&["patch", "update"]));
+                // Devices: system:kube-scheduler's resource.k8s.io rules, in its order.
+                let read = ["get", "list", "watch"];
+                let read_update = ["get", "list", "watch", "update", "patch"];
+                let expected: [(&str, &[&str]); 7] = [
+                    ("deviceclasses", &read),
+                    ("resourceclaims", &read_update),
+                    ("resourceclaims/status", &read_update),
+                    ("resourceslices", &read),
+                    ("resourceclaims", &["create", "delete"]),
+                    ("devicetaintrules", &read),
+                    ("resourceclaims/binding", &["update", "patch"]),
+                ];
+                for (resource, verbs) in expected {
+                    let r = policy_rules.remove(0);
+                    assert_eq!(r.api_groups, Some(strings(&["resource.k8s.io"])));
+                    assert_eq!(r.resources, Some(strings(&[resource])));
+                    assert_eq!(r.verbs, strings(verbs), "{resource}");
+                    assert_eq!(r.resource_names, None, "{resource}");
+                }
                 let groups: Vec<_> = policy_rules.iter().map(|r| r.api_groups.clone()).collect();
                 assert_eq!(groups, vec![Some(strings(&["policy.mcsched.io"])); 2]);
                 assert_eq!(

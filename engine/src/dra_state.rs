@@ -1,0 +1,392 @@
+//! What DynamicResources reads beside the nodes, after kube-scheduler's DRA manager: the
+//! DeviceClasses and ResourceSlices in the snapshot, and the ResourceClaims in a tracker
+//! shared by every profile (kube's `ResourceClaimTracker`): an assume cache over the
+//! claims' watch, so that a claim this scheduler wrote counts as written before its watch
+//! event arrives, and the allocations in flight between Reserve and PreBind, so that the
+//! next pod does not get the same device.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use k8s_openapi::api::core::v1::{Pod, PodResourceClaim};
+use k8s_openapi::api::resource::v1::{AllocationResult, DeviceClass, ResourceClaim, ResourceSlice};
+
+/// The device objects of one snapshot: classes by name, slices by name.
+#[derive(Debug, Clone, Default)]
+pub struct DeviceObjects {
+    pub classes: HashMap<String, Arc<DeviceClass>>,
+    pub slices: HashMap<String, Arc<ResourceSlice>>,
+}
+
+/// A claim as the watch last showed it, and as this scheduler last wrote it when that is
+/// newer (kube's assume cache: `apiObj` and `latestObj`).
+#[derive(Debug, Clone)]
+struct Entry {
+    api: Arc<ResourceClaim>,
+    latest: Arc<ResourceClaim>,
+}
+
+/// An allocation made in Reserve and not yet written, and how many pods share it.
+#[derive(Debug, Clone)]
+struct InFlight {
+    claim: Arc<ResourceClaim>,
+    sharers: usize,
+}
+
+#[derive(Debug, Default)]
+struct Claims {
+    by_key: HashMap<String, Entry>,
+    in_flight: HashMap<String, InFlight>,
+}
+
+/// The ResourceClaims, shared by the profiles and fed by the agent's watch.
+#[derive(Debug, Default)]
+pub struct ResourceClaims {
+    inner: RwLock<Claims>,
+}
+
+/// Why a claim could not be assumed, in kube's assume cache's words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AssumeError {
+    #[error("could not find ResourceClaim {0:?}")]
+    NotFound(String),
+    #[error("ResourceClaim {key:?} is out of sync (stored: {stored}, assume: {assumed})")]
+    OutOfSync {
+        key: String,
+        stored: u64,
+        assumed: u64,
+    },
+}
+
+fn claim_key(c: &ResourceClaim) -> String {
+    format!(
+        "{}/{}",
+        c.metadata.namespace.as_deref().unwrap_or_default(),
+        c.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// kube's assume cache compares resource versions as integers; one that is not counts
+/// as 0 (kube would refuse the object).
+fn version(c: &ResourceClaim) -> u64 {
+    c.metadata
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn uid(c: &ResourceClaim) -> &str {
+    c.metadata.uid.as_deref().unwrap_or_default()
+}
+
+/// The claim's allocation, if it has one.
+pub fn allocation_of(c: &ResourceClaim) -> Option<&AllocationResult> {
+    c.status.as_ref().and_then(|s| s.allocation.as_ref())
+}
+
+fn pod_key(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// kube's `resourceclaim.Name`: the name of the claim a pod's entry refers to (None: its
+/// template generated none, on purpose), and whether the pod must own that claim. Errors
+/// in kube's words.
+pub fn claim_name(pod: &Pod, claim: &PodResourceClaim) -> Result<(Option<String>, bool), String> {
+    if let Some(name) = &claim.resource_claim_name {
+        return Ok((Some(name.clone()), false));
+    }
+    if claim.resource_claim_template_name.is_some() {
+        let statuses = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.resource_claim_statuses.as_ref());
+        if let Some(s) = statuses
+            .into_iter()
+            .flatten()
+            .find(|s| s.name == claim.name)
+        {
+            return Ok((s.resource_claim_name.clone(), true));
+        }
+        return Err(format!(
+            "pod \"{}\": ResourceClaim not created yet",
+            pod_key(pod)
+        ));
+    }
+    Err(format!(
+        "pod \"{}\", spec.resourceClaim {:?}: none of the supported fields are set",
+        pod_key(pod),
+        claim.name
+    ))
+}
+
+/// Whether `pod` refers to the claim `name` in its namespace, so far as known (kube's
+/// pod-by-claim index, which a claim's event is matched against).
+pub fn pod_refers_to(pod: &Pod, namespace: &str, name: &str) -> bool {
+    pod.metadata.namespace.as_deref().unwrap_or_default() == namespace
+        && pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.resource_claims.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|pc| claim_name(pod, pc).is_ok_and(|(n, _)| n.as_deref() == Some(name)))
+}
+
+impl ResourceClaims {
+    pub fn new() -> Arc<Self> {
+        Arc::default()
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, Claims> {
+        self.inner.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Claims> {
+        self.inner.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A claim from the watch. Kept unless what this scheduler assumed is newer; the
+    /// claim it replaces, if any (for the queueing decision).
+    pub fn apply(&self, claim: Arc<ResourceClaim>) -> Option<Arc<ResourceClaim>> {
+        let key = claim_key(&claim);
+        let mut claims = self.write();
+        match claims.by_key.get_mut(&key) {
+            Some(e) if version(&claim) <= version(&e.latest) => {
+                e.api = claim;
+                None
+            }
+            Some(e) => {
+                let old = std::mem::replace(&mut e.latest, claim.clone());
+                e.api = claim;
+                Some(old)
+            }
+            None => {
+                claims.by_key.insert(
+                    key,
+                    Entry {
+                        api: claim.clone(),
+                        latest: claim,
+                    },
+                );
+                None
+            }
+        }
+    }
+
+    /// The claim `namespace/name` left the watch; what was known of it.
+    pub fn delete(&self, key: &str) -> Option<Arc<ResourceClaim>> {
+        self.write().by_key.remove(key).map(|e| e.latest)
+    }
+
+    /// The claim as this scheduler knows it: what it wrote, or else what the watch showed.
+    pub fn get(&self, namespace: &str, name: &str) -> Result<Arc<ResourceClaim>, AssumeError> {
+        let key = format!("{namespace}/{name}");
+        match self.read().by_key.get(&key) {
+            Some(e) => Ok(e.latest.clone()),
+            None => Err(AssumeError::NotFound(key)),
+        }
+    }
+
+    /// How many claims are known.
+    pub fn len(&self) -> usize {
+        self.read().by_key.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Stores the claim this scheduler just wrote, unless the watch already showed a newer
+    /// one (kube's AssumeClaimAfterAPICall).
+    pub fn assume(&self, claim: Arc<ResourceClaim>) -> Result<(), AssumeError> {
+        let key = claim_key(&claim);
+        let mut claims = self.write();
+        let Some(e) = claims.by_key.get_mut(&key) else {
+            return Err(AssumeError::NotFound(key));
+        };
+        let (stored, assumed) = (version(&e.latest), version(&claim));
+        if assumed < stored {
+            return Err(AssumeError::OutOfSync {
+                key,
+                stored,
+                assumed,
+            });
+        }
+        e.latest = claim;
+        Ok(())
+    }
+
+    /// Back to the watch's version of `namespace/name` (kube's AssumedClaimRestore).
+    pub fn restore(&self, key: &str) {
+        if let Some(e) = self.write().by_key.get_mut(key) {
+            e.latest = e.api.clone();
+        }
+    }
+
+    /// The allocation Reserve made for the claim `uid` and PreBind has not written yet.
+    pub fn pending_allocation(&self, uid: &str) -> Option<AllocationResult> {
+        self.read()
+            .in_flight
+            .get(uid)
+            .and_then(|f| allocation_of(&f.claim).cloned())
+    }
+
+    /// Reserve's allocation of `claim` (carrying it in its status), held until PreBind
+    /// writes it or Unreserve drops it; a claim already in flight gains a sharer. A claim
+    /// already allocated in the assume cache is not put in flight again.
+    pub fn signal_pending_allocation(&self, allocated: Arc<ResourceClaim>) {
+        let id = uid(&allocated).to_string();
+        let key = claim_key(&allocated);
+        let mut claims = self.write();
+        if let Some(f) = claims.in_flight.get_mut(&id) {
+            f.sharers += 1;
+            return;
+        }
+        if claims
+            .by_key
+            .get(&key)
+            .is_some_and(|e| uid(&e.latest) == id && allocation_of(&e.latest).is_some())
+        {
+            return;
+        }
+        claims.in_flight.insert(
+            id,
+            InFlight {
+                claim: allocated,
+                sharers: 1,
+            },
+        );
+    }
+
+    /// One sharer of the in-flight claim `uid` is done; true when the allocation left
+    /// the in-flight set (its last sharer, or `force`).
+    pub fn maybe_remove_pending_allocation(&self, uid: &str, force: bool) -> bool {
+        let mut claims = self.write();
+        let Some(f) = claims.in_flight.get_mut(uid) else {
+            return false;
+        };
+        if force || f.sharers == 1 {
+            claims.in_flight.remove(uid);
+            return true;
+        }
+        f.sharers -= 1;
+        false
+    }
+
+    /// Every allocation that holds devices: the claims allocated (as assumed) and those in
+    /// flight, read under one lock so that none is seen twice or missed.
+    pub fn for_each_allocation(&self, mut f: impl FnMut(&AllocationResult)) {
+        let claims = self.read();
+        for e in claims.by_key.values() {
+            if let Some(a) = allocation_of(&e.latest) {
+                f(a);
+            }
+        }
+        for inflight in claims.in_flight.values() {
+            if let Some(a) = allocation_of(&inflight.claim) {
+                f(a);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::resource::v1::{
+        DeviceAllocationResult, DeviceRequestAllocationResult, ResourceClaimStatus,
+    };
+
+    fn claim(name: &str, rv: &str, device: Option<&str>) -> Arc<ResourceClaim> {
+        let mut c = ResourceClaim::default();
+        c.metadata.namespace = Some("ns".into());
+        c.metadata.name = Some(name.into());
+        c.metadata.uid = Some(format!("uid-{name}"));
+        c.metadata.resource_version = Some(rv.into());
+        c.status = device.map(|d| ResourceClaimStatus {
+            allocation: Some(AllocationResult {
+                devices: Some(DeviceAllocationResult {
+                    results: Some(vec![DeviceRequestAllocationResult {
+                        device: d.into(),
+                        driver: "gpu.example.com".into(),
+                        pool: "n1".into(),
+                        request: "gpu".into(),
+                        ..Default::default()
+                    }]),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        Arc::new(c)
+    }
+
+    fn devices(c: &ResourceClaims) -> Vec<String> {
+        let mut v = Vec::new();
+        c.for_each_allocation(|a| {
+            for r in a.devices.iter().flat_map(|d| d.results.iter().flatten()) {
+                v.push(r.device.clone());
+            }
+        });
+        v.sort();
+        v
+    }
+
+    /// As kube's assume cache: what this scheduler wrote holds until the watch shows a
+    /// version as new, and a restore goes back to the watch's.
+    #[test]
+    fn assumed_claims_hold_until_the_watch_catches_up() {
+        let c = ResourceClaims::default();
+        assert_eq!(
+            c.get("ns", "a").map(|_| ()),
+            Err(AssumeError::NotFound("ns/a".into()))
+        );
+        assert_eq!(
+            c.get("ns", "a").err().map(|e| e.to_string()),
+            Some("could not find ResourceClaim \"ns/a\"".into())
+        );
+        c.apply(claim("a", "5", None));
+        c.assume(claim("a", "7", Some("gpu-0"))).expect("assumed");
+        // An older event (a relist) does not undo the assumption.
+        c.apply(claim("a", "6", None));
+        assert_eq!(devices(&c), ["gpu-0"]);
+        assert!(matches!(
+            c.assume(claim("a", "3", None)),
+            Err(AssumeError::OutOfSync { .. })
+        ));
+        c.restore("ns/a");
+        assert!(devices(&c).is_empty(), "restored to the watch's version 6");
+        c.assume(claim("a", "7", Some("gpu-0"))).expect("assumed");
+        let replaced = c.apply(claim("a", "8", Some("gpu-1")));
+        assert!(replaced.is_some());
+        assert_eq!(devices(&c), ["gpu-1"]);
+        assert!(c.delete("ns/a").is_some());
+        assert!(c.is_empty());
+    }
+
+    /// Allocations in flight count as allocated until their last sharer is done.
+    #[test]
+    fn in_flight_allocations_count_until_their_last_sharer_is_done() {
+        let c = ResourceClaims::default();
+        c.apply(claim("a", "1", None));
+        c.signal_pending_allocation(claim("a", "1", Some("gpu-0")));
+        c.signal_pending_allocation(claim("a", "1", Some("gpu-0")));
+        assert_eq!(devices(&c), ["gpu-0"]);
+        assert!(c.pending_allocation("uid-a").is_some());
+        assert!(!c.maybe_remove_pending_allocation("uid-a", false));
+        assert_eq!(devices(&c), ["gpu-0"]);
+        assert!(c.maybe_remove_pending_allocation("uid-a", false));
+        assert!(devices(&c).is_empty());
+        assert!(!c.maybe_remove_pending_allocation("uid-a", true));
+        // Already allocated in the assume cache: not in flight again.
+        c.apply(claim("b", "2", Some("gpu-1")));
+        c.signal_pending_allocation(claim("b", "2", Some("gpu-1")));
+        assert!(c.pending_allocation("uid-b").is_none());
+    }
+}

@@ -1,0 +1,551 @@
+//! DynamicResources (kube-scheduler's `dynamicresources`, v1.37): a pod's ResourceClaims
+//! must exist (PreEnqueue), be allocatable on the node from its ResourceSlices by the
+//! structured-parameters allocator (Filter), or, when allocated already, be available on
+//! it; Reserve holds the chosen allocation in memory (in flight, so the next pod does
+//! not get the same devices) and PreBind writes it with the pod's reservation into the
+//! claim's status. Score prefers the nodes where prioritized lists (`firstAvailable`) got
+//! their earlier subrequests. A pod without claims makes every point step aside.
+//!
+//! Not here yet: extended resources backed by DRA (a pod's `nvidia.com/gpu` served by a
+//! DeviceClass), DeviceTaintRules, PodGroup-owned claims (off by default in v1.37),
+//! PostFilter's deallocation of claims no pod uses (it answers Unschedulable, as kube
+//! does when there is none), waiting for binding conditions, and `filterTimeout` (read,
+//! but the allocator cannot be interrupted). Pods with claims are not sent to leaf
+//! clusters: Filter refuses virtual nodes.
+
+mod bind;
+mod claims;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::NodeSelector;
+use k8s_openapi::api::resource::v1::{AllocationResult, DeviceClass, ResourceClaim, ResourceSlice};
+use mcsched_dra::{AllocatedState, Allocator, CelCache, Features};
+use mcsched_shared::selectors;
+
+use crate::dra_state::{ResourceClaims, allocation_of};
+use crate::framework::{
+    BindContext, ClusterEvent, Code, CycleState, FilterPlugin, Framework, NodeStatuses, Plugin,
+    PodGroupPostFilterPlugin, PodGroupRelief, PostFilterPlugin, PostFilterResult, PreBindPlugin,
+    PreEnqueuePlugin, PreFilterPlugin, PreFilterResult, PreScorePlugin, ReservePlugin, ScorePlugin,
+    Status,
+};
+use crate::snapshot::{NodeInfo, NodeList, PodInfo, Snapshot};
+
+pub(crate) const NAME: &str = "DynamicResources";
+/// CycleState's error for a key nothing wrote, in kube's words.
+pub(crate) const REASON_NO_STATE: &str = "not found";
+pub(crate) const REASON_NOT_AVAILABLE: &str = "resourceclaim not available on the node";
+pub(crate) const REASON_CANNOT_ALLOCATE: &str = "cannot allocate all claims";
+/// A virtual node stands for a leaf cluster, whose own scheduler would allocate the
+/// copy's claims; mcsched does not yet check that a leaf node could.
+pub(crate) const REASON_VIRTUAL_NODE: &str = "node is a leaf cluster's virtual node: mcsched does not send pods with resource claims to leaf clusters yet";
+const STATE_KEY: &str = "PreFilterDynamicResources";
+/// kube keeps the 10 most recently compiled CEL expressions.
+const CEL_CACHE_ENTRIES: usize = 10;
+/// kube's `resourceapi.FirstAvailableDeviceRequestMaxSize`.
+const FIRST_AVAILABLE_MAX: i64 = 8;
+
+/// DynamicResourcesArgs, v1.37's defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DynamicResourcesArgs {
+    pub(crate) filter_timeout: Duration,
+    pub(crate) binding_timeout: Duration,
+}
+
+impl Default for DynamicResourcesArgs {
+    fn default() -> Self {
+        DynamicResourcesArgs {
+            filter_timeout: Duration::from_secs(10),
+            binding_timeout: Duration::from_secs(600),
+        }
+    }
+}
+
+/// One of the pod's claims as the cycle sees it (kube's `informationForClaim`).
+#[derive(Debug, Clone)]
+struct ClaimSlot {
+    claim: Arc<ResourceClaim>,
+    /// Where an allocated claim's devices are; None: everywhere, or not allocated.
+    available_on: Option<NodeSelector>,
+    /// Set by Reserve: what PreBind writes.
+    allocation: Option<AllocationResult>,
+}
+
+/// What PreFilter found, shared by the cycle's later points (kube's `stateData`, a
+/// pointer there too: preemption's copies of the state share it).
+#[derive(Clone, Default)]
+struct State {
+    slots: Arc<Vec<ClaimSlot>>,
+    allocator: Option<Arc<Allocator>>,
+    /// Indices of allocated claims not available on some node, for PostFilter.
+    unavailable: Arc<Mutex<BTreeSet<usize>>>,
+    /// Filter's allocations per node, in the order of the claims to allocate.
+    by_node: Arc<Mutex<HashMap<String, Vec<AllocationResult>>>>,
+    /// The claims as PreBind wrote them (index → claim), for Unreserve; and the client
+    /// it wrote with.
+    written: Arc<Mutex<HashMap<usize, Arc<ResourceClaim>>>>,
+    bind_ctx: Arc<Mutex<Option<BindContext>>>,
+}
+
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub(crate) struct DynamicResources {
+    args: DynamicResourcesArgs,
+    claims: Arc<ResourceClaims>,
+    cel: Arc<CelCache>,
+}
+
+impl DynamicResources {
+    pub(crate) fn new(args: DynamicResourcesArgs, claims: Arc<ResourceClaims>) -> Self {
+        DynamicResources {
+            args,
+            claims,
+            cel: Arc::new(CelCache::new(CEL_CACHE_ENTRIES)),
+        }
+    }
+
+    /// What holds devices now: allocated claims (as assumed) and allocations in flight.
+    fn allocated_state(&self) -> AllocatedState {
+        let mut state = AllocatedState::default();
+        self.claims.for_each_allocation(|a| state.add_allocation(a));
+        state
+    }
+}
+
+/// kube's `validateDeviceClass`.
+fn check_class(
+    classes: &HashMap<String, Arc<DeviceClass>>,
+    class: &str,
+    request: &str,
+) -> Option<Status> {
+    if class.is_empty() {
+        return Some(Status::error(format!(
+            "request {request}: unsupported request type"
+        )));
+    }
+    (!classes.contains_key(class)).then(|| {
+        Status::unresolvable(format!(
+            "request {request}: device class {class} does not exist"
+        ))
+    })
+}
+
+/// Every request of an unallocated claim names a class that exists.
+fn check_requests(
+    claim: &ResourceClaim,
+    classes: &HashMap<String, Arc<DeviceClass>>,
+) -> Option<Status> {
+    let requests = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.devices.as_ref())
+        .and_then(|d| d.requests.as_ref());
+    for request in requests.into_iter().flatten() {
+        if let Some(exactly) = &request.exactly {
+            if let Some(s) = check_class(classes, &exactly.device_class_name, &request.name) {
+                return Some(s);
+            }
+        } else if let Some(subs) = request.first_available.as_ref().filter(|s| !s.is_empty()) {
+            for sub in subs {
+                let name = format!("{}/{}", request.name, sub.name);
+                if let Some(s) = check_class(classes, &sub.device_class_name, &name) {
+                    return Some(s);
+                }
+            }
+        } else {
+            return Some(Status::unresolvable(format!(
+                "resource claim {}, request {}: unknown request type",
+                claims::kobj(claim),
+                request.name
+            )));
+        }
+    }
+    None
+}
+
+impl Plugin for DynamicResources {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    /// kube's: nodes added or relabelled (a slice or an allocation may select them),
+    /// any claim change, classes and slices added or changed.
+    fn events_to_register(&self) -> Vec<ClusterEvent> {
+        vec![
+            ClusterEvent::NodeAdd,
+            ClusterEvent::NodeUpdate,
+            ClusterEvent::ResourceClaimChange,
+            ClusterEvent::DeviceClassChange,
+            ClusterEvent::ResourceSliceChange,
+        ]
+    }
+    fn as_pre_enqueue(&self) -> Option<&dyn PreEnqueuePlugin> {
+        Some(self)
+    }
+    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        Some(self)
+    }
+    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+    fn as_post_filter(&self) -> Option<&dyn PostFilterPlugin> {
+        Some(self)
+    }
+    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
+        Some(self)
+    }
+    fn as_score(&self) -> Option<&dyn ScorePlugin> {
+        Some(self)
+    }
+    fn as_reserve(&self) -> Option<&dyn ReservePlugin> {
+        Some(self)
+    }
+    fn as_pre_bind(&self) -> Option<&dyn PreBindPlugin> {
+        Some(self)
+    }
+    fn as_pod_group_post_filter(&self) -> Option<&dyn PodGroupPostFilterPlugin> {
+        Some(self)
+    }
+}
+
+/// kube's DynamicResources.PodGroupPostFilter deallocates claims the group's members
+/// hold; that is not done here yet, so there is nothing it releases.
+impl PodGroupPostFilterPlugin for DynamicResources {
+    fn relief(&self) -> PodGroupRelief {
+        PodGroupRelief::Nothing
+    }
+}
+
+/// The pod waits until each of its claims exists and is not being deleted.
+impl PreEnqueuePlugin for DynamicResources {
+    fn pre_enqueue(&self, pod: &k8s_openapi::api::core::v1::Pod) -> Status {
+        match claims::pod_claims(pod, &self.claims) {
+            Ok(_) => Status::success(),
+            Err(reason) => Status::unresolvable(reason),
+        }
+    }
+}
+
+impl PreFilterPlugin for DynamicResources {
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> (PreFilterResult, Status) {
+        // Written first, as kube's empty stateData: PostFilter tells "no state" apart.
+        state.write(STATE_KEY, State::default());
+        let object = pod.object();
+        if !claims::has_claims(&object) {
+            return (None, Status::skip());
+        }
+        let found = match claims::pod_claims(&object, &self.claims) {
+            Ok(found) => found,
+            Err(reason) => return (None, Status::unresolvable(reason)),
+        };
+        if found.is_empty() {
+            return (None, Status::skip());
+        }
+        let classes = &snapshot.devices.classes;
+        let mut slots = Vec::with_capacity(found.len());
+        let mut to_allocate = 0;
+        for claim in found {
+            let mut slot = ClaimSlot {
+                claim: claim.clone(),
+                available_on: None,
+                allocation: None,
+            };
+            match allocation_of(&claim) {
+                // kube's CanBeReserved holds for every claim: no "in use" refusal.
+                Some(a) => slot.available_on = a.node_selector.clone(),
+                None => {
+                    to_allocate += 1;
+                    let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+                    if self.claims.pending_allocation(uid).is_some() {
+                        return (
+                            None,
+                            Status::unresolvable(format!(
+                                "resource claim {} is in the process of being allocated",
+                                claims::kobj(&claim)
+                            )),
+                        );
+                    }
+                    if let Some(s) = check_requests(&claim, classes) {
+                        return (None, s);
+                    }
+                }
+            }
+            slots.push(slot);
+        }
+        let mut s = State {
+            slots: Arc::new(slots),
+            ..State::default()
+        };
+        if to_allocate > 0 {
+            let mut slices: Vec<Arc<ResourceSlice>> =
+                snapshot.devices.slices.values().cloned().collect();
+            // The allocator's choices follow the slices' order: one order, every cycle.
+            slices.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+            match Allocator::new(
+                Features::default(),
+                self.allocated_state(),
+                classes,
+                &slices,
+                self.cel.clone(),
+            ) {
+                Ok(a) => s.allocator = Some(Arc::new(a)),
+                Err(e) => return (None, Status::error(e.to_string())),
+            }
+        }
+        state.write(STATE_KEY, s);
+        (None, Status::success())
+    }
+}
+
+impl FilterPlugin for DynamicResources {
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let Some(s) = state.read::<State>(STATE_KEY) else {
+            // A cycle that ran no PreFilter (a preemption dry run of a test): nothing to
+            // check for a pod without claims; kube's error for one with claims.
+            if !claims::has_claims(&pod.object()) {
+                return Status::success();
+            }
+            return Status::error(REASON_NO_STATE);
+        };
+        if s.slots.is_empty() {
+            return Status::success();
+        }
+        if node.cluster.is_some() {
+            return Status::unresolvable(REASON_VIRTUAL_NODE);
+        }
+        let labels = selectors::node_labels(&node.node);
+        let unavailable: Vec<usize> = (s.slots.iter().enumerate())
+            .filter(|(_, slot)| {
+                slot.available_on
+                    .as_ref()
+                    .is_some_and(|sel| !selectors::node_selector_matches(sel, labels, &node.name))
+            })
+            .map(|(i, _)| i)
+            .collect();
+        let mut allocations = None;
+        if let Some(allocator) = &s.allocator {
+            let to_allocate: Vec<&ResourceClaim> = (s.slots.iter())
+                .filter(|slot| allocation_of(&slot.claim).is_none())
+                .map(|slot| &*slot.claim)
+                .collect();
+            match allocator.allocate(&node.node, &to_allocate) {
+                // Only this node's pools are broken: other nodes may do.
+                Err(e) if e.is_failed_on_node() => return Status::unresolvable(e.to_string()),
+                // A claim or class that cannot be handled: the cycle ends in an error.
+                Err(e) => return Status::error(e.to_string()),
+                Ok(Some(v)) if v.len() == to_allocate.len() => allocations = Some(v),
+                Ok(_) => return Status::unresolvable(REASON_CANNOT_ALLOCATE),
+            }
+        }
+        if !unavailable.is_empty() {
+            locked(&s.unavailable).extend(unavailable);
+            return Status::unresolvable(REASON_NOT_AVAILABLE);
+        }
+        if let Some(v) = allocations {
+            locked(&s.by_node).insert(node.name.to_string(), v);
+        }
+        Status::success()
+    }
+}
+
+/// kube's PostFilter would deallocate an allocated claim that is available on no node
+/// and reserved for no other pod; not done here yet: Unschedulable, with no reason.
+impl PostFilterPlugin for DynamicResources {
+    fn post_filter(
+        &self,
+        _fw: &Framework,
+        state: &CycleState,
+        _pod: &PodInfo,
+        _snapshot: &Snapshot,
+        _statuses: &NodeStatuses,
+    ) -> (PostFilterResult, Status) {
+        if state.read::<State>(STATE_KEY).is_none() {
+            return (PostFilterResult::default(), Status::error(REASON_NO_STATE));
+        }
+        (
+            PostFilterResult::default(),
+            Status::new(Code::Unschedulable, Vec::new()),
+        )
+    }
+}
+
+/// Nothing to score for a pod without claims, so Score is skipped (kube scores it 0 on
+/// every node, which normalizes to the same).
+impl PreScorePlugin for DynamicResources {
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        _pod: &PodInfo,
+        _nodes: &NodeList,
+        _snapshot: &Snapshot,
+    ) -> Status {
+        match state.read::<State>(STATE_KEY) {
+            Some(s) if !s.slots.is_empty() => Status::success(),
+            _ => Status::skip(),
+        }
+    }
+}
+
+/// kube's computeScore: per claim, for each prioritized-list request, the earlier the
+/// subrequest the node's allocation took, the more it scores.
+fn prioritized_score(slots: &[ClaimSlot], allocations: &[AllocationResult]) -> Result<i64, String> {
+    let mut score = 0;
+    let mut next = 0;
+    for slot in slots {
+        let allocation = match allocation_of(&slot.claim) {
+            Some(a) => a,
+            None => {
+                let a = allocations.get(next).ok_or_else(|| {
+                    format!(
+                        "number of allocations {} is smaller than number of claims needing allocation",
+                        allocations.len()
+                    )
+                })?;
+                next += 1;
+                a
+            }
+        };
+        let taken: BTreeSet<&str> = (allocation.devices.iter())
+            .flat_map(|d| d.results.iter().flatten())
+            .map(|r| r.request.as_str())
+            .filter(|r| r.split('/').count() == 2)
+            .collect();
+        let requests = (slot.claim.spec.as_ref())
+            .and_then(|s| s.devices.as_ref())
+            .and_then(|d| d.requests.as_ref());
+        for request in requests.into_iter().flatten() {
+            if request.exactly.is_some() {
+                continue;
+            }
+            for (i, sub) in request.first_available.iter().flatten().enumerate() {
+                if taken.contains(format!("{}/{}", request.name, sub.name).as_str()) {
+                    score += FIRST_AVAILABLE_MAX - i as i64;
+                }
+            }
+        }
+    }
+    Ok(score)
+}
+
+impl ScorePlugin for DynamicResources {
+    fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let Some(s) = state.read::<State>(STATE_KEY) else {
+            return Err(Status::error(REASON_NO_STATE));
+        };
+        if s.slots.is_empty() {
+            return Ok(0);
+        }
+        let by_node = locked(&s.by_node);
+        let Some(allocations) = by_node.get(&*node.name) else {
+            return Ok(0);
+        };
+        prioritized_score(&s.slots, allocations).map_err(Status::error)
+    }
+
+    fn normalize(&self, _state: &CycleState, _pod: &PodInfo, scores: &mut [i64]) -> Status {
+        super::helper::normalize_to_max(scores);
+        Status::success()
+    }
+}
+
+impl ReservePlugin for DynamicResources {
+    /// The chosen node's allocations go in flight: the next pod's PreFilter counts their
+    /// devices as taken. Allocated claims are reserved for real only in PreBind.
+    fn reserve(&self, state: &mut CycleState, _pod: &PodInfo, node: &str) -> Status {
+        let Some(s) = state.read_mut::<State>(STATE_KEY) else {
+            return Status::error(REASON_NO_STATE);
+        };
+        if s.allocator.is_none() {
+            return Status::success();
+        }
+        let to_allocate = s
+            .slots
+            .iter()
+            .filter(|slot| allocation_of(&slot.claim).is_none())
+            .count();
+        let Some(allocations) = locked(&s.by_node).get(node).cloned() else {
+            return Status::error("claim allocation not found for node");
+        };
+        if allocations.len() != to_allocate {
+            return Status::error(format!(
+                "internal error, have {} allocations, {to_allocate} claims to allocate, want {to_allocate} claims",
+                allocations.len()
+            ));
+        }
+        let slots = Arc::make_mut(&mut s.slots);
+        let mut allocations = allocations.into_iter();
+        for slot in slots.iter_mut() {
+            if allocation_of(&slot.claim).is_some() {
+                continue;
+            }
+            let Some(allocation) = allocations.next() else {
+                break;
+            };
+            let mut claim = (*slot.claim).clone();
+            let finalizers = claim.metadata.finalizers.get_or_insert_default();
+            if !finalizers.iter().any(|f| f == bind::FINALIZER) {
+                finalizers.push(bind::FINALIZER.into());
+            }
+            claim.status.get_or_insert_default().allocation = Some(allocation.clone());
+            self.claims.signal_pending_allocation(Arc::new(claim));
+            tracing::debug!(claim = %claims::kobj(&slot.claim), node, "Reserved resource in allocation result");
+            slot.allocation = Some(allocation);
+        }
+        Status::success()
+    }
+
+    /// The allocations this pod held in flight are dropped, and a reservation PreBind
+    /// wrote is taken back (as kube: a strategic-merge patch removing the pod's entry).
+    fn unreserve(&self, state: &mut CycleState, pod: &PodInfo, _node: &str) {
+        let Some(s) = state.read::<State>(STATE_KEY) else {
+            return;
+        };
+        let written = locked(&s.written).clone();
+        let ctx = locked(&s.bind_ctx).clone();
+        for (i, slot) in s.slots.iter().enumerate() {
+            let uid = slot.claim.metadata.uid.as_deref().unwrap_or_default();
+            if self.claims.maybe_remove_pending_allocation(uid, false) {
+                self.claims.restore(&claims::kobj(&slot.claim));
+            }
+            let claim = written.get(&i).unwrap_or(&slot.claim);
+            if allocation_of(claim).is_some()
+                && claims::is_reserved_for(&pod.uid, claim)
+                && let Some(ctx) = &ctx
+            {
+                bind::unreserve_in_background(ctx, claim, &pod.uid);
+            }
+        }
+    }
+}
+
+impl PreBindPlugin for DynamicResources {
+    fn pre_bind<'a>(
+        &'a self,
+        ctx: &'a BindContext,
+        state: &'a CycleState,
+        pod: &'a PodInfo,
+        node: &'a str,
+    ) -> futures::future::BoxFuture<'a, Status> {
+        Box::pin(async move {
+            let Some(s) = state.read::<State>(STATE_KEY) else {
+                return Status::error(REASON_NO_STATE);
+            };
+            if s.slots.is_empty() {
+                return Status::success();
+            }
+            *locked(&s.bind_ctx) = Some(ctx.clone());
+            bind::pre_bind(self, ctx, s, pod, node).await
+        })
+    }
+}

@@ -1,0 +1,525 @@
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::dra_state::DeviceObjects;
+use crate::plugins::testing::node_with;
+
+const DRIVER: &str = "gpu.example.com";
+
+fn class() -> Arc<DeviceClass> {
+    Arc::new(
+        serde_json::from_value(json!({
+            "metadata": {"name": DRIVER},
+            "spec": {"selectors": [{"cel": {"expression": format!("device.driver == {DRIVER:?}")}}]}
+        }))
+        .expect("class"),
+    )
+}
+
+/// One device `gpu-0` of `model` on node `node`.
+fn slice(node: &str, model: &str) -> Arc<ResourceSlice> {
+    Arc::new(
+        serde_json::from_value(json!({
+            "metadata": {"name": format!("{node}-gpus")},
+            "spec": {"driver": DRIVER, "nodeName": node,
+                "pool": {"name": node, "generation": 0, "resourceSliceCount": 1},
+                "devices": [{"name": "gpu-0", "attributes": {"model": {"string": model}}}]}
+        }))
+        .expect("slice"),
+    )
+}
+
+fn request(name: &str, model: &str) -> Value {
+    // As the API server defaults it: one device.
+    json!({"name": name, "exactly": {"deviceClassName": DRIVER,
+        "allocationMode": "ExactCount", "count": 1, "selectors": [{"cel": {
+        "expression": format!("device.attributes[{DRIVER:?}].model == {model:?}")}}]}})
+}
+
+/// The claim `{pod}-gpu` generated for pod `pod`, asking for one a100 unless `requests`
+/// says otherwise.
+fn claim(pod: &str, requests: Option<Value>) -> Value {
+    json!({
+        "metadata": {"name": format!("{pod}-gpu"), "namespace": "default",
+            "uid": format!("uid-{pod}-gpu"), "resourceVersion": "10",
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": pod,
+                "uid": format!("uid-{pod}"), "controller": true}]},
+        "spec": {"devices": {"requests": requests.unwrap_or_else(|| json!([request("gpu", "a100")]))}}
+    })
+}
+
+fn to_claim(v: Value) -> Arc<ResourceClaim> {
+    Arc::new(serde_json::from_value(v).expect("claim"))
+}
+
+/// Pod `name` with one claim from a template; `generated`: the claim controller has
+/// recorded the claim's name.
+fn pod(name: &str, generated: bool) -> PodInfo {
+    let mut p = json!({
+        "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
+        "spec": {"containers": [{"name": "c", "image": "i"}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu-template"}]}
+    });
+    if generated {
+        p["status"] = json!({"resourceClaimStatuses": [
+            {"name": "gpu", "resourceClaimName": format!("{name}-gpu")}]});
+    }
+    let pod: Pod = serde_json::from_value(p).expect("pod");
+    PodInfo::new(Arc::new(pod))
+}
+
+struct World {
+    plugin: DynamicResources,
+    claims: Arc<ResourceClaims>,
+    snapshot: Snapshot,
+}
+
+/// Nodes n1 (an a100) and n2 (a t4), and the class.
+fn world() -> World {
+    let claims = ResourceClaims::new();
+    let nodes = vec![
+        Arc::new(node_with("n1", |_| {})),
+        Arc::new(node_with("n2", |_| {})),
+    ];
+    let mut devices = DeviceObjects::default();
+    devices.classes.insert(DRIVER.into(), class());
+    for s in [slice("n1", "a100"), slice("n2", "t4")] {
+        devices
+            .slices
+            .insert(s.metadata.name.clone().unwrap_or_default(), s);
+    }
+    let snapshot = Snapshot {
+        devices: Arc::new(devices),
+        ..Snapshot::from_nodes(nodes)
+    };
+    World {
+        plugin: DynamicResources::new(DynamicResourcesArgs::default(), claims.clone()),
+        claims,
+        snapshot,
+    }
+}
+
+impl World {
+    fn pre_filter(&self, pod: &PodInfo) -> (CycleState, Status) {
+        let mut state = CycleState::new();
+        let (_, s) = self.plugin.pre_filter(&mut state, pod, &self.snapshot);
+        (state, s)
+    }
+
+    /// Each node's Filter verdict: (code, message).
+    fn filter(&self, state: &CycleState, pod: &PodInfo) -> Vec<(Code, String)> {
+        (self.snapshot.nodes.iter())
+            .map(|n| {
+                let s = self.plugin.filter(state, pod, n);
+                (s.code, s.message())
+            })
+            .collect()
+    }
+}
+
+fn fits() -> (Code, String) {
+    (Code::Success, String::new())
+}
+
+fn cannot() -> (Code, String) {
+    (
+        Code::UnschedulableAndUnresolvable,
+        REASON_CANNOT_ALLOCATE.to_string(),
+    )
+}
+
+#[test]
+fn pre_enqueue_waits_for_the_pods_claims_in_kubes_words() {
+    let w = world();
+    let verdict = |p: &PodInfo| {
+        let s = w.plugin.pre_enqueue(&p.object());
+        (s.code, s.message())
+    };
+    let unresolvable = |m: &str| (Code::UnschedulableAndUnresolvable, m.to_string());
+    assert_eq!(
+        verdict(&pod("p", false)),
+        unresolvable("pod \"default/p\": ResourceClaim not created yet")
+    );
+    assert_eq!(
+        verdict(&pod("p", true)),
+        unresolvable("could not find ResourceClaim \"default/p-gpu\"")
+    );
+    // A claim of that name made for another pod.
+    let mut theirs = claim("p", None);
+    theirs["metadata"]["ownerReferences"][0]["uid"] = json!("uid-other");
+    w.claims.apply(to_claim(theirs));
+    assert_eq!(
+        verdict(&pod("p", true)),
+        unresolvable(
+            "ResourceClaim default/p-gpu was not created for Pod default/p (Pod is not owner)"
+        )
+    );
+    let mut deleting = claim("p", None);
+    deleting["metadata"]["resourceVersion"] = json!("11");
+    deleting["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+    w.claims.apply(to_claim(deleting));
+    assert_eq!(
+        verdict(&pod("p", true)),
+        unresolvable("resourceclaim \"p-gpu\" is being deleted")
+    );
+    w.claims.delete("default/p-gpu");
+    w.claims.apply(to_claim(claim("p", None)));
+    assert_eq!(verdict(&pod("p", true)), (Code::Success, String::new()));
+    // A pod without claims is never held.
+    let plain = crate::plugins::testing::pod_with(|_| {});
+    assert!(w.plugin.pre_enqueue(&plain.object()).is_success());
+}
+
+#[test]
+fn pre_filter_skips_pods_without_claims_and_checks_classes() {
+    let w = world();
+    let plain = crate::plugins::testing::pod_with(|_| {});
+    let (state, s) = w.pre_filter(&plain);
+    assert!(s.is_skip());
+    let pre_score = |state: &mut CycleState, p: &PodInfo| {
+        w.plugin
+            .pre_score(state, p, &NodeList::default(), &w.snapshot)
+    };
+    assert!(pre_score(&mut state.clone(), &plain).is_skip());
+    let mut missing = claim("p", None);
+    missing["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = json!("fpga");
+    w.claims.apply(to_claim(missing));
+    let (_, s) = w.pre_filter(&pod("p", true));
+    assert_eq!(
+        (s.code, s.message()),
+        (
+            Code::UnschedulableAndUnresolvable,
+            "request gpu: device class fpga does not exist".to_string()
+        )
+    );
+    let mut neither = claim("p", Some(json!([{"name": "gpu"}])));
+    neither["metadata"]["resourceVersion"] = json!("12");
+    w.claims.apply(to_claim(neither));
+    let (_, s) = w.pre_filter(&pod("p", true));
+    assert_eq!(
+        s.message(),
+        "resource claim default/p-gpu, request gpu: unknown request type"
+    );
+    let mut good = claim("p", None);
+    good["metadata"]["resourceVersion"] = json!("13");
+    w.claims.apply(to_claim(good));
+    let (mut state, s) = w.pre_filter(&pod("p", true));
+    assert!(s.is_success(), "{s}");
+    assert!(pre_score(&mut state, &pod("p", true)).is_success());
+}
+
+#[test]
+fn filter_allocates_on_the_node_whose_device_matches() {
+    let w = world();
+    w.claims.apply(to_claim(claim("p", None)));
+    let p = pod("p", true);
+    let (state, s) = w.pre_filter(&p);
+    assert!(s.is_success(), "{s}");
+    assert_eq!(w.filter(&state, &p), [fits(), cannot()]);
+    // A model no node has.
+    let mut t4 = claim("q", Some(json!([request("gpu", "h100")])));
+    t4["metadata"]["uid"] = json!("uid-q-gpu");
+    w.claims.apply(to_claim(t4));
+    let q = pod("q", true);
+    let (state, _) = w.pre_filter(&q);
+    assert_eq!(w.filter(&state, &q), [cannot(), cannot()]);
+}
+
+#[test]
+fn filter_refuses_virtual_nodes_plainly() {
+    let mut w = world();
+    let vn = node_with("mcsched-east", |n| {
+        n.metadata.labels.get_or_insert_default().insert(
+            mcsched_shared::keys::CLUSTER_LABEL.to_string(),
+            "east".to_string(),
+        );
+    });
+    assert!(vn.cluster.is_some());
+    w.snapshot = Snapshot {
+        devices: w.snapshot.devices.clone(),
+        ..Snapshot::from_nodes(vec![Arc::new(vn)])
+    };
+    w.claims.apply(to_claim(claim("p", None)));
+    let p = pod("p", true);
+    let (state, _) = w.pre_filter(&p);
+    assert_eq!(
+        w.filter(&state, &p),
+        [(
+            Code::UnschedulableAndUnresolvable,
+            REASON_VIRTUAL_NODE.to_string()
+        )]
+    );
+}
+
+/// An allocated claim is available only where its node selector says.
+#[test]
+fn an_allocated_claim_keeps_the_pod_to_its_node() {
+    let w = world();
+    let mut allocated = claim("p", None);
+    allocated["status"] = json!({"allocation": {
+        "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu-0"}]},
+        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}
+    }});
+    w.claims.apply(to_claim(allocated));
+    let p = pod("p", true);
+    let (state, s) = w.pre_filter(&p);
+    assert!(s.is_success(), "{s}");
+    assert_eq!(
+        w.filter(&state, &p),
+        [
+            fits(),
+            (
+                Code::UnschedulableAndUnresolvable,
+                REASON_NOT_AVAILABLE.to_string()
+            )
+        ]
+    );
+    let s = state.read::<State>(STATE_KEY).expect("state");
+    assert_eq!(*locked(&s.unavailable), BTreeSet::from([0]));
+}
+
+/// Reserve puts the allocation in flight: a second pod's claim for the same device fits
+/// nowhere until Unreserve drops it.
+#[test]
+fn reserve_keeps_the_device_from_the_next_pod_until_unreserve() {
+    let w = world();
+    w.claims.apply(to_claim(claim("p", None)));
+    w.claims.apply(to_claim(claim("q", None)));
+    let (p, q) = (pod("p", true), pod("q", true));
+    let (mut state, _) = w.pre_filter(&p);
+    assert_eq!(w.filter(&state, &p), [fits(), cannot()]);
+    assert!(w.plugin.reserve(&mut state, &p, "n1").is_success());
+    assert!(w.claims.pending_allocation("uid-p-gpu").is_some());
+    let (q_state, _) = w.pre_filter(&q);
+    assert_eq!(w.filter(&q_state, &q), [cannot(), cannot()]);
+    // p's own claim, in flight, makes a retry of p wait.
+    let (_, again) = w.pre_filter(&p);
+    assert_eq!(
+        again.message(),
+        "resource claim default/p-gpu is in the process of being allocated"
+    );
+    w.plugin.unreserve(&mut state, &p, "n1");
+    assert!(w.claims.pending_allocation("uid-p-gpu").is_none());
+    let (q_state, _) = w.pre_filter(&q);
+    assert_eq!(w.filter(&q_state, &q), [fits(), cannot()]);
+    // Reserve on a node Filter did not pass is an internal error.
+    let (mut state, _) = w.pre_filter(&p);
+    let s = w.plugin.reserve(&mut state, &p, "n2");
+    assert_eq!(
+        (s.code, s.message()),
+        (Code::Error, "claim allocation not found for node".into())
+    );
+}
+
+/// Score: a prioritized list scores its first subrequest highest (8, then 7, ...).
+#[test]
+fn score_prefers_earlier_subrequests_of_a_prioritized_list() {
+    let w = world();
+    let sub = |name: &str, model: &str| {
+        json!({"name": name, "deviceClassName": DRIVER, "allocationMode": "ExactCount",
+            "count": 1, "selectors": [{"cel": {
+            "expression": format!("device.attributes[{DRIVER:?}].model == {model:?}")}}]})
+    };
+    w.claims.apply(to_claim(claim(
+        "p",
+        Some(json!([{"name": "gpu", "firstAvailable": [sub("big", "a100"), sub("small", "t4")]}])),
+    )));
+    let p = pod("p", true);
+    let (state, s) = w.pre_filter(&p);
+    assert!(s.is_success(), "{s}");
+    assert_eq!(w.filter(&state, &p), [fits(), fits()]);
+    let mut scores: Vec<i64> = (w.snapshot.nodes.iter())
+        .map(|n| w.plugin.score(&state, &p, n).expect("score"))
+        .collect();
+    assert_eq!(scores, [8, 7]);
+    assert!(w.plugin.normalize(&state, &p, &mut scores).is_success());
+    assert_eq!(scores, [100, 87]);
+}
+
+/// An API server that answers every write with the object it got, at a new resource
+/// version, and records (method, path, body); `conflicts` status updates first get 409.
+/// The requests an API server got: (method, path, body).
+type Requests = Arc<Mutex<Vec<(String, String, Value)>>>;
+
+fn recording_api(conflicts: usize) -> (BindContext, Requests) {
+    let seen: Requests = Arc::default();
+    let conflicts = Arc::new(AtomicUsize::new(conflicts));
+    let log = seen.clone();
+    let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+        let (log, conflicts) = (log.clone(), conflicts.clone());
+        async move {
+            let method = req.method().to_string();
+            let path = req.uri().path().to_string();
+            let bytes = body_bytes(req.into_body()).await;
+            let mut body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            let n = {
+                let mut l = locked(&log);
+                l.push((method.clone(), path.clone(), body.clone()));
+                l.len()
+            };
+            let (code, reply) = if method == "GET" {
+                (200, to_value_claim("p"))
+            } else if path.ends_with("/status")
+                && conflicts
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| c.checked_sub(1))
+                    .is_ok()
+            {
+                (
+                    409,
+                    json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
+                        "reason": "Conflict", "code": 409, "message": "the object has been modified"}),
+                )
+            } else {
+                body["metadata"]["resourceVersion"] = json!(format!("{}", 100 + n));
+                (200, body)
+            };
+            Ok::<_, std::convert::Infallible>(
+                http::Response::builder()
+                    .status(code)
+                    .header("content-type", "application/json")
+                    .body(kube::client::Body::from(
+                        serde_json::to_vec(&reply).expect("json"),
+                    ))
+                    .expect("response"),
+            )
+        }
+    });
+    let ctx = BindContext {
+        client: kube::Client::new(service, "default"),
+        content_type: mcsched_wire::ContentType::Json,
+    };
+    (ctx, seen)
+}
+
+fn to_value_claim(pod: &str) -> Value {
+    let mut c = claim(pod, None);
+    c["apiVersion"] = json!("resource.k8s.io/v1");
+    c["kind"] = json!("ResourceClaim");
+    c
+}
+
+async fn body_bytes(body: kube::client::Body) -> Vec<u8> {
+    body.collect_bytes()
+        .await
+        .map(|b| b.to_vec())
+        .unwrap_or_default()
+}
+
+/// PreBind writes as kube's bindClaim: the finalizer by an update, then the allocation,
+/// its timestamp and the pod's reservation by a status update; the claim written is
+/// assumed and leaves the in-flight set. A conflict re-reads the claim and tries again.
+#[tokio::test]
+async fn pre_bind_writes_allocation_and_reservation_as_kube() {
+    let w = world();
+    w.claims.apply(to_claim(claim("p", None)));
+    let p = pod("p", true);
+    let (mut state, _) = w.pre_filter(&p);
+    assert_eq!(w.filter(&state, &p), [fits(), cannot()]);
+    assert!(w.plugin.reserve(&mut state, &p, "n1").is_success());
+    let (ctx, seen) = recording_api(1);
+    let s = w.plugin.pre_bind(&ctx, &state, &p, "n1").await;
+    assert!(s.is_success(), "{s}");
+    let seen = locked(&seen).clone();
+    let calls: Vec<(&str, &str)> = seen
+        .iter()
+        .map(|(m, p, _)| (m.as_str(), p.as_str()))
+        .collect();
+    let at = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/p-gpu";
+    let status = format!("{at}/status");
+    assert_eq!(
+        calls,
+        [
+            ("PUT", at),
+            ("PUT", status.as_str()),
+            ("GET", at),
+            ("PUT", at),
+            ("PUT", status.as_str())
+        ]
+    );
+    let (_, _, finalized) = &seen[0];
+    assert_eq!(
+        finalized["metadata"]["finalizers"],
+        json!(["resource.kubernetes.io/delete-protection"])
+    );
+    let (_, _, written) = &seen[4];
+    assert_eq!(
+        written["status"]["reservedFor"],
+        json!([{"resource": "pods", "name": "p", "uid": "uid-p"}])
+    );
+    let allocation = &written["status"]["allocation"];
+    assert_eq!(
+        allocation["devices"]["results"][0]["device"],
+        json!("gpu-0")
+    );
+    assert_eq!(allocation["devices"]["results"][0]["pool"], json!("n1"));
+    assert!(
+        allocation["allocationTimestamp"].is_string(),
+        "{allocation}"
+    );
+    // Assumed as written; no longer in flight.
+    assert!(w.claims.pending_allocation("uid-p-gpu").is_none());
+    let assumed = w.claims.get("default", "p-gpu").expect("claim");
+    assert_eq!(assumed.metadata.resource_version.as_deref(), Some("105"));
+    assert!(allocation_of(&assumed).is_some());
+    // The device stays taken for the next pod.
+    w.claims.apply(to_claim(claim("q", None)));
+    let q = pod("q", true);
+    let (q_state, _) = w.pre_filter(&q);
+    assert_eq!(w.filter(&q_state, &q), [cannot(), cannot()]);
+}
+
+/// A claim already reserved for the pod is not written again.
+#[tokio::test]
+async fn pre_bind_leaves_a_claim_already_reserved_for_the_pod() {
+    let w = world();
+    let mut reserved = claim("p", None);
+    reserved["status"] = json!({
+        "allocation": {"devices": {"results": [
+            {"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu-0"}]}},
+        "reservedFor": [{"resource": "pods", "name": "p", "uid": "uid-p"}]
+    });
+    w.claims.apply(to_claim(reserved));
+    let p = pod("p", true);
+    let (mut state, s) = w.pre_filter(&p);
+    assert!(s.is_success(), "{s}");
+    assert!(w.plugin.reserve(&mut state, &p, "n1").is_success());
+    let (ctx, seen) = recording_api(0);
+    assert!(w.plugin.pre_bind(&ctx, &state, &p, "n1").await.is_success());
+    assert!(locked(&seen).is_empty());
+}
+
+#[test]
+fn binding_conditions_decide_readiness_as_kube() {
+    let mut c = claim("p", None);
+    c["status"] = json!({"allocation": {"devices": {"results": [{"request": "gpu",
+        "driver": DRIVER, "pool": "n1", "device": "gpu-0",
+        "bindingConditions": ["Attached"], "bindingFailureConditions": ["Failed"]}]}}});
+    let not_yet: ResourceClaim = serde_json::from_value(c.clone()).expect("claim");
+    assert_eq!(bind::ready_for_binding(&not_yet), Ok(false));
+    let with = |conditions: Value| -> ResourceClaim {
+        let mut c = c.clone();
+        c["status"]["devices"] =
+            json!([{"driver": DRIVER, "pool": "n1", "device": "gpu-0", "conditions": conditions}]);
+        serde_json::from_value(c).expect("claim")
+    };
+    let cond = |t: &str, s: &str| {
+        json!({"type": t, "status": s, "reason": "R", "message": "m",
+            "lastTransitionTime": "2026-01-01T00:00:00Z"})
+    };
+    assert_eq!(
+        bind::ready_for_binding(&with(json!([cond("Attached", "True")]))),
+        Ok(true)
+    );
+    assert_eq!(
+        bind::ready_for_binding(&with(json!([cond("Attached", "False")]))),
+        Ok(false)
+    );
+    assert_eq!(
+        bind::ready_for_binding(&with(json!([cond("Failed", "True")]))),
+        Err("device binding failed: claim=p-gpu, reason=R, message=\"m\"".into())
+    );
+}
