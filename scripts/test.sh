@@ -132,6 +132,9 @@ stage "set-up (scripts/setup.sh)" bash scripts/setup.sh
 stage "cargo fmt --check" cargo fmt --all -- --check
 # The oldest leaf minor's control plane too: version_skew.rs runs the newest host with it.
 stage "build controlplane (Go)" make --no-print-directory controlplane controlplane-oldest-leaf conformance-suite
+# kube's shared DRA allocator cases, generated from their Go module for the unit tests
+# (dra/tests/upstream_cases.rs), awaited before them.
+background "dra upstream cases" bash dra/tests/upstream/generate.sh
 # gofmt and go vet, with the build's compile flags: vet reuses what the build compiled.
 # Nothing depends on it: it runs beside the next stages and is awaited before the real node.
 background "go vet" make --no-print-directory vet
@@ -146,6 +149,7 @@ background "cargo clippy -D warnings" env CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-
 # clippy is: on a fresh machine most of it is building cargo-deny itself.
 background "cargo deny (licenses, bans, sources)" bash scripts/cargo-deny.sh
 stage "cargo build" cargo build --workspace --bins
+stage "dra upstream cases (awaited)" await "dra upstream cases"
 stage "unit tests" cargo test --workspace --exclude mcsched-e2e --exclude mcsched-bench
 # The agent image (release build) and the test images, then the tests: control planes
 # with simulated kubelets, then the real node (kubelet + containerd + runc + CNI as root;

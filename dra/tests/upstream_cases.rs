@@ -1,7 +1,9 @@
 //! kube's shared allocator test cases (k8s.io/dynamic-resource-allocation@v0.37.2,
 //! structured/internal/allocatortesting), run against this allocator. tests/upstream/
-//! cases.jsonl holds each case's inputs and what upstream's incubating allocator returns
-//! for them (generate.sh writes it, checking upstream's own expectations on the way).
+//! generate.sh runs upstream's incubating allocator on each case, checking upstream's own
+//! expectations on the way, and writes each case's inputs and outcome as a JSON line to
+//! .build/dra-upstream-cases.jsonl (or `$MCSCHED_DRA_CASES`); this test runs it when that
+//! file is missing. The cases are upstream's code, so they are generated, not committed.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -228,9 +230,34 @@ fn run(case: &Case) -> Result<(), String> {
     }
 }
 
+/// The generated cases: `$MCSCHED_DRA_CASES`, else .build/dra-upstream-cases.jsonl,
+/// written by generate.sh first when it is not there.
+fn upstream_cases_text() -> String {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let path = std::env::var_os("MCSCHED_DRA_CASES")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| repo.join(".build/dra-upstream-cases.jsonl"));
+    if !path.exists() {
+        let script = repo.join("dra/tests/upstream/generate.sh");
+        let out = std::process::Command::new("bash")
+            .arg(&script)
+            .arg(&path)
+            .output()
+            .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+        assert!(
+            out.status.success(),
+            "{} failed (it needs Go and the Go module proxy):\n{}{}",
+            script.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+}
+
 #[test]
 fn upstream_allocator_cases() {
-    let text = include_str!("upstream/cases.jsonl");
+    let text = upstream_cases_text();
     let mut ported = 0;
     let mut passed = 0;
     let mut skipped = Vec::new();

@@ -1,10 +1,17 @@
 #!/bin/bash
-# Regenerates cases.jsonl: the shared allocator test cases of
-# k8s.io/dynamic-resource-allocation@v0.37.2 (structured/internal/allocatortesting), each
-# with its inputs and the outcome of upstream's incubating allocator, for
-# dra/tests/upstream_cases.rs. Needs Go and the module (from the Go module proxy).
+# Writes OUT (default: .build/dra-upstream-cases.jsonl): the shared allocator test cases
+# of k8s.io/dynamic-resource-allocation@v0.37.2 (structured/internal/allocatortesting),
+# each with its inputs and the outcome of upstream's incubating allocator, for
+# dra/tests/upstream_cases.rs, which runs this when OUT is missing (`make test` runs it
+# beforehand, in the background). Needs Go and the module (from the Go module proxy); the
+# cases are upstream's, so they are generated, never committed.
+#
+#   dra/tests/upstream/generate.sh [OUT]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+out=${1:-$here/../../../.build/dra-upstream-cases.jsonl}
+mkdir -p "$(dirname "$out")"
+out=$(cd "$(dirname "$out")" && pwd)/$(basename "$out")
 version=v0.37.2
 src=$(go env GOMODCACHE)/k8s.io/dynamic-resource-allocation@$version
 if [ ! -d "$src" ]; then
@@ -41,6 +48,9 @@ func TestDump(t *testing.T) {
 	allocatortesting.TestLexicographicalAllocator(t, SupportedFeatures, newAllocator)
 }
 GO
-rm -f "$here/cases.jsonl"
-(cd "$work" && DRA_CASES_OUT="$here/cases.jsonl" go test -count=1 -run '^TestDump$' ./structured/internal/incubating/ >"$work/test.log" 2>&1) || { tail -50 "$work/test.log"; exit 1; }
-wc -l "$here/cases.jsonl"
+# Written beside OUT and renamed: a reader never sees half a file, and two runs at once
+# (the test's and make test's) each leave a whole one.
+tmp="$out.tmp.$$"
+(cd "$work" && DRA_CASES_OUT="$tmp" go test -count=1 -run '^TestDump$' ./structured/internal/incubating/ >"$work/test.log" 2>&1) || { tail -50 "$work/test.log"; rm -f "$tmp"; exit 1; }
+mv "$tmp" "$out"
+wc -l "$out"
