@@ -10,6 +10,7 @@ pub mod objects;
 pub mod placement;
 pub mod process;
 pub mod real_node;
+pub mod tcp_proxy;
 pub mod wait;
 
 pub use agent::Agent;

@@ -48,6 +48,10 @@ pub enum Ended {
 #[derive(Clone, Default)]
 pub struct LeaseHealth {
     inner: Arc<Mutex<Option<(Instant, Duration)>>>,
+    /// Set once leadership was lost: the agent is on its way out, and nothing it still
+    /// asks of the API server (a read-back of a refused binding) may keep it waiting on a
+    /// network that may not answer.
+    lost: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// How much longer than renewDeadline a leader may go unrenewed before it is unhealthy
@@ -75,6 +79,23 @@ impl LeaseHealth {
             Some((at, deadline)) => at.elapsed() < deadline,
             None => true,
         }
+    }
+
+    /// Whether this agent led and lost the Lease (it exits, as kube-scheduler does).
+    pub fn is_lost(&self) -> bool {
+        self.lost.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    #[cfg(test)]
+    pub fn lost_for_test(&self) {
+        self.lost.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// When leadership ends unless renewed first: the last renewal + renewDeadline; None
+    /// when not leading.
+    pub fn deadline(&self) -> Option<Instant> {
+        let last = *self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        last.map(|(at, deadline)| at + deadline)
     }
 
     /// An error when this agent leads but has not renewed within its deadline + grace.
@@ -296,6 +317,10 @@ impl Elector {
     }
 
     fn lost(&self, leader: &watch::Sender<bool>) -> Ended {
+        // Before the news: whoever it wakes sees the Lease lost.
+        self.health
+            .lost
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         self.tell(leader, false);
         self.health.cleared();
         Ended::Lost
