@@ -93,6 +93,9 @@ pub struct LeafCluster {
     pub served_wake: Notify,
     /// What pod sync's dry runs found the leaf keeps and drops, at the version it reports.
     pub kept: Arc<mcsched_engine::leaf::kept_fields::KeptFields>,
+    /// The smallest copy (bytes of JSON) the leaf's API server could not store (etcd's
+    /// request limit): pod sync refuses copies as large before writing anything there.
+    pub too_large: Mutex<Option<usize>>,
 }
 
 impl super::served::Leaf for LeafCluster {
@@ -140,6 +143,7 @@ impl LeafCluster {
             served: Mutex::default(),
             served_wake: Notify::new(),
             kept: Default::default(),
+            too_large: Mutex::default(),
         })
     }
 

@@ -6,10 +6,10 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use mcsched_shared::keys;
 use serde_json::json;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::multicluster::cluster::LeafCluster;
 use crate::multicluster::dependents::{self, Dep, DepKind, apply_params, owned_meta};
@@ -77,6 +77,18 @@ pub(super) async fn create_copy(
         }
     };
     let deps = transform::dependencies(&copy);
+    let bytes = serde_json::to_vec(&copy).map_or(0, |b| b.len());
+    let refused = *leaf.too_large.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(refused) = refused.filter(|r| bytes >= *r) {
+        return Err(SyncError::TooLarge {
+            object: format!("{ns}/{name}"),
+            bytes,
+            answer: format!("the leaf could not store a copy of {refused} bytes"),
+        });
+    }
+    // The ConfigMaps and Secrets this copy is the first to need there: deleted again if
+    // the leaf cannot store the pod, so that nothing of it is left there.
+    let mut fresh: Vec<(Dep, String)> = Vec::new();
     let host_cms: Api<ConfigMap> = Api::namespaced(host.clone(), &ns);
     let leaf_cms: Api<ConfigMap> = Api::namespaced(leaf.client.clone(), &ns);
     for cm_name in &deps.config_maps {
@@ -88,8 +100,8 @@ pub(super) async fn create_copy(
             missing(&deps, "ConfigMap", &ns, cm_name)?;
             continue;
         };
-        leaf_object::<ConfigMap>(leaf, &ns, cm_name, Synced::ConfigMap).await?;
-        leaf_cms
+        let there = leaf_object::<ConfigMap>(leaf, &ns, cm_name, Synced::ConfigMap).await?;
+        let written = leaf_cms
             .patch(
                 cm_name,
                 &apply_params(),
@@ -99,6 +111,12 @@ pub(super) async fn create_copy(
             .map_err(api_err(format!(
                 "copying ConfigMap {ns}/{cm_name} to the leaf"
             )))?;
+        if there.is_none() {
+            fresh.push((
+                Dep::new(DepKind::ConfigMap, &ns, cm_name),
+                written.metadata.uid.unwrap_or_default(),
+            ));
+        }
         leaf.copied.copied(
             Dep::new(DepKind::ConfigMap, &ns, cm_name),
             cm.metadata.resource_version,
@@ -130,8 +148,8 @@ pub(super) async fn create_copy(
         if s.type_.as_deref() == Some("kubernetes.io/service-account-token") {
             continue;
         }
-        leaf_object::<Secret>(leaf, &ns, s_name, Synced::Secret).await?;
-        leaf_secrets
+        let there = leaf_object::<Secret>(leaf, &ns, s_name, Synced::Secret).await?;
+        let written = leaf_secrets
             .patch(
                 s_name,
                 &apply_params(),
@@ -139,6 +157,12 @@ pub(super) async fn create_copy(
             )
             .await
             .map_err(api_err(format!("copying Secret {ns}/{s_name} to the leaf")))?;
+        if there.is_none() {
+            fresh.push((
+                Dep::new(DepKind::Secret, &ns, s_name),
+                written.metadata.uid.unwrap_or_default(),
+            ));
+        }
         leaf.copied.copied(
             Dep::new(DepKind::Secret, &ns, s_name),
             s.metadata.resource_version,
@@ -263,6 +287,20 @@ pub(super) async fn create_copy(
                 None => Err(api_err(format!("creating leaf pod {ns}/{name}"))(e)),
             }
         }
+        Err(e) if too_large(&e).is_some() => {
+            let answer = too_large(&e).unwrap_or_default();
+            {
+                let mut smallest = leaf.too_large.lock().unwrap_or_else(|e| e.into_inner());
+                *smallest = Some(smallest.map_or(bytes, |s| s.min(bytes)));
+            }
+            warn!(cluster = %leaf.name, pod = %format!("{ns}/{name}"), bytes, %answer, "the leaf cannot store the copy; deleting what was copied for it alone");
+            delete_fresh(leaf, &fresh).await?;
+            Err(SyncError::TooLarge {
+                object: format!("{ns}/{name}"),
+                bytes,
+                answer,
+            })
+        }
         Err(e) if is_rbac_denial(&e) => Err(not_granted(leaf, &ns)),
         // Strict field validation: the leaf does not know a field of the copy.
         Err(e) if unknown_field(&e).is_some() => Err(SyncError::FieldNotServed {
@@ -279,6 +317,58 @@ pub(super) async fn create_copy(
         }
         Err(e) => Err(api_err(format!("creating leaf pod {ns}/{name}"))(e)),
     }
+}
+
+/// The leaf's answer when it cannot store an object: etcd refuses a request over its
+/// `--max-request-bytes` (1.5 MiB by default), which the API server passes on as a 500
+/// with etcd's message, not a Status of its own; a body over the API server's own limit
+/// (3 MiB) is a 413.
+fn too_large(e: &kube::Error) -> Option<String> {
+    match e {
+        kube::Error::Api(s) if s.code == 413 || s.message.contains("request is too large") => {
+            Some(format!("{} {}", s.code, s.message))
+        }
+        _ => None,
+    }
+}
+
+/// Deletes the ConfigMaps and Secrets created for a copy the leaf could not store, each
+/// under the UID it was created with (one created meanwhile under the name is not
+/// touched), and forgets them: no other leaf pod refers to them.
+async fn delete_fresh(leaf: &LeafCluster, fresh: &[(Dep, String)]) -> Result<(), SyncError> {
+    for (dep, uid) in fresh {
+        let params = DeleteParams {
+            preconditions: (!uid.is_empty()).then(|| Preconditions {
+                uid: Some(uid.clone()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        let (client, ns) = (leaf.client.clone(), dep.namespace.as_str());
+        let deleted = match dep.kind {
+            DepKind::ConfigMap => Api::<ConfigMap>::namespaced(client, ns)
+                .delete(&dep.name, &params)
+                .await
+                .map(|_| ()),
+            DepKind::Secret => Api::<Secret>::namespaced(client, ns)
+                .delete(&dep.name, &params)
+                .await
+                .map(|_| ()),
+            DepKind::Claim | DepKind::ServiceAccount => Ok(()),
+        };
+        match deleted {
+            Ok(()) => {}
+            // Gone, or another object holds the name now: nothing of this copy is left.
+            Err(e) if matches!(code(&e), Some(404 | 409)) => {}
+            Err(e) => {
+                return Err(api_err(format!(
+                    "deleting leaf {dep} copied for a copy too large"
+                ))(e));
+            }
+        }
+        leaf.copied.lock().remove(dep);
+    }
+    Ok(())
 }
 
 /// The copy the leaf check judged when it sent `pod` to `leaf` (assumed in the leaf's

@@ -284,6 +284,88 @@ async fn a_new_pod_gets_its_namespace_config_map_secret_claim_account_and_copy_i
     assert_eq!(condition["message"], "created in leaf cluster east");
 }
 
+/// etcd's answer, through the API server, to a request over its --max-request-bytes.
+fn too_large() -> (u16, Value) {
+    (
+        500,
+        fake_api::status(500, "", "etcdserver: request is too large"),
+    )
+}
+
+#[tokio::test]
+async fn a_copy_the_leaf_cannot_store_leaves_nothing_there_and_is_not_tried_again_as_large() {
+    let cm = |name: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "default", "uid": format!("{name}-uid")},
+            "data": {"k": "v"}})
+    };
+    let host = Server::default()
+        .with(&format!("{NS}/configmaps/fresh"), cm("fresh"))
+        .with(&format!("{NS}/configmaps/shared"), cm("shared"))
+        .with(
+            &format!("{NS}/secrets/s"),
+            json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "s", "namespace": "default", "uid": "s-uid"},
+                "data": {"k": "dg=="}}),
+        );
+    // `shared` is there already, this host's, for another leaf pod: it stays.
+    let shared_copy = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "shared", "namespace": "default", "uid": "leaf-shared",
+            "labels": ours()}});
+    let leaf = Server::default()
+        .with(NS, namespace())
+        .with(&format!("{NS}/configmaps/shared"), shared_copy)
+        .answering(
+            "PATCH",
+            &format!("{NS}/configmaps/fresh"),
+            (
+                200,
+                json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "fresh", "namespace": "default", "uid": "leaf-fresh"}}),
+            ),
+        )
+        .answering("POST", &format!("{NS}/pods"), too_large());
+    let f = fixture(host, leaf);
+    let pod = host_pod(json!({"spec": {"volumes": [
+        {"name": "a", "configMap": {"name": "fresh"}},
+        {"name": "b", "configMap": {"name": "shared"}},
+        {"name": "c", "secret": {"secretName": "s"}}]}}));
+    let e = f.sync(&pod, None).await.expect_err("refused");
+    let SyncError::TooLarge { object, bytes, .. } = &e else {
+        panic!("not refused as too large: {e}");
+    };
+    assert_eq!(object, "default/p");
+    assert!(*bytes > 0);
+    assert!(e.to_string().contains("too large to store there"), "{e}");
+    // What was copied for it alone is deleted again, under the UID it was created with.
+    assert_eq!(
+        f.leaf_writes(),
+        [
+            format!("PATCH {NS}/configmaps/fresh"),
+            format!("PATCH {NS}/configmaps/shared"),
+            format!("PATCH {NS}/secrets/s"),
+            format!("POST {NS}/pods"),
+            format!("DELETE {NS}/configmaps/fresh"),
+            format!("DELETE {NS}/secrets/s"),
+        ]
+    );
+    let deleted = fake_api::sent(&f.leaf_sent, "DELETE", &format!("{NS}/configmaps/fresh"));
+    assert_eq!(deleted[0]["preconditions"]["uid"], "leaf-fresh");
+    assert!(
+        !f.leaf
+            .copied
+            .lock()
+            .keys()
+            .any(|d| d.name == "fresh" || d.name == "s"),
+        "forgotten, so nothing follows them"
+    );
+    // Next time nothing is written: a copy as large is refused before.
+    let before = f.leaf_writes().len();
+    let again = f.sync(&pod, None).await.expect_err("refused again");
+    assert!(matches!(again, SyncError::TooLarge { .. }), "{again}");
+    assert_eq!(f.leaf_writes().len(), before, "{:?}", f.leaf_writes());
+}
+
 #[tokio::test]
 async fn a_copy_created_by_an_earlier_run_is_adopted() {
     let leaf = Server::default()

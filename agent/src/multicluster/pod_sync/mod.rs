@@ -112,6 +112,17 @@ pub enum SyncError {
         "leaf has no ServiceAccount {object} and mcsched may not create it (kubectl mcsched join cluster ... --service-accounts)"
     )]
     NoServiceAccount { object: String },
+    /// The leaf's API server cannot store the copy (over etcd's request limit: the marks
+    /// the copy carries grow a pod the host could just store). What was copied for it alone
+    /// is deleted again, and a copy as large is not tried there again.
+    #[error(
+        "leaf refused pod {object}: its copy, {bytes} bytes, is too large to store there ({answer})"
+    )]
+    TooLarge {
+        object: String,
+        bytes: usize,
+        answer: String,
+    },
     /// What the pod refers to is missing on the host: the copy waits, as a kubelet waits.
     #[error("{kind} {object} not found on the host; the leaf copy waits for it")]
     MissingOnHost { kind: &'static str, object: String },

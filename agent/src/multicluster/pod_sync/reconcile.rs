@@ -90,12 +90,15 @@ pub(super) async fn reconcile(host: &Client, host_side: &HostSide, leaf: &LeafCl
     let mut refs = HashSet::new();
     for (key, info) in &hosts {
         let pod = info.pod();
-        refs.extend(dependents::references(&pod));
         let synced = crate::observe::panics::guarded(
             "pod_sync",
             sync_one(host, host_side, leaf, &pod, copies.get(key)),
         )
         .await;
+        // A pod the leaf cannot store has no copy there to keep anything for.
+        if !matches!(synced, Ok(Err(SyncError::TooLarge { .. }))) {
+            refs.extend(dependents::references(&pod));
+        }
         match synced {
             Ok(Ok(())) => {}
             Ok(Err(SyncError::NotLeader)) => return,
@@ -262,6 +265,25 @@ pub(super) async fn sync_one(
                 Err(e @ SyncError::Override { .. }) => {
                     warn_event(host_side, pod, "LeafPodRefused", "Syncing", e.to_string());
                     return Err(e);
+                }
+                // Refused as the other refusals are; still an error for the caller, so
+                // that nothing is kept in the leaf for it.
+                Err(SyncError::TooLarge {
+                    object,
+                    bytes,
+                    answer,
+                }) => {
+                    let e = SyncError::TooLarge {
+                        object: object.clone(),
+                        bytes,
+                        answer: answer.clone(),
+                    };
+                    clash(host_side, leaf, &host_pods, pod, e).await?;
+                    return Err(SyncError::TooLarge {
+                        object,
+                        bytes,
+                        answer,
+                    });
                 }
                 Err(
                     e @ (SyncError::Clash { .. }
