@@ -47,7 +47,7 @@ stage() {
 # control planes, so two share this machine's cores well. Each binary's output is kept
 # apart and shown when it fails; every binary runs even after one failed.
 E2E_JOBS=${E2E_JOBS:-2}
-E2E_FIRST=(differential faults multicluster bench_quick leaf_ownership leaf_tokens go_extender leaf_safety differential_live placement_policies security join)
+E2E_FIRST=(differential faults multicluster bench_quick leaf_ownership leaf_tokens go_extender leaf_safety differential_live placement_policies security join big_objects network_cut)
 e2e_except_real_node() {
   local logs
   logs=$(mktemp -d)
