@@ -252,19 +252,23 @@ fn on_resource_claim_event(shared: &Shared, change: Change<ResourceClaim>) {
         Change::Delete(_) => "ResourceClaimDelete",
     };
     let claim = change.object().clone();
-    match change {
-        Change::Apply(c, _) => {
-            claims.apply(c);
-        }
-        Change::Delete(c) => {
-            claims.delete(&key_of(&*c));
-        }
-    }
     let namespace = claim.namespace().unwrap_or_default();
     let name = claim.name_any();
-    shared.queue.add_all(regate(shared, |pod| {
-        mcsched_engine::dra_state::pod_refers_to(pod, &namespace, &name)
-    }));
+    {
+        // See Shared::claim_gates: the claim and the verdicts it changes, as one step.
+        let _claim_gates = shared.claim_gates.lock().unwrap_or_else(|e| e.into_inner());
+        match change {
+            Change::Apply(c, _) => {
+                claims.apply(c);
+            }
+            Change::Delete(c) => {
+                claims.delete(&key_of(&*c));
+            }
+        }
+        shared.queue.add_all(regate(shared, |pod| {
+            mcsched_engine::dra_state::pod_refers_to(pod, &namespace, &name)
+        }));
+    }
     shared.queue.on_event(ClusterEvent::ResourceClaimChange);
     handled(label, started);
 }
@@ -682,6 +686,11 @@ fn apply_pod_change(shared: &Shared, change: Change<Pod>) -> Option<&'static str
             let _gates = group
                 .is_some()
                 .then(|| shared.gang_gates.lock().unwrap_or_else(|e| e.into_inner()));
+            let with_claims = (pod.spec.as_ref())
+                .and_then(|s| s.resource_claims.as_ref())
+                .is_some_and(|c| !c.is_empty());
+            let _claim_gates =
+                with_claims.then(|| shared.claim_gates.lock().unwrap_or_else(|e| e.into_inner()));
             if group.is_some() {
                 // A member counts towards its gang's minCount before its own PreEnqueue.
                 shared
@@ -799,6 +808,96 @@ mod tests {
         schedule(&shared, "big", "64", true).await;
         assert_eq!(waiting(&shared), (1, 0));
         shared
+    }
+
+    /// A shared state whose profile's DynamicResources reads the claims the watch feeds.
+    fn shared_with_claims() -> Arc<Shared> {
+        let (client, _) = crate::fake_api::client(|_, _| (201, json!({})));
+        let spec = mcsched_engine::config_bridge::default_spec("mcsched").expect("profile");
+        let leaves = Arc::new(crate::multicluster::registry::Leaves::new(
+            Default::default(),
+        ));
+        let claims = mcsched_engine::dra_state::ResourceClaims::new();
+        let registry = mcsched_engine::plugins::registry_with(
+            &Default::default(),
+            leaves.clone(),
+            mcsched_engine::pod_groups::PodGroups::new(),
+            claims.clone(),
+        );
+        let mut profiles =
+            mcsched_engine::profiles::Profiles::build(&[(spec, registry)], 1).expect("profiles");
+        profiles.resource_claims = claims;
+        let options = super::super::SchedulerOptions {
+            parallel_bindings: 1,
+            namespace: "mcsched-system".into(),
+            initial_backoff: std::time::Duration::from_secs(1),
+            max_backoff: std::time::Duration::from_secs(10),
+            content_type: mcsched_wire::ContentType::Json,
+            watch_content_type: mcsched_wire::ContentType::Json,
+        };
+        Shared::new(client, profiles, Vec::new(), leaves, &options)
+    }
+
+    fn claim(name: &str) -> Arc<ResourceClaim> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"),
+                    "resourceVersion": "1"},
+                "spec": {"devices": {"requests": []}}
+            }))
+            .expect("claim"),
+        )
+    }
+
+    /// A pod naming a claim that does not exist waits at PreEnqueue; that claim's arrival
+    /// lets it in, another claim's does not.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_pod_waiting_for_its_claim_is_queued_when_the_claim_comes() {
+        let shared = shared_with_claims();
+        let p = pod(
+            "p",
+            json!({"spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": "mine"}]}}),
+        );
+        on_pod_event(&shared, Change::Apply(p, true));
+        let q = shared.queue.pending();
+        assert_eq!((q.gated, q.active), (1, 0));
+        on_resource_claim_event(&shared, Change::Apply(claim("theirs"), true));
+        assert_eq!(shared.queue.pending().gated, 1, "another claim let it in");
+        on_resource_claim_event(&shared, Change::Apply(claim("mine"), true));
+        let q = shared.queue.pending();
+        assert_eq!((q.gated, q.active), (0, 1));
+        assert!(
+            shared
+                .profiles
+                .resource_claims
+                .get("default", "mine")
+                .is_ok()
+        );
+        on_resource_claim_event(&shared, Change::Delete(claim("mine")));
+        let left = &shared.profiles.resource_claims;
+        assert!(left.get("default", "mine").is_err() && left.get("default", "theirs").is_ok());
+    }
+
+    /// Classes and slices land in the snapshot.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn device_classes_and_slices_land_in_the_snapshot() {
+        let shared = shared_with_claims();
+        let class: Arc<DeviceClass> =
+            Arc::new(serde_json::from_value(json!({"metadata": {"name": "gpu"}})).expect("class"));
+        let slice: Arc<ResourceSlice> = Arc::new(
+            serde_json::from_value(json!({"metadata": {"name": "s"}, "spec": {"driver": "d",
+                "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1}}}))
+            .expect("slice"),
+        );
+        on_device_class_event(&shared, Change::Apply(class.clone(), true));
+        on_resource_slice_event(&shared, Change::Apply(slice.clone(), true));
+        let snap = shared.cache().snapshot();
+        assert!(snap.devices.classes.contains_key("gpu"));
+        assert!(snap.devices.slices.contains_key("s"));
+        on_device_class_event(&shared, Change::Delete(class));
+        on_resource_slice_event(&shared, Change::Delete(slice));
+        let snap = shared.cache().snapshot();
+        assert!(snap.devices.classes.is_empty() && snap.devices.slices.is_empty());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -35,6 +35,11 @@ pub struct Shared {
     /// Held while a pod group member's PreEnqueue verdicts (its own, its group's on a new
     /// member or PodGroup) are taken and queued.
     pub(super) gang_gates: Mutex<()>,
+    /// Held while the PreEnqueue verdict of a pod with resource claims is taken and
+    /// queued, and while a claim's change is applied and the pods naming it judged again:
+    /// else a verdict taken before the claim came in could be queued after the claim's
+    /// re-judging, and hold the pod back for good. Taken after `gang_gates`.
+    pub(super) claim_gates: Mutex<()>,
 }
 
 impl Shared {
@@ -76,6 +81,7 @@ impl Shared {
             lease_health: Default::default(),
             watch_health: Default::default(),
             gang_gates: Mutex::new(()),
+            claim_gates: Mutex::new(()),
         })
     }
 

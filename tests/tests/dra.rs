@@ -1,0 +1,361 @@
+//! DynamicResources on host nodes, mcsched beside kube-scheduler v1.37: the same objects in
+//! two control planes (kube-controller-manager in both, so the claim controller makes
+//! claims from templates), one scheduled by kube-scheduler (profile `default-scheduler`),
+//! the other by mcsched-agent. No driver runs: ResourceSlices are API objects, as in
+//! scheduler_perf's DRA workloads. Two nodes: n1 publishes an `a100` device, n2 a `t4`;
+//! one DeviceClass of the driver; a ResourceClaimTemplate asks for one device whose
+//! `model` attribute is `a100` (CEL).
+//!
+//! 1. A pod with a claim from that template is bound to n1 by both, and its claim's
+//!    `status.allocation` (devices, node selector, a timestamp), `status.reservedFor`
+//!    and finalizers are the same in both clusters (the pod's UID aside).
+//! 2. A second such pod, for the one a100 taken: Pending in both, with the same
+//!    PodScheduled reason and message (kube's "cannot allocate all claims").
+//! 3. A pod naming a claim that does not exist waits in both; once the claim is created
+//!    (asking for a t4) it is bound to n2 in both: a claim added requeues.
+//! 4. The first pod deleted, its claim goes (the claim controller and the garbage
+//!    collector): the second pod is bound to n1 in both: a claim deleted requeues.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Client};
+use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, wait};
+use serde_json::{Value, json};
+
+const DRIVER: &str = "gpu.example.com";
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Namespaced objects (in `default`) from JSON.
+async fn create<K>(client: &Client, object: Value) -> anyhow::Result<()>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), "default");
+    api.create(&PostParams::default(), &serde_json::from_value(object)?)
+        .await?;
+    Ok(())
+}
+
+/// Cluster-scoped objects (DeviceClass, ResourceSlice) from JSON.
+async fn create_cluster_scoped<K>(client: &Client, object: Value) -> anyhow::Result<()>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::all(client.clone());
+    api.create(&PostParams::default(), &serde_json::from_value(object)?)
+        .await?;
+    Ok(())
+}
+
+fn selector(model: &str) -> Value {
+    json!([{"cel": {"expression": format!("device.attributes[{DRIVER:?}].model == {model:?}")}}])
+}
+
+/// Nodes, their slices, the class and the template.
+async fn devices(client: &Client) -> anyhow::Result<()> {
+    use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaimTemplate, ResourceSlice};
+    for (node, model) in [("n1", "a100"), ("n2", "t4")] {
+        mcsched_e2e::objects::ready_node(
+            client,
+            node,
+            "8",
+            "32Gi",
+            json!({"kubernetes.io/hostname": node}),
+        )
+        .await?;
+        create_cluster_scoped::<ResourceSlice>(
+            client,
+            json!({
+                "metadata": {"name": format!("{node}-gpus")},
+                "spec": {"driver": DRIVER, "nodeName": node,
+                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                    "devices": [{"name": "gpu-0", "attributes": {"model": {"string": model}}}]}
+            }),
+        )
+        .await?;
+    }
+    create_cluster_scoped::<DeviceClass>(
+        client,
+        json!({
+            "metadata": {"name": DRIVER},
+            "spec": {"selectors": [{"cel": {"expression": format!("device.driver == {DRIVER:?}")}}]}
+        }),
+    )
+    .await?;
+    create::<ResourceClaimTemplate>(
+        client,
+        json!({
+            "metadata": {"name": "a100"},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu",
+                "exactly": {"deviceClassName": DRIVER, "selectors": selector("a100")}}]}}}
+        }),
+    )
+    .await
+}
+
+/// Pod `name` of `scheduler` with one claim: from the template, or the claim `named`.
+async fn pod(
+    client: &Client,
+    scheduler: &str,
+    name: &str,
+    named: Option<&str>,
+) -> anyhow::Result<()> {
+    let claim = match named {
+        Some(c) => json!({"name": "gpu", "resourceClaimName": c}),
+        None => json!({"name": "gpu", "resourceClaimTemplateName": "a100"}),
+    };
+    create::<Pod>(
+        client,
+        json!({
+            "metadata": {"name": name},
+            "spec": {"schedulerName": scheduler, "resourceClaims": [claim],
+                "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"claims": [{"name": "gpu"}]}}]}
+        }),
+    )
+    .await
+}
+
+async fn get_pod(client: &Client, name: &str) -> anyhow::Result<Pod> {
+    Ok(Api::<Pod>::namespaced(client.clone(), "default")
+        .get(name)
+        .await?)
+}
+
+fn node_of(p: &Pod) -> Option<String> {
+    p.spec.as_ref().and_then(|s| s.node_name.clone())
+}
+
+/// The pod's PodScheduled (status, reason, message), once it has one.
+fn scheduled_condition(p: &Pod) -> Option<(String, String, String)> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "PodScheduled")
+        .map(|c| {
+            (
+                c.status.clone(),
+                c.reason.clone().unwrap_or_default(),
+                c.message.clone().unwrap_or_default(),
+            )
+        })
+}
+
+async fn bound_to(client: &Client, name: &str, what: &str) -> anyhow::Result<String> {
+    let bound = wait::until(TIMEOUT, what, || async {
+        Ok(node_of(&get_pod(client, name).await?))
+    })
+    .await;
+    match bound {
+        Ok(node) => Ok(node),
+        Err(e) => Err(e.context(state_of(client, name).await)),
+    }
+}
+
+/// The pod's status and the namespace's claims, for a failure's message.
+async fn state_of(client: &Client, name: &str) -> String {
+    let pod = get_pod(client, name)
+        .await
+        .map(|p| serde_json::to_string(&p.status).unwrap_or_default());
+    let claims = Api::<ResourceClaim>::namespaced(client.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .map(|l| {
+            l.items
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{:?} {}",
+                        c.metadata.name,
+                        serde_json::to_string(&c.status).unwrap_or_default()
+                    )
+                })
+                .collect::<Vec<_>>()
+        });
+    format!("pod {name}: {pod:?}\nclaims: {claims:?}")
+}
+
+/// The claim the claim controller made for pod `name`, as the pod's status names it.
+async fn claim_of(client: &Client, name: &str) -> anyhow::Result<ResourceClaim> {
+    let pod = get_pod(client, name).await?;
+    let claim = pod
+        .status
+        .and_then(|s| s.resource_claim_statuses)
+        .and_then(|s| s.into_iter().next())
+        .and_then(|s| s.resource_claim_name)
+        .ok_or_else(|| anyhow::anyhow!("pod {name} names no generated claim"))?;
+    Ok(Api::<ResourceClaim>::namespaced(client.clone(), "default")
+        .get(&claim)
+        .await?)
+}
+
+/// What a scheduler wrote into a claim, comparable across clusters: the allocation with
+/// its timestamp's presence for the time, reservedFor with the pod's UID replaced by
+/// whether it is the pod's, and the finalizers.
+fn written(claim: &ResourceClaim, pod: &Pod) -> anyhow::Result<Value> {
+    let mut status = serde_json::to_value(claim.status.clone().unwrap_or_default())?;
+    let allocation = &mut status["allocation"];
+    let stamped = allocation
+        .get("allocationTimestamp")
+        .is_some_and(Value::is_string);
+    if let Some(a) = allocation.as_object_mut() {
+        a.remove("allocationTimestamp");
+    }
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    for r in status["reservedFor"].as_array_mut().into_iter().flatten() {
+        let mine = r["uid"] == json!(uid);
+        r["uid"] = json!(if mine { "<the pod>" } else { "<another>" });
+    }
+    Ok(json!({
+        "status": status,
+        "allocationTimestamp": stamped,
+        "finalizers": claim.metadata.finalizers,
+    }))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mcsched_allocates_claims_as_kube_scheduler_does() -> anyhow::Result<()> {
+    let only_scheduler = ControlPlaneOptions {
+        with_controller_manager: true,
+        with_scheduler: false,
+        simulate_kubelets: true,
+    };
+    let (kube, ours) = tokio::try_join!(
+        ControlPlane::start("dra-kube", ControlPlaneOptions::full()),
+        ControlPlane::start("dra-mcsched", only_scheduler)
+    )?;
+    let agent = Agent::start(&ours.kubeconfig, "mcsched", ours.dir())?;
+    let both = [(&kube, "default-scheduler"), (&ours, "mcsched")];
+    for (cp, _) in both {
+        devices(&cp.client).await?;
+    }
+    let logs = || agent.logs();
+
+    // 1. One pod, one matching device.
+    for (cp, scheduler) in both {
+        pod(&cp.client, scheduler, "trainer", None).await?;
+    }
+    let mut seen = Vec::new();
+    for (cp, scheduler) in both {
+        let node = bound_to(
+            &cp.client,
+            "trainer",
+            &format!("{scheduler}: trainer bound"),
+        )
+        .await
+        .map_err(|e| e.context(logs()))?;
+        let claim = claim_of(&cp.client, "trainer").await?;
+        let pod = get_pod(&cp.client, "trainer").await?;
+        seen.push((node, written(&claim, &pod)?));
+    }
+    println!(
+        "kube-scheduler: {:?}\nmcsched:        {:?}",
+        seen[0], seen[1]
+    );
+    assert_eq!(seen[0].0, "n1", "kube-scheduler bound the pod elsewhere");
+    assert_eq!(seen[0], seen[1], "the claims differ");
+    let results = &seen[0].1["status"]["allocation"]["devices"]["results"];
+    assert_eq!(
+        results,
+        &json!([{"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu-0"}]),
+        "kube-scheduler's allocation is not the one this test means"
+    );
+    assert_eq!(seen[0].1["allocationTimestamp"], json!(true));
+
+    // 2. A second pod for the one a100.
+    for (cp, scheduler) in both {
+        pod(&cp.client, scheduler, "second", None).await?;
+    }
+    let mut pending = Vec::new();
+    for (cp, scheduler) in both {
+        let c = wait::until(
+            TIMEOUT,
+            &format!("{scheduler}: second unschedulable"),
+            || async {
+                let p = get_pod(&cp.client, "second").await?;
+                anyhow::ensure!(node_of(&p).is_none(), "second was bound");
+                Ok(scheduled_condition(&p).filter(|c| c.0 == "False"))
+            },
+        )
+        .await
+        .map_err(|e| e.context(logs()))?;
+        pending.push(c);
+    }
+    println!(
+        "second, kube-scheduler: {:?}\nsecond, mcsched:        {:?}",
+        pending[0], pending[1]
+    );
+    assert!(
+        pending[0].2.contains("cannot allocate all claims"),
+        "kube-scheduler's reason is not the device: {:?}",
+        pending[0]
+    );
+    assert_eq!(pending[0], pending[1]);
+
+    // 3. A pod whose named claim does not exist yet waits; created, it is allocated a t4.
+    for (cp, scheduler) in both {
+        pod(&cp.client, scheduler, "named", Some("shared-t4")).await?;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for (cp, scheduler) in both {
+        let p = get_pod(&cp.client, "named").await?;
+        assert_eq!(
+            node_of(&p),
+            None,
+            "{scheduler} bound a pod whose claim is missing"
+        );
+    }
+    for (cp, _) in both {
+        create::<ResourceClaim>(
+            &cp.client,
+            json!({"metadata": {"name": "shared-t4"},
+                "spec": {"devices": {"requests": [{"name": "gpu",
+                    "exactly": {"deviceClassName": DRIVER, "selectors": selector("t4")}}]}}}),
+        )
+        .await?;
+    }
+    for (cp, scheduler) in both {
+        let node = bound_to(&cp.client, "named", &format!("{scheduler}: named bound"))
+            .await
+            .map_err(|e| e.context(logs()))?;
+        assert_eq!(node, "n2", "{scheduler}");
+    }
+
+    // 4. The first pod goes, and its claim with it: the second gets the a100.
+    for (cp, _) in both {
+        let claim = claim_of(&cp.client, "trainer").await?;
+        Api::<Pod>::namespaced(cp.client.clone(), "default")
+            .delete("trainer", &DeleteParams::default().grace_period(0))
+            .await?;
+        let claims: Api<ResourceClaim> = Api::namespaced(cp.client.clone(), "default");
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        wait::until(TIMEOUT, "trainer's claim gone", || async {
+            let left = claims.list(&ListParams::default()).await?.items;
+            Ok((!left
+                .iter()
+                .any(|c| c.metadata.name.as_deref() == Some(&name)))
+            .then_some(()))
+        })
+        .await?;
+    }
+    for (cp, scheduler) in both {
+        let node = bound_to(&cp.client, "second", &format!("{scheduler}: second bound"))
+            .await
+            .map_err(|e| e.context(logs()))?;
+        assert_eq!(node, "n1", "{scheduler}");
+    }
+    Ok(())
+}
