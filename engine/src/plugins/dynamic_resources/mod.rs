@@ -9,9 +9,8 @@
 //! Not here yet: extended resources backed by DRA (a pod's `nvidia.com/gpu` served by a
 //! DeviceClass), DeviceTaintRules, PodGroup-owned claims (off by default in v1.37),
 //! PostFilter's deallocation of claims no pod uses (it answers Unschedulable, as kube
-//! does when there is none), waiting for binding conditions, and `filterTimeout` (read,
-//! but the allocator cannot be interrupted). Pods with claims are not sent to leaf
-//! clusters: Filter refuses virtual nodes.
+//! does when there is none) and an event while binding conditions are waited for. Pods
+//! with claims are not sent to leaf clusters: Filter refuses virtual nodes.
 
 mod bind;
 mod claims;
@@ -24,7 +23,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::NodeSelector;
 use k8s_openapi::api::resource::v1::{AllocationResult, DeviceClass, ResourceClaim, ResourceSlice};
-use mcsched_dra::{AllocatedState, Allocator, CelCache, Features};
+use mcsched_dra::{AllocateError, AllocatedState, Allocator, CelCache, Features};
 use mcsched_shared::selectors;
 
 use crate::dra_state::{ResourceClaims, allocation_of};
@@ -339,7 +338,23 @@ impl FilterPlugin for DynamicResources {
                 .filter(|slot| allocation_of(&slot.claim).is_none())
                 .map(|slot| &*slot.claim)
                 .collect();
-            match allocator.allocate(&node.node, &to_allocate) {
+            // kube bounds the search (exponential in the worst case, and written by
+            // whoever writes claims) by filterTimeout; zero turns the bound off.
+            let allocated = if self.args.filter_timeout.is_zero() {
+                allocator.allocate(&node.node, &to_allocate)
+            } else {
+                let deadline = std::time::Instant::now() + self.args.filter_timeout;
+                allocator.allocate_until(&node.node, &to_allocate, deadline)
+            };
+            match allocated {
+                // Perhaps transient: an error, so the pod retries with backoff rather
+                // than waiting for a cluster event, in kube's words.
+                Err(AllocateError::Aborted(_)) => {
+                    return Status::error(format!(
+                        "node {}: timed out trying to allocate devices",
+                        node.name
+                    ));
+                }
                 // Only this node's pools are broken: other nodes may do.
                 Err(e) if e.is_failed_on_node() => return Status::unresolvable(e.to_string()),
                 // A claim or class that cannot be handled: the cycle ends in an error.

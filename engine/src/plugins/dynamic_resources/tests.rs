@@ -229,6 +229,29 @@ fn filter_allocates_on_the_node_whose_device_matches() {
 }
 
 #[test]
+fn filter_gives_up_at_the_filter_timeout_with_an_error() {
+    let mut w = world();
+    w.plugin = DynamicResources::new(
+        DynamicResourcesArgs {
+            filter_timeout: Duration::from_nanos(1),
+            ..DynamicResourcesArgs::default()
+        },
+        w.claims.clone(),
+    );
+    w.claims.apply(to_claim(claim("p", None)));
+    let p = pod("p", true);
+    let (state, s) = w.pre_filter(&p);
+    assert!(s.is_success(), "{s}");
+    let timed_out = |n: &str| {
+        (
+            Code::Error,
+            format!("node {n}: timed out trying to allocate devices"),
+        )
+    };
+    assert_eq!(w.filter(&state, &p), [timed_out("n1"), timed_out("n2")]);
+}
+
+#[test]
 fn filter_refuses_virtual_nodes_plainly() {
     let mut w = world();
     let vn = node_with("mcsched-east", |n| {
