@@ -30,6 +30,16 @@ pub trait Members: Send + Sync {
     fn members(&self, pod: &PodInfo, node: &NodeInfo) -> Option<MemberNodes>;
     /// If the pod goes to `node`, it runs on `member` (the best scored, ties drawn).
     fn choose(&self, node: &str, member: &str);
+    /// How many nodes `node` stands for before Filter (0 when none is known), so that
+    /// Filter's search is sized as in one flat cluster of all the nodes; 1 for a node
+    /// standing for itself.
+    fn size(&self, _node: &NodeInfo) -> usize {
+        1
+    }
+    /// This cycle's search finds `want` feasible nodes in every `of` nodes: a node
+    /// standing for others finds its share among its own, as the flat cluster's sample
+    /// would hold them. Not called when the search is not sampled (explanations).
+    fn sample(&self, _want: usize, _of: usize) {}
 }
 
 #[derive(Clone)]

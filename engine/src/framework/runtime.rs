@@ -21,8 +21,8 @@ mod node_search;
 mod parallel;
 mod record;
 
-pub(crate) use node_search::num_feasible_nodes_to_find;
 pub use node_search::{Filtered, ScheduleResult, fit_error, with_rejected};
+pub(crate) use node_search::{num_feasible_nodes_to_find, share_of_sample};
 pub(crate) use parallel::PARALLEL_MIN_NODES;
 use parallel::{FILTER_CHUNK, FilterChunk, PREFETCH_AHEAD, PREFETCH_LABELS_AHEAD, SCORE_CHUNK};
 pub use record::{CycleRecord, ScoreColumn, verdict};

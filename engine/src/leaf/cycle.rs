@@ -94,6 +94,9 @@ pub struct LeafCycle {
     /// What selects pods in the host (its Services and controllers): the leaf copies
     /// carry their host pods' labels, so Score spreads them by the host's selectors.
     pub(crate) host_selectors: Arc<crate::pod_selectors::PodSelectors>,
+    /// The cycle's sampled search, as (feasible nodes wanted, of all nodes) of one flat
+    /// cluster of the host's and the leaves' nodes; None when unsampled.
+    sample: Arc<Mutex<Option<(usize, usize)>>>,
 }
 
 /// The leaf nodes one virtual node's check found able to host the pod, and what it
@@ -216,6 +219,25 @@ impl LeafCycle {
                 notes,
             },
         );
+    }
+
+    /// How many nodes the leaf of `cluster` holds this cycle (0 when not synced).
+    pub(crate) fn leaf_size(&self, cluster: &str) -> usize {
+        self.views
+            .get(cluster)
+            .map_or(0, |v| v.snapshot.nodes.len())
+    }
+
+    /// The cycle's search looks for `want` feasible nodes of every `of`.
+    pub(crate) fn set_sample(&self, want: usize, of: usize) {
+        *self.sample.lock().unwrap_or_else(|e| e.into_inner()) = Some((want, of));
+    }
+
+    /// How many feasible nodes a leaf of `n` nodes contributes to the cycle's sampled
+    /// search; None when the search was not sampled (an explanation, a lone Filter).
+    pub(crate) fn leaf_share(&self, n: usize) -> Option<usize> {
+        let sample = *self.sample.lock().unwrap_or_else(|e| e.into_inner());
+        sample.map(|(want, of)| crate::framework::runtime::share_of_sample(want, of, n))
     }
 
     pub(crate) fn record_candidates(&self, virtual_node: &str, found: LeafCandidates) {

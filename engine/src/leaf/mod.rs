@@ -10,6 +10,7 @@ pub mod cycle;
 pub mod grants;
 pub mod kept_fields;
 pub mod leaf_checks;
+pub(crate) mod node_search;
 pub mod rescheduling;
 pub mod served_fields;
 pub mod transform;

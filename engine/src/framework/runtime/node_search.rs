@@ -301,8 +301,27 @@ impl Framework {
             (Some(hosts), virtuals)
         };
         let total = hosts.as_ref().map_or(snapshot.nodes.len(), Vec::len);
+        let members = if virtuals.is_empty() {
+            None
+        } else {
+            state.members()
+        };
         let want = if record_all {
             total
+        } else if let Some(m) = &members {
+            // One flat cluster of the host's nodes and the leaves' would look for
+            // numFeasibleNodesToFind of all of them: the host's nodes and each virtual
+            // node's members look for their share, so that neither side is sampled more
+            // densely than the other (the best of a larger sample scores higher) and a
+            // cycle costs what the flat cluster's does.
+            let of = total
+                + virtuals
+                    .iter()
+                    .map(|&p| m.size(&snapshot.nodes[p as usize]))
+                    .sum::<usize>();
+            let flat = num_feasible_nodes_to_find(self.percentage_of_nodes_to_score, of);
+            m.sample(flat, of);
+            share_of_sample(flat, of, total)
         } else {
             num_feasible_nodes_to_find(self.percentage_of_nodes_to_score, total)
         };
@@ -713,6 +732,17 @@ fn best_member(
         ties: tied.len(),
         raw: raw[pick * k..(pick + 1) * k].to_vec(),
     }
+}
+
+/// How many feasible nodes `n` of a flat cluster's `of` nodes contribute to a search for
+/// `want` of them: their proportional share, rounded up (at least one of a non-empty
+/// set, so that a small leaf is never left out), all of them when the search is not
+/// sampled.
+pub(crate) fn share_of_sample(want: usize, of: usize, n: usize) -> usize {
+    if want >= of || of == 0 {
+        return n;
+    }
+    (n * want).div_ceil(of).clamp(n.min(1), n)
 }
 
 /// kube-scheduler's `numFeasibleNodesToFind`: all nodes below 100; else the percentage

@@ -15,6 +15,7 @@ use crate::leaf::cycle::{LeafCandidates, LeafCycle, LeafView};
 use crate::leaf::grants::{Copied, grant_command};
 use crate::leaf::kept_fields;
 use crate::leaf::leaf_checks::{Question, Synced};
+use crate::leaf::node_search::{Rotation, search};
 use crate::leaf::rescheduling::Avoided;
 use crate::leaf::served_fields::{self, Served};
 use crate::plugins::{
@@ -33,6 +34,7 @@ use crate::snapshot::{NodeInfo, PodInfo};
 /// node declares what any of them does).
 pub(crate) struct LeafChecker {
     plugins: Vec<Arc<dyn Plugin>>,
+    rotation: Rotation,
 }
 
 impl LeafChecker {
@@ -64,6 +66,7 @@ impl LeafChecker {
                 // feature the copy's spec needs.
                 Arc::new(node_declared_features::NodeDeclaredFeatures::default()),
             ],
+            rotation: Rotation::default(),
         }
     }
 
@@ -209,23 +212,23 @@ impl LeafChecker {
         // walk that usually stops at a leaf's first nodes to the pool cost more than the
         // walk: the pool's threads switch and yield (measured in bench/analysis.md).
         let parallel = nodes.len() >= PARALLEL_MIN_NODES && rayon::current_thread_index().is_some();
-        // Every leaf node that fits, as kube's Filter finds them in a cluster of these
-        // nodes (numFeasibleNodesToFind of them): Score weighs the virtual node as the
-        // best, and counts how many are as good.
-        let want = num_feasible_nodes_to_find(None, nodes.len());
-        let found: Vec<u32> = if parallel {
-            let mut all: Vec<u32> = (0..nodes.len() as u32)
-                .into_par_iter()
-                .filter(|&i| run(&nodes[i as usize]).is_none())
-                .collect();
-            all.truncate(want);
-            all
-        } else {
-            (0..nodes.len() as u32)
-                .filter(|&i| run(&nodes[i as usize]).is_none())
-                .take(want)
-                .collect()
+        // The leaf nodes that fit, as kube's Filter finds them: the leaf's share of the
+        // cycle's sample of one flat cluster of all the nodes, from where the leaf's last
+        // search stopped (numFeasibleNodesToFind of the leaf's own from its first node
+        // when the cycle is not sampled). Score weighs the virtual node as the best, and
+        // counts how many are as good.
+        let n = nodes.len();
+        let (want, start) = match cycle.leaf_share(n) {
+            Some(share) => (share, self.rotation.start(cluster, n)),
+            None => (num_feasible_nodes_to_find(None, n), 0),
         };
+        let searched = search(n, start, want, parallel, |p| {
+            run(&nodes[p as usize]).is_none()
+        });
+        if want < n {
+            self.rotation.advance(cluster, searched.processed, n);
+        }
+        let found = searched.positions;
         if let Some(&first) = found.first() {
             let leaf_node = &nodes[first as usize].name;
             let volumes = volume_binding::chosen_volumes(&state, leaf_node);

@@ -50,6 +50,14 @@ impl Members for LeafMembers {
         })
     }
 
+    fn size(&self, node: &NodeInfo) -> usize {
+        node.cluster.as_deref().map_or(1, |c| self.0.leaf_size(c))
+    }
+
+    fn sample(&self, want: usize, of: usize) {
+        self.0.set_sample(want, of);
+    }
+
     fn choose(&self, node: &str, member: &str) {
         let Some(found) = self.0.candidates(node) else {
             return;
