@@ -135,3 +135,16 @@ impl Agent {
         })
     }
 }
+
+/// Who holds the Lease `name` of kube-system (leader election's), if anyone.
+pub async fn lease_holder(
+    leases: &kube::Api<k8s_openapi::api::coordination::v1::Lease>,
+    name: &str,
+) -> anyhow::Result<Option<String>> {
+    Ok(leases
+        .get_opt(name)
+        .await?
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+        .filter(|h| !h.is_empty()))
+}

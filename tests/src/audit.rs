@@ -3,7 +3,7 @@
 //! server, which events and logs are not.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use serde::Deserialize;
@@ -278,6 +278,28 @@ pub fn bindings(requests: &[Request]) -> HashMap<String, (usize, usize)> {
         }
     }
     out
+}
+
+/// A copy of an audit log under `<target>/<test>/`, for a failure to be looked into;
+/// named after the time and the control plane (`<its dir>/data/audit.log`).
+pub fn keep(audit_log: &Path, test: &str) -> anyhow::Result<PathBuf> {
+    let dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate::repo_root().join("target"))
+        .join(test);
+    std::fs::create_dir_all(&dir)?;
+    let plane = audit_log
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::file_name)
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let to = dir.join(format!(
+        "audit-{}-{plane}.log",
+        k8s_openapi::jiff::Timestamp::now().as_second()
+    ));
+    std::fs::copy(audit_log, &to)?;
+    Ok(to)
 }
 
 #[cfg(test)]

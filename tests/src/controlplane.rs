@@ -251,6 +251,21 @@ impl ControlPlane {
         Ok(())
     }
 
+    /// A kubeconfig of the admin impersonating `user` (still in system:masters), so that
+    /// the audit log tells apart the processes that use it (agent replicas).
+    pub fn kubeconfig_as(&self, user: &str) -> anyhow::Result<PathBuf> {
+        let mut kc = Kubeconfig::read_from(&self.kubeconfig)?;
+        for named in &mut kc.auth_infos {
+            if let Some(a) = named.auth_info.as_mut() {
+                a.impersonate = Some(user.to_string());
+                a.impersonate_groups = Some(vec!["system:masters".into()]);
+            }
+        }
+        let path = self.dir().join(format!("kubeconfig-as-{user}"));
+        std::fs::write(&path, mcsched_shared::yaml::to_string(&kc)?)?;
+        Ok(path)
+    }
+
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }

@@ -273,3 +273,32 @@ pub async fn kosmos_mysql(client: &Client, scheduler: &str) -> anyhow::Result<()
         .await?;
     Ok(())
 }
+
+/// An Indexed Job of `count` pods of 1 CPU, labelled `gang=name`, allowed on virtual
+/// nodes: with WorkloadWithJob, kube-controller-manager gives it a Workload and a PodGroup
+/// of minCount `count` and its pods that group.
+pub async fn gang_job(client: &Client, name: &str, count: i32) -> anyhow::Result<()> {
+    let job: k8s_openapi::api::batch::v1::Job = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "parallelism": count, "completions": count, "completionMode": "Indexed",
+            // v1.37's Job asks for a gang here (WorkloadWithJob); without it its PodGroup
+            // has the basic policy.
+            "scheduling": {"schedulingPolicy": {"gang": {"minCount": count}}},
+            "template": {
+                "metadata": {"labels": {"gang": name}},
+                "spec": {
+                    "schedulerName": "mcsched",
+                    "restartPolicy": "Never",
+                    "tolerations": [{"key": mcsched_shared::keys::LEAF_TAINT, "operator": "Exists"}],
+                    "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"requests": {"cpu": "1"}}}]
+                }
+            }
+        }
+    }))?;
+    Api::<k8s_openapi::api::batch::v1::Job>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &job)
+        .await?;
+    Ok(())
+}

@@ -14,8 +14,8 @@ use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, PostParams};
-use kube::config::Kubeconfig;
 use kube::{Api, Client};
+use mcsched_e2e::agent::lease_holder;
 use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, audit, objects, wait};
 use mcsched_shared::keys;
 use rand::RngExt;
@@ -39,21 +39,6 @@ fn pods_wanted() -> usize {
         .unwrap_or(3000)
 }
 
-/// A kubeconfig of the admin that impersonates `user` (still in system:masters), so that
-/// the audit log tells the replicas' requests apart.
-fn kubeconfig_as(cp: &ControlPlane, user: &str) -> anyhow::Result<PathBuf> {
-    let mut kc = Kubeconfig::read_from(&cp.kubeconfig)?;
-    for named in &mut kc.auth_infos {
-        if let Some(a) = named.auth_info.as_mut() {
-            a.impersonate = Some(user.to_string());
-            a.impersonate_groups = Some(vec!["system:masters".into()]);
-        }
-    }
-    let path = cp.dir().join(format!("kubeconfig-{user}"));
-    std::fs::write(&path, mcsched_shared::yaml::to_string(&kc)?)?;
-    Ok(path)
-}
-
 /// One agent replica: its process, the user its requests carry, its Lease identity.
 struct Replica {
     agent: Agent,
@@ -63,7 +48,7 @@ struct Replica {
 
 async fn start_replica(cp: &ControlPlane, n: usize) -> anyhow::Result<Replica> {
     let user = format!("replica-{n}");
-    let kubeconfig = kubeconfig_as(cp, &user)?;
+    let kubeconfig = cp.kubeconfig_as(&user)?;
     let agent = Agent::start_with(&kubeconfig, "mcsched", cp.dir(), &user, &[])?;
     let identity = wait::until(
         Duration::from_secs(60),
@@ -78,19 +63,10 @@ async fn start_replica(cp: &ControlPlane, n: usize) -> anyhow::Result<Replica> {
     })
 }
 
-async fn holder(leases: &Api<Lease>) -> anyhow::Result<Option<String>> {
-    Ok(leases
-        .get_opt("mcsched")
-        .await?
-        .and_then(|l| l.spec)
-        .and_then(|s| s.holder_identity)
-        .filter(|h| !h.is_empty()))
-}
-
 /// The replica holding the Lease.
 async fn leader(leases: &Api<Lease>, replicas: &[Replica]) -> anyhow::Result<usize> {
     wait::until(TAKEOVER_TIMEOUT, "a leader among the replicas", || async {
-        let h = holder(leases).await?;
+        let h = lease_holder(leases, "mcsched").await?;
         Ok(replicas
             .iter()
             .position(|r| Some(&r.identity) == h.as_ref()))
@@ -106,7 +82,7 @@ async fn takeover(
     since: Instant,
 ) -> anyhow::Result<Duration> {
     wait::until(TAKEOVER_TIMEOUT, "a standby to take the Lease", || async {
-        let h = holder(leases).await?;
+        let h = lease_holder(leases, "mcsched").await?;
         Ok(
             h.filter(|h| h != old && replicas.iter().any(|r| &r.identity == h))
                 .map(|_| since.elapsed()),
@@ -182,24 +158,7 @@ async fn all_bound(client: &Client, want: usize) -> anyhow::Result<Vec<Pod>> {
 
 /// A copy of the audit log under target/faults/, for a failure to be looked into.
 fn keep(audit_log: &Path) -> anyhow::Result<PathBuf> {
-    let dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| mcsched_e2e::repo_root().join("target"))
-        .join("faults");
-    std::fs::create_dir_all(&dir)?;
-    // <control plane's dir>/data/audit.log: named after the control plane's directory.
-    let plane = audit_log
-        .parent()
-        .and_then(Path::parent)
-        .and_then(Path::file_name)
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let to = dir.join(format!(
-        "audit-{}-{plane}.log",
-        k8s_openapi::jiff::Timestamp::now().as_second()
-    ));
-    std::fs::copy(audit_log, &to)?;
-    Ok(to)
+    audit::keep(audit_log, "faults")
 }
 
 /// Every pod bound by exactly one successful binding, and no host node over `node_cpu`

@@ -10,12 +10,10 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{ListParams, PostParams};
+use kube::api::ListParams;
 use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, audit, objects, wait};
-use mcsched_shared::keys;
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -90,26 +88,7 @@ async fn a_gang_over_host_and_two_leaves_is_taken_back_whole_when_a_leaf_fails()
             .await
             .map_err(|e| e.context(agent.logs()))?;
     }
-    let job: Job = serde_json::from_value(json!({
-        "metadata": {"name": "train", "namespace": "default"},
-        "spec": {
-            "parallelism": 6, "completions": 6, "completionMode": "Indexed",
-            "scheduling": {"schedulingPolicy": {"gang": {"minCount": 6}}},
-            "template": {
-                "metadata": {"labels": {"gang": "train"}},
-                "spec": {
-                    "schedulerName": "mcsched",
-                    "restartPolicy": "Never",
-                    "tolerations": [{"key": keys::LEAF_TAINT, "operator": "Exists"}],
-                    "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
-                        "resources": {"requests": {"cpu": "1"}}}]
-                }
-            }
-        }
-    }))?;
-    Api::<Job>::namespaced(host.client.clone(), "default")
-        .create(&PostParams::default(), &job)
-        .await?;
+    objects::gang_job(&host.client, "train", 6).await?;
     let pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
     let placed = wait::until(TIMEOUT, "the gang bound whole, 2 per cluster", || async {
         let m = members(&pods).await?;

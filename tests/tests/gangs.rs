@@ -36,7 +36,7 @@ use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use mcsched_e2e::placement::agent_with_policies;
-use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, wait};
+use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, objects, wait};
 use mcsched_shared::keys;
 use serde_json::json;
 
@@ -230,35 +230,6 @@ async fn a_gang_is_placed_whole_across_host_and_leaf_or_not_at_all() -> anyhow::
     Ok(())
 }
 
-/// An Indexed Job of `count` pods of 1 CPU, labelled `gang=name`, allowed on virtual
-/// nodes: with WorkloadWithJob, kube-controller-manager gives it a Workload and a PodGroup
-/// of minCount `count` and its pods that group.
-async fn job(client: &kube::Client, name: &str, count: i32) -> anyhow::Result<()> {
-    let job: Job = serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "parallelism": count, "completions": count, "completionMode": "Indexed",
-            // v1.37's Job asks for a gang here (WorkloadWithJob); without it its PodGroup
-            // has the basic policy.
-            "scheduling": {"schedulingPolicy": {"gang": {"minCount": count}}},
-            "template": {
-                "metadata": {"labels": {"gang": name}},
-                "spec": {
-                    "schedulerName": "mcsched",
-                    "restartPolicy": "Never",
-                    "tolerations": [{"key": keys::LEAF_TAINT, "operator": "Exists"}],
-                    "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
-                        "resources": {"requests": {"cpu": "1"}}}]
-                }
-            }
-        }
-    }))?;
-    Api::<Job>::namespaced(client.clone(), "default")
-        .create(&PostParams::default(), &job)
-        .await?;
-    Ok(())
-}
-
 /// Deletes Job `name` and waits until its pods are gone: room for the next one.
 async fn delete_job(jobs: &Api<Job>, pods: &Api<Pod>, name: &str) -> anyhow::Result<()> {
     jobs.delete(name, &kube::api::DeleteParams::background())
@@ -294,7 +265,7 @@ async fn a_job_of_8_is_placed_6_and_2_or_4_and_4_as_its_placement_policy_says() 
                                      {"name": "then", "clusterNames": [then]}]}),
         )
         .await?;
-        job(&host.client, name, 8).await?;
+        objects::gang_job(&host.client, name, 8).await?;
         let placed = all_bound(&pods, name, 8, &agent).await?;
         let on_host = placed.values().filter(|n| *n == "host-a").count();
         let on_leaf = placed.values().filter(|n| **n == east).count();
@@ -381,7 +352,7 @@ async fn a_placement_policy_keeps_the_gangs_it_selects_in_one_cluster() -> anyho
     pods.delete("warm-up", &Default::default()).await?;
 
     // 8 fit split (4 + 4) but in no one cluster: none is bound, the group says why.
-    job(&host.client, "kept-8", 8).await?;
+    objects::gang_job(&host.client, "kept-8", 8).await?;
     let message = wait::until(
         TIMEOUT,
         "kept-8's PodGroupInitiallyScheduled=False",
@@ -416,7 +387,7 @@ async fn a_placement_policy_keeps_the_gangs_it_selects_in_one_cluster() -> anyho
     delete_job(&jobs, &pods, "kept-8").await?;
 
     // 6, the host first: split, 4 would go there; kept together, all 6 go to the leaf.
-    job(&host.client, "kept-6", 6).await?;
+    objects::gang_job(&host.client, "kept-6", 6).await?;
     let placed = all_bound(&pods, "kept-6", 6, &agent).await?;
     let leaf_node = format!("{}east", keys::VIRTUAL_NODE_PREFIX);
     assert!(placed.values().all(|n| *n == leaf_node), "{placed:?}");

@@ -14,15 +14,15 @@
 //! falls.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{ListParams, PostParams};
-use kube::config::Kubeconfig;
 use kube::{Api, Client};
+use mcsched_e2e::agent::lease_holder;
 use mcsched_e2e::tcp_proxy::{TcpProxy, kubeconfig_through};
 use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, audit, objects, wait};
 use serde_json::json;
@@ -69,15 +69,7 @@ async fn start_replica(
     n: usize,
 ) -> anyhow::Result<Replica> {
     let user = format!("replica-{n}");
-    let mut kc = Kubeconfig::read_from(&cp.kubeconfig)?;
-    for named in &mut kc.auth_infos {
-        if let Some(a) = named.auth_info.as_mut() {
-            a.impersonate = Some(user.clone());
-            a.impersonate_groups = Some(vec!["system:masters".into()]);
-        }
-    }
-    let impersonating = cp.dir().join(format!("kubeconfig-{user}-direct"));
-    std::fs::write(&impersonating, mcsched_shared::yaml::to_string(&kc)?)?;
+    let impersonating = cp.kubeconfig_as(&user)?;
     let proxy = TcpProxy::start(upstream).await?;
     let kubeconfig = cp.dir().join(format!("kubeconfig-{user}"));
     kubeconfig_through(&impersonating, proxy.addr(), &kubeconfig)?;
@@ -95,15 +87,6 @@ async fn start_replica(
         user,
         identity,
     })
-}
-
-async fn holder(leases: &Api<Lease>) -> anyhow::Result<Option<String>> {
-    Ok(leases
-        .get_opt("mcsched")
-        .await?
-        .and_then(|l| l.spec)
-        .and_then(|s| s.holder_identity)
-        .filter(|h| !h.is_empty()))
 }
 
 fn pod(name: &str) -> anyhow::Result<Pod> {
@@ -178,15 +161,8 @@ fn bound(list: &[Pod]) -> usize {
 
 /// A copy of the audit log under target/network_cut/, for a failure to be looked into.
 fn keep(audit_log: &Path) -> String {
-    let dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| mcsched_e2e::repo_root().join("target"))
-        .join("network_cut");
-    let to = dir.join(format!("audit-{}.log", Timestamp::now().as_second()));
-    match std::fs::create_dir_all(&dir).and_then(|_| std::fs::copy(audit_log, &to)) {
-        Ok(_) => to.display().to_string(),
-        Err(e) => format!("(not kept: {e})"),
-    }
+    audit::keep(audit_log, "network_cut")
+        .map_or_else(|e| format!("(not kept: {e})"), |p| p.display().to_string())
 }
 
 fn plus(t: Timestamp, d: Duration) -> anyhow::Result<Timestamp> {
@@ -217,7 +193,7 @@ async fn a_leader_cut_off_by_the_network_stops_writing_and_the_standby_binds_eve
     ];
     let leases: Api<Lease> = Api::namespaced(cp.client.clone(), "kube-system");
     let l = wait::until(TIMEOUT, "a leader among the replicas", || async {
-        let h = holder(&leases).await?;
+        let h = lease_holder(&leases, "mcsched").await?;
         Ok(replicas
             .iter()
             .position(|r| Some(&r.identity) == h.as_ref()))
@@ -271,7 +247,7 @@ async fn a_leader_cut_off_by_the_network_stops_writing_and_the_standby_binds_eve
     }
     let takeover = wait::until(TIMEOUT, "the standby to take the Lease", || async {
         Ok(
-            (holder(&leases).await?.as_deref() == Some(standby_identity.as_str()))
+            (lease_holder(&leases, "mcsched").await?.as_deref() == Some(standby_identity.as_str()))
                 .then(|| cut.elapsed()),
         )
     })
