@@ -503,6 +503,44 @@ async fn a_copy_pending_too_long_is_taken_back_and_its_leaf_avoided() {
     assert_eq!(f.avoided(), [(CLUSTER.to_string(), Avoided::Pending)]);
 }
 
+/// A leaf that stops answering cannot delete the copy: the host pod is deleted
+/// gracefully instead (it stays Terminating, as on an unreachable node) so that its owner
+/// replaces it and its gang can be taken back, and the copy is deleted once the leaf
+/// answers, before the host pod's deletion is finished.
+#[tokio::test]
+async fn a_copy_pending_too_long_in_a_leaf_that_does_not_answer_is_taken_back_without_it() {
+    let f = fixture(Server::default(), Server::default());
+    f.leaf.answered_at(None);
+    let pending = copy(json!({"metadata": {"creationTimestamp": long_ago()},
+        "status": {"phase": "Pending"}}));
+    f.sync(&host_pod(owned()), Some(pending.clone()))
+        .await
+        .expect("taken back");
+    assert_eq!(f.leaf_writes(), Vec::<String>::new(), "the leaf was asked");
+    assert_eq!(
+        host_deletions(&f),
+        [(Value::Null, json!("uid-p"))],
+        "the host pod is deleted with its grace period, not at once"
+    );
+    assert_eq!(f.avoided(), [(CLUSTER.to_string(), Avoided::Pending)]);
+
+    // Terminating while the leaf is still silent: nothing more.
+    let terminating = host_pod(json!({"metadata": {
+        "deletionTimestamp": k8s_openapi::jiff::Timestamp::now().to_string(),
+        "deletionGracePeriodSeconds": 30,
+        "ownerReferences": owned()["metadata"]["ownerReferences"].clone()}}));
+    f.sync(&terminating, Some(pending.clone()))
+        .await
+        .expect("waits");
+    assert_eq!(f.leaf_writes(), Vec::<String>::new());
+    assert_eq!(host_deletions(&f).len(), 1);
+
+    // The leaf answers again: its copy goes first.
+    f.leaf.answered_at(Some(Instant::now()));
+    f.sync(&terminating, Some(pending)).await.expect("deleted");
+    assert_eq!(f.leaf_writes(), [format!("DELETE {NS}/pods/p")]);
+}
+
 #[tokio::test]
 async fn a_copy_pending_less_than_the_timeout_stays() {
     let f = fixture(Server::default(), Server::default());

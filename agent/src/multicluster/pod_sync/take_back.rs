@@ -62,10 +62,22 @@ pub(super) async fn take_back(
         note.clone(),
     );
     disruption_target(host_pods, &name, "LeafPodPending", &note).await;
-    delete_copy(leaf, copy, Some(0)).await?;
-    delete_host_pod_now(host_pods, &name, &uid)
-        .await
-        .map_err(api_err(format!("deleting host pod {name}")))?;
+    if leaf.is_ready() {
+        delete_copy(leaf, copy, Some(0)).await?;
+        delete_host_pod_now(host_pods, &name, &uid)
+            .await
+            .map_err(api_err(format!("deleting host pod {name}")))?;
+    } else {
+        // A leaf that does not answer cannot delete the copy. Waiting for it would leave
+        // the rest of a gang running without this member; deleting the host pod at once
+        // could run two copies once the leaf answers. As a pod on an unreachable node:
+        // the host pod is deleted gracefully and stays Terminating until the leaf
+        // confirms its copy is gone (`sync_one`'s deletion), while its owner replaces it.
+        info!(cluster = %leaf.name, pod = %name, "leaf not answering: the host pod is deleted and stays Terminating until the leaf deletes its copy");
+        delete_host_pod_gracefully(host_pods, &name, &uid)
+            .await
+            .map_err(api_err(format!("deleting host pod {name}")))?;
+    }
     let why = format!("Pending there for {waited_s}s");
     take_back_gang(host_side, host_pods, pod, &leaf.name, &why).await;
     Ok(())
@@ -199,6 +211,27 @@ pub(super) async fn delete_copy(
 /// immediate kill.
 fn grace_seconds(grace: i64) -> u32 {
     u32::try_from(grace.max(0)).unwrap_or(u32::MAX)
+}
+
+/// Deletes this incarnation (`uid`) of a host pod with its own grace period: it stays
+/// Terminating until pod sync finishes the deletion.
+async fn delete_host_pod_gracefully(
+    host_pods: &Api<Pod>,
+    name: &str,
+    uid: &str,
+) -> Result<(), kube::Error> {
+    let dp = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(uid.to_string()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match host_pods.delete(name, &dp).await {
+        Ok(_) => Ok(()),
+        Err(e) if matches!(code(&e), Some(404 | 409)) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// Deletes this incarnation (`uid`) of a host pod at once, as no kubelet will; false when
