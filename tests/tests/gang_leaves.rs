@@ -5,8 +5,8 @@
 //! back whole and placed again — all 6 Running on the host (given room meanwhile) and
 //! east, none left on west — and never stay half running: after the take-back (which
 //! evicts the members one by one within about a second) no sample may show members
-//! Running while others are bound to west, and by the end all 6 run. Judged from the host pods' nodeName and
-//! phase, sampled every second, and from the host's audit log (the members' bindings).
+//! Running while others are bound to west. Judged from the host pods' nodeName and phase,
+//! sampled every second, and from the host's audit log (the members' bindings).
 //! West's members stay Terminating while it is frozen (at most one copy of each, as pods
 //! on an unreachable node), so they count as no longer the gang's; once west answers
 //! again their copies and they must be gone.
@@ -57,8 +57,9 @@ async fn members(pods: &Api<Pod>) -> anyhow::Result<BTreeMap<String, Member>> {
 }
 
 // Fails today (docs/reliability.md, "A gang across the host and two leaves"): the gang is
-// now taken back whole from the frozen leaf (no sample half running), but its
-// replacements were not seen Running within 200 s in the one run with this check.
+// now taken back whole from the frozen leaf (all 6 deleting 120-121 s after the freeze, in
+// two runs), but its replacements were not seen Running within 200 s in the one run that
+// asked for them.
 #[ignore = "known gap: a gang taken back from a leaf that stops answering is not placed again yet"]
 #[tokio::test(flavor = "multi_thread")]
 async fn a_gang_over_host_and_two_leaves_is_taken_back_whole_when_a_leaf_fails()

@@ -74,7 +74,7 @@ pub(super) async fn take_back(
         // the host pod is deleted gracefully and stays Terminating until the leaf
         // confirms its copy is gone (`sync_one`'s deletion), while its owner replaces it.
         info!(cluster = %leaf.name, pod = %name, "leaf not answering: the host pod is deleted and stays Terminating until the leaf deletes its copy");
-        delete_host_pod_gracefully(host_pods, &name, &uid)
+        delete_host_pod(host_pods, &name, &uid, None)
             .await
             .map_err(api_err(format!("deleting host pod {name}")))?;
     }
@@ -213,27 +213,6 @@ fn grace_seconds(grace: i64) -> u32 {
     u32::try_from(grace.max(0)).unwrap_or(u32::MAX)
 }
 
-/// Deletes this incarnation (`uid`) of a host pod with its own grace period: it stays
-/// Terminating until pod sync finishes the deletion.
-async fn delete_host_pod_gracefully(
-    host_pods: &Api<Pod>,
-    name: &str,
-    uid: &str,
-) -> Result<(), kube::Error> {
-    let dp = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: Some(uid.to_string()),
-            resource_version: None,
-        }),
-        ..Default::default()
-    };
-    match host_pods.delete(name, &dp).await {
-        Ok(_) => Ok(()),
-        Err(e) if matches!(code(&e), Some(404 | 409)) => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
 /// Deletes this incarnation (`uid`) of a host pod at once, as no kubelet will; false when
 /// it is already gone or replaced by a pod of the same name.
 pub(super) async fn delete_host_pod_now(
@@ -241,8 +220,20 @@ pub(super) async fn delete_host_pod_now(
     name: &str,
     uid: &str,
 ) -> Result<bool, kube::Error> {
+    delete_host_pod(host_pods, name, uid, Some(0)).await
+}
+
+/// Deletes this incarnation (`uid`) of a host pod, with `grace` or, when `None`, its own
+/// grace period (it then stays Terminating until pod sync finishes the deletion); false
+/// when it is already gone or replaced by a pod of the same name.
+async fn delete_host_pod(
+    host_pods: &Api<Pod>,
+    name: &str,
+    uid: &str,
+    grace: Option<u32>,
+) -> Result<bool, kube::Error> {
     let dp = DeleteParams {
-        grace_period_seconds: Some(0),
+        grace_period_seconds: grace,
         preconditions: Some(Preconditions {
             uid: Some(uid.to_string()),
             resource_version: None,
