@@ -278,7 +278,17 @@ pub async fn kosmos_mysql(client: &Client, scheduler: &str) -> anyhow::Result<()
 /// nodes: with WorkloadWithJob, kube-controller-manager gives it a Workload and a PodGroup
 /// of minCount `count` and its pods that group.
 pub async fn gang_job(client: &Client, name: &str, count: i32) -> anyhow::Result<()> {
-    let job: k8s_openapi::api::batch::v1::Job = serde_json::from_value(serde_json::json!({
+    gang_job_with(client, name, count, serde_json::json!({})).await
+}
+
+/// [`gang_job`] with `spec_extra`'s keys added to the Job's spec.
+pub async fn gang_job_with(
+    client: &Client,
+    name: &str,
+    count: i32,
+    spec_extra: serde_json::Value,
+) -> anyhow::Result<()> {
+    let mut job = serde_json::json!({
         "metadata": {"name": name, "namespace": "default"},
         "spec": {
             "parallelism": count, "completions": count, "completionMode": "Indexed",
@@ -296,7 +306,11 @@ pub async fn gang_job(client: &Client, name: &str, count: i32) -> anyhow::Result
                 }
             }
         }
-    }))?;
+    });
+    if let (Some(spec), Some(extra)) = (job["spec"].as_object_mut(), spec_extra.as_object()) {
+        spec.extend(extra.clone());
+    }
+    let job: k8s_openapi::api::batch::v1::Job = serde_json::from_value(job)?;
     Api::<k8s_openapi::api::batch::v1::Job>::namespaced(client.clone(), "default")
         .create(&PostParams::default(), &job)
         .await?;
