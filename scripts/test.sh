@@ -47,7 +47,7 @@ stage() {
 # control planes, so two share this machine's cores well. Each binary's output is kept
 # apart and shown when it fails; every binary runs even after one failed.
 E2E_JOBS=${E2E_JOBS:-2}
-E2E_FIRST=(differential faults multicluster bench_quick leaf_ownership leaf_tokens go_extender leaf_safety differential_live placement_policies security join big_objects network_cut)
+E2E_FIRST=(differential faults multicluster bench_quick gang_leaves leaf_ownership leaf_tokens go_extender leaf_safety differential_live placement_policies security join big_objects network_cut)
 e2e_except_real_node() {
   local logs
   logs=$(mktemp -d)
@@ -135,6 +135,9 @@ stage "build controlplane (Go)" make --no-print-directory controlplane controlpl
 # kube's shared DRA allocator cases, generated from their Go module for the unit tests
 # (dra/tests/upstream_cases.rs), awaited before them.
 background "dra upstream cases" bash dra/tests/upstream/generate.sh
+# Helm from its Go module, for helm.rs (which builds it itself when missing: on a fresh
+# machine that took minutes inside the end-to-end stage, which it then outlasted).
+background "helm (make helm)" make --no-print-directory helm
 # gofmt and go vet, with the build's compile flags: vet reuses what the build compiled.
 # Nothing depends on it: it runs beside the next stages and is awaited before the real node.
 background "go vet" make --no-print-directory vet
@@ -162,6 +165,7 @@ stage "unit tests" cargo test --workspace --exclude mcsched-e2e --exclude mcsche
 export MCSCHED_IMAGE_BUILD=debug
 stage "image (make image)" make --no-print-directory image
 stage "test images" make --no-print-directory test-images
+stage "helm (awaited)" await "helm (make helm)"
 stage "end-to-end tests, quick bench" e2e_except_real_node
 stage "conformance quick (awaited)" await "conformance (quick)"
 stage "go vet (awaited)" await "go vet"
