@@ -575,7 +575,7 @@ async fn create_pods_through_outage(client: Client, names: Vec<String>) -> anyho
         .map(|name| {
             let pods = pods.clone();
             async move {
-                let p: Pod = serde_json::from_value(pod(&name))?;
+                let p: Pod = serde_json::from_value(restart_pod(&name))?;
                 let deadline = Instant::now() + Duration::from_secs(120);
                 loop {
                     match pods.create(&PostParams::default(), &p).await {
@@ -606,27 +606,124 @@ fn counter_sum(metrics: &str, family: &str) -> f64 {
         .sum()
 }
 
+/// The leaves joined to the host whose API server restarts, and which of its pods are
+/// pinned to each (`p{i}` with i % 10 == 0 to the first, == 1 to the second; the rest go
+/// where mcsched places them, host nodes or either leaf).
+const RESTART_LEAVES: [&str; 2] = ["east", "west"];
+
+fn restart_pod(name: &str) -> serde_json::Value {
+    use mcsched_shared::keys;
+    let i: usize = name.trim_start_matches('p').parse().unwrap_or(2);
+    let mut p = pod(name);
+    if let Some(leaf) = RESTART_LEAVES.get(i % 10) {
+        p["spec"]["nodeSelector"] =
+            json!({"kubernetes.io/hostname": keys::virtual_node_name(leaf)});
+        p["spec"]["tolerations"] = json!([{"key": keys::LEAF_TAINT, "operator": "Exists"}]);
+    }
+    p
+}
+
+/// Every host pod bound to `leaf`'s virtual node Running, with exactly one copy in the
+/// leaf; returns how many.
+async fn one_copy_each(
+    host: &Client,
+    leaf_name: &str,
+    leaf: &Client,
+    agent: &Agent,
+) -> anyhow::Result<usize> {
+    use mcsched_shared::keys;
+    let virtual_node = keys::virtual_node_name(leaf_name);
+    let host_pods: Api<Pod> = Api::namespaced(host.clone(), "default");
+    let running = wait::until(
+        ALL_BOUND_TIMEOUT,
+        &format!("every pod on {virtual_node} Running from its copy"),
+        || async {
+            let on_leaf: Vec<Pod> = (host_pods.list(&ListParams::default()).await?.items)
+                .into_iter()
+                .filter(|p| {
+                    p.spec.as_ref().and_then(|s| s.node_name.as_deref())
+                        == Some(virtual_node.as_str())
+                })
+                .collect();
+            let all_running = on_leaf
+                .iter()
+                .all(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"));
+            Ok(all_running.then_some(on_leaf))
+        },
+    )
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    let mut copies: HashMap<String, usize> = HashMap::new();
+    for p in Api::<Pod>::all(leaf.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+    {
+        if let Some(uid) =
+            (p.metadata.annotations.as_ref()).and_then(|a| a.get(keys::HOST_POD_UID_ANNOTATION))
+        {
+            *copies.entry(uid.clone()).or_default() += 1;
+        }
+    }
+    for p in &running {
+        let n = (p.metadata.uid.as_ref())
+            .and_then(|uid| copies.get(uid))
+            .copied()
+            .unwrap_or(0);
+        anyhow::ensure!(
+            n == 1,
+            "host pod {:?} has {n} copies in leaf {leaf_name}",
+            p.metadata.name
+        );
+    }
+    anyhow::ensure!(
+        copies.len() == running.len(),
+        "leaf {leaf_name} holds copies of pods the host does not have there: {} copies, {} pods",
+        copies.len(),
+        running.len()
+    );
+    Ok(running.len())
+}
+
 /// One agent while the API server is restarted twice (gracefully) on the same etcd data,
-/// which it compacts every 2 s, with pods being created through each restart: the agent's
-/// watches come back to an API server whose watch cache no longer has their resource
-/// versions (410 Gone) and relist, which its metrics count. Every pod, those created
-/// during the outages too, is bound by exactly one binding, none refused.
+/// which it compacts every 2 s, with pods being created through each restart, to host
+/// nodes and to two joined leaves: the agent's watches come back to an API server whose
+/// watch cache no longer has their resource versions (410 Gone) and relist, which its
+/// metrics count. Every pod, those created during the outages too, is bound by exactly
+/// one binding, none refused, and every pod sent to a leaf runs from exactly one copy
+/// there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_server_restarts_and_compaction_lose_no_pod() -> anyhow::Result<()> {
     let want = pods_wanted() / 2;
     let node_cpu = node_cpu_milli(want);
-    let mut cp = ControlPlane::start_with_args(
-        "restarts",
-        ControlPlaneOptions::default(),
-        &[
-            "--audit-log",
-            "audit.log",
-            "--etcd-compaction-interval",
-            "2s",
-        ],
-    )
-    .await?;
+    let (mut cp, east, west) = tokio::try_join!(
+        ControlPlane::start_with_args(
+            "restarts",
+            ControlPlaneOptions::default(),
+            &[
+                "--audit-log",
+                "audit.log",
+                "--etcd-compaction-interval",
+                "2s",
+            ],
+        ),
+        ControlPlane::start_with_args("restarts-east", ControlPlaneOptions::full(), &[]),
+        ControlPlane::start_with_args("restarts-west", ControlPlaneOptions::full(), &[]),
+    )?;
     nodes(&cp.client, node_cpu).await?;
+    for (leaf, name) in [(&east, RESTART_LEAVES[0]), (&west, RESTART_LEAVES[1])] {
+        for i in 0..4 {
+            objects::ready_node(
+                &leaf.client,
+                &format!("{name}-{i}"),
+                "32",
+                "64Gi",
+                json!({"kubernetes.io/hostname": format!("{name}-{i}")}),
+            )
+            .await?;
+        }
+        objects::join_as_join_does(&cp.client, leaf, name, json!({})).await?;
+    }
     // Without election: the test is about watches; a leader's Lease renewal would end its
     // leadership during a restart longer than its renew deadline.
     let agent = Agent::start_with(
@@ -647,6 +744,13 @@ async fn api_server_restarts_and_compaction_lose_no_pod() -> anyhow::Result<()> 
                 .await?,
         )
     };
+    let virtual_nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(cp.client.clone());
+    for leaf in RESTART_LEAVES {
+        let name = mcsched_shared::keys::virtual_node_name(leaf);
+        objects::wait_ready(&virtual_nodes, &name, "True", Duration::from_secs(120))
+            .await
+            .map_err(|e| e.context(agent.logs()))?;
+    }
     let started = Instant::now();
     let waves = 3;
     let per_wave = want.div_ceil(waves);
@@ -655,7 +759,7 @@ async fn api_server_restarts_and_compaction_lose_no_pod() -> anyhow::Result<()> 
             .map(|i| format!("p{i:05}"))
             .collect()
     };
-    create_pods(cp.client.clone(), names(0), pod).await?;
+    create_pods(cp.client.clone(), names(0), restart_pod).await?;
     for wave in 1..waves {
         tokio::time::sleep(Duration::from_millis(rand::rng().random_range(100..800))).await;
         // The wave is created while the API server goes down and comes back.
@@ -676,6 +780,14 @@ async fn api_server_restarts_and_compaction_lose_no_pod() -> anyhow::Result<()> 
         "{rejected} bindings refused by the API server: {}",
         refused_bindings(&requests)
     );
+    let mut in_leaves = Vec::new();
+    for (leaf, name) in [(&east, RESTART_LEAVES[0]), (&west, RESTART_LEAVES[1])] {
+        in_leaves.push(one_copy_each(&cp.client, name, &leaf.client, &agent).await?);
+    }
+    anyhow::ensure!(
+        in_leaves.iter().all(|n| *n > 0),
+        "pods in the leaves: {in_leaves:?}"
+    );
     let m = metrics().await?;
     let expired = counter_sum(&m, "mcsched_watch_expired");
     let relists = counter_sum(&m, "mcsched_watch_relists");
@@ -690,7 +802,8 @@ async fn api_server_restarts_and_compaction_lose_no_pod() -> anyhow::Result<()> 
     );
     println!(
         "restarts: {want} pods bound exactly once each in {:.0} s across 2 API server restarts \
-         with etcd compacted every 2 s, pods created through each; bindings refused: \
+         with etcd compacted every 2 s, pods created through each, {in_leaves:?} of them \
+         running from one copy each in leaves {RESTART_LEAVES:?}; bindings refused: \
          {rejected}; watches expired (410): {expired}, relists: {relists}",
         started.elapsed().as_secs_f64()
     );
@@ -698,18 +811,24 @@ async fn api_server_restarts_and_compaction_lose_no_pod() -> anyhow::Result<()> 
 }
 
 /// A leaf's API server killed (SIGKILL) and started again on its data while the host's
-/// pods are being synced to it: every host pod ends Running from its leaf copy, and the
-/// leaf holds exactly one copy of each.
+/// pods are being synced to it (killed once a pod is bound to the leaf's virtual node with
+/// no copy there yet): every host pod ends Running from its leaf copy, and the leaf holds
+/// exactly one copy of each. The leaf's etcd is compacted every 2 s, so the agent's leaf
+/// watches come back to resource versions the leaf no longer has: they expire (410) and
+/// relist, which the agent's metrics must count for the leaf's resources.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leaf_api_server_killed_mid_sync_leaves_one_copy_per_pod() -> anyhow::Result<()> {
     use k8s_openapi::api::core::v1::Node;
     use mcsched_shared::keys;
     let want = (pods_wanted() / 15).max(20);
-    let mut cps =
-        ControlPlane::start_many(&["fault-host", "fault-east"], ControlPlaneOptions::full())
-            .await?;
-    let mut leaf = cps.pop().ok_or_else(|| anyhow::anyhow!("no leaf"))?;
-    let host = cps.pop().ok_or_else(|| anyhow::anyhow!("no host"))?;
+    let (host, mut leaf) = tokio::try_join!(
+        ControlPlane::start_with_args("fault-host", ControlPlaneOptions::full(), &[]),
+        ControlPlane::start_with_args(
+            "fault-east",
+            ControlPlaneOptions::full(),
+            &["--etcd-compaction-interval", "2s"]
+        ),
+    )?;
     for i in 0..4 {
         objects::ready_node(
             &leaf.client,
@@ -728,28 +847,59 @@ async fn a_leaf_api_server_killed_mid_sync_leaves_one_copy_per_pod() -> anyhow::
         .await
         .map_err(|e| e.context(agent.logs()))?;
 
-    let to_leaf = |name: &str| {
-        json!({
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {"schedulerName": "mcsched",
-                "nodeSelector": {"kubernetes.io/hostname": virtual_node},
-                "tolerations": [{"key": keys::LEAF_TAINT, "operator": "Exists"}],
-                "containers": [{"name": "c", "image": "pause",
-                    "resources": {"requests": {"cpu": format!("{POD_CPU_MILLI}m")}}}]},
-        })
+    let to_leaf = {
+        let virtual_node = virtual_node.clone();
+        move |name: &str| {
+            json!({
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"schedulerName": "mcsched",
+                    "nodeSelector": {"kubernetes.io/hostname": virtual_node},
+                    "tolerations": [{"key": keys::LEAF_TAINT, "operator": "Exists"}],
+                    "containers": [{"name": "c", "image": "pause",
+                        "resources": {"requests": {"cpu": format!("{POD_CPU_MILLI}m")}}}]},
+            })
+        }
     };
     let host_pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
+    let leaf_pods: Api<Pod> = Api::all(leaf.client.clone());
     let half = want / 2;
     let names = |r: std::ops::Range<usize>| r.map(|i| format!("s{i:04}")).collect();
-    create_pods(host.client.clone(), names(0..half), to_leaf).await?;
-    // While the first half is being bound and synced.
-    tokio::time::sleep(Duration::from_millis(rand::rng().random_range(200..1500))).await;
+    // The first half created in the background: the kill comes while it is bound and
+    // synced, once some pod is bound to the virtual node and not copied to the leaf yet.
+    let creating = tokio::spawn(create_pods(
+        host.client.clone(),
+        names(0..half),
+        to_leaf.clone(),
+    ));
+    let (bound, copied) = wait::until(
+        Duration::from_secs(60),
+        "a pod bound to the leaf's virtual node with no copy there yet",
+        || async {
+            let bound = (host_pods.list(&ListParams::default()).await?.items.iter())
+                .filter(|p| {
+                    p.spec.as_ref().and_then(|s| s.node_name.as_deref())
+                        == Some(virtual_node.as_str())
+                })
+                .count();
+            let copied = (leaf_pods.list(&ListParams::default()).await?.items.iter())
+                .filter(|p| {
+                    (p.metadata.annotations.as_ref())
+                        .is_some_and(|a| a.contains_key(keys::HOST_POD_UID_ANNOTATION))
+                })
+                .count();
+            Ok((bound > copied).then_some((bound, copied)))
+        },
+    )
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    let metrics_before = agent_metrics(&host, &agent).await?;
     let t = Instant::now();
     leaf.restart(true).await?;
     println!(
-        "leaf API server killed and back in {:.1} s",
+        "leaf API server killed with {bound} pods bound to it and {copied} copied, back in {:.1} s",
         t.elapsed().as_secs_f64()
     );
+    creating.await??;
     create_pods(host.client.clone(), names(half..want), to_leaf).await?;
 
     let running = wait::until(
@@ -766,7 +916,6 @@ async fn a_leaf_api_server_killed_mid_sync_leaves_one_copy_per_pod() -> anyhow::
     )
     .await
     .map_err(|e| e.context(agent.logs()))?;
-    let leaf_pods: Api<Pod> = Api::all(leaf.client.clone());
     let mut copies: HashMap<String, usize> = HashMap::new();
     for p in leaf_pods.list(&ListParams::default()).await?.items {
         if let Some(uid) = p
@@ -792,6 +941,43 @@ async fn a_leaf_api_server_killed_mid_sync_leaves_one_copy_per_pod() -> anyhow::
         want,
         "leaf copies of pods the host does not have: {copies:?}"
     );
-    println!("leaf restart: {want} host pods Running, one leaf copy each");
+    // The leaf's watches, not the host's: the host's API server ran throughout.
+    let metrics_after = agent_metrics(&host, &agent).await?;
+    let leaf_count = |m: &str, family: &str| {
+        m.lines()
+            .filter(|l| l.starts_with(&format!("{family}_total{{resource=\"leaf ")))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+    };
+    let expired = leaf_count(&metrics_after, "mcsched_watch_expired")
+        - leaf_count(&metrics_before, "mcsched_watch_expired");
+    let relists = leaf_count(&metrics_after, "mcsched_watch_relists")
+        - leaf_count(&metrics_before, "mcsched_watch_relists");
+    anyhow::ensure!(
+        expired >= 1.0 && relists >= 1.0,
+        "no leaf watch expired and relisted across the leaf's restart: expired {expired}, \
+         relists {relists}\n{}",
+        metrics_after
+            .lines()
+            .filter(|l| l.starts_with("mcsched_watch"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    println!(
+        "leaf restart: {want} host pods Running, one leaf copy each; leaf watches expired \
+         (410) {expired}, relisted {relists}"
+    );
     Ok(())
+}
+
+/// The agent's /metrics, read as the host's admin.
+async fn agent_metrics(host: &ControlPlane, agent: &Agent) -> anyhow::Result<String> {
+    let http = mcsched_e2e::api::admin_https(host)?;
+    Ok(http
+        .get(format!("{}/metrics", agent.url))
+        .send()
+        .await?
+        .error_for_status()?
+        .text()
+        .await?)
 }
