@@ -813,9 +813,10 @@ async fn api_server_restarts_and_compaction_lose_no_pod() -> anyhow::Result<()> 
 /// A leaf's API server killed (SIGKILL) and started again on its data while the host's
 /// pods are being synced to it (killed once a pod is bound to the leaf's virtual node with
 /// no copy there yet): every host pod ends Running from its leaf copy, and the leaf holds
-/// exactly one copy of each. The leaf's etcd is compacted every 2 s, so the agent's leaf
-/// watches come back to resource versions the leaf no longer has: they expire (410) and
-/// relist, which the agent's metrics must count for the leaf's resources.
+/// exactly one copy of each. The agent's leaf watches come back to a new API server whose
+/// watch cache does not hold their resource versions (its etcd compacted every 2 s too):
+/// they expire (410) and relist, which the agent's metrics must count for the leaf's
+/// resources.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leaf_api_server_killed_mid_sync_leaves_one_copy_per_pod() -> anyhow::Result<()> {
     use k8s_openapi::api::core::v1::Node;
