@@ -619,7 +619,40 @@ fn results_md(kube: &Run, mcsched: &Run, focus: &str, skip: &str) -> String {
             messages.join("<br>")
         );
     }
+    let not_compared = failed_with_kube(kube, mcsched);
+    let _ = writeln!(
+        md,
+        "\n{} spec(s) failed with kube-scheduler, so mcsched was not held to them{}",
+        not_compared.len(),
+        if not_compared.is_empty() { "." } else { ":\n" }
+    );
+    for spec in &not_compared {
+        let name = spec.lines().next().unwrap_or_default();
+        let _ = writeln!(md, "- {}", cell(name));
+    }
     md
+}
+
+/// The specs that failed with kube-scheduler (not compared: mcsched need not pass them),
+/// each with both runs' states, so that a run says what it did not hold mcsched to.
+fn failed_with_kube(kube: &Run, mcsched: &Run) -> Vec<String> {
+    kube.specs
+        .iter()
+        .filter(|(_, o)| o.state != "passed" && o.state != "skipped")
+        .map(|(name, o)| {
+            let ours = mcsched
+                .specs
+                .get(name)
+                .map_or("not run", |o| o.state.as_str());
+            format!(
+                "{name}
+    kube-scheduler {}: {}
+    mcsched: {ours}",
+                o.state,
+                cell(&o.message)
+            )
+        })
+        .collect()
 }
 
 /// The specs that passed with kube-scheduler and not with mcsched.
@@ -709,6 +742,16 @@ async fn scheduling_specs_that_pass_with_kube_scheduler_pass_with_mcsched() -> a
         counts(&mcsched),
         mcsched.duration,
         out.display()
+    );
+    let not_compared = failed_with_kube(&kube, &mcsched);
+    eprintln!(
+        "{} spec(s) failed with kube-scheduler and were not compared{}",
+        not_compared.len(),
+        if not_compared.is_empty() {
+            String::new()
+        } else {
+            format!(":\n{}", not_compared.join("\n"))
+        }
     );
     if kube.specs.values().all(|o| o.state != "passed") {
         bail!("no spec passed with kube-scheduler: the cluster is wrong\n{md}");

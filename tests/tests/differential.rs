@@ -1164,6 +1164,9 @@ async fn mcsched_agrees_with_kube_scheduler_on_volumes() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Of the verbatim cases, how many may agree only on a second or third round.
+const MAX_VERBATIM_RETRIED: usize = 1;
+
 /// The FailedScheduling text users read must be kube-scheduler's, word for word.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_scheduling_messages_match_kube_scheduler_verbatim() -> anyhow::Result<()> {
@@ -1208,11 +1211,16 @@ async fn failed_scheduling_messages_match_kube_scheduler_verbatim() -> anyhow::R
                "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "2"}}}],
                "nodeSelector": {"disk": "hdd"}}),
     ];
+    let case_count = cases.len();
+    // Cases that agreed only when asked again, and what their first round said.
+    let mut retried = Vec::new();
     for (i, spec) in cases.into_iter().enumerate() {
         let pod = json!({"metadata": {"name": "x"}, "spec": spec});
         // A scheduler whose watch lags behind (a loaded machine, the other test running)
-        // may judge an older cluster state once; the steady state must agree.
+        // may judge an older cluster state once; the steady state must agree, and such
+        // retries are counted and capped below.
         let mut last = None;
+        let mut first = None;
         for round in 0..3 {
             let kube = attempt(
                 &pods,
@@ -1228,8 +1236,12 @@ async fn failed_scheduling_messages_match_kube_scheduler_verbatim() -> anyhow::R
             );
             if ours == kube {
                 last = None;
+                if let Some(first) = first.take() {
+                    retried.push(format!("case {i}, round {round}; first: {first:?}"));
+                }
                 break;
             }
+            first.get_or_insert_with(|| (kube.clone(), ours.clone()));
             last = Some((kube, ours));
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
@@ -1237,6 +1249,17 @@ async fn failed_scheduling_messages_match_kube_scheduler_verbatim() -> anyhow::R
             panic!("case {i}: kube-scheduler said {kube:?}, mcsched said {ours:?}");
         }
     }
+    println!(
+        "verbatim messages: {case_count} cases, {} agreed only when asked again: {retried:?}",
+        retried.len()
+    );
+    // One stale first answer in a run is a watch behind; more is a difference that a
+    // retry hides.
+    assert!(
+        retried.len() <= MAX_VERBATIM_RETRIED,
+        "{} of {case_count} cases agreed only when asked again (at most {MAX_VERBATIM_RETRIED}): {retried:?}",
+        retried.len()
+    );
     Ok(())
 }
 

@@ -16,6 +16,10 @@
 //! back with the group; do not fit), and mcsched's members placed must be as many as fit
 //! in some zone of the case.
 //!
+//! A group with members bound whose condition kube wrote False from a stale informer
+//! (the members agreeing) and a gang tried in another zone first agree only loosened:
+//! each is counted, and more than one case in four agreeing only so fails the run.
+//!
 //! MCSCHED_GANG_CASES (default 16) cases of seed MCSCHED_GANG_SEED (default fixed).
 
 use std::time::Duration;
@@ -233,19 +237,55 @@ const WAITS_FOR_GANG: &str = "pod group is unschedulable, pod group is unschedul
 /// left it, numbers out), when no zone fits the gang.
 const NOT_TRIED: &str = "pod group is unschedulable, #/# placements are available";
 
-/// Equal outcomes, or for a gang kept in one zone that fits in none, outcomes kube could
+/// How two outcomes compare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// Equal, the group's message and (for a gang kept in one zone) the members' after
+    /// `zone_free`'s normalisation: numbers out, a FitError's reasons sorted.
+    Same,
+    /// Equal but for a difference kube's own timing explains; counted and capped.
+    Loosened(&'static str),
+    Differ,
+}
+
+/// Of the cases, the share whose outcomes may agree only loosened (1 in 4).
+const MAX_LOOSENED_SHARE: (usize, usize) = (1, 4);
+
+/// Equal outcomes; for a group with bound members, one whose condition kube rewrote from
+/// a stale informer; for a gang kept in one zone that fits in none, outcomes kube could
 /// have reported with either zone first (see the module's comment).
-fn agree(case: &Case, k: &Outcome, m: &Outcome) -> bool {
+fn agree(case: &Case, k: &Outcome, m: &Outcome) -> Verdict {
     if k == m {
-        return true;
+        return Verdict::Same;
     }
+    // v1.37's group message counts the members of the first zone tried: for a gang kept
+    // in one zone, its numbers aside.
+    let group = |o: &Outcome| {
+        (o.group.as_ref()).map(|(s, r, msg)| {
+            let msg = if case.in_one_zone {
+                without_numbers(msg)
+            } else {
+                msg.clone()
+            };
+            (s.clone(), r.clone(), msg)
+        })
+    };
     if k.bound > 0 && (k.bound, &k.waiting) == (m.bound, &m.waiting) {
+        if group(k) == group(m) {
+            return Verdict::Same;
+        }
         // A group some of whose members were bound (a gang's: at least minCount) was
         // Scheduled: kube means to keep it so (it does not regress the condition) but
         // reads that from its informer, which may not show its own patch yet when the
-        // members left over are retried; then it writes False. The members must agree
-        // still.
-        return [k, m].iter().all(|o| o.group.is_some());
+        // members left over are retried; then it writes False. Only that difference is
+        // let through: one side True, the other False, the members agreeing.
+        let statuses = [k, m].map(|o| o.group.as_ref().map(|g| g.0.as_str()));
+        return match statuses {
+            [Some("True"), Some("False")] | [Some("False"), Some("True")] => {
+                Verdict::Loosened("group condition rewritten from a stale informer")
+            }
+            _ => Verdict::Differ,
+        };
     }
     let no_placement = |o: &Outcome| {
         o.group.as_ref().is_some_and(|g| {
@@ -253,12 +293,8 @@ fn agree(case: &Case, k: &Outcome, m: &Outcome) -> bool {
                 .starts_with("pod group is unschedulable, #/# placements are available")
         })
     };
-    // v1.37's group message counts the members of the first zone: its numbers aside.
-    let group = |o: &Outcome| {
-        (o.group.as_ref()).map(|(s, r, msg)| (s.clone(), r.clone(), without_numbers(msg)))
-    };
     if !case.in_one_zone || !no_placement(k) || k.bound != m.bound || group(k) != group(m) {
-        return false;
+        return Verdict::Differ;
     }
     // Zones of other cases' nodes count too: in one with none of this case's, none fit.
     let fits: Vec<usize> = (0..2)
@@ -278,12 +314,17 @@ fn agree(case: &Case, k: &Outcome, m: &Outcome) -> bool {
     };
     // kube's count is not checked: members a later cycle retries (some, not all) are
     // judged with whichever zone comes first then.
-    fits.contains(&m.placed.len())
+    let either_zone = fits.contains(&m.placed.len())
         && same(&k.placed, &m.placed)
         && same(&k.not_tried, &m.not_tried)
         // A side none of whose members was placed was judged (at least once) in a zone
         // with none of this case's nodes, where the message says only that.
-        && (k.placed.is_empty() || m.placed.is_empty() || k.other == m.other)
+        && (k.placed.is_empty() || m.placed.is_empty() || k.other == m.other);
+    if either_zone {
+        Verdict::Loosened("another zone tried first")
+    } else {
+        Verdict::Differ
+    }
 }
 
 /// An outcome's waiting members by kind: placed in the first zone and turned back with
@@ -384,10 +425,19 @@ async fn mcsched_schedules_pod_groups_as_kube_scheduler_does() -> anyhow::Result
         let last = unsettled.lock().map(|s| s.clone()).unwrap_or_default();
         e.context(format!("{}\nstill unsettled: {last}", agent.logs()))
     })?;
-    let disagreements: Vec<String> = both
-        .iter()
-        .filter(|(case, k, m)| !agree(case, k, m))
-        .map(|(case, k, m)| format!("{case:?}\n  kube-scheduler: {k:?}\n  mcsched:        {m:?}"))
+    let verdicts: Vec<Verdict> = both.iter().map(|(case, k, m)| agree(case, k, m)).collect();
+    let show = |(case, k, m): &(Case, Outcome, Outcome)| {
+        format!("{case:?}\n  kube-scheduler: {k:?}\n  mcsched:        {m:?}")
+    };
+    let disagreements: Vec<String> = (both.iter().zip(&verdicts))
+        .filter(|(_, v)| **v == Verdict::Differ)
+        .map(|(c, _)| show(c))
+        .collect();
+    let loosened: Vec<String> = (both.iter().zip(&verdicts))
+        .filter_map(|(c, v)| match v {
+            Verdict::Loosened(why) => Some(format!("{} ({why})", c.0.name)),
+            _ => None,
+        })
         .collect();
     let scheduled = both
         .iter()
@@ -398,9 +448,10 @@ async fn mcsched_schedules_pod_groups_as_kube_scheduler_does() -> anyhow::Result
         .filter(|(_, k, _)| k.group.as_ref().is_some_and(|g| g.0 == "False"))
         .count();
     println!(
-        "seed {seed}: {} cases, {scheduled} groups scheduled and {unschedulable} not by kube-scheduler, {} disagreements",
+        "seed {seed}: {} cases, {scheduled} groups scheduled and {unschedulable} not by kube-scheduler, {} disagreements, {} agreeing only loosened: {loosened:?}",
         both.len(),
-        disagreements.len()
+        disagreements.len(),
+        loosened.len()
     );
     assert!(
         disagreements.is_empty(),
@@ -408,6 +459,13 @@ async fn mcsched_schedules_pod_groups_as_kube_scheduler_does() -> anyhow::Result
         disagreements.len(),
         both.len(),
         disagreements.join("\n")
+    );
+    let (num, den) = MAX_LOOSENED_SHARE;
+    assert!(
+        loosened.len() * den <= both.len() * num,
+        "{} of {} cases agree only loosened (at most {num} in {den}): {loosened:?}",
+        loosened.len(),
+        both.len()
     );
     // Cases that prove something: both outcomes occur.
     assert!(
@@ -478,18 +536,19 @@ fn a_gang_that_fits_in_no_zone_agrees_with_either_zone_first() {
             waiting,
         }
     };
-    assert!(agree(&case, &with(1), &with(2)));
-    assert!(agree(&case, &with(2), &with(1)));
+    let zone_first = Verdict::Loosened("another zone tried first");
+    assert_eq!(agree(&case, &with(1), &with(2)), zone_first);
+    assert_eq!(agree(&case, &with(2), &with(1)), zone_first);
     // Seed 3's c14 as the members go: all but one placed in one zone, none left untried.
     let mut none_left = with(2);
     none_left.waiting.retain(|c| *c != not_tried);
-    assert!(agree(&case, &with(1), &none_left));
+    assert_eq!(agree(&case, &with(1), &none_left), zone_first);
     // Three members fit in no zone of this case.
-    assert!(!agree(&case, &with(1), &with(3)));
+    assert_eq!(agree(&case, &with(1), &with(3)), Verdict::Differ);
     let mut other_filter = with(2);
     other_filter.waiting[0].1 = "other".into();
     other_filter.waiting.sort();
-    assert!(!agree(&case, &with(1), &other_filter));
+    assert_eq!(agree(&case, &with(1), &other_filter), Verdict::Differ);
     let other_group = Outcome {
         group: Some((
             "False".into(),
@@ -500,12 +559,12 @@ fn a_gang_that_fits_in_no_zone_agrees_with_either_zone_first() {
         )),
         ..with(2)
     };
-    assert!(!agree(&case, &with(1), &other_group));
+    assert_eq!(agree(&case, &with(1), &other_group), Verdict::Differ);
     let kept_anywhere = Case {
         in_one_zone: false,
         ..case
     };
-    assert!(!agree(&kept_anywhere, &with(1), &with(2)));
+    assert_eq!(agree(&kept_anywhere, &with(1), &with(2)), Verdict::Differ);
     // Seed 7's c12: the same FitError in zone z0 (20 nodes) and z1 (10), its reasons in
     // the order of their counts.
     assert_eq!(
@@ -518,4 +577,39 @@ fn a_gang_that_fits_in_no_zone_agrees_with_either_zone_first() {
              affinity/selector."
         )
     );
+}
+
+/// A group with members bound: its condition compared in full, True against False let
+/// through as kube's stale informer (counted), anything else a difference.
+#[test]
+fn a_bound_group_condition_is_compared() {
+    let case = Case {
+        in_one_zone: false,
+        ..cases(SEED, 1).remove(0)
+    };
+    let with = |status: &str, message: &str| Outcome {
+        bound: 2,
+        group: Some((status.into(), "Scheduled".into(), message.into())),
+        waiting: vec![("Unschedulable".into(), "0/3 nodes are available.".into())],
+    };
+    let scheduled = with("True", "pod group scheduled");
+    assert_eq!(agree(&case, &scheduled, &scheduled.clone()), Verdict::Same);
+    assert_eq!(
+        agree(&case, &with("False", "pod group scheduled"), &scheduled),
+        Verdict::Loosened("group condition rewritten from a stale informer")
+    );
+    assert_eq!(
+        agree(&case, &scheduled, &with("True", "another message")),
+        Verdict::Differ
+    );
+    let no_group = Outcome {
+        group: None,
+        ..scheduled.clone()
+    };
+    assert_eq!(agree(&case, &scheduled, &no_group), Verdict::Differ);
+    let other_members = Outcome {
+        bound: 1,
+        ..with("False", "pod group scheduled")
+    };
+    assert_eq!(agree(&case, &scheduled, &other_members), Verdict::Differ);
 }
