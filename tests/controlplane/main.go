@@ -133,6 +133,13 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "encode" {
+		if err := runEncode(os.Args[2:]); err != nil {
+			fmt.Fprintf(os.Stderr, "controlplane encode: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) > 1 && os.Args[1] == "scheduler" {
 		if err := runSchedulerOnly(os.Args[2:]); err != nil {
 			fmt.Fprintf(os.Stderr, "controlplane scheduler: %v\n", err)
