@@ -267,8 +267,11 @@ async fn run(
             cc.burst,
         )
         .await?;
+        let addr = SocketAddr::new(args.bind_address, args.secure_port);
+        let listener = std::net::TcpListener::bind(addr)
+            .with_context(|| format!("cannot listen on {addr} (--bind-address, --secure-port)"))?;
         let opts = ServerOptions {
-            addr: SocketAddr::new(args.bind_address, args.secure_port),
+            listener,
             cert,
             auth_client,
             always_allow_paths: args.authorization_always_allow_paths.clone(),

@@ -896,3 +896,38 @@ async fn the_api_server_reaches_the_leader_and_follows_a_takeover() -> anyhow::R
     assert_eq!(after.metadata.name.as_deref(), Some("after"));
     Ok(())
 }
+
+/// An agent whose secure port another process holds exits saying so, as kube-scheduler
+/// does, instead of scheduling with no probes, metrics or explanations.
+#[tokio::test]
+async fn an_agent_that_cannot_listen_on_its_secure_port_exits() -> anyhow::Result<()> {
+    let cp = ControlPlane::start("taken-port", ControlPlaneOptions::default()).await?;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = taken.local_addr()?.port();
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::process::Command::new(mcsched_e2e::agent::binary())
+            .arg("--kubeconfig")
+            .arg(&cp.kubeconfig)
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--secure-port={port}"))
+            .arg("--leader-elect=false")
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("the agent still runs 60 s after it could not listen"))??;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "the agent exited with {}",
+        out.status
+    );
+    let want = format!("cannot listen on 127.0.0.1:{port} (--bind-address, --secure-port)");
+    assert!(
+        stderr.contains(&want) && stderr.contains("in use"),
+        "its error says {stderr:?}, not {want:?}"
+    );
+    drop(taken);
+    Ok(())
+}

@@ -63,7 +63,10 @@ pub const MAX_BODY_BYTES: usize = 1 << 20;
 const AUTH_CONFIG_REFRESH: Duration = Duration::from_secs(60);
 
 pub struct ServerOptions {
-    pub addr: SocketAddr,
+    /// The secure port's listener, bound before the agent starts its work: as
+    /// kube-scheduler's, an agent that cannot listen on it exits instead of scheduling
+    /// without it (no probes, no metrics, no explanations).
+    pub listener: std::net::TcpListener,
     pub cert: ServingCert,
     /// Reads the published CAs, and makes TokenReviews and SubjectAccessReviews: its own
     /// client, so that request floods queue behind neither scheduling nor the Lease.
@@ -307,16 +310,21 @@ pub async fn serve(
         acceptor = acceptor.handshake_timeout(opts.connections.header_read_timeout);
     }
     let acceptor = acceptor.acceptor(LimitedAcceptor::new(limits, opts.connections.idle_timeout));
-    let server = axum_server::bind(opts.addr)
+    let addr = opts
+        .listener
+        .local_addr()
+        .map_err(|source| ServerError::Serve {
+            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+            source,
+        })?;
+    let server = axum_server::from_tcp(opts.listener)
+        .map_err(|source| ServerError::Serve { addr, source })?
         .acceptor(acceptor)
         .handle(handle);
     let served = connections::configure(server, &opts.connections)
         .serve(router(state).into_make_service_with_connect_info::<SocketAddr>())
         .await
-        .map_err(|source| ServerError::Serve {
-            addr: opts.addr,
-            source,
-        });
+        .map_err(|source| ServerError::Serve { addr, source });
     if let Some(health) = health {
         health.shutdown();
     }
