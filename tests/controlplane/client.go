@@ -53,7 +53,7 @@ func waitReady(ctx context.Context, c kubernetes.Interface, apiErr <-chan error)
 		}
 		select {
 		case err := <-apiErr:
-			return fmt.Errorf("kube-apiserver stopped before it was ready: %v", err)
+			return fmt.Errorf("kube-apiserver stopped before it was ready: %w", err)
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-deadline:

@@ -19,15 +19,18 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/component-base/version"
 	"k8s.io/klog/v2"
 )
@@ -190,26 +193,38 @@ func run(cfg config) error {
 	}
 	defer etcd.close()
 
-	port := cfg.port
-	if port == 0 {
-		if port, err = freePort(); err != nil {
+	// A port picked here is free when picked and taken by kube-apiserver only later:
+	// another process may bind it between the two, so a picked port that turns out taken
+	// is picked again (a port asked for with --port is not).
+	var (
+		url    string
+		apiErr chan error
+		admin  kubernetes.Interface
+	)
+	for attempt := 1; ; attempt++ {
+		port := cfg.port
+		if cfg.port == 0 {
+			if port, err = freePort(); err != nil {
+				return err
+			}
+		}
+		url = "https://" + net.JoinHostPort(cfg.bindAddress, fmt.Sprint(port))
+		if err := writeKubeconfig(cfg.kubeconfig, cfg.name, url, pki); err != nil {
+			return fmt.Errorf("kubeconfig: %w", err)
+		}
+		apiErr = make(chan error, 1)
+		go func() { apiErr <- runAPIServer(ctx, cfg, dataDir, port, etcd.clientURL, pki) }()
+		if admin, err = adminClient(cfg.kubeconfig, cfg.clientQPS, cfg.clientBurst); err != nil {
 			return err
 		}
-	}
-	url := "https://" + net.JoinHostPort(cfg.bindAddress, fmt.Sprint(port))
-	if err := writeKubeconfig(cfg.kubeconfig, cfg.name, url, pki); err != nil {
-		return fmt.Errorf("kubeconfig: %w", err)
-	}
-
-	apiErr := make(chan error, 1)
-	go func() { apiErr <- runAPIServer(ctx, cfg, dataDir, port, etcd.clientURL, pki) }()
-
-	admin, err := adminClient(cfg.kubeconfig, cfg.clientQPS, cfg.clientBurst)
-	if err != nil {
-		return err
-	}
-	if err := waitReady(ctx, admin, apiErr); err != nil {
-		return err
+		err = waitReady(ctx, admin, apiErr)
+		if err == nil {
+			break
+		}
+		if cfg.port != 0 || attempt == 5 || !addressInUse(err) {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "controlplane: port %d was taken before kube-apiserver bound it; picking another\n", port)
 	}
 
 	components := make(chan error, 3)
@@ -287,4 +302,10 @@ func initKlog(v int) {
 	klog.InitFlags(fs)
 	_ = fs.Set("v", fmt.Sprint(v))
 	_ = fs.Set("logtostderr", "true")
+}
+
+// addressInUse: a listener could not bind its address (kube-apiserver's error does not
+// always wrap the errno).
+func addressInUse(err error) bool {
+	return errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use")
 }

@@ -15,6 +15,11 @@ pub struct Agent {
     pub url: String,
 }
 
+/// Agents started before one keeps its port.
+const PORT_ATTEMPTS: usize = 5;
+/// How long a start waits for the agent to listen on its port (or exit).
+const LISTEN_WAIT: Duration = Duration::from_secs(10);
+
 fn free_port() -> anyhow::Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0")?;
     Ok(l.local_addr()?.port())
@@ -65,23 +70,52 @@ impl Agent {
             );
         }
         let log = log_dir.join(format!("agent-{id}.log"));
-        let port = free_port()?;
-        let mut cmd = Command::new(&bin);
-        cmd.arg("--kubeconfig")
-            .arg(kubeconfig)
-            .arg("--scheduler-name")
-            .arg(scheduler_name)
-            .arg(format!("--bind-address={address}"))
-            .arg(format!("--secure-port={port}"))
-            .args(extra)
-            .env("RUST_LOG", "info,mcsched_agent=debug");
-        let process = Guarded::spawn(cmd, "mcsched-agent", &log)
-            .with_context(|| format!("cannot start {}", bin.display()))?;
-        Ok(Agent {
-            process,
-            log,
-            url: format!("https://{address}:{port}"),
-        })
+        // The port is free when picked and bound by the agent only later: another process
+        // may take it between the two, and the agent then exits saying so. It is picked
+        // again then, a few times.
+        for attempt in 1.. {
+            let port = free_port()?;
+            let mut cmd = Command::new(&bin);
+            cmd.arg("--kubeconfig")
+                .arg(kubeconfig)
+                .arg("--scheduler-name")
+                .arg(scheduler_name)
+                .arg(format!("--bind-address={address}"))
+                .arg(format!("--secure-port={port}"))
+                .args(extra)
+                .env("RUST_LOG", "info,mcsched_agent=debug");
+            let process = Guarded::spawn(cmd, "mcsched-agent", &log)
+                .with_context(|| format!("cannot start {}", bin.display()))?;
+            let mut agent = Agent {
+                process,
+                log: log.clone(),
+                url: format!("https://{address}:{port}"),
+            };
+            if attempt < PORT_ATTEMPTS && agent.lost_its_port(address, port) {
+                continue;
+            }
+            return Ok(agent);
+        }
+        unreachable!("the loop returns at its last attempt")
+    }
+
+    /// Whether the agent exited because its port was taken, waiting until it listens,
+    /// exits or [`LISTEN_WAIT`] passes.
+    fn lost_its_port(&mut self, address: &str, port: u16) -> bool {
+        let deadline = std::time::Instant::now() + LISTEN_WAIT;
+        while std::time::Instant::now() < deadline {
+            if let Some(child) = self.process.child_mut()
+                && child.try_wait().ok().flatten().is_some()
+            {
+                let logs = self.logs();
+                return logs.contains("cannot listen on") && logs.contains("in use");
+            }
+            if std::net::TcpStream::connect((address, port)).is_ok() {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
     }
 
     /// Sends SIGTERM and returns the exit status.
