@@ -36,7 +36,7 @@ GO_FLAGS := -trimpath
 GO_MODULES := tests/controlplane tests/conformance tests/go-extender tests/quantity-oracle tools/image tools/lint
 GO_FORMATTED := tests/controlplane tests/conformance tests/quantity-oracle tools/image tools/lint
 
-.PHONY: feature-gates matrix all build controlplane controlplanes controlplane-oldest-leaf $(addprefix controlplane-v,$(CONTROLPLANE_OLD_MINORS)) conformance-suite conformance demo test differential lint fmt clean manifests bench bench-engine soak image test-images vet actionlint fuzz helm
+.PHONY: feature-gates matrix all build controlplane controlplanes controlplane-oldest-leaf $(addprefix controlplane-v,$(CONTROLPLANE_OLD_MINORS)) conformance-suite conformance demo test differential lint fmt clean manifests bench bench-engine soak image test-images vet actionlint fuzz helm flake-hunt test-json
 
 all: build
 
@@ -145,6 +145,20 @@ differential: build
 soak: build
 	cargo test -p mcsched-e2e --test leaf_ownership -- --ignored --nocapture
 	MCSCHED_FAULT_PODS=10000 cargo test -p mcsched-e2e --test faults -- --nocapture --test-threads 1
+
+## flake-hunt: each end-to-end test binary FLAKE_RUNS times (3) beside a CPU load of FLAKE_LOAD
+## busy processes (one per core); passes and failures per binary in .build/flake-hunt.md,
+## failed runs' logs in .build/flake-hunt/. FLAKE_TESTS picks binaries, FLAKE_ENV adds
+## environment (scripts/flake-hunt.sh).
+flake-hunt: build
+	bash scripts/flake-hunt.sh
+
+## test-json: the end-to-end tests that talk to the API server the most (faults,
+## multicluster, differential) with every agent in JSON instead of protobuf
+## (MCSCHED_KUBE_API_CONTENT_TYPE), once each, without added load; .build/test-json.md.
+test-json: build
+	FLAKE_RUNS=1 FLAKE_LOAD=0 FLAKE_TESTS="faults multicluster differential" FLAKE_OUT=.build/test-json FLAKE_TITLE="make test-json" \
+		FLAKE_ENV=MCSCHED_KUBE_API_CONTENT_TYPE=application/json bash scripts/flake-hunt.sh
 
 ## fuzz: the property tests at many cases (`cargo test` runs a few of each): the protobuf
 ## decoder's (mcsched-wire's `fuzz_` tests: arbitrary bytes and schema-made messages never
