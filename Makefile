@@ -36,7 +36,7 @@ GO_FLAGS := -trimpath
 GO_MODULES := tests/controlplane tests/conformance tests/go-extender tests/quantity-oracle tools/image tools/lint
 GO_FORMATTED := tests/controlplane tests/conformance tests/quantity-oracle tools/image tools/lint
 
-.PHONY: feature-gates matrix all build controlplane controlplanes controlplane-oldest-leaf $(addprefix controlplane-v,$(CONTROLPLANE_OLD_MINORS)) conformance-suite conformance demo test differential lint fmt clean manifests bench bench-engine soak image test-images vet actionlint fuzz helm flake-hunt test-json
+.PHONY: feature-gates matrix all build controlplane controlplanes controlplane-oldest-leaf $(addprefix controlplane-v,$(CONTROLPLANE_OLD_MINORS)) conformance-suite conformance demo test differential lint fmt clean manifests bench bench-engine soak image test-images vet actionlint fuzz helm flake-hunt test-json test-upgrade
 
 all: build
 
@@ -159,6 +159,20 @@ flake-hunt: build
 test-json: build
 	FLAKE_RUNS=1 FLAKE_LOAD=0 FLAKE_TESTS="faults multicluster differential" FLAKE_OUT=.build/test-json FLAKE_TITLE="make test-json" \
 		FLAKE_ENV=MCSCHED_KUBE_API_CONTENT_TYPE=application/json bash scripts/flake-hunt.sh
+
+## test-upgrade: mcsched's own upgrade (tests/tests/upgrade.rs): the release at git
+## revision UPGRADE_FROM (scripts/upgrade-from.sh builds it in .build/upgrade/REV, its own
+## target, and packs its agent image) installed with 2 replicas on a real node, a leaf
+## joined, upgraded to this build and rolled back under load, by `kubectl mcsched install`
+## and by the Helm chart. Needs what real_node.rs needs (root, scripts/setup.sh) and the
+## repository's history.
+UPGRADE_FROM ?= 8886894
+test-upgrade: $(CONTROLPLANE) helm
+	cargo build --workspace --bins
+	MCSCHED_IMAGE_BUILD=debug bash scripts/image.sh agent
+	bash scripts/image.sh test
+	MCSCHED_UPGRADE_FROM="$$(bash scripts/upgrade-from.sh $(UPGRADE_FROM))" \
+		cargo test -p mcsched-e2e -p mcsched-bench --test upgrade -- --ignored --test-threads=1 --nocapture
 
 ## fuzz: the property tests at many cases (`cargo test` runs a few of each): the protobuf
 ## decoder's (mcsched-wire's `fuzz_` tests: arbitrary bytes and schema-made messages never

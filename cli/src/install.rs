@@ -15,6 +15,7 @@ use crate::apply::{self, Action};
 use crate::duration;
 use crate::kube_context::KubeArgs;
 use crate::progress::{Mark, Progress};
+use crate::rollout::{self, Rollout};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum DryRun {
@@ -63,7 +64,8 @@ pub struct InstallArgs {
     /// With --dry-run=client: print the objects as yaml or json instead of a list.
     #[arg(short = 'o', long, value_enum, value_name = "FORMAT")]
     pub output: Option<ManifestFormat>,
-    /// Wait until the Deployment is Available.
+    /// Wait until the Deployment has rolled out (every replica of this install's template
+    /// available), as `kubectl rollout status` judges it.
     #[arg(long)]
     pub wait: bool,
     /// How long --wait waits (e.g. 90s, 5m).
@@ -177,7 +179,7 @@ pub async fn run(kube: &KubeArgs, args: InstallArgs) -> anyhow::Result<()> {
     }
     if args.wait && !server_dry_run {
         let step = progress.step(format!(
-            "waiting up to {} for deployment/{} to become available",
+            "waiting up to {} for deployment/{} to roll out",
             duration::display(args.timeout),
             keys::AGENT_NAME
         ));
@@ -314,8 +316,10 @@ async fn preflight(client: &Client, namespace: &str, args: &InstallArgs) -> anyh
     Ok(())
 }
 
-/// Waits for the Deployment's Available condition; on timeout, says which conditions it
-/// has instead.
+/// Waits until the Deployment has rolled out: on an upgrade its Available condition is
+/// True from the start (the old pods serve until the new ones are ready), so that alone
+/// would return before any pod of the new template runs. On timeout, says what the
+/// rollout still waits for and which conditions it has.
 async fn wait_available(
     client: &Client,
     namespace: &str,
@@ -328,26 +332,29 @@ async fn wait_available(
             .get(keys::AGENT_NAME)
             .await
             .with_context(|| format!("reading deployment {namespace}/{}", keys::AGENT_NAME))?;
-        let generation = d.metadata.generation.unwrap_or(0);
-        let status = d.status.clone().unwrap_or_default();
-        let available = status.conditions.iter().flatten().any(|c| {
-            c.type_.as_deref() == Some("Available") && c.status.as_deref() == Some("True")
-        });
-        if available && status.observed_generation.unwrap_or(0) >= generation {
-            return Ok(format!(
-                "{}/{} replicas ready",
-                status.ready_replicas.unwrap_or(0),
-                d.spec.replicas.unwrap_or(1)
-            ));
-        }
+        let waiting = match rollout::status(&d) {
+            Rollout::Done(_) => {
+                let status = d.status.clone().unwrap_or_default();
+                return Ok(format!(
+                    "{}/{} replicas ready",
+                    status.ready_replicas.unwrap_or(0),
+                    d.spec.replicas.unwrap_or(1)
+                ));
+            }
+            Rollout::Failed(why) => bail!("{why}: {}", not_available_message(namespace, &d, None)),
+            Rollout::Waiting(what) => what,
+        };
         if tokio::time::Instant::now() >= deadline {
-            bail!("{}", not_available_message(namespace, &d, timeout));
+            bail!(
+                "{} ({waiting})",
+                not_available_message(namespace, &d, Some(timeout))
+            );
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 
-fn not_available_message(namespace: &str, d: &Deployment, timeout: Duration) -> String {
+fn not_available_message(namespace: &str, d: &Deployment, timeout: Option<Duration>) -> String {
     let status = d.status.clone().unwrap_or_default();
     let conditions: Vec<String> = status
         .conditions
@@ -374,11 +381,13 @@ fn not_available_message(namespace: &str, d: &Deployment, timeout: Duration) -> 
     } else {
         format!("conditions {}", conditions.join("; "))
     };
+    let within = timeout
+        .map(|t| format!(" within {}", duration::display(t)))
+        .unwrap_or_default();
     format!(
-        "deployment {namespace}/{} did not become available within {}: {}/{} replicas ready, {conditions}. \
+        "deployment {namespace}/{} did not roll out{within}: {}/{} replicas ready, {conditions}. \
          Look at its pods: kubectl get pods -n {namespace} -l app.kubernetes.io/name={}",
         keys::AGENT_NAME,
-        duration::display(timeout),
         status.ready_replicas.unwrap_or(0),
         d.spec.replicas.unwrap_or(1),
         keys::AGENT_NAME,

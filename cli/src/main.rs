@@ -12,6 +12,7 @@ mod kube_context;
 mod policy;
 mod printer;
 mod progress;
+mod rollout;
 mod table;
 mod uninstall;
 mod version;

@@ -89,6 +89,9 @@ pub struct Write {
     /// The credential it was authenticated with, for a ServiceAccount token the API
     /// server issued: `JTI=<the token's jti>`.
     pub credential_id: String,
+    /// The pod a ServiceAccount token was bound to (the kubelet's projected token): which
+    /// replica of an installed agent sent it, when all share one ServiceAccount.
+    pub pod_name: String,
     /// When the API server received it, and when it answered.
     pub received: k8s_openapi::jiff::Timestamp,
     pub completed: k8s_openapi::jiff::Timestamp,
@@ -151,12 +154,15 @@ pub fn writes(path: &Path) -> anyhow::Result<Vec<Write>> {
             .response_status
             .map(|s| (s.code, s.message))
             .unwrap_or_default();
-        let credential_id = e
-            .user
-            .as_ref()
-            .and_then(|u| u.extra.get("authentication.kubernetes.io/credential-id"))
-            .and_then(|v| v.first().cloned())
-            .unwrap_or_default();
+        let extra = |key: &str| {
+            e.user
+                .as_ref()
+                .and_then(|u| u.extra.get(key))
+                .and_then(|v| v.first().cloned())
+                .unwrap_or_default()
+        };
+        let credential_id = extra("authentication.kubernetes.io/credential-id");
+        let pod_name = extra("authentication.kubernetes.io/pod-name");
         let user = e
             .impersonated_user
             .or(e.user)
@@ -177,6 +183,7 @@ pub fn writes(path: &Path) -> anyhow::Result<Vec<Write>> {
             user,
             user_agent: e.user_agent,
             credential_id,
+            pod_name,
             received: time(&e.request_received_timestamp, "requestReceivedTimestamp")?,
             completed: time(&e.stage_timestamp, "stageTimestamp")?,
         });

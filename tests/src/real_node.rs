@@ -133,16 +133,29 @@ pub fn require() -> anyhow::Result<()> {
 /// reach it there, through the `kubernetes` Service), ServiceAccount admission on (pods
 /// get their token volume), no kubelet simulator.
 pub async fn control_plane(name: &str) -> anyhow::Result<ControlPlane> {
+    control_plane_with(name, false, &[]).await
+}
+
+/// [`control_plane`], with the kubelet simulator beside the real kubelets when
+/// `simulate_kubelets` (it runs the pods of nodes no real kubelet registered: many nodes
+/// as API objects next to one real node), and more `controlplane` arguments.
+pub async fn control_plane_with(
+    name: &str,
+    simulate_kubelets: bool,
+    extra_args: &[&str],
+) -> anyhow::Result<ControlPlane> {
     require()?;
     let address = crate::api::routable_address()?;
+    let mut args = vec!["--bind-address", &address, "--real-nodes"];
+    args.extend_from_slice(extra_args);
     ControlPlane::start_with_args(
         name,
         ControlPlaneOptions {
             with_controller_manager: true,
             with_scheduler: true,
-            simulate_kubelets: false,
+            simulate_kubelets,
         },
-        &["--bind-address", &address, "--real-nodes"],
+        &args,
     )
     .await
 }
