@@ -15,6 +15,10 @@
 //!    (asking for a t4) it is bound to n2 in both: a claim added requeues.
 //! 4. The first pod deleted, its claim goes (the claim controller and the garbage
 //!    collector): the second pod is bound to n1 in both: a claim deleted requeues.
+//! 5. A claim allocated (by hand, reserved for nobody) on n3's h100, for a pod that may
+//!    run only on n4, which has an h100 too: Filter finds the claim available nowhere
+//!    the pod may go, PostFilter deallocates it, and the retry allocates n4's device and
+//!    binds the pod there, in both (nothing else deallocates a claim no pod ever used).
 
 use std::time::Duration;
 
@@ -62,10 +66,10 @@ fn selector(model: &str) -> Value {
     json!([{"cel": {"expression": format!("device.attributes[{DRIVER:?}].model == {model:?}")}}])
 }
 
-/// Nodes, their slices, the class and the template.
-async fn devices(client: &Client) -> anyhow::Result<()> {
-    use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaimTemplate, ResourceSlice};
-    for (node, model) in [("n1", "a100"), ("n2", "t4")] {
+/// Nodes with one device `gpu-0` of `model` each, published in a slice of their own.
+async fn nodes_with_devices(client: &Client, nodes: &[(&str, &str)]) -> anyhow::Result<()> {
+    use k8s_openapi::api::resource::v1::ResourceSlice;
+    for &(node, model) in nodes {
         mcsched_e2e::objects::ready_node(
             client,
             node,
@@ -85,6 +89,13 @@ async fn devices(client: &Client) -> anyhow::Result<()> {
         )
         .await?;
     }
+    Ok(())
+}
+
+/// Nodes, their slices, the class and the template.
+async fn devices(client: &Client) -> anyhow::Result<()> {
+    use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaimTemplate};
+    nodes_with_devices(client, &[("n1", "a100"), ("n2", "t4")]).await?;
     create_cluster_scoped::<DeviceClass>(
         client,
         json!({
@@ -111,20 +122,28 @@ async fn pod(
     name: &str,
     named: Option<&str>,
 ) -> anyhow::Result<()> {
+    pod_on(client, scheduler, name, named, None).await
+}
+
+/// As `pod`, and only on node `only_on` when given.
+async fn pod_on(
+    client: &Client,
+    scheduler: &str,
+    name: &str,
+    named: Option<&str>,
+    only_on: Option<&str>,
+) -> anyhow::Result<()> {
     let claim = match named {
         Some(c) => json!({"name": "gpu", "resourceClaimName": c}),
         None => json!({"name": "gpu", "resourceClaimTemplateName": "a100"}),
     };
-    create::<Pod>(
-        client,
-        json!({
-            "metadata": {"name": name},
-            "spec": {"schedulerName": scheduler, "resourceClaims": [claim],
-                "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
-                    "resources": {"claims": [{"name": "gpu"}]}}]}
-        }),
-    )
-    .await
+    let mut spec = json!({"schedulerName": scheduler, "resourceClaims": [claim],
+        "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+            "resources": {"claims": [{"name": "gpu"}]}}]});
+    if let Some(node) = only_on {
+        spec["nodeSelector"] = json!({"kubernetes.io/hostname": node});
+    }
+    create::<Pod>(client, json!({"metadata": {"name": name}, "spec": spec})).await
 }
 
 async fn get_pod(client: &Client, name: &str) -> anyhow::Result<Pod> {
@@ -357,5 +376,56 @@ async fn mcsched_allocates_claims_as_kube_scheduler_does() -> anyhow::Result<()>
             .map_err(|e| e.context(logs()))?;
         assert_eq!(node, "n1", "{scheduler}");
     }
+
+    // 5. A claim allocated where its pod may not run: deallocated by PostFilter.
+    for (cp, scheduler) in both {
+        nodes_with_devices(&cp.client, &[("n3", "h100"), ("n4", "h100")]).await?;
+        allocated_on(&cp.client, "pinned", "h100", "n3").await?;
+        pod_on(&cp.client, scheduler, "pinned", Some("pinned"), Some("n4")).await?;
+    }
+    let mut seen = Vec::new();
+    for (cp, scheduler) in both {
+        let node = bound_to(&cp.client, "pinned", &format!("{scheduler}: pinned bound"))
+            .await
+            .map_err(|e| e.context(logs()))?;
+        let claim = Api::<ResourceClaim>::namespaced(cp.client.clone(), "default")
+            .get("pinned")
+            .await?;
+        let pod = get_pod(&cp.client, "pinned").await?;
+        seen.push((node, written(&claim, &pod)?));
+    }
+    println!(
+        "pinned, kube-scheduler: {:?}\npinned, mcsched:        {:?}",
+        seen[0], seen[1]
+    );
+    assert_eq!(seen[0].0, "n4", "kube-scheduler bound the pod elsewhere");
+    assert_eq!(
+        seen[0].1["status"]["allocation"]["devices"]["results"][0]["pool"],
+        json!("n4"),
+        "kube-scheduler did not allocate anew"
+    );
+    assert_eq!(seen[0], seen[1], "the claims differ");
+    Ok(())
+}
+
+/// Claim `name` asking for one `model` device, allocated on `node`'s `gpu-0` and reserved
+/// for nobody, as an earlier allocation whose pod never came would leave it.
+async fn allocated_on(client: &Client, name: &str, model: &str, node: &str) -> anyhow::Result<()> {
+    create::<ResourceClaim>(
+        client,
+        json!({"metadata": {"name": name},
+            "spec": {"devices": {"requests": [{"name": "gpu",
+                "exactly": {"deviceClassName": DRIVER, "selectors": selector(model)}}]}}}),
+    )
+    .await?;
+    let api: Api<ResourceClaim> = Api::namespaced(client.clone(), "default");
+    let mut claim = api.get(name).await?;
+    claim.status = Some(serde_json::from_value(json!({"allocation": {
+        "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": node, "device": "gpu-0"}]},
+        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [node]}]}]}
+    }}))?);
+    api.replace_status(name, &PostParams::default(), &claim)
+        .await?;
     Ok(())
 }

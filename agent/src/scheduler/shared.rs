@@ -50,8 +50,13 @@ impl Shared {
         leaves: Arc<Leaves>,
         options: &SchedulerOptions,
     ) -> Arc<Self> {
-        // Preemption calls the extenders' preempt verb, as kube's through its Handle.
+        // Preemption calls the extenders' preempt verb, as kube's through its Handle;
+        // DynamicResources' PostFilter writes with the (fenced) client.
         for fw in profiles.frameworks.values() {
+            fw.set_api(BindContext {
+                client: client.clone(),
+                content_type: options.content_type,
+            });
             fw.set_extenders(
                 extenders
                     .iter()

@@ -102,6 +102,9 @@ pub struct Framework {
     nominator: Arc<dyn PodNominator>,
     /// The scheduler's extenders, for preemption's preempt verb (set once they exist).
     extenders: std::sync::OnceLock<Vec<Arc<dyn super::PreemptionExtender>>>,
+    /// The API client of the scheduling cycle's own writes (kube's `Handle.ClientSet()`,
+    /// which DynamicResources' PostFilter deallocates with); set once the client exists.
+    api: std::sync::OnceLock<BindContext>,
 }
 
 impl Framework {
@@ -207,6 +210,7 @@ impl Framework {
             waiting_pods: Arc::default(),
             nominator: Arc::new(super::NoNominations),
             extenders: std::sync::OnceLock::new(),
+            api: std::sync::OnceLock::new(),
         };
         let handle = fw.handle();
         for p in fw.plugins() {
@@ -224,6 +228,15 @@ impl Framework {
     /// The scheduler's extenders, for preemption (kube's `Handle.Extenders`); set once.
     pub fn set_extenders(&self, extenders: Vec<Arc<dyn super::PreemptionExtender>>) {
         let _ = self.extenders.set(extenders);
+    }
+
+    pub fn set_api(&self, api: BindContext) {
+        let _ = self.api.set(api);
+    }
+
+    /// The client a plugin writes with outside binding; None until the agent set it.
+    pub fn api(&self) -> Option<&BindContext> {
+        self.api.get()
     }
 
     pub(crate) fn extenders(&self) -> &[Arc<dyn super::PreemptionExtender>] {

@@ -8,12 +8,13 @@
 //!
 //! Not here yet: extended resources backed by DRA (a pod's `nvidia.com/gpu` served by a
 //! DeviceClass), DeviceTaintRules, PodGroup-owned claims (off by default in v1.37),
-//! PostFilter's deallocation of claims no pod uses (it answers Unschedulable, as kube
-//! does when there is none) and an event while binding conditions are waited for. Pods
+//! PodGroupPostFilter's deallocation of the claims a group's members hold, and an event
+//! while binding conditions are waited for. Pods
 //! with claims are not sent to leaf clusters: Filter refuses virtual nodes.
 
 mod bind;
 mod claims;
+mod deallocate;
 #[cfg(test)]
 mod tests;
 
@@ -40,6 +41,7 @@ pub(crate) const NAME: &str = "DynamicResources";
 pub(crate) const REASON_NO_STATE: &str = "not found";
 pub(crate) const REASON_NOT_AVAILABLE: &str = "resourceclaim not available on the node";
 pub(crate) const REASON_CANNOT_ALLOCATE: &str = "cannot allocate all claims";
+pub(crate) const REASON_DEALLOCATED: &str = "deallocation of ResourceClaim completed";
 /// A virtual node stands for a leaf cluster, whose own scheduler would allocate the
 /// copy's claims; mcsched does not yet check that a leaf node could.
 pub(crate) const REASON_VIRTUAL_NODE: &str = "node is a leaf cluster's virtual node: mcsched does not send pods with resource claims to leaf clusters yet";
@@ -374,24 +376,61 @@ impl FilterPlugin for DynamicResources {
     }
 }
 
-/// kube's PostFilter would deallocate an allocated claim that is available on no node
-/// and reserved for no other pod; not done here yet: Unschedulable, with no reason.
+/// kube's PostFilter: an allocated claim that kept the pod off some node and that no
+/// other pod uses is deallocated (one per attempt), so the pod's next attempt, woken by
+/// the claim's change, may allocate it where it fits; preemption is still tried after.
 impl PostFilterPlugin for DynamicResources {
     fn post_filter(
         &self,
-        _fw: &Framework,
+        fw: &Framework,
         state: &CycleState,
-        _pod: &PodInfo,
+        pod: &PodInfo,
         _snapshot: &Snapshot,
         _statuses: &NodeStatuses,
     ) -> (PostFilterResult, Status) {
-        if state.read::<State>(STATE_KEY).is_none() {
+        let Some(s) = state.read::<State>(STATE_KEY) else {
             return (PostFilterResult::default(), Status::error(REASON_NO_STATE));
+        };
+        let unschedulable = |reasons: Vec<std::borrow::Cow<'static, str>>| {
+            (
+                PostFilterResult::default(),
+                Status::new(Code::Unschedulable, reasons),
+            )
+        };
+        if s.slots.is_empty() {
+            return unschedulable(Vec::new());
         }
-        (
-            PostFilterResult::default(),
-            Status::new(Code::Unschedulable, Vec::new()),
-        )
+        let unavailable = locked(&s.unavailable).clone();
+        let Some(claim) = deallocate::pick(&s.slots, unavailable, &pod.uid) else {
+            return unschedulable(Vec::new());
+        };
+        let Some(api) = fw.api() else {
+            return (
+                PostFilterResult::default(),
+                Status::error(format!(
+                    "no API client to deallocate resource claim {} with",
+                    claims::kobj(claim)
+                )),
+            );
+        };
+        // The cycle is synchronous, as kube's; on a multi-threaded runtime the write
+        // blocks this thread only.
+        use tokio::runtime::{Handle, RuntimeFlavor};
+        let Some(runtime) = Handle::try_current()
+            .ok()
+            .filter(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread)
+        else {
+            return (
+                PostFilterResult::default(),
+                Status::error("no multi-threaded runtime to write resource claims on"),
+            );
+        };
+        let written =
+            tokio::task::block_in_place(|| runtime.block_on(deallocate::write(api, claim)));
+        match written {
+            Ok(()) => unschedulable(vec![REASON_DEALLOCATED.into()]),
+            Err(e) => (PostFilterResult::default(), Status::error(e)),
+        }
     }
 }
 

@@ -546,3 +546,121 @@ fn binding_conditions_decide_readiness_as_kube() {
         Err("device binding failed: claim=p-gpu, reason=R, message=\"m\"".into())
     );
 }
+
+/// A framework of the default profile, writing with `api` when given.
+fn framework(api: Option<BindContext>) -> Framework {
+    let spec = crate::config_bridge::default_spec("test").expect("spec");
+    let fw = Framework::new(&spec, &crate::plugins::default_registry(), 1).expect("framework");
+    if let Some(api) = api {
+        fw.set_api(api);
+    }
+    fw
+}
+
+/// p's claim allocated on n2 (which has no matching device, so nothing can be allocated
+/// anew there either), reserved for `reserved` pods by UID.
+fn claim_allocated_on_n2(reserved: &[&str]) -> Arc<ResourceClaim> {
+    let mut c = to_value_claim("p");
+    c["status"] = json!({
+        "allocation": {
+            "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": "n2", "device": "gpu-0"}]},
+            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                {"key": "metadata.name", "operator": "In", "values": ["n2"]}]}]}
+        },
+        "reservedFor": reserved.iter().map(|uid| json!({"resource": "pods", "name": "x", "uid": uid})).collect::<Vec<_>>(),
+        "devices": [{"driver": DRIVER, "pool": "n2", "device": "gpu-0"}]
+    });
+    to_claim(c)
+}
+
+/// Runs Filter on every node, then PostFilter as the scheduling cycle does (inside
+/// block_in_place, on a multi-threaded runtime).
+fn post_filter_after_filter(w: &World, fw: &Framework, p: &PodInfo) -> (Code, String) {
+    let (state, s) = w.pre_filter(p);
+    assert!(s.is_success(), "{s}");
+    w.filter(&state, p);
+    let statuses = NodeStatuses::default();
+    let (_, s) =
+        tokio::task::block_in_place(|| w.plugin.post_filter(fw, &state, p, &w.snapshot, &statuses));
+    (s.code, s.message())
+}
+
+/// kube's PostFilter: an allocated claim that kept the pod off a node and that only this
+/// pod (or nobody) uses is deallocated by a status update at the version the cycle saw;
+/// the attempt still ends Unschedulable, saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn post_filter_deallocates_a_claim_no_other_pod_uses() {
+    for reserved in [vec![], vec!["uid-p"]] {
+        let w = world();
+        w.claims.apply(claim_allocated_on_n2(&reserved));
+        let p = pod("p", true);
+        let (ctx, seen) = recording_api(0);
+        let fw = framework(Some(ctx));
+        assert_eq!(
+            post_filter_after_filter(&w, &fw, &p),
+            (Code::Unschedulable, REASON_DEALLOCATED.to_string()),
+            "reserved for {reserved:?}"
+        );
+        let seen = locked(&seen).clone();
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        let (method, path, body) = &seen[0];
+        assert_eq!(
+            (method.as_str(), path.as_str()),
+            (
+                "PUT",
+                "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/p-gpu/status"
+            )
+        );
+        assert_eq!(body["metadata"]["resourceVersion"], json!("10"));
+        for field in ["allocation", "reservedFor", "devices"] {
+            assert!(body["status"].get(field).is_none(), "{field} kept: {body}");
+        }
+    }
+}
+
+/// A claim another pod uses is left alone: Unschedulable with no reason, nothing written.
+/// A pod whose claims were all available is not PostFilter's business either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn post_filter_leaves_a_claim_another_pod_uses() {
+    for reserved in [vec!["uid-other"], vec!["uid-p", "uid-other"]] {
+        let w = world();
+        w.claims.apply(claim_allocated_on_n2(&reserved));
+        let p = pod("p", true);
+        let (ctx, seen) = recording_api(0);
+        let fw = framework(Some(ctx));
+        assert_eq!(
+            post_filter_after_filter(&w, &fw, &p),
+            (Code::Unschedulable, String::new()),
+            "reserved for {reserved:?}"
+        );
+        assert!(locked(&seen).is_empty());
+    }
+    // Unallocated, so nothing unavailable: nothing to deallocate.
+    let w = world();
+    w.claims.apply(to_claim(claim("p", None)));
+    let (ctx, seen) = recording_api(0);
+    let fw = framework(Some(ctx));
+    assert_eq!(
+        post_filter_after_filter(&w, &fw, &pod("p", true)),
+        (Code::Unschedulable, String::new())
+    );
+    assert!(locked(&seen).is_empty());
+}
+
+/// A failed write ends the attempt in the API server's error, as kube's statusError.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn post_filter_reports_a_failed_deallocation_as_an_error() {
+    let w = world();
+    w.claims.apply(claim_allocated_on_n2(&[]));
+    let p = pod("p", true);
+    let (ctx, _) = recording_api(1);
+    let fw = framework(Some(ctx));
+    assert_eq!(
+        post_filter_after_filter(&w, &fw, &p),
+        (Code::Error, "the object has been modified".to_string())
+    );
+    let fw = framework(None);
+    let (code, message) = post_filter_after_filter(&w, &fw, &p);
+    assert_eq!(code, Code::Error);
+    assert!(message.contains("default/p-gpu"), "{message}");
+}
