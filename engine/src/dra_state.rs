@@ -9,13 +9,114 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use k8s_openapi::api::core::v1::{Pod, PodResourceClaim};
-use k8s_openapi::api::resource::v1::{AllocationResult, DeviceClass, ResourceClaim, ResourceSlice};
+use k8s_openapi::api::resource::v1::{
+    AllocationResult, DeviceClass, DeviceTaint, DeviceTaintRule, ResourceClaim, ResourceSlice,
+};
 
-/// The device objects of one snapshot: classes by name, slices by name.
+/// The device objects of one snapshot: classes by name, slices by name, as the allocator
+/// sees them (with the DeviceTaintRules' taints on their devices, as kube's resource
+/// slice tracker patches them), and what they come from.
 #[derive(Debug, Clone, Default)]
 pub struct DeviceObjects {
     pub classes: HashMap<String, Arc<DeviceClass>>,
     pub slices: HashMap<String, Arc<ResourceSlice>>,
+    /// The slices as the API server serves them, when a taint rule changed them.
+    unpatched: HashMap<String, Arc<ResourceSlice>>,
+    taint_rules: HashMap<String, Arc<DeviceTaintRule>>,
+}
+
+impl DeviceObjects {
+    /// A slice added or changed; true when the allocator's view of it changed.
+    pub fn apply_slice(&mut self, slice: Arc<ResourceSlice>) -> bool {
+        let name = slice.metadata.name.clone().unwrap_or_default();
+        let patched = patched(&slice, self.taint_rules.values());
+        if Arc::ptr_eq(&patched, &slice) {
+            self.unpatched.remove(&name);
+        } else {
+            self.unpatched.insert(name.clone(), slice);
+        }
+        self.slices.insert(name, patched);
+        true
+    }
+
+    pub fn remove_slice(&mut self, name: &str) {
+        self.slices.remove(name);
+        self.unpatched.remove(name);
+    }
+
+    /// A DeviceTaintRule added, changed (`Some`) or deleted (`None`); true when some
+    /// device's taints changed, which counts as those slices' update (kube's tracker
+    /// sends one then).
+    pub fn set_taint_rule(&mut self, name: &str, rule: Option<Arc<DeviceTaintRule>>) -> bool {
+        match rule {
+            Some(r) => self.taint_rules.insert(name.to_string(), r),
+            None => self.taint_rules.remove(name),
+        };
+        let mut changed = false;
+        let names: Vec<String> = self.slices.keys().cloned().collect();
+        for n in names {
+            let Some(current) = self.slices.get(&n).cloned() else {
+                continue;
+            };
+            let original = self.unpatched.get(&n).cloned().unwrap_or(current.clone());
+            let before = device_taints(&current);
+            self.apply_slice(original);
+            if self.slices.get(&n).map(|s| device_taints(s)) != Some(before) {
+                changed = true;
+            }
+        }
+        changed
+    }
+}
+
+/// Every device's taints, in order, for telling whether a rule changed a slice.
+fn device_taints(slice: &ResourceSlice) -> Vec<Option<Vec<DeviceTaint>>> {
+    slice
+        .spec
+        .devices
+        .iter()
+        .flatten()
+        .map(|d| d.taints.clone())
+        .collect()
+}
+
+/// kube's `Tracker.applyPatches`: each rule whose selector matches the slice's driver and
+/// pool adds its taint to the devices it names (all of them when it names none); a rule
+/// without a selector matches nothing. The slice itself when no rule applies.
+pub fn patched<'a>(
+    slice: &Arc<ResourceSlice>,
+    rules: impl IntoIterator<Item = &'a Arc<DeviceTaintRule>>,
+) -> Arc<ResourceSlice> {
+    let mut out: Option<ResourceSlice> = None;
+    let mut rules: Vec<&Arc<DeviceTaintRule>> = rules.into_iter().collect();
+    // One order for the taints a device gets (kube's follows its informer's list).
+    rules.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    for rule in rules {
+        let Some(sel) = &rule.spec.device_selector else {
+            continue;
+        };
+        if sel.driver.as_ref().is_some_and(|d| *d != slice.spec.driver)
+            || sel
+                .pool
+                .as_ref()
+                .is_some_and(|p| *p != slice.spec.pool.name)
+        {
+            continue;
+        }
+        let devices = slice.spec.devices.as_deref().unwrap_or_default();
+        for (i, device) in devices.iter().enumerate() {
+            if sel.device.as_ref().is_some_and(|d| *d != device.name) {
+                continue;
+            }
+            let copy = out.get_or_insert_with(|| (**slice).clone());
+            if let Some(d) = copy.spec.devices.as_mut().and_then(|ds| ds.get_mut(i)) {
+                d.taints
+                    .get_or_insert_default()
+                    .push(rule.spec.taint.clone());
+            }
+        }
+    }
+    out.map_or_else(|| slice.clone(), Arc::new)
 }
 
 /// A claim as the watch last showed it, and as this scheduler last wrote it when that is
@@ -388,5 +489,84 @@ mod tests {
         c.apply(claim("b", "2", Some("gpu-1")));
         c.signal_pending_allocation(claim("b", "2", Some("gpu-1")));
         assert!(c.pending_allocation("uid-b").is_none());
+    }
+
+    fn slice(name: &str, driver: &str, pool: &str, devices: &[&str]) -> Arc<ResourceSlice> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name},
+                "spec": {"driver": driver, "nodeName": pool,
+                    "pool": {"name": pool, "generation": 1, "resourceSliceCount": 1},
+                    "devices": devices.iter().map(|d| serde_json::json!({"name": d})).collect::<Vec<_>>()}
+            }))
+            .expect("slice"),
+        )
+    }
+
+    fn rule(name: &str, selector: Option<serde_json::Value>) -> Arc<DeviceTaintRule> {
+        let mut spec = serde_json::json!({"taint": {"key": name, "effect": "NoSchedule"}});
+        if let Some(sel) = selector {
+            spec["deviceSelector"] = sel;
+        }
+        Arc::new(
+            serde_json::from_value(serde_json::json!({"metadata": {"name": name}, "spec": spec}))
+                .expect("rule"),
+        )
+    }
+
+    /// The taint keys of each device of slice `name`, as the allocator sees them.
+    fn taint_keys(d: &DeviceObjects, name: &str) -> Vec<Vec<String>> {
+        d.slices[name]
+            .spec
+            .devices
+            .iter()
+            .flatten()
+            .map(|dev| dev.taints.iter().flatten().map(|t| t.key.clone()).collect())
+            .collect()
+    }
+
+    /// kube's tracker: a rule's taint goes onto every device its driver, pool and device
+    /// name select (all unset: every device; no selector: none), for slices that came
+    /// before the rule and after it; deleting the rule takes it off again.
+    #[test]
+    fn taint_rules_patch_the_devices_they_select() {
+        let mut d = DeviceObjects::default();
+        d.apply_slice(slice("a", "gpu.example.com", "n1", &["gpu-0", "gpu-1"]));
+        d.apply_slice(slice("b", "nic.example.com", "n1", &["nic-0"]));
+        assert!(d.set_taint_rule(
+            "one-gpu",
+            Some(rule(
+                "one-gpu",
+                Some(serde_json::json!({"driver": "gpu.example.com", "pool": "n1", "device": "gpu-1"}))
+            ))
+        ));
+        assert_eq!(taint_keys(&d, "a"), [vec![], vec!["one-gpu".to_string()]]);
+        assert_eq!(taint_keys(&d, "b"), [Vec::<String>::new()]);
+        // No selector: nothing; another pool: nothing; so nothing changed.
+        assert!(!d.set_taint_rule("none", Some(rule("none", None))));
+        assert!(!d.set_taint_rule(
+            "elsewhere",
+            Some(rule("elsewhere", Some(serde_json::json!({"pool": "n2"}))))
+        ));
+        assert!(d.set_taint_rule("all", Some(rule("all", Some(serde_json::json!({}))))));
+        assert_eq!(
+            taint_keys(&d, "a"),
+            [
+                vec!["all".to_string()],
+                vec!["all".to_string(), "one-gpu".to_string()]
+            ]
+        );
+        // A slice updated after the rules gets them too, once each.
+        d.apply_slice(slice("a", "gpu.example.com", "n1", &["gpu-1"]));
+        assert_eq!(
+            taint_keys(&d, "a"),
+            [vec!["all".to_string(), "one-gpu".to_string()]]
+        );
+        assert!(d.set_taint_rule("all", None));
+        assert!(d.set_taint_rule("one-gpu", None));
+        assert_eq!(taint_keys(&d, "a"), [Vec::<String>::new()]);
+        assert_eq!(taint_keys(&d, "b"), [Vec::<String>::new()]);
+        d.remove_slice("a");
+        assert!(!d.slices.contains_key("a"));
     }
 }

@@ -19,6 +19,9 @@
 //!    run only on n4, which has an h100 too: Filter finds the claim available nowhere
 //!    the pod may go, PostFilter deallocates it, and the retry allocates n4's device and
 //!    binds the pod there, in both (nothing else deallocates a claim no pod ever used).
+//! 6. A DeviceTaintRule taints n3's devices NoSchedule: a pod whose claim asks for an
+//!    h100 (n3's is the only one free) is Pending in both with the same message; the
+//!    rule deleted, it is bound to n3 in both: a rule's change requeues.
 
 use std::time::Duration;
 
@@ -405,6 +408,73 @@ async fn mcsched_allocates_claims_as_kube_scheduler_does() -> anyhow::Result<()>
         "kube-scheduler did not allocate anew"
     );
     assert_eq!(seen[0], seen[1], "the claims differ");
+
+    // 6. A DeviceTaintRule keeps n3's h100 from new claims until it goes.
+    use k8s_openapi::api::resource::v1::DeviceTaintRule;
+    for (cp, scheduler) in both {
+        create_cluster_scoped::<DeviceTaintRule>(
+            &cp.client,
+            json!({"metadata": {"name": "n3-maintenance"},
+                "spec": {"deviceSelector": {"driver": DRIVER, "pool": "n3"},
+                    "taint": {"key": "example.com/maintenance", "effect": "NoSchedule"}}}),
+        )
+        .await?;
+        create::<ResourceClaim>(
+            &cp.client,
+            json!({"metadata": {"name": "h100"},
+                "spec": {"devices": {"requests": [{"name": "gpu",
+                    "exactly": {"deviceClassName": DRIVER, "selectors": selector("h100")}}]}}}),
+        )
+        .await?;
+        // Created once the rule is in the scheduler's view: kube-scheduler's tracker and
+        // mcsched's watch each see it within a moment; a pod tried before would bind.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        pod(&cp.client, scheduler, "tainted", Some("h100")).await?;
+    }
+    let mut pending = Vec::new();
+    for (cp, scheduler) in both {
+        let c = wait::until(
+            TIMEOUT,
+            &format!("{scheduler}: tainted unschedulable"),
+            || async {
+                let p = get_pod(&cp.client, "tainted").await?;
+                anyhow::ensure!(
+                    node_of(&p).is_none(),
+                    "tainted was bound to {:?}",
+                    node_of(&p)
+                );
+                Ok(scheduled_condition(&p).filter(|c| c.0 == "False"))
+            },
+        )
+        .await
+        .map_err(|e| e.context(logs()))?;
+        pending.push(c);
+    }
+    println!(
+        "tainted, kube-scheduler: {:?}\ntainted, mcsched:        {:?}",
+        pending[0], pending[1]
+    );
+    assert!(
+        pending[0].2.contains("cannot allocate all claims"),
+        "kube-scheduler's reason is not the device: {:?}",
+        pending[0]
+    );
+    assert_eq!(pending[0], pending[1]);
+    for (cp, _) in both {
+        Api::<DeviceTaintRule>::all(cp.client.clone())
+            .delete("n3-maintenance", &DeleteParams::default())
+            .await?;
+    }
+    for (cp, scheduler) in both {
+        let node = bound_to(
+            &cp.client,
+            "tainted",
+            &format!("{scheduler}: tainted bound"),
+        )
+        .await
+        .map_err(|e| e.context(logs()))?;
+        assert_eq!(node, "n3", "{scheduler}");
+    }
     Ok(())
 }
 

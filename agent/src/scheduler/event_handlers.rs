@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{
     Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController, Service,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
+use k8s_openapi::api::resource::v1::{DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice};
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass};
 use kube::runtime::watcher;
@@ -154,7 +154,7 @@ pub(super) fn spawn_watches(
     tasks
 }
 
-/// resource.k8s.io/v1's DeviceClasses and ResourceSlices into the cache, ResourceClaims
+/// resource.k8s.io/v1's DeviceClasses, ResourceSlices and DeviceTaintRules into the cache, ResourceClaims
 /// into the profiles' claim tracker, once the API server serves them (v1.34 on).
 fn spawn_device_watches(
     client: &Client,
@@ -186,7 +186,17 @@ fn spawn_device_watches(
         ready.clone(),
         move |ev| on_resource_claim_event(&s, ev),
     ));
-    vec![classes, slices, claims]
+    // GA and on in v1.37; older API servers serve the kind in beta versions only, and
+    // there devices carry only their slices' taints, as kube-scheduler of that version.
+    let s = shared.clone();
+    let taint_rules = tokio::spawn(watch_if_served(
+        Api::<DeviceTaintRule>::all(client.clone()),
+        "devicetaintrule",
+        "resource.k8s.io/v1 DeviceTaintRules are not served: devices carry their slices' taints alone",
+        ready.clone(),
+        move |ev| on_device_taint_rule_event(&s, ev),
+    ));
+    vec![classes, slices, claims, taint_rules]
 }
 
 fn on_device_class_event(shared: &Shared, change: Change<DeviceClass>) {
@@ -224,20 +234,36 @@ fn on_resource_slice_event(shared: &Shared, change: Change<ResourceSlice>) {
     };
     {
         let mut cache = shared.cache();
-        let slices = &mut cache.devices_mut().slices;
+        let devices = cache.devices_mut();
         match change {
             Change::Apply(sl, _) => {
-                slices.insert(sl.name_any(), sl);
+                devices.apply_slice(sl);
             }
-            Change::Delete(sl) => {
-                slices.remove(&sl.name_any());
-            }
+            Change::Delete(sl) => devices.remove_slice(&sl.name_any()),
         }
     }
     if helps {
         shared.queue.on_event(ClusterEvent::ResourceSliceChange);
     }
     handled(label, started);
+}
+
+/// A DeviceTaintRule's taint goes onto the devices it selects, as though their slices
+/// carried it (kube's resource slice tracker); a change of some device's taints is those
+/// slices' update, so the pods DynamicResources turned back are retried.
+fn on_device_taint_rule_event(shared: &Shared, change: Change<DeviceTaintRule>) {
+    let started = Instant::now();
+    let (name, rule) = match change {
+        Change::Apply(r, _) => (r.name_any(), Some(r)),
+        Change::Delete(r) => (r.name_any(), None),
+    };
+    let changed = shared.cache().devices_mut().set_taint_rule(&name, rule);
+    // kube-scheduler handles no rule event, only the tracker's slice updates: counted
+    // under the same label.
+    if changed {
+        shared.queue.on_event(ClusterEvent::ResourceSliceChange);
+        handled("ResourceSliceUpdate", started);
+    }
 }
 
 /// A claim into the assume cache; pods waiting at PreEnqueue for it are judged again

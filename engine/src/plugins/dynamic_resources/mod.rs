@@ -7,7 +7,7 @@
 //! their earlier subrequests. A pod without claims makes every point step aside.
 //!
 //! Not here yet: extended resources backed by DRA (a pod's `nvidia.com/gpu` served by a
-//! DeviceClass), DeviceTaintRules, PodGroup-owned claims (off by default in v1.37),
+//! DeviceClass), PodGroup-owned claims (off by default in v1.37),
 //! PodGroupPostFilter's deallocation of the claims a group's members hold, and an event
 //! while binding conditions are waited for. Pods
 //! with claims are not sent to leaf clusters: Filter refuses virtual nodes.
