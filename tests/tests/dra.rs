@@ -301,31 +301,7 @@ async fn mcsched_allocates_claims_as_kube_scheduler_does() -> anyhow::Result<()>
     for (cp, scheduler) in both {
         pod(&cp.client, scheduler, "second", None).await?;
     }
-    let mut pending = Vec::new();
-    for (cp, scheduler) in both {
-        let c = wait::until(
-            TIMEOUT,
-            &format!("{scheduler}: second unschedulable"),
-            || async {
-                let p = get_pod(&cp.client, "second").await?;
-                anyhow::ensure!(node_of(&p).is_none(), "second was bound");
-                Ok(scheduled_condition(&p).filter(|c| c.0 == "False"))
-            },
-        )
-        .await
-        .map_err(|e| e.context(logs()))?;
-        pending.push(c);
-    }
-    println!(
-        "second, kube-scheduler: {:?}\nsecond, mcsched:        {:?}",
-        pending[0], pending[1]
-    );
-    assert!(
-        pending[0].2.contains("cannot allocate all claims"),
-        "kube-scheduler's reason is not the device: {:?}",
-        pending[0]
-    );
-    assert_eq!(pending[0], pending[1]);
+    pending_alike(&both, "second", &logs).await?;
 
     // 3. A pod whose named claim does not exist yet waits; created, it is allocated a t4.
     for (cp, scheduler) in both {
@@ -431,35 +407,7 @@ async fn mcsched_allocates_claims_as_kube_scheduler_does() -> anyhow::Result<()>
         tokio::time::sleep(Duration::from_secs(3)).await;
         pod(&cp.client, scheduler, "tainted", Some("h100")).await?;
     }
-    let mut pending = Vec::new();
-    for (cp, scheduler) in both {
-        let c = wait::until(
-            TIMEOUT,
-            &format!("{scheduler}: tainted unschedulable"),
-            || async {
-                let p = get_pod(&cp.client, "tainted").await?;
-                anyhow::ensure!(
-                    node_of(&p).is_none(),
-                    "tainted was bound to {:?}",
-                    node_of(&p)
-                );
-                Ok(scheduled_condition(&p).filter(|c| c.0 == "False"))
-            },
-        )
-        .await
-        .map_err(|e| e.context(logs()))?;
-        pending.push(c);
-    }
-    println!(
-        "tainted, kube-scheduler: {:?}\ntainted, mcsched:        {:?}",
-        pending[0], pending[1]
-    );
-    assert!(
-        pending[0].2.contains("cannot allocate all claims"),
-        "kube-scheduler's reason is not the device: {:?}",
-        pending[0]
-    );
-    assert_eq!(pending[0], pending[1]);
+    pending_alike(&both, "tainted", &logs).await?;
     for (cp, _) in both {
         Api::<DeviceTaintRule>::all(cp.client.clone())
             .delete("n3-maintenance", &DeleteParams::default())
@@ -475,6 +423,47 @@ async fn mcsched_allocates_claims_as_kube_scheduler_does() -> anyhow::Result<()>
         .map_err(|e| e.context(logs()))?;
         assert_eq!(node, "n3", "{scheduler}");
     }
+    Ok(())
+}
+
+/// Pod `name` Pending in both clusters for want of a device: its PodScheduled False with
+/// kube-scheduler's "cannot allocate all claims", and the same condition in mcsched's. A
+/// pod seen bound fails at once.
+async fn pending_alike(
+    both: &[(&ControlPlane, &str); 2],
+    name: &str,
+    logs: &impl Fn() -> String,
+) -> anyhow::Result<()> {
+    let mut pending = Vec::new();
+    for (cp, scheduler) in both {
+        let seen = wait::until(
+            TIMEOUT,
+            &format!("{scheduler}: {name} unschedulable"),
+            || async {
+                let p = get_pod(&cp.client, name).await?;
+                Ok(match node_of(&p) {
+                    Some(node) => Some(Err(node)),
+                    None => scheduled_condition(&p).filter(|c| c.0 == "False").map(Ok),
+                })
+            },
+        )
+        .await
+        .map_err(|e| e.context(logs()))?;
+        match seen {
+            Ok(c) => pending.push(c),
+            Err(node) => anyhow::bail!("{scheduler} bound {name} to {node}\n{}", logs()),
+        }
+    }
+    println!(
+        "{name}, kube-scheduler: {:?}\n{name}, mcsched:        {:?}",
+        pending[0], pending[1]
+    );
+    anyhow::ensure!(
+        pending[0].2.contains("cannot allocate all claims"),
+        "kube-scheduler's reason is not the device: {:?}",
+        pending[0]
+    );
+    anyhow::ensure!(pending[0] == pending[1], "the conditions differ");
     Ok(())
 }
 

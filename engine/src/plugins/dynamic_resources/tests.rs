@@ -547,9 +547,16 @@ fn binding_conditions_decide_readiness_as_kube() {
     );
 }
 
-/// A framework of the default profile, writing with `api` when given.
+/// A framework with DynamicResources at PostFilter, writing with `api` when given.
 fn framework(api: Option<BindContext>) -> Framework {
-    let spec = crate::config_bridge::default_spec("test").expect("spec");
+    let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let spec = crate::framework::ProfileSpec {
+        scheduler_name: "test".into(),
+        queue_sort: names(&["PrioritySort"]),
+        post_filter: names(&[NAME]),
+        bind: names(&["DefaultBinder"]),
+        ..Default::default()
+    };
     let fw = Framework::new(&spec, &crate::plugins::default_registry(), 1).expect("framework");
     if let Some(api) = api {
         fw.set_api(api);
@@ -585,23 +592,33 @@ fn post_filter_after_filter(w: &World, fw: &Framework, p: &PodInfo) -> (Code, St
     (s.code, s.message())
 }
 
+/// PostFilter for pod p with `claim` in the tracker, the API answering `conflicts` status
+/// updates with 409 first: its (code, message) and the requests the API got.
+fn post_filter_with(
+    claim: Arc<ResourceClaim>,
+    conflicts: usize,
+) -> ((Code, String), Vec<(String, String, Value)>) {
+    let w = world();
+    w.claims.apply(claim);
+    let (ctx, seen) = recording_api(conflicts);
+    let fw = framework(Some(ctx));
+    let verdict = post_filter_after_filter(&w, &fw, &pod("p", true));
+    let seen = locked(&seen).clone();
+    (verdict, seen)
+}
+
 /// kube's PostFilter: an allocated claim that kept the pod off a node and that only this
 /// pod (or nobody) uses is deallocated by a status update at the version the cycle saw;
 /// the attempt still ends Unschedulable, saying so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn post_filter_deallocates_a_claim_no_other_pod_uses() {
     for reserved in [vec![], vec!["uid-p"]] {
-        let w = world();
-        w.claims.apply(claim_allocated_on_n2(&reserved));
-        let p = pod("p", true);
-        let (ctx, seen) = recording_api(0);
-        let fw = framework(Some(ctx));
+        let (verdict, seen) = post_filter_with(claim_allocated_on_n2(&reserved), 0);
         assert_eq!(
-            post_filter_after_filter(&w, &fw, &p),
+            verdict,
             (Code::Unschedulable, REASON_DEALLOCATED.to_string()),
             "reserved for {reserved:?}"
         );
-        let seen = locked(&seen).clone();
         assert_eq!(seen.len(), 1, "{seen:?}");
         let (method, path, body) = &seen[0];
         assert_eq!(
@@ -623,44 +640,31 @@ async fn post_filter_deallocates_a_claim_no_other_pod_uses() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn post_filter_leaves_a_claim_another_pod_uses() {
     for reserved in [vec!["uid-other"], vec!["uid-p", "uid-other"]] {
-        let w = world();
-        w.claims.apply(claim_allocated_on_n2(&reserved));
-        let p = pod("p", true);
-        let (ctx, seen) = recording_api(0);
-        let fw = framework(Some(ctx));
+        let (verdict, seen) = post_filter_with(claim_allocated_on_n2(&reserved), 0);
         assert_eq!(
-            post_filter_after_filter(&w, &fw, &p),
+            verdict,
             (Code::Unschedulable, String::new()),
             "reserved for {reserved:?}"
         );
-        assert!(locked(&seen).is_empty());
+        assert!(seen.is_empty(), "{seen:?}");
     }
     // Unallocated, so nothing unavailable: nothing to deallocate.
-    let w = world();
-    w.claims.apply(to_claim(claim("p", None)));
-    let (ctx, seen) = recording_api(0);
-    let fw = framework(Some(ctx));
-    assert_eq!(
-        post_filter_after_filter(&w, &fw, &pod("p", true)),
-        (Code::Unschedulable, String::new())
-    );
-    assert!(locked(&seen).is_empty());
+    let (verdict, seen) = post_filter_with(to_claim(claim("p", None)), 0);
+    assert_eq!(verdict, (Code::Unschedulable, String::new()));
+    assert!(seen.is_empty(), "{seen:?}");
 }
 
 /// A failed write ends the attempt in the API server's error, as kube's statusError.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn post_filter_reports_a_failed_deallocation_as_an_error() {
-    let w = world();
-    w.claims.apply(claim_allocated_on_n2(&[]));
-    let p = pod("p", true);
-    let (ctx, _) = recording_api(1);
-    let fw = framework(Some(ctx));
+    let (verdict, _) = post_filter_with(claim_allocated_on_n2(&[]), 1);
     assert_eq!(
-        post_filter_after_filter(&w, &fw, &p),
+        verdict,
         (Code::Error, "the object has been modified".to_string())
     );
-    let fw = framework(None);
-    let (code, message) = post_filter_after_filter(&w, &fw, &p);
+    let w = world();
+    w.claims.apply(claim_allocated_on_n2(&[]));
+    let (code, message) = post_filter_after_filter(&w, &framework(None), &pod("p", true));
     assert_eq!(code, Code::Error);
     assert!(message.contains("default/p-gpu"), "{message}");
 }
