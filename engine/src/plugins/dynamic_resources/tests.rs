@@ -366,7 +366,8 @@ fn score_prefers_earlier_subrequests_of_a_prioritized_list() {
 /// An API server that answers every write with the object it got, at a new resource
 /// version, and records (method, path, body); `conflicts` status updates first get 409.
 /// The requests an API server got: (method, path, body).
-type Requests = Arc<Mutex<Vec<(String, String, Value)>>>;
+type Request = (String, String, Value);
+type Requests = Arc<Mutex<Vec<Request>>>;
 
 fn recording_api(conflicts: usize) -> (BindContext, Requests) {
     let seen: Requests = Arc::default();
@@ -594,10 +595,7 @@ fn post_filter_after_filter(w: &World, fw: &Framework, p: &PodInfo) -> (Code, St
 
 /// PostFilter for pod p with `claim` in the tracker, the API answering `conflicts` status
 /// updates with 409 first: its (code, message) and the requests the API got.
-fn post_filter_with(
-    claim: Arc<ResourceClaim>,
-    conflicts: usize,
-) -> ((Code, String), Vec<(String, String, Value)>) {
+fn post_filter_with(claim: Arc<ResourceClaim>, conflicts: usize) -> ((Code, String), Vec<Request>) {
     let w = world();
     w.claims.apply(claim);
     let (ctx, seen) = recording_api(conflicts);
