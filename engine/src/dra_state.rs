@@ -119,6 +119,20 @@ pub fn patched<'a>(
     out.map_or_else(|| slice.clone(), Arc::new)
 }
 
+/// CycleState key of [`GivenClaims`].
+pub const GIVEN_CLAIMS_KEY: &str = "mcsched.io/given-claims";
+
+/// A pod's claims as they will be where it is judged, given by whoever judges it there
+/// (the leaf check: the copy's claims as the leaf will hold them, before the leaf's claim
+/// controller has made them), and the claims already holding devices there.
+/// DynamicResources' PreFilter takes these instead of looking the pod's claims up in the
+/// host's tracker.
+#[derive(Clone)]
+pub struct GivenClaims {
+    pub claims: Vec<Arc<ResourceClaim>>,
+    pub held: Arc<ResourceClaims>,
+}
+
 /// A claim as the watch last showed it, and as this scheduler last wrote it when that is
 /// newer (kube's assume cache: `apiObj` and `latestObj`).
 #[derive(Debug, Clone)]

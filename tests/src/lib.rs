@@ -6,6 +6,7 @@ pub mod api;
 pub mod audit;
 pub mod cli;
 pub mod controlplane;
+pub mod dra;
 pub mod objects;
 pub mod placement;
 pub mod process;

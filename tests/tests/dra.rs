@@ -29,93 +29,19 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
+use mcsched_e2e::dra::{
+    self, DRIVER, PodClaim, create, create_cluster_scoped, nodes_with_devices, selector,
+};
 use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, wait};
 use serde_json::{Value, json};
 
-const DRIVER: &str = "gpu.example.com";
 const TIMEOUT: Duration = Duration::from_secs(90);
-
-/// Namespaced objects (in `default`) from JSON.
-async fn create<K>(client: &Client, object: Value) -> anyhow::Result<()>
-where
-    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + serde::Serialize
-        + std::fmt::Debug,
-{
-    let api: Api<K> = Api::namespaced(client.clone(), "default");
-    api.create(&PostParams::default(), &serde_json::from_value(object)?)
-        .await?;
-    Ok(())
-}
-
-/// Cluster-scoped objects (DeviceClass, ResourceSlice) from JSON.
-async fn create_cluster_scoped<K>(client: &Client, object: Value) -> anyhow::Result<()>
-where
-    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + serde::Serialize
-        + std::fmt::Debug,
-{
-    let api: Api<K> = Api::all(client.clone());
-    api.create(&PostParams::default(), &serde_json::from_value(object)?)
-        .await?;
-    Ok(())
-}
-
-fn selector(model: &str) -> Value {
-    json!([{"cel": {"expression": format!("device.attributes[{DRIVER:?}].model == {model:?}")}}])
-}
-
-/// Nodes with one device `gpu-0` of `model` each, published in a slice of their own.
-async fn nodes_with_devices(client: &Client, nodes: &[(&str, &str)]) -> anyhow::Result<()> {
-    use k8s_openapi::api::resource::v1::ResourceSlice;
-    for &(node, model) in nodes {
-        mcsched_e2e::objects::ready_node(
-            client,
-            node,
-            "8",
-            "32Gi",
-            json!({"kubernetes.io/hostname": node}),
-        )
-        .await?;
-        create_cluster_scoped::<ResourceSlice>(
-            client,
-            json!({
-                "metadata": {"name": format!("{node}-gpus")},
-                "spec": {"driver": DRIVER, "nodeName": node,
-                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                    "devices": [{"name": "gpu-0", "attributes": {"model": {"string": model}}}]}
-            }),
-        )
-        .await?;
-    }
-    Ok(())
-}
 
 /// Nodes, their slices, the class and the template.
 async fn devices(client: &Client) -> anyhow::Result<()> {
-    use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaimTemplate};
     nodes_with_devices(client, &[("n1", "a100"), ("n2", "t4")]).await?;
-    create_cluster_scoped::<DeviceClass>(
-        client,
-        json!({
-            "metadata": {"name": DRIVER},
-            "spec": {"selectors": [{"cel": {"expression": format!("device.driver == {DRIVER:?}")}}]}
-        }),
-    )
-    .await?;
-    create::<ResourceClaimTemplate>(
-        client,
-        json!({
-            "metadata": {"name": "a100"},
-            "spec": {"spec": {"devices": {"requests": [{"name": "gpu",
-                "exactly": {"deviceClassName": DRIVER, "selectors": selector("a100")}}]}}}
-        }),
-    )
-    .await
+    dra::device_class(client).await?;
+    dra::template(client, "a100").await
 }
 
 /// Pod `name` of `scheduler` with one claim: from the template, or the claim `named`.
@@ -136,17 +62,8 @@ async fn pod_on(
     named: Option<&str>,
     only_on: Option<&str>,
 ) -> anyhow::Result<()> {
-    let claim = match named {
-        Some(c) => json!({"name": "gpu", "resourceClaimName": c}),
-        None => json!({"name": "gpu", "resourceClaimTemplateName": "a100"}),
-    };
-    let mut spec = json!({"schedulerName": scheduler, "resourceClaims": [claim],
-        "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
-            "resources": {"claims": [{"name": "gpu"}]}}]});
-    if let Some(node) = only_on {
-        spec["nodeSelector"] = json!({"kubernetes.io/hostname": node});
-    }
-    create::<Pod>(client, json!({"metadata": {"name": name}, "spec": spec})).await
+    let claim = named.map_or(PodClaim::Template("a100"), PodClaim::Named);
+    dra::pod(client, scheduler, name, claim, only_on).await
 }
 
 async fn get_pod(client: &Client, name: &str) -> anyhow::Result<Pod> {

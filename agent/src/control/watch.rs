@@ -210,6 +210,61 @@ pub async fn watch_kind_in<K, F>(
     .await
 }
 
+/// Why [`watch_if_served`] has no watch of a kind (yet).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unwatched {
+    /// The API server does not serve it (404).
+    NotServed,
+    /// The agent may not list it (403), with the API server's message.
+    Forbidden(String),
+}
+
+/// `watch_kind` once the API server serves the kind (404 until its CRD is installed) and
+/// lets the agent list it; until then the kind counts as listed (empty) and
+/// `unwatched` is told why, then told `None` as the watch starts.
+pub async fn watch_if_served<K, F>(
+    api: Api<K>,
+    kind: &'static str,
+    absent: &'static str,
+    ready: Ready,
+    unwatched: impl Fn(Option<Unwatched>) + Send,
+    apply: F,
+) where
+    K: Watched,
+    F: FnMut(Change<K>) + Send,
+{
+    let mut ready = ready;
+    let mut reported = false;
+    loop {
+        match api
+            .list_metadata(&kube::api::ListParams::default().limit(1))
+            .await
+        {
+            // A kind the agent may not list answers 403 whether it is served or not (the
+            // authorizer answers first): the agent goes on without it, as without one
+            // not served, and says which.
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 403 => {
+                if !reported {
+                    if e.code == 404 {
+                        tracing::info!(kind, "not served: {absent}");
+                        unwatched(Some(Unwatched::NotServed));
+                    } else {
+                        tracing::warn!(kind, reason = %e.message, "not readable: none until the agent may list it");
+                        unwatched(Some(Unwatched::Forbidden(e.message.clone())));
+                    }
+                    ready.report(kind).await;
+                    ready = ready.detached();
+                    reported = true;
+                }
+                tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+            }
+            _ => break,
+        }
+    }
+    unwatched(None);
+    watch_kind(api, watcher::Config::default(), kind, ready, apply).await
+}
+
 /// The pauses between a watch's restarts (see [`supervise`]).
 fn restart_backoff() -> impl Backoff {
     DefaultBackoff::default()

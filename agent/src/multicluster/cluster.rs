@@ -8,17 +8,20 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{
     LimitRange, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, ResourceQuota,
 };
+use k8s_openapi::api::resource::v1::{DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::Client;
 use kube::api::Api;
 use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tracing::{debug, info};
 
 use super::OnEvent;
 use super::ask_leaf::AskLeaf;
-use crate::control::watch::{self, Change, SharedCache, key_of, watch_kind};
+use crate::control::watch::{
+    self, Change, SharedCache, Unwatched, key_of, watch_if_served, watch_kind,
+};
 use mcsched_engine::cache::Cache;
 use mcsched_engine::framework::ClusterEvent;
 
@@ -41,7 +44,10 @@ pub struct Health {
 /// pods, rather than have their Pod Security levels guessed. Nor before the first read of
 /// the fields the leaf serves has ended (read or not: see [`super::served`]), so that no
 /// copy goes unjudged while it is under way.
-const WATCHED: [&str; 9] = [
+/// The DRA kinds count as listed when the leaf does not serve them or its reader role
+/// (an older join's) does not grant them: pods without claims go there still, and those
+/// with claims are told why not (see [`LeafCluster::devices`]).
+const WATCHED: [&str; 13] = [
     "leaf node",
     "leaf pod",
     "leaf persistentvolume",
@@ -50,8 +56,17 @@ const WATCHED: [&str; 9] = [
     "leaf resourcequota",
     "leaf limitrange",
     "leaf namespace",
+    DEVICE_CLASSES,
+    RESOURCE_SLICES,
+    RESOURCE_CLAIMS,
+    DEVICE_TAINT_RULES,
     super::served::SYNC_KIND,
 ];
+
+const DEVICE_CLASSES: &str = "leaf deviceclass";
+const RESOURCE_SLICES: &str = "leaf resourceslice";
+const RESOURCE_CLAIMS: &str = "leaf resourceclaim";
+const DEVICE_TAINT_RULES: &str = "leaf devicetaintrule";
 
 pub struct LeafCluster {
     pub name: String,
@@ -96,6 +111,13 @@ pub struct LeafCluster {
     /// The smallest copy (bytes of JSON) the leaf's API server could not store (etcd's
     /// request limit): pod sync refuses copies as large before writing anything there.
     pub too_large: Mutex<Option<usize>>,
+    /// The leaf's ResourceClaims: the devices they hold are not free for a copy's.
+    claims: Arc<mcsched_engine::dra_state::ResourceClaims>,
+    /// Leaf devices the leaf check allocated for pods sent here, until the leaf's
+    /// scheduler has placed their copies.
+    pub devices_held: super::device_reservations::DeviceReservations,
+    /// The DRA kinds not watched, and why (see [`Self::devices`]).
+    devices_unwatched: Mutex<std::collections::BTreeMap<&'static str, Unwatched>>,
 }
 
 impl super::served::Leaf for LeafCluster {
@@ -144,7 +166,172 @@ impl LeafCluster {
             served_wake: Notify::new(),
             kept: Default::default(),
             too_large: Mutex::default(),
+            claims: Default::default(),
+            devices_held: Default::default(),
+            devices_unwatched: Mutex::default(),
         })
+    }
+
+    /// What the leaf check judges a copy's claims by beside the snapshot's classes and
+    /// slices; unreadable while a DRA kind is not watched, as the leaf then would hand
+    /// out devices the agent cannot see taken, or it has no devices to hand out.
+    pub fn devices(&self) -> mcsched_engine::leaf::cycle::LeafDevices {
+        self.devices_held.expire(&self.claims, Instant::now());
+        let unwatched = self
+            .devices_unwatched
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let unreadable = unwatched.iter().next().map(|(kind, why)| {
+            let kind = kind.trim_start_matches("leaf ");
+            match why {
+                Unwatched::NotServed => format!(
+                    "it does not serve resource.k8s.io/v1 {kind}s, so it has no devices to allocate"
+                ),
+                Unwatched::Forbidden(_) => format!(
+                    "the agent may not read its {kind}s (re-run `kubectl mcsched join cluster {}` to grant it)",
+                    self.name
+                ),
+            }
+        });
+        mcsched_engine::leaf::cycle::LeafDevices {
+            claims: self.claims.clone(),
+            unreadable,
+        }
+    }
+
+    /// Holds the devices the check allocated for `pod` here (see
+    /// [`super::device_reservations`]).
+    pub fn hold_devices(
+        &self,
+        pod: &str,
+        claims: &[Arc<k8s_openapi::api::resource::v1::ResourceClaim>],
+        ttl: Duration,
+    ) {
+        self.devices_held.hold(&self.claims, pod, claims, ttl);
+    }
+
+    pub fn release_devices(&self, pod: &str) {
+        self.devices_held.release(&self.claims, pod);
+    }
+
+    fn set_unwatched(&self, kind: &'static str, why: Option<Unwatched>) {
+        let mut unwatched = self
+            .devices_unwatched
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match why {
+            Some(w) => unwatched.insert(kind, w),
+            None => unwatched.remove(kind),
+        };
+    }
+
+    /// The leaf's DeviceClasses, ResourceSlices and DeviceTaintRules into its cache (as the
+    /// host's: slices carry the rules' taints), its ResourceClaims into its tracker.
+    fn spawn_device_watches(
+        self: &Arc<Self>,
+        ready: &tokio::sync::mpsc::Sender<&'static str>,
+        on_event: &OnEvent,
+    ) -> Vec<JoinHandle<()>> {
+        const ABSENT: &str =
+            "resource.k8s.io/v1 is not served there: pods with claims do not go to this leaf";
+        let client = &self.client;
+        let changed = {
+            let (me, on) = (self.clone(), on_event.clone());
+            move || {
+                me.changed.notify_one();
+                on(ClusterEvent::LeafChange);
+            }
+        };
+        let unwatched = |kind: &'static str| {
+            let me = self.clone();
+            move |why| me.set_unwatched(kind, why)
+        };
+        let (me, on) = (self.clone(), changed.clone());
+        let classes = tokio::spawn(watch_if_served(
+            Api::<DeviceClass>::all(client.clone()),
+            DEVICE_CLASSES,
+            ABSENT,
+            ready.clone().into(),
+            unwatched(DEVICE_CLASSES),
+            move |ev| {
+                {
+                    let mut cache = me.cache();
+                    let classes = &mut cache.devices_mut().classes;
+                    match ev {
+                        Change::Apply(c, _) => classes.insert(c.name_any(), c),
+                        Change::Delete(c) => classes.remove(&c.name_any()),
+                    };
+                }
+                on();
+            },
+        ));
+        let (me, on) = (self.clone(), changed.clone());
+        let slices = tokio::spawn(watch_if_served(
+            Api::<ResourceSlice>::all(client.clone()),
+            RESOURCE_SLICES,
+            ABSENT,
+            ready.clone().into(),
+            unwatched(RESOURCE_SLICES),
+            move |ev| {
+                {
+                    let mut cache = me.cache();
+                    let devices = cache.devices_mut();
+                    match ev {
+                        Change::Apply(sl, _) => {
+                            devices.apply_slice(sl);
+                        }
+                        Change::Delete(sl) => devices.remove_slice(&sl.name_any()),
+                    }
+                }
+                on();
+            },
+        ));
+        let (me, on) = (self.clone(), changed.clone());
+        let claims = tokio::spawn(watch_if_served(
+            Api::<ResourceClaim>::all(client.clone()),
+            RESOURCE_CLAIMS,
+            ABSENT,
+            ready.clone().into(),
+            unwatched(RESOURCE_CLAIMS),
+            move |ev| {
+                match ev {
+                    Change::Apply(c, _) => {
+                        me.claims.apply(c);
+                    }
+                    Change::Delete(c) => {
+                        me.claims.delete(&key_of(&*c));
+                    }
+                }
+                on();
+            },
+        ));
+        // A leaf of v1.34-v1.36 serves DeviceTaintRules in beta versions only: its devices
+        // carry their slices' taints alone there, as for its own scheduler (the kind is
+        // then not counted as unreadable).
+        let (me, on) = (self.clone(), changed);
+        let taint_rules = tokio::spawn(watch_if_served(
+            Api::<DeviceTaintRule>::all(client.clone()),
+            DEVICE_TAINT_RULES,
+            "resource.k8s.io/v1 DeviceTaintRules are not served there: its devices carry their slices' taints alone",
+            ready.clone().into(),
+            {
+                let me = self.clone();
+                move |why| {
+                    let why = why.filter(|w| *w != Unwatched::NotServed);
+                    me.set_unwatched(DEVICE_TAINT_RULES, why)
+                }
+            },
+            move |ev| {
+                let (name, rule) = match ev {
+                    Change::Apply(r, _) => (r.name_any(), Some(r)),
+                    Change::Delete(r) => (r.name_any(), None),
+                };
+                if me.cache().devices_mut().set_taint_rule(&name, rule) {
+                    on();
+                }
+            },
+        ));
+        vec![classes, slices, claims, taint_rules]
     }
 
     /// Whether the leaf has the PriorityClass `name` (asked at most every 30 s); an error
@@ -436,7 +623,7 @@ impl LeafCluster {
             Api::<Namespace>::all(client.clone()),
             watcher::Config::default(),
             "leaf namespace",
-            ready_tx,
+            ready_tx.clone(),
             move |ev| {
                 // Only a change of level is news: namespaces' other updates are not.
                 let (ns, level) = mcsched_engine::leaf::admission::LeafAdmission::level_of(&ev);
@@ -452,6 +639,7 @@ impl LeafCluster {
                 }
             },
         )));
+        tasks.extend(self.spawn_device_watches(&ready_tx, &on_event));
         let me = self.clone();
         tasks.push(tokio::spawn(async move {
             while let Some(kind) = ready_rx.recv().await {
@@ -495,6 +683,16 @@ impl LeafCluster {
         // names, are never synced, adopted or deleted.
         let ours =
             mcsched_engine::leaf::leaf_checks::is_ours(&pod.metadata, &self.name, &self.host_id);
+        // A copy placed by the leaf's scheduler has its claims allocated there: the
+        // leaf's claims now hold what the check held for it.
+        let placed = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .is_some_and(|n| !n.is_empty());
+        if ours && (placed || deleted) && !self.devices_held.is_empty() {
+            self.release_devices(&key);
+        }
         if ours {
             let mut managed = self.managed.lock().unwrap_or_else(|e| e.into_inner());
             if deleted {

@@ -204,6 +204,7 @@ impl LeafSnapshots for Leaves {
                     admission: c.admission_view(),
                     served: c.served(),
                     kept: c.kept.clone(),
+                    devices: c.devices(),
                 };
                 (name.clone(), Arc::new(view))
             })
@@ -228,6 +229,11 @@ impl LeafSnapshots for Leaves {
         if let Some(c) = self.get(&choice.cluster) {
             c.volumes_held
                 .hold(&pod.key, &choice.volumes, self.settings.pending_timeout);
+            c.hold_devices(
+                &pod.key,
+                &choice.devices.claims,
+                self.settings.pending_timeout,
+            );
             c.cache().assume(pod, &choice.leaf_node);
         }
     }
@@ -236,6 +242,7 @@ impl LeafSnapshots for Leaves {
         if let Some(c) = self.get(cluster) {
             c.cache().forget(key, "");
             c.volumes_held.release(key);
+            c.release_devices(key);
         }
     }
 }
@@ -480,6 +487,7 @@ mod tests {
             leaf_node: leaf_node.into(),
             volumes: vec![("pv-1".into(), "default/data".into())],
             notes: Vec::new(),
+            devices: Default::default(),
         };
         leaves.assume(pod.clone(), &choice("east", "east-1"));
         assert!(east.cache().is_assumed("default/p"));
@@ -519,6 +527,7 @@ mod tests {
             leaf_node: "east-1".into(),
             volumes: Vec::new(),
             notes: Vec::new(),
+            devices: Default::default(),
         };
         // Reserved, then evicted before its copy came: the assumption goes.
         leaves.assume(incarnation("old"), &choice);

@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 
 use super::Shared;
 use crate::control::watch::{
-    self, Change, NON_TERMINAL_PODS, Ready, key_of, watch_kind, watch_kind_in,
+    self, Change, NON_TERMINAL_PODS, Ready, key_of, watch_if_served, watch_kind, watch_kind_in,
 };
 use mcsched_engine::framework::ClusterEvent;
 use mcsched_engine::pod_selectors::{Selector, SelectorKind};
@@ -168,6 +168,7 @@ fn spawn_device_watches(
         "deviceclass",
         ABSENT,
         ready.clone(),
+        |_| {},
         move |ev| on_device_class_event(&s, ev),
     ));
     let s = shared.clone();
@@ -176,6 +177,7 @@ fn spawn_device_watches(
         "resourceslice",
         ABSENT,
         ready.clone(),
+        |_| {},
         move |ev| on_resource_slice_event(&s, ev),
     ));
     let s = shared.clone();
@@ -184,6 +186,7 @@ fn spawn_device_watches(
         "resourceclaim",
         ABSENT,
         ready.clone(),
+        |_| {},
         move |ev| on_resource_claim_event(&s, ev),
     ));
     // GA and on in v1.37; older API servers serve the kind in beta versions only, and
@@ -194,6 +197,7 @@ fn spawn_device_watches(
         "devicetaintrule",
         "resource.k8s.io/v1 DeviceTaintRules are not served: devices carry their slices' taints alone",
         ready.clone(),
+        |_| {},
         move |ev| on_device_taint_rule_event(&s, ev),
     ));
     vec![classes, slices, claims, taint_rules]
@@ -314,6 +318,7 @@ fn spawn_policy_watches(
         "placementpolicy",
         "its CRD is not installed: no placement policies until it is",
         ready.clone(),
+        |_| {},
         move |ev| publish_policies(&s, &all, |set| set.apply_namespaced(ev)),
     ));
     let s = shared.clone();
@@ -322,6 +327,7 @@ fn spawn_policy_watches(
         "clusterplacementpolicy",
         "its CRD is not installed: no placement policies until it is",
         ready.clone(),
+        |_| {},
         move |ev| publish_policies(&s, &set, |set| set.apply_cluster(ev)),
     ));
     vec![namespaced, cluster]
@@ -339,46 +345,6 @@ fn publish_policies(
     };
     shared.cache().set_policies(snapshot);
     shared.queue.on_event(ClusterEvent::PolicyChange);
-}
-
-/// `watch_kind` once the API server serves the kind (404 until its CRD is installed).
-async fn watch_if_served<K, F>(
-    api: Api<K>,
-    kind: &'static str,
-    absent: &'static str,
-    ready: Ready,
-    apply: F,
-) where
-    K: crate::control::watch::Watched,
-    F: FnMut(Change<K>) + Send,
-{
-    let mut ready = ready;
-    let mut reported = false;
-    loop {
-        match api
-            .list_metadata(&kube::api::ListParams::default().limit(1))
-            .await
-        {
-            // A kind the agent may not list answers 403 whether it is served or not (the
-            // authorizer answers first): the agent goes on without it, as without one
-            // not served, and says which.
-            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 403 => {
-                if !reported {
-                    if e.code == 404 {
-                        tracing::info!(kind, "not served: {absent}");
-                    } else {
-                        tracing::warn!(kind, reason = %e.message, "not readable: none until the agent may list it");
-                    }
-                    ready.report(kind).await;
-                    ready = ready.detached();
-                    reported = true;
-                }
-                tokio::time::sleep(std::time::Duration::from_secs(30)).await;
-            }
-            _ => break,
-        }
-    }
-    watch_kind(api, watcher::Config::default(), kind, ready, apply).await
 }
 
 /// What selects pods, for PodTopologySpread's default constraints.

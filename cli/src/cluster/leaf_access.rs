@@ -126,6 +126,16 @@ pub fn reader_role() -> ClusterRole {
                 &read,
             ),
             rule(&["storage.k8s.io"], &["storageclasses", "csinodes"], &read),
+            rule(
+                &["resource.k8s.io"],
+                &[
+                    "deviceclasses",
+                    "resourceslices",
+                    "resourceclaims",
+                    "devicetaintrules",
+                ],
+                &read,
+            ),
             rule(&["scheduling.k8s.io"], &["priorityclasses"], &read),
             rule(&["", "events.k8s.io"], &["events"], &read),
         ]),

@@ -38,6 +38,18 @@ pub struct LeafView {
     /// What pod sync's dry runs found it drops: a copy carrying such a field does not go
     /// there either.
     pub kept: Arc<super::kept_fields::KeptFields>,
+    /// Its ResourceClaims (the snapshot holds its DeviceClasses and ResourceSlices).
+    pub devices: LeafDevices,
+}
+
+/// What a leaf's devices are judged by beyond its snapshot's classes and slices: the
+/// claims that hold devices there, and why its device objects cannot be read, if so.
+#[derive(Clone, Default)]
+pub struct LeafDevices {
+    pub claims: Arc<crate::dra_state::ResourceClaims>,
+    /// Set while the leaf's DRA objects are not all watched (not served there, or not
+    /// readable by the reader role of an older join): pods with claims do not go there.
+    pub unreadable: Option<String>,
 }
 
 /// What the leaf's admission will judge a copy by, at the cycle's start.
@@ -60,7 +72,29 @@ pub struct LeafChoice {
     /// What the copy would use there that `explain` should say (the ServiceAccount: the
     /// leaf's own, or one pod sync creates).
     pub notes: Vec<String>,
+    /// The devices the check allocated the copy's claims on the leaf node.
+    pub devices: LeafDeviceChoice,
 }
+
+/// The devices the check's allocation on a leaf node gives the copy's claims: said by
+/// `explain`, and held in the leaf once the pod is sent, until the leaf's scheduler has
+/// placed the copy, so that the next pod is not sent for the same devices.
+#[derive(Debug, Clone, Default)]
+pub struct LeafDeviceChoice {
+    /// `claim namespace/name, request R: device driver/pool/device`, per device.
+    pub said: Vec<String>,
+    /// The claims as allocated there (the copy's, with the check's allocation).
+    pub claims: Vec<Arc<k8s_openapi::api::resource::v1::ResourceClaim>>,
+}
+
+/// Told apart by what they say: the claims carry the same allocations.
+impl PartialEq for LeafDeviceChoice {
+    fn eq(&self, other: &Self) -> bool {
+        self.said == other.said
+    }
+}
+
+impl Eq for LeafDeviceChoice {}
 
 /// The leaves for one scheduling cycle, and what the check found per virtual node.
 #[derive(Clone, Default)]
@@ -209,6 +243,7 @@ impl LeafCycle {
         leaf_node: &str,
         volumes: Vec<(String, String)>,
         notes: Vec<String>,
+        devices: LeafDeviceChoice,
     ) {
         self.lock().insert(
             virtual_node.to_string(),
@@ -217,6 +252,7 @@ impl LeafCycle {
                 leaf_node: leaf_node.to_string(),
                 volumes,
                 notes,
+                devices,
             },
         );
     }
@@ -271,8 +307,11 @@ impl LeafCycle {
     pub(crate) fn notes(&self) -> HashMap<String, Vec<String>> {
         self.lock()
             .iter()
-            .filter(|(_, c)| !c.notes.is_empty())
-            .map(|(v, c)| (v.clone(), c.notes.clone()))
+            .filter(|(_, c)| !c.notes.is_empty() || !c.devices.said.is_empty())
+            .map(|(v, c)| {
+                let notes = c.notes.iter().chain(&c.devices.said).cloned().collect();
+                (v.clone(), notes)
+            })
             .collect()
     }
 

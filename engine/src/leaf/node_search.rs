@@ -156,6 +156,7 @@ mod tests {
                             host_id: String::new(),
                             served: Default::default(),
                             kept: Default::default(),
+                            devices: Default::default(),
                         };
                         (cluster.clone(), Arc::new(view))
                     })

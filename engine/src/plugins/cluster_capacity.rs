@@ -148,6 +148,7 @@ mod tests {
                         host_id: String::new(),
                         served: Default::default(),
                         kept: Default::default(),
+                        devices: Default::default(),
                     };
                     (name.clone(), Arc::new(view))
                 })

@@ -144,7 +144,10 @@ pub fn registry_with(
         )),
         Arc::new(node_ports::NodePorts),
         fit.clone(),
-        Arc::new(leaf_node_fit::LeafNodeFit::new(Some(fit), leaves)),
+        Arc::new(
+            leaf_node_fit::LeafNodeFit::new(Some(fit), leaves)
+                .with_devices(claims.clone(), args.dynamic_resources),
+        ),
         Arc::new(match &args.balanced_resources {
             Some(r) => node_resources_balanced_allocation::BalancedAllocation::new(r.clone()),
             None => node_resources_balanced_allocation::BalancedAllocation::default(),

@@ -6,11 +6,15 @@
 //! claim's status. Score prefers the nodes where prioritized lists (`firstAvailable`) got
 //! their earlier subrequests. A pod without claims makes every point step aside.
 //!
+//! A virtual node passes Filter when none of the pod's claims is allocated in the host:
+//! the leaf check (LeafNodeFit) runs this plugin on the leaf's own nodes, with the
+//! copy's claims as the leaf will hold them ([`GivenClaims`]), and the leaf's scheduler
+//! allocates them there; nothing is allocated or written in the host for it.
+//!
 //! Not here yet: extended resources backed by DRA (a pod's `nvidia.com/gpu` served by a
 //! DeviceClass), PodGroup-owned claims (off by default in v1.37),
 //! PodGroupPostFilter's deallocation of the claims a group's members hold, and an event
-//! while binding conditions are waited for. Pods
-//! with claims are not sent to leaf clusters: Filter refuses virtual nodes.
+//! while binding conditions are waited for.
 
 mod bind;
 mod claims;
@@ -27,7 +31,7 @@ use k8s_openapi::api::resource::v1::{AllocationResult, DeviceClass, ResourceClai
 use mcsched_dra::{AllocateError, AllocatedState, Allocator, CelCache, Features};
 use mcsched_shared::selectors;
 
-use crate::dra_state::{ResourceClaims, allocation_of};
+use crate::dra_state::{GIVEN_CLAIMS_KEY, GivenClaims, ResourceClaims, allocation_of};
 use crate::framework::{
     BindContext, ClusterEvent, Code, CycleState, FilterPlugin, Framework, NodeStatuses, Plugin,
     PodGroupPostFilterPlugin, PodGroupRelief, PostFilterPlugin, PostFilterResult, PreBindPlugin,
@@ -42,9 +46,9 @@ pub(crate) const REASON_NO_STATE: &str = "not found";
 pub(crate) const REASON_NOT_AVAILABLE: &str = "resourceclaim not available on the node";
 pub(crate) const REASON_CANNOT_ALLOCATE: &str = "cannot allocate all claims";
 pub(crate) const REASON_DEALLOCATED: &str = "deallocation of ResourceClaim completed";
-/// A virtual node stands for a leaf cluster, whose own scheduler would allocate the
-/// copy's claims; mcsched does not yet check that a leaf node could.
-pub(crate) const REASON_VIRTUAL_NODE: &str = "node is a leaf cluster's virtual node: mcsched does not send pods with resource claims to leaf clusters yet";
+/// A claim allocated in the host holds host devices, which no leaf node can reach.
+pub(crate) const REASON_ALLOCATED_IN_HOST: &str =
+    "resourceclaim is allocated in the host cluster: a leaf cluster's nodes cannot use its devices";
 const STATE_KEY: &str = "PreFilterDynamicResources";
 /// kube keeps the 10 most recently compiled CEL expressions.
 const CEL_CACHE_ENTRIES: usize = 10;
@@ -91,6 +95,9 @@ struct State {
     /// it wrote with.
     written: Arc<Mutex<HashMap<usize, Arc<ResourceClaim>>>>,
     bind_ctx: Arc<Mutex<Option<BindContext>>>,
+    /// Virtual nodes Filter passed: their leaf allocates, so Reserve and PreBind leave
+    /// the host's claims alone there.
+    virtual_nodes: Arc<Mutex<BTreeSet<String>>>,
 }
 
 fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -113,11 +120,56 @@ impl DynamicResources {
     }
 
     /// What holds devices now: allocated claims (as assumed) and allocations in flight.
-    fn allocated_state(&self) -> AllocatedState {
+    fn allocated_state(claims: &ResourceClaims) -> AllocatedState {
         let mut state = AllocatedState::default();
-        self.claims.for_each_allocation(|a| state.add_allocation(a));
+        claims.for_each_allocation(|a| state.add_allocation(a));
         state
     }
+}
+
+/// The pod's unallocated claims as Filter's allocation on `node` would leave them (with
+/// `status.allocation` set), in the claims' order; empty when Filter allocated nothing
+/// there. The leaf check holds them in the leaf once the pod is sent there.
+pub(crate) fn allocated_on(state: &CycleState, node: &str) -> Vec<Arc<ResourceClaim>> {
+    let Some(s) = state.read::<State>(STATE_KEY) else {
+        return Vec::new();
+    };
+    let by_node = locked(&s.by_node);
+    let Some(allocations) = by_node.get(node) else {
+        return Vec::new();
+    };
+    let unallocated = s
+        .slots
+        .iter()
+        .filter(|slot| allocation_of(&slot.claim).is_none());
+    unallocated
+        .zip(allocations)
+        .map(|(slot, a)| {
+            let mut claim = (*slot.claim).clone();
+            claim.status.get_or_insert_default().allocation = Some(a.clone());
+            Arc::new(claim)
+        })
+        .collect()
+}
+
+/// The devices allocated claims give each request, as
+/// `claim namespace/name, request R: device driver/pool/device`: what `explain` names for
+/// a leaf node.
+pub(crate) fn devices_of(claims: &[Arc<ResourceClaim>]) -> Vec<String> {
+    (claims.iter())
+        .filter_map(|c| allocation_of(c).map(|a| (claims::kobj(c), a)))
+        .flat_map(|(claim, a)| {
+            (a.devices.iter())
+                .flat_map(|d| d.results.iter().flatten())
+                .map(move |r| {
+                    format!(
+                        "claim {claim}, request {}: device {}/{}/{}",
+                        r.request, r.driver, r.pool, r.device
+                    )
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 /// kube's `validateDeviceClass`.
@@ -246,9 +298,14 @@ impl PreFilterPlugin for DynamicResources {
         if !claims::has_claims(&object) {
             return (None, Status::skip());
         }
-        let found = match claims::pod_claims(&object, &self.claims) {
-            Ok(found) => found,
-            Err(reason) => return (None, Status::unresolvable(reason)),
+        let given = state.read::<GivenClaims>(GIVEN_CLAIMS_KEY).cloned();
+        let held = given.as_ref().map_or(&self.claims, |g| &g.held);
+        let found = match &given {
+            Some(g) => g.claims.clone(),
+            None => match claims::pod_claims(&object, &self.claims) {
+                Ok(found) => found,
+                Err(reason) => return (None, Status::unresolvable(reason)),
+            },
         };
         if found.is_empty() {
             return (None, Status::skip());
@@ -268,7 +325,7 @@ impl PreFilterPlugin for DynamicResources {
                 None => {
                     to_allocate += 1;
                     let uid = claim.metadata.uid.as_deref().unwrap_or_default();
-                    if self.claims.pending_allocation(uid).is_some() {
+                    if held.pending_allocation(uid).is_some() {
                         return (
                             None,
                             Status::unresolvable(format!(
@@ -295,7 +352,7 @@ impl PreFilterPlugin for DynamicResources {
             slices.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
             match Allocator::new(
                 Features::default(),
-                self.allocated_state(),
+                Self::allocated_state(held),
                 classes,
                 &slices,
                 self.cel.clone(),
@@ -323,7 +380,18 @@ impl FilterPlugin for DynamicResources {
             return Status::success();
         }
         if node.cluster.is_some() {
-            return Status::unresolvable(REASON_VIRTUAL_NODE);
+            // As a claim available only elsewhere: PostFilter may deallocate it, and the
+            // retry may send it to the leaf unallocated.
+            let in_host: Vec<usize> = (s.slots.iter().enumerate())
+                .filter(|(_, slot)| allocation_of(&slot.claim).is_some())
+                .map(|(i, _)| i)
+                .collect();
+            if !in_host.is_empty() {
+                locked(&s.unavailable).extend(in_host);
+                return Status::unresolvable(REASON_ALLOCATED_IN_HOST);
+            }
+            locked(&s.virtual_nodes).insert(node.name.to_string());
+            return Status::success();
         }
         let labels = selectors::node_labels(&node.node);
         let unavailable: Vec<usize> = (s.slots.iter().enumerate())
@@ -520,7 +588,7 @@ impl ReservePlugin for DynamicResources {
         let Some(s) = state.read_mut::<State>(STATE_KEY) else {
             return Status::error(REASON_NO_STATE);
         };
-        if s.allocator.is_none() {
+        if s.allocator.is_none() || locked(&s.virtual_nodes).contains(node) {
             return Status::success();
         }
         let to_allocate = s
@@ -595,7 +663,7 @@ impl PreBindPlugin for DynamicResources {
             let Some(s) = state.read::<State>(STATE_KEY) else {
                 return Status::error(REASON_NO_STATE);
             };
-            if s.slots.is_empty() {
+            if s.slots.is_empty() || locked(&s.virtual_nodes).contains(node) {
                 return Status::success();
             }
             *locked(&s.bind_ctx) = Some(ctx.clone());

@@ -251,8 +251,11 @@ fn filter_gives_up_at_the_filter_timeout_with_an_error() {
     assert_eq!(w.filter(&state, &p), [timed_out("n1"), timed_out("n2")]);
 }
 
+/// A virtual node passes when no claim is allocated in the host (its leaf allocates, as
+/// the leaf check judges), and Reserve puts nothing in flight there; a claim allocated
+/// in the host keeps the pod off every leaf.
 #[test]
-fn filter_refuses_virtual_nodes_plainly() {
+fn virtual_nodes_pass_unless_a_claim_is_allocated_in_the_host() {
     let mut w = world();
     let vn = node_with("mcsched-east", |n| {
         n.metadata.labels.get_or_insert_default().insert(
@@ -267,14 +270,72 @@ fn filter_refuses_virtual_nodes_plainly() {
     };
     w.claims.apply(to_claim(claim("p", None)));
     let p = pod("p", true);
-    let (state, _) = w.pre_filter(&p);
+    let (mut state, _) = w.pre_filter(&p);
+    assert_eq!(w.filter(&state, &p), [fits()]);
+    let s = w.plugin.reserve(&mut state, &p, "mcsched-east");
+    assert!(s.is_success(), "{s}");
+    assert!(w.claims.pending_allocation("uid-p-gpu").is_none());
+
+    let mut allocated = claim("q", None);
+    allocated["status"] = json!({"allocation": {
+        "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu-0"}]}
+    }});
+    w.claims.apply(to_claim(allocated));
+    let q = pod("q", true);
+    let (state, _) = w.pre_filter(&q);
     assert_eq!(
-        w.filter(&state, &p),
+        w.filter(&state, &q),
         [(
             Code::UnschedulableAndUnresolvable,
-            REASON_VIRTUAL_NODE.to_string()
+            REASON_ALLOCATED_IN_HOST.to_string()
         )]
     );
+}
+
+/// Given claims (the leaf check's) are judged instead of the pod's own, against the
+/// devices the given tracker holds, and Filter's allocation names the devices.
+#[test]
+fn given_claims_are_allocated_against_their_own_tracker() {
+    let w = world();
+    // The host tracker knows nothing of the pod's claim: PreFilter would refuse it.
+    let p = pod("p", true);
+    let (_, s) = w.pre_filter(&p);
+    assert_eq!(s.code, Code::UnschedulableAndUnresolvable, "{s}");
+    let held = ResourceClaims::new();
+    let mut other = claim("other", None);
+    other["status"] = json!({"allocation": {
+        "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu-0"}]}
+    }});
+    held.apply(to_claim(other));
+    let mut state = CycleState::new();
+    state.write(
+        GIVEN_CLAIMS_KEY,
+        GivenClaims {
+            claims: vec![to_claim(claim("p", Some(json!([request("gpu", "t4")]))))],
+            held: held.clone(),
+        },
+    );
+    let (_, s) = w.plugin.pre_filter(&mut state, &p, &w.snapshot);
+    assert!(s.is_success(), "{s}");
+    assert_eq!(w.filter(&state, &p), [cannot(), fits()]);
+    let on_n2 = allocated_on(&state, "n2");
+    assert_eq!(
+        devices_of(&on_n2),
+        ["claim default/p-gpu, request gpu: device gpu.example.com/n2/gpu-0"]
+    );
+    assert!(allocated_on(&state, "n1").is_empty());
+    // n1's a100 is held by the given tracker's claim, not the host's.
+    let mut state = CycleState::new();
+    state.write(
+        GIVEN_CLAIMS_KEY,
+        GivenClaims {
+            claims: vec![to_claim(claim("p", None))],
+            held,
+        },
+    );
+    let (_, s) = w.plugin.pre_filter(&mut state, &p, &w.snapshot);
+    assert!(s.is_success(), "{s}");
+    assert_eq!(w.filter(&state, &p), [cannot(), cannot()]);
 }
 
 /// An allocated claim is available only where its node selector says.

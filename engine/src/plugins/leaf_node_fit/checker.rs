@@ -7,6 +7,8 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
+use super::leaf_devices;
+use crate::dra_state::{GIVEN_CLAIMS_KEY, ResourceClaims};
 use crate::framework::runtime::{PARALLEL_MIN_NODES, num_feasible_nodes_to_find};
 use crate::framework::{CycleState, Plugin, Status};
 use crate::leaf::admission::Admitted;
@@ -19,8 +21,8 @@ use crate::leaf::node_search::{Rotation, search};
 use crate::leaf::rescheduling::Avoided;
 use crate::leaf::served_fields::{self, Served};
 use crate::plugins::{
-    inter_pod_affinity, node_affinity, node_declared_features, node_ports, node_resources_fit,
-    node_unschedulable, pod_topology_spread, taint_toleration, volume_binding,
+    dynamic_resources, inter_pod_affinity, node_affinity, node_declared_features, node_ports,
+    node_resources_fit, node_unschedulable, pod_topology_spread, taint_toleration, volume_binding,
 };
 use crate::snapshot::{NodeInfo, PodInfo};
 
@@ -30,11 +32,15 @@ use crate::snapshot::{NodeInfo, PodInfo};
 /// [`crate::leaf::transform::leaf_pod`]) and for the leaf pods' anti-affinity towards it.
 /// TaintToleration here is the plain one, as leaf nodes' taints are real; VolumeBinding
 /// judges the pod's claims as the leaf will hold them (see [`super::leaf_claims`]);
-/// NodeDeclaredFeatures wants the leaf node to declare what the copy needs (the virtual
-/// node declares what any of them does).
+/// DynamicResources allocates the copy's claims (see [`super::leaf_devices`]) from the
+/// leaf's ResourceSlices, beside the claims holding devices there; NodeDeclaredFeatures
+/// wants the leaf node to declare what the copy needs (the virtual node declares what any
+/// of them does).
 pub(crate) struct LeafChecker {
     plugins: Vec<Arc<dyn Plugin>>,
     rotation: Rotation,
+    /// The host's claims, which the copy's are made from.
+    host_claims: Arc<ResourceClaims>,
 }
 
 impl LeafChecker {
@@ -62,12 +68,38 @@ impl LeafChecker {
                 // Only PreFilter and Filter run here: the volumes Filter picks on the
                 // chosen leaf node are held by the leaf registry once the pod is sent.
                 Arc::new(volume_binding::VolumeBinding::new(0)),
+                Arc::new(Self::dynamic_resources(Default::default())),
                 // Last, as in kube's default order: the leaf node must declare every
                 // feature the copy's spec needs.
                 Arc::new(node_declared_features::NodeDeclaredFeatures::default()),
             ],
             rotation: Rotation::default(),
+            host_claims: ResourceClaims::new(),
         }
+    }
+
+    /// The leaf check's DynamicResources: the claims it judges and the devices they
+    /// hold are given per leaf, so its own tracker stays empty.
+    fn dynamic_resources(
+        args: dynamic_resources::DynamicResourcesArgs,
+    ) -> dynamic_resources::DynamicResources {
+        dynamic_resources::DynamicResources::new(args, ResourceClaims::new())
+    }
+
+    /// The host's claims, and the profile's DynamicResourcesArgs (its filterTimeout
+    /// bounds a leaf's allocation too).
+    pub(crate) fn with_devices(
+        mut self,
+        host_claims: Arc<ResourceClaims>,
+        args: dynamic_resources::DynamicResourcesArgs,
+    ) -> Self {
+        for p in &mut self.plugins {
+            if p.name() == dynamic_resources::NAME {
+                *p = Arc::new(Self::dynamic_resources(args));
+            }
+        }
+        self.host_claims = host_claims;
+        self
     }
 
     /// Success when some node of `node`'s leaf can run `pod` (recorded in `cycle`),
@@ -180,6 +212,15 @@ impl LeafChecker {
             Err(e) => return Status::unschedulable(format!("leaf cluster {cluster}: {e}")),
         };
         let mut state = CycleState::new();
+        if leaf_devices::has_claims(&obj) {
+            if let Some(why) = &view.devices.unreadable {
+                return Status::unschedulable(format!("leaf cluster {cluster}: {why}"));
+            }
+            match leaf_devices::given_claims(&self.host_claims, &obj, &view.devices) {
+                Ok(given) => state.write(GIVEN_CLAIMS_KEY, given),
+                Err(e) => return Status::unresolvable(format!("leaf cluster {cluster}: {e}")),
+            }
+        }
         for p in &self.plugins {
             let Some(pf) = p.as_pre_filter() else {
                 continue;
@@ -232,7 +273,8 @@ impl LeafChecker {
         if let Some(&first) = found.first() {
             let leaf_node = &nodes[first as usize].name;
             let volumes = volume_binding::chosen_volumes(&state, leaf_node);
-            cycle.record_choice(&node.name, cluster, leaf_node, volumes, notes);
+            let devices = leaf_devices::chosen(&state, leaf_node);
+            cycle.record_choice(&node.name, cluster, leaf_node, volumes, notes, devices);
             cycle.record_candidates(
                 &node.name,
                 LeafCandidates {
@@ -523,6 +565,7 @@ mod tests {
             host_id: String::new(),
             served: Default::default(),
             kept: Default::default(),
+            devices: Default::default(),
         };
         LeafCycle::new(Arc::new(BTreeMap::from([(
             "east".to_string(),
@@ -583,6 +626,7 @@ mod tests {
                 host_id: String::new(),
                 served: Default::default(),
                 kept: Default::default(),
+                devices: Default::default(),
             }),
         )])))
     }
@@ -653,6 +697,7 @@ mod tests {
                 host_id: String::new(),
                 served,
                 kept,
+                devices: Default::default(),
             }),
         )])))
     }
@@ -826,6 +871,7 @@ mod tests {
                 host_id: String::new(),
                 served: Default::default(),
                 kept: Default::default(),
+                devices: Default::default(),
             }),
         )])));
         let claim: k8s_openapi::api::core::v1::PersistentVolumeClaim =
@@ -922,6 +968,7 @@ mod tests {
                 host_id: String::new(),
                 served: Default::default(),
                 kept: Default::default(),
+                devices: Default::default(),
             }),
         )])))
     }
@@ -1130,6 +1177,7 @@ mod leaf_question_tests {
             host_id: "h1".into(),
             served: Default::default(),
             kept: Default::default(),
+            devices: Default::default(),
         });
         let cycle = LeafCycle::new(Arc::new(BTreeMap::from([("east".into(), view.clone())])));
         (checks, view, cycle)

@@ -64,8 +64,9 @@ impl Members for LeafMembers {
         };
         let notes = self.0.placement(node).map(|c| c.notes).unwrap_or_default();
         let volumes = volume_binding::chosen_volumes(&found.state, member);
+        let devices = super::leaf_devices::chosen(&found.state, member);
         self.0
-            .record_choice(node, &found.cluster, member, volumes, notes);
+            .record_choice(node, &found.cluster, member, volumes, notes, devices);
     }
 }
 
@@ -138,6 +139,7 @@ mod tests {
                 host_id: String::new(),
                 served: Default::default(),
                 kept: Default::default(),
+                devices: Default::default(),
             };
             let mut c = LeafCycle::new(Arc::new(BTreeMap::from([(
                 "east".to_string(),

@@ -5,6 +5,7 @@
 
 pub(crate) mod checker;
 pub(crate) mod leaf_claims;
+mod leaf_devices;
 mod members;
 
 use std::sync::Arc;
@@ -32,6 +33,17 @@ impl LeafNodeFit {
             checker: LeafChecker::new(fit),
             leaves,
         }
+    }
+
+    /// The host's ResourceClaims (the copies' are made from them) and the profile's
+    /// DynamicResourcesArgs.
+    pub(crate) fn with_devices(
+        mut self,
+        host_claims: Arc<crate::dra_state::ResourceClaims>,
+        args: crate::plugins::dynamic_resources::DynamicResourcesArgs,
+    ) -> Self {
+        self.checker = self.checker.with_devices(host_claims, args);
+        self
     }
 }
 
@@ -207,6 +219,7 @@ mod tests {
                 host_id: String::new(),
                 served: Default::default(),
                 kept: Default::default(),
+                devices: Default::default(),
             };
             let mut c = LeafCycle::new(Arc::new(BTreeMap::from([(
                 "east".to_string(),
@@ -314,6 +327,7 @@ mod tests {
             host_id: String::new(),
             served: Default::default(),
             kept: Default::default(),
+            devices: Default::default(),
         };
         let cycle = LeafCycle::new(Arc::new(BTreeMap::from([(
             "east".to_string(),
