@@ -19,13 +19,19 @@
 //!    east-2 has a t4.
 //! 4. A pod asking for an h100, which neither cluster has: Pending, with the host node's
 //!    and the leaf's reasons.
+//!
+//! A second test places a gang of GPU pods all or nothing over the host and the leaf:
+//! a Job of 5 whose members each ask for an a100 (PodGroup minCount 5), with 2 a100s on
+//! the host and 2 in the leaf: none is bound, every member is told why; once a third leaf
+//! node brings a fifth a100, the gang is bound whole, 2 on the host and 3 on the virtual
+//! node (each leaf a100 held for one member as it waits for the rest).
 
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::Api;
-use kube::api::{Patch, PatchParams};
+use kube::api::{ListParams, Patch, PatchParams};
 use mcsched_e2e::dra::{self, DRIVER, PodClaim, nodes_with_devices, selector};
 use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, objects, wait};
 use mcsched_shared::explain::{Explanation, Outcome};
@@ -239,6 +245,104 @@ async fn pods_with_claims_go_to_the_leaf_whose_devices_fit() -> anyhow::Result<(
     assert!(
         why.contains("leaf cluster east has no node that fits: 2 cannot allocate all claims"),
         "{why}"
+    );
+    drop(agent);
+    Ok(())
+}
+
+const GANG_GATES: &str = "--feature-gates=GenericWorkload=true,\
+    TopologyAwareWorkloadScheduling=true,WorkloadWithJob=true";
+
+/// The gang's members: name → node, once bound.
+async fn members(pods: &Api<Pod>) -> anyhow::Result<Vec<(String, Option<String>, Option<String>)>> {
+    Ok(pods
+        .list(&ListParams::default().labels("gang=train"))
+        .await?
+        .items
+        .iter()
+        .map(|p| {
+            (
+                p.metadata.name.clone().unwrap_or_default(),
+                node_of(p),
+                unschedulable_message(p),
+            )
+        })
+        .collect())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gang_of_gpu_pods_is_placed_whole_over_host_and_leaf_devices() -> anyhow::Result<()> {
+    let no_scheduler = ControlPlaneOptions {
+        with_controller_manager: true,
+        with_scheduler: false,
+        simulate_kubelets: true,
+    };
+    let (host, east) = tokio::try_join!(
+        ControlPlane::start_with_args("drg-host", no_scheduler, &[GANG_GATES]),
+        ControlPlane::start_with_args("drg-east", ControlPlaneOptions::full(), &[GANG_GATES]),
+    )?;
+    nodes_with_devices(&host.client, &[("host-a", "a100"), ("host-b", "a100")]).await?;
+    nodes_with_devices(&east.client, &[("east-1", "a100"), ("east-2", "a100")]).await?;
+    for cp in [&host, &east] {
+        dra::device_class(&cp.client).await?;
+    }
+    dra::template(&host.client, "a100").await?;
+    objects::join_as_join_does(&host.client, &east, "east", json!({})).await?;
+    let agent = Agent::start_with(&host.kubeconfig, "mcsched", host.dir(), "drg", &[])?;
+    let nodes: Api<Node> = Api::all(host.client.clone());
+    objects::wait_ready(&nodes, VIRTUAL_NODE, "True", TIMEOUT)
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
+    let template = json!({
+        "metadata": {"labels": {"gang": "train"}},
+        "spec": {
+            "schedulerName": "mcsched",
+            "restartPolicy": "Never",
+            "tolerations": [{"key": mcsched_shared::keys::LEAF_TAINT, "operator": "Exists"}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "a100"}],
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                "resources": {"claims": [{"name": "gpu"}]}}]
+        }
+    });
+    objects::gang_job_with(
+        &host.client,
+        "train",
+        5,
+        json!({"template": template, "backoffLimitPerIndex": 2}),
+    )
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(host.client.clone(), "default");
+    // Four a100s for five members: none bound, each told why.
+    let refused = wait::until(TIMEOUT, "every member unschedulable", || async {
+        let m = members(&pods).await?;
+        if let Some((name, Some(node), _)) = m.iter().find(|(_, n, _)| n.is_some()) {
+            return Ok(Some(Err(format!("{name} bound to {node}"))));
+        }
+        Ok((m.len() == 5 && m.iter().all(|(_, _, why)| why.is_some())).then_some(Ok(m)))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    let refused =
+        refused.map_err(|e| anyhow::anyhow!("{e}: not all or nothing\n{}", agent.logs()))?;
+    println!("refused: {refused:?}");
+    // A fifth a100, in the leaf.
+    nodes_with_devices(&east.client, &[("east-3", "a100")]).await?;
+    let placed = wait::until(TIMEOUT, "the gang bound whole", || async {
+        let m = members(&pods).await?;
+        Ok((m.len() == 5 && m.iter().all(|(_, n, _)| n.is_some())).then_some(m))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    let on = |node: &str| {
+        placed
+            .iter()
+            .filter(|(_, n, _)| n.as_deref() == Some(node))
+            .count()
+    };
+    assert_eq!(
+        (on("host-a"), on("host-b"), on(VIRTUAL_NODE)),
+        (1, 1, 3),
+        "{placed:?}"
     );
     drop(agent);
     Ok(())
