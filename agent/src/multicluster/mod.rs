@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod copied;
 mod copy_create;
 pub mod dependents;
+pub mod dra_copies;
 mod gang_hold;
 pub mod host_objects;
 pub mod join_secret;
