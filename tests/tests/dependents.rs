@@ -1,14 +1,18 @@
-//! The leaf copies of what pods refer to (ConfigMaps, Secrets), on real control planes: an
-//! immutable ConfigMap deleted and created again on the host is replaced in the leaf, and
-//! keeps no other copy from following its host object or an unused one from going; and
-//! what the agent holds of a namespace it watches for them.
+//! The leaf copies of what pods refer to (ConfigMaps, Secrets, DRA claims and their
+//! templates), on real control planes: an immutable ConfigMap deleted and created again on
+//! the host is replaced in the leaf, and keeps no other copy from following its host object
+//! or an unused one from going; a pod's ResourceClaimTemplate and unallocated named claim
+//! are copied with the marks, an allocated one refused, and the copies collected as their
+//! rules say; and what the agent holds of a namespace it watches for them.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use mcsched_e2e::objects::namespace;
 use mcsched_e2e::{Agent, ControlPlane, ControlPlaneOptions, wait};
@@ -258,6 +262,221 @@ async fn an_immutable_config_map_recreated_on_the_host_is_replaced_and_holds_up_
         "{}",
         agent.logs()
     );
+    Ok(())
+}
+
+/// A bare pod of namespace `ns` bound to leaf `east`'s virtual node by its own
+/// `nodeName` (mcsched's DynamicResources keeps pods with claims off virtual nodes), with
+/// `claims` as its `spec.resourceClaims`, each used by its container.
+fn claiming_pod_on_east(name: &str, claims: serde_json::Value) -> serde_json::Value {
+    let used: Vec<serde_json::Value> = claims
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| json!({"name": c["name"]}))
+        .collect();
+    json!({
+        "metadata": {"name": name},
+        "spec": {
+            "schedulerName": "mcsched",
+            "nodeName": keys::virtual_node_name("east"),
+            "tolerations": [{"key": keys::LEAF_TAINT, "operator": "Exists"}],
+            "resourceClaims": claims,
+            "containers": [{"name": "c", "image": "pause", "resources": {"claims": used}}]
+        }
+    })
+}
+
+/// A claim of one device of class `gpus` (the class need not exist: the API server does
+/// not look it up, and no driver runs).
+fn one_gpu() -> serde_json::Value {
+    json!({"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpus"}}]}})
+}
+
+/// Whether `m` carries pod sync's marks for leaf east, copied from host object `host_uid`.
+fn marked_from(m: &kube::api::ObjectMeta, host_uid: Option<&String>) -> bool {
+    let label = |k: &str| m.labels.as_ref().and_then(|l| l.get(k)).cloned();
+    label(keys::MANAGED_CLUSTER_LABEL).as_deref() == Some("east")
+        && label(keys::HOST_ID_LABEL).is_some_and(|h| !h.is_empty())
+        && host_uid_of(m).as_ref() == host_uid
+}
+
+/// Dynamic Resource Allocation: a pod with a claim from a ResourceClaimTemplate and a
+/// named, unallocated ResourceClaim, bound to a virtual node, gets both copied into the
+/// leaf with pod sync's marks (the claim without status, so the leaf allocates it); a pod
+/// naming a claim allocated in the host gets no copy, and the claim is reported as a
+/// refused copy. Deleting the first pod collects the template's copy after the grace, but
+/// the claim's copy, which holds its leaf allocation, only once its host claim is gone.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pods_claim_template_and_unallocated_claim_are_copied_and_an_allocated_claim_refused()
+-> anyhow::Result<()> {
+    let (host, leaf, agent) = host_and_leaf(["dra-host", "dra-east"], &["shop"]).await?;
+    let template: ResourceClaimTemplate = create(
+        &host.client,
+        "shop",
+        json!({"metadata": {"name": "one-gpu", "labels": {"team": "ml"}},
+            "spec": {"spec": one_gpu()}}),
+    )
+    .await?;
+    let nic: ResourceClaim = create(
+        &host.client,
+        "shop",
+        json!({"metadata": {"name": "nic"}, "spec": one_gpu()}),
+    )
+    .await?;
+    // Allocated in the host, as the host's scheduler would have left it.
+    create::<ResourceClaim>(
+        &host.client,
+        "shop",
+        json!({"metadata": {"name": "held"}, "spec": one_gpu()}),
+    )
+    .await?;
+    let host_claims: Api<ResourceClaim> = Api::namespaced(host.client.clone(), "shop");
+    let mut held = host_claims.get("held").await?;
+    held.status = Some(serde_json::from_value(json!({"allocation": {
+        "devices": {"results": [{"request": "gpu", "driver": "gpu.example.com",
+            "pool": "host-1", "device": "gpu-0"}]},
+        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": ["host-1"]}]}]}
+    }}))?);
+    host_claims
+        .replace_status("held", &PostParams::default(), &held)
+        .await?;
+
+    create::<Pod>(
+        &host.client,
+        "shop",
+        claiming_pod_on_east(
+            "app",
+            json!([{"name": "gpu", "resourceClaimTemplateName": "one-gpu"},
+                {"name": "nic", "resourceClaimName": "nic"}]),
+        ),
+    )
+    .await?;
+    let leaf_templates: Api<ResourceClaimTemplate> = Api::namespaced(leaf.client.clone(), "shop");
+    let leaf_claims: Api<ResourceClaim> = Api::namespaced(leaf.client.clone(), "shop");
+    let leaf_pods: Api<Pod> = Api::namespaced(leaf.client.clone(), "shop");
+    let (t_copy, c_copy) = wait::until(TIMEOUT, "the template and the claim copied", || async {
+        let (Some(t), Some(c), Some(_)) = (
+            leaf_templates.get_opt("one-gpu").await?,
+            leaf_claims.get_opt("nic").await?,
+            leaf_pods.get_opt("app").await?,
+        ) else {
+            return Ok(None);
+        };
+        Ok(Some((t, c)))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    assert!(
+        marked_from(&t_copy.metadata, template.metadata.uid.as_ref()),
+        "{:?}",
+        t_copy.metadata
+    );
+    assert_eq!(
+        t_copy.metadata.labels.as_ref().and_then(|l| l.get("team")),
+        Some(&"ml".to_string())
+    );
+    assert_eq!(t_copy.spec, template.spec);
+    assert!(
+        marked_from(&c_copy.metadata, nic.metadata.uid.as_ref()),
+        "{:?}",
+        c_copy.metadata
+    );
+    assert_eq!(c_copy.spec, nic.spec);
+    assert!(
+        c_copy
+            .status
+            .as_ref()
+            .and_then(|s| s.allocation.as_ref())
+            .is_none(),
+        "copied unallocated: {:?}",
+        c_copy.status
+    );
+
+    // The allocated claim: no copy of it nor of its pod, and both reported.
+    create::<Pod>(
+        &host.client,
+        "shop",
+        claiming_pod_on_east(
+            "held-app",
+            json!([{"name": "gpu", "resourceClaimName": "held"}]),
+        ),
+    )
+    .await?;
+    let events: Api<Event> = Api::namespaced(host.client.clone(), "shop");
+    let refused = wait::until(TIMEOUT, "the allocated claim reported", || async {
+        let all = events.list(&ListParams::default()).await?.items;
+        let about = |kind: &str, name: &str, reason: &str| {
+            all.iter().find(|e| {
+                e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some(kind)
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                    && e.reason.as_deref() == Some(reason)
+            })
+        };
+        let (Some(pod_event), Some(claim_event)) = (
+            about("Pod", "held-app", "LeafRefused"),
+            about("ResourceClaim", "held", "LeafCopyFailed"),
+        ) else {
+            return Ok(None);
+        };
+        Ok(Some((pod_event.clone(), claim_event.clone())))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    for event in [&refused.0, &refused.1] {
+        let note = event.note.as_deref().unwrap_or_default();
+        assert!(
+            note.contains("ResourceClaim shop/held is allocated in the host cluster"),
+            "{note}"
+        );
+        assert_eq!(event.type_.as_deref(), Some("Warning"));
+    }
+    assert_eq!(
+        refused
+            .1
+            .regarding
+            .as_ref()
+            .and_then(|r| r.api_version.as_deref()),
+        Some("resource.k8s.io/v1")
+    );
+    assert!(leaf_claims.get_opt("held").await?.is_none(), "not copied");
+    assert!(
+        leaf_pods.get_opt("held-app").await?.is_none(),
+        "no copy of its pod"
+    );
+    assert!(
+        agent.logs().contains("is allocated in the host cluster"),
+        "{}",
+        agent.logs()
+    );
+
+    // The first pod deleted: the template's copy goes after the grace (3 s); the claim's
+    // stays while its host claim is there, and goes once it is not.
+    Api::<Pod>::namespaced(host.client.clone(), "shop")
+        .delete("app", &DeleteParams::default().grace_period(0))
+        .await?;
+    wait::until(TIMEOUT, "the template's copy collected", || async {
+        Ok(leaf_templates
+            .get_opt("one-gpu")
+            .await?
+            .is_none()
+            .then_some(()))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        leaf_claims.get_opt("nic").await?.is_some(),
+        "kept while its host claim is there: {}",
+        agent.logs()
+    );
+    host_claims.delete("nic", &DeleteParams::default()).await?;
+    wait::until(TIMEOUT, "the claim's copy collected", || async {
+        Ok(leaf_claims.get_opt("nic").await?.is_none().then_some(()))
+    })
+    .await
+    .map_err(|e| e.context(agent.logs()))?;
     Ok(())
 }
 

@@ -9,14 +9,17 @@
 //!
 //! 1. A pod whose template asks for an a100 (there is one, in the leaf) is bound to the
 //!    virtual node; explain names east-1 and the device that would serve its request, and
-//!    the host's claim is left unallocated: the leaf's scheduler allocates there.
+//!    the host's claim is left unallocated. Pod sync copies the template into the leaf,
+//!    whose claim controller makes the copy's claim, and the leaf's scheduler binds the
+//!    copy to east-1 with that claim allocated on east-1's a100.
 //! 2. A second a100 pod right after it: east-1's a100 is held for the first (in flight
 //!    until the leaf's scheduler has placed its copy), so it is Pending with the leaf's
 //!    reason, "cannot allocate all claims".
 //! 3. A pod naming a claim allocated (by hand, reserved for nobody) on host-a's t4 and
 //!    allowed only on the virtual node: the claim holds host devices, so the virtual node
 //!    refuses it, PostFilter deallocates it, and the retry sends it to the leaf, whose
-//!    east-2 has a t4.
+//!    east-2 has a t4: the claim is copied unallocated, and the leaf's scheduler binds the
+//!    copy to east-2 with the copied claim allocated there.
 //! 4. A pod asking for an h100, which neither cluster has: Pending, with the host node's
 //!    and the leaf's reasons.
 //!
@@ -71,6 +74,56 @@ async fn unschedulable(
     .await
     .map_err(|e| e.context(logs()))?;
     seen.map_err(|node| anyhow::anyhow!("{name} was bound to {node}\n{}", logs()))
+}
+
+/// Waits for the leaf copy of `name` to be bound to `leaf_node` by the leaf's scheduler,
+/// with its claim allocated there on that node's `gpu-0`.
+async fn leaf_placed(
+    leaf_pods: &Api<Pod>,
+    leaf_claims: &Api<ResourceClaim>,
+    name: &str,
+    leaf_node: &str,
+) -> anyhow::Result<()> {
+    let copy = wait::until(
+        TIMEOUT,
+        &format!("the leaf copy of {name} bound"),
+        || async {
+            Ok(leaf_pods
+                .get_opt(name)
+                .await?
+                .filter(|p| node_of(p).is_some()))
+        },
+    )
+    .await?;
+    assert_eq!(node_of(&copy).as_deref(), Some(leaf_node), "{name}'s copy");
+    let claim = match copy
+        .spec
+        .as_ref()
+        .and_then(|s| s.resource_claims.as_ref())
+        .and_then(|c| c.first())
+        .and_then(|c| c.resource_claim_name.clone())
+    {
+        Some(named) => named,
+        None => (copy.status.as_ref())
+            .and_then(|s| s.resource_claim_statuses.as_ref())
+            .and_then(|s| s.first())
+            .and_then(|s| s.resource_claim_name.clone())
+            .ok_or_else(|| anyhow::anyhow!("{name}'s copy names no claim"))?,
+    };
+    let devices: Vec<(String, String)> = (leaf_claims.get(&claim).await?.status)
+        .and_then(|s| s.allocation)
+        .and_then(|a| a.devices)
+        .and_then(|d| d.results)
+        .into_iter()
+        .flatten()
+        .map(|r| (r.pool, r.device))
+        .collect();
+    assert_eq!(
+        devices,
+        [(leaf_node.to_string(), "gpu-0".to_string())],
+        "leaf claim {claim} of {name}'s copy"
+    );
+    Ok(())
 }
 
 /// The claim the host's claim controller made for pod `name`.
@@ -164,7 +217,8 @@ async fn pods_with_claims_go_to_the_leaf_whose_devices_fit() -> anyhow::Result<(
         claim.status
     );
 
-    // 2. Right after it: east-1's a100 is held for a100-first.
+    // 2. Right after it: east-1's a100 is held for a100-first (in flight, then by the
+    // leaf's own claim).
     dra::pod(
         &host.client,
         "mcsched",
@@ -178,6 +232,14 @@ async fn pods_with_claims_go_to_the_leaf_whose_devices_fit() -> anyhow::Result<(
         why.contains("leaf cluster east has no node that fits: 2 cannot allocate all claims"),
         "{why}"
     );
+
+    // The leaf's scheduler placed the copy where the check said, with the device it named,
+    // through the leaf claim its controller made from the template's copy.
+    let leaf_pods: Api<Pod> = Api::namespaced(east.client.clone(), "default");
+    let leaf_claims: Api<ResourceClaim> = Api::namespaced(east.client.clone(), "default");
+    leaf_placed(&leaf_pods, &leaf_claims, "a100-first", "east-1")
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
 
     // 3. A claim allocated in the host, for a pod only the virtual node may take.
     dra::create::<ResourceClaim>(
@@ -230,6 +292,10 @@ async fn pods_with_claims_go_to_the_leaf_whose_devices_fit() -> anyhow::Result<(
         "{:?}",
         explanation.outcome
     );
+    // Copied unallocated, and allocated by the leaf's scheduler there.
+    leaf_placed(&leaf_pods, &leaf_claims, "t4-leaf", "east-2")
+        .await
+        .map_err(|e| e.context(agent.logs()))?;
 
     // 4. No h100 anywhere.
     dra::pod(

@@ -11,6 +11,7 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, ServiceAccount};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::PostParams;
@@ -114,6 +115,14 @@ async fn foreign_meta(
             .await?
             .map(|m| m.metadata),
         Synced::Claim => Api::<PersistentVolumeClaim>::namespaced(leaf.clone(), ns)
+            .get_metadata_opt(name)
+            .await?
+            .map(|m| m.metadata),
+        Synced::ResourceClaimTemplate => Api::<ResourceClaimTemplate>::namespaced(leaf.clone(), ns)
+            .get_metadata_opt(name)
+            .await?
+            .map(|m| m.metadata),
+        Synced::ResourceClaim => Api::<ResourceClaim>::namespaced(leaf.clone(), ns)
             .get_metadata_opt(name)
             .await?
             .map(|m| m.metadata),

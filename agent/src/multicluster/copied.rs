@@ -1,5 +1,6 @@
-//! What pod sync copied into one leaf for its pods (ConfigMaps, Secrets, claims, accounts), with the
-//! host version each copy was written from: the state `dependents.rs` keeps the copies by.
+//! What pod sync copied into one leaf for its pods (ConfigMaps, Secrets, claims, DRA claims and
+//! their templates, accounts), with the host version each copy was written from: the state
+//! `dependents.rs` keeps the copies by.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -12,6 +13,10 @@ pub enum DepKind {
     Claim,
     /// An account pod sync created for the leaf's pods (`join --service-accounts`).
     ServiceAccount,
+    /// `resource.k8s.io/v1`: the leaf's claim controller makes its pods' claims from it.
+    ResourceClaimTemplate,
+    /// `resource.k8s.io/v1`, named by a pod: copied unallocated, allocated in the leaf.
+    ResourceClaim,
 }
 
 /// One object a leaf pod refers to, in the pod's namespace.
@@ -24,9 +29,26 @@ pub struct Dep {
 
 impl DepKind {
     /// Whether the copy is kept in line with a host object of the same name (claims keep
-    /// their leaf data; accounts have no host object).
+    /// their leaf data, DRA claims their leaf allocation; accounts have no host object).
     pub fn follows_host(self) -> bool {
-        matches!(self, DepKind::ConfigMap | DepKind::Secret)
+        matches!(
+            self,
+            DepKind::ConfigMap | DepKind::Secret | DepKind::ResourceClaimTemplate
+        )
+    }
+
+    /// Whether the copy holds state of the leaf's (a volume's data, a device allocation):
+    /// deleted only once its host object is gone too, never just for being unused.
+    pub fn holds_state(self) -> bool {
+        matches!(self, DepKind::Claim | DepKind::ResourceClaim)
+    }
+
+    /// The object's apiVersion.
+    pub fn api_version(self) -> &'static str {
+        match self {
+            DepKind::ResourceClaimTemplate | DepKind::ResourceClaim => "resource.k8s.io/v1",
+            _ => "v1",
+        }
     }
 
     /// The object's kind as the API names it.
@@ -36,6 +58,8 @@ impl DepKind {
             DepKind::Secret => "Secret",
             DepKind::Claim => "PersistentVolumeClaim",
             DepKind::ServiceAccount => "ServiceAccount",
+            DepKind::ResourceClaimTemplate => "ResourceClaimTemplate",
+            DepKind::ResourceClaim => "ResourceClaim",
         }
     }
 }

@@ -1,8 +1,10 @@
-//! What pod sync copied into a leaf for the pods there — ConfigMaps, Secrets, claims — kept
-//! following the host objects while a leaf pod refers to them: an edit on the host reaches
-//! the copy, and a copy no pod of that leaf refers to any more is deleted after a grace
-//! period. Only objects carrying this host's marks are changed or deleted; a claim's copy
-//! holds data, so it goes only once its host claim is gone and no leaf pod refers to it.
+//! What pod sync copied into a leaf for the pods there — ConfigMaps, Secrets, claims,
+//! ResourceClaimTemplates and ResourceClaims — kept following the host objects while a leaf
+//! pod refers to them: an edit on the host reaches the copy, and a copy no pod of that leaf
+//! refers to any more is deleted after a grace period. Only objects carrying this host's
+//! marks are changed or deleted; a claim's copy holds data, and a ResourceClaim's copy its
+//! allocation in the leaf, so either goes only once its host claim is gone and no leaf pod
+//! refers to it, and neither is updated in place.
 //!
 //! Each object is kept on its own: one the leaf refuses (a quota, a webhook, an object of
 //! that name that is not this host's) is reported — a Warning event on the host object, a
@@ -19,6 +21,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{
     ConfigMap, ObjectReference, PersistentVolumeClaim, Pod, Secret, ServiceAccount,
 };
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::core::PartialObjectMeta;
@@ -28,6 +31,7 @@ use tracing::{debug, info, warn};
 
 use super::cluster::LeafCluster;
 pub use super::copied::{Copied, Dep, DepKind};
+use super::dra_copies::{self, NotCopied};
 use super::host_objects::{Found, HostObjects};
 use crate::observe::events::{EventSink, EventType, Message};
 use mcsched_engine::leaf::leaf_checks::is_ours;
@@ -59,6 +63,9 @@ pub enum FollowError {
         "{failed} leaf copies not kept in step (each reported with a Warning event and retried after its own back-off)"
     )]
     Incomplete { failed: usize },
+    /// The host object may not be copied at all (a ResourceClaim allocated in the host).
+    #[error(transparent)]
+    NotCopied(#[from] NotCopied),
 }
 
 fn api_err(what: String) -> impl FnOnce(kube::Error) -> FollowError {
@@ -78,6 +85,8 @@ pub fn references(pod: &Pod) -> impl Iterator<Item = Dep> {
     of(DepKind::ConfigMap, deps.config_maps)
         .chain(of(DepKind::Secret, deps.secrets))
         .chain(of(DepKind::Claim, deps.claims))
+        .chain(of(DepKind::ResourceClaimTemplate, deps.claim_templates))
+        .chain(of(DepKind::ResourceClaim, deps.resource_claims))
         .chain(of(DepKind::ServiceAccount, account.unwrap_or_default()))
 }
 
@@ -160,6 +169,29 @@ pub fn secret_copy(leaf: &LeafCluster, s: &Secret) -> Secret {
     }
 }
 
+/// The leaf's copy of host ResourceClaimTemplate `t`.
+pub fn claim_template_copy(leaf: &LeafCluster, t: &ResourceClaimTemplate) -> ResourceClaimTemplate {
+    let name = t.metadata.name.as_deref().unwrap_or_default();
+    let meta = owned_meta(leaf, name, t.metadata.namespace.as_deref(), &t.metadata);
+    dra_copies::template_copy(meta, t)
+}
+
+/// The leaf's copy of host ResourceClaim `c` (its labels, no annotation but the mark), or
+/// why it is not made.
+pub fn resource_claim_copy(
+    leaf: &LeafCluster,
+    c: &ResourceClaim,
+) -> Result<ResourceClaim, NotCopied> {
+    let name = c.metadata.name.as_deref().unwrap_or_default();
+    let from = ObjectMeta {
+        labels: c.metadata.labels.clone(),
+        uid: c.metadata.uid.clone(),
+        ..Default::default()
+    };
+    let meta = owned_meta(leaf, name, c.metadata.namespace.as_deref(), &from);
+    dra_copies::claim_copy(meta, c)
+}
+
 /// What [`follow`] needs of the host and of pod sync.
 pub struct Follow<'a> {
     pub host: &'a Client,
@@ -182,6 +214,7 @@ pub struct Follow<'a> {
 enum Source {
     ConfigMap(Arc<ConfigMap>),
     Secret(Arc<Secret>),
+    ClaimTemplate(Arc<ResourceClaimTemplate>),
 }
 
 impl Source {
@@ -189,6 +222,7 @@ impl Source {
         match self {
             Source::ConfigMap(o) => o.metadata.resource_version.clone(),
             Source::Secret(o) => o.metadata.resource_version.clone(),
+            Source::ClaimTemplate(o) => o.metadata.resource_version.clone(),
         }
         .unwrap_or_default()
     }
@@ -204,8 +238,13 @@ fn backoff(failures: u32) -> Duration {
 
 /// Whether `dep` is still backing off from its last failure.
 fn backing_off(f: &Follow<'_>, dep: &Dep, now: Instant) -> bool {
-    f.leaf
-        .copied
+    copy_backing_off(f.leaf, dep, now)
+}
+
+/// Whether leaf `leaf`'s copy `dep` is still backing off from its last failure: pod sync
+/// asks before it reports a refusal again.
+pub fn copy_backing_off(leaf: &LeafCluster, dep: &Dep, now: Instant) -> bool {
+    leaf.copied
         .lock()
         .get(dep)
         .and_then(|e| e.retry_at)
@@ -214,7 +253,13 @@ fn backing_off(f: &Follow<'_>, dep: &Dep, now: Instant) -> bool {
 
 /// `dep` is in step (or needed nothing): its failures, if any, are over.
 fn in_step(f: &Follow<'_>, dep: &Dep) {
-    let recovered = match f.leaf.copied.lock().get_mut(dep) {
+    copy_in_step(f.leaf, dep);
+}
+
+/// Leaf `leaf`'s copy `dep` is in step, or no longer needed: its failures, if any, are
+/// over, and it is named no more.
+pub fn copy_in_step(leaf: &LeafCluster, dep: &Dep) {
+    let recovered = match leaf.copied.lock().get_mut(dep) {
         Some(e) if e.failures > 0 => {
             e.failures = 0;
             e.retry_at = None;
@@ -224,20 +269,26 @@ fn in_step(f: &Follow<'_>, dep: &Dep) {
     };
     if recovered {
         mcsched_engine::metrics::global().leaf_copy_recovered(
-            &f.leaf.name,
+            &leaf.name,
             dep.kind.api_kind(),
             &dep.namespace,
             &dep.name,
         );
-        info!(cluster = %f.leaf.name, object = %dep, "leaf copy in step again");
+        info!(cluster = %leaf.name, object = %dep, "leaf copy in step again, or no longer needed");
     }
 }
 
 /// Keeping `dep` failed with `e`: it backs off, and is named in a Warning event on the
 /// host object, in the log and in the metrics.
 fn failed(f: &Follow<'_>, dep: &Dep, e: &FollowError) {
+    copy_failed(f.leaf, f.events, dep, e);
+}
+
+/// Leaf `leaf`'s copy `dep` failed, or was refused, with `e`: as [`follow`] reports its
+/// own failures (pod sync reports a refusal of its own this way).
+pub fn copy_failed(leaf: &LeafCluster, events: &EventSink, dep: &Dep, e: &FollowError) {
     let (failures, wait) = {
-        let mut copied = f.leaf.copied.lock();
+        let mut copied = leaf.copied.lock();
         let entry = copied.entry(dep.clone()).or_default();
         entry.failures = entry.failures.saturating_add(1);
         let wait = backoff(entry.failures);
@@ -248,18 +299,17 @@ fn failed(f: &Follow<'_>, dep: &Dep, e: &FollowError) {
     };
     let kind = dep.kind.api_kind();
     mcsched_engine::metrics::global().leaf_copy_failed(
-        &f.leaf.name,
+        &leaf.name,
         kind,
         &dep.namespace,
         &dep.name,
         failures,
     );
-    warn!(cluster = %f.leaf.name, object = %dep, error = %e, failures, retry_in_s = wait.as_secs(), "leaf copy not kept in step; the other copies go on, this one is retried after its back-off");
-    f.events.send(Message::Event {
+    warn!(cluster = %leaf.name, object = %dep, error = %e, failures, retry_in_s = wait.as_secs(), "leaf copy not kept in step; the other copies go on, this one is retried after its back-off");
+    events.send(Message::Event {
         reporting_controller: keys::AGENT_NAME.into(),
         regarding: ObjectReference {
-            // All four kinds are core/v1.
-            api_version: Some("v1".into()),
+            api_version: Some(dep.kind.api_version().into()),
             kind: Some(kind.into()),
             namespace: Some(dep.namespace.clone()),
             name: Some(dep.name.clone()),
@@ -270,7 +320,7 @@ fn failed(f: &Follow<'_>, dep: &Dep, e: &FollowError) {
         action: "Syncing",
         note: format!(
             "leaf cluster {}: {e} ({failures} failed in a row; retried in {}s)",
-            f.leaf.name,
+            leaf.name,
             wait.as_secs()
         ),
     });
@@ -279,9 +329,10 @@ fn failed(f: &Follow<'_>, dep: &Dep, e: &FollowError) {
 /// Brings the copies of what `refs` (the objects the leaf's pods refer to now) names in
 /// line with the host, and deletes what no pod has referred to for `grace`.
 pub async fn follow(f: &Follow<'_>, refs: &HashSet<Dep>) -> Result<(), FollowError> {
+    // Only ConfigMaps and Secrets are watched (templates are read by name).
     let namespaces: BTreeSet<String> = refs
         .iter()
-        .filter(|d| d.kind.follows_host())
+        .filter(|d| matches!(d.kind, DepKind::ConfigMap | DepKind::Secret))
         .map(|d| d.namespace.clone())
         .collect();
     let wake = f.leaf.sync_wake.clone();
@@ -296,7 +347,7 @@ pub async fn follow(f: &Follow<'_>, refs: &HashSet<Dep>) -> Result<(), FollowErr
             // that a copy uses is not.
             if let Some(e) = f.leaf.copied.lock().get_mut(dep) {
                 e.unused_since = None;
-            } else if dep.kind == DepKind::Claim {
+            } else if dep.kind.holds_state() {
                 f.leaf.copied.lock().entry(dep.clone()).or_default();
             }
             continue;
@@ -350,7 +401,10 @@ async fn read_host(f: &Follow<'_>, dep: &Dep) -> Result<Option<Source>, FollowEr
     let watched = match dep.kind {
         DepKind::ConfigMap => f.objects.config_map(ns, name),
         DepKind::Secret => f.objects.secret(ns, name),
-        DepKind::Claim | DepKind::ServiceAccount => return Ok(None),
+        // Not watched: a template's spec never changes, so only one deleted and created
+        // again (or relabelled) has a new version, and a read every REREAD finds it.
+        DepKind::ResourceClaimTemplate => Found::Unknown,
+        DepKind::Claim | DepKind::ResourceClaim | DepKind::ServiceAccount => return Ok(None),
     };
     match watched {
         Found::Watched(None) => return Ok(None),
@@ -381,7 +435,14 @@ async fn read_host(f: &Follow<'_>, dep: &Dep) -> Result<Option<Source>, FollowEr
             .await
             .map_err(api_err(what))?
             .map(|o| Source::Secret(Arc::new(o))),
-        DepKind::Claim | DepKind::ServiceAccount => None,
+        DepKind::ResourceClaimTemplate => {
+            Api::<ResourceClaimTemplate>::namespaced(f.host.clone(), ns)
+                .get_opt(name)
+                .await
+                .map_err(api_err(what))?
+                .map(|o| Source::ClaimTemplate(Arc::new(o)))
+        }
+        DepKind::Claim | DepKind::ResourceClaim | DepKind::ServiceAccount => None,
     })
 }
 
@@ -421,6 +482,11 @@ async fn refresh(f: &Follow<'_>, dep: &Dep, source: &Source) -> Result<(), Follo
         Source::Secret(s) => {
             let immutable = s.immutable == Some(true);
             apply_ours(f, dep, &secret_copy(f.leaf, s), immutable).await?
+        }
+        // A template's spec is immutable: a copy of an earlier template of that name is
+        // replaced, never updated.
+        Source::ClaimTemplate(t) => {
+            apply_ours(f, dep, &claim_template_copy(f.leaf, t), true).await?
         }
     }
     debug!(cluster = %f.leaf.name, object = %dep, "leaf copy follows its host object");
@@ -566,16 +632,39 @@ async fn collect_unused(f: &Follow<'_>, refs: &HashSet<Dep>) -> Result<usize, Fo
             .filter(|(dep, _)| !refs.contains(*dep))
             .filter_map(|(dep, entry)| {
                 let since = *entry.unused_since.get_or_insert(now);
-                let keep_claim = dep.kind == DepKind::Claim
+                // A ResourceClaim's host claim is read below, for the few that are due.
+                let host_has_it = dep.kind == DepKind::Claim
                     && (f.host_has_claim)(&format!("{}/{}", dep.namespace, dep.name));
                 let backing_off = entry.retry_at.is_some_and(|at| now < at);
-                (now.duration_since(since) >= f.grace && !keep_claim && !backing_off)
-                    .then(|| dep.clone())
+                collectable(
+                    dep.kind,
+                    now.duration_since(since),
+                    f.grace,
+                    backing_off,
+                    host_has_it,
+                )
+                .then(|| dep.clone())
             })
             .collect()
     };
     let mut failures = 0;
     for dep in due {
+        if dep.kind == DepKind::ResourceClaim {
+            match host_has_resource_claim(f, &dep).await {
+                Ok(false) => {}
+                Ok(true) => {
+                    // Kept for its allocation; a refusal of it (allocated in the host)
+                    // is over once no pod of the leaf wants it.
+                    copy_in_step(f.leaf, &dep);
+                    continue;
+                }
+                Err(e) => {
+                    failures += 1;
+                    failed(f, &dep, &e);
+                    continue;
+                }
+            }
+        }
         match delete_unused(f, &dep).await {
             Ok(true) => {
                 let was_failing = f
@@ -604,6 +693,29 @@ async fn collect_unused(f: &Follow<'_>, refs: &HashSet<Dep>) -> Result<usize, Fo
     Ok(failures)
 }
 
+/// Whether an unreferenced copy of `kind`, unused for `unused_for`, is deleted now: once
+/// the grace period is over and it is not backing off from a failure, and a copy that holds
+/// state of the leaf's (a claim's data, a ResourceClaim's allocation) only once its host
+/// object is gone too.
+fn collectable(
+    kind: DepKind,
+    unused_for: Duration,
+    grace: Duration,
+    backing_off: bool,
+    host_has_it: bool,
+) -> bool {
+    unused_for >= grace && !backing_off && !(kind.holds_state() && host_has_it)
+}
+
+/// Whether the host still has ResourceClaim `dep` (by name, as for PVCs).
+async fn host_has_resource_claim(f: &Follow<'_>, dep: &Dep) -> Result<bool, FollowError> {
+    Api::<ResourceClaim>::namespaced(f.host.clone(), &dep.namespace)
+        .get_metadata_opt(&dep.name)
+        .await
+        .map(|m| m.is_some())
+        .map_err(api_err(format!("reading host {dep}")))
+}
+
 /// Deletes the unused copy `dep` if it is this host's; true once it is gone.
 async fn delete_unused(f: &Follow<'_>, dep: &Dep) -> Result<bool, FollowError> {
     let (client, ns) = (f.leaf.client.clone(), dep.namespace.as_str());
@@ -620,6 +732,17 @@ async fn delete_unused(f: &Follow<'_>, dep: &Dep) -> Result<bool, FollowError> {
                 dep,
             )
             .await
+        }
+        DepKind::ResourceClaimTemplate => {
+            delete_ours(
+                f,
+                &Api::<ResourceClaimTemplate>::namespaced(client, ns),
+                dep,
+            )
+            .await
+        }
+        DepKind::ResourceClaim => {
+            delete_ours(f, &Api::<ResourceClaim>::namespaced(client, ns), dep).await
         }
     }
 }
@@ -1056,7 +1179,10 @@ mod tests {
                 "envFrom": [{"secretRef": {"name": "creds"}}]}],
                 "volumes": [
                     {"name": "a", "configMap": {"name": "settings"}},
-                    {"name": "b", "persistentVolumeClaim": {"claimName": "data"}}]}
+                    {"name": "b", "persistentVolumeClaim": {"claimName": "data"}}],
+                "resourceClaims": [
+                    {"name": "gpu", "resourceClaimTemplateName": "one-gpu"},
+                    {"name": "nic", "resourceClaimName": "nic"}]}
         }))
         .expect("pod");
         let mut refs: Vec<Dep> = references(&pod).collect();
@@ -1067,6 +1193,8 @@ mod tests {
                 Dep::new(DepKind::ConfigMap, "shop", "settings"),
                 Dep::new(DepKind::Secret, "shop", "creds"),
                 Dep::new(DepKind::Claim, "shop", "data"),
+                Dep::new(DepKind::ResourceClaimTemplate, "shop", "one-gpu"),
+                Dep::new(DepKind::ResourceClaim, "shop", "nic"),
             ]
         );
         let copied = Copied::default();
@@ -1074,5 +1202,116 @@ mod tests {
         copied.copied(refs[0].clone(), Some("8".into()));
         assert_eq!(copied.len(), 1);
         assert_eq!(copied.lock()[&refs[0]].version, "8");
+    }
+
+    #[test]
+    fn unused_copies_go_after_the_grace_and_stateful_ones_only_with_their_host_object() {
+        let grace = Duration::from_secs(60);
+        let (early, late) = (Duration::from_secs(59), Duration::from_secs(60));
+        for kind in [
+            DepKind::ConfigMap,
+            DepKind::Secret,
+            DepKind::ServiceAccount,
+            DepKind::ResourceClaimTemplate,
+        ] {
+            assert!(!collectable(kind, early, grace, false, false), "{kind:?}");
+            assert!(collectable(kind, late, grace, false, false), "{kind:?}");
+            // Its host object is no reason to keep a copy of data the host has.
+            assert!(collectable(kind, late, grace, false, true), "{kind:?}");
+            assert!(!collectable(kind, late, grace, true, false), "{kind:?}");
+        }
+        for kind in [DepKind::Claim, DepKind::ResourceClaim] {
+            assert!(!collectable(kind, late, grace, false, true), "{kind:?}");
+            assert!(collectable(kind, late, grace, false, false), "{kind:?}");
+            assert!(!collectable(kind, early, grace, false, false), "{kind:?}");
+            assert!(!collectable(kind, late, grace, true, false), "{kind:?}");
+        }
+    }
+
+    /// Unreferenced copies of a ResourceClaimTemplate and of two ResourceClaims: the
+    /// template goes; the claim whose host claim is still there stays (and its refusal, an
+    /// allocation in the host, is no longer named), and the one whose host claim is gone
+    /// goes. A ResourceClaimTemplate a pod refers to is read by name and its copy applied.
+    #[tokio::test]
+    async fn unused_dra_copies_go_but_a_claim_only_once_its_host_claim_is_gone() {
+        const RC: &str = "/apis/resource.k8s.io/v1/namespaces/shop/resourceclaims";
+        const RCT: &str = "/apis/resource.k8s.io/v1/namespaces/shop/resourceclaimtemplates";
+        let host: Box<Answer> = Box::new(|method, path, _| match (method, path) {
+            ("GET", p) if p == format!("{RC}/kept") => (
+                200,
+                json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                    "metadata": {"name": "kept", "namespace": "shop", "uid": "host-kept"}}),
+            ),
+            ("GET", p) if p == format!("{RCT}/used") => (
+                200,
+                json!({"metadata": {"name": "used", "namespace": "shop", "uid": "host-used",
+                    "resourceVersion": "4"},
+                    "spec": {"spec": {"devices": {"requests": [{"name": "gpu",
+                        "exactly": {"deviceClassName": "gpus"}}]}}}}),
+            ),
+            _ => not_found(),
+        });
+        let leaf: Box<Answer> = Box::new(|method, path, body| match method {
+            "GET" if path.contains("/resourceclaimtemplates/used") => not_found(),
+            "GET" => {
+                let name = path.rsplit('/').next().unwrap_or_default().to_string();
+                (
+                    200,
+                    json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                    "metadata": {"name": name, "namespace": "shop", "uid": format!("leaf-{name}"),
+                        "resourceVersion": "3", "labels": {keys::MANAGED_CLUSTER_LABEL: "dra",
+                        keys::HOST_ID_LABEL: "h1"}}}),
+                )
+            }
+            "DELETE" => (200, fake_api::status(200, "Success", "")),
+            _ => (201, body.clone()),
+        });
+        let w = world("dra", host, leaf);
+        let template = Dep::new(DepKind::ResourceClaimTemplate, "shop", "old");
+        let kept = Dep::new(DepKind::ResourceClaim, "shop", "kept");
+        let gone = Dep::new(DepKind::ResourceClaim, "shop", "gone");
+        let used = Dep::new(DepKind::ResourceClaimTemplate, "shop", "used");
+        for dep in [&template, &kept, &gone] {
+            w.leaf.copied.copied(dep.clone(), None);
+        }
+        // `kept` was refused (allocated in the host) while a pod wanted it.
+        let refused = FollowError::NotCopied(NotCopied::AllocatedInHost {
+            claim: "shop/kept".into(),
+        });
+        copy_failed(&w.leaf, &w.events, &kept, &refused);
+        if let Some(e) = w.leaf.copied.lock().get_mut(&kept) {
+            e.retry_at = None;
+        }
+        assert_eq!(failing("dra").len(), 1, "{:?}", failing("dra"));
+
+        let r = follow(&w.follow(true), &HashSet::from([used.clone()])).await;
+        assert!(r.is_ok(), "{r:?}");
+        let mut writes = fake_api::writes(&w.calls);
+        writes.sort();
+        assert_eq!(
+            writes,
+            [
+                format!("DELETE {RC}/gone"),
+                format!("DELETE {RCT}/old"),
+                format!("POST {RCT}"),
+            ]
+        );
+        let created = &fake_api::sent(&w.sent, "POST", RCT)[0];
+        assert_eq!(created["kind"], "ResourceClaimTemplate");
+        assert_eq!(created["metadata"]["labels"][keys::HOST_ID_LABEL], "h1");
+        assert_eq!(
+            created["metadata"]["annotations"][keys::HOST_UID_ANNOTATION],
+            "host-used"
+        );
+        assert_eq!(
+            created["spec"]["spec"]["devices"]["requests"][0]["name"],
+            "gpu"
+        );
+        let copied = w.leaf.copied.lock();
+        assert!(copied.contains_key(&kept), "kept for its allocation");
+        assert!(!copied.contains_key(&gone) && !copied.contains_key(&template));
+        assert_eq!(copied[&used].version, "4");
+        drop(copied);
+        assert!(failing("dra").is_empty(), "{:?}", failing("dra"));
     }
 }

@@ -8,6 +8,7 @@ pub mod copied;
 mod copy_create;
 pub mod dependents;
 pub mod device_reservations;
+pub mod dra_copies;
 mod gang_hold;
 pub mod host_objects;
 pub mod join_secret;

@@ -34,6 +34,8 @@ pub const ROOT_CA_CONFIGMAP: &str = "kube-root-ca.crt";
 
 const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 const ADMISSION_GROUP: &str = "admissionregistration.k8s.io";
+/// Dynamic Resource Allocation (`resource.k8s.io/v1`).
+const RESOURCE_GROUP: &str = "resource.k8s.io";
 
 /// Where the leaf account may write: the leaf namespaces the admin names, or (opt-in)
 /// every namespace.
@@ -104,9 +106,11 @@ fn role_ref(kind: &str, name: &str) -> RoleRef {
 }
 
 /// Cluster-wide, read only: what the agent's leaf watches and the leaf check read (nodes,
-/// pods, volumes, claims, classes, CSI nodes, namespaces, events, and the ResourceQuotas
-/// and LimitRanges the leaf's admission applies to copies), and the PriorityClasses
-/// pod sync looks up to keep a pod's class in its copy. No Secret, no ConfigMap, no write.
+/// pods, volumes, claims, classes, CSI nodes, namespaces, events, the ResourceQuotas
+/// and LimitRanges the leaf's admission applies to copies, and the devices: DeviceClasses,
+/// ResourceSlices, ResourceClaims and DeviceTaintRules), and the PriorityClasses pod sync
+/// looks up to keep a pod's class in its copy. No Secret, no ConfigMap, no
+/// ResourceClaimTemplate, no write.
 pub fn reader_role() -> ClusterRole {
     let read = ["get", "list", "watch"];
     ClusterRole {
@@ -126,8 +130,10 @@ pub fn reader_role() -> ClusterRole {
                 &read,
             ),
             rule(&["storage.k8s.io"], &["storageclasses", "csinodes"], &read),
+            rule(&["scheduling.k8s.io"], &["priorityclasses"], &read),
+            rule(&["", "events.k8s.io"], &["events"], &read),
             rule(
-                &["resource.k8s.io"],
+                &[RESOURCE_GROUP],
                 &[
                     "deviceclasses",
                     "resourceslices",
@@ -136,8 +142,6 @@ pub fn reader_role() -> ClusterRole {
                 ],
                 &read,
             ),
-            rule(&["scheduling.k8s.io"], &["priorityclasses"], &read),
-            rule(&["", "events.k8s.io"], &["events"], &read),
         ]),
         ..Default::default()
     }
@@ -152,10 +156,11 @@ pub fn reader_binding() -> ClusterRoleBinding {
 }
 
 /// What pod sync writes, granted per namespace by RoleBindings: pods, and the ConfigMaps,
-/// Secrets and claims they use (by name: no list or watch of Secrets or ConfigMaps), and
-/// events; ServiceAccounts are only read, by name (does the one a pod names exist?). `namespaces` `create` is cluster-scoped, which a RoleBinding cannot grant: it
-/// takes effect only through the `--all-namespaces` ClusterRoleBinding. Never `bind`,
-/// `escalate`, RBAC objects or namespace deletion.
+/// Secrets, claims, ResourceClaimTemplates and ResourceClaims they use (by name: no list
+/// or watch of any of them), and events; ServiceAccounts are only read, by name (does the
+/// one a pod names exist?). `namespaces` `create` is cluster-scoped, which a RoleBinding
+/// cannot grant: it takes effect only through the `--all-namespaces` ClusterRoleBinding.
+/// Never `bind`, `escalate`, RBAC objects or namespace deletion.
 pub fn writer_role() -> ClusterRole {
     let write = ["get", "create", "update", "patch", "delete"];
     ClusterRole {
@@ -166,6 +171,11 @@ pub fn writer_role() -> ClusterRole {
             rule(
                 &[""],
                 &["configmaps", "secrets", "persistentvolumeclaims"],
+                &write,
+            ),
+            rule(
+                &[RESOURCE_GROUP],
+                &["resourceclaimtemplates", "resourceclaims"],
                 &write,
             ),
             rule(&[""], &["serviceaccounts"], &["get"]),
@@ -383,14 +393,53 @@ pub fn namespace_policy_binding() -> ValidatingAdmissionPolicyBinding {
 }
 
 /// What the leaf account writes that may hold someone else's object under a name pod sync
-/// wants: the copies and what they refer to.
-pub const COPIED_RESOURCES: &[&str] = &[
-    "pods",
-    "configmaps",
-    "secrets",
-    "persistentvolumeclaims",
-    "serviceaccounts",
+/// wants: the copies and what they refer to, as (API group, resource).
+pub const COPIED_RESOURCES: &[(&str, &str)] = &[
+    ("", "pods"),
+    ("", "configmaps"),
+    ("", "secrets"),
+    ("", "persistentvolumeclaims"),
+    ("", "serviceaccounts"),
+    (RESOURCE_GROUP, "resourceclaimtemplates"),
+    (RESOURCE_GROUP, "resourceclaims"),
 ];
+
+/// [`COPIED_RESOURCES`] as `resource` (core) or `resource.group`, for people to read.
+pub fn copied_resources_text() -> String {
+    COPIED_RESOURCES
+        .iter()
+        .map(|(group, resource)| match *group {
+            "" => resource.to_string(),
+            g => format!("{resource}.{g}"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// One admission rule per API group of [`COPIED_RESOURCES`]: a rule's groups and
+/// resources match as a cross product, so one rule naming both groups would match
+/// resources of one group under the other's name too.
+fn copied_resource_rules() -> Vec<NamedRuleWithOperations> {
+    let mut groups: Vec<&str> = COPIED_RESOURCES.iter().map(|(g, _)| *g).collect();
+    groups.dedup();
+    groups
+        .into_iter()
+        .map(|group| NamedRuleWithOperations {
+            api_groups: Some(vec![group.to_string()]),
+            api_versions: Some(vec!["*".into()]),
+            operations: Some(vec!["UPDATE".into(), "DELETE".into()]),
+            resources: Some(
+                COPIED_RESOURCES
+                    .iter()
+                    .filter(|(g, _)| *g == group)
+                    .map(|(_, r)| r.to_string())
+                    .collect(),
+            ),
+            scope: Some("Namespaced".into()),
+            ..Default::default()
+        })
+        .collect()
+}
 
 /// The leaf account may update, patch or delete only what carries the marks pod sync
 /// puts on what it creates ([`keys::HOST_ID_LABEL`], [`keys::MANAGED_CLUSTER_LABEL`], as
@@ -407,14 +456,7 @@ pub fn copies_policy() -> ValidatingAdmissionPolicy {
         spec: Some(ValidatingAdmissionPolicySpec {
             failure_policy: Some("Fail".into()),
             match_constraints: Some(MatchResources {
-                resource_rules: Some(vec![NamedRuleWithOperations {
-                    api_groups: Some(vec![String::new()]),
-                    api_versions: Some(vec!["*".into()]),
-                    operations: Some(vec!["UPDATE".into(), "DELETE".into()]),
-                    resources: Some(COPIED_RESOURCES.iter().map(|r| r.to_string()).collect()),
-                    scope: Some("Namespaced".into()),
-                    ..Default::default()
-                }]),
+                resource_rules: Some(copied_resource_rules()),
                 ..Default::default()
             }),
             match_conditions: Some(vec![MatchCondition {
@@ -878,6 +920,35 @@ mod tests {
     }
 
     #[test]
+    fn cluster_wide_the_leaf_account_reads_the_devices_and_no_template() {
+        let rules = reader_role().rules.unwrap_or_default();
+        let dra: Vec<&PolicyRule> = rules
+            .iter()
+            .filter(|r| r.api_groups.iter().flatten().any(|g| g == RESOURCE_GROUP))
+            .collect();
+        assert_eq!(dra.len(), 1, "{rules:?}");
+        assert_eq!(
+            dra[0].api_groups.as_deref(),
+            Some(&[RESOURCE_GROUP.to_string()][..])
+        );
+        assert_eq!(
+            dra[0].resources.as_deref(),
+            Some(
+                &[
+                    "deviceclasses".to_string(),
+                    "resourceslices".into(),
+                    "resourceclaims".into(),
+                    "devicetaintrules".into()
+                ][..]
+            )
+        );
+        assert_eq!(
+            copied_resources_text(),
+            "pods, configmaps, secrets, persistentvolumeclaims, serviceaccounts, resourceclaimtemplates.resource.k8s.io, resourceclaims.resource.k8s.io"
+        );
+    }
+
+    #[test]
     fn cluster_wide_the_leaf_account_only_reads_and_never_secrets() {
         for r in reader_role().rules.unwrap_or_default() {
             assert_eq!(verbs(&r), ["get", "list", "watch"], "{r:?}");
@@ -950,29 +1021,45 @@ mod tests {
             .match_constraints
             .and_then(|m| m.resource_rules)
             .unwrap_or_default();
-        assert_eq!(rules.len(), 1, "{rules:?}");
-        assert_eq!(
-            rules[0].operations.as_deref(),
-            Some(&["UPDATE".to_string(), "DELETE".to_string()][..]),
-            "a patch is an UPDATE to admission"
-        );
-        let resources = rules[0].resources.clone().unwrap_or_default();
-        // Whatever the writer role lets it update or delete.
-        for r in writer_role().rules.unwrap_or_default() {
-            let changes = r
-                .verbs
-                .iter()
-                .any(|v| ["update", "patch", "delete"].contains(&v.as_str()));
-            for res in r.resources.iter().flatten().filter(|_| changes) {
-                assert!(resources.contains(res), "{res} not matched: {resources:?}");
+        // One rule per group (groups and resources match as a cross product).
+        assert_eq!(rules.len(), 2, "{rules:?}");
+        let mut matched: Vec<(String, String)> = Vec::new();
+        for rule in &rules {
+            assert_eq!(
+                rule.operations.as_deref(),
+                Some(&["UPDATE".to_string(), "DELETE".to_string()][..]),
+                "a patch is an UPDATE to admission"
+            );
+            let groups = rule.api_groups.clone().unwrap_or_default();
+            assert_eq!(groups.len(), 1, "{rule:?}");
+            for res in rule.resources.iter().flatten() {
+                matched.push((groups[0].clone(), res.clone()));
             }
         }
-        for res in service_account_role().rules.unwrap_or_default()[0]
-            .resources
-            .iter()
-            .flatten()
-        {
-            assert!(resources.contains(res), "{res}");
+        assert!(
+            matched.contains(&("resource.k8s.io".into(), "resourceclaims".into()))
+                && !matched.contains(&("".into(), "resourceclaims".into())),
+            "{matched:?}"
+        );
+        // Whatever the writer role lets it update or delete, in its group.
+        let changes = |r: &PolicyRule| {
+            r.verbs
+                .iter()
+                .any(|v| ["update", "patch", "delete"].contains(&v.as_str()))
+        };
+        let rules = writer_role()
+            .rules
+            .unwrap_or_default()
+            .into_iter()
+            .chain(cluster_writer_role().rules.unwrap_or_default())
+            .chain(service_account_role().rules.unwrap_or_default());
+        for r in rules.filter(changes) {
+            for group in r.api_groups.iter().flatten() {
+                for res in r.resources.iter().flatten() {
+                    let want = (group.clone(), res.clone());
+                    assert!(matched.contains(&want), "{want:?} not matched: {matched:?}");
+                }
+            }
         }
         let conditions = spec.match_conditions.unwrap_or_default();
         assert_eq!(conditions.len(), 1);
@@ -1012,7 +1099,19 @@ mod tests {
                 );
             }
             for g in r.api_groups.iter().flatten() {
-                assert!(["", "events.k8s.io"].contains(&g.as_str()), "{r:?}");
+                assert!(
+                    ["", "events.k8s.io", "resource.k8s.io"].contains(&g.as_str()),
+                    "{r:?}"
+                );
+                // DRA: the templates and claims copies name, nothing of the devices.
+                if g == "resource.k8s.io" {
+                    assert_eq!(
+                        r.resources.as_deref(),
+                        Some(&["resourceclaimtemplates".into(), "resourceclaims".into()][..]),
+                        "{r:?}"
+                    );
+                    assert_eq!(verbs(r), ["get", "create", "update", "patch", "delete"]);
+                }
             }
             for res in r.resources.iter().flatten() {
                 assert!(

@@ -24,6 +24,9 @@ pub enum Synced {
     ConfigMap,
     Secret,
     Claim,
+    /// `resource.k8s.io/v1`, as the two below.
+    ResourceClaimTemplate,
+    ResourceClaim,
 }
 
 impl Synced {
@@ -32,6 +35,8 @@ impl Synced {
             Synced::ConfigMap => "ConfigMap",
             Synced::Secret => "Secret",
             Synced::Claim => "PersistentVolumeClaim",
+            Synced::ResourceClaimTemplate => "ResourceClaimTemplate",
+            Synced::ResourceClaim => "ResourceClaim",
         }
     }
 }

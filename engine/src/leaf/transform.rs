@@ -289,13 +289,18 @@ fn strip_times(
         .collect()
 }
 
-/// Names of the ConfigMaps, Secrets and PVCs a pod refers to, which must exist in the
-/// leaf before the pod can start there.
+/// Names of the ConfigMaps, Secrets, PVCs and DRA objects a pod refers to, which must
+/// exist in the leaf before the pod can start there.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Dependencies {
     pub config_maps: Vec<String>,
     pub secrets: Vec<String>,
     pub claims: Vec<String>,
+    /// ResourceClaimTemplates (`spec.resourceClaims[].resourceClaimTemplateName`): the
+    /// leaf's claim controller makes the leaf pod's claims from their copies.
+    pub claim_templates: Vec<String>,
+    /// ResourceClaims named by `spec.resourceClaims[].resourceClaimName`.
+    pub resource_claims: Vec<String>,
     /// ConfigMaps and Secrets every reference to which is `optional: true`: the pod
     /// starts without them, as a kubelet starts it.
     pub(crate) optional: std::collections::BTreeSet<String>,
@@ -439,6 +444,14 @@ pub fn dependencies(pod: &Pod) -> Dependencies {
                 from.secret_key_ref.as_ref().and_then(|r| r.optional),
             );
         }
+    }
+    // The copy keeps `spec.resourceClaims` as it is: what it names must be in the leaf.
+    for c in spec.resource_claims.iter().flatten() {
+        push(
+            &mut d.claim_templates,
+            c.resource_claim_template_name.as_ref(),
+        );
+        push(&mut d.resource_claims, c.resource_claim_name.as_ref());
     }
     d.optional = maybe.difference(&required).cloned().collect();
     d
@@ -652,6 +665,28 @@ mod tests {
         assert_eq!(d.config_maps, ["cm-vol", "cm-proj", "cm-env"]);
         assert_eq!(d.secrets, ["s-vol", "s-proj", "regcred", "s-env", "s-key"]);
         assert_eq!(d.claims, ["data"]);
+        assert!(d.claim_templates.is_empty() && d.resource_claims.is_empty());
+    }
+
+    #[test]
+    fn dependencies_cover_resource_claim_templates_and_named_claims() {
+        let p = pod(json!({
+            "metadata": {"name": "p"},
+            "spec": {
+                "containers": [{"name": "c", "image": "i",
+                    "resources": {"claims": [{"name": "gpu"}, {"name": "nic"}]}}],
+                "resourceClaims": [
+                    {"name": "gpu", "resourceClaimTemplateName": "one-gpu"},
+                    {"name": "nic", "resourceClaimName": "shared-nic"},
+                    {"name": "gpu2", "resourceClaimTemplateName": "one-gpu"},
+                    {"name": "empty", "resourceClaimName": ""}
+                ]
+            }
+        }));
+        let d = dependencies(&p);
+        assert_eq!(d.claim_templates, ["one-gpu"]);
+        assert_eq!(d.resource_claims, ["shared-nic"]);
+        assert!(d.config_maps.is_empty() && d.claims.is_empty());
     }
 
     #[test]

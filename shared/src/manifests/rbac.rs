@@ -320,6 +320,15 @@ pub(super) fn objects(ns: &str, cfg: &AgentConfig) -> Vec<Object> {
                 &["update", "patch"],
                 &[],
             ),
+            // Pod sync copies the ResourceClaimTemplates a leaf pod's claims are made from,
+            // read by name and nothing more (kube-scheduler never reads them):
+            // cluster-wide, as the claims made from them are read.
+            rule(
+                &[RESOURCE_GROUP],
+                &["resourceclaimtemplates"],
+                &["get"],
+                &[],
+            ),
             // Placement policies: read, and their status written.
             rule(&[POLICY_GROUP], &POLICIES, &["get", "list", "watch"], &[]),
             rule(

@@ -139,10 +139,11 @@ fn rbac_has_no_wildcards_and_the_lease_is_named() {
                     Some(strings(&["podgroups/status"]))
                 );
                 assert_eq!(groups_status.verbs, strings(&["patch", "update"]));
-                // Devices: system:kube-scheduler's resource.k8s.io rules, in its order.
+                // Devices: system:kube-scheduler's resource.k8s.io rules, in its order, and the
+                // templates pod sync copies.
                 let read = ["get", "list", "watch"];
                 let read_update = ["get", "list", "watch", "update", "patch"];
-                let expected: [(&str, &[&str]); 7] = [
+                let expected: [(&str, &[&str]); 8] = [
                     ("deviceclasses", &read),
                     ("resourceclaims", &read_update),
                     ("resourceclaims/status", &read_update),
@@ -150,6 +151,8 @@ fn rbac_has_no_wildcards_and_the_lease_is_named() {
                     ("resourceclaims", &["create", "delete"]),
                     ("devicetaintrules", &read),
                     ("resourceclaims/binding", &["update", "patch"]),
+                    // Pod sync's copies of the templates.
+                    ("resourceclaimtemplates", &read),
                 ];
                 for (resource, verbs) in expected {
                     let r = policy_rules.remove(0);

@@ -1,9 +1,13 @@
-//! Creating a copy: the namespace, the ConfigMaps, Secrets, claims and ServiceAccount
-//! the pod refers to, then the pod itself with its policy's overrides for the leaf.
+//! Creating a copy: the namespace, the ConfigMaps, Secrets, claims, ResourceClaimTemplates,
+//! ResourceClaims and ServiceAccount the pod refers to, then the pod itself with its
+//! policy's overrides for the leaf.
+
+use std::time::Instant;
 
 use k8s_openapi::api::core::v1::{
     ConfigMap, Namespace, PersistentVolumeClaim, Pod, Secret, ServiceAccount,
 };
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
@@ -12,7 +16,7 @@ use serde_json::json;
 use tracing::{info, warn};
 
 use crate::multicluster::cluster::LeafCluster;
-use crate::multicluster::dependents::{self, Dep, DepKind, apply_params, owned_meta};
+use crate::multicluster::dependents::{self, Dep, DepKind, FollowError, apply_params, owned_meta};
 use mcsched_engine::leaf::leaf_checks::{Question, Synced, is_ours};
 use mcsched_engine::leaf::transform;
 
@@ -86,8 +90,10 @@ pub(super) async fn create_copy(
             answer: format!("the leaf could not store a copy of {refused} bytes"),
         });
     }
-    // The ConfigMaps and Secrets this copy is the first to need there: deleted again if
-    // the leaf cannot store the pod, so that nothing of it is left there.
+    // A claim allocated in the host refuses the copy before anything is written for it.
+    let host_claims_dra = named_claims(host, host_side, leaf, &ns, &deps).await?;
+    // The ConfigMaps, Secrets and templates this copy is the first to need there: deleted
+    // again if the leaf cannot store the pod, so that nothing of it is left there.
     let mut fresh: Vec<(Dep, String)> = Vec::new();
     let host_cms: Api<ConfigMap> = Api::namespaced(host.clone(), &ns);
     let leaf_cms: Api<ConfigMap> = Api::namespaced(leaf.client.clone(), &ns);
@@ -192,6 +198,7 @@ pub(super) async fn create_copy(
             let host_uid = c.metadata.uid.clone().unwrap_or_default();
             if copied_from != Some(host_uid.as_str()) {
                 return Err(SyncError::StaleClaimCopy {
+                    kind: "PersistentVolumeClaim",
                     object: format!("{ns}/{c_name}"),
                     copied_from: copied_from.unwrap_or_default().to_string(),
                     host_uid,
@@ -244,6 +251,8 @@ pub(super) async fn create_copy(
             .await
             .map_err(api_err(format!("marking host PVC {ns}/{c_name}")))?;
     }
+    copy_claim_templates(host, leaf, &ns, &deps, &mut fresh).await?;
+    copy_resource_claims(leaf, &ns, host_claims_dra).await?;
     if let Some(sa) = transform::service_account(&copy) {
         ensure_service_account(leaf, pod, &ns, sa).await?;
     }
@@ -332,7 +341,7 @@ fn too_large(e: &kube::Error) -> Option<String> {
     }
 }
 
-/// Deletes the ConfigMaps and Secrets created for a copy the leaf could not store, each
+/// Deletes the ConfigMaps, Secrets and templates created for a copy the leaf could not store, each
 /// under the UID it was created with (one created meanwhile under the name is not
 /// touched), and forgets them: no other leaf pod refers to them.
 async fn delete_fresh(leaf: &LeafCluster, fresh: &[(Dep, String)]) -> Result<(), SyncError> {
@@ -354,7 +363,11 @@ async fn delete_fresh(leaf: &LeafCluster, fresh: &[(Dep, String)]) -> Result<(),
                 .delete(&dep.name, &params)
                 .await
                 .map(|_| ()),
-            DepKind::Claim | DepKind::ServiceAccount => Ok(()),
+            DepKind::ResourceClaimTemplate => Api::<ResourceClaimTemplate>::namespaced(client, ns)
+                .delete(&dep.name, &params)
+                .await
+                .map(|_| ()),
+            DepKind::Claim | DepKind::ResourceClaim | DepKind::ServiceAccount => Ok(()),
         };
         match deleted {
             Ok(()) => {}
@@ -367,6 +380,146 @@ async fn delete_fresh(leaf: &LeafCluster, fresh: &[(Dep, String)]) -> Result<(),
             }
         }
         leaf.copied.lock().remove(dep);
+    }
+    Ok(())
+}
+
+/// The host ResourceClaims `deps` names, each read and judged before anything is written
+/// for the copy: one missing makes the copy wait, and one allocated in the host refuses it,
+/// reported as a refused copy (a Warning event on the claim, the log and
+/// `mcsched_leaf_copy_consecutive_failures`, once per back-off) besides the pod's own.
+async fn named_claims(
+    host: &Client,
+    host_side: &HostSide,
+    leaf: &LeafCluster,
+    ns: &str,
+    deps: &transform::Dependencies,
+) -> Result<Vec<ResourceClaim>, SyncError> {
+    let api: Api<ResourceClaim> = Api::namespaced(host.clone(), ns);
+    let mut claims = Vec::new();
+    for name in &deps.resource_claims {
+        let Some(c) = api
+            .get_opt(name)
+            .await
+            .map_err(api_err(format!("reading host ResourceClaim {ns}/{name}")))?
+        else {
+            return Err(SyncError::MissingOnHost {
+                kind: "ResourceClaim",
+                object: format!("{ns}/{name}"),
+            });
+        };
+        let dep = Dep::new(DepKind::ResourceClaim, ns, name);
+        if let Err(refused) = dependents::resource_claim_copy(leaf, &c) {
+            if !dependents::copy_backing_off(leaf, &dep, Instant::now()) {
+                let e = FollowError::NotCopied(refused.clone());
+                dependents::copy_failed(leaf, &host_side.events, &dep, &e);
+            }
+            return Err(SyncError::NotCopied(refused));
+        }
+        claims.push(c);
+    }
+    Ok(claims)
+}
+
+/// The ResourceClaimTemplates the copy's claims are made from, copied as ConfigMaps are:
+/// the leaf's claim controller makes the leaf pod's claims from them.
+async fn copy_claim_templates(
+    host: &Client,
+    leaf: &LeafCluster,
+    ns: &str,
+    deps: &transform::Dependencies,
+    fresh: &mut Vec<(Dep, String)>,
+) -> Result<(), SyncError> {
+    let host_templates: Api<ResourceClaimTemplate> = Api::namespaced(host.clone(), ns);
+    let leaf_templates: Api<ResourceClaimTemplate> = Api::namespaced(leaf.client.clone(), ns);
+    for name in &deps.claim_templates {
+        let Some(t) = host_templates.get_opt(name).await.map_err(api_err(format!(
+            "reading host ResourceClaimTemplate {ns}/{name}"
+        )))?
+        else {
+            return Err(SyncError::MissingOnHost {
+                kind: "ResourceClaimTemplate",
+                object: format!("{ns}/{name}"),
+            });
+        };
+        let dep = Dep::new(DepKind::ResourceClaimTemplate, ns, name);
+        let there =
+            leaf_object::<ResourceClaimTemplate>(leaf, ns, name, Synced::ResourceClaimTemplate)
+                .await?;
+        // A copy of an earlier template of that name refuses the apply (a template's spec
+        // is immutable): the copy waits until `dependents` has replaced it.
+        let written = leaf_templates
+            .patch(
+                name,
+                &apply_params(),
+                &Patch::Apply(&dependents::claim_template_copy(leaf, &t)),
+            )
+            .await
+            .map_err(api_err(format!(
+                "copying ResourceClaimTemplate {ns}/{name} to the leaf"
+            )))?;
+        if there.is_none() {
+            fresh.push((dep.clone(), written.metadata.uid.unwrap_or_default()));
+        }
+        leaf.copied.copied(dep, t.metadata.resource_version);
+    }
+    Ok(())
+}
+
+/// The copies of the host claims [`named_claims`] let through, spec only, created once and
+/// never updated: each holds its allocation in the leaf. This host's copy of the same host
+/// claim (from an earlier pod) is used as it is; one of an earlier claim of that name is
+/// not (its allocation is that claim's).
+async fn copy_resource_claims(
+    leaf: &LeafCluster,
+    ns: &str,
+    claims: Vec<ResourceClaim>,
+) -> Result<(), SyncError> {
+    for c in claims {
+        let name = c.metadata.name.clone().unwrap_or_default();
+        let dep = Dep::new(DepKind::ResourceClaim, ns, &name);
+        // Recorded first: a copy created and then lost before the record is collected all
+        // the same (only while it is ours, unused and its host claim gone).
+        leaf.copied.copied(dep.clone(), None);
+        if let Some(found) =
+            leaf_object::<ResourceClaim>(leaf, ns, &name, Synced::ResourceClaim).await?
+        {
+            let copied_from = dependents::host_uid(&found);
+            let host_uid = c.metadata.uid.clone().unwrap_or_default();
+            if copied_from != Some(host_uid.as_str()) {
+                return Err(SyncError::StaleClaimCopy {
+                    kind: "ResourceClaim",
+                    object: format!("{ns}/{name}"),
+                    copied_from: copied_from.unwrap_or_default().to_string(),
+                    host_uid,
+                });
+            }
+            dependents::copy_in_step(leaf, &dep);
+            continue;
+        }
+        // Checked by `named_claims`: not allocated when read.
+        let copy = dependents::resource_claim_copy(leaf, &c)?;
+        match create_strict::<ResourceClaim>(&leaf.client, ns, &copy).await {
+            Ok(_) => {
+                info!(cluster = %leaf.name, claim = %format!("{ns}/{name}"), "leaf ResourceClaim created (unallocated: the leaf's scheduler allocates it)");
+            }
+            // Created meanwhile: whose it is decides, on the next pass.
+            Err(e) if code(&e) == Some(409) => {
+                leaf_object::<ResourceClaim>(leaf, ns, &name, Synced::ResourceClaim).await?;
+            }
+            Err(e) if unknown_field(&e).is_some() => {
+                return Err(SyncError::FieldNotServed {
+                    object: format!("ResourceClaim {ns}/{name}"),
+                    reason: unknown_field(&e).unwrap_or_default().to_string(),
+                });
+            }
+            Err(e) => {
+                return Err(api_err(format!("creating leaf ResourceClaim {ns}/{name}"))(
+                    e,
+                ));
+            }
+        }
+        dependents::copy_in_step(leaf, &dep);
     }
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! Pod sync: each host pod bound to a virtual node has one copy in its leaf (same
 //! namespace and name, labelled with the cluster, annotated with the host pod's UID; its
 //! leaf UID recorded on the host pod, which alone tells it from a forgery), with
-//! the ConfigMaps, Secrets and PVCs it needs; the copy's status is written back; deletion
+//! the ConfigMaps, Secrets, PVCs and DRA claims and templates it needs; the copy's status is written back; deletion
 //! goes both ways. Reconciled from the two caches, so a restart or a new leader picks up
 //! where the last one stopped, creating nothing twice and leaving nothing behind.
 //!
@@ -126,16 +126,22 @@ pub enum SyncError {
     /// What the pod refers to is missing on the host: the copy waits, as a kubelet waits.
     #[error("{kind} {object} not found on the host; the leaf copy waits for it")]
     MissingOnHost { kind: &'static str, object: String },
-    /// The leaf holds this host's copy of an earlier host claim of the same name: it holds
-    /// that claim's data, so the new claim's pod waits until it is collected.
+    /// The leaf holds this host's copy of an earlier host claim (a PersistentVolumeClaim or
+    /// a ResourceClaim) of the same name: it holds that claim's data or allocation, so the
+    /// new claim's pod waits until it is collected.
     #[error(
-        "leaf has this host's copy of an earlier PersistentVolumeClaim {object} (host UID {copied_from:?}, this claim's is {host_uid}); it holds that claim's data and is not reused: the pod waits until it is deleted, once no leaf pod uses it"
+        "leaf has this host's copy of an earlier {kind} {object} (host UID {copied_from:?}, this claim's is {host_uid}); it holds that claim's data or allocation and is not reused: the pod waits until it is deleted, once no leaf pod uses it"
     )]
     StaleClaimCopy {
+        kind: &'static str,
         object: String,
         copied_from: String,
         host_uid: String,
     },
+    /// A host object the pod names may not be copied (a ResourceClaim allocated in the
+    /// host): refused as the leaf's refusals are, and reported as a refused copy.
+    #[error(transparent)]
+    NotCopied(#[from] crate::multicluster::dra_copies::NotCopied),
     /// The pod's policy's overrides for this leaf cannot apply to the copy.
     #[error("{policy} cannot override the copy: {source}")]
     Override {

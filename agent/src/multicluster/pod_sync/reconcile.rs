@@ -291,7 +291,8 @@ pub(super) async fn sync_one(
                     | SyncError::NoServiceAccount { .. }
                     | SyncError::AdmissionRefused { .. }
                     | SyncError::FieldNotServed { .. }
-                    | SyncError::FieldDropped { .. }),
+                    | SyncError::FieldDropped { .. }
+                    | SyncError::NotCopied(_)),
                 ) => {
                     return clash(host_side, leaf, &host_pods, pod, e).await;
                 }

@@ -587,7 +587,7 @@ async fn policies(leaf: &Client, rb: &mut Rollback) -> anyhow::Result<()> {
         keys::LEAF_PROTECTED_NAMESPACES.join(", "),
         keys::LEAF_TOKEN_POLICY,
         keys::LEAF_COPIES_POLICY,
-        leaf_access::COPIED_RESOURCES.join(", ")
+        leaf_access::copied_resources_text()
     ));
     Ok(())
 }

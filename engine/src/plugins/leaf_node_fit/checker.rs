@@ -356,6 +356,16 @@ fn questions(pod: &PodInfo) -> Vec<Question> {
             .map(|n| (Synced::ConfigMap, n))
             .chain(deps.secrets.iter().map(|n| (Synced::Secret, n)))
             .chain(deps.claims.iter().map(|n| (Synced::Claim, n)))
+            .chain(
+                deps.claim_templates
+                    .iter()
+                    .map(|n| (Synced::ResourceClaimTemplate, n)),
+            )
+            .chain(
+                deps.resource_claims
+                    .iter()
+                    .map(|n| (Synced::ResourceClaim, n)),
+            )
             .map(|(kind, n)| Question::Foreign(kind, ns.clone(), n.clone())),
     );
     qs
@@ -1220,6 +1230,55 @@ mod leaf_question_tests {
                 .message()
                 .contains("--namespaces <granted namespaces>,shop")
         );
+    }
+
+    /// A ResourceClaimTemplate or a named ResourceClaim of the pod's that the leaf holds
+    /// without this host's marks keeps the pod off, as a ConfigMap does.
+    #[test]
+    fn a_foreign_claim_template_or_resource_claim_keeps_the_pod_off() {
+        for (kind, name, message) in [
+            (
+                Synced::ResourceClaimTemplate,
+                "one-gpu",
+                "has a ResourceClaimTemplate shop/one-gpu that this host's mcsched did not create",
+            ),
+            (
+                Synced::ResourceClaim,
+                "shared-nic",
+                "has a ResourceClaim shop/shared-nic that this host's mcsched did not create",
+            ),
+        ] {
+            let (checks, view, cycle) = east_asking();
+            let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "web", "namespace": "shop"},
+                "spec": {"containers": [{"name": "c", "image": "i"}],
+                    "resourceClaims": [
+                        {"name": "gpu", "resourceClaimTemplateName": "one-gpu"},
+                        {"name": "nic", "resourceClaimName": "shared-nic"}]}
+            }))
+            .unwrap();
+            let pod = PodInfo::new(Arc::new(pod));
+            checks.learned(Question::Granted("shop".into()), true);
+            let template = Question::Foreign(
+                Synced::ResourceClaimTemplate,
+                "shop".into(),
+                "one-gpu".into(),
+            );
+            let claim =
+                Question::Foreign(Synced::ResourceClaim, "shop".into(), "shared-nic".into());
+            assert!(
+                unanswered(&cycle, &pod, Asker::Live).is_some(),
+                "the template and the claim are asked about"
+            );
+            checks.learned(template.clone(), false);
+            assert!(unanswered(&cycle, &pod, Asker::Live).is_some());
+            checks.learned(claim.clone(), false);
+            assert_eq!(unanswered(&cycle, &pod, Asker::Live), None);
+            assert!(leaf_refuses(&view, &pod).is_none(), "neither clashes");
+            checks.learned(Question::Foreign(kind, "shop".into(), name.into()), true);
+            let refused = leaf_refuses(&view, &pod).expect("a clash");
+            assert!(refused.message().contains(message), "{}", refused.message());
+        }
     }
 
     #[test]
