@@ -318,6 +318,89 @@ fi
 say "kubectl mcsched get clusters (pods synced into each leaf)"
 mcsched get clusters
 
+say "GPUs through DRA (no driver runs: ResourceSlices as API objects): one a100 on host node-b, three in leaf east (two on east-1, one on east-2); a training Job of 4 pods asking for an a100 each"
+# gpu_class CLUSTER: the driver's DeviceClass, which each cluster's admin defines.
+gpu_class() {
+  kc "$1" apply -f - >/dev/null <<'YAML'
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: gpu.example.com}
+spec:
+  selectors: [{cel: {expression: 'device.driver == "gpu.example.com"'}}]
+YAML
+}
+# gpu_slice CLUSTER NODE DEVICE...: the node's a100s, as a driver would publish them.
+gpu_slice() {
+  local c=$1 n=$2 d devices=""
+  shift 2
+  for d in "$@"; do devices+="  - {name: $d, attributes: {model: {string: a100}}}"$'\n'; done
+  kc "$c" apply -f - >/dev/null <<YAML
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: $n-gpus}
+spec:
+  driver: gpu.example.com
+  nodeName: $n
+  pool: {name: $n, generation: 1, resourceSliceCount: 1}
+  devices:
+$devices
+YAML
+}
+gpu_class host; gpu_class east
+gpu_slice host node-b gpu-0
+gpu_slice east east-1 gpu-0 gpu-1; gpu_slice east east-2 gpu-0
+k apply -f - >/dev/null <<YAML
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: a100, namespace: default}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly:
+          deviceClassName: gpu.example.com
+          selectors: [{cel: {expression: 'device.attributes["gpu.example.com"].model == "a100"'}}]
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: train, namespace: default}
+spec:
+  parallelism: 4
+  completions: 4
+  completionMode: Indexed
+  template:
+    spec:
+      schedulerName: mcsched
+      restartPolicy: Never
+      tolerations: [{key: mcsched.io/leaf, operator: Exists}]
+      resourceClaims: [{name: gpu, resourceClaimTemplateName: a100}]
+      containers:
+      - name: trainer
+        image: $APP_IMAGE
+        resources: {claims: [{name: gpu}]}
+YAML
+for _ in $(seq 1 300); do
+  bound=$(k get pods -l job-name=train -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' | grep -c . || true)
+  [ "$bound" -eq 4 ] && break
+  sleep 0.2
+done
+k get pods -l job-name=train -o custom-columns='NAME:.metadata.name,NODE:.spec.nodeName,STATUS:.status.phase'
+say "leaf east: the copies' claims, made by east's claim controller from the template's copy and allocated by east's own scheduler"
+for _ in $(seq 1 150); do
+  allocated=$(kc east get resourceclaims -o jsonpath='{range .items[*]}{.status.allocation.devices.results[0].device}{"\n"}{end}' 2>/dev/null | grep -c . || true)
+  [ "$allocated" -eq 3 ] && break
+  sleep 0.2
+done
+kc east get resourceclaims -o custom-columns='CLAIM:.metadata.name,NODE:.status.allocation.devices.results[0].pool,DEVICE:.status.allocation.devices.results[0].device,FOR POD:.status.reservedFor[0].name'
+gpu_leaf=$(k get pods -l job-name=train -o jsonpath='{range .items[*]}{.metadata.name} {.spec.nodeName}{"\n"}{end}' | awk '$2 ~ /^mcsched-/ {print $1; exit}')
+gpu_on_host=$(k get pods -l job-name=train -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' | grep -c '^node-b$' || true)
+gpu_in_leaf=$(k get pods -l job-name=train -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' | grep -c '^mcsched-east$' || true)
+if [ -n "$gpu_leaf" ]; then
+  say "kubectl mcsched explain pod $gpu_leaf (the leaf node and the device its claim would get)"
+  mcsched explain pod "$gpu_leaf"
+fi
+
 say "a pod that fits nowhere (16 CPUs): kubectl mcsched explain pod big"
 k apply -f - >/dev/null <<YAML
 apiVersion: v1
@@ -366,8 +449,9 @@ if [ "$MODE" = container ]; then
     -o jsonpath='{range .items[*]}{.spec.nodeName} {.status.phase} {.status.containerStatuses[0].containerID}{"\n"}{end}')
   echo "$agent" | grep -qE '^node-r Running containerd://' || agent_ok=false
 fi
-if ! $agent_ok || [ "$unbound" -ne 0 ] || [ "$by_mcsched" -ne 6 ] || [ -z "$host_replica" ] || [ "$leaf_running" -ne 1 ]; then
-  echo "demo failed: agent pods '${agent:-not checked}', $unbound pods unbound, $by_mcsched bound by mcsched, MySQL on host: '${host_replica}', in a leaf: '${leaf_replica}' (running there: $leaf_running)"
+if ! $agent_ok || [ "$unbound" -ne 0 ] || [ "$by_mcsched" -ne 6 ] || [ -z "$host_replica" ] || [ "$leaf_running" -ne 1 ] ||
+  [ "$gpu_on_host" -ne 1 ] || [ "$gpu_in_leaf" -ne 3 ] || [ "$allocated" -ne 3 ]; then
+  echo "demo failed: agent pods '${agent:-not checked}', $unbound pods unbound, $by_mcsched bound by mcsched, MySQL on host: '${host_replica}', in a leaf: '${leaf_replica}' (running there: $leaf_running), training pods on node-b: $gpu_on_host, in east: $gpu_in_leaf (claims allocated there: $allocated)"
   if [ "$MODE" = container ]; then
     # The API server's proxy to the kubelet needs node-r to resolve, which it may not:
     # the kubelet's own files instead (<its root>/logs/<namespace>_<pod>_<uid>/...).
@@ -381,7 +465,7 @@ if ! $agent_ok || [ "$unbound" -ne 0 ] || [ "$by_mcsched" -ne 6 ] || [ -z "$host
 fi
 
 if [ "$MODE" = container ]; then
-  say "done: the agent ran in a container on node-r; it bound 7 pods (hello in a container on node-r, MySQL's $host_replica on a host node and $leaf_replica in a leaf), default-scheduler 1; stopping everything"
+  say "done: the agent ran in a container on node-r; it bound 7 pods (hello in a container on node-r, MySQL's $host_replica on a host node and $leaf_replica in a leaf) and the 4 training pods (1 on node-b's a100, 3 on east's), default-scheduler 1; stopping everything"
 else
-  say "done: 6 pods bound by mcsched (MySQL: $host_replica on a host node, $leaf_replica in a leaf), 1 by default-scheduler; stopping everything"
+  say "done: 6 pods bound by mcsched (MySQL: $host_replica on a host node, $leaf_replica in a leaf) and the 4 training pods (1 on node-b's a100, 3 on east's), 1 by default-scheduler; stopping everything"
 fi
