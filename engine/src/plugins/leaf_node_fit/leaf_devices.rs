@@ -83,11 +83,11 @@ pub(crate) fn given_claims(
             continue;
         };
         let key = format!("{namespace}/{name}");
-        if let Some(named) = &pc.resource_claim_name {
-            if let Ok(copied) = leaf.claims.get(namespace, named) {
-                claims.push(copied);
-                continue;
-            }
+        if let Some(named) = &pc.resource_claim_name
+            && let Ok(copied) = leaf.claims.get(namespace, named)
+        {
+            claims.push(copied);
+            continue;
         }
         let on_host = host
             .get(namespace, &name)
