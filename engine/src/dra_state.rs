@@ -69,6 +69,55 @@ impl DeviceObjects {
     }
 }
 
+/// The implicit extended resource name of every DeviceClass is this prefix and its name
+/// (resourceapi.ResourceDeviceClassPrefix).
+pub const DEVICE_CLASS_PREFIX: &str = "deviceclass.resource.kubernetes.io/";
+/// The annotation marking the claim the scheduler made for a pod's extended resources
+/// (resourceapi.ExtendedResourceClaimAnnotation).
+pub const EXTENDED_RESOURCE_CLAIM_ANNOTATION: &str =
+    "resource.kubernetes.io/extended-resource-claim";
+
+/// kube-scheduler's `IsDRAExtendedResourceName`: an extended resource name (one with a
+/// domain outside kubernetes.io, not a quota's `requests.`), or a class's implicit name.
+pub fn is_dra_extended_resource_name(name: &str) -> bool {
+    if name.starts_with(DEVICE_CLASS_PREFIX) {
+        return true;
+    }
+    name.contains('/') && !name.contains("kubernetes.io/") && !name.starts_with("requests.")
+}
+
+impl DeviceObjects {
+    /// The DeviceClass serving extended resource `name` (kube's DeviceClassResolver over
+    /// its extended resource cache). A class's `spec.extendedResourceName` is looked up
+    /// first; when several classes name the same resource the newest by creation time
+    /// wins, the smallest name on a tie, as the cache keeps them. Else the implicit
+    /// `deviceclass.resource.kubernetes.io/<class>`.
+    pub fn class_for_extended_resource(&self, name: &str) -> Option<&Arc<DeviceClass>> {
+        let created = |c: &DeviceClass| {
+            c.metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.as_nanosecond())
+        };
+        let explicit = (self.classes.values())
+            .filter(|c| {
+                c.spec
+                    .as_ref()
+                    .and_then(|s| s.extended_resource_name.as_deref())
+                    == Some(name)
+            })
+            .max_by(|a, b| {
+                created(a)
+                    .cmp(&created(b))
+                    .then_with(|| b.metadata.name.cmp(&a.metadata.name))
+            });
+        explicit.or_else(|| {
+            name.strip_prefix(DEVICE_CLASS_PREFIX)
+                .and_then(|class| self.classes.get(class))
+        })
+    }
+}
+
 /// Every device's taints, in order, for telling whether a rule changed a slice.
 fn device_taints(slice: &ResourceSlice) -> Vec<Option<Vec<DeviceTaint>>> {
     slice
@@ -305,6 +354,13 @@ impl ResourceClaims {
             Some(e) => Ok(e.latest.clone()),
             None => Err(AssumeError::NotFound(key)),
         }
+    }
+
+    /// The first known claim (as assumed) for which `matches` holds.
+    pub fn find(&self, matches: impl Fn(&ResourceClaim) -> bool) -> Option<Arc<ResourceClaim>> {
+        (self.read().by_key.values())
+            .find(|e| matches(&e.latest))
+            .map(|e| e.latest.clone())
     }
 
     /// How many claims are known.

@@ -22,6 +22,13 @@
 //! 6. A DeviceTaintRule taints n3's devices NoSchedule: a pod whose claim asks for an
 //!    h100 (n3's is the only one free) is Pending in both with the same message; the
 //!    rule deleted, it is bound to n3 in both: a rule's change requeues.
+//! 7. Extended resources backed by DRA: a DeviceClass `l4` with `extendedResourceName:
+//!    example.com/gpu` (selecting n5's l4), and a pod requesting `example.com/gpu: 1`
+//!    without claims, on nodes none of which lists that resource in allocatable: bound
+//!    to n5 in both, each scheduler having created the claim (generateName
+//!    `<pod>-extended-resources-`, annotated, controlled by the pod) with the same
+//!    requests and allocation (compared as `written`), and set the pod's
+//!    `status.extendedResourceClaimStatus` alike.
 
 use std::time::Duration;
 
@@ -340,6 +347,79 @@ async fn mcsched_allocates_claims_as_kube_scheduler_does() -> anyhow::Result<()>
         .map_err(|e| e.context(logs()))?;
         assert_eq!(node, "n3", "{scheduler}");
     }
+
+    // 7. An extended resource a DeviceClass serves, on nodes without it in allocatable.
+    use k8s_openapi::api::resource::v1::DeviceClass;
+    for (cp, scheduler) in both {
+        nodes_with_devices(&cp.client, &[("n5", "l4")]).await?;
+        create_cluster_scoped::<DeviceClass>(
+            &cp.client,
+            json!({"metadata": {"name": "l4"},
+                "spec": {"extendedResourceName": "example.com/gpu", "selectors": selector("l4")}}),
+        )
+        .await?;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        create::<Pod>(
+            &cp.client,
+            json!({"metadata": {"name": "plain-gpu"},
+                "spec": {"schedulerName": scheduler, "containers": [{"name": "c",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"limits": {"example.com/gpu": "1"}}}]}}),
+        )
+        .await?;
+    }
+    let mut seen = Vec::new();
+    for (cp, scheduler) in both {
+        let node = bound_to(
+            &cp.client,
+            "plain-gpu",
+            &format!("{scheduler}: plain-gpu bound"),
+        )
+        .await
+        .map_err(|e| e.context(logs()))?;
+        let pod = get_pod(&cp.client, "plain-gpu").await?;
+        let ext = wait::until(
+            TIMEOUT,
+            &format!("{scheduler}: plain-gpu's extendedResourceClaimStatus"),
+            || async {
+                let p = get_pod(&cp.client, "plain-gpu").await?;
+                Ok(p.status.and_then(|s| s.extended_resource_claim_status))
+            },
+        )
+        .await?;
+        let claim = Api::<ResourceClaim>::namespaced(cp.client.clone(), "default")
+            .get(&ext.resource_claim_name)
+            .await?;
+        anyhow::ensure!(
+            ext.resource_claim_name
+                .starts_with("plain-gpu-extended-resources-"),
+            "{scheduler}: claim {}",
+            ext.resource_claim_name
+        );
+        let owners: Vec<(String, Option<bool>)> = (claim.metadata.owner_references.iter())
+            .flatten()
+            .map(|r| (r.name.clone(), r.controller))
+            .collect();
+        seen.push((
+            node,
+            written(&claim, &pod)?,
+            serde_json::to_value(&claim.spec)?,
+            claim.metadata.annotations.clone(),
+            owners,
+            serde_json::to_value(&ext.request_mappings)?,
+        ));
+    }
+    println!(
+        "plain-gpu, kube-scheduler: {:?}\nplain-gpu, mcsched:        {:?}",
+        seen[0], seen[1]
+    );
+    assert_eq!(seen[0].0, "n5", "kube-scheduler bound the pod elsewhere");
+    assert_eq!(
+        seen[0].1["status"]["allocation"]["devices"]["results"][0]["pool"],
+        json!("n5"),
+        "kube-scheduler's allocation is not the one this test means"
+    );
+    assert_eq!(seen[0], seen[1], "the extended-resource claims differ");
     Ok(())
 }
 

@@ -3,23 +3,52 @@
 //! RequestedToCapacityRatio over weighted resources; PlacementScore ranks a pod group's
 //! placements by MostAllocated over all their nodes (kube's placementScorer, made under
 //! TopologyAwareWorkloadScheduling).
+//!
+//! Extended resources backed by DRA (DRAExtendedResource, on in v1.37): a requested
+//! extended resource that a DeviceClass serves (its `extendedResourceName`, or the
+//! implicit `deviceclass.resource.kubernetes.io/<class>`) is not checked on a node whose
+//! allocatable lacks it: DynamicResources allocates devices for it there. PreFilter
+//! notes which of the pod's requests a class serves, since Filter sees no classes.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use mcsched_shared::resources::{CPU, EPHEMERAL_STORAGE, MEMORY, Resources};
 
 use super::helper::resources::{ResourceKind, allocatable_and_requested};
+use crate::dra_state::{DeviceObjects, is_dra_extended_resource_name};
 use crate::framework::{
     ClusterEvent, Code, CycleState, FilterPlugin, MAX_NODE_SCORE, PlacementScorePlugin, Plugin,
-    ScorePlugin, Status,
+    PreFilterPlugin, PreFilterResult, ScorePlugin, Status,
 };
-use crate::snapshot::{NodeInfo, PodInfo};
+use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 
 pub(crate) const NAME: &str = "NodeResourcesFit";
 pub(crate) const REASON_TOO_MANY_PODS: &str = "Too many pods";
 const MAX_UTILIZATION: i64 = 100;
 /// Shape scores are 0..=10 in the config and scaled to 0..=100.
 const MAX_CUSTOM_PRIORITY_SCORE: i64 = 10;
+/// CycleState key of [`DraServed`].
+const DRA_SERVED_KEY: &str = "PreFilterNodeResourcesFitDRA";
+
+/// The pod's requested extended resources a DeviceClass serves.
+#[derive(Debug, Clone, Default)]
+struct DraServed(BTreeSet<String>);
+
+/// Which of `requests`' extended resources a DeviceClass of `devices` serves.
+pub(crate) fn dra_served(requests: &Resources, devices: &DeviceObjects) -> BTreeSet<String> {
+    (requests.scalar.iter())
+        .filter(|(name, want)| **want > 0 && is_dra_extended_resource_name(name))
+        .filter(|(name, _)| devices.class_for_extended_resource(name).is_some())
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
+/// kube's `shouldDelegateResourceToDRA`: a class serves it and the node does not (a
+/// device plugin's allocatable wins).
+fn delegated_to_dra(served: &BTreeSet<String>, name: &str, node: &NodeInfo) -> bool {
+    served.contains(name) && node.allocatable.scalar.get(name).copied().unwrap_or(0) <= 0
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Strategy {
@@ -143,7 +172,12 @@ impl Plugin for NodeResourcesFit {
             ClusterEvent::NodeUpdate,
             ClusterEvent::PodDelete,
             ClusterEvent::PodUpdate,
+            // A class may come to serve an extended resource the pod requests.
+            ClusterEvent::DeviceClassChange,
         ]
+    }
+    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        Some(self)
     }
     fn as_filter(&self) -> Option<&dyn FilterPlugin> {
         Some(self)
@@ -156,9 +190,27 @@ impl Plugin for NodeResourcesFit {
     }
 }
 
+impl PreFilterPlugin for NodeResourcesFit {
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> (PreFilterResult, Status) {
+        let served = dra_served(&pod.requests, &snapshot.devices);
+        if !served.is_empty() {
+            state.write(DRA_SERVED_KEY, DraServed(served));
+        }
+        (None, Status::success())
+    }
+}
+
 impl FilterPlugin for NodeResourcesFit {
-    fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        let insufficient = fits_request(&pod.requests, node, |n| self.ignored(n));
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let served = state.read::<DraServed>(DRA_SERVED_KEY);
+        let insufficient = fits_request(&pod.requests, node, |n| {
+            self.ignored(n) || served.is_some_and(|s| delegated_to_dra(&s.0, n, node))
+        });
         if insufficient.is_empty() {
             return Status::success();
         }
@@ -427,6 +479,76 @@ mod tests {
         assert!(
             fit.filter(&CycleState::new(), &pod, &node("4", "8Gi", "110", &[]))
                 .is_success()
+        );
+    }
+
+    /// DRAExtendedResource: a class serving the resource (its explicit name or the
+    /// implicit `deviceclass.resource.kubernetes.io/<class>`) lets nodes whose allocatable
+    /// lacks it pass (DynamicResources allocates there); a device plugin's allocatable
+    /// is still checked; without a class it is insufficient as ever.
+    #[test]
+    fn extended_resources_a_device_class_serves_are_left_to_dra() {
+        let fit = NodeResourcesFit::new(FitArgs::default());
+        let class: k8s_openapi::api::resource::v1::DeviceClass =
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "gpu.example.com"},
+                "spec": {"extendedResourceName": "example.com/gpu"}
+            }))
+            .expect("class");
+        let mut devices = DeviceObjects::default();
+        devices
+            .classes
+            .insert("gpu.example.com".into(), Arc::new(class));
+        let snapshot = Snapshot {
+            devices: Arc::new(devices),
+            ..Snapshot::from_nodes(Vec::new())
+        };
+        let without = node_with("n", |_| {});
+        let run = |pod: &PodInfo, node: &NodeInfo, snapshot: &Snapshot| {
+            let mut state = CycleState::new();
+            let (_, s) = fit.pre_filter(&mut state, pod, snapshot);
+            assert!(s.is_success());
+            let s = fit.filter(&state, pod, node);
+            (s.code, s.message())
+        };
+        let gpu = pod_requesting("p", &[("example.com/gpu", "1")]);
+        let insufficient = (
+            Code::UnschedulableAndUnresolvable,
+            "Insufficient example.com/gpu".to_string(),
+        );
+        assert_eq!(
+            run(&gpu, &without, &snapshot),
+            (Code::Success, String::new())
+        );
+        let implicit = pod_requesting(
+            "p",
+            &[("deviceclass.resource.kubernetes.io/gpu.example.com", "1")],
+        );
+        assert_eq!(
+            run(&implicit, &without, &snapshot),
+            (Code::Success, String::new())
+        );
+        assert_eq!(
+            run(&gpu, &without, &Snapshot::from_nodes(Vec::new())),
+            insufficient
+        );
+        // The device plugin's two, both taken.
+        let taken = node("4", "8Gi", "110", &[&[("example.com/gpu", "2")]]);
+        assert_eq!(
+            run(&gpu, &taken, &snapshot),
+            (
+                Code::Unschedulable,
+                "Insufficient example.com/gpu".to_string()
+            )
+        );
+        // Another extended resource no class serves is checked.
+        let fpga = pod_requesting("p", &[("example.com/gpu", "1"), ("example.com/fpga", "1")]);
+        assert_eq!(
+            run(&fpga, &without, &snapshot),
+            (
+                Code::UnschedulableAndUnresolvable,
+                "Insufficient example.com/fpga".to_string()
+            )
         );
     }
 

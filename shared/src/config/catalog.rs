@@ -100,7 +100,10 @@ pub const PLUGINS: &[(&str, &[Point])] = &[
     ),
     ("NodeAffinity", &[PreFilter, Filter, PreScore, Score]),
     ("NodePorts", &[Filter]),
-    ("NodeResourcesFit", &[Filter, Score, PlacementScore]),
+    (
+        "NodeResourcesFit",
+        &[PreFilter, Filter, Score, PlacementScore],
+    ),
     ("VolumeRestrictions", &[PreFilter, Filter]),
     ("NodeVolumeLimits", &[PreFilter, Filter]),
     ("VolumeZone", &[PreFilter, Filter]),

@@ -4,13 +4,21 @@
 //! tries again (client-go's DefaultRetry: five attempts). What was written is assumed, so
 //! the next cycle sees it before the watch does; then the allocation leaves the in-flight
 //! set.
+//!
+//! The claim for extended resources backed by DRA is created first (kube's
+//! `createExtendedResourceClaimInAPI`: without name, UID or allocation, so the API server
+//! generates the name), then written as any other, then named in the pod's
+//! `status.extendedResourceClaimStatus` with a strategic-merge status patch; it is
+//! assumed once its watch event arrives (kube polls its assume cache for it).
 
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 
+use super::extended::NodeExtended;
 use super::{ClaimSlot, DynamicResources, State, claims, locked};
 use crate::dra_state::allocation_of;
 use crate::framework::{BindContext, Status};
@@ -20,6 +28,9 @@ use crate::snapshot::PodInfo;
 pub(super) const FINALIZER: &str = "resource.kubernetes.io/delete-protection";
 /// client-go's retry.DefaultRetry steps.
 const RETRY_STEPS: usize = 5;
+/// kube's AssumeExtendedResourceTimeoutDefaultSeconds, and its poll's interval.
+const ASSUME_EXTENDED_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+const ASSUME_EXTENDED_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The API server's message for a failed request, as client-go's error prints it.
 fn api_message(e: &kube::Error) -> String {
@@ -168,6 +179,17 @@ pub(super) async fn pre_bind(
             written_in_flight.push(slot.claim.metadata.uid.clone().unwrap_or_default());
         }
     }
+    let mut extended_written = None;
+    if let Some(reserved) = &s.extended_reserved {
+        let written = match bind_extended(pl, ctx, s, pod, node, reserved, &consumer).await {
+            Ok(c) => c,
+            Err(e) => return Status::error(e),
+        };
+        if let Some(e) = &s.extended {
+            written_in_flight.push(e.uid().to_string());
+        }
+        extended_written = Some(written);
+    }
     // Only once every claim is written (kube's deferred success cleanup).
     for uid in written_in_flight {
         pl.claims.maybe_remove_pending_allocation(&uid, true);
@@ -179,6 +201,7 @@ pub(super) async fn pre_bind(
                 .cloned()
                 .unwrap_or_else(|| s.slots[i].claim.clone())
         })
+        .chain(extended_written)
         .collect();
     if !written.iter().any(|c| has_binding_conditions(c)) {
         return Status::success();
@@ -187,6 +210,157 @@ pub(super) async fn pre_bind(
         Ok(()) => Status::success(),
         Err(e) => Status::error(e),
     }
+}
+
+/// The extended-resource claim: created, written as any claim, named in the pod's status,
+/// then assumed once the watch has it.
+async fn bind_extended(
+    pl: &DynamicResources,
+    ctx: &BindContext,
+    s: &State,
+    pod: &PodInfo,
+    node: &str,
+    reserved: &NodeExtended,
+    consumer: &k8s_openapi::api::resource::v1::ResourceClaimConsumerReference,
+) -> Result<Arc<ResourceClaim>, String> {
+    let mut claim = reserved.claim.clone();
+    // Fields that must not or need not be set on creation.
+    claim.status = None;
+    claim.metadata.name = None;
+    claim.metadata.uid = None;
+    let namespace = claim.metadata.namespace.clone().unwrap_or_default();
+    let api: Api<ResourceClaim> = Api::namespaced(ctx.client.clone(), &namespace);
+    tracing::debug!(pod = %pod.key, node, "create claim for extended resources");
+    let created = api
+        .create(&PostParams::default(), &claim)
+        .await
+        .map_err(|e| {
+            format!(
+                "create claim for extended resources {}: {}",
+                claims::kobj(&claim),
+                api_message(&e)
+            )
+        })?;
+    let created = Arc::new(created);
+    tracing::debug!(pod = %pod.key, node, resourceclaim = %claims::kobj(&created), "created claim for extended resources");
+    // From now on Unreserve deletes it.
+    *locked(&s.extended_created) = Some(created.clone());
+    let slot = ClaimSlot {
+        claim: created,
+        available_on: None,
+        allocation: reserved.allocation.clone(),
+    };
+    let written = Arc::new(bind_claim(ctx, &slot, consumer).await?);
+    *locked(&s.extended_created) = Some(written.clone());
+    tracing::debug!(pod = %pod.key, node, resourceclaim = %claims::kobj(&written), "reserved");
+    patch_pod_status(ctx, pod, &written, reserved).await?;
+    wait_to_assume(pl, &written).await;
+    Ok(written)
+}
+
+/// kube's `patchPodExtendedResourceClaimStatus`: the two-way strategic merge patch from
+/// the pod's status to one with `extendedResourceClaimStatus`, which is just that field.
+async fn patch_pod_status(
+    ctx: &BindContext,
+    pod: &PodInfo,
+    claim: &ResourceClaim,
+    reserved: &NodeExtended,
+) -> Result<(), String> {
+    let object = pod.object();
+    let namespace = object.metadata.namespace.as_deref().unwrap_or_default();
+    let name = object.metadata.name.as_deref().unwrap_or_default();
+    if reserved.mappings.is_empty() {
+        return Err(format!(
+            "nil or empty request mappings, no update of pod {namespace}/{name} ExtendedResourceClaimStatus"
+        ));
+    }
+    let status = k8s_openapi::api::core::v1::PodExtendedResourceClaimStatus {
+        request_mappings: reserved.mappings.clone(),
+        resource_claim_name: claim.metadata.name.clone().unwrap_or_default(),
+    };
+    let patch = serde_json::json!({"status": {"extendedResourceClaimStatus": status}});
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    api.patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
+        .await
+        .map_err(|e| {
+            format!(
+                "update pod {namespace}/{name} ExtendedResourceClaimStatus: {}",
+                api_message(&e)
+            )
+        })?;
+    Ok(())
+}
+
+/// kube's `waitForExtendedClaimInAssumeCache`: a claim just created is not in the
+/// tracker until its watch event arrives, so assuming it is retried every second, for
+/// up to two minutes; failing only leaves it to the watch.
+async fn wait_to_assume(pl: &DynamicResources, claim: &Arc<ResourceClaim>) {
+    let deadline = tokio::time::Instant::now() + ASSUME_EXTENDED_TIMEOUT;
+    loop {
+        match pl.claims.assume(claim.clone()) {
+            Ok(()) => return,
+            Err(crate::dra_state::AssumeError::NotFound(_))
+                if tokio::time::Instant::now() + ASSUME_EXTENDED_INTERVAL <= deadline =>
+            {
+                tokio::time::sleep(ASSUME_EXTENDED_INTERVAL).await;
+            }
+            Err(e) => {
+                tracing::debug!(claim = %claims::kobj(claim), error = %e, "Claim not stored in assume cache after retries");
+                return;
+            }
+        }
+    }
+}
+
+/// kube's `deleteClaim`: the finalizer removed first with an update (a conflict re-reads
+/// the claim, as client-go's DefaultRetry), then the claim deleted; gone already is fine.
+pub(super) async fn delete_claim(ctx: &BindContext, claim: &ResourceClaim) -> Result<(), String> {
+    let namespace = claim.metadata.namespace.as_deref().unwrap_or_default();
+    let name = claim.metadata.name.as_deref().unwrap_or_default();
+    let api: Api<ResourceClaim> = Api::namespaced(ctx.client.clone(), namespace);
+    let mut claim = claim.clone();
+    let mut attempt = 0;
+    loop {
+        if attempt > 0 {
+            claim = api.get(name).await.map_err(|e| {
+                format!("get resourceclaim {namespace}/{name}: {}", api_message(&e))
+            })?;
+        }
+        attempt += 1;
+        if let Some(f) = claim.metadata.finalizers.as_mut() {
+            f.retain(|f| f != FINALIZER);
+        }
+        match api.replace(name, &PostParams::default(), &claim).await {
+            Ok(_) => break,
+            Err(e) if is_conflict(&e) && attempt < RETRY_STEPS => continue,
+            Err(e) => {
+                return Err(format!(
+                    "update resourceclaim {namespace}/{name}: {}",
+                    api_message(&e)
+                ));
+            }
+        }
+    }
+    tracing::debug!(resourceclaim = %format!("{namespace}/{name}"), "Delete");
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(api_message(&e)),
+    }
+}
+
+/// Unreserve's deletion of the extended-resource claim PreBind created, without waiting:
+/// a claim left behind is found by the pod's next attempt and deleted then.
+pub(super) fn delete_in_background(ctx: &BindContext, claim: Arc<ResourceClaim>) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let ctx = ctx.clone();
+    runtime.spawn(async move {
+        if let Err(e) = delete_claim(&ctx, &claim).await {
+            tracing::error!(resourceclaim = %claims::kobj(&claim), error = %e, "delete");
+        }
+    });
 }
 
 fn results(

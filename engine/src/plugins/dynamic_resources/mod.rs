@@ -11,14 +11,21 @@
 //! copy's claims as the leaf will hold them ([`GivenClaims`]), and the leaf's scheduler
 //! allocates them there; nothing is allocated or written in the host for it.
 //!
-//! Not here yet: extended resources backed by DRA (a pod's `nvidia.com/gpu` served by a
-//! DeviceClass), PodGroup-owned claims (off by default in v1.37),
+//! Extended resources backed by DRA ([`extended`]): a pod's plain `example.com/gpu`
+//! request that a DeviceClass serves is met, on nodes whose allocatable lacks it, by a
+//! claim the scheduler makes itself: allocated in Filter with the pod's other claims,
+//! held in flight by Reserve, created with its allocation and the pod's reservation by
+//! PreBind, which records it in the pod's `status.extendedResourceClaimStatus`, and
+//! deleted again by Unreserve.
+//!
+//! Not here yet: PodGroup-owned claims (off by default in v1.37),
 //! PodGroupPostFilter's deallocation of the claims a group's members hold, and an event
 //! while binding conditions are waited for.
 
 mod bind;
 mod claims;
 mod deallocate;
+mod extended;
 #[cfg(test)]
 mod tests;
 
@@ -98,6 +105,15 @@ struct State {
     /// Virtual nodes Filter passed: their leaf allocates, so Reserve and PreBind leave
     /// the host's claims alone there.
     virtual_nodes: Arc<Mutex<BTreeSet<String>>>,
+    /// The pod's claim for extended resources backed by DRA, when a class serves one.
+    extended: Option<Arc<extended::Extended>>,
+    /// Filter's extended-resource claim per node, with its allocation.
+    extended_by_node: Arc<Mutex<HashMap<String, extended::NodeExtended>>>,
+    /// Reserve's pick of those, for PreBind.
+    extended_reserved: Option<extended::NodeExtended>,
+    /// The extended-resource claim as PreBind created and wrote it, for Unreserve to
+    /// delete.
+    extended_created: Arc<Mutex<Option<Arc<ResourceClaim>>>>,
 }
 
 fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -295,11 +311,12 @@ impl PreFilterPlugin for DynamicResources {
         // Written first, as kube's empty stateData: PostFilter tells "no state" apart.
         state.write(STATE_KEY, State::default());
         let object = pod.object();
-        if !claims::has_claims(&object) {
-            return (None, Status::skip());
-        }
         let given = state.read::<GivenClaims>(GIVEN_CLAIMS_KEY).cloned();
         let held = given.as_ref().map_or(&self.claims, |g| &g.held);
+        let ext = extended::pre_filter(pod, &snapshot.devices, held).map(Arc::new);
+        if !claims::has_claims(&object) && ext.is_none() {
+            return (None, Status::skip());
+        }
         let found = match &given {
             Some(g) => g.claims.clone(),
             None => match claims::pod_claims(&object, &self.claims) {
@@ -307,7 +324,7 @@ impl PreFilterPlugin for DynamicResources {
                 Err(reason) => return (None, Status::unresolvable(reason)),
             },
         };
-        if found.is_empty() {
+        if found.is_empty() && ext.is_none() {
             return (None, Status::skip());
         }
         let classes = &snapshot.devices.classes;
@@ -341,8 +358,13 @@ impl PreFilterPlugin for DynamicResources {
             }
             slots.push(slot);
         }
+        // The in-memory claim is allocated too; its classes exist (they map it).
+        if ext.as_ref().is_some_and(|e| !e.is_stale()) {
+            to_allocate += 1;
+        }
         let mut s = State {
             slots: Arc::new(slots),
+            extended: ext,
             ..State::default()
         };
         if to_allocate > 0 {
@@ -376,7 +398,7 @@ impl FilterPlugin for DynamicResources {
             }
             return Status::error(REASON_NO_STATE);
         };
-        if s.slots.is_empty() {
+        if s.slots.is_empty() && s.extended.is_none() {
             return Status::success();
         }
         if node.cluster.is_some() {
@@ -393,6 +415,19 @@ impl FilterPlugin for DynamicResources {
             locked(&s.virtual_nodes).insert(node.name.to_string());
             return Status::success();
         }
+        let node_extended = match s
+            .extended
+            .as_deref()
+            .map(|e| extended::filter(e, pod, node))
+        {
+            Some(Err(status)) => return status,
+            Some(Ok(claim)) => claim,
+            None => None,
+        };
+        // Device plugins serve the pod's extended resources here, and it has no claims.
+        if node_extended.is_none() && s.slots.is_empty() {
+            return Status::success();
+        }
         let labels = selectors::node_labels(&node.node);
         let unavailable: Vec<usize> = (s.slots.iter().enumerate())
             .filter(|(_, slot)| {
@@ -404,9 +439,11 @@ impl FilterPlugin for DynamicResources {
             .collect();
         let mut allocations = None;
         if let Some(allocator) = &s.allocator {
+            // The node's extended-resource claim last, as kube's claim store has it.
             let to_allocate: Vec<&ResourceClaim> = (s.slots.iter())
                 .filter(|slot| allocation_of(&slot.claim).is_none())
                 .map(|slot| &*slot.claim)
+                .chain(node_extended.as_ref().map(|e| &e.claim))
                 .collect();
             // kube bounds the search (exponential in the worst case, and written by
             // whoever writes claims) by filterTimeout; zero turns the bound off.
@@ -437,7 +474,11 @@ impl FilterPlugin for DynamicResources {
             locked(&s.unavailable).extend(unavailable);
             return Status::unresolvable(REASON_NOT_AVAILABLE);
         }
-        if let Some(v) = allocations {
+        if let Some(mut v) = allocations {
+            if let Some(mut e) = node_extended {
+                e.allocation = v.pop();
+                locked(&s.extended_by_node).insert(node.name.to_string(), e);
+            }
             locked(&s.by_node).insert(node.name.to_string(), v);
         }
         Status::success()
@@ -465,12 +506,18 @@ impl PostFilterPlugin for DynamicResources {
                 Status::new(Code::Unschedulable, reasons),
             )
         };
-        if s.slots.is_empty() {
+        if s.slots.is_empty() && s.extended.is_none() {
             return unschedulable(Vec::new());
         }
         let unavailable = locked(&s.unavailable).clone();
-        let Some(claim) = deallocate::pick(&s.slots, unavailable, &pod.uid) else {
-            return unschedulable(Vec::new());
+        // A user claim to deallocate first; else an extended-resource claim an earlier
+        // cycle created is deleted, so the retry makes a new one.
+        let (claim, delete) = match deallocate::pick(&s.slots, unavailable, &pod.uid) {
+            Some(claim) => (claim, false),
+            None => match s.extended.as_deref().filter(|e| e.is_stale()) {
+                Some(e) => (&*e.claim, true),
+                None => return unschedulable(Vec::new()),
+            },
         };
         let Some(api) = fw.api() else {
             return (
@@ -493,6 +540,14 @@ impl PostFilterPlugin for DynamicResources {
                 Status::error("no multi-threaded runtime to write resource claims on"),
             );
         };
+        if delete {
+            let deleted =
+                tokio::task::block_in_place(|| runtime.block_on(bind::delete_claim(api, claim)));
+            return match deleted {
+                Ok(()) => unschedulable(vec![extended::REASON_DELETED.into()]),
+                Err(e) => (PostFilterResult::default(), Status::error(e)),
+            };
+        }
         let written =
             tokio::task::block_in_place(|| runtime.block_on(deallocate::write(api, claim)));
         match written {
@@ -596,8 +651,12 @@ impl ReservePlugin for DynamicResources {
             .iter()
             .filter(|slot| allocation_of(&slot.claim).is_none())
             .count();
-        let Some(allocations) = locked(&s.by_node).get(node).cloned() else {
-            return Status::error("claim allocation not found for node");
+        let found = locked(&s.by_node).get(node).cloned();
+        let allocations = match found {
+            Some(a) => a,
+            // Only the extended-resource claim, which device plugins serve on this node.
+            None if to_allocate == 0 => Vec::new(),
+            None => return Status::error("claim allocation not found for node"),
         };
         if allocations.len() != to_allocate {
             return Status::error(format!(
@@ -624,6 +683,18 @@ impl ReservePlugin for DynamicResources {
             tracing::debug!(claim = %claims::kobj(&slot.claim), node, "Reserved resource in allocation result");
             slot.allocation = Some(allocation);
         }
+        let node_extended = locked(&s.extended_by_node).get(node).cloned();
+        if let Some(e) = node_extended
+            && let Some(allocation) = &e.allocation
+        {
+            // Under the in-memory claim's temporary UID: PreBind's claim gets its own.
+            let mut claim = e.claim.clone();
+            claim.metadata.finalizers = Some(vec![bind::FINALIZER.into()]);
+            claim.status.get_or_insert_default().allocation = Some(allocation.clone());
+            self.claims.signal_pending_allocation(Arc::new(claim));
+            tracing::debug!(claim = %claims::kobj(&e.claim), node, "Reserved resource in allocation result");
+            s.extended_reserved = Some(e);
+        }
         Status::success()
     }
 
@@ -648,6 +719,19 @@ impl ReservePlugin for DynamicResources {
                 bind::unreserve_in_background(ctx, claim, &pod.uid);
             }
         }
+        if let Some(e) = &s.extended {
+            if self.claims.maybe_remove_pending_allocation(e.uid(), false) {
+                self.claims.restore(&claims::kobj(&e.claim));
+            }
+            // Written to the API server: deleted, so that no claim holds devices for a
+            // pod that is not there.
+            if let Some(created) = locked(&s.extended_created).take()
+                && let Some(ctx) = &ctx
+            {
+                tracing::debug!(resourceclaim = %claims::kobj(&created), pod = %pod.key, "delete extended resource backed by DRA");
+                bind::delete_in_background(ctx, created);
+            }
+        }
     }
 }
 
@@ -663,7 +747,9 @@ impl PreBindPlugin for DynamicResources {
             let Some(s) = state.read::<State>(STATE_KEY) else {
                 return Status::error(REASON_NO_STATE);
             };
-            if s.slots.is_empty() || locked(&s.virtual_nodes).contains(node) {
+            if (s.slots.is_empty() && s.extended_reserved.is_none())
+                || locked(&s.virtual_nodes).contains(node)
+            {
                 return Status::success();
             }
             *locked(&s.bind_ctx) = Some(ctx.clone());

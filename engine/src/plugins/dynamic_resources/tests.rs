@@ -1,3 +1,4 @@
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use k8s_openapi::api::core::v1::Pod;
@@ -448,6 +449,26 @@ fn recording_api(conflicts: usize) -> (BindContext, Requests) {
             };
             let (code, reply) = if method == "GET" {
                 (200, to_value_claim("p"))
+            } else if method == "POST" {
+                // The API server's generated name and UID.
+                let base = body["metadata"]["generateName"]
+                    .as_str()
+                    .unwrap_or_default();
+                body["metadata"]["name"] = json!(format!("{base}x7k2p"));
+                body["metadata"]["uid"] = json!("uid-created");
+                body["metadata"]["resourceVersion"] = json!(format!("{}", 100 + n));
+                (201, body)
+            } else if path.contains("/pods/") {
+                (
+                    200,
+                    json!({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": "p", "namespace": "default"}}),
+                )
+            } else if method == "DELETE" {
+                (
+                    200,
+                    json!({"apiVersion": "v1", "kind": "Status", "status": "Success"}),
+                )
             } else if path.ends_with("/status")
                 && conflicts
                     .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| c.checked_sub(1))
@@ -726,4 +747,346 @@ async fn post_filter_reports_a_failed_deallocation_as_an_error() {
     let (code, message) = post_filter_after_filter(&w, &framework(None), &pod("p", true));
     assert_eq!(code, Code::Error);
     assert!(message.contains("default/p-gpu"), "{message}");
+}
+
+/// A class serving `example.com/gpu` with a100s only.
+fn a100_class(name: &str, created: &str) -> Arc<DeviceClass> {
+    Arc::new(
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "creationTimestamp": created},
+            "spec": {"extendedResourceName": "example.com/gpu", "selectors": [{"cel": {
+                "expression": format!("device.attributes[{DRIVER:?}].model == \"a100\"")}}]}
+        }))
+        .expect("class"),
+    )
+}
+
+/// As `world`, with the class `a100` serving `example.com/gpu`, and n3 whose device
+/// plugin lists two.
+fn extended_world() -> World {
+    let mut w = world();
+    let mut devices = (*w.snapshot.devices).clone();
+    devices
+        .classes
+        .insert("a100".into(), a100_class("a100", "2026-01-01T00:00:00Z"));
+    let mut nodes: Vec<Arc<NodeInfo>> = w.snapshot.nodes.iter().cloned().collect();
+    nodes.push(Arc::new(node_with("n3", |n| {
+        if let Some(a) = n.status.as_mut().and_then(|s| s.allocatable.as_mut()) {
+            a.insert("example.com/gpu".into(), Quantity("2".into()));
+        }
+    })));
+    w.snapshot = Snapshot {
+        devices: Arc::new(devices),
+        ..Snapshot::from_nodes(nodes)
+    };
+    w
+}
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+/// Pod `name` whose one container requests `example.com/gpu: count`, without claims.
+fn gpu_pod(name: &str, count: &str) -> PodInfo {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
+        "spec": {"containers": [{"name": "c", "image": "i",
+            "resources": {"requests": {"example.com/gpu": count}, "limits": {"example.com/gpu": count}}}]}
+    }))
+    .expect("pod");
+    PodInfo::new(Arc::new(pod))
+}
+
+/// kube's extended resource cache: a class's explicit name first, the newest class when
+/// several name it (the smallest name on a tie), else the implicit name.
+#[test]
+fn extended_resources_map_to_classes_as_kubes_cache() {
+    let mut devices = DeviceObjects::default();
+    let name = |d: &DeviceObjects, r: &str| {
+        d.class_for_extended_resource(r)
+            .and_then(|c| c.metadata.name.clone())
+    };
+    devices
+        .classes
+        .insert("old".into(), a100_class("old", "2026-01-01T00:00:00Z"));
+    assert_eq!(name(&devices, "example.com/gpu").as_deref(), Some("old"));
+    devices
+        .classes
+        .insert("new".into(), a100_class("new", "2026-02-01T00:00:00Z"));
+    assert_eq!(name(&devices, "example.com/gpu").as_deref(), Some("new"));
+    devices
+        .classes
+        .insert("b-tie".into(), a100_class("b-tie", "2026-02-01T00:00:00Z"));
+    devices
+        .classes
+        .insert("a-tie".into(), a100_class("a-tie", "2026-02-01T00:00:00Z"));
+    assert_eq!(name(&devices, "example.com/gpu").as_deref(), Some("a-tie"));
+    // Every class, by its implicit name.
+    assert_eq!(
+        name(&devices, "deviceclass.resource.kubernetes.io/old").as_deref(),
+        Some("old")
+    );
+    assert_eq!(
+        name(&devices, "deviceclass.resource.kubernetes.io/none"),
+        None
+    );
+    assert_eq!(name(&devices, "example.com/fpga"), None);
+    assert!(crate::dra_state::is_dra_extended_resource_name(
+        "example.com/gpu"
+    ));
+    assert!(crate::dra_state::is_dra_extended_resource_name(
+        "deviceclass.resource.kubernetes.io/old"
+    ));
+    assert!(!crate::dra_state::is_dra_extended_resource_name("cpu"));
+    assert!(!crate::dra_state::is_dra_extended_resource_name(
+        "kubernetes.io/batch"
+    ));
+    assert!(!crate::dra_state::is_dra_extended_resource_name(
+        "requests.example.com/gpu"
+    ));
+}
+
+/// Filter: the in-memory claim asks, on nodes whose allocatable lacks the resource, for
+/// one device of the class; the device plugin's node fits without DRA.
+#[test]
+fn extended_resource_filter_allocates_where_allocatable_lacks_it() {
+    let w = extended_world();
+    let p = gpu_pod("p", "1");
+    let (state, s) = w.pre_filter(&p);
+    assert!(s.is_success(), "{s}");
+    assert_eq!(w.filter(&state, &p), [fits(), cannot(), fits()]);
+    let st = state.read::<State>(STATE_KEY).expect("state");
+    let by_node = locked(&st.extended_by_node);
+    assert_eq!(by_node.keys().collect::<Vec<_>>(), ["n1"]);
+    let n1 = &by_node["n1"];
+    let requests = serde_json::to_value(&n1.claim.spec).expect("json");
+    assert_eq!(
+        requests["devices"]["requests"],
+        json!([{"name": "container-0-request-0", "exactly": {
+            "deviceClassName": "a100", "allocationMode": "ExactCount", "count": 1}}])
+    );
+    let allocated = serde_json::to_value(&n1.allocation).expect("json");
+    assert_eq!(
+        allocated["devices"]["results"],
+        json!([{"request": "container-0-request-0", "driver": DRIVER, "pool": "n1", "device": "gpu-0"}])
+    );
+    assert_eq!(
+        serde_json::to_value(&n1.mappings).expect("json"),
+        json!([{"containerName": "c", "resourceName": "example.com/gpu",
+            "requestName": "container-0-request-0"}])
+    );
+    // Two: more than n1's one a100; n3's device plugin has two.
+    let two = gpu_pod("p", "2");
+    let (state, _) = w.pre_filter(&two);
+    assert_eq!(w.filter(&state, &two), [cannot(), cannot(), fits()]);
+    // No class serves it: nothing for DynamicResources.
+    let fpga: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "f", "namespace": "default", "uid": "uid-f"},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {"example.com/fpga": "1"}}}]}
+    }))
+    .expect("pod");
+    let (_, s) = w.pre_filter(&PodInfo::new(Arc::new(fpga)));
+    assert!(s.is_skip());
+    // A served resource with another that neither a class nor the node serves.
+    let both: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "b", "namespace": "default", "uid": "uid-b"},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {
+            "example.com/gpu": "1", "example.com/fpga": "1"}}}]}
+    }))
+    .expect("pod");
+    let both = PodInfo::new(Arc::new(both));
+    let (state, _) = w.pre_filter(&both);
+    let unfit = (
+        Code::UnschedulableAndUnresolvable,
+        extended::REASON_CANNOT_FIT.to_string(),
+    );
+    assert_eq!(
+        w.filter(&state, &both),
+        [unfit.clone(), unfit.clone(), unfit]
+    );
+}
+
+/// kube's "three init containers, one sidecar, one regular container": an init
+/// container reuses a later sidecar's devices, the largest init request is shared.
+#[test]
+fn extended_resource_requests_for_init_containers_and_sidecars_as_kube() {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "p", "namespace": "default"},
+        "spec": {
+            "initContainers": [
+                {"name": "i0", "resources": {"requests": {"example.com/gpuinit": "1"}}},
+                {"name": "s1", "restartPolicy": "Always",
+                    "resources": {"requests": {"example.com/gpuinit": "1"}}},
+                {"name": "i2", "resources": {"requests": {"example.com/gpuinit": "2"}}}],
+            "containers": [{"name": "c3", "resources": {"requests": {"example.com/gpu": "1"}}}]}
+    }))
+    .expect("pod");
+    let needed = BTreeMap::from([
+        ("example.com/gpu".to_string(), 1),
+        ("example.com/gpuinit".to_string(), 2),
+    ]);
+    let classes = BTreeMap::from([
+        ("example.com/gpu".to_string(), "class".to_string()),
+        ("example.com/gpuinit".to_string(), "classInit".to_string()),
+    ]);
+    let (requests, mappings) = extended::requests_and_mappings(&pod, &needed, &classes);
+    let got: Vec<(String, String, i64)> = requests
+        .iter()
+        .map(|r| {
+            let e = r.exactly.as_ref().expect("exactly");
+            (
+                r.name.clone(),
+                e.device_class_name.clone(),
+                e.count.unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("container-1-request-0".into(), "classInit".into(), 1),
+            ("container-2-request-0".into(), "classInit".into(), 2),
+            ("container-3-request-0".into(), "class".into(), 1),
+        ]
+    );
+    let got: Vec<(&str, &str, &str)> = (mappings.iter())
+        .map(|m| {
+            (
+                m.container_name.as_str(),
+                m.resource_name.as_str(),
+                m.request_name.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("c3", "example.com/gpu", "container-3-request-0"),
+            ("s1", "example.com/gpuinit", "container-1-request-0"),
+            ("i0", "example.com/gpuinit", "container-1-request-0"),
+            ("i2", "example.com/gpuinit", "container-2-request-0"),
+        ]
+    );
+}
+
+/// Reserve holds the extended claim's device in flight; Unreserve lets it go.
+#[test]
+fn extended_resource_reserve_and_unreserve() {
+    let w = extended_world();
+    let (p, q) = (gpu_pod("p", "1"), gpu_pod("q", "1"));
+    let (mut state, _) = w.pre_filter(&p);
+    assert_eq!(w.filter(&state, &p), [fits(), cannot(), fits()]);
+    assert!(w.plugin.reserve(&mut state, &p, "n1").is_success());
+    let uid = state
+        .read::<State>(STATE_KEY)
+        .and_then(|s| s.extended.clone())
+        .expect("ext");
+    assert!(w.claims.pending_allocation(uid.uid()).is_some());
+    let (q_state, _) = w.pre_filter(&q);
+    assert_eq!(w.filter(&q_state, &q), [cannot(), cannot(), fits()]);
+    w.plugin.unreserve(&mut state, &p, "n1");
+    assert!(w.claims.pending_allocation(uid.uid()).is_none());
+    let (q_state, _) = w.pre_filter(&q);
+    assert_eq!(w.filter(&q_state, &q), [fits(), cannot(), fits()]);
+    // On the device plugin's node nothing is held or written.
+    let (mut state, _) = w.pre_filter(&p);
+    let _ = w.filter(&state, &p);
+    assert!(w.plugin.reserve(&mut state, &p, "n3").is_success());
+    assert!(
+        state
+            .read::<State>(STATE_KEY)
+            .is_some_and(|s| s.extended_reserved.is_none())
+    );
+}
+
+/// PreBind as kube's bindClaim for the extended claim: create (generateName, owner,
+/// annotation, the node's requests; no allocation), the finalizer, the allocation and
+/// reservation in status, then the pod's extendedResourceClaimStatus. Unreserve
+/// deletes the claim it created (the finalizer first).
+#[tokio::test(start_paused = true)]
+async fn extended_resource_pre_bind_creates_the_claim_as_kube() {
+    let w = extended_world();
+    let p = gpu_pod("p", "1");
+    let (mut state, _) = w.pre_filter(&p);
+    let _ = w.filter(&state, &p);
+    assert!(w.plugin.reserve(&mut state, &p, "n1").is_success());
+    let (ctx, seen) = recording_api(0);
+    let log = seen.clone();
+    let s = w.plugin.pre_bind(&ctx, &state, &p, "n1").await;
+    assert!(s.is_success(), "{s}");
+    let calls: Vec<(String, String)> = (locked(&seen).iter())
+        .map(|(m, p, _)| (m.clone(), p.clone()))
+        .collect();
+    let claims = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims";
+    let created = format!("{claims}/p-extended-resources-x7k2p");
+    assert_eq!(
+        calls,
+        [
+            ("POST".to_string(), claims.to_string()),
+            ("PUT".into(), created.clone()),
+            ("PUT".into(), format!("{created}/status")),
+            (
+                "PATCH".into(),
+                "/api/v1/namespaces/default/pods/p/status".into()
+            ),
+        ]
+    );
+    let seen = locked(&seen).clone();
+    let body = &seen[0].2;
+    assert_eq!(
+        body["metadata"]["generateName"],
+        json!("p-extended-resources-")
+    );
+    assert!(body["metadata"].get("name").is_none() && body["metadata"].get("uid").is_none());
+    assert_eq!(
+        body["metadata"]["annotations"],
+        json!({"resource.kubernetes.io/extended-resource-claim": "true"})
+    );
+    assert_eq!(
+        body["metadata"]["ownerReferences"],
+        json!([{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "uid-p", "controller": true}])
+    );
+    assert!(body.get("status").is_none(), "{body}");
+    assert_eq!(
+        seen[1].2["metadata"]["finalizers"],
+        json!(["resource.kubernetes.io/delete-protection"])
+    );
+    let status = &seen[2].2["status"];
+    assert_eq!(
+        status["reservedFor"],
+        json!([{"resource": "pods", "name": "p", "uid": "uid-p"}])
+    );
+    assert_eq!(
+        status["allocation"]["devices"]["results"][0]["request"],
+        json!("container-0-request-0")
+    );
+    assert_eq!(
+        seen[3].2,
+        json!({"status": {"extendedResourceClaimStatus": {
+            "requestMappings": [{"containerName": "c", "resourceName": "example.com/gpu",
+                "requestName": "container-0-request-0"}],
+            "resourceClaimName": "p-extended-resources-x7k2p"}}})
+    );
+    let uid = state
+        .read::<State>(STATE_KEY)
+        .and_then(|s| s.extended.clone())
+        .expect("ext");
+    assert!(w.claims.pending_allocation(uid.uid()).is_none());
+    // Unreserve after a later PreBind failed: the claim goes, the finalizer first.
+    w.plugin.unreserve(&mut state, &p, "n1");
+    for _ in 0..100 {
+        if locked(&log).len() >= 6 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    let calls: Vec<(String, String)> = (locked(&log).iter().skip(4))
+        .map(|(m, p, _)| (m.clone(), p.clone()))
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            ("PUT".to_string(), created.clone()),
+            ("DELETE".into(), created)
+        ]
+    );
+    assert_eq!(locked(&log)[4].2["metadata"]["finalizers"], json!([]));
 }
