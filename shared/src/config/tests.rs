@@ -71,6 +71,7 @@ fn v1_defaults() {
         names(&p.plugins.pre_filter),
         vec![
             "NodeAffinity",
+            "NodeResourcesFit",
             "VolumeRestrictions",
             "NodeVolumeLimits",
             "VolumeBinding",

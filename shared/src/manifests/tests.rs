@@ -151,8 +151,8 @@ fn rbac_has_no_wildcards_and_the_lease_is_named() {
                     ("resourceclaims", &["create", "delete"]),
                     ("devicetaintrules", &read),
                     ("resourceclaims/binding", &["update", "patch"]),
-                    // Pod sync's copies of the templates.
-                    ("resourceclaimtemplates", &read),
+                    // Pod sync's copies of the templates, read by name.
+                    ("resourceclaimtemplates", &["get"]),
                 ];
                 for (resource, verbs) in expected {
                     let r = policy_rules.remove(0);
